@@ -1,0 +1,5 @@
+//! The configuration repository: reading a git tree or a directory, parsing
+//! YAML with positions, and validating the objects in it.
+
+pub mod source;
+pub mod yaml;

@@ -1,0 +1,12 @@
+//! dovetail: a node autoscaler for EKS that speaks the Karpenter v1 API and is
+//! driven by a git repository of configuration.
+//!
+//! See `ARCHITECTURE.md` for the module map and the direction of dependencies.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod diag;
+pub mod model;
+pub mod scheduling;
