@@ -154,6 +154,10 @@ pub struct Diagnostic {
     /// A likely fix, printed as `hint:` after the message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// For schema diagnostics, the JSON Schema keyword that failed; lets a
+    /// more specific check supersede a bare `pattern` mismatch.
+    #[serde(skip)]
+    pub keyword: Option<&'static str>,
 }
 
 impl Diagnostic {
@@ -168,6 +172,7 @@ impl Diagnostic {
             path: JsonPath::root(),
             message: message.into(),
             hint: None,
+            keyword: None,
         }
     }
 
@@ -208,6 +213,11 @@ impl Diagnostic {
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn with_keyword(mut self, keyword: &'static str) -> Self {
+        self.keyword = Some(keyword);
         self
     }
 

@@ -9,4 +9,6 @@ pub mod cli;
 pub mod config;
 pub mod diag;
 pub mod model;
+pub mod par;
 pub mod scheduling;
+pub mod timing;

@@ -1,17 +1,82 @@
 //! Argument types. Doc comments here are the `--help` text.
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Environment variables dovetail reads.
+pub mod env {
+    /// Disables colour when set to a non-empty value (https://no-color.org).
+    pub const NO_COLOR: &str = "NO_COLOR";
+    /// Log filter for stderr, in `tracing_subscriber::EnvFilter` syntax.
+    pub const LOG: &str = "DOVETAIL_LOG";
+}
 
 /// dovetail: a Karpenter-compatible node autoscaler for EKS, driven by git.
 #[derive(Debug, Parser)]
-#[command(name = "dovetail", version, about)]
+#[command(name = "dovetail", version, about, max_term_width = 100)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Check a configuration repository: schema, CEL rules, runtime checks and references.
+    Validate(ValidateArgs),
+    /// Print the CustomResourceDefinitions generated from dovetail's API types.
+    Crds(CrdsArgs),
+}
+
+/// Where the configuration is read from.
+#[derive(Debug, Clone, Args)]
+pub struct RepoArgs {
+    /// The configuration repository: a git repository (or a directory inside one) or a plain directory.
+    #[arg(default_value = ".")]
+    pub path: PathBuf,
+    /// Read the committed tree of this git ref (branch, tag, commit).
+    #[arg(long = "ref", value_name = "REF", conflicts_with = "worktree")]
+    pub git_ref: Option<String>,
+    /// Read the files on disk instead of a committed tree.
+    #[arg(long)]
+    pub worktree: bool,
+}
+
+/// Output formats; each command accepts the ones that make sense for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+    Markdown,
+    Junit,
+    Github,
+    Sarif,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Treat warnings as errors.
+    #[arg(long)]
+    pub strict: bool,
+    /// Instance-type catalog; warns about requirements no instance type of it satisfies.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Accept nodeClassRefs to EC2NodeClasses that are not in the repository.
+    #[arg(long)]
+    pub allow_external_nodeclass: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CrdsArgs {
+    /// Write one file per CRD into this directory instead of printing them.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,17 @@
-//! The command line: argument types in [`args`], one function per command.
+//! The command line: argument types in [`args`], one module per command,
+//! rendering of diagnostics in [`render`]. Commands write through [`Io`], so
+//! tests run them in-process and capture both streams.
 
 pub mod args;
+pub mod render;
+mod validate;
 
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use args::{Cli, Command};
 
 /// Exit codes shared by every command (see CONVENTIONS.md).
 pub mod exit {
@@ -16,12 +23,103 @@ pub mod exit {
     pub const ERROR: u8 = 2;
 }
 
+/// The streams a command writes to: data to `out`, logs and errors to `err`.
+pub struct Io<'a> {
+    pub out: &'a mut dyn Write,
+    pub err: &'a mut dyn Write,
+    /// Whether `out` is a terminal (colour is used only then).
+    pub out_is_terminal: bool,
+    pub err_is_terminal: bool,
+}
+
+impl Io<'_> {
+    /// Writes data to stdout, ignoring a closed pipe (`dovetail ... | head`).
+    pub fn data(&mut self, s: &str) {
+        let _ = self.out.write_all(s.as_bytes());
+        let _ = self.out.flush();
+    }
+
+    /// Writes a line to stderr.
+    pub fn log(&mut self, s: &str) {
+        let _ = writeln!(self.err, "{s}");
+    }
+
+    /// Prints an error, its causes, and a `hint:` line when there is a likely fix.
+    pub fn error(&mut self, err: &dyn std::error::Error, hint: Option<&str>) {
+        let style = render::Style::for_stream(self.err_is_terminal);
+        let mut msg = format!("{}: {err}", style.severity(crate::diag::Severity::Error));
+        let mut source = err.source();
+        while let Some(s) = source {
+            msg.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        self.log(&msg);
+        if let Some(h) = hint {
+            self.log(&format!("hint: {h}"));
+        }
+    }
+}
+
 pub fn main() -> ExitCode {
-    let cli = args::Cli::parse();
-    ExitCode::from(run(cli))
+    let cli = Cli::parse();
+    init_logging();
+    let (mut stdout, mut stderr) = (std::io::stdout().lock(), std::io::stderr());
+    let mut io = Io {
+        out_is_terminal: std::io::stdout().is_terminal(),
+        err_is_terminal: stderr.is_terminal(),
+        out: &mut stdout,
+        err: &mut stderr,
+    };
+    ExitCode::from(run(cli, &mut io))
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_env(args::env::LOG).unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(render::Style::for_stream(std::io::stderr().is_terminal()).color)
+        .try_init();
 }
 
 /// Runs a parsed command line and returns the process exit code.
-pub fn run(cli: args::Cli) -> u8 {
-    match cli.command {}
+pub fn run(cli: Cli, io: &mut Io) -> u8 {
+    match cli.command {
+        Command::Validate(a) => validate::run(&a, io),
+        Command::Crds(a) => crds(&a, io),
+    }
+}
+
+/// Parses `args` (including the program name) and runs the command; a usage
+/// error is printed to `io.err` and gives exit code 2.
+pub fn run_args<I, T>(args: I, io: &mut Io) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    match Cli::try_parse_from(args) {
+        Ok(cli) => run(cli, io),
+        Err(e) => {
+            let _ = write!(io.err, "{e}");
+            if e.use_stderr() { exit::ERROR } else { exit::OK }
+        }
+    }
+}
+
+fn crds(a: &args::CrdsArgs, io: &mut Io) -> u8 {
+    match &a.out_dir {
+        Some(dir) => match crate::api::write_crds(dir) {
+            Ok(()) => exit::OK,
+            Err(e) => {
+                io.error(&e, Some("check that the directory exists and is writable"));
+                exit::ERROR
+            }
+        },
+        None => {
+            io.data(&crate::api::crds_yaml());
+            exit::OK
+        }
+    }
 }

@@ -1,0 +1,466 @@
+//! `dovetail validate`: every check of a configuration repository.
+//!
+//! The phases run over all documents in turn, each in parallel across files:
+//! 1. conversion of the parsed YAML to JSON values (the loader has parsed it);
+//! 2. classification (kind, retired APIs), metadata and the JSON Schema check;
+//! 3. the CEL-equivalent rules and the runtime checks;
+//! 4. cross-object checks (duplicate names, `nodeClassRef` resolution) and
+//!    warnings.
+//!
+//! Every problem becomes a [`Diagnostic`] at the most specific YAML node.
+
+pub mod kinds;
+pub mod names;
+pub mod rules;
+pub mod runtime;
+pub mod schema;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::api::ApiKind;
+use crate::config::load::Loaded;
+use crate::config::yaml::{self, YamlDoc};
+use crate::diag::{Diagnostic, JsonPath, Pos, Severity};
+use kinds::Classified;
+
+/// What `validate` is asked to do beyond the checks it always makes.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Accept a `nodeClassRef` to an EC2NodeClass that is not in the repository.
+    pub allow_external_nodeclass: bool,
+}
+
+/// An object of one of dovetail's kinds found in the repository.
+#[derive(Debug, Clone)]
+pub struct Object {
+    pub kind: ApiKind,
+    pub name: String,
+    /// Repository-relative file.
+    pub file: String,
+    /// Index of the document in its file.
+    pub index: usize,
+    /// Where the document starts.
+    pub pos: Pos,
+    pub value: Value,
+    /// No error was found in this object itself.
+    pub valid: bool,
+}
+
+impl Object {
+    pub fn display(&self) -> String {
+        format!("{}/{}", self.kind.kind(), self.name)
+    }
+}
+
+/// Wall-clock time of each phase.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Timings {
+    #[serde(serialize_with = "secs")]
+    pub convert: Duration,
+    #[serde(serialize_with = "secs")]
+    pub schema: Duration,
+    #[serde(serialize_with = "secs")]
+    pub rules: Duration,
+    #[serde(serialize_with = "secs")]
+    pub cross: Duration,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// The result of validating a repository.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub diagnostics: Vec<Diagnostic>,
+    pub objects: Vec<Object>,
+    pub files: usize,
+    pub documents: usize,
+    pub timings: Timings,
+}
+
+impl Report {
+    pub fn count(&self, severity: Severity) -> usize {
+        self.diagnostics.iter().filter(|d| d.severity == severity).count()
+    }
+
+    /// Whether the repository passes: no errors, and no warnings under `strict`.
+    pub fn passes(&self, strict: bool) -> bool {
+        self.count(Severity::Error) == 0 && !(strict && self.count(Severity::Warning) > 0)
+    }
+
+    pub fn objects_of(&self, kind: ApiKind) -> impl Iterator<Item = &Object> {
+        self.objects.iter().filter(move |o| o.kind == kind)
+    }
+}
+
+struct Doc<'a> {
+    file: &'a str,
+    yaml: &'a YamlDoc,
+    json: Value,
+}
+
+/// The per-document outcome of the schema phase.
+struct Classification {
+    class: Option<Classified>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// Validates everything the loader read.
+pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
+    let mut report = Report {
+        files: loaded.files.len(),
+        diagnostics: loaded.diagnostics.clone(),
+        ..Report::default()
+    };
+
+    let t = Instant::now();
+    let refs: Vec<(&str, &YamlDoc)> = loaded
+        .files
+        .iter()
+        .flat_map(|f| f.docs.iter().map(move |d| (f.path.as_str(), d)))
+        .collect();
+    let docs: Vec<Doc> = crate::par::map(&refs, |(file, yaml)| Doc {
+        file,
+        yaml,
+        json: yaml.root.to_json(),
+    });
+    report.documents = docs.len();
+    report.timings.convert = t.elapsed();
+
+    let t = Instant::now();
+    let classes: Vec<Classification> = crate::par::map(&docs, classify_and_check_schema);
+    report.timings.schema = t.elapsed();
+
+    let t = Instant::now();
+    let jobs: Vec<(&Doc, &Classification)> = docs.iter().zip(&classes).collect();
+    let ruled: Vec<Vec<Diagnostic>> = crate::par::map(&jobs, |(doc, c)| match &c.class {
+        Some(Classified::Known(kind)) => check_rules(doc, *kind),
+        _ => Vec::new(),
+    });
+    report.timings.rules = t.elapsed();
+
+    let t = Instant::now();
+    for ((doc, class), rule_diags) in docs.into_iter().zip(classes).zip(ruled) {
+        let mut diags = class.diagnostics;
+        diags.extend(rule_diags);
+        let diags = dedupe(diags);
+        if let Some(Classified::Known(kind)) = class.class {
+            let name = doc
+                .json
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let valid = !diags.iter().any(|d| d.severity == Severity::Error);
+            report.objects.push(Object {
+                kind,
+                name,
+                file: doc.file.to_string(),
+                index: doc.yaml.index,
+                pos: doc.yaml.root.pos,
+                value: doc.json,
+                valid,
+            });
+        }
+        report.diagnostics.extend(diags);
+    }
+    cross_object(&mut report, loaded, opts);
+    report.timings.cross = t.elapsed();
+
+    report.diagnostics.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    report
+}
+
+fn locate(doc: &Doc, path: &JsonPath) -> Pos {
+    doc.yaml.root.locate(path)
+}
+
+fn object_name(json: &Value) -> Option<String> {
+    let kind = json.get("kind").and_then(Value::as_str)?;
+    let name = json.pointer("/metadata/name").and_then(Value::as_str)?;
+    Some(format!("{kind}/{name}"))
+}
+
+fn diag_at(doc: &Doc, d: Diagnostic, path: JsonPath) -> Diagnostic {
+    let pos = locate(doc, &path);
+    let d = d.in_file(doc.file).at(pos).with_path(path);
+    match object_name(&doc.json) {
+        Some(o) => d.with_object(o),
+        None => d,
+    }
+}
+
+fn classify_and_check_schema(doc: &Doc) -> Classification {
+    let mut diagnostics = Vec::new();
+    let root = JsonPath::root();
+    let what = match &doc.yaml.root.value {
+        yaml::Value::Map(_) => None,
+        yaml::Value::Null => Some("an empty document"),
+        yaml::Value::Seq(_) => Some("a list"),
+        yaml::Value::Str(_) => Some("a string"),
+        yaml::Value::Number(_) => Some("a number"),
+        yaml::Value::Bool(_) => Some("a boolean"),
+    };
+    if let Some(what) = what {
+        let message = if what == "an empty document" {
+            format!("document {} is empty", doc.yaml.index + 1)
+        } else {
+            format!("document {} is {what}, not an object", doc.yaml.index + 1)
+        };
+        diagnostics.push(
+            Diagnostic::error("document", message)
+                .in_file(doc.file)
+                .at(doc.yaml.root.pos)
+                .with_hint("remove the stray `---` separator or the non-object content"),
+        );
+        return Classification {
+            class: None,
+            diagnostics,
+        };
+    }
+    let class = kinds::classify(&doc.json);
+    match &class {
+        Classified::Known(kind) => {
+            for f in schema::check(*kind, &doc.json) {
+                let mut d = Diagnostic::error("schema", f.message);
+                if let Some(h) = f.hint {
+                    d = d.with_hint(h);
+                }
+                diagnostics.push(diag_at(doc, d, f.path).with_keyword(f.keyword));
+            }
+            metadata_checks(doc, *kind, &mut diagnostics);
+        }
+        Classified::Retired {
+            message,
+            hint,
+            findings,
+        } => {
+            diagnostics.push(diag_at(
+                doc,
+                Diagnostic::error("retired-api", message.clone()).with_hint(hint.clone()),
+                root.key("apiVersion"),
+            ));
+            for (path, msg) in findings {
+                diagnostics.push(diag_at(
+                    doc,
+                    Diagnostic::error("retired-api", msg.clone()),
+                    path.clone(),
+                ));
+            }
+        }
+        Classified::UnknownKarpenter { message, hint } => {
+            let mut d = Diagnostic::error("unknown-kind", message.clone());
+            if let Some(h) = hint {
+                d = d.with_hint(h.clone());
+            }
+            diagnostics.push(diag_at(doc, d, root.key("kind")));
+        }
+        Classified::Other { api_version, kind } => diagnostics.push(diag_at(
+            doc,
+            Diagnostic::note(
+                "skipped",
+                format!("{kind} ({api_version}) is not a dovetail kind; skipped"),
+            ),
+            root.key("kind"),
+        )),
+        Classified::NotAnObject { missing } => diagnostics.push(
+            diag_at(
+                doc,
+                Diagnostic::error(
+                    "document",
+                    format!("document {} has no `{missing}`: it is not a Kubernetes object", doc.yaml.index + 1),
+                ),
+                root,
+            )
+            .with_hint("add apiVersion and kind, or list the file in .dovetailignore"),
+        ),
+    }
+    Classification {
+        class: Some(class),
+        diagnostics,
+    }
+}
+
+fn metadata_checks(doc: &Doc, kind: ApiKind, out: &mut Vec<Diagnostic>) {
+    let Some(name) = doc.json.pointer("/metadata/name").and_then(Value::as_str) else {
+        return;
+    };
+    let path = JsonPath::parse("metadata.name");
+    if !names::is_dns1123_subdomain(name) {
+        out.push(diag_at(
+            doc,
+            Diagnostic::error(
+                "name",
+                format!("{name:?} is not a valid name: use lower-case letters, digits, '-' and '.', starting and ending with an alphanumeric character"),
+            ),
+            path,
+        ));
+    } else if kind == ApiKind::NodePool && name.len() > 63 {
+        out.push(diag_at(
+            doc,
+            Diagnostic::error(
+                "name",
+                "NodePool names become the value of the karpenter.sh/nodepool node label, so they must be at most 63 characters",
+            ),
+            path,
+        ));
+    }
+}
+
+fn check_rules(doc: &Doc, kind: ApiKind) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let cel = match kind {
+        ApiKind::NodePool => rules::nodepool(&doc.json),
+        ApiKind::EC2NodeClass => rules::ec2nodeclass(&doc.json),
+        ApiKind::NodeClaim => Vec::new(),
+    };
+    for f in cel {
+        out.push(diag_at(doc, Diagnostic::error("cel", f.message), f.path));
+    }
+    if kind == ApiKind::NodePool {
+        for f in runtime::nodepool(&doc.json) {
+            let mut d = Diagnostic::error(f.code, f.message);
+            d.severity = f.severity;
+            if let Some(h) = f.hint {
+                d = d.with_hint(h);
+            }
+            out.push(diag_at(doc, d, f.path));
+        }
+    }
+    out
+}
+
+/// Drops a schema `pattern` diagnostic where a more specific error about the
+/// same node exists (a duration, schedule, label or taint message), and exact
+/// duplicates.
+fn dedupe(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let specific: Vec<JsonPath> = diags
+        .iter()
+        .filter(|d| d.severity == Severity::Error && d.keyword != Some("pattern"))
+        .map(|d| d.path.clone())
+        .collect();
+    diags.retain(|d| !(d.keyword == Some("pattern") && specific.contains(&d.path)));
+    let mut seen = std::collections::HashSet::new();
+    diags.retain(|d| seen.insert((d.path.clone(), d.message.clone(), d.line, d.column)));
+    diags
+}
+
+fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
+    let lookup = |file: &str, index: usize| {
+        loaded
+            .files
+            .iter()
+            .find(|f| f.path == file)
+            .and_then(|f| f.docs.iter().find(|d| d.index == index))
+    };
+    let mut first: HashMap<(ApiKind, &str), &Object> = HashMap::new();
+    let mut diags = Vec::new();
+    for o in &report.objects {
+        if o.name.is_empty() {
+            continue;
+        }
+        if let Some(prev) = first.get(&(o.kind, o.name.as_str())) {
+            let pos = lookup(&o.file, o.index)
+                .map(|d| d.root.locate(&JsonPath::parse("metadata.name")))
+                .unwrap_or(o.pos);
+            diags.push(
+                Diagnostic::error(
+                    "duplicate",
+                    format!(
+                        "duplicate {}: also defined at {}:{}:{}",
+                        o.display(),
+                        prev.file,
+                        prev.pos.line,
+                        prev.pos.column
+                    ),
+                )
+                .in_file(o.file.clone())
+                .at(pos)
+                .with_object(o.display())
+                .with_path(JsonPath::parse("metadata.name")),
+            );
+        } else {
+            first.insert((o.kind, o.name.as_str()), o);
+        }
+    }
+
+    let classes: Vec<&str> = report
+        .objects_of(ApiKind::EC2NodeClass)
+        .map(|o| o.name.as_str())
+        .collect();
+    for o in report.objects_of(ApiKind::NodePool) {
+        let Some(r) = o.value.pointer("/spec/template/spec/nodeClassRef") else {
+            continue;
+        };
+        let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+        let (group, kind, name) = (field("group"), field("kind"), field("name"));
+        if group.is_empty() || kind.is_empty() || name.is_empty() {
+            continue; // reported by the schema or CEL checks
+        }
+        let at = |leaf: &str| {
+            let path = JsonPath::parse("spec.template.spec.nodeClassRef").key(leaf);
+            let pos = lookup(&o.file, o.index)
+                .map(|d| d.root.locate(&path))
+                .unwrap_or(o.pos);
+            (path, pos)
+        };
+        let ec2 = ApiKind::EC2NodeClass;
+        if group != ec2.group() || kind != ec2.kind() {
+            let (path, pos) = at(if group != ec2.group() { "group" } else { "kind" });
+            diags.push(
+                Diagnostic::error(
+                    "nodeclassref",
+                    format!("nodeClassRef {group}/{kind} is not supported; dovetail provisions EC2NodeClass ({}) nodes", ec2.group()),
+                )
+                .in_file(o.file.clone())
+                .at(pos)
+                .with_object(o.display())
+                .with_path(path),
+            );
+        } else if !classes.contains(&name) && !opts.allow_external_nodeclass {
+            let (path, pos) = at("name");
+            diags.push(
+                Diagnostic::error(
+                    "nodeclassref",
+                    format!("EC2NodeClass {name:?} is not defined in the repository"),
+                )
+                .in_file(o.file.clone())
+                .at(pos)
+                .with_object(o.display())
+                .with_path(path)
+                .with_hint(if classes.is_empty() {
+                    "add the EC2NodeClass, or pass --allow-external-nodeclass if it is managed elsewhere".to_string()
+                } else {
+                    format!(
+                        "defined EC2NodeClasses: {}; or pass --allow-external-nodeclass if it is managed elsewhere",
+                        classes.join(", ")
+                    )
+                }),
+            );
+        }
+    }
+
+    let has_config = report
+        .objects
+        .iter()
+        .any(|o| matches!(o.kind, ApiKind::NodePool | ApiKind::EC2NodeClass));
+    if !has_config {
+        diags.push(
+            Diagnostic::error("empty-repository", "no NodePool or EC2NodeClass found")
+                .with_hint("check the path, the --ref, and .dovetailignore"),
+        );
+    }
+    report.diagnostics.extend(diags);
+    for o in &mut report.objects {
+        let display = o.display();
+        if report.diagnostics.iter().any(|d| {
+            d.severity == Severity::Error && d.file == o.file && d.object.as_deref() == Some(display.as_str())
+        }) {
+            o.valid = false;
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! dovetail's integration tests: one test binary (each extra binary would
+//! link the whole dependency tree again), one module per suite.
+
+mod support;
+mod validate;

@@ -1,0 +1,161 @@
+//! `dovetail validate` end to end: the example repository, one invalid
+//! repository per rule family with its exact diagnostics, hostile input, and
+//! the output formats.
+
+use std::path::Path;
+
+use crate::support::{assert_matches_file, dovetail};
+
+#[test]
+fn examples_repo_is_valid() {
+    let out = dovetail(&["validate", "examples-repo", "--worktree", "--strict"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout,
+        "validate: 0 errors, 0 warnings in 6 files (6 objects)\n"
+    );
+}
+
+#[test]
+fn examples_repo_is_valid_at_the_committed_revision() {
+    // Reads the committed tree of HEAD of the enclosing repository.
+    let out = dovetail(&["validate", "examples-repo"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+}
+
+fn fixture(name: &str) {
+    let dir = format!("tests/fixtures/validate/{name}");
+    let out = dovetail(&["validate", &dir, "--worktree"]);
+    assert_eq!(out.code, 1, "{name} should be invalid:\n{}{}", out.stdout, out.stderr);
+    assert_matches_file(&out.stdout, Path::new(&format!("{dir}.expected")));
+}
+
+#[test]
+fn fixture_yaml() {
+    fixture("yaml");
+}
+
+#[test]
+fn fixture_retired_apis() {
+    fixture("retired");
+}
+
+#[test]
+fn fixture_schema() {
+    fixture("schema");
+}
+
+#[test]
+fn fixture_cel_nodepool() {
+    fixture("cel-nodepool");
+}
+
+#[test]
+fn fixture_cel_ec2nodeclass() {
+    fixture("cel-ec2nodeclass");
+}
+
+#[test]
+fn fixture_runtime_checks() {
+    fixture("runtime");
+}
+
+#[test]
+fn fixture_references() {
+    fixture("references");
+}
+
+#[test]
+fn fixture_empty_repository() {
+    fixture("empty");
+}
+
+#[test]
+fn fixture_garbage() {
+    fixture("garbage");
+}
+
+/// Files too large or with too many documents are generated here rather than
+/// committed; the other files of the repository are still checked.
+#[test]
+fn huge_inputs_are_refused_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new("tests/fixtures/validate/garbage");
+    for f in ["nodeclass.yaml", "nodepool.yaml"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    // 50 MB of valid YAML.
+    let line = "- key: karpenter.k8s.aws/instance-family\n";
+    let mut big = String::from("items:\n");
+    while big.len() < 50 * 1024 * 1024 {
+        big.push_str(line);
+    }
+    std::fs::write(dir.path().join("big.yaml"), &big).unwrap();
+    drop(big);
+    // More documents than the per-file limit.
+    std::fs::write(dir.path().join("many.yaml"), "---\na: 1\n".repeat(20_000)).unwrap();
+
+    let path = dir.path().to_str().unwrap();
+    let out = dovetail(&["validate", path, "--output", "json"]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let diags = json["diagnostics"].as_array().unwrap();
+    let for_file = |f: &str| -> Vec<String> {
+        diags
+            .iter()
+            .filter(|d| d["file"].as_str().unwrap().ends_with(f))
+            .map(|d| d["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let big = for_file("big.yaml");
+    assert_eq!(big.len(), 1, "{big:?}");
+    assert!(big[0].contains("MiB"), "{big:?}");
+    let many = for_file("many.yaml");
+    assert_eq!(many.len(), 1, "{many:?}");
+    assert!(many[0].contains("documents"), "{many:?}");
+    // The surviving NodePool was still checked.
+    assert!(for_file("nodepool.yaml").iter().any(|m| m.contains("101")), "{diags:?}");
+}
+
+#[test]
+fn missing_path_and_bad_ref_exit_2_with_hints() {
+    let out = dovetail(&["validate", "does/not/exist"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
+
+    let out = dovetail(&["validate", "examples-repo", "--ref", "no-such-branch"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no-such-branch"), "{}", out.stderr);
+    assert!(out.stderr.contains("\nhint: "), "{}", out.stderr);
+}
+
+#[test]
+fn machine_readable_formats() {
+    let dir = "tests/fixtures/validate/cel-nodepool";
+    let gh = dovetail(&["validate", dir, "--worktree", "--output", "github"]);
+    assert_eq!(gh.code, 1);
+    assert!(gh.stdout.lines().all(|l| l.starts_with("::")), "{}", gh.stdout);
+    assert!(
+        gh.stdout.contains(&format!("::error file={dir}/nodepool.yaml,line=")),
+        "{}",
+        gh.stdout
+    );
+
+    let sarif = dovetail(&["validate", dir, "--worktree", "--output", "sarif"]);
+    let v: serde_json::Value = serde_json::from_str(&sarif.stdout).unwrap();
+    assert_eq!(v["version"], "2.1.0");
+    assert!(!v["runs"][0]["results"].as_array().unwrap().is_empty());
+
+    let junit = dovetail(&["validate", dir, "--worktree", "--output", "junit"]);
+    assert!(junit.stdout.starts_with("<?xml"), "{}", junit.stdout);
+    assert!(junit.stdout.contains("<failure"), "{}", junit.stdout);
+
+    let json = dovetail(&["validate", dir, "--worktree", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["valid"], false);
+    let d = &v["diagnostics"][0];
+    for key in ["severity", "code", "file", "line", "column", "path", "message"] {
+        assert!(d.get(key).is_some(), "diagnostic lacks {key}: {d}");
+    }
+}
