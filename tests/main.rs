@@ -1,5 +1,6 @@
 //! dovetail's integration tests: one test binary (each extra binary would
 //! link the whole dependency tree again), one module per suite.
 
+mod conformance;
 mod support;
 mod validate;
