@@ -98,8 +98,9 @@ pub(crate) fn nodeclaim_conditions(schema: &mut Schema) {
 }
 
 /// Schema transform for structs whose fields in `names` are required by the
-/// CRD although serde defaults them when reading (`#[serde(default)]` makes
-/// schemars treat them as optional and write a `default`).
+/// CRD although the Rust type lets them be absent when reading
+/// (`#[serde(default)]` or `Option` makes schemars treat them as optional,
+/// and write a `default` for the former).
 pub(crate) fn require_defaulted(schema: &mut Schema, names: &[&str]) {
     let Some(object) = schema.as_object_mut() else {
         return;
@@ -134,8 +135,7 @@ pub(crate) fn no_format(schema: &mut Schema) {
 }
 
 /// Operators of a node selector requirement.
-///
-/// The variant order follows the reference CRD's enum.
+// The variant order follows the reference CRD's enum.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum Operator {
     Gte,
@@ -285,9 +285,10 @@ pub enum ConditionStatus {
 }
 
 /// A status condition, as Karpenter's `status.Condition` writes it.
-///
-/// `message` and `reason` are required in NodePool and EC2NodeClass status
-/// but optional in NodeClaim status, so reading defaults them to empty.
+// `message` and `reason` are required in NodePool and EC2NodeClass status but
+// optional in NodeClaim status; they are `Option`s so that an object reads and
+// writes back unchanged either way. (Plain comment: doc comments become the
+// CRD's descriptions.)
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = condition_schema)]
@@ -295,18 +296,18 @@ pub struct Condition {
     /// The last time the condition transitioned from one status to another.
     pub last_transition_time: Time,
     /// A human readable message about the transition; may be empty.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32768))]
-    pub message: String,
+    pub message: Option<String>,
     /// The `.metadata.generation` that the condition was set based upon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
     /// A programmatic identifier for the reason of the last transition.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     #[schemars(pattern(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"))]
-    pub reason: String,
+    pub reason: Option<String>,
     /// The status of the condition.
     pub status: ConditionStatus,
     /// The type of the condition, in CamelCase or `foo.example.com/CamelCase`.
@@ -316,6 +317,23 @@ pub struct Condition {
         r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
     ))]
     pub type_: String,
+}
+
+impl Condition {
+    /// The message, empty when unset.
+    pub fn message(&self) -> &str {
+        self.message.as_deref().unwrap_or_default()
+    }
+
+    /// The reason, empty when unset.
+    pub fn reason(&self) -> &str {
+        self.reason.as_deref().unwrap_or_default()
+    }
+
+    /// Whether the condition's status is `True`.
+    pub fn is_true(&self) -> bool {
+        self.status == ConditionStatus::True
+    }
 }
 
 /// Finds the condition of type `type_` in a list of conditions.

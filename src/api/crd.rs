@@ -41,6 +41,18 @@ pub fn crd(kind: ApiKind) -> CustomResourceDefinition {
     crd
 }
 
+/// The `openAPIV3Schema` of a kind's CRD as JSON, the form CEL validation
+/// (`kube::core::cel::validate`) and schema defaulting take.
+pub fn openapi_schema(kind: ApiKind) -> Value {
+    let crd = crd(kind);
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|v| v.open_api_v3_schema.as_ref())
+        .expect("every generated CRD has a schema");
+    serde_json::to_value(schema).expect("a schema serialises to JSON")
+}
+
 /// The CRDs of all kinds, in a stable order: nodepools, nodeclaims,
 /// ec2nodeclasses.
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -26,13 +26,15 @@ pub mod nodepool;
 pub mod schema;
 
 #[cfg(test)]
+mod behaviour;
+#[cfg(test)]
 mod conformance;
 
 pub use common::{
     Condition, ConditionStatus, NodeClassReference, NodeSelectorRequirementWithMinValues, Operator,
     Taint, TaintEffect,
 };
-pub use crd::{crd_files, crds, crds_yaml, write_crds};
+pub use crd::{crd_files, crds, crds_yaml, openapi_schema, write_crds};
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use labels::*;
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};

@@ -326,6 +326,9 @@ impl NodePool {
             .spec
             .expire_after
             .get_or_insert_with(|| super::DEFAULT_EXPIRE_AFTER.to_string());
+        if let Some(status) = &mut self.status {
+            status.nodes.get_or_insert(0);
+        }
     }
 
     /// A minimal valid NodePool for tests and examples: on-demand capacity

@@ -23,17 +23,11 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::ApiKind;
-use super::crd::{crd, for_each_subschema};
+use super::crd::{for_each_subschema, openapi_schema};
 
 /// The JSON Schema `dovetail validate` checks documents of `kind` against.
 pub fn validation_schema(kind: ApiKind) -> Value {
-    let crd = crd(kind);
-    let schema = crd.spec.versions[0]
-        .schema
-        .as_ref()
-        .and_then(|v| v.open_api_v3_schema.as_ref())
-        .expect("every generated CRD has a schema");
-    let mut schema = serde_json::to_value(schema).expect("a schema serialises to JSON");
+    let mut schema = openapi_schema(kind);
     translate(&mut schema);
     let root = schema
         .as_object_mut()
