@@ -148,6 +148,12 @@ pub enum Operator {
     Lt,
 }
 
+impl std::fmt::Display for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Operator {
     /// The operator as written in YAML.
     pub fn as_str(self) -> &'static str {
@@ -218,6 +224,23 @@ pub enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
     NoExecute,
+}
+
+impl TaintEffect {
+    /// The effect as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+impl std::fmt::Display for TaintEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A taint, with the validation Karpenter adds to the upstream type.

@@ -148,30 +148,20 @@ fn compare_rules(
     generated: Option<&Value>,
     diffs: &mut Vec<String>,
 ) {
-    let rules = |v: Option<&Value>| -> Vec<(String, String)> {
-        v.and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|rule| {
-                let field = |k: &str| {
-                    rule.get(k)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                (field("rule"), field("message"))
-            })
-            .collect()
+    let rules = |v: Option<&Value>| -> Vec<Value> {
+        v.and_then(Value::as_array).cloned().unwrap_or_default()
     };
     let (r, g) = (rules(reference), rules(generated));
     if r == g {
         return;
     }
+    let describe =
+        |rule: &Value| format!("{} ({})", show(rule.get("rule")), show(rule.get("message")));
     for rule in r.iter().filter(|rule| !g.contains(rule)) {
-        diffs.push(format!("{path}: CEL rule missing: {} ({})", rule.0, rule.1));
+        diffs.push(format!("{path}: CEL rule missing: {}", describe(rule)));
     }
     for rule in g.iter().filter(|rule| !r.contains(rule)) {
-        diffs.push(format!("{path}: CEL rule extra: {} ({})", rule.0, rule.1));
+        diffs.push(format!("{path}: CEL rule extra: {}", describe(rule)));
     }
     if r.len() == g.len() && r.iter().all(|rule| g.contains(rule)) {
         diffs.push(format!("{path}: CEL rules in a different order"));
@@ -295,7 +285,7 @@ fn comparison_reports_differences() {
         "openAPIV3Schema.spec.weight: maximum: reference 100 != generated 99",
         "openAPIV3Schema.spec.template.spec.taints: missing in generated CRD",
         "openAPIV3Schema.spec.extra: extra in generated CRD",
-        "openAPIV3Schema.spec: CEL rule missing: has(self.replicas) == has(oldSelf.replicas)",
+        "openAPIV3Schema.spec: CEL rule missing: \"has(self.replicas) == has(oldSelf.replicas)\"",
         "openAPIV3Schema.spec: required:",
         "/spec/names:",
     ];

@@ -97,6 +97,10 @@ pub fn write_crds(dir: &Path) -> std::io::Result<()> {
 /// Applies the controller-gen conventions to a derived root schema.
 fn finish_schema(kind: ApiKind, schema: JSONSchemaProps) -> JSONSchemaProps {
     let mut value = serde_json::to_value(schema).expect("a schema serialises to JSON");
+    if let Some(root) = value.as_object_mut() {
+        // The root's title is the Rust type name.
+        root.remove("title");
+    }
     strip_keywords(&mut value);
     if let Some(root) = value.as_object_mut() {
         if let Some(Value::Object(properties)) = root.get_mut("properties") {
@@ -117,7 +121,8 @@ fn finish_schema(kind: ApiKind, schema: JSONSchemaProps) -> JSONSchemaProps {
 
 /// Removes what controller-gen never writes from a schema and its
 /// subschemas: `nullable` and the `null` kube adds to the enum of an
-/// optional field (an omitted field is absent, not null), and `title`. Also
+/// optional field (an omitted field is absent, not null), and `title`
+/// (folded back into the description). Also
 /// restores the `anyOf: [integer, string]` of int-or-string values, whose
 /// branch types kube's structural rewrite drops.
 fn strip_keywords(schema: &mut Value) {
@@ -129,7 +134,15 @@ fn strip_keywords(schema: &mut Value) {
     {
         values.retain(|v| !v.is_null());
     }
-    object.remove("title");
+    // schemars splits a doc comment's first paragraph off as the title;
+    // controller-gen keeps the whole comment as the description.
+    if let Some(Value::String(title)) = object.remove("title") {
+        let description = match object.get("description").and_then(Value::as_str) {
+            Some(rest) => format!("{title}\n\n{rest}"),
+            None => title,
+        };
+        object.insert("description".into(), description.into());
+    }
     if object.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
         && object.contains_key("anyOf")
     {
