@@ -654,3 +654,43 @@ fn cel_checks_ec2nodeclass_rules() {
         ["tag contains a restricted tag matching karpenter.sh/nodeclaim"]
     );
 }
+
+#[test]
+fn accessors() {
+    let pool: NodePool = parse(NODEPOOL);
+    assert_eq!(pool.weight(), 10);
+    assert!(!pool.is_static());
+    assert_eq!(pool.requirements().len(), 6);
+    assert!(pool.condition(CONDITION_READY).expect("ready").is_true());
+    assert_eq!(pool.condition("Other"), None);
+    let pool: NodePool = parse(NODEPOOL_STATIC);
+    assert_eq!(pool.weight(), 0);
+    assert!(pool.is_static());
+
+    let claim: NodeClaim = parse(NODECLAIM);
+    assert_eq!(claim.nodepool_name(), Some("default"));
+    let drifted = claim.condition(CONDITION_DRIFTED).expect("drifted");
+    assert!(!drifted.is_true());
+    assert_eq!((drifted.reason(), drifted.message()), ("", ""));
+    assert_eq!(NodeClaim::test("a").nodepool_name(), None);
+}
+
+#[test]
+fn ami_family_is_resolved_from_the_alias() {
+    use ec2nodeclass::AmiFamily;
+    let mut class = EC2NodeClass::test("a");
+    assert_eq!(class.resolved_ami_family(), Some(AmiFamily::AL2023));
+    class.spec.ami_family = Some(AmiFamily::Custom);
+    assert_eq!(class.resolved_ami_family(), Some(AmiFamily::Custom));
+    class.spec.ami_family = None;
+    class.spec.ami_selector_terms[0].alias = Some("bottlerocket@v1.20.0".to_string());
+    assert_eq!(class.resolved_ami_family(), Some(AmiFamily::Bottlerocket));
+    class.spec.ami_selector_terms[0].alias = None;
+    class.spec.ami_selector_terms[0].id = Some("ami-0123".to_string());
+    assert_eq!(class.resolved_ami_family(), None);
+    assert_eq!(
+        AmiFamily::from_alias("windows2025@latest"),
+        Some(AmiFamily::Windows2025)
+    );
+    assert_eq!(AmiFamily::from_alias("ubuntu@latest"), None);
+}

@@ -284,6 +284,22 @@ pub enum AmiFamily {
     Windows2025,
 }
 
+impl AmiFamily {
+    /// The family of an AMI alias (`family@version`), if it names one.
+    pub fn from_alias(alias: &str) -> Option<AmiFamily> {
+        let family = alias.split_once('@').map_or(alias, |(family, _)| family);
+        Some(match family {
+            "al2" => AmiFamily::AL2,
+            "al2023" => AmiFamily::AL2023,
+            "bottlerocket" => AmiFamily::Bottlerocket,
+            "windows2019" => AmiFamily::Windows2019,
+            "windows2022" => AmiFamily::Windows2022,
+            "windows2025" => AmiFamily::Windows2025,
+            _ => return None,
+        })
+    }
+}
+
 /// Selection of an AMI; the fields of one term are ANDed.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -825,6 +841,23 @@ impl EC2NodeClass {
                 reservation.state.get_or_insert(ReservationState::Active);
             }
         }
+    }
+
+    /// The AMI family in effect: `spec.amiFamily` if set, otherwise the
+    /// family of the alias term (`al2023@latest` is AL2023).
+    pub fn resolved_ami_family(&self) -> Option<AmiFamily> {
+        self.spec.ami_family.or_else(|| {
+            self.spec
+                .ami_selector_terms
+                .iter()
+                .find_map(|term| term.alias.as_deref())
+                .and_then(AmiFamily::from_alias)
+        })
+    }
+
+    /// The status condition of type `type_`, if reported.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        super::common::find_condition(self.status.as_ref()?.conditions.as_deref(), type_)
     }
 
     /// A minimal valid EC2NodeClass for tests and examples: the latest

@@ -171,6 +171,21 @@ impl NodeClaim {
             .get_or_insert_with(|| super::DEFAULT_EXPIRE_AFTER.to_string());
     }
 
+    /// The name of the NodePool this NodeClaim was launched from (its
+    /// `karpenter.sh/nodepool` label).
+    pub fn nodepool_name(&self) -> Option<&str> {
+        self.metadata
+            .labels
+            .as_ref()?
+            .get(super::LABEL_NODEPOOL)
+            .map(String::as_str)
+    }
+
+    /// The status condition of type `type_`, if reported.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        super::common::find_condition(self.status.as_ref()?.conditions.as_deref(), type_)
+    }
+
     /// A minimal valid NodeClaim for tests and examples: one `In` requirement
     /// on the capacity type, referring to the EC2NodeClass `default`.
     pub fn test(name: &str) -> Self {

@@ -331,6 +331,26 @@ impl NodePool {
         }
     }
 
+    /// The scheduling weight; an unset weight counts as 0.
+    pub fn weight(&self) -> i32 {
+        self.spec.weight.unwrap_or(0)
+    }
+
+    /// Whether this is a static NodePool (`spec.replicas` set).
+    pub fn is_static(&self) -> bool {
+        self.spec.replicas.is_some()
+    }
+
+    /// The requirements of the NodeClaim template.
+    pub fn requirements(&self) -> &[NodeSelectorRequirementWithMinValues] {
+        &self.spec.template.spec.requirements
+    }
+
+    /// The status condition of type `type_`, if reported.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        super::common::find_condition(self.status.as_ref()?.conditions.as_deref(), type_)
+    }
+
     /// A minimal valid NodePool for tests and examples: on-demand capacity
     /// from the EC2NodeClass `default`.
     pub fn test(name: &str) -> Self {

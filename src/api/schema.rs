@@ -208,6 +208,58 @@ mod tests {
     }
 
     #[test]
+    fn translation_of_structural_keywords() {
+        let mut schema = json!({
+            "type": "object",
+            "required": ["a", "b", "c"],
+            "properties": {
+                "a": {"type": "string", "nullable": true, "default": "x"},
+                "b": {"x-kubernetes-int-or-string": true},
+                "c": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "d": {"type": "object", "additionalProperties": {"type": "string"}},
+                "e": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+                "f": {"type": "string", "x-kubernetes-validations": [{"rule": "self != ''"}]},
+            },
+        });
+        translate(&mut schema);
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["b", "c"],
+                "properties": {
+                    "a": {"type": ["string", "null"], "default": "x"},
+                    "b": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+                    "c": {"type": "object"},
+                    "d": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "e": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
+                    "f": {"type": "string"},
+                },
+            })
+        );
+    }
+
+    /// With format checking on (as `dovetail validate` may use it), the
+    /// Kubernetes-only formats (`int32`, `int64`) are ignored and
+    /// `date-time` is checked.
+    #[test]
+    fn formats_can_be_validated() {
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&validation_schema(ApiKind::NodeClaim))
+            .expect("the schema compiles with format checking");
+        let mut claim = serde_json::to_value(NodeClaim::test("a")).expect("serialise");
+        claim["spec"]["taints"] =
+            json!([{"key": "a", "effect": "NoSchedule", "timeAdded": "yesterday"}]);
+        let errors: Vec<String> = validator
+            .iter_errors(&claim)
+            .map(|e| e.instance_path().to_string())
+            .collect();
+        assert_eq!(errors, ["/spec/taints/0/timeAdded"]);
+    }
+
+    #[test]
     fn test_builders_are_valid() {
         let docs = [
             (
