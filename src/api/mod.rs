@@ -1,3 +1,165 @@
 //! The Karpenter v1 API types (NodePool, NodeClaim, EC2NodeClass), their
 //! defaults, and the CustomResourceDefinitions and JSON Schemas generated
 //! from them.
+//!
+//! The types follow the Karpenter v1.14.1 CRDs field for field: the same
+//! names, types, enums, patterns, bounds, defaults and CEL rules. Durations
+//! and quantities stay strings; the schema checks their syntax.
+//!
+//! Generated artefacts, checked in and compared against the generator by
+//! unit tests:
+//! - `crds/<group>_<plural>.yaml`, as controller-gen names them
+//!   (`crds/karpenter.sh_nodepools.yaml`, `crds/karpenter.sh_nodeclaims.yaml`,
+//!   `crds/karpenter.k8s.aws_ec2nodeclasses.yaml`), see [`crd`];
+//! - `schemas/<kind>.schema.json` (`schemas/nodepool.schema.json`, ...), the
+//!   JSON Schemas `dovetail validate` checks files against, see [`schema`].
+//!
+//! Regenerate both with `dovetail crds --out-dir crds` (CRDs only) or
+//! `DOVETAIL_BLESS=1 cargo test --lib api::` (both).
+
+pub mod common;
+pub mod crd;
+pub mod ec2nodeclass;
+pub mod labels;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod schema;
+
+#[cfg(test)]
+mod behaviour;
+#[cfg(test)]
+mod conformance;
+
+pub use common::{
+    Condition, ConditionStatus, NodeClassReference, NodeSelectorRequirementWithMinValues, Operator,
+    Taint, TaintEffect,
+};
+pub use crd::{crd_files, crds, crds_yaml, openapi_schema, write_crds};
+pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+pub use labels::*;
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use schema::{schema_files, validation_schema, write_schemas};
+
+/// The API group of NodePool and NodeClaim.
+pub const GROUP_KARPENTER: &str = "karpenter.sh";
+/// The API group of EC2NodeClass.
+pub const GROUP_KARPENTER_AWS: &str = "karpenter.k8s.aws";
+/// The API version of all three kinds.
+pub const VERSION_V1: &str = "v1";
+/// The default `expireAfter` of NodePool templates and NodeClaims.
+pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
+
+/// The kinds of the Karpenter API that dovetail reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ApiKind {
+    NodePool,
+    NodeClaim,
+    EC2NodeClass,
+}
+
+impl ApiKind {
+    /// Every kind, in the order of [`crds`].
+    pub const ALL: [ApiKind; 3] = [ApiKind::NodePool, ApiKind::NodeClaim, ApiKind::EC2NodeClass];
+
+    /// The API group (`karpenter.sh`, `karpenter.k8s.aws`).
+    pub fn group(self) -> &'static str {
+        match self {
+            ApiKind::NodePool | ApiKind::NodeClaim => GROUP_KARPENTER,
+            ApiKind::EC2NodeClass => GROUP_KARPENTER_AWS,
+        }
+    }
+
+    /// The API version (`v1`).
+    pub fn version(self) -> &'static str {
+        VERSION_V1
+    }
+
+    /// The `apiVersion` of objects of this kind (`karpenter.sh/v1`).
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ApiKind::NodePool | ApiKind::NodeClaim => "karpenter.sh/v1",
+            ApiKind::EC2NodeClass => "karpenter.k8s.aws/v1",
+        }
+    }
+
+    /// The `kind` of objects of this kind (`NodePool`).
+    pub fn kind(self) -> &'static str {
+        match self {
+            ApiKind::NodePool => "NodePool",
+            ApiKind::NodeClaim => "NodeClaim",
+            ApiKind::EC2NodeClass => "EC2NodeClass",
+        }
+    }
+
+    /// The plural resource name (`nodepools`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            ApiKind::NodePool => "nodepools",
+            ApiKind::NodeClaim => "nodeclaims",
+            ApiKind::EC2NodeClass => "ec2nodeclasses",
+        }
+    }
+
+    /// The singular resource name (`nodepool`), also the stem of the JSON
+    /// Schema file name.
+    pub fn singular(self) -> &'static str {
+        match self {
+            ApiKind::NodePool => "nodepool",
+            ApiKind::NodeClaim => "nodeclaim",
+            ApiKind::EC2NodeClass => "ec2nodeclass",
+        }
+    }
+
+    /// The kind of an object with this `apiVersion` and `kind`, if it is one
+    /// of the Karpenter kinds.
+    pub fn from_type_meta(api_version: &str, kind: &str) -> Option<ApiKind> {
+        ApiKind::ALL
+            .into_iter()
+            .find(|k| k.api_version() == api_version && k.kind() == kind)
+    }
+}
+
+impl std::fmt::Display for ApiKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::Resource;
+
+    #[test]
+    fn api_kind_agrees_with_the_derived_resources() {
+        fn check<K: Resource<DynamicType = ()>>(kind: ApiKind) {
+            assert_eq!(K::group(&()), kind.group());
+            assert_eq!(K::version(&()), kind.version());
+            assert_eq!(K::api_version(&()), kind.api_version());
+            assert_eq!(K::kind(&()), kind.kind());
+            assert_eq!(K::plural(&()), kind.plural());
+        }
+        check::<NodePool>(ApiKind::NodePool);
+        check::<NodeClaim>(ApiKind::NodeClaim);
+        check::<EC2NodeClass>(ApiKind::EC2NodeClass);
+    }
+
+    #[test]
+    fn api_kind_from_type_meta() {
+        for kind in ApiKind::ALL {
+            assert_eq!(
+                ApiKind::from_type_meta(kind.api_version(), kind.kind()),
+                Some(kind)
+            );
+        }
+        assert_eq!(
+            ApiKind::from_type_meta("karpenter.sh/v1beta1", "NodePool"),
+            None
+        );
+        assert_eq!(
+            ApiKind::from_type_meta("karpenter.sh/v1", "EC2NodeClass"),
+            None
+        );
+    }
+}
