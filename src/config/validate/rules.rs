@@ -10,6 +10,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::api::{ALLOWED_KARPENTER_AWS_LABELS, ALLOWED_KARPENTER_LABELS};
 use crate::diag::JsonPath;
 
 /// One failed rule.
@@ -47,46 +48,10 @@ fn cel_domain(key: &str) -> &str {
     key.split('/').next().unwrap_or("")
 }
 
-pub const KARPENTER_SH_ALLOWED: [&str; 2] = ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"];
-
-/// Labels in the `karpenter.k8s.aws` domain that NodePools may use.
-pub const KARPENTER_AWS_ALLOWED: [&str; 29] = [
-    "karpenter.k8s.aws/instance-tenancy",
-    "karpenter.k8s.aws/capacity-reservation-type",
-    "karpenter.k8s.aws/capacity-reservation-id",
-    "karpenter.k8s.aws/capacity-reservation-interruptible",
-    "karpenter.k8s.aws/ec2nodeclass",
-    "karpenter.k8s.aws/instance-encryption-in-transit-supported",
-    "karpenter.k8s.aws/instance-category",
-    "karpenter.k8s.aws/instance-hypervisor",
-    "karpenter.k8s.aws/instance-family",
-    "karpenter.k8s.aws/instance-generation",
-    "karpenter.k8s.aws/instance-local-nvme",
-    "karpenter.k8s.aws/instance-size",
-    "karpenter.k8s.aws/instance-cpu",
-    "karpenter.k8s.aws/instance-cpu-manufacturer",
-    "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz",
-    "karpenter.k8s.aws/instance-memory",
-    "karpenter.k8s.aws/instance-ebs-bandwidth",
-    "karpenter.k8s.aws/instance-network-bandwidth",
-    "karpenter.k8s.aws/instance-gpu-name",
-    "karpenter.k8s.aws/instance-gpu-manufacturer",
-    "karpenter.k8s.aws/instance-gpu-count",
-    "karpenter.k8s.aws/instance-gpu-memory",
-    "karpenter.k8s.aws/instance-accelerator-name",
-    "karpenter.k8s.aws/instance-accelerator-manufacturer",
-    "karpenter.k8s.aws/instance-accelerator-count",
-    "karpenter.k8s.aws/instance-capability-flex",
-    "karpenter.k8s.aws/placement-group-id",
-    "karpenter.k8s.aws/placement-group-partition",
-    // Present in the reference's template-label list only; harmless for keys.
-    "karpenter.k8s.aws/capacity-reservation-interruptible",
-];
-
 /// The four label-key rules shared by template labels and requirement keys.
 fn label_key_rules(out: &mut Out, path: JsonPath, key: &str) {
     let domain = cel_domain(key);
-    if !KARPENTER_SH_ALLOWED.contains(&key) && domain.ends_with("karpenter.sh") {
+    if !ALLOWED_KARPENTER_LABELS.contains(&key) && domain.ends_with("karpenter.sh") {
         fail(out, path.clone(), "label domain \"karpenter.sh\" is restricted");
     }
     if key == "karpenter.sh/nodepool" {
@@ -95,7 +60,7 @@ fn label_key_rules(out: &mut Out, path: JsonPath, key: &str) {
     if key == "kubernetes.io/hostname" {
         fail(out, path.clone(), "label \"kubernetes.io/hostname\" is restricted");
     }
-    if !KARPENTER_AWS_ALLOWED.contains(&key) && domain.ends_with("karpenter.k8s.aws") {
+    if !ALLOWED_KARPENTER_AWS_LABELS.contains(&key) && domain.ends_with("karpenter.k8s.aws") {
         fail(out, path, "label domain \"karpenter.k8s.aws\" is restricted");
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::names::{label_domain, label_value_errors, qualified_name_errors};
-use super::rules::{KARPENTER_AWS_ALLOWED, KARPENTER_SH_ALLOWED};
+use crate::api::ALLOWED_KARPENTER_AWS_LABELS;
 use crate::diag::{JsonPath, Severity};
 use crate::timing::{DurationSyntax, Schedule, parse_duration};
 
@@ -82,7 +82,7 @@ pub fn normalize_label(key: &str) -> &str {
 }
 
 fn is_well_known(key: &str) -> bool {
-    WELL_KNOWN.contains(&key) || KARPENTER_AWS_ALLOWED.contains(&key)
+    WELL_KNOWN.contains(&key) || ALLOWED_KARPENTER_AWS_LABELS.contains(&key)
 }
 
 /// Whether a node label key may not be set or required by a NodePool, for
