@@ -157,11 +157,16 @@ fn main() {
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..RUNS {
         let t = Instant::now();
-        let loaded = load::load(dir.path(), &Revision::Worktree, false, &Limits::default()).unwrap();
+        let loaded =
+            load::load(dir.path(), &Revision::Worktree, false, &Limits::default()).unwrap();
         let load_time = t.elapsed();
         let report = validate::validate(&loaded, &Options::default());
         total.push(t.elapsed());
-        assert!(report.passes(false), "{:?}", &report.diagnostics[..3.min(report.diagnostics.len())]);
+        assert!(
+            report.passes(false),
+            "{:?}",
+            &report.diagnostics[..3.min(report.diagnostics.len())]
+        );
         assert_eq!(report.objects.len(), pools + classes);
         loads.push(load_time);
         converts.push(report.timings.convert);
@@ -184,7 +189,8 @@ fn main() {
 /// documents, single-threaded, schema compiled once per kind.
 fn kube_cel_only(dir: &Path) {
     use kube::core::cel::{Validator, compile_schema};
-    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/karpenter-v1.14.1-crds");
+    let reference =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/karpenter-v1.14.1-crds");
     let schema_of = |file: &str| -> serde_json::Value {
         let text = std::fs::read_to_string(reference.join(file)).unwrap();
         let crd: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
@@ -212,5 +218,8 @@ fn kube_cel_only(dir: &Path) {
         assert_eq!(failures, 0, "kube-cel rejected generated documents");
         times.push(t.elapsed());
     }
-    println!("kube-cel alone (reference CEL rules only, 1 thread), median of 3: {}", ms(median(times)));
+    println!(
+        "kube-cel alone (reference CEL rules only, 1 thread), median of 3: {}",
+        ms(median(times))
+    );
 }

@@ -33,7 +33,9 @@ pub fn parse_duration(s: &str, syntax: DurationSyntax) -> Result<NillableDuratio
     if s == "Never" {
         return match syntax {
             DurationSyntax::HmsOrNever => Ok(NillableDuration::Never),
-            _ => Err(format!("invalid duration {s:?}: `Never` is not allowed here")),
+            _ => Err(format!(
+                "invalid duration {s:?}: `Never` is not allowed here"
+            )),
         };
     }
     let allowed: &[u8] = match syntax {
@@ -143,7 +145,8 @@ impl Schedule {
                     "invalid schedule {s:?}: character {c:?} in the {name} field is not supported"
                 ));
             }
-            if field.chars().any(|c| c.is_ascii_alphabetic()) && !matches!(name, "month" | "day-of-week")
+            if field.chars().any(|c| c.is_ascii_alphabetic())
+                && !matches!(name, "month" | "day-of-week")
             {
                 return Err(format!(
                     "invalid schedule {s:?}: names are only allowed in the month and day-of-week fields"
@@ -203,7 +206,10 @@ mod tests {
         assert_eq!(parse_duration("720h", HmsOrNever), secs(720 * 3600));
         assert_eq!(parse_duration("1h30m15s", Hms), secs(5415));
         assert_eq!(parse_duration("0s", HmsOrNever), secs(0));
-        assert_eq!(parse_duration("Never", HmsOrNever), Ok(NillableDuration::Never));
+        assert_eq!(
+            parse_duration("Never", HmsOrNever),
+            Ok(NillableDuration::Never)
+        );
         assert!(parse_duration("Never", Hms).is_err());
         for bad in ["", "5d", "1.5h", "h", "10", "-1h", "1H", " 1h"] {
             assert!(parse_duration(bad, HmsOrNever).is_err(), "{bad}");
@@ -227,7 +233,11 @@ mod tests {
             "@annually",
             "0 0 * * 0",
         ] {
-            assert!(Schedule::parse(ok).is_ok(), "{ok}: {:?}", Schedule::parse(ok));
+            assert!(
+                Schedule::parse(ok).is_ok(),
+                "{ok}: {:?}",
+                Schedule::parse(ok)
+            );
         }
     }
 

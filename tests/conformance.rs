@@ -17,9 +17,9 @@ use kube::core::cel::{CompiledSchema, Validator, compile_schema};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use dovetail::config::load::{Loaded, LoadedFile};
+use dovetail::config::load::parse_one;
 use dovetail::config::validate::{self, Options};
-use dovetail::config::yaml::{Limits, parse_documents};
+use dovetail::config::yaml::Limits;
 use dovetail::diag::Severity;
 
 struct Reference {
@@ -106,10 +106,18 @@ fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
                 }
             }
             let n = s.chars().count() as u64;
-            if schema.get("maxLength").and_then(Value::as_u64).is_some_and(|m| n > m) {
+            if schema
+                .get("maxLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
+            {
                 errs.push(format!("{path}: maxLength"));
             }
-            if schema.get("minLength").and_then(Value::as_u64).is_some_and(|m| n < m) {
+            if schema
+                .get("minLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n < m)
+            {
                 errs.push(format!("{path}: minLength"));
             }
             if schema.get("format").and_then(Value::as_str) == Some("date-time")
@@ -120,10 +128,18 @@ fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
         }
         Value::Number(n) => {
             let f = n.as_f64().unwrap();
-            if schema.get("minimum").and_then(Value::as_f64).is_some_and(|m| f < m) {
+            if schema
+                .get("minimum")
+                .and_then(Value::as_f64)
+                .is_some_and(|m| f < m)
+            {
                 errs.push(format!("{path}: minimum"));
             }
-            if schema.get("maximum").and_then(Value::as_f64).is_some_and(|m| f > m) {
+            if schema
+                .get("maximum")
+                .and_then(Value::as_f64)
+                .is_some_and(|m| f > m)
+            {
                 errs.push(format!("{path}: maximum"));
             }
             if schema.get("format").and_then(Value::as_str) == Some("int32")
@@ -134,10 +150,18 @@ fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
         }
         Value::Array(items) => {
             let n = items.len() as u64;
-            if schema.get("maxItems").and_then(Value::as_u64).is_some_and(|m| n > m) {
+            if schema
+                .get("maxItems")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
+            {
                 errs.push(format!("{path}: maxItems"));
             }
-            if schema.get("minItems").and_then(Value::as_u64).is_some_and(|m| n < m) {
+            if schema
+                .get("minItems")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n < m)
+            {
                 errs.push(format!("{path}: minItems"));
             }
             match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
@@ -153,7 +177,8 @@ fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
                         .as_array()
                         .map(|k| k.iter().filter_map(Value::as_str).collect())
                         .unwrap_or_default();
-                    let id = |x: &Value| keys.iter().map(|k| x.get(*k).cloned()).collect::<Vec<_>>();
+                    let id =
+                        |x: &Value| keys.iter().map(|k| x.get(*k).cloned()).collect::<Vec<_>>();
                     for (i, a) in items.iter().enumerate() {
                         if items[..i].iter().any(|b| id(a) == id(b)) {
                             errs.push(format!("{path}[{i}]: duplicate map key"));
@@ -177,7 +202,11 @@ fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
                 }
             }
             let n = map.len() as u64;
-            if schema.get("maxProperties").and_then(Value::as_u64).is_some_and(|m| n > m) {
+            if schema
+                .get("maxProperties")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
+            {
                 errs.push(format!("{path}: maxProperties"));
             }
             let props = schema.get("properties").and_then(Value::as_object);
@@ -215,25 +244,24 @@ fn reference_accepts(doc: &Value) -> Result<(), String> {
     }
     thread_local!(static V: Validator = Validator::new());
     V.with(|v| v.validate_compiled(cel, doc, None))
-        .map_err(|e| e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))
+        .map_err(|e| {
+            e.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
 }
 
 /// dovetail's verdict on the same document.
 fn dovetail_accepts(doc: &Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(doc).unwrap();
-    let parsed = parse_documents("doc.yaml", text.as_bytes(), &Limits::default());
-    assert!(parsed.diagnostics.is_empty(), "{:?}", parsed.diagnostics);
-    let loaded = Loaded {
-        files: vec![LoadedFile {
-            path: "doc.yaml".into(),
-            docs: parsed.docs,
-        }],
-        diagnostics: Vec::new(),
-    };
+    let loaded = parse_one("doc.yaml", text.as_bytes(), &Limits::default());
+    assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
     let report = validate::validate(
         &loaded,
         &Options {
             allow_external_nodeclass: true,
+            ..Options::default()
         },
     );
     let errors: Vec<String> = report
@@ -243,7 +271,11 @@ fn dovetail_accepts(doc: &Value) -> Result<(), String> {
         .filter(|d| matches!(d.code, "schema" | "cel" | "duration" | "schedule"))
         .map(|d| format!("{}: {}", d.path, d.message))
         .collect();
-    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -401,12 +433,23 @@ fn np_mutation() -> impl Strategy<Value = NpMutation> {
             Just("/spec/template"),
         ]
         .prop_map(NpMutation::RemoveRequired),
-        prop_oneof![Just("/spec/foo"), Just("/spec/template/spec/kubelet"), Just("/spec/disruption/expireAfter")]
-            .prop_map(NpMutation::UnknownField),
+        prop_oneof![
+            Just("/spec/foo"),
+            Just("/spec/template/spec/kubelet"),
+            Just("/spec/disruption/expireAfter")
+        ]
+        .prop_map(NpMutation::UnknownField),
         (
             prop_oneof![
-                Just("In"), Just("NotIn"), Just("Exists"), Just("DoesNotExist"),
-                Just("Gt"), Just("Lt"), Just("Gte"), Just("Lte"), Just("Equals")
+                Just("In"),
+                Just("NotIn"),
+                Just("Exists"),
+                Just("DoesNotExist"),
+                Just("Gt"),
+                Just("Lt"),
+                Just("Gte"),
+                Just("Lte"),
+                Just("Equals")
             ],
             prop::collection::vec(value_str(), 0..3),
             prop::option::of(0i64..4),
@@ -414,9 +457,16 @@ fn np_mutation() -> impl Strategy<Value = NpMutation> {
             .prop_map(|(o, v, m)| NpMutation::Operator(o, v, m)),
         label_key().prop_map(NpMutation::RequirementKey),
         label_key().prop_map(NpMutation::TemplateLabel),
-        (prop::option::of(schedule_str()), prop::option::of(duration_str()), prop_oneof![
-            Just("10%".to_string()), Just("0".to_string()), Just("101%".to_string()), Just("x".to_string())
-        ])
+        (
+            prop::option::of(schedule_str()),
+            prop::option::of(duration_str()),
+            prop_oneof![
+                Just("10%".to_string()),
+                Just("0".to_string()),
+                Just("101%".to_string()),
+                Just("x".to_string())
+            ]
+        )
             .prop_map(|(s, d, n)| NpMutation::Budget(s, d, n)),
         (
             prop_oneof![
@@ -433,16 +483,34 @@ fn np_mutation() -> impl Strategy<Value = NpMutation> {
             Just("WhenUnderutilized".to_string())
         ]
         .prop_map(NpMutation::Policy),
-        (prop_oneof![Just("group"), Just("kind"), Just("name")], prop_oneof![
-            Just("".to_string()), Just("a/b".to_string()), Just("other".to_string())
-        ])
+        (
+            prop_oneof![Just("group"), Just("kind"), Just("name")],
+            prop_oneof![
+                Just("".to_string()),
+                Just("a/b".to_string()),
+                Just("other".to_string())
+            ]
+        )
             .prop_map(|(f, v)| NpMutation::NodeClassRef(f, v)),
-        (prop_oneof![Just("dedicated".to_string()), Just("example.com/gpu".to_string())], prop_oneof![
-            Just("NoSchedule"), Just("PreferNoSchedule"), Just("NoExecute"), Just("Sometimes")
-        ])
+        (
+            prop_oneof![
+                Just("dedicated".to_string()),
+                Just("example.com/gpu".to_string())
+            ],
+            prop_oneof![
+                Just("NoSchedule"),
+                Just("PreferNoSchedule"),
+                Just("NoExecute"),
+                Just("Sometimes")
+            ]
+        )
             .prop_map(|(k, e)| NpMutation::Taint(k, e)),
         prop_oneof![
-            Just(json!("10")), Just(json!(10)), Just(json!("10Gi")), Just(json!("ten")), Just(json!(1.5)),
+            Just(json!("10")),
+            Just(json!(10)),
+            Just(json!("10Gi")),
+            Just(json!("ten")),
+            Just(json!(1.5)),
             Just(json!("-1"))
         ]
         .prop_map(NpMutation::LimitsValue),
@@ -472,9 +540,11 @@ fn apply_np(doc: &mut Value, m: &NpMutation) {
             "/spec/template/spec/requirements",
             json!({"key": k, "operator": "Exists"}),
         ),
-        NpMutation::TemplateLabel(k) => {
-            set(doc, &format!("/spec/template/metadata/labels/{}", k.replace('/', "~1")), json!("v"))
-        }
+        NpMutation::TemplateLabel(k) => set(
+            doc,
+            &format!("/spec/template/metadata/labels/{}", k.replace('/', "~1")),
+            json!("v"),
+        ),
         NpMutation::Budget(s, d, n) => {
             let mut b = json!({"nodes": n});
             if let Some(s) = s {
@@ -487,9 +557,11 @@ fn apply_np(doc: &mut Value, m: &NpMutation) {
         }
         NpMutation::Duration(p, d) => set(doc, p, json!(d)),
         NpMutation::Policy(p) => set(doc, "/spec/disruption/consolidationPolicy", json!(p)),
-        NpMutation::NodeClassRef(f, v) => {
-            set(doc, &format!("/spec/template/spec/nodeClassRef/{f}"), json!(v))
-        }
+        NpMutation::NodeClassRef(f, v) => set(
+            doc,
+            &format!("/spec/template/spec/nodeClassRef/{f}"),
+            json!(v),
+        ),
         NpMutation::Taint(k, e) => push(
             doc,
             "/spec/template/spec/taints",
@@ -651,7 +723,11 @@ fn apply_nc(doc: &mut Value, m: &NcMutation) {
         NcMutation::AmiTerms(t) => set(doc, "/spec/amiSelectorTerms", json!(t)),
         NcMutation::SubnetTerms(t) => set(doc, "/spec/subnetSelectorTerms", json!(t)),
         NcMutation::SecurityGroupTerms(t) => set(doc, "/spec/securityGroupSelectorTerms", json!(t)),
-        NcMutation::Tag(k, v) => set(doc, &format!("/spec/tags/{}", k.replace('/', "~1")), json!(v)),
+        NcMutation::Tag(k, v) => set(
+            doc,
+            &format!("/spec/tags/{}", k.replace('/', "~1")),
+            json!(v),
+        ),
         NcMutation::Kubelet(k) => set(doc, "/spec/kubelet", k.clone()),
         NcMutation::BlockDevices(b) => set(doc, "/spec/blockDeviceMappings", json!(b)),
         NcMutation::Placement(p) => set(doc, "/spec/placementGroupSelector", p.clone()),
@@ -716,7 +792,34 @@ fn generators_cover_both_verdicts() {
         for m in &ms {
             apply_np(&mut doc, m);
         }
-        if reference_accepts(&doc).is_ok() { ok += 1 } else { bad += 1 }
+        if reference_accepts(&doc).is_ok() {
+            ok += 1
+        } else {
+            bad += 1
+        }
     }
-    assert!(ok > 50 && bad > 50, "accepted {ok}, rejected {bad}");
+    assert!(
+        ok > 50 && bad > 50,
+        "NodePools: accepted {ok}, rejected {bad}"
+    );
+    let (mut ok, mut bad) = (0, 0);
+    for _ in 0..300 {
+        let ms = prop::collection::vec(nc_mutation(), 0..3)
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
+        let mut doc = base_ec2nodeclass();
+        for m in &ms {
+            apply_nc(&mut doc, m);
+        }
+        if reference_accepts(&doc).is_ok() {
+            ok += 1
+        } else {
+            bad += 1
+        }
+    }
+    assert!(
+        ok > 50 && bad > 50,
+        "EC2NodeClasses: accepted {ok}, rejected {bad}"
+    );
 }

@@ -43,8 +43,12 @@ pub fn assert_matches_file(actual: &str, path: &Path) {
         std::fs::write(&full, actual).expect("write expected file");
         return;
     }
-    let expected = std::fs::read_to_string(&full)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with DOVETAIL_BLESS=1 to create it)", full.display()));
+    let expected = std::fs::read_to_string(&full).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with DOVETAIL_BLESS=1 to create it)",
+            full.display()
+        )
+    });
     if expected != actual {
         let diff = similar::TextDiff::from_lines(&expected, actual)
             .unified_diff()

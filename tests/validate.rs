@@ -26,7 +26,11 @@ fn examples_repo_is_valid_at_the_committed_revision() {
 fn fixture(name: &str) {
     let dir = format!("tests/fixtures/validate/{name}");
     let out = dovetail(&["validate", &dir, "--worktree"]);
-    assert_eq!(out.code, 1, "{name} should be invalid:\n{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code, 1,
+        "{name} should be invalid:\n{}{}",
+        out.stdout, out.stderr
+    );
     assert_matches_file(&out.stdout, Path::new(&format!("{dir}.expected")));
 }
 
@@ -109,12 +113,15 @@ fn huge_inputs_are_refused_per_file() {
     };
     let big = for_file("big.yaml");
     assert_eq!(big.len(), 1, "{big:?}");
-    assert!(big[0].contains("MiB"), "{big:?}");
+    assert!(big[0].contains("over the limit"), "{big:?}");
     let many = for_file("many.yaml");
     assert_eq!(many.len(), 1, "{many:?}");
     assert!(many[0].contains("documents"), "{many:?}");
     // The surviving NodePool was still checked.
-    assert!(for_file("nodepool.yaml").iter().any(|m| m.contains("101")), "{diags:?}");
+    assert!(
+        for_file("nodepool.yaml").iter().any(|m| m.contains("101")),
+        "{diags:?}"
+    );
 }
 
 #[test]
@@ -134,9 +141,14 @@ fn machine_readable_formats() {
     let dir = "tests/fixtures/validate/cel-nodepool";
     let gh = dovetail(&["validate", dir, "--worktree", "--output", "github"]);
     assert_eq!(gh.code, 1);
-    assert!(gh.stdout.lines().all(|l| l.starts_with("::")), "{}", gh.stdout);
     assert!(
-        gh.stdout.contains(&format!("::error file={dir}/nodepool.yaml,line=")),
+        gh.stdout.lines().all(|l| l.starts_with("::")),
+        "{}",
+        gh.stdout
+    );
+    assert!(
+        gh.stdout
+            .contains(&format!("::error file={dir}/nodepool.yaml,line=")),
         "{}",
         gh.stdout
     );
@@ -155,7 +167,9 @@ fn machine_readable_formats() {
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["valid"], false);
     let d = &v["diagnostics"][0];
-    for key in ["severity", "code", "file", "line", "column", "path", "message"] {
+    for key in [
+        "severity", "code", "file", "line", "column", "path", "message",
+    ] {
         assert!(d.get(key).is_some(), "diagnostic lacks {key}: {d}");
     }
 }

@@ -75,8 +75,7 @@ pub fn main() -> ExitCode {
 
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_env(args::env::LOG).unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_from_env(args::env::LOG).unwrap_or_else(|_| EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -103,7 +102,11 @@ where
         Ok(cli) => run(cli, io),
         Err(e) => {
             let _ = write!(io.err, "{e}");
-            if e.use_stderr() { exit::ERROR } else { exit::OK }
+            if e.use_stderr() {
+                exit::ERROR
+            } else {
+                exit::OK
+            }
         }
     }
 }

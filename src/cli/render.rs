@@ -17,7 +17,8 @@ pub struct Style {
 impl Style {
     /// Decides colour for a stream, honouring `NO_COLOR`.
     pub fn for_stream(is_terminal: bool) -> Self {
-        let no_color = std::env::var_os(crate::cli::args::env::NO_COLOR).is_some_and(|v| !v.is_empty());
+        let no_color =
+            std::env::var_os(crate::cli::args::env::NO_COLOR).is_some_and(|v| !v.is_empty());
         Style {
             color: is_terminal && !no_color,
         }
@@ -97,7 +98,11 @@ fn xml_escape(s: &str) -> String {
 pub fn junit(suite: &str, files: &[String], diags: &[Diagnostic], strict: bool) -> String {
     let mut names: Vec<&str> = files.iter().map(String::as_str).collect();
     for d in diags {
-        let f = if d.file.is_empty() { "(repository)" } else { d.file.as_str() };
+        let f = if d.file.is_empty() {
+            "(repository)"
+        } else {
+            d.file.as_str()
+        };
         if !names.contains(&f) {
             names.push(f);
         }
@@ -109,7 +114,11 @@ pub fn junit(suite: &str, files: &[String], diags: &[Diagnostic], strict: bool) 
         let mine: Vec<&Diagnostic> = diags
             .iter()
             .filter(|d| {
-                let f = if d.file.is_empty() { "(repository)" } else { d.file.as_str() };
+                let f = if d.file.is_empty() {
+                    "(repository)"
+                } else {
+                    d.file.as_str()
+                };
                 f == *name && d.severity != Severity::Note
             })
             .collect();
@@ -131,7 +140,11 @@ pub fn junit(suite: &str, files: &[String], diags: &[Diagnostic], strict: bool) 
             );
         } else if !mine.is_empty() {
             let body: String = mine.iter().map(|d| format!("{d}\n")).collect();
-            let _ = write!(cases, "\n      <system-out>{}</system-out>\n    ", xml_escape(&body));
+            let _ = write!(
+                cases,
+                "\n      <system-out>{}</system-out>\n    ",
+                xml_escape(&body)
+            );
         }
         cases.push_str("</testcase>\n");
     }
@@ -143,7 +156,9 @@ pub fn junit(suite: &str, files: &[String], diags: &[Diagnostic], strict: bool) 
 }
 
 fn gh_data(s: &str) -> String {
-    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+    s.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
 }
 
 fn gh_property(s: &str) -> String {
@@ -167,7 +182,10 @@ pub fn github(diags: &[Diagnostic]) -> String {
                 props.push(format!("col={}", d.column));
             }
         }
-        props.push(format!("title={}", gh_property(&format!("dovetail {}", d.code))));
+        props.push(format!(
+            "title={}",
+            gh_property(&format!("dovetail {}", d.code))
+        ));
         let mut msg = String::new();
         if let Some(o) = &d.object {
             let _ = write!(msg, "{o}: ");
@@ -216,7 +234,8 @@ pub fn sarif(diags: &[Diagnostic]) -> serde_json::Value {
             if !d.file.is_empty() {
                 let mut physical = json!({ "artifactLocation": { "uri": d.file } });
                 if d.line > 0 {
-                    physical["region"] = json!({ "startLine": d.line, "startColumn": d.column.max(1) });
+                    physical["region"] =
+                        json!({ "startLine": d.line, "startColumn": d.column.max(1) });
                 }
                 result["locations"] = json!([{ "physicalLocation": physical }]);
             }
@@ -296,7 +315,12 @@ mod tests {
             first,
             "::error file=pools/a%2Cb.yaml,line=3,col=5,title=dovetail cel::NodePool/a: spec.weight: bad, value: 100%25"
         );
-        assert!(out.lines().nth(1).unwrap().starts_with("::warning title=dovetail no-limits::no limits%0Ahint: set them"));
+        assert!(
+            out.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("::warning title=dovetail no-limits::no limits%0Ahint: set them")
+        );
     }
 
     #[test]

@@ -47,18 +47,20 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
         Err(code) => return code,
     };
     let load_time = start.elapsed();
+    let prefix = display_prefix(&a.repo.path);
     let opts = Options {
         allow_external_nodeclass: a.allow_external_nodeclass,
+        path_prefix: prefix.clone(),
     };
-    let mut report = validate::validate(&loaded, &opts);
-    let prefix = display_prefix(&a.repo.path);
-    for d in &mut report.diagnostics {
-        if !d.file.is_empty() {
-            d.file = format!("{prefix}{}", d.file);
-        }
-    }
+    let report = validate::validate(&loaded, &opts);
     let passes = report.passes(a.strict);
-    let rendered = render_report(a, &report, &prefix, load_time.as_secs_f64(), io.out_is_terminal);
+    let rendered = render_report(
+        a,
+        &report,
+        &prefix,
+        load_time.as_secs_f64(),
+        io.out_is_terminal,
+    );
     io.data(&rendered);
     if a.output != OutputFormat::Text {
         io.log(&summary(&report));

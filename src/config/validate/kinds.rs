@@ -20,7 +20,10 @@ pub enum Classified {
         findings: Vec<(JsonPath, String)>,
     },
     /// A `karpenter.sh` / `karpenter.k8s.aws` kind or version dovetail does not know.
-    UnknownKarpenter { message: String, hint: Option<String> },
+    UnknownKarpenter {
+        message: String,
+        hint: Option<String>,
+    },
     /// Any other Kubernetes object: skipped.
     Other { api_version: String, kind: String },
     /// No `apiVersion` or `kind`.
@@ -34,7 +37,11 @@ pub fn classify(doc: &Value) -> Classified {
     let kind = doc.get("kind").and_then(Value::as_str);
     let (api_version, kind) = match (api_version, kind) {
         (Some(a), Some(k)) => (a, k),
-        (None, _) => return Classified::NotAnObject { missing: "apiVersion" },
+        (None, _) => {
+            return Classified::NotAnObject {
+                missing: "apiVersion",
+            };
+        }
         (_, None) => return Classified::NotAnObject { missing: "kind" },
     };
     for k in ApiKind::ALL {
@@ -155,12 +162,30 @@ fn retired_ec2nodeclass(doc: &Value) -> Classified {
 fn retired_provisioner(doc: &Value) -> Classified {
     let mut findings = Vec::new();
     for (field, what) in [
-        ("providerRef", "providerRef became spec.template.spec.nodeClassRef {group, kind, name} in v1"),
-        ("provider", "inline provider settings became an EC2NodeClass in v1"),
-        ("ttlSecondsAfterEmpty", "ttlSecondsAfterEmpty became spec.disruption (consolidationPolicy WhenEmpty with consolidateAfter) in v1"),
-        ("ttlSecondsUntilExpired", "ttlSecondsUntilExpired became spec.template.spec.expireAfter in v1"),
-        ("consolidation", "consolidation became spec.disruption.consolidationPolicy in v1"),
-        ("requirements", "requirements moved to spec.template.spec.requirements in v1"),
+        (
+            "providerRef",
+            "providerRef became spec.template.spec.nodeClassRef {group, kind, name} in v1",
+        ),
+        (
+            "provider",
+            "inline provider settings became an EC2NodeClass in v1",
+        ),
+        (
+            "ttlSecondsAfterEmpty",
+            "ttlSecondsAfterEmpty became spec.disruption (consolidationPolicy WhenEmpty with consolidateAfter) in v1",
+        ),
+        (
+            "ttlSecondsUntilExpired",
+            "ttlSecondsUntilExpired became spec.template.spec.expireAfter in v1",
+        ),
+        (
+            "consolidation",
+            "consolidation became spec.disruption.consolidationPolicy in v1",
+        ),
+        (
+            "requirements",
+            "requirements moved to spec.template.spec.requirements in v1",
+        ),
     ] {
         if get(doc, &["spec", field]).is_some() {
             findings.push((at(&format!("spec.{field}")), what.to_string()));
@@ -176,11 +201,26 @@ fn retired_provisioner(doc: &Value) -> Classified {
 fn retired_awsnodetemplate(doc: &Value) -> Classified {
     let mut findings = Vec::new();
     for (field, what) in [
-        ("subnetSelector", "subnetSelector became the list subnetSelectorTerms in v1"),
-        ("securityGroupSelector", "securityGroupSelector became the list securityGroupSelectorTerms in v1"),
-        ("amiSelector", "amiSelector became the list amiSelectorTerms in v1"),
-        ("launchTemplate", "launchTemplate is not supported in v1; configure the EC2NodeClass fields instead"),
-        ("instanceProfile", "instanceProfile is still supported, but role is preferred in v1"),
+        (
+            "subnetSelector",
+            "subnetSelector became the list subnetSelectorTerms in v1",
+        ),
+        (
+            "securityGroupSelector",
+            "securityGroupSelector became the list securityGroupSelectorTerms in v1",
+        ),
+        (
+            "amiSelector",
+            "amiSelector became the list amiSelectorTerms in v1",
+        ),
+        (
+            "launchTemplate",
+            "launchTemplate is not supported in v1; configure the EC2NodeClass fields instead",
+        ),
+        (
+            "instanceProfile",
+            "instanceProfile is still supported, but role is preferred in v1",
+        ),
     ] {
         if get(doc, &["spec", field]).is_some() {
             findings.push((at(&format!("spec.{field}")), what.to_string()));
@@ -230,7 +270,10 @@ mod tests {
         let paths: Vec<String> = findings.iter().map(|(p, _)| p.to_string()).collect();
         assert_eq!(
             paths,
-            ["spec.disruption.consolidationPolicy", "spec.template.spec.nodeClassRef"]
+            [
+                "spec.disruption.consolidationPolicy",
+                "spec.template.spec.nodeClassRef"
+            ]
         );
         assert!(findings[1].1.contains("group and kind"));
     }
@@ -239,7 +282,9 @@ mod tests {
     fn provisioner_is_retired() {
         let doc = json!({"apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner",
             "spec": {"providerRef": {"name": "x"}}});
-        assert!(matches!(classify(&doc), Classified::Retired { findings, .. } if findings.len() == 1));
+        assert!(
+            matches!(classify(&doc), Classified::Retired { findings, .. } if findings.len() == 1)
+        );
     }
 
     #[test]
@@ -259,7 +304,9 @@ mod tests {
         assert!(matches!(classify(&cm), Classified::Other { .. }));
         assert_eq!(
             classify(&json!({"kind": "X"})),
-            Classified::NotAnObject { missing: "apiVersion" }
+            Classified::NotAnObject {
+                missing: "apiVersion"
+            }
         );
     }
 }

@@ -31,6 +31,9 @@ use kinds::Classified;
 pub struct Options {
     /// Accept a `nodeClassRef` to an EC2NodeClass that is not in the repository.
     pub allow_external_nodeclass: bool,
+    /// Prepended to repository-relative paths in diagnostics, so they read as
+    /// the user addressed the files (`examples-repo/pools/a.yaml`).
+    pub path_prefix: String,
 }
 
 /// An object of one of dovetail's kinds found in the repository.
@@ -44,6 +47,8 @@ pub struct Object {
     pub index: usize,
     /// Where the document starts.
     pub pos: Pos,
+    /// Where `metadata.name` is.
+    pub name_pos: Pos,
     pub value: Value,
     /// No error was found in this object itself.
     pub valid: bool,
@@ -84,7 +89,10 @@ pub struct Report {
 
 impl Report {
     pub fn count(&self, severity: Severity) -> usize {
-        self.diagnostics.iter().filter(|d| d.severity == severity).count()
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == severity)
+            .count()
     }
 
     /// Whether the repository passes: no errors, and no warnings under `strict`.
@@ -162,6 +170,7 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
                 file: doc.file.to_string(),
                 index: doc.yaml.index,
                 pos: doc.yaml.root.pos,
+                name_pos: doc.yaml.root.locate(&JsonPath::parse("metadata.name")),
                 value: doc.json,
                 valid,
             });
@@ -171,7 +180,17 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
     cross_object(&mut report, loaded, opts);
     report.timings.cross = t.elapsed();
 
-    report.diagnostics.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    if !opts.path_prefix.is_empty() {
+        for d in &mut report.diagnostics {
+            if !d.file.is_empty() {
+                d.file = format!("{}{}", opts.path_prefix, d.file);
+            }
+        }
+    }
+
+    report
+        .diagnostics
+        .sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     report
 }
 
@@ -272,7 +291,10 @@ fn classify_and_check_schema(doc: &Doc) -> Classification {
                 doc,
                 Diagnostic::error(
                     "document",
-                    format!("document {} has no `{missing}`: it is not a Kubernetes object", doc.yaml.index + 1),
+                    format!(
+                        "document {} has no `{missing}`: it is not a Kubernetes object",
+                        doc.yaml.index + 1
+                    ),
                 ),
                 root,
             )
@@ -364,22 +386,20 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
             continue;
         }
         if let Some(prev) = first.get(&(o.kind, o.name.as_str())) {
-            let pos = lookup(&o.file, o.index)
-                .map(|d| d.root.locate(&JsonPath::parse("metadata.name")))
-                .unwrap_or(o.pos);
             diags.push(
                 Diagnostic::error(
                     "duplicate",
                     format!(
-                        "duplicate {}: also defined at {}:{}:{}",
+                        "duplicate {}: also defined at {}{}:{}:{}",
                         o.display(),
+                        opts.path_prefix,
                         prev.file,
-                        prev.pos.line,
-                        prev.pos.column
+                        prev.name_pos.line,
+                        prev.name_pos.column
                     ),
                 )
                 .in_file(o.file.clone())
-                .at(pos)
+                .at(o.name_pos)
                 .with_object(o.display())
                 .with_path(JsonPath::parse("metadata.name")),
             );
@@ -410,7 +430,11 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
         };
         let ec2 = ApiKind::EC2NodeClass;
         if group != ec2.group() || kind != ec2.kind() {
-            let (path, pos) = at(if group != ec2.group() { "group" } else { "kind" });
+            let (path, pos) = at(if group != ec2.group() {
+                "group"
+            } else {
+                "kind"
+            });
             diags.push(
                 Diagnostic::error(
                     "nodeclassref",
@@ -458,7 +482,9 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
     for o in &mut report.objects {
         let display = o.display();
         if report.diagnostics.iter().any(|d| {
-            d.severity == Severity::Error && d.file == o.file && d.object.as_deref() == Some(display.as_str())
+            d.severity == Severity::Error
+                && d.file == o.file
+                && d.object.as_deref() == Some(display.as_str())
         }) {
             o.valid = false;
         }

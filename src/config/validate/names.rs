@@ -15,7 +15,8 @@ fn is_name_part(s: &str) -> bool {
     !b.is_empty()
         && is_alnum(b[0])
         && is_alnum(b[b.len() - 1])
-        && b.iter().all(|&c| is_alnum(c) || c == b'-' || c == b'_' || c == b'.')
+        && b.iter()
+            .all(|&c| is_alnum(c) || c == b'-' || c == b'_' || c == b'.')
 }
 
 /// A lower-case RFC 1123 subdomain: dot-separated labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
@@ -27,7 +28,8 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
             !b.is_empty()
                 && b[0].is_ascii_lowercase() | b[0].is_ascii_digit()
                 && b[b.len() - 1].is_ascii_lowercase() | b[b.len() - 1].is_ascii_digit()
-                && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && b.iter()
+                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         })
 }
 
@@ -101,10 +103,25 @@ mod tests {
 
     #[test]
     fn qualified_names() {
-        for ok in ["app", "example.com/app", "a_b.c-d", "karpenter.sh/capacity-type", "A1"] {
+        for ok in [
+            "app",
+            "example.com/app",
+            "a_b.c-d",
+            "karpenter.sh/capacity-type",
+            "A1",
+        ] {
             assert!(qualified_name_errors(ok).is_empty(), "{ok}");
         }
-        for bad in ["", "/app", "Example.com/app", "a/b/c", "-app", "app-", "a b", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "/app",
+            "Example.com/app",
+            "a/b/c",
+            "-app",
+            "app-",
+            "a b",
+            &"x".repeat(64),
+        ] {
             assert!(!qualified_name_errors(bad).is_empty(), "{bad}");
         }
     }

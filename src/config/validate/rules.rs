@@ -52,16 +52,32 @@ fn cel_domain(key: &str) -> &str {
 fn label_key_rules(out: &mut Out, path: JsonPath, key: &str) {
     let domain = cel_domain(key);
     if !ALLOWED_KARPENTER_LABELS.contains(&key) && domain.ends_with("karpenter.sh") {
-        fail(out, path.clone(), "label domain \"karpenter.sh\" is restricted");
+        fail(
+            out,
+            path.clone(),
+            "label domain \"karpenter.sh\" is restricted",
+        );
     }
     if key == "karpenter.sh/nodepool" {
-        fail(out, path.clone(), "label \"karpenter.sh/nodepool\" is restricted");
+        fail(
+            out,
+            path.clone(),
+            "label \"karpenter.sh/nodepool\" is restricted",
+        );
     }
     if key == "kubernetes.io/hostname" {
-        fail(out, path.clone(), "label \"kubernetes.io/hostname\" is restricted");
+        fail(
+            out,
+            path.clone(),
+            "label \"kubernetes.io/hostname\" is restricted",
+        );
     }
     if !ALLOWED_KARPENTER_AWS_LABELS.contains(&key) && domain.ends_with("karpenter.k8s.aws") {
-        fail(out, path, "label domain \"karpenter.k8s.aws\" is restricted");
+        fail(
+            out,
+            path,
+            "label domain \"karpenter.k8s.aws\" is restricted",
+        );
     }
 }
 
@@ -87,11 +103,19 @@ pub fn nodepool(doc: &Value) -> Out {
                     Some(k) => sp.key("limits").key(k.clone()),
                     None => sp.key("limits"),
                 };
-                fail(&mut out, path, "only 'limits.nodes' is supported on static NodePools");
+                fail(
+                    &mut out,
+                    path,
+                    "only 'limits.nodes' is supported on static NodePools",
+                );
             }
         }
         if has(spec_v, "weight") {
-            fail(&mut out, sp.key("weight"), "'weight' is not supported on static NodePools");
+            fail(
+                &mut out,
+                sp.key("weight"),
+                "'weight' is not supported on static NodePools",
+            );
         }
     }
 
@@ -100,8 +124,16 @@ pub fn nodepool(doc: &Value) -> Out {
         let bp = sp.key("disruption").key("budgets");
         for (i, b) in budgets.iter().enumerate() {
             if b.is_object() && has(b, "schedule") != has(b, "duration") {
-                let field = if has(b, "schedule") { "schedule" } else { "duration" };
-                fail(&mut out, bp.index(i).key(field), "'schedule' must be set with 'duration'");
+                let field = if has(b, "schedule") {
+                    "schedule"
+                } else {
+                    "duration"
+                };
+                fail(
+                    &mut out,
+                    bp.index(i).key(field),
+                    "'schedule' must be set with 'duration'",
+                );
             }
         }
     }
@@ -154,9 +186,17 @@ pub fn nodepool(doc: &Value) -> Out {
             match op {
                 Some("In") => {
                     if missing_values() {
-                        fail(&mut out, ip.clone(), "requirements with operator 'In' must have a value defined");
+                        fail(
+                            &mut out,
+                            ip.clone(),
+                            "requirements with operator 'In' must have a value defined",
+                        );
                     } else if values_arr.is_some_and(Vec::is_empty) {
-                        fail(&mut out, ip.key("values"), "requirements with operator 'In' must have a value defined");
+                        fail(
+                            &mut out,
+                            ip.key("values"),
+                            "requirements with operator 'In' must have a value defined",
+                        );
                     }
                 }
                 Some("Gt" | "Lt" | "Gte" | "Lte") => {
@@ -176,7 +216,9 @@ pub fn nodepool(doc: &Value) -> Out {
                 _ => {}
             }
             if op == Some("In") {
-                if let (Some(vs), Some(min)) = (values_arr, r.get("minValues").and_then(Value::as_i64)) {
+                if let (Some(vs), Some(min)) =
+                    (values_arr, r.get("minValues").and_then(Value::as_i64))
+                {
                     if (vs.len() as i64) < min {
                         fail(
                             &mut out,
@@ -216,7 +258,11 @@ fn nonempty_tags(out: &mut Out, path: JsonPath, tags: Option<&Value>) {
     if let Some(tags) = obj(tags) {
         for (k, v) in tags {
             if k.is_empty() || v.as_str() == Some("") {
-                fail(out, path.key(k.clone()), "empty tag keys or values aren't supported");
+                fail(
+                    out,
+                    path.key(k.clone()),
+                    "empty tag keys or values aren't supported",
+                );
             }
         }
     }
@@ -235,14 +281,29 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
             if !t.is_object() {
                 continue;
             }
-            if !["tags", "id", "name", "alias", "ssmParameter"].iter().any(|f| has(t, f)) {
-                fail(out, p.index(i), "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']");
+            if !["tags", "id", "name", "alias", "ssmParameter"]
+                .iter()
+                .any(|f| has(t, f))
+            {
+                fail(
+                    out,
+                    p.index(i),
+                    "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']",
+                );
             }
             if has(t, "id") && ["alias", "tags", "name", "owner"].iter().any(|f| has(t, f)) {
-                fail(out, p.index(i).key("id"), "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms");
+                fail(
+                    out,
+                    p.index(i).key("id"),
+                    "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms",
+                );
             }
             if has(t, "alias") && ["id", "tags", "name", "owner"].iter().any(|f| has(t, f)) {
-                fail(out, p.index(i).key("alias"), "'alias' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms");
+                fail(
+                    out,
+                    p.index(i).key("alias"),
+                    "'alias' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms",
+                );
             }
             if let Some(alias) = t.get("alias").and_then(Value::as_str) {
                 let ap = p.index(i).key("alias");
@@ -254,13 +315,28 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
                     && fam.bytes().all(|b| b.is_ascii_alphanumeric())
                     && alias.len() > fam.len() + 1;
                 if !well_formed {
-                    fail(out, ap.clone(), "'alias' is improperly formatted, must match the format 'family@version'");
+                    fail(
+                        out,
+                        ap.clone(),
+                        "'alias' is improperly formatted, must match the format 'family@version'",
+                    );
                 }
                 if !AMI_FAMILIES.iter().any(|(f, _)| *f == fam) {
-                    fail(out, ap.clone(), "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'");
+                    fail(
+                        out,
+                        ap.clone(),
+                        "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",
+                    );
                 }
-                if fam.starts_with("windows") && AMI_FAMILIES.iter().any(|(f, _)| *f == fam) && version != Some("latest") {
-                    fail(out, ap, "windows families may only specify version 'latest'");
+                if fam.starts_with("windows")
+                    && AMI_FAMILIES.iter().any(|(f, _)| *f == fam)
+                    && version != Some("latest")
+                {
+                    fail(
+                        out,
+                        ap,
+                        "windows families may only specify version 'latest'",
+                    );
                 }
             }
             nonempty_tags(out, p.index(i).key("tags"), t.get("tags"));
@@ -268,7 +344,11 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
         let alias_at = terms.iter().position(|t| has(t, "alias"));
         if let Some(i) = alias_at {
             if terms.len() != 1 {
-                fail(out, p.index(i).key("alias"), "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms");
+                fail(
+                    out,
+                    p.index(i).key("alias"),
+                    "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms",
+                );
             }
         }
     }
@@ -279,17 +359,31 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
             "securityGroupSelectorTerms",
             &["tags", "id", "name"][..],
             &[
-                ("id", &["tags", "name"][..], "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"),
-                ("name", &["tags", "id"][..], "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"),
+                (
+                    "id",
+                    &["tags", "name"][..],
+                    "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
+                ),
+                (
+                    "name",
+                    &["tags", "id"][..],
+                    "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
+                ),
             ][..],
         ),
         (
             "subnetSelectorTerms",
             &["tags", "id"][..],
-            &[("id", &["tags"][..], "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term")][..],
+            &[(
+                "id",
+                &["tags"][..],
+                "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term",
+            )][..],
         ),
     ] {
-        let Some(terms) = arr(spec.get(field)) else { continue };
+        let Some(terms) = arr(spec.get(field)) else {
+            continue;
+        };
         let p = sp.key(field);
         if terms.is_empty() {
             fail(out, p.clone(), format!("{field} cannot be empty"));
@@ -297,13 +391,20 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
         }
         for (i, t) in terms.iter().enumerate() {
             if t.is_object() && !fields.iter().any(|f| has(t, f)) {
-                fail(out, p.index(i), format!("expected at least one, got none, [{}]", quoted(fields)));
+                fail(
+                    out,
+                    p.index(i),
+                    format!("expected at least one, got none, [{}]", quoted(fields)),
+                );
             }
             nonempty_tags(out, p.index(i).key("tags"), t.get("tags"));
         }
         // `!self.all(x, has(x.id) && ...)`: fails only when every term does it.
         for (f, others, msg) in exclusives {
-            if terms.iter().all(|t| has(t, f) && others.iter().any(|o| has(t, o))) {
+            if terms
+                .iter()
+                .all(|t| has(t, f) && others.iter().any(|o| has(t, o)))
+            {
                 fail(out, p.index(0).key(*f), *msg);
             }
         }
@@ -313,27 +414,50 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
     if let Some(terms) = arr(spec.get("capacityReservationSelectorTerms")) {
         let p = sp.key("capacityReservationSelectorTerms");
         for (i, t) in terms.iter().enumerate() {
-            if t.is_object() && !["tags", "id", "instanceMatchCriteria"].iter().any(|f| has(t, f)) {
-                fail(out, p.index(i), "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']");
+            if t.is_object()
+                && !["tags", "id", "instanceMatchCriteria"]
+                    .iter()
+                    .any(|f| has(t, f))
+            {
+                fail(
+                    out,
+                    p.index(i),
+                    "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']",
+                );
             }
             nonempty_tags(out, p.index(i).key("tags"), t.get("tags"));
         }
         let all_exclusive = terms.iter().all(|t| {
-            has(t, "id") && ["tags", "ownerID", "instanceMatchCriteria"].iter().any(|o| has(t, o))
+            has(t, "id")
+                && ["tags", "ownerID", "instanceMatchCriteria"]
+                    .iter()
+                    .any(|o| has(t, o))
         });
         if all_exclusive {
             if terms.is_empty() {
                 // The reference rejects an empty list through this rule.
-                fail(out, p, "capacityReservationSelectorTerms cannot be an empty list; remove the field instead");
+                fail(
+                    out,
+                    p,
+                    "capacityReservationSelectorTerms cannot be an empty list; remove the field instead",
+                );
             } else {
-                fail(out, p.index(0).key("id"), "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term");
+                fail(
+                    out,
+                    p.index(0).key("id"),
+                    "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term",
+                );
             }
         }
     }
 }
 
 fn quoted(fields: &[&str]) -> String {
-    fields.iter().map(|f| format!("'{f}'")).collect::<Vec<_>>().join(", ")
+    fields
+        .iter()
+        .map(|f| format!("'{f}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn kubelet_rules(out: &mut Out, kp: JsonPath, k: &Value) {
@@ -341,7 +465,11 @@ fn kubelet_rules(out: &mut Out, kp: JsonPath, k: &Value) {
     let low = k.get("imageGCLowThresholdPercent").and_then(Value::as_i64);
     if let (Some(h), Some(l)) = (high, low) {
         if h <= l {
-            fail(out, kp.key("imageGCHighThresholdPercent"), "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent");
+            fail(
+                out,
+                kp.key("imageGCHighThresholdPercent"),
+                "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+            );
         }
     }
     let soft = obj(k.get("evictionSoft"));
@@ -349,14 +477,22 @@ fn kubelet_rules(out: &mut Out, kp: JsonPath, k: &Value) {
     if let Some(soft) = soft {
         for key in soft.keys() {
             if !grace.is_some_and(|g| g.contains_key(key)) {
-                fail(out, kp.key("evictionSoft").key(key.clone()), "evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod");
+                fail(
+                    out,
+                    kp.key("evictionSoft").key(key.clone()),
+                    "evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
+                );
             }
         }
     }
     if let Some(grace) = grace {
         for key in grace.keys() {
             if !soft.is_some_and(|s| s.contains_key(key)) {
-                fail(out, kp.key("evictionSoftGracePeriod").key(key.clone()), "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft");
+                fail(
+                    out,
+                    kp.key("evictionSoftGracePeriod").key(key.clone()),
+                    "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
+                );
             }
         }
     }
@@ -364,7 +500,13 @@ fn kubelet_rules(out: &mut Out, kp: JsonPath, k: &Value) {
         if let Some(m) = obj(k.get(field)) {
             for key in m.keys() {
                 if !EVICTION_SIGNALS.contains(&key.as_str()) {
-                    fail(out, kp.key(field).key(key.clone()), format!("valid keys for {field} are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']"));
+                    fail(
+                        out,
+                        kp.key(field).key(key.clone()),
+                        format!(
+                            "valid keys for {field} are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']"
+                        ),
+                    );
                 }
             }
         }
@@ -373,10 +515,20 @@ fn kubelet_rules(out: &mut Out, kp: JsonPath, k: &Value) {
         if let Some(m) = obj(k.get(field)) {
             for (key, v) in m {
                 if !RESERVED_KEYS.contains(&key.as_str()) {
-                    fail(out, kp.key(field).key(key.clone()), format!("valid keys for {field} are ['cpu','memory','ephemeral-storage','pid']"));
+                    fail(
+                        out,
+                        kp.key(field).key(key.clone()),
+                        format!(
+                            "valid keys for {field} are ['cpu','memory','ephemeral-storage','pid']"
+                        ),
+                    );
                 }
                 if v.as_str().is_some_and(|s| s.starts_with('-')) {
-                    fail(out, kp.key(field).key(key.clone()), format!("{field} value cannot be a negative resource quantity"));
+                    fail(
+                        out,
+                        kp.key(field).key(key.clone()),
+                        format!("{field} value cannot be a negative resource quantity"),
+                    );
                 }
             }
         }
@@ -393,10 +545,21 @@ pub fn ec2nodeclass(doc: &Value) -> Out {
 
     // spec: role xor instanceProfile.
     if has(spec_v, "role") == has(spec_v, "instanceProfile") {
-        let at = if has(spec_v, "role") { sp.key("instanceProfile") } else { sp.clone() };
-        fail(&mut out, at, "must specify exactly one of ['role', 'instanceProfile']");
+        let at = if has(spec_v, "role") {
+            sp.key("instanceProfile")
+        } else {
+            sp.clone()
+        };
+        fail(
+            &mut out,
+            at,
+            "must specify exactly one of ['role', 'instanceProfile']",
+        );
     }
-    for (field, msg) in [("role", "role cannot be empty"), ("instanceProfile", "instanceProfile cannot be empty")] {
+    for (field, msg) in [
+        ("role", "role cannot be empty"),
+        ("instanceProfile", "instanceProfile cannot be empty"),
+    ] {
         if spec.get(field).and_then(Value::as_str) == Some("") {
             fail(&mut out, sp.key(field), msg);
         }
@@ -424,11 +587,21 @@ pub fn ec2nodeclass(doc: &Value) -> Out {
                     "windows2022" => "a Windows2022",
                     _ => "a Windows2025",
                 };
-                fail(&mut out, sp.key("amiFamily"), format!("if set, amiFamily must be '{canonical}' or 'Custom' when using {pretty} alias"));
+                fail(
+                    &mut out,
+                    sp.key("amiFamily"),
+                    format!(
+                        "if set, amiFamily must be '{canonical}' or 'Custom' when using {pretty} alias"
+                    ),
+                );
             }
         }
     } else if terms.is_some() && !has_alias {
-        fail(&mut out, sp.key("amiSelectorTerms"), "must specify amiFamily if amiSelectorTerms does not contain an alias");
+        fail(
+            &mut out,
+            sp.key("amiSelectorTerms"),
+            "must specify amiFamily if amiSelectorTerms does not contain an alias",
+        );
     }
 
     terms_rules(&mut out, &sp, spec);
@@ -443,26 +616,48 @@ pub fn ec2nodeclass(doc: &Value) -> Out {
             .map(|(i, _)| i)
             .collect();
         if roots.len() > 1 {
-            fail(&mut out, p.index(roots[1]).key("rootVolume"), "must have only one blockDeviceMappings with rootVolume");
+            fail(
+                &mut out,
+                p.index(roots[1]).key("rootVolume"),
+                "must have only one blockDeviceMappings with rootVolume",
+            );
         }
         for (i, b) in bdms.iter().enumerate() {
-            let Some(ebs) = b.get("ebs").filter(|e| e.is_object()) else { continue };
+            let Some(ebs) = b.get("ebs").filter(|e| e.is_object()) else {
+                continue;
+            };
             let ep = p.index(i).key("ebs");
             if !has(ebs, "snapshotID") && !has(ebs, "volumeSize") {
-                fail(&mut out, ep.clone(), "snapshotID or volumeSize must be defined");
+                fail(
+                    &mut out,
+                    ep.clone(),
+                    "snapshotID or volumeSize must be defined",
+                );
             }
             if has(ebs, "volumeInitializationRate")
-                && !(has(ebs, "snapshotID") && ebs.get("snapshotID").and_then(Value::as_str) != Some(""))
+                && !(has(ebs, "snapshotID")
+                    && ebs.get("snapshotID").and_then(Value::as_str) != Some(""))
             {
-                fail(&mut out, ep.key("volumeInitializationRate"), "snapshotID must be set when volumeInitializationRate is set");
+                fail(
+                    &mut out,
+                    ep.key("volumeInitializationRate"),
+                    "snapshotID must be set when volumeInitializationRate is set",
+                );
             }
         }
     }
 
     // connectionTracking
     if let Some(ct) = spec.get("connectionTracking").filter(|c| c.is_object()) {
-        if !["tcpEstablishedTimeout", "udpStreamTimeout", "udpTimeout"].iter().any(|f| has(ct, f)) {
-            fail(&mut out, sp.key("connectionTracking"), "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set");
+        if !["tcpEstablishedTimeout", "udpStreamTimeout", "udpTimeout"]
+            .iter()
+            .any(|f| has(ct, f))
+        {
+            fail(
+                &mut out,
+                sp.key("connectionTracking"),
+                "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
+            );
         }
     }
 
@@ -481,20 +676,34 @@ pub fn ec2nodeclass(doc: &Value) -> Out {
                 && x.get("interfaceType").and_then(Value::as_str) == Some("interface")
         };
         if !nis.is_empty() && !nis.iter().any(is_primary) {
-            fail(&mut out, p.clone(), "networkInterfaces must include a primary interface with interfaceType='interface'");
+            fail(
+                &mut out,
+                p.clone(),
+                "networkInterfaces must include a primary interface with interfaceType='interface'",
+            );
         }
         for (i, x) in nis.iter().enumerate() {
             let same_slot = nis
                 .iter()
-                .filter(|y| int(x, "networkCardIndex") == int(y, "networkCardIndex") && int(x, "deviceIndex") == int(y, "deviceIndex"))
+                .filter(|y| {
+                    int(x, "networkCardIndex") == int(y, "networkCardIndex")
+                        && int(x, "deviceIndex") == int(y, "deviceIndex")
+                })
                 .count();
             let efa_on_card = nis
                 .iter()
-                .filter(|y| int(x, "networkCardIndex") == int(y, "networkCardIndex") && y.get("interfaceType").and_then(Value::as_str) == Some("efa-only"))
+                .filter(|y| {
+                    int(x, "networkCardIndex") == int(y, "networkCardIndex")
+                        && y.get("interfaceType").and_then(Value::as_str) == Some("efa-only")
+                })
                 .count();
             let is_efa = x.get("interfaceType").and_then(Value::as_str) == Some("efa-only");
             if same_slot != 1 || (is_efa && efa_on_card != 1) {
-                fail(&mut out, p.index(i), "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card");
+                fail(
+                    &mut out,
+                    p.index(i),
+                    "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card",
+                );
                 break;
             }
         }
@@ -504,10 +713,18 @@ pub fn ec2nodeclass(doc: &Value) -> Out {
     if let Some(pg) = spec.get("placementGroupSelector").filter(|p| p.is_object()) {
         let p = sp.key("placementGroupSelector");
         if !has(pg, "name") && !has(pg, "id") {
-            fail(&mut out, p.clone(), "expected at least one, got none, ['name', 'id']");
+            fail(
+                &mut out,
+                p.clone(),
+                "expected at least one, got none, ['name', 'id']",
+            );
         }
         if has(pg, "name") && has(pg, "id") {
-            fail(&mut out, p.key("id"), "'name' and 'id' are mutually exclusive");
+            fail(
+                &mut out,
+                p.key("id"),
+                "'name' and 'id' are mutually exclusive",
+            );
         }
     }
 
@@ -519,13 +736,26 @@ pub fn ec2nodeclass(doc: &Value) -> Out {
             if k.is_empty() {
                 fail(&mut out, kp.clone(), "empty tag keys aren't supported");
             }
-            for restricted in ["eks:eks-cluster-name", "karpenter.sh/nodepool", "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass"] {
+            for restricted in [
+                "eks:eks-cluster-name",
+                "karpenter.sh/nodepool",
+                "karpenter.sh/nodeclaim",
+                "karpenter.k8s.aws/ec2nodeclass",
+            ] {
                 if k == restricted {
-                    fail(&mut out, kp.clone(), format!("tag contains a restricted tag matching {restricted}"));
+                    fail(
+                        &mut out,
+                        kp.clone(),
+                        format!("tag contains a restricted tag matching {restricted}"),
+                    );
                 }
             }
             if k.starts_with("kubernetes.io/cluster") {
-                fail(&mut out, kp, "tag contains a restricted tag matching kubernetes.io/cluster/");
+                fail(
+                    &mut out,
+                    kp,
+                    "tag contains a restricted tag matching kubernetes.io/cluster/",
+                );
             }
         }
     }
@@ -548,14 +778,14 @@ mod tests {
     #[test]
     fn requirement_rules_point_at_the_offending_node() {
         let doc = np(json!({"template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
-            "requirements": [
-                {"key": "a", "operator": "In", "values": []},
-                {"key": "b", "operator": "Gt", "values": ["x"]},
-                {"key": "c", "operator": "In", "values": ["1"], "minValues": 2},
-                {"key": "karpenter.sh/foo", "operator": "Exists"},
-                {"key": "d", "operator": "Lt"}
-            ]}}}));
+        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+        "requirements": [
+            {"key": "a", "operator": "In", "values": []},
+            {"key": "b", "operator": "Gt", "values": ["x"]},
+            {"key": "c", "operator": "In", "values": ["1"], "minValues": 2},
+            {"key": "karpenter.sh/foo", "operator": "Exists"},
+            {"key": "d", "operator": "Lt"}
+        ]}}}));
         assert_eq!(
             paths(&nodepool(&doc)),
             [
@@ -590,8 +820,13 @@ mod tests {
 
     #[test]
     fn budgets_need_schedule_and_duration_together() {
-        let doc = np(json!({"disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}, {"nodes": "1"}]}}));
-        assert_eq!(paths(&nodepool(&doc)), ["spec.disruption.budgets[0].schedule"]);
+        let doc = np(
+            json!({"disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}, {"nodes": "1"}]}}),
+        );
+        assert_eq!(
+            paths(&nodepool(&doc)),
+            ["spec.disruption.budgets[0].schedule"]
+        );
     }
 
     #[test]
@@ -613,10 +848,15 @@ mod tests {
                 "spec.subnetSelectorTerms",
             ]
         );
-        let no_family = json!({"spec": {"instanceProfile": "p", "amiSelectorTerms": [{"id": "ami-1"}]}});
+        let no_family =
+            json!({"spec": {"instanceProfile": "p", "amiSelectorTerms": [{"id": "ami-1"}]}});
         assert_eq!(paths(&ec2nodeclass(&no_family)), ["spec.amiSelectorTerms"]);
-        let windows = json!({"spec": {"role": "r", "amiSelectorTerms": [{"alias": "windows2022@v1"}]}});
-        assert_eq!(ec2nodeclass(&windows)[0].message, "windows families may only specify version 'latest'");
+        let windows =
+            json!({"spec": {"role": "r", "amiSelectorTerms": [{"alias": "windows2022@v1"}]}});
+        assert_eq!(
+            ec2nodeclass(&windows)[0].message,
+            "windows families may only specify version 'latest'"
+        );
     }
 
     #[test]

@@ -48,9 +48,18 @@ impl Out {
 }
 
 /// Domains whose labels the kubelet rejects or Karpenter reserves.
-const RESTRICTED_DOMAINS: [&str; 4] = ["kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws"];
+const RESTRICTED_DOMAINS: [&str; 4] = [
+    "kubernetes.io",
+    "k8s.io",
+    "karpenter.sh",
+    "karpenter.k8s.aws",
+];
 /// Subdomains of the restricted domains that are allowed.
-const DOMAIN_EXCEPTIONS: [&str; 3] = ["kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"];
+const DOMAIN_EXCEPTIONS: [&str; 3] = [
+    "kops.k8s.io",
+    "node.kubernetes.io",
+    "node-restriction.kubernetes.io",
+];
 /// Labels in restricted domains that Karpenter understands and allows.
 const WELL_KNOWN: [&str; 9] = [
     "karpenter.sh/nodepool",
@@ -66,10 +75,19 @@ const WELL_KNOWN: [&str; 9] = [
 
 /// Deprecated label keys and their stable equivalents.
 pub const NORMALIZED_LABELS: [(&str, &str); 5] = [
-    ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone"),
-    ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region"),
+    (
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/zone",
+    ),
+    (
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/region",
+    ),
     ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
-    ("beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"),
+    (
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+    ),
     ("beta.kubernetes.io/os", "kubernetes.io/os"),
 ];
 
@@ -92,8 +110,12 @@ fn restricted_beyond_cel(key: &str) -> bool {
         return false;
     }
     let domain = label_domain(key);
-    // karpenter.sh and karpenter.k8s.aws are reported by the CEL rules.
-    if domain.ends_with("karpenter.sh") || domain.ends_with("karpenter.k8s.aws") {
+    // karpenter.sh, karpenter.k8s.aws and the hostname label are reported
+    // by the CEL rules.
+    if domain.ends_with("karpenter.sh")
+        || domain.ends_with("karpenter.k8s.aws")
+        || key == "kubernetes.io/hostname"
+    {
         return false;
     }
     if DOMAIN_EXCEPTIONS.iter().any(|e| domain.ends_with(e)) {
@@ -127,7 +149,9 @@ fn check_duration(out: &mut Out, v: Option<&Value>, path: JsonPath, syntax: Dura
 fn check_taints(out: &mut Out, tspec: &Value, tsp: &JsonPath) {
     let mut seen: HashMap<(String, String), JsonPath> = HashMap::new();
     for field in ["taints", "startupTaints"] {
-        let Some(list) = tspec.get(field).and_then(Value::as_array) else { continue };
+        let Some(list) = tspec.get(field).and_then(Value::as_array) else {
+            continue;
+        };
         for (i, t) in list.iter().enumerate() {
             let tp = tsp.key(field).index(i);
             let key = str_at(t, "key").unwrap_or("");
@@ -157,24 +181,38 @@ fn check_taints(out: &mut Out, tspec: &Value, tsp: &JsonPath) {
 }
 
 fn check_requirements(out: &mut Out, tspec: &Value, tsp: &JsonPath) {
-    let Some(reqs) = tspec.get("requirements").and_then(Value::as_array) else { return };
+    let Some(reqs) = tspec.get("requirements").and_then(Value::as_array) else {
+        return;
+    };
     for (i, r) in reqs.iter().enumerate() {
         let rp = tsp.key("requirements").index(i);
-        let Some(key) = str_at(r, "key") else { continue };
+        let Some(key) = str_at(r, "key") else {
+            continue;
+        };
         for e in qualified_name_errors(key) {
-            out.error("requirement", rp.key("key"), format!("invalid requirement key {e}"));
+            out.error(
+                "requirement",
+                rp.key("key"),
+                format!("invalid requirement key {e}"),
+            );
         }
         let key = normalize_label(key);
         if restricted_beyond_cel(key) {
             out.error("requirement", rp.key("key"), restricted_message(key));
         }
         let op = str_at(r, "operator");
-        let Some(values) = r.get("values").and_then(Value::as_array) else { continue };
+        let Some(values) = r.get("values").and_then(Value::as_array) else {
+            continue;
+        };
         if matches!(op, Some("In" | "NotIn")) {
             for (j, v) in values.iter().enumerate() {
                 let Some(v) = v.as_str() else { continue };
                 for e in label_value_errors(v) {
-                    out.error("requirement", rp.key("values").index(j), format!("invalid requirement value {e}"));
+                    out.error(
+                        "requirement",
+                        rp.key("values").index(j),
+                        format!("invalid requirement value {e}"),
+                    );
                 }
                 if key == "karpenter.sh/capacity-type" && !CAPACITY_TYPES.contains(&v) {
                     out.error(
@@ -189,7 +227,9 @@ fn check_requirements(out: &mut Out, tspec: &Value, tsp: &JsonPath) {
 }
 
 fn check_labels(out: &mut Out, labels: &Value, lp: &JsonPath) {
-    let Some(labels) = labels.as_object() else { return };
+    let Some(labels) = labels.as_object() else {
+        return;
+    };
     for (k, v) in labels {
         let kp = lp.key(k.clone());
         for e in qualified_name_errors(k) {
@@ -215,11 +255,24 @@ pub fn nodepool(doc: &Value) -> Vec<Finding> {
     let sp = JsonPath::root().key("spec");
     let dp = sp.key("disruption");
     let disruption = spec.get("disruption");
-    check_duration(&mut out, disruption.and_then(|d| d.get("consolidateAfter")), dp.key("consolidateAfter"), DurationSyntax::HmsOrNever);
-    if let Some(budgets) = disruption.and_then(|d| d.get("budgets")).and_then(Value::as_array) {
+    check_duration(
+        &mut out,
+        disruption.and_then(|d| d.get("consolidateAfter")),
+        dp.key("consolidateAfter"),
+        DurationSyntax::HmsOrNever,
+    );
+    if let Some(budgets) = disruption
+        .and_then(|d| d.get("budgets"))
+        .and_then(Value::as_array)
+    {
         for (i, b) in budgets.iter().enumerate() {
             let bp = dp.key("budgets").index(i);
-            check_duration(&mut out, b.get("duration"), bp.key("duration"), DurationSyntax::HoursMinutes);
+            check_duration(
+                &mut out,
+                b.get("duration"),
+                bp.key("duration"),
+                DurationSyntax::HoursMinutes,
+            );
             if let Some(s) = str_at(b, "schedule") {
                 if let Err(e) = Schedule::parse(s) {
                     out.error("schedule", bp.key("schedule"), e);
@@ -233,8 +286,18 @@ pub fn nodepool(doc: &Value) -> Vec<Finding> {
     }
     if let Some(tspec) = spec.pointer("/template/spec").filter(|s| s.is_object()) {
         let tsp = tp.key("spec");
-        check_duration(&mut out, tspec.get("expireAfter"), tsp.key("expireAfter"), DurationSyntax::HmsOrNever);
-        check_duration(&mut out, tspec.get("terminationGracePeriod"), tsp.key("terminationGracePeriod"), DurationSyntax::Hms);
+        check_duration(
+            &mut out,
+            tspec.get("expireAfter"),
+            tsp.key("expireAfter"),
+            DurationSyntax::HmsOrNever,
+        );
+        check_duration(
+            &mut out,
+            tspec.get("terminationGracePeriod"),
+            tsp.key("terminationGracePeriod"),
+            DurationSyntax::Hms,
+        );
         check_taints(&mut out, tspec, &tsp);
         check_requirements(&mut out, tspec, &tsp);
     }
@@ -247,7 +310,10 @@ const GPU_CATEGORIES: [&str; 2] = ["g", "p"];
 
 fn warnings(out: &mut Out, spec: &Value, sp: &JsonPath) {
     let is_static = spec.get("replicas").is_some_and(|r| !r.is_null());
-    let limits_empty = spec.get("limits").and_then(Value::as_object).is_none_or(|l| l.is_empty());
+    let limits_empty = spec
+        .get("limits")
+        .and_then(Value::as_object)
+        .is_none_or(|l| l.is_empty());
     if !is_static && limits_empty {
         out.push(
             Severity::Warning,
@@ -274,7 +340,9 @@ fn warnings(out: &mut Out, spec: &Value, sp: &JsonPath) {
     let gpu_by_category = values_of("karpenter.k8s.aws/instance-category", "In")
         .is_some_and(|v| !v.is_empty() && v.iter().all(|c| GPU_CATEGORIES.contains(c)));
     let gpu_by_family = values_of("karpenter.k8s.aws/instance-family", "In").is_some_and(|v| {
-        !v.is_empty() && v.iter().all(|f| GPU_CATEGORIES.iter().any(|c| f.starts_with(c)))
+        !v.is_empty()
+            && v.iter()
+                .all(|f| GPU_CATEGORIES.iter().any(|c| f.starts_with(c)))
     });
     let gpu_by_count = reqs.iter().any(|r| {
         str_at(r, "key") == Some("karpenter.k8s.aws/instance-gpu-count")
@@ -297,7 +365,10 @@ mod tests {
     use serde_json::json;
 
     fn codes(doc: &Value) -> Vec<(String, &'static str)> {
-        nodepool(doc).iter().map(|f| (f.path.to_string(), f.code)).collect()
+        nodepool(doc)
+            .iter()
+            .map(|f| (f.path.to_string(), f.code))
+            .collect()
     }
 
     #[test]
@@ -311,7 +382,10 @@ mod tests {
                 ("spec.disruption.consolidateAfter".into(), "duration"),
                 ("spec.disruption.budgets[0].duration".into(), "duration"),
                 ("spec.disruption.budgets[0].schedule".into(), "schedule"),
-                ("spec.template.spec.terminationGracePeriod".into(), "duration"),
+                (
+                    "spec.template.spec.terminationGracePeriod".into(),
+                    "duration"
+                ),
             ]
         );
     }
@@ -323,26 +397,38 @@ mod tests {
             "startupTaints": [{"key": "a", "effect": "NoSchedule"}, {"key": "a", "effect": "NoExecute"}]}}}});
         let got = nodepool(&doc);
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0].path.to_string(), "spec.template.spec.startupTaints[0]");
+        assert_eq!(
+            got[0].path.to_string(),
+            "spec.template.spec.startupTaints[0]"
+        );
         assert!(got[0].message.contains("spec.template.spec.taints[0]"));
     }
 
     #[test]
     fn restricted_labels_and_well_known_values() {
         let doc = json!({"spec": {"limits": {"cpu": "1"}, "template": {
-            "metadata": {"labels": {"kubernetes.io/role": "x", "node.kubernetes.io/pool": "ok", "team": "a b"}},
-            "spec": {"requirements": [
-                {"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                {"key": "k8s.io/foo", "operator": "Exists"},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "preemptible"]}
-            ]}}}});
+        "metadata": {"labels": {"kubernetes.io/role": "x", "node.kubernetes.io/pool": "ok", "team": "a b"}},
+        "spec": {"requirements": [
+            {"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+            {"key": "k8s.io/foo", "operator": "Exists"},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "preemptible"]}
+        ]}}}});
         assert_eq!(
             codes(&doc),
             [
-                ("spec.template.metadata.labels[\"kubernetes.io/role\"]".into(), "label"),
+                (
+                    "spec.template.metadata.labels[\"kubernetes.io/role\"]".into(),
+                    "label"
+                ),
                 ("spec.template.metadata.labels.team".into(), "label"),
-                ("spec.template.spec.requirements[1].key".into(), "requirement"),
-                ("spec.template.spec.requirements[2].values[1]".into(), "requirement"),
+                (
+                    "spec.template.spec.requirements[1].key".into(),
+                    "requirement"
+                ),
+                (
+                    "spec.template.spec.requirements[2].values[1]".into(),
+                    "requirement"
+                ),
             ]
         );
     }
@@ -355,6 +441,10 @@ mod tests {
         ]}}}});
         let got: Vec<&str> = nodepool(&doc).iter().map(|f| f.code).collect();
         assert_eq!(got, ["no-limits", "spot-only-gpu"]);
-        assert!(nodepool(&doc).iter().all(|f| f.severity == Severity::Warning));
+        assert!(
+            nodepool(&doc)
+                .iter()
+                .all(|f| f.severity == Severity::Warning)
+        );
     }
 }

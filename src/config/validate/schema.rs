@@ -33,13 +33,17 @@ fn compiled(kind: ApiKind) -> &'static Compiled {
             .into_iter()
             .map(|k| {
                 let schema = api::validation_schema(k);
-                let validator = jsonschema::validator_for(&schema)
-                    .unwrap_or_else(|e| panic!("generated schema for {} does not compile: {e}", k.kind()));
+                let validator = jsonschema::validator_for(&schema).unwrap_or_else(|e| {
+                    panic!("generated schema for {} does not compile: {e}", k.kind())
+                });
                 (k, Compiled { schema, validator })
             })
             .collect()
     });
-    &all.iter().find(|(k, _)| *k == kind).expect("every ApiKind has a schema").1
+    &all.iter()
+        .find(|(k, _)| *k == kind)
+        .expect("every ApiKind has a schema")
+        .1
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -112,6 +116,14 @@ fn short(v: &Value) -> String {
     }
 }
 
+/// A schema bound as written: `100`, not `100.0`.
+fn number(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        _ => v.to_string(),
+    }
+}
+
 /// Validates `doc` against the schema of `kind`.
 pub fn check(kind: ApiKind, doc: &Value) -> Vec<Finding> {
     let c = compiled(kind);
@@ -181,6 +193,22 @@ pub fn check(kind: ApiKind, doc: &Value) -> Vec<Finding> {
                     keyword,
                 })
             }
+            ValidationErrorKind::Minimum { limit } | ValidationErrorKind::Maximum { limit } => {
+                let (word, limit) = (
+                    if matches!(err.kind(), ValidationErrorKind::Minimum { .. }) {
+                        "less than the minimum"
+                    } else {
+                        "greater than the maximum"
+                    },
+                    number(limit),
+                );
+                out.push(Finding {
+                    message: format!("{} is {word} of {limit}", short(err.instance())),
+                    path,
+                    hint: None,
+                    keyword,
+                })
+            }
             ValidationErrorKind::Pattern { pattern } => out.push(Finding {
                 message: format!("{} does not match `{pattern}`", short(err.instance())),
                 path,
@@ -204,7 +232,10 @@ mod tests {
 
     #[test]
     fn closest_finds_typos() {
-        assert_eq!(closest("requirement", &["requirements", "taints"]), Some("requirements"));
+        assert_eq!(
+            closest("requirement", &["requirements", "taints"]),
+            Some("requirements")
+        );
         assert_eq!(closest("zzz", &["requirements", "taints"]), None);
     }
 }
