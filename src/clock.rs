@@ -178,10 +178,10 @@ mod tests {
 
     #[test]
     fn advance_out_of_range_is_an_error_and_keeps_time() {
-        let clock = ManualClock::new(ts("9999-12-31T23:00:00Z"));
-        let err = clock.advance(Duration::from_secs(86_400)).unwrap_err();
+        let clock = ManualClock::new(Timestamp::MAX);
+        let err = clock.advance(Duration::from_secs(1)).unwrap_err();
         assert!(matches!(err, ClockError::OutOfRange { .. }), "{err}");
-        assert_eq!(clock.now(), ts("9999-12-31T23:00:00Z"));
+        assert_eq!(clock.now(), Timestamp::MAX);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! [`MemoryCluster`]: the in-memory API server.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -372,6 +373,7 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
         ),
     };
     let (mut expected, mut healthy) = (0i32, 0i32);
+    let mut controllers = BTreeMap::new();
     if let Some(pods) = state.store::<Pod>() {
         for (_, p) in pods
             .objects
@@ -379,14 +381,24 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
             .take_while(|(k, _)| k.namespace == namespace)
             .filter(|(_, p)| selector.matches_opt(p.metadata.labels.as_ref()))
         {
-            if !pdb::is_terminal(p) && !pdb::is_terminating(p) {
-                expected = expected.saturating_add(1);
-            }
             if pdb::is_pod_healthy(p) {
                 healthy = healthy.saturating_add(1);
             }
+            if pdb::is_terminal(p) {
+                continue;
+            }
+            let scale = controller_uid(p).and_then(|uid| Some((uid, state.replicas_of(uid)?)));
+            match scale {
+                Some((uid, replicas)) => {
+                    controllers.insert(uid, replicas);
+                }
+                None => expected = expected.saturating_add(1),
+            }
         }
     }
+    expected = controllers
+        .values()
+        .fold(expected, |sum, replicas| sum.saturating_add(*replicas));
     let desired = pdb::healthy_pods_needed(spec, expected)
         .map_err(|e| refuse(format!("cannot be computed: {e}")))?;
     if !pdb::is_pod_ready(pod) {
@@ -403,6 +415,16 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
         )));
     }
     Ok(())
+}
+
+/// The uid of the pod's controller, from its owner references.
+fn controller_uid(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
 }
 
 /// Adds or refreshes the `DisruptionTarget` condition the eviction API sets.

@@ -17,6 +17,8 @@ mod memory;
 mod pdb;
 mod selector;
 mod store;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::sync::Arc;

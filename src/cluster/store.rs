@@ -3,7 +3,7 @@
 //! needs. Everything here runs under the cluster's lock.
 
 use std::any::{Any, TypeId};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -36,8 +36,8 @@ pub(super) struct Shared {
     pub(super) resource_version: u64,
     /// Drives deterministic uids and `generateName` suffixes.
     seq: u64,
-    /// The uids of all stored objects.
-    live_uids: HashSet<String>,
+    /// Where each stored object is, by uid.
+    uids: HashMap<String, (KindId, ObjectKey)>,
     /// Owner uid → the objects naming it in their `ownerReferences`.
     dependents: HashMap<String, BTreeSet<(KindId, ObjectKey)>>,
     pub(super) watch_log_capacity: usize,
@@ -73,7 +73,7 @@ impl Shared {
                 lo >> 48,
                 lo & 0xFFFF_FFFF_FFFF
             );
-            if !self.live_uids.contains(&uid) {
+            if !self.uids.contains_key(&uid) {
                 return uid;
             }
         }
@@ -142,6 +142,9 @@ pub(super) trait ErasedStore: Any + Send + Sync {
         now: Timestamp,
         shared: &mut Shared,
     ) -> Option<String>;
+
+    /// The integer `spec.replicas` of the object `key`, if it has one.
+    fn replicas(&self, key: &ObjectKey) -> Option<i32>;
 }
 
 /// An object's JSON without `metadata`, split into its status and the rest.
@@ -327,7 +330,9 @@ impl<K: Object> KindStore<K> {
             }
             None => {
                 if let Some(uid) = &obj.meta().uid {
-                    shared.live_uids.insert(uid.clone());
+                    shared
+                        .uids
+                        .insert(uid.clone(), (self.info.id.clone(), key.clone()));
                 }
                 EventType::Added
             }
@@ -348,7 +353,7 @@ impl<K: Object> KindStore<K> {
         }
         last.meta_mut().resource_version = Some(rv_string(rv));
         let uid = last.meta().uid.clone().unwrap_or_default();
-        shared.live_uids.remove(&uid);
+        shared.uids.remove(&uid);
         let last = Arc::new(last);
         self.push_event(
             EventType::Deleted,
@@ -409,7 +414,7 @@ impl<K: Object> KindStore<K> {
             if meta
                 .uid
                 .as_ref()
-                .is_some_and(|u| shared.live_uids.contains(u))
+                .is_some_and(|u| shared.uids.contains_key(u))
             {
                 return Err(self.invalid(&key, vec!["metadata.uid: uid is already in use".into()]));
             }
@@ -644,7 +649,7 @@ impl<K: Object> ErasedStore for KindStore<K> {
         let refs = obj.meta().owner_references.as_deref().unwrap_or_default();
         let other_owner_alive = refs
             .iter()
-            .any(|r| r.uid != owner_uid && shared.live_uids.contains(&r.uid));
+            .any(|r| r.uid != owner_uid && shared.uids.contains_key(&r.uid));
         if other_owner_alive {
             let mut updated = K::clone(&obj);
             if let Some(refs) = updated.meta_mut().owner_references.as_mut() {
@@ -654,6 +659,12 @@ impl<K: Object> ErasedStore for KindStore<K> {
             return None;
         }
         self.delete_unchecked(key, obj, now, shared).1
+    }
+
+    fn replicas(&self, key: &ObjectKey) -> Option<i32> {
+        let value = serde_json::to_value(self.objects.get(key)?.as_ref()).ok()?;
+        let replicas = value.pointer("/spec/replicas")?.as_i64()?;
+        i32::try_from(replicas).ok()
     }
 }
 
@@ -670,7 +681,7 @@ impl State {
             shared: Shared {
                 resource_version: 0,
                 seq: 0,
-                live_uids: HashSet::new(),
+                uids: HashMap::new(),
                 dependents: HashMap::new(),
                 watch_log_capacity: DEFAULT_WATCH_LOG_CAPACITY,
             },
@@ -712,6 +723,13 @@ impl State {
             Some(store) => Ok((store, &mut self.shared)),
             None => Err(internal(format!("kind {id} has an inconsistent store"))),
         }
+    }
+
+    /// The integer `spec.replicas` of the stored object with this uid: the
+    /// scale of a workload controller.
+    pub(super) fn replicas_of(&self, uid: &str) -> Option<i32> {
+        let (kind, key) = self.shared.uids.get(uid)?;
+        self.kinds.get(kind)?.replicas(key)
     }
 
     /// Garbage-collects the dependents of removed objects, transitively, in
