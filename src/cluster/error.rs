@@ -1,6 +1,9 @@
 //! The errors the in-memory API server returns, with the HTTP status codes
 //! and reasons a real API server would use for the same failure.
 
+use kube::core::Status;
+use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
+
 use super::ObjectKey;
 
 /// An API request that failed.
@@ -95,6 +98,60 @@ impl ApiError {
     }
 }
 
+impl From<ApiError> for Status {
+    /// The `meta/v1` `Status` a real API server would answer with, so code
+    /// written against kube can treat both servers' errors alike.
+    fn from(e: ApiError) -> Status {
+        let details = match &e {
+            ApiError::NotFound { resource, key }
+            | ApiError::AlreadyExists { resource, key }
+            | ApiError::Conflict { resource, key, .. } => Some(details(resource, key, Vec::new())),
+            ApiError::Invalid {
+                resource,
+                key,
+                messages,
+            } => {
+                let causes = messages
+                    .iter()
+                    .map(|m| StatusCause {
+                        reason: "FieldValueInvalid".into(),
+                        message: m.clone(),
+                        field: String::new(),
+                    })
+                    .collect();
+                Some(details(resource, key, causes))
+            }
+            _ => None,
+        };
+        Status {
+            status: Some(StatusSummary::Failure),
+            code: e.code(),
+            message: e.to_string(),
+            reason: e.reason().into(),
+            details,
+            metadata: None,
+        }
+    }
+}
+
+impl From<ApiError> for kube::Error {
+    fn from(e: ApiError) -> kube::Error {
+        kube::Error::Api(Box::new(Status::from(e)))
+    }
+}
+
+fn details(resource: &str, key: &ObjectKey, causes: Vec<StatusCause>) -> StatusDetails {
+    let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
+    StatusDetails {
+        name: key.name.clone(),
+        group: group.into(),
+        kind: kind.into(),
+        uid: String::new(),
+        causes,
+        retry_after_seconds: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +183,29 @@ mod tests {
             oldest: 9,
         };
         assert_eq!((e.code(), e.reason()), (410, "Expired"));
+    }
+
+    #[test]
+    fn converts_to_the_status_kube_clients_see() {
+        let e = ApiError::Conflict {
+            resource: "nodeclaims.karpenter.sh".into(),
+            key: ObjectKey::cluster("default-abcde"),
+            message: "the object has been modified".into(),
+        };
+        let kube::Error::Api(status) = kube::Error::from(e.clone()) else {
+            panic!("an API error converts to kube::Error::Api");
+        };
+        assert_eq!(status.code, 409);
+        assert_eq!(status.reason, "Conflict");
+        assert_eq!(status.message, e.to_string());
+        let details = status.details.expect("named object");
+        assert_eq!(
+            (
+                details.name.as_str(),
+                details.kind.as_str(),
+                details.group.as_str()
+            ),
+            ("default-abcde", "nodeclaims", "karpenter.sh")
+        );
     }
 }

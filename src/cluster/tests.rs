@@ -1014,3 +1014,16 @@ fn a_pod_under_two_budgets_cannot_be_evicted() {
     assert_eq!((err.code(), err.reason()), (500, "InternalError"));
     assert!(c.get_opt::<Pod>(&key("ns", "web-0")).is_some());
 }
+
+#[test]
+fn the_cluster_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+    assert_send_sync::<MemoryCluster>();
+    let (c, _) = cluster();
+    let writer = c.clone();
+    std::thread::spawn(move || writer.create(node("n1")).map(|_| ()))
+        .join()
+        .expect("thread finished")
+        .expect("created");
+    assert!(c.get_opt::<Node>(&ObjectKey::cluster("n1")).is_some());
+}
