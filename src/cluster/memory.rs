@@ -8,7 +8,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 
-use super::pdb::{self, ALWAYS_ALLOW};
+use super::pdb::{self, ALWAYS_ALLOW, BudgetPods};
 use super::store::State;
 use super::{
     ApiError, DeleteOutcome, Object, ObjectKey, ObjectList, Preconditions, Selector, Validator,
@@ -372,7 +372,7 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
             "Cannot evict pod as it would violate the pod's disruption budget: the disruption budget {budget_name} {detail}"
         ),
     };
-    let (mut expected, mut healthy) = (0i32, 0i32);
+    let mut counts = BudgetPods::default();
     let mut controllers = BTreeMap::new();
     if let Some(pods) = state.store::<Pod>() {
         for (_, p) in pods
@@ -381,37 +381,38 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
             .take_while(|(k, _)| k.namespace == namespace)
             .filter(|(_, p)| selector.matches_opt(p.metadata.labels.as_ref()))
         {
+            counts.matched = counts.matched.saturating_add(1);
             if pdb::is_pod_healthy(p) {
-                healthy = healthy.saturating_add(1);
+                counts.healthy = counts.healthy.saturating_add(1);
             }
             if pdb::is_terminal(p) {
                 continue;
             }
-            let scale = controller_uid(p).and_then(|uid| Some((uid, state.replicas_of(uid)?)));
-            match scale {
+            match controller_uid(p).and_then(|uid| Some((uid, state.replicas_of(uid)?))) {
                 Some((uid, replicas)) => {
                     controllers.insert(uid, replicas);
                 }
-                None => expected = expected.saturating_add(1),
+                None => counts.scale = counts.scale.saturating_add(1),
             }
         }
     }
-    expected = controllers
+    counts.scale = controllers
         .values()
-        .fold(expected, |sum, replicas| sum.saturating_add(*replicas));
-    let desired = pdb::healthy_pods_needed(spec, expected)
-        .map_err(|e| refuse(format!("cannot be computed: {e}")))?;
+        .fold(counts.scale, |sum, replicas| sum.saturating_add(*replicas));
+    let status =
+        pdb::budget_status(spec, counts).map_err(|e| refuse(format!("cannot be computed: {e}")))?;
     if !pdb::is_pod_ready(pod) {
         if spec.unhealthy_pod_eviction_policy.as_deref() == Some(ALWAYS_ALLOW) {
             return Ok(());
         }
-        if healthy >= desired && desired > 0 {
+        if status.current_healthy >= status.desired_healthy && status.desired_healthy > 0 {
             return Ok(());
         }
     }
-    if healthy.saturating_sub(desired) <= 0 {
+    if status.disruptions_allowed <= 0 {
         return Err(refuse(format!(
-            "needs {desired} healthy pods and has {healthy} currently"
+            "needs {} healthy pods and has {} currently",
+            status.desired_healthy, status.current_healthy
         )));
     }
     Ok(())

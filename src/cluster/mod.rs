@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 
 pub use error::ApiError;
 pub use memory::MemoryCluster;
-pub use pdb::{healthy_pods_needed, is_pod_healthy};
+pub use pdb::{BudgetPods, BudgetStatus, budget_status, healthy_pods_needed, is_pod_healthy};
 pub use selector::{Selector, SelectorError};
 
 /// Whether a kind lives in namespaces, read from its `Resource::Scope`.

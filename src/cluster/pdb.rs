@@ -74,6 +74,57 @@ pub fn healthy_pods_needed(spec: &PodDisruptionBudgetSpec, expected: i32) -> Res
     }
 }
 
+/// What a budget's status would say, computed as the disruption controller
+/// does from the pods its selector matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetStatus {
+    pub expected_pods: i32,
+    pub desired_healthy: i32,
+    pub current_healthy: i32,
+    pub disruptions_allowed: i32,
+}
+
+/// Counts of the pods a budget's selector matches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BudgetPods {
+    /// All matching pods.
+    pub matched: i32,
+    /// The pods the workloads are meant to have: their controllers'
+    /// `spec.replicas` summed, plus one for each non-terminal pod whose
+    /// controller is unknown.
+    pub scale: i32,
+    /// Matching pods that are healthy ([`is_pod_healthy`]).
+    pub healthy: i32,
+}
+
+/// The status of a budget over `pods`. An integer `minAvailable` expects
+/// every matching pod; percentages and `maxUnavailable` expect the
+/// workloads' scale. No disruption is allowed when no pod is expected.
+pub fn budget_status(
+    spec: &PodDisruptionBudgetSpec,
+    pods: BudgetPods,
+) -> Result<BudgetStatus, String> {
+    let min_available_count =
+        spec.max_unavailable.is_none() && matches!(spec.min_available, Some(IntOrString::Int(_)));
+    let expected_pods = if min_available_count {
+        pods.matched
+    } else {
+        pods.scale
+    };
+    let desired_healthy = healthy_pods_needed(spec, expected_pods)?;
+    let disruptions_allowed = if expected_pods <= 0 {
+        0
+    } else {
+        pods.healthy.saturating_sub(desired_healthy).max(0)
+    };
+    Ok(BudgetStatus {
+        expected_pods,
+        desired_healthy,
+        current_healthy: pods.healthy,
+        disruptions_allowed,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +163,25 @@ mod tests {
         assert_eq!(healthy_pods_needed(&spec(None, two.clone()), 5), Ok(3));
         assert_eq!(healthy_pods_needed(&spec(None, two), 1), Ok(0));
         assert_eq!(healthy_pods_needed(&spec(None, None), 5), Ok(0));
+    }
+
+    #[test]
+    fn status_expects_matching_pods_for_counts_and_the_scale_otherwise() {
+        let pods = BudgetPods {
+            matched: 5,
+            scale: 3,
+            healthy: 4,
+        };
+        let count = budget_status(&spec(Some(IntOrString::Int(2)), None), pods).expect("valid");
+        assert_eq!((count.expected_pods, count.disruptions_allowed), (5, 2));
+        let pct = budget_status(&spec(pct("100%"), None), pods).expect("valid");
+        assert_eq!((pct.expected_pods, pct.desired_healthy), (3, 3));
+        assert_eq!(pct.disruptions_allowed, 1);
+        let max = budget_status(&spec(None, Some(IntOrString::Int(1))), pods).expect("valid");
+        assert_eq!((max.desired_healthy, max.disruptions_allowed), (2, 2));
+        let none_expected = BudgetPods { scale: 0, ..pods };
+        let max = budget_status(&spec(None, Some(IntOrString::Int(1))), none_expected);
+        assert_eq!(max.expect("valid").disruptions_allowed, 0);
     }
 
     #[test]

@@ -409,17 +409,12 @@ impl<K: Object> KindStore<K> {
                 key,
             });
         }
-        let keep = |v: &Option<String>| restore && v.as_deref().is_some_and(|s| !s.is_empty());
-        if keep(&meta.uid) {
-            if meta
-                .uid
-                .as_ref()
-                .is_some_and(|u| shared.uids.contains_key(u))
-            {
+        match meta.uid.as_deref().filter(|uid| restore && !uid.is_empty()) {
+            Some(uid) if shared.uids.contains_key(uid) => {
                 return Err(self.invalid(&key, vec!["metadata.uid: uid is already in use".into()]));
             }
-        } else {
-            meta.uid = Some(shared.next_uid());
+            Some(_) => {}
+            None => meta.uid = Some(shared.next_uid()),
         }
         if !(restore && meta.creation_timestamp.is_some()) {
             meta.creation_timestamp = Some(now_time(now));
