@@ -147,7 +147,8 @@ pub(super) trait ErasedStore: Any + Send + Sync {
     fn replicas(&self, key: &ObjectKey) -> Option<i32>;
 }
 
-/// An object's JSON without `metadata`, split into its status and the rest.
+/// An object's JSON split into its status and the rest (the "spec"),
+/// without `metadata`, `apiVersion` and `kind`, which never count as spec.
 struct Parts {
     body: Map<String, Value>,
     status: Option<Value>,
@@ -157,7 +158,9 @@ impl Parts {
     fn of<K: Object>(obj: &K) -> Result<Parts, ApiError> {
         match serde_json::to_value(obj) {
             Ok(Value::Object(mut body)) => {
-                body.remove("metadata");
+                for field in ["metadata", "apiVersion", "kind"] {
+                    body.remove(field);
+                }
                 let status = body.remove("status");
                 Ok(Parts { body, status })
             }
@@ -176,9 +179,11 @@ impl Parts {
         meta: ObjectMeta,
     ) -> Result<K, ApiError> {
         let mut map = body.clone();
-        map.insert("metadata".to_string(), Value::Object(Map::new()));
+        map.insert("apiVersion".into(), K::api_version(&()).into_owned().into());
+        map.insert("kind".into(), K::kind(&()).into_owned().into());
+        map.insert("metadata".into(), Value::Object(Map::new()));
         if let Some(status) = status {
-            map.insert("status".to_string(), status.clone());
+            map.insert("status".into(), status.clone());
         }
         let mut obj: K = serde_json::from_value(Value::Object(map))
             .map_err(|e| internal(format!("deserializing {}: {e}", K::kind(&()))))?;

@@ -1027,3 +1027,65 @@ fn the_cluster_can_be_shared_across_threads() {
         .expect("created");
     assert!(c.get_opt::<Node>(&ObjectKey::cluster("n1")).is_some());
 }
+
+// --- custom resources ---------------------------------------------------
+
+/// A cluster-scoped custom resource with a status, shaped like NodePool.
+#[derive(
+    kube::CustomResource,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[kube(
+    group = "test.dovetail.dev",
+    version = "v1",
+    kind = "Widget",
+    status = "WidgetStatus"
+)]
+struct WidgetSpec {
+    size: i32,
+}
+
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+struct WidgetStatus {
+    ready: bool,
+}
+
+#[test]
+fn custom_resources_plug_in_without_changes() {
+    let (c, _) = cluster();
+    let w = c
+        .create(Widget::new("w", WidgetSpec { size: 1 }))
+        .expect("created");
+    assert_eq!(w.metadata.namespace, None, "cluster-scoped");
+    let err = c
+        .create(Widget::new("w", WidgetSpec { size: 2 }))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "widgets.test.dovetail.dev \"w\" already exists"
+    );
+
+    let resized = c
+        .update_with::<Widget>(&ObjectKey::cluster("w"), |w| w.spec.size = 3)
+        .expect("resized");
+    assert_eq!(
+        (resized.spec.size, resized.metadata.generation),
+        (3, Some(2))
+    );
+    let ready = c
+        .update_status_with::<Widget>(&ObjectKey::cluster("w"), |w| {
+            w.status = Some(WidgetStatus { ready: true });
+            w.spec.size = 100;
+        })
+        .expect("status written");
+    assert_eq!(ready.status, Some(WidgetStatus { ready: true }));
+    assert_eq!((ready.spec.size, ready.metadata.generation), (3, Some(2)));
+}
