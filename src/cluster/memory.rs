@@ -295,6 +295,43 @@ impl MemoryCluster {
         Ok(store.subscribe())
     }
 
+    /// Binds a pod to a node (POST on `pods/binding`), as a scheduler does:
+    /// sets `spec.nodeName` and the `PodScheduled` condition without moving
+    /// `generation`. A pod that is already bound or is terminating cannot
+    /// be bound ([`ApiError::Conflict`]).
+    pub fn bind(&self, namespace: &str, name: &str, node_name: &str) -> Result<Arc<Pod>, ApiError> {
+        let now = self.now();
+        let key = ObjectKey::new(namespace, name);
+        let mut state = self.write();
+        let (pods, shared) = state.store_mut::<Pod>()?;
+        let pod = pods
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| pods.not_found(&key))?;
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Err(pods.conflict(
+                &key,
+                format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        if let Some(bound) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+        {
+            return Err(pods.conflict(
+                &key,
+                format!("pod {name} is already assigned to node {bound:?}"),
+            ));
+        }
+        let mut bound = Pod::clone(&pod);
+        bound.spec.get_or_insert_default().node_name = Some(node_name.into());
+        set_true_condition(&mut bound, "PodScheduled", None, None, now);
+        Ok(pods.modify(&key, bound, shared))
+    }
+
     /// Evicts a pod (POST on `pods/eviction`), honouring
     /// PodDisruptionBudgets as the API server does:
     /// - pods that are `Pending`, `Succeeded`, `Failed` or already
@@ -330,7 +367,13 @@ impl MemoryCluster {
         }
         let (pods, shared) = state.store_mut::<Pod>()?;
         let mut marked = Pod::clone(&pod);
-        if set_disruption_target(&mut marked, now) {
+        if set_true_condition(
+            &mut marked,
+            "DisruptionTarget",
+            Some("EvictionByEvictionAPI"),
+            Some("Eviction API: evicting"),
+            now,
+        ) {
             pods.modify(&key, marked, shared);
         }
         let (outcome, removed) = pods.delete(&key, &Preconditions::default(), now, shared)?;
@@ -428,23 +471,29 @@ fn controller_uid(pod: &Pod) -> Option<&str> {
         .map(|r| r.uid.as_str())
 }
 
-/// Adds or refreshes the `DisruptionTarget` condition the eviction API sets.
-/// Returns whether the pod changed.
-fn set_disruption_target(pod: &mut Pod, now: Timestamp) -> bool {
-    let condition = PodCondition {
-        type_: "DisruptionTarget".into(),
-        status: "True".into(),
-        reason: Some("EvictionByEvictionAPI".into()),
-        message: Some("Eviction API: evicting".into()),
-        last_transition_time: Some(Time(truncate_to_second(now))),
-        ..Default::default()
-    };
+/// Sets the pod condition `type_` to `True`, stamping the transition time
+/// if it changes. Returns whether the pod changed.
+fn set_true_condition(
+    pod: &mut Pod,
+    type_: &str,
+    reason: Option<&str>,
+    message: Option<&str>,
+    now: Timestamp,
+) -> bool {
     let conditions = pod
         .status
         .get_or_insert_default()
         .conditions
         .get_or_insert_default();
-    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+    let condition = PodCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reason.map(Into::into),
+        message: message.map(Into::into),
+        last_transition_time: Some(Time(truncate_to_second(now))),
+        ..Default::default()
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(existing) if existing.status == condition.status => return false,
         Some(existing) => *existing = condition,
         None => conditions.push(condition),

@@ -11,6 +11,30 @@
 //! Linkerd index: logic and tests call it directly, and an async watcher
 //! waits on [`MemoryCluster::subscribe`] and then reads
 //! [`MemoryCluster::watch_from`].
+//!
+//! # Differences from a real API server
+//! Deliberate, to keep the store small, fast and reproducible:
+//! - Deletion has no grace period: an object without finalizers is gone at
+//!   once, including pods (no kubelet confirmation).
+//! - Garbage collection runs inside the delete, in background mode only
+//!   (no foreground or orphan propagation, `blockOwnerDeletion` ignored),
+//!   and only when an owner is removed: an object created with references
+//!   to owners that never existed is kept.
+//! - Every kind behaves as if it had a status subresource, but create keeps
+//!   the status it is given (the real server resets a pod's status), so
+//!   tests and simulations can create running pods in one step.
+//! - Names are only required to be non-empty, and field immutability (such
+//!   as a pod's spec) is left to validators.
+//! - uids and `generateName` suffixes come from a fixed sequence, so runs
+//!   are reproducible.
+//! - Evictions compute the PodDisruptionBudget's status from the current
+//!   pods instead of reading the status a disruption controller wrote. The
+//!   expected pods are the `spec.replicas` of the pods' controllers when
+//!   those objects are stored (of any kind), otherwise one per non-terminal
+//!   pod; the real controller ignores pods without a controller.
+//! - Watches have no bookmarks and no selectors; watching from a future
+//!   resource version returns no events rather than an error. Lists have no
+//!   pagination.
 
 mod error;
 mod memory;

@@ -234,7 +234,7 @@ impl<K: Object> KindStore<K> {
         }
     }
 
-    fn conflict(&self, key: &ObjectKey, message: String) -> ApiError {
+    pub(super) fn conflict(&self, key: &ObjectKey, message: String) -> ApiError {
         ApiError::Conflict {
             resource: self.info.resource.clone(),
             key: key.clone(),

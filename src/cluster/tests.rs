@@ -1089,3 +1089,35 @@ fn custom_resources_plug_in_without_changes() {
     assert_eq!(ready.status, Some(WidgetStatus { ready: true }));
     assert_eq!((ready.spec.size, ready.metadata.generation), (3, Some(2)));
 }
+
+// --- binding ----------------------------------------------------------------
+
+#[test]
+fn binding_assigns_a_node_once() {
+    let (c, _) = cluster();
+    let created = c.create(pod("ns", "a", "web")).expect("created");
+    let bound = c.bind("ns", "a", "n1").expect("bound");
+    assert_eq!(
+        bound.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("n1")
+    );
+    assert_eq!(bound.metadata.generation, created.metadata.generation);
+    let scheduled = bound.status.as_ref().and_then(|s| s.conditions.as_ref());
+    assert!(scheduled.is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True")
+    }));
+
+    let err = c.bind("ns", "a", "n2").unwrap_err();
+    assert!(
+        err.is_conflict() && err.to_string().contains("already assigned"),
+        "{err}"
+    );
+    assert!(c.bind("ns", "missing", "n1").unwrap_err().is_not_found());
+
+    let mut held = pod("ns", "held", "web");
+    held.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(held).expect("created");
+    c.delete::<Pod>(&key("ns", "held")).expect("marked");
+    assert!(c.bind("ns", "held", "n1").unwrap_err().is_conflict());
+}
