@@ -140,11 +140,7 @@ impl MemoryCluster {
     pub fn get<K: Object>(&self, key: &ObjectKey) -> Result<Arc<K>, ApiError> {
         let state = self.read();
         match state.store::<K>() {
-            Some(store) => store
-                .objects
-                .get(key)
-                .cloned()
-                .ok_or_else(|| store.not_found(key)),
+            Some(store) => store.existing(key),
             None => Err(ApiError::NotFound {
                 resource: K::plural(&()).into_owned(),
                 key: key.clone(),
@@ -304,11 +300,7 @@ impl MemoryCluster {
         let key = ObjectKey::new(namespace, name);
         let mut state = self.write();
         let (pods, shared) = state.store_mut::<Pod>()?;
-        let pod = pods
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| pods.not_found(&key))?;
+        let pod = pods.existing(&key)?;
         if pod.metadata.deletion_timestamp.is_some() {
             return Err(pods.conflict(
                 &key,
@@ -350,11 +342,7 @@ impl MemoryCluster {
         let key = ObjectKey::new(namespace, name);
         let mut state = self.write();
         let pod = match state.store::<Pod>() {
-            Some(pods) => pods
-                .objects
-                .get(&key)
-                .cloned()
-                .ok_or_else(|| pods.not_found(&key))?,
+            Some(pods) => pods.existing(&key)?,
             None => {
                 return Err(ApiError::NotFound {
                     resource: "pods".into(),

@@ -227,6 +227,14 @@ impl<K: Object> KindStore<K> {
         }
     }
 
+    /// The stored object at `key`, or `NotFound`.
+    pub(super) fn existing(&self, key: &ObjectKey) -> Result<Arc<K>, ApiError> {
+        self.objects
+            .get(key)
+            .cloned()
+            .ok_or_else(|| self.not_found(key))
+    }
+
     pub(super) fn not_found(&self, key: &ObjectKey) -> ApiError {
         ApiError::NotFound {
             resource: self.info.resource.clone(),
@@ -474,11 +482,7 @@ impl<K: Object> KindStore<K> {
         shared: &mut Shared,
     ) -> Result<(Arc<K>, Option<String>), ApiError> {
         let key = self.normalise_key(obj.meta_mut());
-        let old = self
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| self.not_found(&key))?;
+        let old = self.existing(&key)?;
         let old_meta = old.meta();
         self.check_identity(&key, obj.meta(), old_meta)?;
         {
@@ -542,11 +546,7 @@ impl<K: Object> KindStore<K> {
         shared: &mut Shared,
     ) -> Result<Arc<K>, ApiError> {
         let key = self.normalise_key(obj.meta_mut());
-        let old = self
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| self.not_found(&key))?;
+        let old = self.existing(&key)?;
         self.check_identity(&key, obj.meta(), old.meta())?;
         let old_parts = Parts::of(old.as_ref())?;
         let new_parts = Parts::of(&obj)?;
@@ -582,35 +582,45 @@ impl<K: Object> KindStore<K> {
         now: Timestamp,
         shared: &mut Shared,
     ) -> Result<(DeleteOutcome<K>, Option<String>), ApiError> {
-        let old = self
-            .objects
-            .get(key)
-            .cloned()
-            .ok_or_else(|| self.not_found(key))?;
+        let old = self.existing(key)?;
         let meta = old.meta();
-        if let Some(uid) = &preconditions.uid
-            && Some(uid) != meta.uid.as_ref()
-        {
-            return Err(self.conflict(
-                key,
-                format!(
-                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
-                    meta.uid.as_deref().unwrap_or_default()
-                ),
-            ));
-        }
-        if let Some(rv) = &preconditions.resource_version
-            && Some(rv) != meta.resource_version.as_ref()
-        {
-            return Err(self.conflict(
-                key,
-                format!(
-                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
-                    meta.resource_version.as_deref().unwrap_or_default()
-                ),
-            ));
-        }
+        self.check_precondition(
+            key,
+            "UID",
+            preconditions.uid.as_deref(),
+            meta.uid.as_deref(),
+            "deleted and then recreated",
+        )?;
+        self.check_precondition(
+            key,
+            "ResourceVersion",
+            preconditions.resource_version.as_deref(),
+            meta.resource_version.as_deref(),
+            "modified",
+        )?;
         Ok(self.delete_unchecked(key, old, now, shared))
+    }
+
+    /// Fails with a conflict if a `field` precondition is set and differs
+    /// from the stored value.
+    fn check_precondition(
+        &self,
+        key: &ObjectKey,
+        field: &str,
+        wanted: Option<&str>,
+        stored: Option<&str>,
+        what_happened: &str,
+    ) -> Result<(), ApiError> {
+        match wanted {
+            Some(wanted) if Some(wanted) != stored => Err(self.conflict(
+                key,
+                format!(
+                    "the {field} in the precondition ({wanted}) does not match the {field} in record ({}). The object might have been {what_happened}",
+                    stored.unwrap_or_default()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn delete_unchecked(
