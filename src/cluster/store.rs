@@ -526,7 +526,7 @@ impl<K: Object> KindStore<K> {
             return Ok((old, None));
         }
         if spec_changed {
-            obj.meta_mut().generation = Some(old_meta.generation.unwrap_or(0) + 1);
+            obj.meta_mut().generation = Some(old_meta.generation.unwrap_or(0).saturating_add(1));
         }
         self.validate(&key, Some(old.as_ref()), &obj)?;
         if obj.meta().deletion_timestamp.is_some()
