@@ -6,6 +6,8 @@
 
 pub mod api;
 pub mod cli;
+pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod diag;
 pub mod model;

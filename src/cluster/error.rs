@@ -1,0 +1,211 @@
+//! The errors the in-memory API server returns, with the HTTP status codes
+//! and reasons a real API server would use for the same failure.
+
+use kube::core::Status;
+use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
+
+use super::ObjectKey;
+
+/// An API request that failed.
+///
+/// `resource` is the plural resource name with its group, as in the real
+/// API server's messages (`pods`, `nodepools.karpenter.sh`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 404: the object does not exist.
+    #[error("{resource} {:?} not found", .key.name)]
+    NotFound { resource: String, key: ObjectKey },
+    /// 409: an object with this name already exists.
+    #[error("{resource} {:?} already exists", .key.name)]
+    AlreadyExists { resource: String, key: ObjectKey },
+    /// 409: a stale `resourceVersion` or a mismatched precondition.
+    #[error("operation cannot be fulfilled on {resource} {:?}: {message}", .key.name)]
+    Conflict {
+        resource: String,
+        key: ObjectKey,
+        message: String,
+    },
+    /// 422: the object failed validation or admission.
+    #[error("{resource} {:?} is invalid: {}", .key.name, .messages.join("; "))]
+    Invalid {
+        resource: String,
+        key: ObjectKey,
+        messages: Vec<String>,
+    },
+    /// 400: the request itself is malformed.
+    #[error("bad request: {message}")]
+    BadRequest { message: String },
+    /// 410: a watch asked for events that have been compacted away; relist.
+    #[error("too old resource version: {requested} ({oldest})")]
+    Gone { requested: u64, oldest: u64 },
+    /// 429: an eviction would violate a PodDisruptionBudget.
+    #[error("{message}")]
+    TooManyRequests { message: String },
+    /// 500: the server cannot handle the request, e.g. a pod covered by more
+    /// than one PodDisruptionBudget.
+    #[error("internal error: {message}")]
+    Internal { message: String },
+}
+
+impl ApiError {
+    /// The HTTP status code the API server answers with.
+    pub fn code(&self) -> u16 {
+        match self {
+            ApiError::NotFound { .. } => 404,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::Invalid { .. } => 422,
+            ApiError::BadRequest { .. } => 400,
+            ApiError::Gone { .. } => 410,
+            ApiError::TooManyRequests { .. } => 429,
+            ApiError::Internal { .. } => 500,
+        }
+    }
+
+    /// The `reason` of the `meta/v1` `Status` the API server answers with.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::NotFound { .. } => "NotFound",
+            ApiError::AlreadyExists { .. } => "AlreadyExists",
+            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Invalid { .. } => "Invalid",
+            ApiError::BadRequest { .. } => "BadRequest",
+            ApiError::Gone { .. } => "Expired",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
+            ApiError::Internal { .. } => "InternalError",
+        }
+    }
+
+    /// A bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::AlreadyExists { .. } => "already_exists",
+            ApiError::Conflict { .. } => "conflict",
+            ApiError::Invalid { .. } => "invalid",
+            ApiError::BadRequest { .. } => "bad_request",
+            ApiError::Gone { .. } => "gone",
+            ApiError::TooManyRequests { .. } => "too_many_requests",
+            ApiError::Internal { .. } => "internal",
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ApiError::NotFound { .. })
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ApiError::Conflict { .. })
+    }
+}
+
+impl From<ApiError> for Status {
+    /// The `meta/v1` `Status` a real API server would answer with, so code
+    /// written against kube can treat both servers' errors alike.
+    fn from(e: ApiError) -> Status {
+        let details = match &e {
+            ApiError::NotFound { resource, key }
+            | ApiError::AlreadyExists { resource, key }
+            | ApiError::Conflict { resource, key, .. } => Some(details(resource, key, Vec::new())),
+            ApiError::Invalid {
+                resource,
+                key,
+                messages,
+            } => {
+                let causes = messages
+                    .iter()
+                    .map(|m| StatusCause {
+                        reason: "FieldValueInvalid".into(),
+                        message: m.clone(),
+                        field: String::new(),
+                    })
+                    .collect();
+                Some(details(resource, key, causes))
+            }
+            _ => None,
+        };
+        Status {
+            status: Some(StatusSummary::Failure),
+            code: e.code(),
+            message: e.to_string(),
+            reason: e.reason().into(),
+            details,
+            metadata: None,
+        }
+    }
+}
+
+impl From<ApiError> for kube::Error {
+    fn from(e: ApiError) -> kube::Error {
+        kube::Error::Api(Box::new(Status::from(e)))
+    }
+}
+
+fn details(resource: &str, key: &ObjectKey, causes: Vec<StatusCause>) -> StatusDetails {
+    let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
+    StatusDetails {
+        name: key.name.clone(),
+        group: group.into(),
+        kind: kind.into(),
+        uid: String::new(),
+        causes,
+        retry_after_seconds: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_reasons_and_messages_follow_the_api_server() {
+        let key = ObjectKey::new("default", "web-1");
+        let e = ApiError::NotFound {
+            resource: "pods".into(),
+            key: key.clone(),
+        };
+        assert_eq!(
+            (e.code(), e.reason(), e.metric_label()),
+            (404, "NotFound", "not_found")
+        );
+        assert_eq!(e.to_string(), "pods \"web-1\" not found");
+        let e = ApiError::Invalid {
+            resource: "nodepools.karpenter.sh".into(),
+            key,
+            messages: vec!["a".into(), "b".into()],
+        };
+        assert_eq!((e.code(), e.reason()), (422, "Invalid"));
+        assert_eq!(
+            e.to_string(),
+            "nodepools.karpenter.sh \"web-1\" is invalid: a; b"
+        );
+        let e = ApiError::Gone {
+            requested: 3,
+            oldest: 9,
+        };
+        assert_eq!((e.code(), e.reason()), (410, "Expired"));
+    }
+
+    #[test]
+    fn converts_to_the_status_kube_clients_see() {
+        let e = ApiError::Conflict {
+            resource: "nodeclaims.karpenter.sh".into(),
+            key: ObjectKey::cluster("default-abcde"),
+            message: "the object has been modified".into(),
+        };
+        let kube::Error::Api(status) = kube::Error::from(e.clone()) else {
+            panic!("an API error converts to kube::Error::Api");
+        };
+        assert_eq!(status.code, 409);
+        assert_eq!(status.reason, "Conflict");
+        assert_eq!(status.message, e.to_string());
+        let details = status.details.expect("named object");
+        assert_eq!(
+            (
+                details.name.as_str(),
+                details.kind.as_str(),
+                details.group.as_str()
+            ),
+            ("default-abcde", "nodeclaims", "karpenter.sh")
+        );
+    }
+}

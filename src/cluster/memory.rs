@@ -1,0 +1,490 @@
+//! [`MemoryCluster`]: the in-memory API server.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::watch;
+
+use super::pdb::{self, ALWAYS_ALLOW, BudgetPods};
+use super::store::State;
+use super::{
+    ApiError, DeleteOutcome, Object, ObjectKey, ObjectList, Preconditions, Selector, Validator,
+    WatchEvent,
+};
+use crate::clock::{Clock, Timestamp, truncate_to_second};
+
+/// How often the `*_with` helpers retry on a conflict, as client-go's
+/// `retry.DefaultRetry` does.
+const CONFLICT_RETRIES: usize = 5;
+
+/// An in-memory API server for typed objects.
+///
+/// Cheap to clone; clones share the same objects. Kinds are registered on
+/// first write (or with [`MemoryCluster::register`]); reading a kind that
+/// was never written finds nothing.
+///
+/// Semantics, as the real API server's:
+/// - one global, strictly increasing `resourceVersion`; replacing with a
+///   stale one is a [`ApiError::Conflict`];
+/// - `uid`, `creationTimestamp` and `generation` are set on create;
+///   `generation` moves when anything but metadata and status changes;
+/// - every kind behaves as if it had a status subresource: [`replace`]
+///   ignores status changes, [`update_status`] ignores everything else;
+/// - writes that change nothing are not stored and emit no event;
+/// - finalizers hold a deleted object with a `deletionTimestamp` until the
+///   last one is removed;
+/// - removing an object garbage-collects its dependents (background
+///   propagation) across all kinds;
+/// - each kind keeps a bounded watch log ([`watch_from`]).
+///
+/// [`replace`]: MemoryCluster::replace
+/// [`update_status`]: MemoryCluster::update_status
+/// [`watch_from`]: MemoryCluster::watch_from
+#[derive(Clone)]
+pub struct MemoryCluster {
+    clock: Arc<dyn Clock>,
+    state: Arc<RwLock<State>>,
+}
+
+impl std::fmt::Debug for MemoryCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryCluster")
+            .field("resource_version", &self.resource_version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryCluster {
+    /// An empty cluster that stamps objects with times from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryCluster {
+            clock,
+            state: Arc::new(RwLock::new(State::new())),
+        }
+    }
+
+    /// Keeps at most `capacity` (at least 1) watch events per kind; older
+    /// ones are compacted and watching from before them is
+    /// [`ApiError::Gone`].
+    pub fn with_watch_log_capacity(self, capacity: usize) -> Self {
+        self.write().shared.watch_log_capacity = capacity.max(1);
+        self
+    }
+
+    /// The clock objects are stamped with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        // Nothing mutates the state before all fallible steps are done, so
+        // a panic in another thread (a validator) leaves it consistent.
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// The last resource version issued.
+    pub fn resource_version(&self) -> u64 {
+        self.read().shared.resource_version
+    }
+
+    /// Registers a kind ahead of use. Fails if another Rust type already
+    /// claimed the same `apiVersion` and `kind`.
+    pub fn register<K: Object>(&self) -> Result<(), ApiError> {
+        self.write().store_mut::<K>().map(|_| ())
+    }
+
+    /// Adds an admission check for `K`; checks run in the order added and
+    /// all their messages are reported together.
+    pub fn add_validator<K: Object>(
+        &self,
+        validator: impl Validator<K> + 'static,
+    ) -> Result<(), ApiError> {
+        let mut state = self.write();
+        let (store, _) = state.store_mut::<K>()?;
+        store.validators.push(Arc::new(validator));
+        Ok(())
+    }
+
+    /// Creates an object (POST). Namespaced objects without a namespace go to
+    /// `default`; `generateName` is honoured.
+    pub fn create<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
+        let now = self.now();
+        let mut state = self.write();
+        let (store, shared) = state.store_mut::<K>()?;
+        store.create(obj, now, shared, false)
+    }
+
+    /// Loads an object as it was in a snapshot: its `uid`,
+    /// `creationTimestamp`, `generation`, `deletionTimestamp` and status are
+    /// kept (missing ones are filled in as on create), any
+    /// `resourceVersion` is replaced, and validators are not run.
+    pub fn restore<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
+        let now = self.now();
+        let mut state = self.write();
+        let (store, shared) = state.store_mut::<K>()?;
+        store.create(obj, now, shared, true)
+    }
+
+    /// Reads one object.
+    pub fn get<K: Object>(&self, key: &ObjectKey) -> Result<Arc<K>, ApiError> {
+        let state = self.read();
+        match state.store::<K>() {
+            Some(store) => store.existing(key),
+            None => Err(ApiError::NotFound {
+                resource: K::plural(&()).into_owned(),
+                key: key.clone(),
+            }),
+        }
+    }
+
+    /// Reads one object, `None` if it does not exist.
+    pub fn get_opt<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.read().store::<K>()?.objects.get(key).cloned()
+    }
+
+    /// Lists the objects of a kind whose labels match `selector`, in one
+    /// namespace or (`None`) all, ordered by namespace and name. The
+    /// namespace is ignored for cluster-scoped kinds.
+    pub fn list<K: Object>(&self, namespace: Option<&str>, selector: &Selector) -> ObjectList<K> {
+        let state = self.read();
+        let resource_version = state.shared.resource_version;
+        let Some(store) = state.store::<K>() else {
+            return ObjectList {
+                items: Vec::new(),
+                resource_version,
+            };
+        };
+        let selected = |obj: &&Arc<K>| selector.matches_opt(obj.meta().labels.as_ref());
+        let items = match namespace.filter(|_| store.info.namespaced) {
+            Some(ns) => store
+                .objects
+                .range(ObjectKey::new(ns, "")..)
+                .take_while(|(k, _)| k.namespace == ns)
+                .map(|(_, o)| o)
+                .filter(selected)
+                .cloned()
+                .collect(),
+            None => store.objects.values().filter(selected).cloned().collect(),
+        };
+        ObjectList {
+            items,
+            resource_version,
+        }
+    }
+
+    /// Replaces an object (PUT). A non-empty `metadata.resourceVersion` must
+    /// match the stored one; an empty one replaces unconditionally. Status
+    /// changes are ignored (use [`MemoryCluster::update_status`]).
+    /// Removing the last finalizer of a terminating object removes it; the
+    /// returned object is then its final state.
+    pub fn replace<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
+        let now = self.now();
+        let mut state = self.write();
+        let (store, shared) = state.store_mut::<K>()?;
+        let (obj, removed) = store.replace(obj, shared)?;
+        state.collect_garbage(removed, now);
+        Ok(obj)
+    }
+
+    /// Replaces the status of an object (PUT on `/status`); all other
+    /// changes are ignored. Resource-version rules as for
+    /// [`MemoryCluster::replace`].
+    pub fn update_status<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
+        let mut state = self.write();
+        let (store, shared) = state.store_mut::<K>()?;
+        store.update_status(obj, shared)
+    }
+
+    /// Reads the object, applies `f` to a copy and replaces it, retrying on
+    /// conflicts: the client-side equivalent of a patch. `f` may run more
+    /// than once; changes it makes to the name or namespace are ignored.
+    pub fn update_with<K: Object>(
+        &self,
+        key: &ObjectKey,
+        f: impl FnMut(&mut K),
+    ) -> Result<Arc<K>, ApiError> {
+        self.retry_on_conflict(key, f, |obj| self.replace(obj))
+    }
+
+    /// [`MemoryCluster::update_with`] for the status.
+    pub fn update_status_with<K: Object>(
+        &self,
+        key: &ObjectKey,
+        f: impl FnMut(&mut K),
+    ) -> Result<Arc<K>, ApiError> {
+        self.retry_on_conflict(key, f, |obj| self.update_status(obj))
+    }
+
+    fn retry_on_conflict<K: Object>(
+        &self,
+        key: &ObjectKey,
+        mut f: impl FnMut(&mut K),
+        mut write: impl FnMut(K) -> Result<Arc<K>, ApiError>,
+    ) -> Result<Arc<K>, ApiError> {
+        let mut attempt = 0;
+        loop {
+            let current = self.get::<K>(key)?;
+            let mut obj = K::clone(&current);
+            f(&mut obj);
+            let meta = obj.meta_mut();
+            meta.name.clone_from(&current.meta().name);
+            meta.namespace.clone_from(&current.meta().namespace);
+            match write(obj) {
+                Err(e) if e.is_conflict() && attempt + 1 < CONFLICT_RETRIES => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    /// Deletes an object (DELETE, background propagation).
+    pub fn delete<K: Object>(&self, key: &ObjectKey) -> Result<DeleteOutcome<K>, ApiError> {
+        self.delete_with(key, &Preconditions::default())
+    }
+
+    /// Deletes an object if the preconditions hold.
+    pub fn delete_with<K: Object>(
+        &self,
+        key: &ObjectKey,
+        preconditions: &Preconditions,
+    ) -> Result<DeleteOutcome<K>, ApiError> {
+        let now = self.now();
+        let mut state = self.write();
+        let (store, shared) = state.store_mut::<K>()?;
+        let (outcome, removed) = store.delete(key, preconditions, now, shared)?;
+        state.collect_garbage(removed, now);
+        Ok(outcome)
+    }
+
+    /// The events of kind `K` after `resource_version`, oldest first. Use
+    /// the `resource_version` of a list, then of the last event seen.
+    /// [`ApiError::Gone`] means events were compacted away: relist.
+    pub fn watch_from<K: Object>(
+        &self,
+        resource_version: u64,
+    ) -> Result<Vec<WatchEvent<K>>, ApiError> {
+        match self.read().store::<K>() {
+            Some(store) => store.events_after(resource_version),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// A receiver that changes to the latest event's resource version
+    /// whenever an object of kind `K` changes; an async watcher awaits
+    /// `changed()` and then calls [`MemoryCluster::watch_from`].
+    pub fn subscribe<K: Object>(&self) -> Result<watch::Receiver<u64>, ApiError> {
+        if let Some(store) = self.read().store::<K>() {
+            return Ok(store.subscribe());
+        }
+        let mut state = self.write();
+        let (store, _) = state.store_mut::<K>()?;
+        Ok(store.subscribe())
+    }
+
+    /// Binds a pod to a node (POST on `pods/binding`), as a scheduler does:
+    /// sets `spec.nodeName` and the `PodScheduled` condition without moving
+    /// `generation`. A pod that is already bound or is terminating cannot
+    /// be bound ([`ApiError::Conflict`]).
+    pub fn bind(&self, namespace: &str, name: &str, node_name: &str) -> Result<Arc<Pod>, ApiError> {
+        let now = self.now();
+        let key = ObjectKey::new(namespace, name);
+        let mut state = self.write();
+        let (pods, shared) = state.store_mut::<Pod>()?;
+        let pod = pods.existing(&key)?;
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Err(pods.conflict(
+                &key,
+                format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        if let Some(bound) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+        {
+            return Err(pods.conflict(
+                &key,
+                format!("pod {name} is already assigned to node {bound:?}"),
+            ));
+        }
+        let mut bound = Pod::clone(&pod);
+        bound.spec.get_or_insert_default().node_name = Some(node_name.into());
+        set_true_condition(&mut bound, "PodScheduled", None, None, now);
+        Ok(pods.modify(&key, bound, shared))
+    }
+
+    /// Evicts a pod (POST on `pods/eviction`), honouring
+    /// PodDisruptionBudgets as the API server does:
+    /// - pods that are `Pending`, `Succeeded`, `Failed` or already
+    ///   terminating are deleted without consulting budgets;
+    /// - a pod covered by more than one budget cannot be evicted
+    ///   ([`ApiError::Internal`], 500);
+    /// - otherwise the budget must allow a disruption, else
+    ///   [`ApiError::TooManyRequests`] (429) naming the budget. An unready
+    ///   pod may go when the budget is met (or its
+    ///   `unhealthyPodEvictionPolicy` is `AlwaysAllow`).
+    ///
+    /// On success the pod gets a `DisruptionTarget` condition and is
+    /// deleted, honouring its finalizers.
+    pub fn evict(&self, namespace: &str, name: &str) -> Result<DeleteOutcome<Pod>, ApiError> {
+        let now = self.now();
+        let key = ObjectKey::new(namespace, name);
+        let mut state = self.write();
+        let pod = match state.store::<Pod>() {
+            Some(pods) => pods.existing(&key)?,
+            None => {
+                return Err(ApiError::NotFound {
+                    resource: "pods".into(),
+                    key,
+                });
+            }
+        };
+        if !pdb::can_ignore_pdb(&pod) {
+            check_disruption_budget(&state, &pod)?;
+        }
+        let (pods, shared) = state.store_mut::<Pod>()?;
+        let mut marked = Pod::clone(&pod);
+        if set_true_condition(
+            &mut marked,
+            "DisruptionTarget",
+            Some("EvictionByEvictionAPI"),
+            Some("Eviction API: evicting"),
+            now,
+        ) {
+            pods.modify(&key, marked, shared);
+        }
+        let (outcome, removed) = pods.delete(&key, &Preconditions::default(), now, shared)?;
+        state.collect_garbage(removed, now);
+        Ok(outcome)
+    }
+}
+
+/// Refuses the eviction of `pod` if its PodDisruptionBudget does not allow
+/// a disruption. The budget's status is computed from the current pods
+/// rather than read from the object.
+fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let Some(budgets) = state.store::<PodDisruptionBudget>() else {
+        return Ok(());
+    };
+    let labels = pod.metadata.labels.as_ref();
+    let mut matching = budgets
+        .objects
+        .range(ObjectKey::new(namespace, "")..)
+        .take_while(|(k, _)| k.namespace == namespace)
+        .filter_map(|(_, b)| {
+            let spec = b.spec.as_ref()?;
+            // A budget with an invalid selector matches no pod.
+            let selector = Selector::from_optional(spec.selector.as_ref()).ok()?;
+            selector.matches_opt(labels).then_some((b, spec, selector))
+        });
+    let Some((budget, spec, selector)) = matching.next() else {
+        return Ok(());
+    };
+    if matching.next().is_some() {
+        return Err(ApiError::Internal {
+            message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+        });
+    }
+    let budget_name = budget.metadata.name.as_deref().unwrap_or_default();
+    let refuse = |detail: String| ApiError::TooManyRequests {
+        message: format!(
+            "Cannot evict pod as it would violate the pod's disruption budget: the disruption budget {budget_name} {detail}"
+        ),
+    };
+    let mut counts = BudgetPods::default();
+    let mut controllers = BTreeMap::new();
+    if let Some(pods) = state.store::<Pod>() {
+        for (_, p) in pods
+            .objects
+            .range(ObjectKey::new(namespace, "")..)
+            .take_while(|(k, _)| k.namespace == namespace)
+            .filter(|(_, p)| selector.matches_opt(p.metadata.labels.as_ref()))
+        {
+            counts.matched = counts.matched.saturating_add(1);
+            if pdb::is_pod_healthy(p) {
+                counts.healthy = counts.healthy.saturating_add(1);
+            }
+            if pdb::is_terminal(p) {
+                continue;
+            }
+            match controller_uid(p).and_then(|uid| Some((uid, state.replicas_of(uid)?))) {
+                Some((uid, replicas)) => {
+                    controllers.insert(uid, replicas);
+                }
+                None => counts.scale = counts.scale.saturating_add(1),
+            }
+        }
+    }
+    counts.scale = controllers
+        .values()
+        .fold(counts.scale, |sum, replicas| sum.saturating_add(*replicas));
+    let status =
+        pdb::budget_status(spec, counts).map_err(|e| refuse(format!("cannot be computed: {e}")))?;
+    if !pdb::is_pod_ready(pod) {
+        if spec.unhealthy_pod_eviction_policy.as_deref() == Some(ALWAYS_ALLOW) {
+            return Ok(());
+        }
+        if status.current_healthy >= status.desired_healthy && status.desired_healthy > 0 {
+            return Ok(());
+        }
+    }
+    if status.disruptions_allowed <= 0 {
+        return Err(refuse(format!(
+            "needs {} healthy pods and has {} currently",
+            status.desired_healthy, status.current_healthy
+        )));
+    }
+    Ok(())
+}
+
+/// The uid of the pod's controller, from its owner references.
+fn controller_uid(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+/// Sets the pod condition `type_` to `True`, stamping the transition time
+/// if it changes. Returns whether the pod changed.
+fn set_true_condition(
+    pod: &mut Pod,
+    type_: &str,
+    reason: Option<&str>,
+    message: Option<&str>,
+    now: Timestamp,
+) -> bool {
+    let conditions = pod
+        .status
+        .get_or_insert_default()
+        .conditions
+        .get_or_insert_default();
+    let condition = PodCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reason.map(Into::into),
+        message: message.map(Into::into),
+        last_transition_time: Some(Time(truncate_to_second(now))),
+        ..Default::default()
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) if existing.status == condition.status => return false,
+        Some(existing) => *existing = condition,
+        None => conditions.push(condition),
+    }
+    true
+}

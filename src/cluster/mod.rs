@@ -1,0 +1,213 @@
+//! An in-memory, API-server-like object store.
+//!
+//! [`MemoryCluster`] keeps typed Kubernetes objects and enforces the
+//! semantics a controller relies on: resource versions and optimistic
+//! concurrency, finalizers and graceful deletion, owner-reference garbage
+//! collection, watch events, the eviction subresource with
+//! PodDisruptionBudgets, and admission validation. `dovetail simulate` runs
+//! the controller against it; unit tests use it without an async runtime.
+//!
+//! The store is synchronous (`&self` behind a lock), in the style of a
+//! Linkerd index: logic and tests call it directly, and an async watcher
+//! waits on [`MemoryCluster::subscribe`] and then reads
+//! [`MemoryCluster::watch_from`].
+//!
+//! # Differences from a real API server
+//! Deliberate, to keep the store small, fast and reproducible:
+//! - Deletion has no grace period: an object without finalizers is gone at
+//!   once, including pods (no kubelet confirmation).
+//! - Garbage collection runs inside the delete, in background mode only
+//!   (no foreground or orphan propagation, `blockOwnerDeletion` ignored),
+//!   and only when an owner is removed: an object created with references
+//!   to owners that never existed is kept.
+//! - Every kind behaves as if it had a status subresource, but create keeps
+//!   the status it is given (the real server resets a pod's status), so
+//!   tests and simulations can create running pods in one step.
+//! - Names are only required to be non-empty, and field immutability (such
+//!   as a pod's spec) is left to validators.
+//! - uids and `generateName` suffixes come from a fixed sequence, so runs
+//!   are reproducible.
+//! - Evictions compute the PodDisruptionBudget's status from the current
+//!   pods instead of reading the status a disruption controller wrote. The
+//!   expected pods are the `spec.replicas` of the pods' controllers when
+//!   those objects are stored (of any kind), otherwise one per non-terminal
+//!   pod; the real controller ignores pods without a controller.
+//! - Watches have no bookmarks and no selectors; watching from a future
+//!   resource version returns no events rather than an error. Lists have no
+//!   pagination.
+
+mod error;
+mod memory;
+mod pdb;
+mod selector;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use error::ApiError;
+pub use memory::MemoryCluster;
+pub use pdb::{BudgetPods, BudgetStatus, budget_status, healthy_pods_needed, is_pod_healthy};
+pub use selector::{Selector, SelectorError};
+
+/// Whether a kind lives in namespaces, read from its `Resource::Scope`.
+pub trait KindScope {
+    const NAMESPACED: bool;
+}
+
+impl KindScope for NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+
+impl KindScope for ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+/// A kind the store can hold: any statically typed Kubernetes resource,
+/// including `#[derive(CustomResource)]` types.
+pub trait Object:
+    Resource<DynamicType = (), Scope: KindScope>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = (), Scope: KindScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Where an object lives: its namespace (empty for cluster-scoped kinds) and
+/// name. Orders by namespace, then name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A namespaced object's key.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// A cluster-scoped object's key.
+    pub fn cluster(name: impl Into<String>) -> Self {
+        ObjectKey::new("", name)
+    }
+
+    /// The key of an object, as found in its metadata.
+    pub fn of<K: Resource>(obj: &K) -> Self {
+        let meta = obj.meta();
+        ObjectKey::new(
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    /// `namespace/name`, or `name` for cluster-scoped objects.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One change, as a watch reports it. For `Deleted`, `object` is the last
+/// state with the deletion's resource version.
+#[derive(Debug, Clone)]
+pub struct WatchEvent<K> {
+    pub event_type: EventType,
+    pub object: Arc<K>,
+    pub resource_version: u64,
+}
+
+/// The objects of a list, and the resource version to watch from so that no
+/// change after the list is missed.
+#[derive(Debug, Clone)]
+pub struct ObjectList<K> {
+    pub items: Vec<Arc<K>>,
+    pub resource_version: u64,
+}
+
+/// The result of a delete.
+#[derive(Debug, Clone)]
+pub enum DeleteOutcome<K> {
+    /// The object is gone; this was its last state.
+    Deleted(Arc<K>),
+    /// The object has finalizers: it now carries a `deletionTimestamp` and
+    /// stays until the last finalizer is removed.
+    Terminating(Arc<K>),
+}
+
+impl<K> DeleteOutcome<K> {
+    /// The object's state after the delete.
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            DeleteOutcome::Deleted(o) | DeleteOutcome::Terminating(o) => o,
+        }
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        matches!(self, DeleteOutcome::Deleted(_))
+    }
+}
+
+/// Preconditions of a delete: if set, they must match the stored object or
+/// the delete fails with a conflict.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// An admission check for one kind, run on create and every update
+/// (including status updates) before anything is stored. `old` is the
+/// stored object for updates. Rejections become [`ApiError::Invalid`] with
+/// the returned messages.
+///
+/// Validators run while the store is locked and must not call back into it.
+pub trait Validator<K>: Send + Sync {
+    fn validate(&self, old: Option<&K>, new: &K) -> Result<(), Vec<String>>;
+}
+
+impl<K, F> Validator<K> for F
+where
+    F: Fn(Option<&K>, &K) -> Result<(), Vec<String>> + Send + Sync,
+{
+    fn validate(&self, old: Option<&K>, new: &K) -> Result<(), Vec<String>> {
+        self(old, new)
+    }
+}

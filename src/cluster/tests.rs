@@ -1,0 +1,1123 @@
+//! Tests of [`MemoryCluster`]'s API-server semantics, with core kinds.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::Resource;
+use serde_json::json;
+
+use super::*;
+use crate::clock::{ManualClock, Timestamp, parse_rfc3339};
+
+const START: &str = "2026-11-21T12:00:00Z";
+
+fn start() -> Timestamp {
+    parse_rfc3339(START).expect("valid start time")
+}
+
+fn cluster() -> (MemoryCluster, ManualClock) {
+    let clock = ManualClock::new(start());
+    (MemoryCluster::new(Arc::new(clock.clone())), clock)
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).expect("valid test object")
+}
+
+fn pod(ns: &str, name: &str, app: &str) -> Pod {
+    from_json(json!({
+        "metadata": {"namespace": ns, "name": name, "labels": {"app": app}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+}
+
+/// A pod in phase `phase` whose Ready condition is `ready`.
+fn pod_in(ns: &str, name: &str, app: &str, phase: &str, ready: bool) -> Pod {
+    let mut p = pod(ns, name, app);
+    p.status = Some(from_json(json!({
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+    })));
+    p
+}
+
+fn node(name: &str) -> Node {
+    from_json(json!({"metadata": {"name": name}, "spec": {}}))
+}
+
+fn pdb(ns: &str, name: &str, app: &str, budget: serde_json::Value) -> PodDisruptionBudget {
+    let mut spec = json!({"selector": {"matchLabels": {"app": app}}});
+    if let (Some(spec), Some(budget)) = (spec.as_object_mut(), budget.as_object()) {
+        spec.extend(budget.clone());
+    }
+    from_json(json!({"metadata": {"namespace": ns, "name": name}, "spec": spec}))
+}
+
+fn rv<K: Resource>(obj: &K) -> u64 {
+    obj.meta()
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .expect("stored objects carry a numeric resourceVersion")
+}
+
+fn key(ns: &str, name: &str) -> ObjectKey {
+    ObjectKey::new(ns, name)
+}
+
+fn owner_ref<K: Resource<DynamicType = ()>>(owner: &K) -> serde_json::Value {
+    json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "name": owner.meta().name,
+        "uid": owner.meta().uid,
+    })
+}
+
+fn names<K: Resource>(items: &[Arc<K>]) -> Vec<String> {
+    items
+        .iter()
+        .map(|o| ObjectKey::of(o.as_ref()).to_string())
+        .collect()
+}
+
+fn event_summary<K: Resource>(events: &[WatchEvent<K>]) -> Vec<(EventType, String, u64)> {
+    events
+        .iter()
+        .map(|e| {
+            assert_eq!(rv(e.object.as_ref()), e.resource_version);
+            (
+                e.event_type,
+                ObjectKey::of(e.object.as_ref()).to_string(),
+                e.resource_version,
+            )
+        })
+        .collect()
+}
+
+// --- create, get, errors -------------------------------------------------
+
+#[test]
+fn create_sets_server_fields_from_the_clock() {
+    let (c, clock) = cluster();
+    clock
+        .set(parse_rfc3339("2026-11-21T12:00:05.750Z").expect("valid"))
+        .expect("forward");
+    let p = c.create(pod("ns", "a", "web")).expect("created");
+    let meta = &p.metadata;
+    assert_eq!(meta.uid.as_deref().map(str::len), Some(36));
+    assert_eq!(meta.generation, Some(1));
+    assert_eq!(meta.resource_version.as_deref(), Some("1"));
+    let created = meta.creation_timestamp.as_ref().expect("stamped").0;
+    assert_eq!(
+        created,
+        parse_rfc3339("2026-11-21T12:00:05Z").expect("valid")
+    );
+    assert_eq!(*c.get::<Pod>(&key("ns", "a")).expect("stored"), *p);
+}
+
+#[test]
+fn resource_versions_are_global_and_increasing_across_kinds() {
+    let (c, _) = cluster();
+    let a = c.create(pod("ns", "a", "web")).expect("created");
+    let n = c.create(node("n1")).expect("created");
+    let b = c.create(pod("ns", "b", "web")).expect("created");
+    assert_eq!((rv(&*a), rv(&*n), rv(&*b)), (1, 2, 3));
+    assert_eq!(c.resource_version(), 3);
+}
+
+#[test]
+fn uids_are_unique_and_reproducible() {
+    let run = || {
+        let (c, _) = cluster();
+        (0..3)
+            .map(|i| {
+                c.create(pod("ns", &format!("p{i}"), "web"))
+                    .expect("created")
+                    .metadata
+                    .uid
+                    .clone()
+                    .expect("uid")
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = run();
+    assert_eq!(first, run());
+    assert_ne!(first[0], first[1]);
+    assert_ne!(first[1], first[2]);
+}
+
+#[test]
+fn creating_an_existing_name_is_already_exists() {
+    let (c, _) = cluster();
+    c.create(pod("ns", "a", "web")).expect("created");
+    let err = c.create(pod("ns", "a", "db")).unwrap_err();
+    assert!(matches!(err, ApiError::AlreadyExists { .. }), "{err}");
+    assert_eq!(err.code(), 409);
+    assert_eq!(err.to_string(), "pods \"a\" already exists");
+    // The same name in another namespace is a different object.
+    c.create(pod("other", "a", "web")).expect("created");
+}
+
+#[test]
+fn missing_objects_are_not_found() {
+    let (c, _) = cluster();
+    let err = c.get::<Pod>(&key("ns", "a")).unwrap_err();
+    assert_eq!((err.code(), err.reason()), (404, "NotFound"));
+    c.create(pod("ns", "b", "web")).expect("created");
+    assert!(c.get::<Pod>(&key("ns", "a")).unwrap_err().is_not_found());
+    assert!(c.get_opt::<Pod>(&key("ns", "a")).is_none());
+    assert!(c.replace(pod("ns", "a", "web")).unwrap_err().is_not_found());
+    assert!(
+        c.update_status(pod("ns", "a", "web"))
+            .unwrap_err()
+            .is_not_found()
+    );
+    assert!(c.delete::<Pod>(&key("ns", "a")).unwrap_err().is_not_found());
+    assert!(c.evict("ns", "a").unwrap_err().is_not_found());
+}
+
+#[test]
+fn create_with_a_resource_version_is_a_bad_request() {
+    let (c, _) = cluster();
+    let mut p = pod("ns", "a", "web");
+    p.metadata.resource_version = Some("7".into());
+    let err = c.create(p).unwrap_err();
+    assert_eq!((err.code(), err.reason()), (400, "BadRequest"));
+}
+
+#[test]
+fn create_needs_a_name_or_generate_name() {
+    let (c, _) = cluster();
+    let mut p = pod("ns", "", "web");
+    p.metadata.name = None;
+    assert_eq!(c.create(p.clone()).unwrap_err().code(), 422);
+    p.metadata.generate_name = Some("web-".into());
+    let a = c.create(p.clone()).expect("created");
+    let b = c.create(p).expect("created");
+    let (a, b) = (a.metadata.name.clone(), b.metadata.name.clone());
+    let a = a.expect("named");
+    assert!(a.starts_with("web-") && a.len() == "web-".len() + 5, "{a}");
+    assert_ne!(Some(a), b);
+}
+
+#[test]
+fn namespaces_default_for_namespaced_kinds_and_are_dropped_for_cluster_kinds() {
+    let (c, _) = cluster();
+    let mut p = pod("x", "a", "web");
+    p.metadata.namespace = None;
+    let p = c.create(p).expect("created");
+    assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
+    let mut n = node("n1");
+    n.metadata.namespace = Some("ns".into());
+    let n = c.create(n).expect("created");
+    assert_eq!(n.metadata.namespace, None);
+    assert!(c.get::<Node>(&ObjectKey::cluster("n1")).is_ok());
+}
+
+// --- updates ---------------------------------------------------------------
+
+#[test]
+fn replace_with_a_stale_resource_version_conflicts() {
+    let (c, _) = cluster();
+    let v1 = c.create(pod("ns", "a", "web")).expect("created");
+    let mut first = Pod::clone(&v1);
+    first.metadata.labels = Some([("app".to_string(), "api".to_string())].into());
+    let v2 = c.replace(first).expect("current version applies");
+    assert!(rv(&*v2) > rv(&*v1));
+
+    let mut stale = Pod::clone(&v1);
+    stale.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+    let err = c.replace(stale.clone()).unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!((err.code(), err.reason()), (409, "Conflict"));
+    assert_eq!(*c.get::<Pod>(&key("ns", "a")).expect("stored"), *v2);
+
+    // Without a resourceVersion the update is unconditional.
+    stale.metadata.resource_version = None;
+    let v3 = c.replace(stale).expect("unconditional update");
+    assert!(v3.metadata.annotations.is_some());
+}
+
+#[test]
+fn replace_with_another_uid_conflicts() {
+    let (c, _) = cluster();
+    let v1 = c.create(pod("ns", "a", "web")).expect("created");
+    let mut p = Pod::clone(&v1);
+    p.metadata.uid = Some("00000000-0000-4000-8000-000000000000".into());
+    p.metadata.labels = None;
+    assert!(c.replace(p).unwrap_err().is_conflict());
+}
+
+#[test]
+fn generation_moves_only_when_the_spec_changes() {
+    let (c, _) = cluster();
+    let v1 = c.create(pod("ns", "a", "web")).expect("created");
+    let mut p = Pod::clone(&v1);
+    p.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+    let v2 = c.replace(p).expect("label change");
+    assert_eq!(v2.metadata.generation, Some(1));
+
+    let mut p = Pod::clone(&v2);
+    p.status = Some(from_json(json!({"phase": "Running"})));
+    let v3 = c.update_status(p).expect("status change");
+    assert_eq!(v3.metadata.generation, Some(1));
+
+    let mut p = Pod::clone(&v3);
+    if let Some(spec) = p.spec.as_mut() {
+        spec.node_name = Some("n1".into());
+    }
+    let v4 = c.replace(p).expect("spec change");
+    assert_eq!(v4.metadata.generation, Some(2));
+    assert!(rv(&*v4) > rv(&*v3) && rv(&*v3) > rv(&*v2));
+}
+
+#[test]
+fn replace_ignores_status_and_update_status_ignores_the_rest() {
+    let (c, _) = cluster();
+    let v1 = c.create(pod("ns", "a", "web")).expect("created");
+    let mut p = Pod::clone(&v1);
+    p.status = Some(from_json(json!({"phase": "Running"})));
+    p.metadata.labels = None;
+    let v2 = c.replace(p).expect("replaced");
+    assert_eq!(v2.status, v1.status, "status is not written by replace");
+    assert_eq!(v2.metadata.labels, None);
+
+    let mut p = Pod::clone(&v2);
+    p.status = Some(from_json(json!({"phase": "Running"})));
+    p.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+    if let Some(spec) = p.spec.as_mut() {
+        spec.node_name = Some("n1".into());
+    }
+    let v3 = c.update_status(p).expect("status updated");
+    assert_eq!(
+        v3.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    assert_eq!(
+        v3.metadata.labels, None,
+        "labels are not written by update_status"
+    );
+    assert_eq!(v3.spec, v2.spec, "spec is not written by update_status");
+    assert_eq!(v3.metadata.generation, v2.metadata.generation);
+}
+
+#[test]
+fn writes_that_change_nothing_are_not_stored() {
+    let (c, _) = cluster();
+    let v1 = c.create(pod("ns", "a", "web")).expect("created");
+    let v2 = c.replace(Pod::clone(&v1)).expect("no-op replace");
+    let v3 = c
+        .update_status(Pod::clone(&v1))
+        .expect("no-op status update");
+    assert_eq!((rv(&*v2), rv(&*v3)), (rv(&*v1), rv(&*v1)));
+    assert_eq!(c.watch_from::<Pod>(rv(&*v1)).expect("watch").len(), 0);
+}
+
+#[test]
+fn update_with_reapplies_the_change_after_a_conflict() {
+    let (c, _) = cluster();
+    c.create(pod("ns", "a", "web")).expect("created");
+    let calls = Cell::new(0);
+    let updated = c
+        .update_with::<Pod>(&key("ns", "a"), |p| {
+            calls.set(calls.get() + 1);
+            if calls.get() == 1 {
+                // Another writer gets in between our read and our write.
+                c.update_with::<Pod>(&key("ns", "a"), |q| {
+                    q.metadata.annotations = Some([("other".to_string(), "1".to_string())].into());
+                })
+                .expect("concurrent update");
+            }
+            p.metadata
+                .labels
+                .get_or_insert_default()
+                .insert("mine".into(), "1".into());
+        })
+        .expect("updated");
+    assert_eq!(calls.get(), 2);
+    assert!(
+        updated
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("mine"))
+    );
+    assert!(
+        updated
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("other"))
+    );
+}
+
+#[test]
+fn update_status_with_writes_the_status() {
+    let (c, _) = cluster();
+    c.create(node("n1")).expect("created");
+    let n = c
+        .update_status_with::<Node>(&ObjectKey::cluster("n1"), |n| {
+            n.status = Some(from_json(json!({"allocatable": {"cpu": "4"}})));
+        })
+        .expect("updated");
+    assert!(
+        n.status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .is_some()
+    );
+}
+
+// --- finalizers and deletion -----------------------------------------------
+
+#[test]
+fn deleting_without_finalizers_removes_the_object() {
+    let (c, _) = cluster();
+    c.create(pod("ns", "a", "web")).expect("created");
+    let out = c.delete::<Pod>(&key("ns", "a")).expect("deleted");
+    assert!(out.is_deleted());
+    assert!(c.get::<Pod>(&key("ns", "a")).unwrap_err().is_not_found());
+    // The name can be reused, by a new object with a new uid.
+    let again = c.create(pod("ns", "a", "web")).expect("recreated");
+    assert_ne!(again.metadata.uid, out.object().metadata.uid);
+}
+
+#[test]
+fn finalizers_hold_a_deleted_object_until_the_last_is_removed() {
+    let (c, clock) = cluster();
+    let mut p = pod("ns", "a", "web");
+    p.metadata.finalizers = Some(vec!["x/one".into(), "x/two".into()]);
+    c.create(p).expect("created");
+
+    let out = c.delete::<Pod>(&key("ns", "a")).expect("marked");
+    let DeleteOutcome::Terminating(marked) = out else {
+        panic!("an object with finalizers must stay");
+    };
+    let stamp = marked.metadata.deletion_timestamp.clone().expect("stamped");
+    assert_eq!(stamp.0, start());
+
+    // Deleting again later keeps the first timestamp and changes nothing.
+    clock.advance(Duration::from_secs(60)).expect("forward");
+    let again = c.delete::<Pod>(&key("ns", "a")).expect("still terminating");
+    assert_eq!(
+        again.object().metadata.deletion_timestamp,
+        Some(stamp.clone())
+    );
+    assert_eq!(rv(again.object().as_ref()), rv(&*marked));
+
+    // No new finalizers on an object being deleted.
+    let err = c
+        .update_with::<Pod>(&key("ns", "a"), |p| {
+            p.metadata
+                .finalizers
+                .get_or_insert_default()
+                .push("x/three".into());
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+
+    // An update cannot clear the deletion timestamp.
+    let p = c
+        .update_with::<Pod>(&key("ns", "a"), |p| {
+            p.metadata.deletion_timestamp = None;
+            p.metadata.finalizers = Some(vec!["x/two".into()]);
+        })
+        .expect("one finalizer removed");
+    assert_eq!(p.metadata.deletion_timestamp, Some(stamp));
+
+    let last = c
+        .update_with::<Pod>(&key("ns", "a"), |p| p.metadata.finalizers = None)
+        .expect("last finalizer removed");
+    assert!(c.get::<Pod>(&key("ns", "a")).unwrap_err().is_not_found());
+    let events = c.watch_from::<Pod>(rv(&*p)).expect("watch");
+    assert_eq!(
+        event_summary(&events),
+        vec![(EventType::Deleted, "ns/a".to_string(), rv(&*last))]
+    );
+}
+
+#[test]
+fn delete_preconditions_must_match() {
+    let (c, _) = cluster();
+    let p = c.create(pod("ns", "a", "web")).expect("created");
+    let wrong_uid = Preconditions {
+        uid: Some("nope".into()),
+        resource_version: None,
+    };
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "a"), &wrong_uid)
+            .unwrap_err()
+            .is_conflict()
+    );
+    let stale = Preconditions {
+        uid: None,
+        resource_version: Some("0".into()),
+    };
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "a"), &stale)
+            .unwrap_err()
+            .is_conflict()
+    );
+    let exact = Preconditions {
+        uid: p.metadata.uid.clone(),
+        resource_version: p.metadata.resource_version.clone(),
+    };
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "a"), &exact)
+            .expect("deleted")
+            .is_deleted()
+    );
+}
+
+// --- garbage collection -------------------------------------------------
+
+fn owned_pod(name: &str, owners: &[serde_json::Value]) -> Pod {
+    let mut p = pod("ns", name, "web");
+    p.metadata.owner_references = Some(owners.iter().cloned().map(from_json).collect());
+    p
+}
+
+fn daemonset(name: &str) -> DaemonSet {
+    from_json(json!({
+        "metadata": {"namespace": "ns", "name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}},
+        },
+    }))
+}
+
+#[test]
+fn deleting_an_owner_collects_its_dependents_across_kinds() {
+    let (c, _) = cluster();
+    let ds = c.create(daemonset("ds")).expect("created");
+    let p = c
+        .create(owned_pod("p", &[owner_ref(&*ds)]))
+        .expect("created");
+    let mut claim: PersistentVolumeClaim = from_json(json!({
+        "metadata": {"namespace": "ns", "name": "data"}, "spec": {}
+    }));
+    claim.metadata.owner_references = Some(vec![from_json(owner_ref(&*p))]);
+    c.create(claim).expect("created");
+    c.create(owned_pod("unrelated", &[])).expect("created");
+    let before = c.resource_version();
+
+    c.delete::<DaemonSet>(&key("ns", "ds")).expect("deleted");
+    assert!(c.get_opt::<Pod>(&key("ns", "p")).is_none());
+    assert!(
+        c.get_opt::<PersistentVolumeClaim>(&key("ns", "data"))
+            .is_none(),
+        "transitive"
+    );
+    assert!(c.get_opt::<Pod>(&key("ns", "unrelated")).is_some());
+    let pods = c.watch_from::<Pod>(before).expect("watch");
+    assert_eq!(event_summary(&pods)[0].0, EventType::Deleted);
+}
+
+#[test]
+fn dependents_with_finalizers_or_other_owners_survive_collection() {
+    let (c, _) = cluster();
+    let ds = c.create(daemonset("ds")).expect("created");
+    let other = c.create(daemonset("other")).expect("created");
+    let mut held = owned_pod("held", &[owner_ref(&*ds)]);
+    held.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(held).expect("created");
+    c.create(owned_pod("shared", &[owner_ref(&*ds), owner_ref(&*other)]))
+        .expect("created");
+
+    c.delete::<DaemonSet>(&key("ns", "ds")).expect("deleted");
+    let held = c
+        .get::<Pod>(&key("ns", "held"))
+        .expect("held by its finalizer");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let shared = c.get::<Pod>(&key("ns", "shared")).expect("still owned");
+    assert_eq!(shared.metadata.deletion_timestamp, None);
+    assert_eq!(
+        shared.metadata.owner_references.as_deref().map(|r| r.len()),
+        Some(1),
+        "the reference to the deleted owner is dropped"
+    );
+    c.delete::<DaemonSet>(&key("ns", "other")).expect("deleted");
+    assert!(c.get_opt::<Pod>(&key("ns", "shared")).is_none());
+}
+
+#[test]
+fn an_owner_removed_by_its_last_finalizer_collects_dependents() {
+    let (c, _) = cluster();
+    let mut ds = daemonset("ds");
+    ds.metadata.finalizers = Some(vec!["x/hold".into()]);
+    let ds = c.create(ds).expect("created");
+    c.create(owned_pod("p", &[owner_ref(&*ds)]))
+        .expect("created");
+    c.delete::<DaemonSet>(&key("ns", "ds")).expect("marked");
+    assert!(
+        c.get_opt::<Pod>(&key("ns", "p")).is_some(),
+        "owner still present"
+    );
+    c.update_with::<DaemonSet>(&key("ns", "ds"), |d| d.metadata.finalizers = None)
+        .expect("finalized");
+    assert!(c.get_opt::<Pod>(&key("ns", "p")).is_none());
+}
+
+// --- list and selectors -----------------------------------------------------
+
+fn labelled_pod(ns: &str, name: &str, labels: &[(&str, &str)]) -> Pod {
+    let mut p = pod(ns, name, "x");
+    p.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    p
+}
+
+fn select(
+    c: &MemoryCluster,
+    ns: Option<&str>,
+    op: &str,
+    key: &str,
+    values: &[&str],
+) -> Vec<String> {
+    let selector = Selector::new(&LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+        }]),
+        match_labels: None,
+    })
+    .expect("valid selector");
+    names(&c.list::<Pod>(ns, &selector).items)
+}
+
+#[test]
+fn list_filters_by_namespace_and_every_selector_operator() {
+    let (c, _) = cluster();
+    c.create(labelled_pod("b", "p3", &[("tier", "fe"), ("gpu", "yes")]))
+        .expect("created");
+    c.create(labelled_pod("a", "p2", &[("tier", "be")]))
+        .expect("created");
+    c.create(labelled_pod("a", "p1", &[("tier", "fe")]))
+        .expect("created");
+    c.create(labelled_pod("ab", "p4", &[])).expect("created");
+
+    let all = c.list::<Pod>(None, &Selector::everything());
+    assert_eq!(
+        names(&all.items),
+        ["a/p1", "a/p2", "ab/p4", "b/p3"],
+        "sorted by key"
+    );
+    assert_eq!(all.resource_version, c.resource_version());
+    assert_eq!(
+        names(&c.list::<Pod>(Some("a"), &Selector::everything()).items),
+        ["a/p1", "a/p2"]
+    );
+    assert_eq!(
+        names(
+            &c.list::<Pod>(None, &Selector::from_labels([("tier", "fe")]))
+                .items
+        ),
+        ["a/p1", "b/p3"]
+    );
+    assert_eq!(
+        select(&c, None, "In", "tier", &["be", "fe"]),
+        ["a/p1", "a/p2", "b/p3"]
+    );
+    assert_eq!(
+        select(&c, None, "NotIn", "tier", &["fe"]),
+        ["a/p2", "ab/p4"]
+    );
+    assert_eq!(select(&c, None, "Exists", "gpu", &[]), ["b/p3"]);
+    assert_eq!(
+        select(&c, Some("a"), "DoesNotExist", "gpu", &[]),
+        ["a/p1", "a/p2"]
+    );
+    assert!(c.list::<Pod>(None, &Selector::nothing()).items.is_empty());
+    assert!(
+        c.list::<Node>(None, &Selector::everything())
+            .items
+            .is_empty()
+    );
+}
+
+#[test]
+fn cluster_scoped_lists_ignore_the_namespace() {
+    let (c, _) = cluster();
+    c.create(node("n2")).expect("created");
+    c.create(node("n1")).expect("created");
+    assert_eq!(
+        names(&c.list::<Node>(Some("ns"), &Selector::everything()).items),
+        ["n1", "n2"]
+    );
+}
+
+// --- watch --------------------------------------------------------------------
+
+#[test]
+fn watch_reports_changes_in_order_after_a_list() {
+    let (c, _) = cluster();
+    c.create(node("n0")).expect("created");
+    let listed = c.list::<Pod>(None, &Selector::everything());
+    let mut rx = c.subscribe::<Pod>().expect("subscribed");
+    assert!(!rx.has_changed().expect("open"));
+
+    let a = c.create(pod("ns", "a", "web")).expect("created");
+    c.create(node("n1")).expect("created");
+    let a2 = c
+        .update_with::<Pod>(&key("ns", "a"), |p| p.metadata.labels = None)
+        .expect("updated");
+    let gone = c.delete::<Pod>(&key("ns", "a")).expect("deleted");
+
+    assert!(rx.has_changed().expect("open"));
+    assert_eq!(*rx.borrow_and_update(), rv(gone.object().as_ref()));
+    let events = c.watch_from::<Pod>(listed.resource_version).expect("watch");
+    assert_eq!(
+        event_summary(&events),
+        vec![
+            (EventType::Added, "ns/a".to_string(), rv(&*a)),
+            (EventType::Modified, "ns/a".to_string(), rv(&*a2)),
+            (
+                EventType::Deleted,
+                "ns/a".to_string(),
+                rv(gone.object().as_ref())
+            ),
+        ]
+    );
+    assert_eq!(c.watch_from::<Pod>(rv(&*a2)).expect("watch").len(), 1);
+    assert!(
+        c.watch_from::<Pod>(c.resource_version())
+            .expect("watch")
+            .is_empty()
+    );
+}
+
+#[test]
+fn watching_from_a_compacted_version_is_gone() {
+    let (c, _) = cluster();
+    let c = c.with_watch_log_capacity(2);
+    let a = c.create(pod("ns", "a", "web")).expect("created");
+    let b = c.create(pod("ns", "b", "web")).expect("created");
+    let d = c.create(pod("ns", "d", "web")).expect("created");
+
+    let err = c.watch_from::<Pod>(0).unwrap_err();
+    assert_eq!(
+        (err.code(), err.reason(), err.metric_label()),
+        (410, "Expired", "gone")
+    );
+    // The newest events are still there for watchers that kept up.
+    let events = c.watch_from::<Pod>(rv(&*a)).expect("not compacted");
+    assert_eq!(
+        event_summary(&events)
+            .iter()
+            .map(|e| e.2)
+            .collect::<Vec<_>>(),
+        [rv(&*b), rv(&*d)]
+    );
+    // A relist gives a version to watch from again.
+    let relisted = c.list::<Pod>(None, &Selector::everything());
+    assert!(
+        c.watch_from::<Pod>(relisted.resource_version)
+            .expect("fresh")
+            .is_empty()
+    );
+}
+
+// --- admission --------------------------------------------------------------
+
+#[test]
+fn rejected_admission_leaves_the_store_unchanged() {
+    let (c, _) = cluster();
+    c.add_validator::<Node>(|_old: Option<&Node>, new: &Node| {
+        if new
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("bad"))
+        {
+            Err(vec!["metadata.name: must not start with bad".to_string()])
+        } else {
+            Ok(())
+        }
+    })
+    .expect("registered");
+    // A transition rule: once unschedulable, a node stays so (oldSelf).
+    c.add_validator::<Node>(|old: Option<&Node>, new: &Node| {
+        let unschedulable = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+        match old {
+            Some(old) if unschedulable(old) && !unschedulable(new) => {
+                Err(vec!["spec.unschedulable: cannot be cleared".to_string()])
+            }
+            _ => Ok(()),
+        }
+    })
+    .expect("registered");
+
+    let err = c.create(node("bad-1")).unwrap_err();
+    assert_eq!((err.code(), err.reason()), (422, "Invalid"));
+    assert!(
+        matches!(&err, ApiError::Invalid { messages, .. } if messages == &["metadata.name: must not start with bad"])
+    );
+    assert_eq!(c.resource_version(), 0);
+    assert!(c.get_opt::<Node>(&ObjectKey::cluster("bad-1")).is_none());
+    assert!(c.watch_from::<Node>(0).expect("watch").is_empty());
+
+    c.create(node("n1")).expect("valid node");
+    let cordoned = c
+        .update_with::<Node>(&ObjectKey::cluster("n1"), |n| {
+            n.spec.get_or_insert_default().unschedulable = Some(true);
+        })
+        .expect("cordoned");
+    let err = c
+        .update_with::<Node>(&ObjectKey::cluster("n1"), |n| {
+            n.spec.get_or_insert_default().unschedulable = Some(false);
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot be cleared"), "{err}");
+    assert_eq!(
+        *c.get::<Node>(&ObjectKey::cluster("n1")).expect("stored"),
+        *cordoned
+    );
+    assert_eq!(c.resource_version(), rv(&*cordoned));
+}
+
+// --- restore ---------------------------------------------------------------
+
+#[test]
+fn restore_keeps_identity_and_age_from_the_snapshot() {
+    let (c, _) = cluster();
+    let mut n = node("n1");
+    n.metadata.uid = Some("11111111-1111-4111-8111-111111111111".into());
+    n.metadata.resource_version = Some("98765".into());
+    n.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        parse_rfc3339("2026-01-01T00:00:00Z").expect("valid"),
+    ));
+    let stored = c.restore(n.clone()).expect("restored");
+    assert_eq!(stored.metadata.uid, n.metadata.uid);
+    assert_eq!(
+        stored.metadata.creation_timestamp,
+        n.metadata.creation_timestamp
+    );
+    assert_eq!(stored.metadata.resource_version.as_deref(), Some("1"));
+    n.metadata.name = Some("n2".into());
+    assert_eq!(c.restore(n).unwrap_err().code(), 422, "uids are unique");
+}
+
+// --- eviction -------------------------------------------------------------
+
+fn running_pods(c: &MemoryCluster, app: &str, ready: &[bool]) {
+    for (i, ready) in ready.iter().enumerate() {
+        c.create(pod_in("ns", &format!("{app}-{i}"), app, "Running", *ready))
+            .expect("created");
+    }
+}
+
+fn assert_refused(err: ApiError, budget: &str) {
+    assert_eq!(
+        (err.code(), err.reason()),
+        (429, "TooManyRequests"),
+        "{err}"
+    );
+    assert!(err.to_string().contains(budget), "{err}");
+}
+
+#[test]
+fn eviction_without_a_budget_deletes_the_pod() {
+    let (c, _) = cluster();
+    running_pods(&c, "web", &[true]);
+    c.create(pdb("ns", "other", "db", json!({"minAvailable": 1})))
+        .expect("created");
+    let out = c.evict("ns", "web-0").expect("evicted");
+    assert!(out.is_deleted());
+    let conditions = out
+        .object()
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone());
+    assert!(
+        conditions
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+    );
+}
+
+#[test]
+fn eviction_honours_min_available_as_a_count() {
+    let (c, _) = cluster();
+    running_pods(&c, "web", &[true, true, true]);
+    c.create(pdb("ns", "web-pdb", "web", json!({"minAvailable": 2})))
+        .expect("created");
+    c.evict("ns", "web-0").expect("3 healthy, 2 needed");
+    assert_refused(c.evict("ns", "web-1").unwrap_err(), "web-pdb");
+    assert!(c.get_opt::<Pod>(&key("ns", "web-1")).is_some());
+}
+
+/// A ReplicaSet of `replicas` and that many running, ready pods it controls.
+fn replica_set(c: &MemoryCluster, app: &str, replicas: i32) {
+    let rs: ReplicaSet = from_json(json!({
+        "metadata": {"namespace": "ns", "name": app},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}}},
+    }));
+    let rs = c.create(rs).expect("created");
+    let mut controller = owner_ref(&*rs);
+    controller["controller"] = json!(true);
+    for i in 0..replicas {
+        let mut p = pod_in("ns", &format!("{app}-{i}"), app, "Running", true);
+        p.metadata.owner_references = Some(vec![from_json(controller.clone())]);
+        c.create(p).expect("created");
+    }
+}
+
+#[test]
+fn eviction_honours_min_available_as_a_percentage_rounded_up() {
+    let (c, _) = cluster();
+    replica_set(&c, "web", 3);
+    // 50% of 3 rounds up to 2 needed.
+    c.create(pdb("ns", "half", "web", json!({"minAvailable": "50%"})))
+        .expect("created");
+    c.evict("ns", "web-0").expect("3 healthy, 2 needed");
+    assert_refused(c.evict("ns", "web-1").unwrap_err(), "half");
+}
+
+#[test]
+fn eviction_honours_max_unavailable_against_the_controller_scale() {
+    let (c, _) = cluster();
+    replica_set(&c, "web", 4);
+    c.create(pdb("ns", "web-pdb", "web", json!({"maxUnavailable": 1})))
+        .expect("created");
+    c.evict("ns", "web-0")
+        .expect("4 healthy of 4 expected, 3 needed");
+    // The scale stays 4 although only 3 pods are left.
+    assert_refused(c.evict("ns", "web-1").unwrap_err(), "web-pdb");
+
+    // 25% of 5 rounds up to 2 unavailable: 3 needed.
+    replica_set(&c, "api", 5);
+    c.create(pdb(
+        "ns",
+        "api-pdb",
+        "api",
+        json!({"maxUnavailable": "25%"}),
+    ))
+    .expect("created");
+    c.evict("ns", "api-0").expect("5 healthy, 3 needed");
+    c.evict("ns", "api-1").expect("4 healthy, 3 needed");
+    assert_refused(c.evict("ns", "api-2").unwrap_err(), "api-pdb");
+}
+
+#[test]
+fn pods_without_a_known_controller_are_each_expected() {
+    let (c, _) = cluster();
+    running_pods(&c, "web", &[true, true]);
+    // A replacement that is still pending counts as expected, not healthy.
+    c.create(pod_in("ns", "web-new", "web", "Pending", false))
+        .expect("created");
+    c.create(pdb("ns", "web-pdb", "web", json!({"maxUnavailable": 1})))
+        .expect("created");
+    assert_refused(c.evict("ns", "web-0").unwrap_err(), "web-pdb");
+    c.update_status_with::<Pod>(&key("ns", "web-new"), |p| {
+        p.status = Some(from_json(
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+        ));
+    })
+    .expect("replacement ready");
+    c.evict("ns", "web-0")
+        .expect("3 healthy of 3 expected, 2 needed");
+}
+
+#[test]
+fn unhealthy_pods_are_evictable_only_while_the_budget_is_met() {
+    let (c, _) = cluster();
+    running_pods(&c, "web", &[true, true, false, false]);
+    c.create(pdb("ns", "web-pdb", "web", json!({"minAvailable": 2})))
+        .expect("created");
+    // Budget met (2 healthy, 2 needed): an unready pod may go, a ready one not.
+    c.evict("ns", "web-2").expect("unready pod, budget met");
+    assert_refused(c.evict("ns", "web-0").unwrap_err(), "web-pdb");
+
+    c.update_status_with::<Pod>(&key("ns", "web-0"), |p| {
+        p.status = Some(from_json(
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}),
+        ));
+    })
+    .expect("made unready");
+    // Budget broken (1 healthy, 2 needed): unready pods are protected too...
+    assert_refused(c.evict("ns", "web-3").unwrap_err(), "web-pdb");
+    // ...unless the budget always allows evicting unhealthy pods.
+    c.update_with::<PodDisruptionBudget>(&key("ns", "web-pdb"), |b| {
+        if let Some(spec) = b.spec.as_mut() {
+            spec.unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
+        }
+    })
+    .expect("updated");
+    c.evict("ns", "web-3").expect("AlwaysAllow");
+}
+
+#[test]
+fn pods_that_are_not_running_or_are_terminating_ignore_budgets() {
+    let (c, _) = cluster();
+    running_pods(&c, "web", &[true]);
+    c.create(pdb("ns", "web-pdb", "web", json!({"minAvailable": 5})))
+        .expect("created");
+    for (name, phase) in [
+        ("pending", "Pending"),
+        ("done", "Succeeded"),
+        ("failed", "Failed"),
+    ] {
+        c.create(pod_in("ns", name, "web", phase, false))
+            .expect("created");
+        c.evict("ns", name).expect("not running");
+    }
+    let mut held = pod_in("ns", "held", "web", "Running", true);
+    held.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(held).expect("created");
+    assert_refused(c.evict("ns", "held").unwrap_err(), "web-pdb");
+    c.delete::<Pod>(&key("ns", "held")).expect("marked");
+    let out = c.evict("ns", "held").expect("terminating");
+    assert!(matches!(out, DeleteOutcome::Terminating(_)));
+}
+
+#[test]
+fn eviction_of_a_pod_with_finalizers_leaves_it_terminating() {
+    let (c, _) = cluster();
+    let mut p = pod_in("ns", "a", "web", "Running", true);
+    p.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(p).expect("created");
+    let out = c.evict("ns", "a").expect("evicted");
+    let DeleteOutcome::Terminating(p) = out else {
+        panic!("finalizers keep the pod");
+    };
+    assert!(p.metadata.deletion_timestamp.is_some());
+    assert!(
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "DisruptionTarget"))
+    );
+}
+
+#[test]
+fn a_pod_under_two_budgets_cannot_be_evicted() {
+    let (c, _) = cluster();
+    running_pods(&c, "web", &[true, true]);
+    c.create(pdb("ns", "one", "web", json!({"maxUnavailable": 1})))
+        .expect("created");
+    c.create(pdb("ns", "two", "web", json!({"maxUnavailable": 1})))
+        .expect("created");
+    let err = c.evict("ns", "web-0").unwrap_err();
+    assert_eq!((err.code(), err.reason()), (500, "InternalError"));
+    assert!(c.get_opt::<Pod>(&key("ns", "web-0")).is_some());
+}
+
+#[test]
+fn the_cluster_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+    assert_send_sync::<MemoryCluster>();
+    let (c, _) = cluster();
+    let writer = c.clone();
+    std::thread::spawn(move || writer.create(node("n1")).map(|_| ()))
+        .join()
+        .expect("thread finished")
+        .expect("created");
+    assert!(c.get_opt::<Node>(&ObjectKey::cluster("n1")).is_some());
+}
+
+// --- custom resources ---------------------------------------------------
+
+/// A cluster-scoped custom resource with a status, shaped like NodePool.
+#[derive(
+    kube::CustomResource,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[kube(
+    group = "test.dovetail.dev",
+    version = "v1",
+    kind = "Widget",
+    status = "WidgetStatus"
+)]
+struct WidgetSpec {
+    size: i32,
+}
+
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+struct WidgetStatus {
+    ready: bool,
+}
+
+#[test]
+fn custom_resources_plug_in_without_changes() {
+    let (c, _) = cluster();
+    let w = c
+        .create(Widget::new("w", WidgetSpec { size: 1 }))
+        .expect("created");
+    assert_eq!(w.metadata.namespace, None, "cluster-scoped");
+    let err = c
+        .create(Widget::new("w", WidgetSpec { size: 2 }))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "widgets.test.dovetail.dev \"w\" already exists"
+    );
+
+    let resized = c
+        .update_with::<Widget>(&ObjectKey::cluster("w"), |w| w.spec.size = 3)
+        .expect("resized");
+    assert_eq!(
+        (resized.spec.size, resized.metadata.generation),
+        (3, Some(2))
+    );
+    let ready = c
+        .update_status_with::<Widget>(&ObjectKey::cluster("w"), |w| {
+            w.status = Some(WidgetStatus { ready: true });
+            w.spec.size = 100;
+        })
+        .expect("status written");
+    assert_eq!(ready.status, Some(WidgetStatus { ready: true }));
+    assert_eq!((ready.spec.size, ready.metadata.generation), (3, Some(2)));
+}
+
+// --- binding ----------------------------------------------------------------
+
+#[test]
+fn binding_assigns_a_node_once() {
+    let (c, _) = cluster();
+    let created = c.create(pod("ns", "a", "web")).expect("created");
+    let bound = c.bind("ns", "a", "n1").expect("bound");
+    assert_eq!(
+        bound.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("n1")
+    );
+    assert_eq!(bound.metadata.generation, created.metadata.generation);
+    let scheduled = bound.status.as_ref().and_then(|s| s.conditions.as_ref());
+    assert!(scheduled.is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True")
+    }));
+
+    let err = c.bind("ns", "a", "n2").unwrap_err();
+    assert!(
+        err.is_conflict() && err.to_string().contains("already assigned"),
+        "{err}"
+    );
+    assert!(c.bind("ns", "missing", "n1").unwrap_err().is_not_found());
+
+    let mut held = pod("ns", "held", "web");
+    held.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(held).expect("created");
+    c.delete::<Pod>(&key("ns", "held")).expect("marked");
+    assert!(c.bind("ns", "held", "n1").unwrap_err().is_conflict());
+}
