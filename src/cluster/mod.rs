@@ -36,6 +36,7 @@
 //!   resource version returns no events rather than an error. Lists have no
 //!   pagination.
 
+mod client;
 mod error;
 mod memory;
 mod pdb;
@@ -52,6 +53,7 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use client::Cluster;
 pub use error::ApiError;
 pub use memory::MemoryCluster;
 pub use pdb::{BudgetPods, BudgetStatus, budget_status, healthy_pods_needed, is_pod_healthy};

@@ -1,0 +1,85 @@
+//! The controller's interface to a Kubernetes cluster.
+//!
+//! Reads come from a watch-fed cache and are synchronous: the controller
+//! decides from what it has seen, as every Kubernetes controller does.
+//! Writes go to the API server and are asynchronous. Two implementations:
+//! [`MemoryCluster`] (the simulation and tests) and the kube-rs client.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::{ApiError, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector};
+
+/// What the controller reads from and writes to.
+pub trait Cluster: Send + Sync {
+    /// Every object of a kind in the cache, ordered by namespace and name.
+    fn list<K: Object>(&self) -> Vec<Arc<K>>;
+
+    /// One object from the cache.
+    fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>>;
+
+    fn create<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
+
+    /// Replaces an object (not its status); fails with a conflict when the
+    /// object's `resourceVersion` is stale.
+    fn replace<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
+
+    /// Replaces an object's status.
+    fn replace_status<K: Object>(
+        &self,
+        obj: K,
+    ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
+
+    fn delete<K: Object>(
+        &self,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send;
+
+    /// The eviction subresource: refused (429) when a PodDisruptionBudget
+    /// would be violated.
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send;
+}
+
+impl Cluster for MemoryCluster {
+    fn list<K: Object>(&self) -> Vec<Arc<K>> {
+        MemoryCluster::list::<K>(self, None, &Selector::everything()).items
+    }
+
+    fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.get_opt(key)
+    }
+
+    fn create<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
+        std::future::ready(MemoryCluster::create(self, obj))
+    }
+
+    fn replace<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
+        std::future::ready(MemoryCluster::replace(self, obj))
+    }
+
+    fn replace_status<K: Object>(
+        &self,
+        obj: K,
+    ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
+        std::future::ready(self.update_status(obj))
+    }
+
+    fn delete<K: Object>(
+        &self,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send {
+        std::future::ready(MemoryCluster::delete(self, key))
+    }
+
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        std::future::ready(MemoryCluster::evict(self, namespace, name).map(|_| ()))
+    }
+}
