@@ -1,0 +1,522 @@
+//! The scenario file of `dovetail simulate`: where the configuration and the
+//! catalog come from, the initial cluster, the simulated cloud's behaviour,
+//! and a timeline of steps at virtual times. Documented in `docs/simulate.md`
+//! with a JSON Schema in `schemas/scenario.schema.json`.
+//!
+//! Parsing works on the positioned YAML tree, so every problem names the
+//! scenario file, line and column of the offending node.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value as Json;
+
+use crate::clock::{Timestamp, parse_rfc3339};
+use crate::config::yaml::{self, Limits, Node, Value};
+use crate::diag::{Diagnostic, Pos};
+use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
+
+/// Budget schedules depend on the weekday and hour, so the default start is
+/// a known Monday at midnight UTC.
+pub const DEFAULT_START: &str = "2026-01-05T00:00:00Z";
+/// How long a simulation runs after its last step when `until` is not set.
+pub const DEFAULT_TAIL: Duration = Duration::from_secs(30 * 60);
+/// From instance launch to the node registering, when the scenario does not say.
+pub const DEFAULT_LAUNCH_DELAY: Duration = Duration::from_secs(45);
+
+/// A parsed, checked scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The scenario file as given (used in messages).
+    pub file: String,
+    pub start: Timestamp,
+    /// The configuration repository, resolved against the scenario's folder.
+    pub config: PathBuf,
+    pub catalog: Option<PathBuf>,
+    pub region: String,
+    pub zones: Vec<String>,
+    /// Objects of the initial cluster state, in the snapshot format.
+    pub initial: Vec<Manifest>,
+    pub cloud: CloudSettings,
+    pub steps: Vec<Step>,
+    /// Offset from `start` at which the simulation ends.
+    pub until: Duration,
+}
+
+/// A Kubernetes object from the scenario, with where it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    pub object: Json,
+    pub file: String,
+    pub pos: Pos,
+}
+
+impl Manifest {
+    pub fn kind(&self) -> &str {
+        self.object.get("kind").and_then(Json::as_str).unwrap_or_default()
+    }
+}
+
+/// How the simulated EC2 behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudSettings {
+    /// From `RunInstances` to the node registering with the cluster.
+    pub launch_delay: Duration,
+    pub insufficient_capacity: Vec<CapacityWindow>,
+}
+
+impl Default for CloudSettings {
+    fn default() -> Self {
+        CloudSettings {
+            launch_delay: DEFAULT_LAUNCH_DELAY,
+            insufficient_capacity: Vec::new(),
+        }
+    }
+}
+
+/// A window during which matching offerings fail with insufficient capacity.
+/// Unset filters match everything.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityWindow {
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub capacity_type: Option<String>,
+    /// Offsets from the start.
+    pub from: Duration,
+    pub until: Option<Duration>,
+}
+
+/// One step of the timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Offset from the start at which the step runs.
+    pub at: Duration,
+    pub pos: Pos,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create or replace objects: Pods, Deployments (expanded into replicas),
+    /// Jobs, DaemonSets, PodDisruptionBudgets and the other snapshot kinds.
+    Apply(Vec<Manifest>),
+    /// Set a Deployment's replicas.
+    Scale {
+        namespace: String,
+        name: String,
+        replicas: u32,
+    },
+    /// Delete objects of a kind by name or label selector.
+    Delete {
+        kind: String,
+        namespace: Option<String>,
+        name: Option<String>,
+        selector: Option<String>,
+    },
+    /// Let time pass; the step's time is the end of the wait.
+    Advance(Duration),
+}
+
+const STEP_KINDS: [&str; 6] = ["apply", "scale", "delete", "commit", "interrupt", "advance"];
+
+/// A problem in a scenario: always a diagnostic with file and position.
+pub type ScenarioError = Diagnostic;
+
+struct Ctx<'a> {
+    file: &'a str,
+    dir: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn err(&self, node: &Node, message: impl Into<String>) -> ScenarioError {
+        Diagnostic::error("scenario", message).in_file(self.file).at(node.pos)
+    }
+
+    fn err_at(&self, pos: Pos, message: impl Into<String>) -> ScenarioError {
+        Diagnostic::error("scenario", message).in_file(self.file).at(pos)
+    }
+
+    fn str<'n>(&self, node: &'n Node, what: &str) -> Result<&'n str, ScenarioError> {
+        node.as_str()
+            .ok_or_else(|| self.err(node, format!("{what} must be a string")))
+    }
+
+    fn duration(&self, node: &Node, what: &str) -> Result<Duration, ScenarioError> {
+        let s = match &node.value {
+            Value::Str(s) => s.as_str(),
+            _ => return Err(self.err(node, format!("{what} must be a duration such as 90s, 10m or 1h30m"))),
+        };
+        match parse_duration(s, DurationSyntax::Hms) {
+            Ok(NillableDuration::After(d)) => Ok(d),
+            Ok(NillableDuration::Never) => Err(self.err(node, format!("{what} cannot be Never"))),
+            Err(e) => Err(self.err(node, format!("{what}: {e}"))),
+        }
+    }
+
+    fn path(&self, node: &Node, what: &str) -> Result<PathBuf, ScenarioError> {
+        Ok(self.dir.join(self.str(node, what)?))
+    }
+}
+
+fn entries(node: &Node) -> &[(yaml::Key, Node)] {
+    match &node.value {
+        Value::Map(m) => m,
+        _ => &[],
+    }
+}
+
+fn check_keys(ctx: &Ctx, node: &Node, allowed: &[&str], what: &str) -> Result<(), ScenarioError> {
+    if !matches!(node.value, Value::Map(_)) {
+        return Err(ctx.err(node, format!("{what} must be a mapping")));
+    }
+    for (k, _) in entries(node) {
+        if !allowed.contains(&k.name.as_str()) {
+            return Err(ctx.err_at(
+                k.pos,
+                format!("unknown field `{}` in {what}; expected one of {}", k.name, allowed.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads and checks a scenario file.
+pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    let file = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| {
+        Diagnostic::error("scenario", format!("cannot read the scenario: {e}")).in_file(&file)
+    })?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    parse(&file, dir, &bytes)
+}
+
+/// Parses a scenario held in memory; relative paths resolve against `dir`.
+pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioError> {
+    let parsed = yaml::parse_documents(file, bytes, &Limits::default());
+    if let Some(d) = parsed.diagnostics.into_iter().next() {
+        return Err(d);
+    }
+    let ctx = Ctx { file, dir };
+    let root = match parsed.docs.as_slice() {
+        [doc] => &doc.root,
+        [] => return Err(Diagnostic::error("scenario", "the scenario is empty").in_file(file)),
+        [_, second, ..] => return Err(ctx.err(&second.root, "a scenario is a single YAML document")),
+    };
+    check_keys(
+        &ctx,
+        root,
+        &["start", "config", "catalog", "region", "zones", "initial", "cloud", "timeline", "until"],
+        "the scenario",
+    )?;
+
+    let start = match root.get("start") {
+        Some(n) => parse_rfc3339(ctx.str(n, "start")?)
+            .map_err(|e| ctx.err(n, format!("start must be an RFC 3339 time such as {DEFAULT_START}: {e}")))?,
+        None => parse_rfc3339(DEFAULT_START).expect("valid default"),
+    };
+    let config = match root.get("config") {
+        Some(n) => ctx.path(n, "config")?,
+        None => return Err(ctx.err(root, "missing `config`: the configuration repository, relative to the scenario file")),
+    };
+    let catalog = root.get("catalog").map(|n| ctx.path(n, "catalog")).transpose()?;
+    let region = match root.get("region") {
+        Some(n) => ctx.str(n, "region")?.to_string(),
+        None => "us-east-1".to_string(),
+    };
+    let zones = match root.get("zones") {
+        Some(n) => match &n.value {
+            Value::Seq(items) if !items.is_empty() => items
+                .iter()
+                .map(|z| ctx.str(z, "a zone").map(str::to_string))
+                .collect::<Result<_, _>>()?,
+            _ => return Err(ctx.err(n, "zones must be a non-empty list of zone names")),
+        },
+        None => ["a", "b", "c"].iter().map(|s| format!("{region}{s}")).collect(),
+    };
+    let initial = match root.get("initial") {
+        Some(n) => manifests(&ctx, n, "initial")?,
+        None => Vec::new(),
+    };
+    let cloud = match root.get("cloud") {
+        Some(n) => cloud_settings(&ctx, n)?,
+        None => CloudSettings::default(),
+    };
+    let steps = match root.get("timeline") {
+        Some(n) => timeline(&ctx, n)?,
+        None => Vec::new(),
+    };
+    let last = steps.last().map(|s| s.at).unwrap_or_default();
+    let until = match root.get("until") {
+        Some(n) => {
+            let until = ctx.duration(n, "until")?;
+            if until < last {
+                return Err(ctx.err(n, format!(
+                    "until ({}) is before the last step ({})",
+                    human(until),
+                    human(last)
+                )));
+            }
+            until
+        }
+        None => last + DEFAULT_TAIL,
+    };
+    Ok(Scenario {
+        file: file.to_string(),
+        start,
+        config,
+        catalog,
+        region,
+        zones,
+        initial,
+        cloud,
+        steps,
+        until,
+    })
+}
+
+fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError> {
+    check_keys(ctx, node, &["launchDelay", "insufficientCapacity"], "cloud")?;
+    let mut c = CloudSettings::default();
+    if let Some(n) = node.get("launchDelay") {
+        c.launch_delay = ctx.duration(n, "launchDelay")?;
+    }
+    if let Some(n) = node.get("insufficientCapacity") {
+        let Value::Seq(items) = &n.value else {
+            return Err(ctx.err(n, "insufficientCapacity must be a list of windows"));
+        };
+        for w in items {
+            check_keys(ctx, w, &["instanceType", "zone", "capacityType", "from", "until"], "an insufficientCapacity window")?;
+            let opt = |k: &str| -> Result<Option<String>, ScenarioError> {
+                w.get(k).map(|n| ctx.str(n, k).map(str::to_string)).transpose()
+            };
+            let from = match w.get("from") {
+                Some(n) => ctx.duration(n, "from")?,
+                None => Duration::ZERO,
+            };
+            let until = w.get("until").map(|n| ctx.duration(n, "until")).transpose()?;
+            if until.is_some_and(|u| u <= from) {
+                return Err(ctx.err(w, "the window ends before it starts"));
+            }
+            let capacity_type = opt("capacityType")?;
+            if let Some(ct) = &capacity_type {
+                if !["on-demand", "spot", "reserved"].contains(&ct.as_str()) {
+                    return Err(ctx.err(w.get("capacityType").unwrap_or(w), format!(
+                        "capacityType {ct:?} is not one of on-demand, spot, reserved"
+                    )));
+                }
+            }
+            c.insufficient_capacity.push(CapacityWindow {
+                instance_type: opt("instanceType")?,
+                zone: opt("zone")?,
+                capacity_type,
+                from,
+                until,
+            });
+        }
+    }
+    Ok(c)
+}
+
+/// Objects given inline (a list, or one object) or as `{file: path}`.
+fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, ScenarioError> {
+    if let Some(f) = node.get("file") {
+        check_keys(ctx, node, &["file"], what)?;
+        let path = ctx.path(f, "file")?;
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ctx.err(f, format!("cannot read {shown}: {e}")))?;
+        let objects = crate::snapshot::parse_objects(&shown, &text)
+            .map_err(|e| ctx.err(f, e.to_string()))?;
+        return Ok(objects
+            .into_iter()
+            .map(|l| Manifest {
+                object: l.object,
+                file: shown.clone(),
+                pos: Pos {
+                    line: u32::try_from(l.line).unwrap_or(u32::MAX),
+                    column: 1,
+                },
+            })
+            .collect());
+    }
+    let items: Vec<&Node> = match &node.value {
+        Value::Seq(items) => items.iter().collect(),
+        Value::Map(_) => vec![node],
+        _ => return Err(ctx.err(node, format!("{what} must be a list of Kubernetes objects or {{file: path}}"))),
+    };
+    items
+        .into_iter()
+        .map(|n| {
+            let object = n.to_json();
+            if object.get("kind").and_then(Json::as_str).is_none()
+                || object.get("apiVersion").and_then(Json::as_str).is_none()
+            {
+                return Err(ctx.err(n, "a manifest needs apiVersion and kind"));
+            }
+            Ok(Manifest {
+                object,
+                file: ctx.file.to_string(),
+                pos: n.pos,
+            })
+        })
+        .collect()
+}
+
+fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
+    let Value::Seq(items) = &node.value else {
+        return Err(ctx.err(node, "timeline must be a list of steps"));
+    };
+    let mut steps = Vec::with_capacity(items.len());
+    let mut now = Duration::ZERO;
+    for item in items {
+        if !matches!(item.value, Value::Map(_)) {
+            return Err(ctx.err(item, "a step must be a mapping such as `{at: 5m, apply: [...]}`"));
+        }
+        let actions: Vec<&(yaml::Key, Node)> =
+            entries(item).iter().filter(|(k, _)| k.name != "at").collect();
+        let (key, body) = match actions.as_slice() {
+            [one] => (&one.0, &one.1),
+            [] => return Err(ctx.err(item, format!("the step has no action; expected one of {}", STEP_KINDS.join(", ")))),
+            [_, second, ..] => {
+                return Err(ctx.err_at(second.0.pos, "a step has exactly one action; split it into two steps"));
+            }
+        };
+        if let Some(at) = item.get("at") {
+            let t = ctx.duration(at, "at")?;
+            if t < now {
+                return Err(ctx.err(at, format!(
+                    "time goes backwards: this step is at {} but the previous one is at {}",
+                    human(t),
+                    human(now)
+                )));
+            }
+            now = t;
+        }
+        let action = match key.name.as_str() {
+            "apply" => Action::Apply(manifests(ctx, body, "apply")?),
+            "scale" => {
+                check_keys(ctx, body, &["deployment", "namespace", "replicas"], "scale")?;
+                let name = body
+                    .get("deployment")
+                    .ok_or_else(|| ctx.err(body, "scale needs `deployment`"))
+                    .and_then(|n| ctx.str(n, "deployment"))?
+                    .to_string();
+                let namespace = body
+                    .get("namespace")
+                    .map(|n| ctx.str(n, "namespace").map(str::to_string))
+                    .transpose()?
+                    .unwrap_or_else(|| "default".into());
+                let r = body.get("replicas").ok_or_else(|| ctx.err(body, "scale needs `replicas`"))?;
+                let replicas = match &r.value {
+                    Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                    _ => None,
+                }
+                .ok_or_else(|| ctx.err(r, "replicas must be a non-negative integer"))?;
+                Action::Scale { namespace, name, replicas }
+            }
+            "delete" => {
+                check_keys(ctx, body, &["kind", "namespace", "name", "selector"], "delete")?;
+                let opt = |k: &str| -> Result<Option<String>, ScenarioError> {
+                    body.get(k).map(|n| ctx.str(n, k).map(str::to_string)).transpose()
+                };
+                let kind = opt("kind")?.ok_or_else(|| ctx.err(body, "delete needs `kind`"))?;
+                let (name, selector) = (opt("name")?, opt("selector")?);
+                if name.is_none() && selector.is_none() {
+                    return Err(ctx.err(body, "delete needs `name` or `selector` (use selector: \"\" to delete every object of the kind)"));
+                }
+                Action::Delete { kind, namespace: opt("namespace")?, name, selector }
+            }
+            "advance" => {
+                let d = ctx.duration(body, "advance")?;
+                now += d;
+                Action::Advance(d)
+            }
+            "commit" => {
+                return Err(ctx.err_at(key.pos, "the `commit` step needs git-driven config sync, which this build of dovetail does not have yet"));
+            }
+            "interrupt" => {
+                return Err(ctx.err_at(key.pos, "the `interrupt` step needs interruption handling, which this build of dovetail does not have yet"));
+            }
+            other => {
+                return Err(ctx.err_at(key.pos, format!(
+                    "unknown step `{other}`; expected one of {}",
+                    STEP_KINDS.join(", ")
+                )));
+            }
+        };
+        steps.push(Step { at: now, pos: item.pos, action });
+    }
+    Ok(steps)
+}
+
+/// `1h30m`, `45s`: durations as the scenario writes them.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if sec > 0 || out.is_empty() {
+        out.push_str(&format!("{sec}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> Result<Scenario, ScenarioError> {
+        parse("s.yaml", Path::new("dir"), s.as_bytes())
+    }
+
+    #[test]
+    fn a_full_scenario_parses() {
+        let s = parse_str(
+            "config: ../repo\nzones: [z1, z2]\ncloud:\n  launchDelay: 30s\n  insufficientCapacity:\n    - {instanceType: m5.large, capacityType: spot, from: 0s, until: 1h}\ntimeline:\n  - at: 0s\n    apply:\n      - {apiVersion: v1, kind: Pod, metadata: {name: p}}\n  - at: 10m\n    scale: {deployment: web, replicas: 3}\n  - advance: 5m\n  - delete: {kind: Pod, selector: app=web}\n",
+        )
+        .unwrap();
+        assert_eq!(s.config, Path::new("dir/../repo"));
+        assert_eq!(s.zones, ["z1", "z2"]);
+        assert_eq!(s.cloud.launch_delay, Duration::from_secs(30));
+        let ats: Vec<u64> = s.steps.iter().map(|s| s.at.as_secs()).collect();
+        assert_eq!(ats, [0, 600, 900, 900]);
+        assert_eq!(s.until, Duration::from_secs(900) + DEFAULT_TAIL);
+        assert_eq!(s.start, parse_rfc3339(DEFAULT_START).unwrap());
+    }
+
+    fn err(s: &str) -> String {
+        let e = parse_str(s).unwrap_err();
+        format!("{}:{}: {}", e.line, e.column, e.message)
+    }
+
+    #[test]
+    fn bad_input_names_the_line() {
+        assert_eq!(
+            err("config: r\ntimeline:\n  - at: 1m\n    launch: {}\n"),
+            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance"
+        );
+        assert_eq!(
+            err("config: r\ntimeline:\n  - at: 10m\n    advance: 1m\n  - at: 5m\n    advance: 1m\n"),
+            "5:9: time goes backwards: this step is at 5m but the previous one is at 11m"
+        );
+        assert!(err("config: r\ntimeline:\n  - at: 1m\n    commit: {}\n").starts_with("4:5: the `commit` step needs"));
+        assert_eq!(
+            err("config: r\ntimeline:\n  - apply: [{kind: Pod}]\n"),
+            "3:14: a manifest needs apiVersion and kind"
+        );
+        assert_eq!(err("zones: []\n"), "1:8: zones must be a non-empty list of zone names");
+        assert_eq!(err("config: r\nfoo: 1\n"), "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, timeline, until");
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(human(Duration::ZERO), "0s");
+        assert_eq!(human(Duration::from_secs(61)), "1m1s");
+    }
+}
