@@ -9,4 +9,6 @@ pub mod cli;
 pub mod config;
 pub mod diag;
 pub mod model;
+pub mod plan;
 pub mod scheduling;
+pub mod snapshot;
