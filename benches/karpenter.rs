@@ -48,6 +48,17 @@ fn one(file: &Path, prefs: Preferences) -> Result<(), String> {
         now_ms: 0,
     };
     let r = run(&opts).map_err(|e| e.to_string())?;
+    if std::env::var_os("DUMP").is_some() {
+        for c in &r.nodeclaims {
+            eprintln!(
+                "{} {} {:?} {}",
+                c.price_per_hour,
+                c.pods.len(),
+                c.requests,
+                c.instance_types.first().cloned().unwrap_or_default()
+            );
+        }
+    }
     let pods: usize = r.nodeclaims.iter().map(|c| c.pods.len()).sum();
     let zones: std::collections::BTreeSet<&str> = r
         .nodeclaims

@@ -52,23 +52,25 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     let initial_free = s.free_on_nodes();
     let order = pod_order(&input.pods);
     let failed = s.run(&order);
+    s.improve();
 
     let ncts = s.cts.len().max(1);
     let mut nodeclaims = Vec::with_capacity(s.claims.len());
-    for claim in &s.claims {
+    for (ci, claim) in s.claims.iter().enumerate() {
+        if claim.pods.is_empty() {
+            continue;
+        }
         let pool = &s.pools[claim.pool];
-        let mut types: Vec<(f64, &str)> = claim
-            .types
-            .iter()
+        let mut types: Vec<(f64, &str)> = s
+            .launch_types(ci)
             .filter_map(|t| {
                 let ty = &pool.types[t];
                 ty.price(claim.combos).map(|p| (p, ty.name.as_str()))
             })
             .collect();
         types.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
-        let offered = claim
-            .types
-            .iter()
+        let offered = s
+            .launch_types(ci)
             .fold(0u128, |m, t| m | pool.types[t].offer_mask)
             & claim.combos;
         let zones: Vec<String> = (0..s.zones.len())

@@ -159,7 +159,12 @@ pub(crate) struct Claim {
     ports: Vec<HostPort>,
     reserve: Vec<i64>,
     pub price: f64,
+    /// The cheapest remaining type (its index in the pool), if any.
+    cheapest: Option<usize>,
     slack_key: i64,
+    /// Hostname counters that pods on this claim constrain or own: pods
+    /// counted by them may not be moved onto or off the claim.
+    watch: Vec<usize>,
 }
 
 enum HostCheck {
@@ -211,6 +216,10 @@ pub(crate) struct Solver<'a> {
     pub placed_node: Vec<Option<usize>>,
     pub placed_claim: Vec<Option<usize>>,
     scratch: Bits,
+    scratch2: Bits,
+    cands: Vec<usize>,
+    /// The variant and soft-taint tolerance each pod was placed with.
+    pod_relax: Vec<Option<(usize, bool)>>,
     zone_key: Option<usize>,
     ct_key: Option<usize>,
 }
@@ -576,6 +585,9 @@ impl<'a> Solver<'a> {
             placed_node: vec![None; input.pods.len()],
             placed_claim: vec![None; input.pods.len()],
             scratch: Bits::new(nt),
+            scratch2: Bits::new(nt),
+            cands: Vec::new(),
+            pod_relax: vec![None; input.pods.len()],
             zone_key,
             ct_key,
         };
@@ -1257,68 +1269,16 @@ impl<'a> Solver<'a> {
         })
     }
 
-    /// Filters a pool's types into `self.scratch` for `used` plus `req`
-    /// within `combos`, honouring limits; returns the cheapest price.
-    fn filter_types(
-        &mut self,
-        pool: usize,
-        base: &Bits,
-        used: &[i64],
-        req: &[i64],
-        combos: u128,
-        reserve: &[i64],
-    ) -> Option<f64> {
-        let p = &self.pools[pool];
-        let mut best: Option<f64> = None;
-        let mut out = std::mem::take(&mut self.scratch);
-        out.copy_from(base);
-        for ti in base.iter() {
-            let t = &p.types[ti];
-            let lim_ok = t.cap_lim.iter().enumerate().all(|(i, cap)| {
-                *cap <= p.lim[i]
-                    .saturating_sub(p.lim_used[i])
-                    .saturating_add(reserve.get(i).copied().unwrap_or(0))
-            });
-            let price = if lim_ok && fits_sum(used, req, &t.alloc) {
-                t.price(combos)
-            } else {
-                None
-            };
-            match price {
-                Some(pr) => best = Some(best.map_or(pr, |b: f64| b.min(pr))),
-                None => out.clear(ti),
-            }
-        }
-        let ok = best.is_some() && self.min_values_ok(pool, &out);
-        self.scratch = out;
-        if ok { best } else { None }
-    }
-
-    fn min_values_ok(&self, pool: usize, types: &Bits) -> bool {
-        self.pools[pool].min_values.iter().all(|(_, min, ids)| {
-            let mut seen: Vec<u32> = Vec::new();
-            for t in types.iter() {
-                if !seen.contains(&ids[t]) {
-                    seen.push(ids[t]);
-                    if seen.len() >= *min {
-                        return true;
-                    }
-                }
-            }
-            seen.len() >= *min
-        })
-    }
-
-    /// Prices adding the pod to a claim; None if it cannot join.
-    fn check_claim(&mut self, pod: usize, a: &Attempt, ci: usize) -> Option<f64> {
+    /// The offering domains a claim would keep with the pod, if the pod's
+    /// taints, hostname topology, ports, zones and requirements allow it.
+    fn admits(&self, pod: usize, a: &Attempt, ci: usize) -> Option<u128> {
         let claim = &self.claims[ci];
         let pool = claim.pool;
         let (strict, soft) = self.classes[self.pod_class[pod]].pool_taints[pool];
         if !(strict || (a.tolerate_soft && soft)) {
             return None;
         }
-        let pv = &self.variants[a.variant].per_pool[pool];
-        if pv.err.is_some() {
+        if self.variants[a.variant].per_pool[pool].err.is_some() {
             return None;
         }
         if !self.host_ok(a, Some(self.nodes.len() + ci))
@@ -1338,12 +1298,47 @@ impl<'a> Solver<'a> {
         {
             return None;
         }
-        let mut base = Bits::new(self.scratch_len());
-        base.assign_and(&claim.types, &pv.types);
-        let used = claim.used.clone();
-        let reserve = claim.reserve.clone();
-        let req = self.pod_req[pod].clone();
-        self.filter_types(pool, &base, &used, &req, combos, &reserve)
+        Some(combos)
+    }
+
+    /// Does the pod fit the claim's cheapest type at the same price? A
+    /// quick test that needs no scan of the claim's types.
+    fn zero_cost(&self, pod: usize, variant: usize, ci: usize, combos: u128) -> bool {
+        let claim = &self.claims[ci];
+        let p = &self.pools[claim.pool];
+        let Some(t) = claim.cheapest else {
+            return false;
+        };
+        p.min_values.is_empty()
+            && self.variants[variant].per_pool[claim.pool].types.get(t)
+            && fits_sum(&claim.used, &self.pod_req[pod], &p.types[t].alloc)
+            && p.types[t]
+                .price(combos)
+                .is_some_and(|pr| pr <= claim.price + EPS)
+    }
+
+    /// Prices the claim with the pod added, leaving the remaining types in
+    /// `self.scratch`.
+    fn claim_price(&mut self, pod: usize, variant: usize, ci: usize, combos: u128) -> Option<f64> {
+        let mut out = std::mem::take(&mut self.scratch);
+        let mut base = std::mem::take(&mut self.scratch2);
+        let claim = &self.claims[ci];
+        base.assign_and(
+            &claim.types,
+            &self.variants[variant].per_pool[claim.pool].types,
+        );
+        let price = filter_types(
+            &self.pools[claim.pool],
+            &mut out,
+            &base,
+            &claim.used,
+            &self.pod_req[pod],
+            combos,
+            &claim.reserve,
+        );
+        self.scratch = out;
+        self.scratch2 = base;
+        price
     }
 
     /// Prices a new claim in `pool`; Err explains why not.
@@ -1397,11 +1392,19 @@ impl<'a> Solver<'a> {
                 p.name
             ));
         }
-        let base = pv.types.clone();
-        let daemon = p.daemon.clone();
-        let req = self.pod_req[pod].clone();
-        let zero = vec![0; self.pools[pool].lim.len()];
-        match self.filter_types(pool, &base, &daemon, &req, combos, &zero) {
+        let zero = vec![0; p.lim.len()];
+        let mut out = std::mem::take(&mut self.scratch);
+        let price = filter_types(
+            p,
+            &mut out,
+            &pv.types,
+            &p.daemon,
+            &self.pod_req[pod],
+            combos,
+            &zero,
+        );
+        self.scratch = out;
+        match price {
             Some(price) => Ok(price),
             None => Err(self.explain_new(pod, a, pool, combos)),
         }
@@ -1530,38 +1533,47 @@ impl<'a> Solver<'a> {
         // 2. Claims planned earlier: zero-cost best fit, else the cheapest growth.
         let mut best: Option<(f64, usize)> = None;
         if !skip_existing {
-            let cands: Vec<usize> = self
-                .claim_index
-                .range((req_cpu, 0)..)
-                .take(SCAN_LIMIT)
-                .map(|&(_, c)| c)
-                .collect();
-            for ci in cands {
-                if let Some(price) = self.check_claim(pod, a, ci) {
+            let mut cands = std::mem::take(&mut self.cands);
+            cands.clear();
+            cands.extend(
+                self.claim_index
+                    .range((req_cpu, 0)..)
+                    .take(SCAN_LIMIT)
+                    .map(|&(_, c)| c),
+            );
+            let hit = cands.iter().copied().find(|&ci| {
+                self.admits(pod, a, ci)
+                    .is_some_and(|combos| self.zero_cost(pod, a.variant, ci, combos))
+            });
+            if let Some(ci) = hit {
+                self.cands = cands;
+                return Ok(Choice::Claim(ci));
+            }
+            cands.clear();
+            cands.extend(
+                self.claim_index
+                    .iter()
+                    .rev()
+                    .take(SCAN_LIMIT)
+                    .map(|&(_, c)| c),
+            );
+            let mut priced = 0;
+            for &ci in &cands {
+                let Some(combos) = self.admits(pod, a, ci) else {
+                    continue;
+                };
+                if let Some(price) = self.claim_price(pod, a.variant, ci, combos) {
                     let delta = price - self.claims[ci].price;
-                    if delta <= EPS {
-                        return Ok(Choice::Claim(ci));
-                    }
                     if best.is_none_or(|(b, _)| delta < b - EPS) {
                         best = Some((delta, ci));
                     }
                 }
-            }
-            let grow: Vec<usize> = self
-                .claim_index
-                .iter()
-                .rev()
-                .take(GROW_CANDIDATES)
-                .map(|&(_, c)| c)
-                .collect();
-            for ci in grow {
-                if let Some(price) = self.check_claim(pod, a, ci) {
-                    let delta = price - self.claims[ci].price;
-                    if best.is_none_or(|(b, _)| delta < b - EPS) {
-                        best = Some((delta, ci));
-                    }
+                priced += 1;
+                if priced >= GROW_CANDIDATES {
+                    break;
                 }
             }
+            self.cands = cands;
         }
         // 3. A new claim from the first NodePool, in weight order, that can hold it.
         let mut errors = Vec::new();
@@ -1619,7 +1631,9 @@ impl<'a> Solver<'a> {
                     ports: Vec::new(),
                     reserve: vec![0; p.lim.len()],
                     price: 0.0,
+                    cheapest: None,
                     slack_key: 0,
+                    watch: Vec::new(),
                 };
                 self.pools[pool].nodes_used += 1;
                 self.claims.push(claim);
@@ -1629,6 +1643,28 @@ impl<'a> Solver<'a> {
                 self.nodes.len() + ci
             }
         };
+        // Hostname counters the pod constrains or owns pin its neighbours.
+        if target >= self.nodes.len() {
+            let ci = target - self.nodes.len();
+            let c = &self.classes[class];
+            let watched: Vec<usize> = c
+                .terms
+                .iter()
+                .filter(|t| t.key == TopoKey::Hostname)
+                .map(|t| t.counter)
+                .chain(
+                    c.owns
+                        .iter()
+                        .copied()
+                        .filter(|&o| self.counters[o].key == TopoKey::Hostname),
+                )
+                .collect();
+            for w in watched {
+                if !self.claims[ci].watch.contains(&w) {
+                    self.claims[ci].watch.push(w);
+                }
+            }
+        }
         // Topology counts.
         let counted: Vec<usize> = self.classes[class].counted_by.clone();
         let owns: Vec<usize> = self.classes[class].owns.clone();
@@ -1687,19 +1723,12 @@ impl<'a> Solver<'a> {
     }
 
     fn join_claim(&mut self, pod: usize, a: &Attempt, ci: usize) {
-        let pool = self.claims[ci].pool;
         let req = self.pod_req[pod].clone();
         let combos = self.claim_combos(&self.claims[ci], a);
-        let mut base = Bits::new(self.scratch_len());
-        base.assign_and(
-            &self.claims[ci].types,
-            &self.variants[a.variant].per_pool[pool].types,
-        );
-        let used = self.claims[ci].used.clone();
-        let reserve = self.claims[ci].reserve.clone();
-        // The pod was checked to fit; filtering again only refreshes scratch.
-        let _ = self.filter_types(pool, &base, &used, &req, combos, &reserve);
+        // The pod was checked to fit; pricing again leaves its types in scratch.
+        let _ = self.claim_price(pod, a.variant, ci, combos);
         let types = self.scratch.clone();
+        self.pod_relax[pod] = Some((a.variant, a.tolerate_soft));
         {
             let claim = &mut self.claims[ci];
             if !claim.variants.contains(&a.variant) {
@@ -1792,26 +1821,30 @@ impl<'a> Solver<'a> {
         }
     }
 
-    /// Recomputes a claim's price, index entry and limit reservation.
+    /// Recomputes a claim's price, cheapest type, index entry and limit
+    /// reservation. Under limits a claim reserves the capacity of its
+    /// cheapest type and launches only types no larger than that.
     fn refresh_claim(&mut self, ci: usize) {
         let claim = &self.claims[ci];
         let p = &self.pools[claim.pool];
-        let mut price = f64::INFINITY;
-        let mut cheapest_cpu = 0;
-        let mut reserve = vec![0i64; p.lim.len()];
+        let mut best: Option<(f64, usize)> = None;
         for t in claim.types.iter() {
             let ty = &p.types[t];
-            if let Some(pr) = ty.price(claim.combos)
-                && (pr < price - EPS || (pr <= price + EPS && ty.alloc[0] > cheapest_cpu))
-            {
-                price = price.min(pr);
-                cheapest_cpu = ty.alloc[0];
-            }
-            for (r, c) in reserve.iter_mut().zip(&ty.cap_lim) {
-                *r = (*r).max(*c);
+            if let Some(pr) = ty.price(claim.combos) {
+                let better = match best {
+                    None => true,
+                    Some((bp, bt)) => {
+                        pr < bp - EPS || (pr <= bp + EPS && ty.alloc[0] > p.types[bt].alloc[0])
+                    }
+                };
+                if better {
+                    best = Some((pr, t));
+                }
             }
         }
-        let slack = cheapest_cpu - claim.used[0];
+        let reserve =
+            best.map_or_else(|| vec![0; p.lim.len()], |(_, t)| p.types[t].cap_lim.clone());
+        let slack = best.map_or(0, |(_, t)| p.types[t].alloc[0]) - claim.used[0];
         let old_key = claim.slack_key;
         let old_reserve = claim.reserve.clone();
         let pool = claim.pool;
@@ -1822,9 +1855,24 @@ impl<'a> Solver<'a> {
             p.lim_used[i] += reserve[i] - old_reserve[i];
         }
         let claim = &mut self.claims[ci];
-        claim.price = if price.is_finite() { price } else { 0.0 };
+        claim.price = best.map_or(0.0, |b| b.0);
+        claim.cheapest = best.map(|b| b.1);
         claim.slack_key = slack;
         claim.reserve = reserve;
+    }
+
+    /// The types a claim may launch: all remaining types, or under limits
+    /// those no larger than its reservation.
+    pub fn launch_types(&self, ci: usize) -> impl Iterator<Item = usize> + '_ {
+        let claim = &self.claims[ci];
+        let p = &self.pools[claim.pool];
+        claim.types.iter().filter(move |&t| {
+            p.types[t]
+                .cap_lim
+                .iter()
+                .zip(&claim.reserve)
+                .all(|(c, r)| c <= r)
+        })
     }
 
     pub fn node_name(&self, n: usize) -> &str {
@@ -1914,5 +1962,359 @@ impl Solver<'_> {
 
     pub fn existing_count(&self) -> usize {
         self.nodes.len()
+    }
+}
+
+/// Filters `base` into `out`: the types that hold `used + req`, have an
+/// available offering in `combos`, fit the pool's remaining limits (plus the
+/// claim's own `reserve`) and keep minValues. Returns the cheapest price.
+fn filter_types(
+    p: &Pool,
+    out: &mut Bits,
+    base: &Bits,
+    used: &[i64],
+    req: &[i64],
+    combos: u128,
+    reserve: &[i64],
+) -> Option<f64> {
+    let mut best: Option<f64> = None;
+    out.copy_from(base);
+    for ti in base.iter() {
+        let t = &p.types[ti];
+        let lim_ok = t.cap_lim.iter().enumerate().all(|(i, cap)| {
+            *cap <= p.lim[i]
+                .saturating_sub(p.lim_used[i])
+                .saturating_add(reserve.get(i).copied().unwrap_or(0))
+        });
+        let price = if lim_ok && fits_sum(used, req, &t.alloc) {
+            t.price(combos)
+        } else {
+            None
+        };
+        match price {
+            Some(pr) => best = Some(best.map_or(pr, |b: f64| b.min(pr))),
+            None => out.clear(ti),
+        }
+    }
+    if best.is_some() && p.min_values_ok(out) {
+        best
+    } else {
+        None
+    }
+}
+
+impl Pool {
+    /// Do the types keep at least minValues distinct values per key?
+    fn min_values_ok(&self, types: &Bits) -> bool {
+        self.min_values.iter().all(|(_, min, ids)| {
+            let mut seen: Vec<u32> = Vec::new();
+            for t in types.iter() {
+                if !seen.contains(&ids[t]) {
+                    seen.push(ids[t]);
+                    if seen.len() >= *min {
+                        return true;
+                    }
+                }
+            }
+            seen.len() >= *min
+        })
+    }
+}
+
+/// At most this many rounds of repacking.
+const REPACK_ROUNDS: usize = 8;
+
+/// A pod's planned move to another claim.
+struct Move {
+    pod: usize,
+    to: usize,
+}
+
+impl Solver<'_> {
+    /// Repacks planned NodeClaims: for each claim, most expensive first, moves
+    /// pods that are free to move into spare room other claims already pay
+    /// for, when that lets the claim drop to a cheaper type or go away.
+    /// Never raises the total price: every move is free for its receiver.
+    pub fn improve(&mut self) {
+        for _ in 0..REPACK_ROUNDS {
+            let mut order: Vec<usize> = (0..self.claims.len())
+                .filter(|&c| !self.claims[c].pods.is_empty())
+                .collect();
+            order.sort_by(|&a, &b| {
+                self.claims[b]
+                    .price
+                    .total_cmp(&self.claims[a].price)
+                    .then(a.cmp(&b))
+            });
+            let mut gained = false;
+            for ci in order {
+                gained |= self.shrink(ci);
+            }
+            if !gained {
+                break;
+            }
+        }
+    }
+
+    /// May this pod move between claims without changing any topology
+    /// count a constraint depends on?
+    fn movable(&self, pod: usize) -> bool {
+        let c = &self.classes[self.pod_class[pod]];
+        self.pod_relax[pod].is_some()
+            && self.input.pods[pod].host_ports.is_empty()
+            && c.owns.is_empty()
+            && c.terms.iter().all(|t| t.key != TopoKey::Hostname)
+    }
+
+    /// Can `pod` move from claim `from` to claim `to`, carrying `extra`
+    /// load already planned onto `to`, with no change in `to`'s price?
+    fn can_move(&self, pod: usize, from: usize, to: usize, extra: &[i64]) -> bool {
+        let Some((variant, soft)) = self.pod_relax[pod] else {
+            return false;
+        };
+        let c = &self.classes[self.pod_class[pod]];
+        let (src, dst) = (&self.claims[from], &self.claims[to]);
+        if from == to || dst.pods.is_empty() {
+            return false;
+        }
+        let (strict, tolerated) = c.pool_taints[dst.pool];
+        if !(strict || (soft && tolerated)) {
+            return false;
+        }
+        let pv = &self.variants[variant].per_pool[dst.pool];
+        if pv.err.is_some() {
+            return false;
+        }
+        let same_value = |key: usize| {
+            let a = self.target_value(self.nodes.len() + from, key);
+            a.is_some() && a == self.target_value(self.nodes.len() + to, key)
+        };
+        for &k in c.counted_by.iter().chain(&c.blocked_by) {
+            let ok = match self.counters[k].key {
+                TopoKey::Hostname => !src.watch.contains(&k) && !dst.watch.contains(&k),
+                TopoKey::Key(key) => same_value(key),
+            };
+            if !ok {
+                return false;
+            }
+        }
+        if !c.terms.iter().all(|t| match t.key {
+            TopoKey::Key(key) => same_value(key),
+            TopoKey::Hostname => false,
+        }) {
+            return false;
+        }
+        let combos = dst.combos & pv.combos;
+        if combos == 0 {
+            return false;
+        }
+        if !dst.variants.contains(&variant)
+            && dst
+                .reqs
+                .compatible(&self.variants[variant].reqs, allow_well_known)
+                .is_err()
+        {
+            return false;
+        }
+        let p = &self.pools[dst.pool];
+        let Some(t) = dst.cheapest else {
+            return false;
+        };
+        let mut load = dst.used.clone();
+        add_into(&mut load, extra);
+        p.min_values.is_empty()
+            && pv.types.get(t)
+            && fits_sum(&load, &self.pod_req[pod], &p.types[t].alloc)
+            && p.types[t]
+                .price(combos)
+                .is_some_and(|pr| pr <= dst.price + EPS)
+    }
+
+    /// Types a claim's pods and offering domains allow, before resources.
+    fn base_types(&self, ci: usize) -> Bits {
+        let claim = &self.claims[ci];
+        let pool = &self.pools[claim.pool];
+        let mut base = Bits::full(pool.types.len());
+        for &v in &claim.variants {
+            let prev = base.clone();
+            base.assign_and(&prev, &self.variants[v].per_pool[claim.pool].types);
+        }
+        for t in 0..pool.types.len() {
+            if pool.types[t].offer_mask & claim.combos == 0 {
+                base.clear(t);
+            }
+        }
+        base
+    }
+
+    /// Tries to make one claim cheaper (or empty) by moving pods out.
+    fn shrink(&mut self, ci: usize) -> bool {
+        let before = self.claims[ci].price;
+        let base = self.base_types(ci);
+        let pool = self.claims[ci].pool;
+        let p = &self.pools[pool];
+        let combos = self.claims[ci].combos;
+        // The next cheaper type, or no type at all (empty the claim).
+        let target = base
+            .iter()
+            .filter_map(|t| p.types[t].price(combos).map(|pr| (pr, t)))
+            .filter(|(pr, _)| *pr < before - EPS)
+            .max_by(|a, b| {
+                a.0.total_cmp(&b.0)
+                    .then(p.types[a.1].alloc[0].cmp(&p.types[b.1].alloc[0]))
+            });
+        let all_movable = self.claims[ci].pods.iter().all(|&q| self.movable(q));
+        let dims = self.dims.len();
+        let used = &self.claims[ci].used;
+        let excess: Vec<i64> = match target {
+            Some((_, t)) if !all_movable || self.claims[ci].pods.len() > 1 => {
+                (0..dims).map(|d| used[d] - p.types[t].alloc[d]).collect()
+            }
+            _ if all_movable => (0..dims).map(|d| used[d] - p.daemon[d]).collect(),
+            _ => return false,
+        };
+        if excess.iter().all(|e| *e <= 0) {
+            return false;
+        }
+        let mut cands: Vec<usize> = self.claims[ci]
+            .pods
+            .iter()
+            .copied()
+            .filter(|&q| self.movable(q))
+            .collect();
+        let covers =
+            |q: usize, rem: &[i64]| (0..dims).all(|d| rem[d] <= 0 || self.pod_req[q][d] >= rem[d]);
+        // A single pod that covers the excess, smallest first; else the
+        // largest pods first.
+        let size = |q: usize| (self.pod_req[q][0], self.pod_req[q][1], q);
+        cands.sort_by_key(|&q| {
+            (
+                !covers(q, &excess),
+                if covers(q, &excess) {
+                    size(q)
+                } else {
+                    (-size(q).0, -size(q).1, q)
+                },
+            )
+        });
+        let mut remaining = excess.clone();
+        let mut moves: Vec<Move> = Vec::new();
+        let mut extra: HashMap<usize, (Vec<i64>, usize)> = HashMap::new();
+        for q in cands {
+            if remaining.iter().all(|e| *e <= 0) {
+                break;
+            }
+            if !(0..dims).any(|d| remaining[d] > 0 && self.pod_req[q][d] > 0) {
+                continue;
+            }
+            let variant = self.pod_relax[q].map_or(usize::MAX, |r| r.0);
+            let zero = vec![0i64; dims];
+            let dest = self
+                .claim_index
+                .range((self.pod_req[q][0], 0)..)
+                .take(SCAN_LIMIT)
+                .map(|&(_, c)| c)
+                .find(|&to| {
+                    let (load, v) = extra.get(&to).map_or((&zero, variant), |(l, v)| (l, *v));
+                    v == variant && self.can_move(q, ci, to, load)
+                });
+            if let Some(to) = dest {
+                let e = extra.entry(to).or_insert_with(|| (vec![0; dims], variant));
+                add_into(&mut e.0, &self.pod_req[q]);
+                for (r, x) in remaining.iter_mut().zip(&self.pod_req[q]) {
+                    *r -= x;
+                }
+                moves.push(Move { pod: q, to });
+            }
+        }
+        if remaining.iter().any(|e| *e > 0) {
+            return false;
+        }
+        for m in &moves {
+            self.move_pod(m.pod, ci, m.to);
+        }
+        self.recompute_types(ci);
+        self.claims[ci].price < before - EPS || self.claims[ci].pods.is_empty()
+    }
+
+    /// Moves a pod between claims (checked by [`Self::can_move`]).
+    fn move_pod(&mut self, pod: usize, from: usize, to: usize) {
+        let Some((variant, _)) = self.pod_relax[pod] else {
+            return;
+        };
+        let pool = self.claims[to].pool;
+        let combos = self.claims[to].combos & self.variants[variant].per_pool[pool].combos;
+        if self.claim_price(pod, variant, to, combos).is_none() {
+            return;
+        }
+        let types = self.scratch.clone();
+        let req = self.pod_req[pod].clone();
+        {
+            let dst = &mut self.claims[to];
+            if !dst.variants.contains(&variant) {
+                dst.reqs.intersect_with(&self.variants[variant].reqs);
+                dst.variants.push(variant);
+            }
+            dst.types = types;
+            dst.combos = combos;
+            add_into(&mut dst.used, &req);
+            dst.pods.push(pod);
+        }
+        {
+            let src = &mut self.claims[from];
+            src.pods.retain(|&q| q != pod);
+            for (u, r) in src.used.iter_mut().zip(&req) {
+                *u -= r;
+            }
+        }
+        self.placed_claim[pod] = Some(to);
+        let counted = self.classes[self.pod_class[pod]].counted_by.clone();
+        for c in counted {
+            if self.counters[c].key == TopoKey::Hostname {
+                self.counters[c].unrecord(self.nodes.len() + from);
+                self.counters[c].record(self.nodes.len() + to, None);
+            }
+        }
+        self.refresh_claim(to);
+    }
+
+    /// Recomputes the types a claim can use after pods left it; an empty
+    /// claim is dropped.
+    fn recompute_types(&mut self, ci: usize) {
+        if self.claims[ci].pods.is_empty() {
+            let key = self.claims[ci].slack_key;
+            self.claim_index.remove(&(key, ci));
+            let pool = self.claims[ci].pool;
+            let reserve = std::mem::take(&mut self.claims[ci].reserve);
+            let p = &mut self.pools[pool];
+            for (u, r) in p.lim_used.iter_mut().zip(&reserve) {
+                *u -= r;
+            }
+            p.nodes_used -= 1;
+            self.claims[ci].reserve = vec![0; reserve.len()];
+            self.claims[ci].types = Bits::new(0);
+            self.claims[ci].price = 0.0;
+            self.claims[ci].cheapest = None;
+            return;
+        }
+        let base = self.base_types(ci);
+        let mut out = std::mem::take(&mut self.scratch);
+        let claim = &self.claims[ci];
+        let zero = vec![0i64; self.dims.len()];
+        let ok = filter_types(
+            &self.pools[claim.pool],
+            &mut out,
+            &base,
+            &claim.used,
+            &zero,
+            claim.combos,
+            &claim.reserve,
+        )
+        .is_some();
+        if ok {
+            self.claims[ci].types.copy_from(&out);
+        }
+        self.scratch = out;
+        self.refresh_claim(ci);
     }
 }

@@ -123,4 +123,17 @@ impl Counter {
             }
         }
     }
+
+    /// Removes one pod recorded on hostname target `t`.
+    pub fn unrecord(&mut self, t: usize) {
+        if let Some(c) = self.by_target.get_mut(t)
+            && *c > 0
+        {
+            *c -= 1;
+            self.total = self.total.saturating_sub(1);
+            if *c == 0 {
+                self.nonzero_targets = self.nonzero_targets.saturating_sub(1);
+            }
+        }
+    }
 }
