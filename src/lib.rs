@@ -12,5 +12,7 @@ pub mod config;
 pub mod diag;
 pub mod model;
 pub mod par;
+pub mod plan;
 pub mod scheduling;
+pub mod snapshot;
 pub mod timing;

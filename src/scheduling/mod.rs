@@ -1,2 +1,190 @@
 //! The scheduling core: places pending pods on existing capacity and plans the
-//! cheapest new NodeClaims. Pure and deterministic.
+//! cheapest new NodeClaims. Pure and deterministic: no I/O, no clock other
+//! than the one injected through [`SolveOptions`], no kube client, no AWS.
+//!
+//! Consolidation and drift call [`solve`] too, to ask where pods would go if
+//! a node went away.
+
+mod bits;
+pub mod lower_bound;
+pub mod pod;
+mod solver;
+mod topology;
+pub mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use solver::SolveError;
+pub use types::*;
+
+use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
+use crate::model::quantity::{CPU, MEMORY};
+use crate::model::{Requirement, Resources};
+use lower_bound::BoundType;
+use solver::Solver;
+
+/// At most this many instance types are sent with a NodeClaim to launch.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+
+/// The order pods are tried in: cpu desc, memory desc, creation time, then
+/// namespace/name so the result does not depend on input order.
+fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (pa, pb) = (&pods[a], &pods[b]);
+        pb.requests
+            .get(CPU)
+            .cmp(&pa.requests.get(CPU))
+            .then_with(|| pb.requests.get(MEMORY).cmp(&pa.requests.get(MEMORY)))
+            .then_with(|| pa.created_ms.cmp(&pb.created_ms))
+            .then_with(|| pa.namespace.cmp(&pb.namespace))
+            .then_with(|| pa.name.cmp(&pb.name))
+            .then_with(|| a.cmp(&b))
+    });
+    order
+}
+
+/// Decides which pods fit on existing capacity and which new NodeClaims to
+/// launch for the rest.
+pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, SolveError> {
+    let mut s = Solver::new(input, opts)?;
+    let initial_free = s.free_on_nodes();
+    let order = pod_order(&input.pods);
+    let failed = s.run(&order);
+    s.improve();
+
+    let ncts = s.cts.len().max(1);
+    let mut nodeclaims = Vec::with_capacity(s.claims.len());
+    for (ci, claim) in s.claims.iter().enumerate() {
+        if claim.pods.is_empty() {
+            continue;
+        }
+        let pool = &s.pools[claim.pool];
+        let mut types: Vec<(f64, &str)> = s
+            .launch_types(ci)
+            .filter_map(|t| {
+                let ty = &pool.types[t];
+                ty.price(claim.combos).map(|p| (p, ty.name.as_str()))
+            })
+            .collect();
+        types.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+        let offered = s
+            .launch_types(ci)
+            .fold(0u128, |m, t| m | pool.types[t].offer_mask)
+            & claim.combos;
+        let zones: Vec<String> = (0..s.zones.len())
+            .filter(|zi| (offered >> (zi * ncts)) & ((1u128 << ncts) - 1) != 0)
+            .map(|zi| s.zones[zi].clone())
+            .collect();
+        let capacity_types: Vec<String> = (0..s.cts.len())
+            .filter(|ci| (0..s.zones.len()).any(|zi| offered & (1u128 << (zi * ncts + ci)) != 0))
+            .map(|ci| s.cts[ci].clone())
+            .collect();
+        let names: Vec<String> = types
+            .iter()
+            .take(MAX_INSTANCE_TYPES)
+            .map(|t| t.1.to_string())
+            .collect();
+        let mut requirements = claim.reqs.clone();
+        requirements.add(INSTANCE_TYPE, Requirement::in_values(names.iter().cloned()));
+        requirements.add(ZONE, Requirement::in_values(zones.iter().cloned()));
+        requirements.add(
+            CAPACITY_TYPE,
+            Requirement::in_values(capacity_types.iter().cloned()),
+        );
+        let mut requests = Resources::new();
+        for (d, name) in s.dims.iter().enumerate() {
+            requests.set(name, claim.used[d]);
+        }
+        let mut pods: Vec<String> = claim.pods.iter().map(|&p| input.pods[p].key()).collect();
+        pods.sort();
+        nodeclaims.push(NewNodeClaim {
+            nodepool: pool.name.clone(),
+            requirements,
+            instance_types: names,
+            zones,
+            capacity_types,
+            pods,
+            requests,
+            price: types.first().map_or(0.0, |t| t.0),
+        });
+    }
+
+    let mut by_node: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (pod, n) in s.placed_node.iter().enumerate() {
+        if let Some(n) = n {
+            by_node
+                .entry(s.node_name(*n).to_string())
+                .or_default()
+                .push(input.pods[pod].key());
+        }
+    }
+    let existing = by_node
+        .into_iter()
+        .map(|(node, mut pods)| {
+            pods.sort();
+            ExistingPlacement { node, pods }
+        })
+        .collect();
+    let mut unschedulable: Vec<Unschedulable> = failed
+        .into_iter()
+        .map(|(pod, reason)| Unschedulable {
+            pod: input.pods[pod].key(),
+            reason,
+        })
+        .collect();
+    unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+    let price = nodeclaims.iter().map(|c| c.price).sum();
+
+    // Lower bound over the pods that were placed.
+    let placed: Vec<usize> = (0..input.pods.len())
+        .filter(|&p| s.placed_node[p].is_some() || s.placed_claim_of(p).is_some())
+        .collect();
+    let mut demand: Vec<f64> = vec![0.0; s.dims.len()];
+    for &p in &placed {
+        for (d, v) in demand.iter_mut().zip(&s.pod_req[p]) {
+            *d += *v as f64;
+        }
+    }
+    for (d, f) in demand.iter_mut().zip(&initial_free) {
+        *d = (*d - *f as f64).max(0.0);
+    }
+    let forced = s.forced_nodes(&placed).saturating_sub(s.existing_count());
+    let min_daemon: Vec<f64> = (0..s.dims.len())
+        .map(|d| {
+            s.pools
+                .iter()
+                .map(|p| p.daemon[d] as f64)
+                .fold(f64::INFINITY, f64::min)
+        })
+        .map(|v| if v.is_finite() { v } else { 0.0 })
+        .collect();
+    for (d, md) in demand.iter_mut().zip(&min_daemon) {
+        *d += forced as f64 * md;
+    }
+    let bound_types: Vec<BoundType> = s
+        .pools
+        .iter()
+        .flat_map(|p| p.types.iter())
+        .filter_map(|t| {
+            t.offers.first().map(|(_, price)| BoundType {
+                alloc: t.alloc.iter().map(|v| *v as f64).collect(),
+                price: *price,
+            })
+        })
+        .collect();
+    let needs_new = demand.iter().any(|d| *d > 0.0) || forced > 0;
+    let lower_bound = if needs_new && !nodeclaims.is_empty() {
+        lower_bound::lower_bound(&bound_types, &demand, forced)
+    } else {
+        0.0
+    };
+    Ok(SolveResult {
+        nodeclaims,
+        existing,
+        unschedulable,
+        price,
+        lower_bound,
+    })
+}

@@ -1,0 +1,188 @@
+//! Taints and tolerations.
+
+use std::fmt;
+
+/// A taint effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Effect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl Effect {
+    pub fn parse(s: &str) -> Option<Effect> {
+        Some(match s {
+            "NoSchedule" => Effect::NoSchedule,
+            "PreferNoSchedule" => Effect::PreferNoSchedule,
+            "NoExecute" => Effect::NoExecute,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::NoSchedule => "NoSchedule",
+            Effect::PreferNoSchedule => "PreferNoSchedule",
+            Effect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: Effect,
+}
+
+impl fmt::Display for Taint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}:{}", self.key, self.effect.as_str())
+        } else {
+            write!(f, "{}={}:{}", self.key, self.value, self.effect.as_str())
+        }
+    }
+}
+
+impl Taint {
+    pub fn new(key: &str, value: &str, effect: Effect) -> Self {
+        Taint {
+            key: key.to_string(),
+            value: value.to_string(),
+            effect,
+        }
+    }
+
+    /// Converts a Kubernetes taint.
+    pub fn from_k8s(t: &k8s_openapi::api::core::v1::Taint) -> Result<Self, String> {
+        let effect = Effect::parse(&t.effect)
+            .ok_or_else(|| format!("unknown taint effect {:?}", t.effect))?;
+        Ok(Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        })
+    }
+
+    /// Taints put on new or unhealthy nodes that go away by themselves; the
+    /// scheduler ignores them on new capacity.
+    pub fn is_ephemeral(&self) -> bool {
+        EPHEMERAL_TAINT_KEYS.contains(&self.key.as_str())
+    }
+}
+
+/// Temporary taints of new nodes.
+pub const EPHEMERAL_TAINT_KEYS: [&str; 4] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    "karpenter.sh/unregistered",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TolerationOp {
+    Equal,
+    Exists,
+}
+
+/// A pod toleration. An empty key with `Exists` tolerates everything; a
+/// missing effect matches every effect.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Toleration {
+    pub key: String,
+    pub operator: TolerationOp,
+    pub value: String,
+    pub effect: Option<Effect>,
+}
+
+impl Toleration {
+    pub fn from_k8s(t: &k8s_openapi::api::core::v1::Toleration) -> Result<Self, String> {
+        let operator = match t.operator.as_deref() {
+            None | Some("") | Some("Equal") => TolerationOp::Equal,
+            Some("Exists") => TolerationOp::Exists,
+            Some(other) => return Err(format!("unknown toleration operator {other:?}")),
+        };
+        let effect = match t.effect.as_deref() {
+            None | Some("") => None,
+            Some(e) => Some(Effect::parse(e).ok_or_else(|| format!("unknown taint effect {e:?}"))?),
+        };
+        Ok(Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator,
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        })
+    }
+
+    /// Tolerates everything with the given effect (or all effects).
+    pub fn any(effect: Option<Effect>) -> Self {
+        Toleration {
+            key: String::new(),
+            operator: TolerationOp::Exists,
+            value: String::new(),
+            effect,
+        }
+    }
+
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if self.effect.is_some_and(|e| e != taint.effect) {
+            return false;
+        }
+        if self.key.is_empty() {
+            return self.operator == TolerationOp::Exists;
+        }
+        if self.key != taint.key {
+            return false;
+        }
+        match self.operator {
+            TolerationOp::Exists => true,
+            TolerationOp::Equal => self.value == taint.value,
+        }
+    }
+}
+
+/// The first taint that blocks scheduling and is not tolerated.
+/// `PreferNoSchedule` taints block unless `soft_ok`.
+pub fn first_untolerated<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+    soft_ok: bool,
+) -> Option<&'a Taint> {
+    taints.iter().find(|t| {
+        !(soft_ok && t.effect == Effect::PreferNoSchedule)
+            && !tolerations.iter().any(|tol| tol.tolerates(t))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerations_match_by_key_value_and_effect() {
+        let gpu = Taint::new("nvidia.com/gpu", "true", Effect::NoSchedule);
+        let eq = Toleration {
+            key: "nvidia.com/gpu".into(),
+            operator: TolerationOp::Equal,
+            value: "true".into(),
+            effect: None,
+        };
+        assert!(eq.tolerates(&gpu));
+        let wrong = Toleration {
+            value: "false".into(),
+            ..eq.clone()
+        };
+        assert!(!wrong.tolerates(&gpu));
+        assert!(Toleration::any(None).tolerates(&gpu));
+        assert!(!Toleration::any(Some(Effect::NoExecute)).tolerates(&gpu));
+    }
+
+    #[test]
+    fn prefer_no_schedule_is_soft_only_when_asked() {
+        let soft = [Taint::new("x", "", Effect::PreferNoSchedule)];
+        assert!(first_untolerated(&soft, &[], false).is_some());
+        assert!(first_untolerated(&soft, &[], true).is_none());
+    }
+}

@@ -1,0 +1,349 @@
+//! Conversions from Karpenter and Kubernetes documents to the core's domain
+//! types: one small function per kind.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, Taint as K8sTaint};
+use serde_json::Value;
+
+use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
+use crate::model::quantity::parse_quantity;
+use crate::model::{InstanceType, KubeletSettings, Requirement, Requirements, Resources, Taint};
+use crate::scheduling::pod::{VolumeIndex, pod_requests, pod_spec};
+use crate::scheduling::{BoundPod, DaemonSetSpec, ExistingNode, NodePoolSpec};
+use crate::snapshot::Snapshot;
+
+fn get<'a>(v: &'a Value, ptr: &str) -> Option<&'a Value> {
+    v.pointer(ptr).filter(|x| !x.is_null())
+}
+
+fn from<T: serde::de::DeserializeOwned>(
+    v: Option<&Value>,
+    what: &str,
+) -> Result<Option<T>, String> {
+    v.map(|x| serde_json::from_value(x.clone()).map_err(|e| format!("{what}: {e}")))
+        .transpose()
+}
+
+fn resources(v: Option<&Value>, what: &str) -> Result<Option<Resources>, String> {
+    let Some(map) = from::<BTreeMap<String, Value>>(v, what)? else {
+        return Ok(None);
+    };
+    let mut r = Resources::new();
+    for (k, q) in map {
+        let s = match &q {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            other => return Err(format!("{what}.{k}: not a quantity: {other}")),
+        };
+        r.set(
+            &k,
+            parse_quantity(&k, &s).map_err(|e| format!("{what}.{k}: {e}"))?,
+        );
+    }
+    Ok(Some(r))
+}
+
+fn taints(v: Option<&Value>, what: &str) -> Result<Vec<Taint>, String> {
+    from::<Vec<K8sTaint>>(v, what)?
+        .unwrap_or_default()
+        .iter()
+        .map(Taint::from_k8s)
+        .collect()
+}
+
+/// The kubelet settings of an EC2NodeClass that change allocatable.
+pub fn kubelet_settings(nodeclass: &Value) -> Result<KubeletSettings, String> {
+    let k = get(nodeclass, "/spec/kubelet");
+    let int = |p: &str| -> Result<Option<i64>, String> {
+        k.and_then(|k| get(k, p))
+            .map(|v| {
+                v.as_i64()
+                    .ok_or_else(|| format!("spec.kubelet{}: not an integer", p.replace('/', ".")))
+            })
+            .transpose()
+    };
+    let mut out = KubeletSettings {
+        max_pods: int("/maxPods")?,
+        pods_per_core: int("/podsPerCore")?,
+        kube_reserved: resources(
+            k.and_then(|k| get(k, "/kubeReserved")),
+            "spec.kubelet.kubeReserved",
+        )?,
+        system_reserved: resources(
+            k.and_then(|k| get(k, "/systemReserved")),
+            "spec.kubelet.systemReserved",
+        )?,
+        ..KubeletSettings::default()
+    };
+    // evictionHard is keyed by signal; absolute quantities only (percentages
+    // depend on capacity and are left to the catalog's overhead).
+    if let Some(map) = from::<BTreeMap<String, String>>(
+        k.and_then(|k| get(k, "/evictionHard")),
+        "spec.kubelet.evictionHard",
+    )? {
+        let mut r = Resources::new();
+        for (signal, q) in map {
+            let resource = match signal.as_str() {
+                "memory.available" => "memory",
+                "nodefs.available" => "ephemeral-storage",
+                _ => continue,
+            };
+            if q.ends_with('%') {
+                continue;
+            }
+            r.set(
+                resource,
+                parse_quantity(resource, &q)
+                    .map_err(|e| format!("spec.kubelet.evictionHard.{signal}: {e}"))?,
+            );
+        }
+        out.eviction_hard = Some(r);
+    }
+    for (i, m) in get(nodeclass, "/spec/blockDeviceMappings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if m.get("rootVolume").and_then(Value::as_bool) == Some(true)
+            && let Some(size) = get(m, "/ebs/volumeSize").and_then(Value::as_str)
+        {
+            out.root_volume_bytes = Some(
+                parse_quantity("ephemeral-storage", size)
+                    .map_err(|e| format!("spec.blockDeviceMappings[{i}].ebs.volumeSize: {e}"))?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequirementDoc {
+    #[serde(flatten)]
+    req: NodeSelectorRequirement,
+    min_values: Option<usize>,
+}
+
+/// Builds the core's NodePool from a NodePool document, the kubelet settings
+/// of the EC2NodeClasses by name, and the catalog.
+pub fn nodepool_spec(
+    nodepool: &Value,
+    nodeclasses: &[(String, KubeletSettings)],
+    catalog: &[InstanceType],
+) -> Result<NodePoolSpec, String> {
+    let name = get(nodepool, "/metadata/name")
+        .and_then(Value::as_str)
+        .ok_or("metadata.name is missing")?
+        .to_string();
+    let weight = get(nodepool, "/spec/weight")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let labels: BTreeMap<String, String> = from(
+        get(nodepool, "/spec/template/metadata/labels"),
+        "spec.template.metadata.labels",
+    )?
+    .unwrap_or_default();
+    let docs: Vec<RequirementDoc> = from(
+        get(nodepool, "/spec/template/spec/requirements"),
+        "spec.template.spec.requirements",
+    )?
+    .unwrap_or_default();
+    let mut requirements = Requirements::new();
+    for (i, d) in docs.iter().enumerate() {
+        let one = Requirements::from_node_selector(std::slice::from_ref(&d.req))
+            .map_err(|e| format!("spec.template.spec.requirements[{i}]: {e}"))?;
+        for (k, mut r) in one.0 {
+            r.min_values = d.min_values;
+            requirements.add(&k, r);
+        }
+    }
+    for (k, v) in &labels {
+        requirements.add(k, Requirement::in_values([v.clone()]));
+    }
+    let class = get(nodepool, "/spec/template/spec/nodeClassRef/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kubelet = nodeclasses
+        .iter()
+        .find(|(n, _)| n == class)
+        .map(|(_, k)| k)
+        .ok_or_else(|| {
+            format!("nodeClassRef names EC2NodeClass {class:?}, which does not exist")
+        })?;
+    Ok(NodePoolSpec {
+        name,
+        weight: i32::try_from(weight).map_err(|_| "spec.weight out of range".to_string())?,
+        requirements,
+        labels: normalize_labels(&labels),
+        taints: taints(
+            get(nodepool, "/spec/template/spec/taints"),
+            "spec.template.spec.taints",
+        )?,
+        startup_taints: taints(
+            get(nodepool, "/spec/template/spec/startupTaints"),
+            "spec.template.spec.startupTaints",
+        )?,
+        limits: resources(get(nodepool, "/spec/limits"), "spec.limits")?.unwrap_or_default(),
+        instance_types: catalog
+            .iter()
+            .map(|it| it.for_node_class(kubelet))
+            .collect(),
+    })
+}
+
+/// A DaemonSet's pod template.
+pub fn daemonset_spec(ds: &DaemonSet, now_ms: i64) -> Result<DaemonSetSpec, String> {
+    let template = ds.spec.template.clone();
+    let pod = Pod {
+        metadata: template.metadata.unwrap_or_default(),
+        spec: template.spec,
+        status: None,
+    };
+    pod_spec(&pod, &VolumeIndex::default(), now_ms)
+        .map(|p| DaemonSetSpec {
+            name: ds.metadata.name.clone().unwrap_or_default(),
+            pod: p,
+        })
+        .map_err(|e| e.message)
+}
+
+fn bound_pod(p: &Pod) -> Result<BoundPod, String> {
+    let spec = pod_spec(p, &VolumeIndex::default(), 0).map_err(|e| e.to_string())?;
+    Ok(BoundPod {
+        namespace: spec.namespace,
+        name: spec.name,
+        labels: spec.labels,
+        requests: pod_requests(p)?,
+        host_ports: spec.host_ports,
+        anti_affinity: spec.anti_affinity,
+    })
+}
+
+/// Existing nodes and in-flight NodeClaims of a snapshot, with their pods.
+pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<ExistingNode>, String> {
+    let mut pods_by_node: HashMap<&str, Vec<BoundPod>> = HashMap::new();
+    for p in &s.pods {
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or("");
+        let done = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+        if !node.is_empty() && !done {
+            pods_by_node.entry(node).or_default().push(bound_pod(p)?);
+        }
+    }
+    let mut out = Vec::new();
+    for n in &s.nodes {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let labels = normalize_labels(&n.metadata.labels.clone().unwrap_or_default());
+        let status = n.status.as_ref();
+        let allocatable = status
+            .and_then(|s| s.allocatable.as_ref())
+            .map(Resources::from_k8s)
+            .transpose()
+            .map_err(|(k, e)| format!("Node/{name}: allocatable {k}: {e}"))?
+            .unwrap_or_default();
+        let capacity = status
+            .and_then(|s| s.capacity.as_ref())
+            .map(Resources::from_k8s)
+            .transpose()
+            .map_err(|(k, e)| format!("Node/{name}: capacity {k}: {e}"))?
+            .unwrap_or_else(|| allocatable.clone());
+        let mut node_taints: Vec<Taint> = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(Taint::from_k8s)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("Node/{name}: {e}"))?;
+        if n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+            node_taints.push(Taint::new(
+                "node.kubernetes.io/unschedulable",
+                "",
+                crate::model::Effect::NoSchedule,
+            ));
+        }
+        let karpenter = labels.contains_key(NODEPOOL);
+        let initialized = !karpenter
+            || labels
+                .get("karpenter.sh/initialized")
+                .is_some_and(|v| v == "true");
+        out.push(ExistingNode {
+            nodepool: labels.get(NODEPOOL).cloned(),
+            pods: pods_by_node.remove(name.as_str()).unwrap_or_default(),
+            name,
+            labels,
+            taints: node_taints,
+            initialized,
+            allocatable,
+            capacity,
+            price: None,
+        });
+    }
+    // In-flight NodeClaims: launched or launching, no Node yet.
+    for c in &s.nodeclaims {
+        let name = get(c, "/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let node_name = get(c, "/status/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !node_name.is_empty() && out.iter().any(|n| n.name == node_name) {
+            continue;
+        }
+        if get(c, "/metadata/deletionTimestamp").is_some() {
+            continue;
+        }
+        let reqs_doc: Vec<NodeSelectorRequirement> =
+            from(get(c, "/spec/requirements"), "spec.requirements")
+                .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+                .unwrap_or_default();
+        let reqs = Requirements::from_node_selector(&reqs_doc)
+            .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
+        let mut labels = reqs.labels();
+        let meta_labels: BTreeMap<String, String> =
+            from(get(c, "/metadata/labels"), "metadata.labels")
+                .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+                .unwrap_or_default();
+        labels.extend(normalize_labels(&meta_labels));
+        let it = labels
+            .get(INSTANCE_TYPE)
+            .and_then(|t| catalog.iter().find(|i| &i.name == t));
+        let allocatable = resources(get(c, "/status/allocatable"), "status.allocatable")
+            .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+            .or_else(|| it.map(|i| i.allocatable.clone()))
+            .unwrap_or_default();
+        let capacity = resources(get(c, "/status/capacity"), "status.capacity")
+            .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+            .or_else(|| it.map(|i| i.capacity.clone()))
+            .unwrap_or_else(|| allocatable.clone());
+        let mut claim_taints = taints(get(c, "/spec/taints"), "spec.taints")
+            .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
+        let startup = taints(get(c, "/spec/startupTaints"), "spec.startupTaints")
+            .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
+        claim_taints.retain(|t| !startup.contains(t));
+        out.push(ExistingNode {
+            nodepool: labels.get(NODEPOOL).cloned(),
+            pods: pods_by_node.remove(node_name).unwrap_or_default(),
+            name,
+            labels,
+            taints: claim_taints,
+            initialized: false,
+            allocatable,
+            capacity,
+            price: None,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,288 @@
+//! `dovetail plan`: reads the config repository's NodePools and
+//! EC2NodeClasses, a catalog, pending pods and optionally a cluster snapshot,
+//! runs the scheduling core once and reports the NodeClaims it would launch.
+//!
+//! The conversions from Karpenter documents are one small function per kind
+//! ([`nodepool_spec`], [`kubelet_settings`]) so they can later take
+//! `crate::api` types instead of JSON values.
+
+mod convert;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+pub use convert::{daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec};
+pub use report::{PlanNodeClaim, PlanPlacement, PlanReport, PlanUnschedulable};
+
+use crate::model::InstanceType;
+use crate::model::catalog::{CatalogError, read_catalog};
+use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
+use crate::scheduling::{Preferences, SolveError, SolveInput, SolveOptions, solve};
+use crate::snapshot::{Located, ReadError, Snapshot, read_objects, read_snapshot, typed};
+
+/// What `plan` reads.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// The config repository (a directory of YAML files).
+    pub config: PathBuf,
+    pub catalog: PathBuf,
+    pub pods: PathBuf,
+    pub snapshot: Option<PathBuf>,
+    pub preferences: Preferences,
+    /// The injected clock, ms since the epoch.
+    pub now_ms: i64,
+}
+
+/// Why `plan` could not produce a report (all exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("reading {path}")]
+    Walk {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}: {object}: {message}")]
+    Invalid {
+        file: String,
+        line: usize,
+        object: String,
+        message: String,
+    },
+    #[error("no NodePool found in {0}")]
+    NoNodePools(String),
+    #[error(transparent)]
+    Solve(#[from] SolveError),
+}
+
+/// Reads pod manifests: multi-document YAML, a v1/List, or JSON lines.
+pub fn read_pods(path: &Path) -> Result<Vec<(Located, Pod)>, PlanError> {
+    let file = path.display().to_string();
+    let objects = read_objects(path)?;
+    let mut out = Vec::with_capacity(objects.len());
+    for o in objects {
+        let kind = o
+            .object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("Pod");
+        if kind != "Pod" {
+            return Err(PlanError::Invalid {
+                file,
+                line: o.line,
+                object: crate::snapshot::kind_name(&o.object),
+                message: "expected a Pod".into(),
+            });
+        }
+        let pod: Pod = typed(&file, &o)?;
+        out.push((o, pod));
+    }
+    Ok(out)
+}
+
+/// Karpenter documents of the config repository.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigDocs {
+    /// (file, object) of each NodePool.
+    pub nodepools: Vec<(String, Located)>,
+    pub nodeclasses: Vec<(String, Located)>,
+}
+
+/// Reads every `.yaml`/`.yml` file under `dir` (sorted, skipping hidden
+/// entries) and keeps NodePools and EC2NodeClasses.
+pub fn read_config(dir: &Path) -> Result<ConfigDocs, PlanError> {
+    let mut files = Vec::new();
+    collect_yaml(dir, &mut files)?;
+    files.sort();
+    let mut docs = ConfigDocs::default();
+    for f in files {
+        let objects = read_objects(&f)?;
+        let name = f.display().to_string();
+        for o in objects {
+            match o.object.get("kind").and_then(Value::as_str) {
+                Some("NodePool") => docs.nodepools.push((name.clone(), o)),
+                Some("EC2NodeClass") => docs.nodeclasses.push((name.clone(), o)),
+                _ => {}
+            }
+        }
+    }
+    Ok(docs)
+}
+
+fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), PlanError> {
+    if dir.is_file() {
+        out.push(dir.to_path_buf());
+        return Ok(());
+    }
+    let walk = |source| PlanError::Walk {
+        path: dir.display().to_string(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(walk)? {
+        let path = entry.map_err(walk)?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            collect_yaml(&path, out)?;
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e == "yaml" || e == "yml")
+        {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Builds the core's input from already-read documents.
+pub fn build_input(
+    config: &ConfigDocs,
+    catalog: &[InstanceType],
+    pods: &[(Located, Pod)],
+    pods_file: &str,
+    snapshot: Option<&Snapshot>,
+    now_ms: i64,
+) -> Result<SolveInput, PlanError> {
+    let mut input = SolveInput::default();
+    let mut classes = Vec::new();
+    for (file, o) in &config.nodeclasses {
+        let name = o
+            .object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let k = kubelet_settings(&o.object).map_err(|message| PlanError::Invalid {
+            file: file.clone(),
+            line: o.line,
+            object: crate::snapshot::kind_name(&o.object),
+            message,
+        })?;
+        classes.push((name.to_string(), k));
+    }
+    for (file, o) in &config.nodepools {
+        let np =
+            nodepool_spec(&o.object, &classes, catalog).map_err(|message| PlanError::Invalid {
+                file: file.clone(),
+                line: o.line,
+                object: crate::snapshot::kind_name(&o.object),
+                message,
+            })?;
+        input.nodepools.push(np);
+    }
+    let mut volumes = VolumeIndex::default();
+    if let Some(s) = snapshot {
+        for c in &s.persistent_volume_claims {
+            let key = format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap_or("default"),
+                c.metadata.name.as_deref().unwrap_or("")
+            );
+            volumes.claims.insert(key, c.clone());
+        }
+        for v in &s.persistent_volumes {
+            volumes
+                .volumes
+                .insert(v.metadata.name.clone().unwrap_or_default(), v.clone());
+        }
+        for sc in &s.storage_classes {
+            volumes
+                .storage_classes
+                .insert(sc.metadata.name.clone().unwrap_or_default(), sc.clone());
+        }
+        input.nodes = existing_nodes(s, catalog).map_err(|message| PlanError::Invalid {
+            file: "snapshot".into(),
+            line: 0,
+            object: "Node".into(),
+            message,
+        })?;
+        for ds in &s.daemonsets {
+            input
+                .daemonsets
+                .push(
+                    daemonset_spec(ds, now_ms).map_err(|message| PlanError::Invalid {
+                        file: "snapshot".into(),
+                        line: 0,
+                        object: format!("DaemonSet/{}", ds.metadata.name.as_deref().unwrap_or("")),
+                        message,
+                    })?,
+                );
+        }
+        for p in s.pods.iter().filter(|p| is_provisionable(p)) {
+            input.pods.push(
+                pod_spec(p, &volumes, now_ms).map_err(|e| PlanError::Invalid {
+                    file: "snapshot".into(),
+                    line: 0,
+                    object: format!("Pod/{}", e.pod),
+                    message: e.message,
+                })?,
+            );
+        }
+    }
+    // Every pod of --pods that is not bound and not a DaemonSet's is pending.
+    for (o, p) in pods {
+        let bound = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        let daemon = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.kind == "DaemonSet");
+        if bound || daemon {
+            continue;
+        }
+        input.pods.push(
+            pod_spec(p, &volumes, now_ms).map_err(|e| PlanError::Invalid {
+                file: pods_file.to_string(),
+                line: o.line,
+                object: format!("Pod/{}", e.pod),
+                message: e.message,
+            })?,
+        );
+    }
+    Ok(input)
+}
+
+/// Runs `plan`: loads the inputs, solves once, reports.
+pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
+    let config = read_config(&opts.config)?;
+    if config.nodepools.is_empty() {
+        return Err(PlanError::NoNodePools(opts.config.display().to_string()));
+    }
+    let catalog = read_catalog(&opts.catalog)?;
+    let pods = read_pods(&opts.pods)?;
+    let snapshot = opts.snapshot.as_deref().map(read_snapshot).transpose()?;
+    let input = build_input(
+        &config,
+        &catalog,
+        &pods,
+        &opts.pods.display().to_string(),
+        snapshot.as_ref(),
+        opts.now_ms,
+    )?;
+    let solve_opts = SolveOptions {
+        preferences: opts.preferences,
+        now_ms: opts.now_ms,
+    };
+    let start = Instant::now();
+    let result = solve(&input, &solve_opts)?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(PlanReport::new(&result, seconds))
+}

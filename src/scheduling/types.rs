@@ -1,0 +1,267 @@
+//! The core's input and output types: pure domain values, built by callers
+//! (`plan`, `simulate`, consolidation) from Kubernetes objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{InstanceType, LabelSelector, Requirements, Resources, Taint, Toleration};
+
+/// A pod as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSpec {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// Creation time in milliseconds since the epoch.
+    pub created_ms: i64,
+    /// Effective requests, including the `pods` slot.
+    pub requests: Resources,
+    /// nodeSelector, volume topology and other hard requirements (ANDed).
+    pub node_selector: Requirements,
+    /// Required node affinity terms (ORed); empty means no such constraint.
+    pub required_terms: Vec<Requirements>,
+    /// Preferred node affinity terms with weights.
+    pub preferred_terms: Vec<(i32, Requirements)>,
+    pub tolerations: Vec<Toleration>,
+    pub host_ports: Vec<HostPort>,
+    pub affinity: Vec<PodAffinityTerm>,
+    pub preferred_affinity: Vec<(i32, PodAffinityTerm)>,
+    pub anti_affinity: Vec<PodAffinityTerm>,
+    pub preferred_anti_affinity: Vec<(i32, PodAffinityTerm)>,
+    pub spread: Vec<TopologySpread>,
+}
+
+impl PodSpec {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// A pod with only requests, for tests and builders.
+    pub fn new(namespace: &str, name: &str, requests: Resources) -> Self {
+        let mut requests = requests;
+        if requests.get(crate::model::quantity::PODS) == 0 {
+            requests.set(crate::model::quantity::PODS, 1);
+        }
+        PodSpec {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            labels: BTreeMap::new(),
+            created_ms: 0,
+            requests,
+            node_selector: Requirements::new(),
+            required_terms: Vec::new(),
+            preferred_terms: Vec::new(),
+            tolerations: Vec::new(),
+            host_ports: Vec::new(),
+            affinity: Vec::new(),
+            preferred_affinity: Vec::new(),
+            anti_affinity: Vec::new(),
+            preferred_anti_affinity: Vec::new(),
+            spread: Vec::new(),
+        }
+    }
+}
+
+/// A host port a container binds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    pub ip: String,
+    pub protocol: String,
+    pub port: i32,
+}
+
+impl HostPort {
+    /// Two host ports conflict on the same protocol and port unless both
+    /// bind different specific addresses.
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        let wildcard = |ip: &str| ip.is_empty() || ip == "0.0.0.0" || ip == "::";
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (wildcard(&self.ip) || wildcard(&other.ip) || self.ip == other.ip)
+    }
+}
+
+/// Which namespaces a pod affinity term selects.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Namespaces {
+    /// These namespaces by name.
+    Names(BTreeSet<String>),
+    /// Every namespace (an empty namespaceSelector).
+    All,
+    /// Namespaces whose `kubernetes.io/metadata.name` label matches; only the
+    /// name label is known to the core.
+    Selector(LabelSelector),
+}
+
+impl Namespaces {
+    pub fn contains(&self, ns: &str) -> bool {
+        match self {
+            Namespaces::Names(n) => n.contains(ns),
+            Namespaces::All => true,
+            Namespaces::Selector(s) => {
+                let labels: BTreeMap<String, String> = [(
+                    crate::model::labels::NAMESPACE_NAME.to_string(),
+                    ns.to_string(),
+                )]
+                .into_iter()
+                .collect();
+                s.matches(&labels)
+            }
+        }
+    }
+}
+
+/// A pod (anti-)affinity term.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodAffinityTerm {
+    pub selector: LabelSelector,
+    pub namespaces: Namespaces,
+    pub topology_key: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unsatisfiable {
+    DoNotSchedule,
+    ScheduleAnyway,
+}
+
+/// A topology spread constraint; `selector` already includes matchLabelKeys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopologySpread {
+    pub topology_key: String,
+    pub max_skew: u32,
+    pub min_domains: Option<u32>,
+    pub when_unsatisfiable: Unsatisfiable,
+    pub selector: LabelSelector,
+    /// Honor (default): only domains the pod's node affinity allows count.
+    pub honor_node_affinity: bool,
+    /// Honor: only domains whose nodes' taints the pod tolerates count
+    /// (default Ignore).
+    pub honor_node_taints: bool,
+}
+
+/// A pod already bound to a node, counted for topology and affinity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundPod {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub requests: Resources,
+    pub host_ports: Vec<HostPort>,
+    /// Required anti-affinity terms of the bound pod (they repel newcomers).
+    pub anti_affinity: Vec<PodAffinityTerm>,
+}
+
+/// An existing node or an in-flight NodeClaim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExistingNode {
+    pub name: String,
+    /// The NodePool it belongs to, if any (for limits).
+    pub nodepool: Option<String>,
+    /// Node labels; for in-flight NodeClaims, labels implied by its
+    /// requirements.
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// False while a node is still initialising: its ephemeral and startup
+    /// taints are then ignored.
+    pub initialized: bool,
+    pub allocatable: Resources,
+    /// Capacity, counted against NodePool limits.
+    pub capacity: Resources,
+    pub pods: Vec<BoundPod>,
+    /// Price per hour, when known (for consolidation callers).
+    pub price: Option<f64>,
+}
+
+/// A NodePool in domain terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePoolSpec {
+    pub name: String,
+    pub weight: i32,
+    /// Template requirements (including its labels as `In` requirements).
+    pub requirements: Requirements,
+    /// Template labels.
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    /// Limits on the sum of capacity (`cpu`, `memory`, ..., and `nodes`).
+    pub limits: Resources,
+    /// The instance types this NodePool may launch, as its EC2NodeClass sees
+    /// them.
+    pub instance_types: Vec<InstanceType>,
+}
+
+/// A DaemonSet's pod template: its pod lands on every new node it tolerates
+/// and matches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonSetSpec {
+    pub name: String,
+    pub pod: PodSpec,
+}
+
+/// Whether soft constraints are treated as hard first and then relaxed, or
+/// dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preferences {
+    #[default]
+    Respect,
+    Ignore,
+}
+
+/// Everything the core decides from.
+#[derive(Debug, Clone, Default)]
+pub struct SolveInput {
+    pub nodes: Vec<ExistingNode>,
+    pub pods: Vec<PodSpec>,
+    pub nodepools: Vec<NodePoolSpec>,
+    pub daemonsets: Vec<DaemonSetSpec>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SolveOptions {
+    pub preferences: Preferences,
+    /// The injected clock (ms since epoch): pods without a creation time are
+    /// treated as created now.
+    pub now_ms: i64,
+}
+
+/// A NodeClaim to launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewNodeClaim {
+    pub nodepool: String,
+    /// Requirements of the claim, including the instance type list.
+    pub requirements: Requirements,
+    /// Allowed instance types, cheapest first, at most [`super::MAX_INSTANCE_TYPES`].
+    pub instance_types: Vec<String>,
+    pub zones: Vec<String>,
+    pub capacity_types: Vec<String>,
+    /// Pod keys, `namespace/name`.
+    pub pods: Vec<String>,
+    /// Summed requests including daemonset overhead.
+    pub requests: Resources,
+    /// Cheapest compatible available offering.
+    pub price: f64,
+}
+
+/// Pods placed on one existing node or in-flight NodeClaim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExistingPlacement {
+    pub node: String,
+    pub pods: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unschedulable {
+    pub pod: String,
+    pub reason: String,
+}
+
+/// The decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SolveResult {
+    pub nodeclaims: Vec<NewNodeClaim>,
+    pub existing: Vec<ExistingPlacement>,
+    pub unschedulable: Vec<Unschedulable>,
+    pub price: f64,
+    pub lower_bound: f64,
+}
