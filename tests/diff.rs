@@ -488,6 +488,14 @@ fn invalid_from_is_compared_with_a_warning() {
     assert_eq!(doc["diagnostics"][0]["severity"], "warning");
     assert_eq!(doc["diagnostics"][0]["code"], "invalid-from");
     assert!(out.stderr.contains("warning: `main~1` ("), "{}", out.stderr);
+    let from = repo.git.revparse_single("main~1").unwrap().id();
+    assert_eq!(
+        doc["diagnostics"][0]["hint"],
+        format!(
+            "`dovetail validate {}/ --ref {from}` shows the errors",
+            repo.path()
+        )
+    );
 }
 
 #[test]

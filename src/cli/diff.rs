@@ -325,7 +325,76 @@ fn json_output(r: &Revisions, c: &Comparison) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::fence;
+    use super::*;
+    use crate::api::ApiKind;
+    use crate::config::load::Loaded;
+
+    fn revisions() -> Revisions {
+        let side = |r: &str, sha: &str| Side {
+            git_ref: r.to_string(),
+            sha: sha.repeat(40),
+        };
+        Revisions {
+            from: side("main", "a"),
+            to: side("HEAD", "b"),
+            merge_base: false,
+            from_loaded: Some(Loaded::default()),
+            to_loaded: Loaded::default(),
+        }
+    }
+
+    fn object(name: &str, change: Change) -> ObjectDiff {
+        ObjectDiff {
+            kind: ApiKind::NodePool,
+            name: name.to_string(),
+            change,
+            file: format!("{name}.yaml"),
+            previous_file: None,
+            changed_paths: Vec::new(),
+            diff: match change {
+                Change::Deleted => {
+                    "--- a.yaml\n+++ /dev/null\n@@ -1 +0,0 @@\n-kind: NodePool\n".to_string()
+                }
+                _ => String::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn deletions_are_highlighted_in_colour_only_when_asked() {
+        let c = Comparison {
+            objects: vec![
+                object("old", Change::Deleted),
+                object("same", Change::Unchanged),
+            ],
+            diagnostics: Vec::new(),
+        };
+        let plain = text(&revisions(), &c, Style { color: false });
+        assert_eq!(
+            plain.lines().next(),
+            Some(
+                "diff main (aaaaaaa) -> HEAD (bbbbbbb): 0 created, 0 changed, 1 deleted, 1 unchanged"
+            )
+        );
+        assert!(!plain.contains('\x1b'));
+        let coloured = text(&revisions(), &c, Style { color: true });
+        assert!(
+            coloured.contains("\x1b[1;31m1 deleted\x1b[0m"),
+            "{coloured:?}"
+        );
+        assert!(
+            coloured.contains("\x1b[31m-kind: NodePool\x1b[0m"),
+            "{coloured:?}"
+        );
+        // Nothing deleted: nothing red.
+        let c = Comparison {
+            objects: vec![object("same", Change::Unchanged)],
+            diagnostics: Vec::new(),
+        };
+        let coloured = text(&revisions(), &c, Style { color: true });
+        assert!(!coloured.contains("\x1b[1;31m"), "{coloured:?}");
+        assert!(coloured.contains("no differences\n"));
+    }
 
     #[test]
     fn fences_are_longer_than_any_backtick_run() {

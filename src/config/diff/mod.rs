@@ -15,6 +15,8 @@ pub mod revisions;
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
 use crate::api::ApiKind;
 use crate::config::load::Loaded;
 use crate::config::validate::{self, Object, Options, Report, transition};
@@ -163,7 +165,11 @@ pub fn diff(revisions: &Revisions, opts: &Options) -> Outcome {
                         ),
                     )
                     .with_hint(format!(
-                        "run `dovetail validate --ref {}` to see the errors",
+                        "`dovetail validate {}--ref {}` shows the errors",
+                        match opts.path_prefix.as_str() {
+                            "" => String::new(),
+                            path => format!("{path} "),
+                        },
                         side.sha
                     )),
                 );
@@ -206,89 +212,116 @@ pub fn compare(from: &[Object], to: &[Object], to_loaded: &Loaded, opts: &Option
     let mut keys: Vec<&(&str, &str)> = old.keys().chain(new.keys()).collect();
     keys.sort();
     keys.dedup();
-
-    let prefix = &opts.path_prefix;
     let mut out = Comparison::default();
     for key in keys {
         let (o, n) = (old.get(key).copied(), new.get(key).copied());
         let Some(any) = n.or(o) else { continue };
-        let kind = any.kind;
-        let old_value = o.map(|o| normalise::normalise(kind, &o.value));
-        let new_value = n.map(|n| normalise::normalise(kind, &n.value));
-        let old_yaml = old_value.as_ref().map(normalise::to_yaml);
-        let new_yaml = new_value.as_ref().map(normalise::to_yaml);
-        let file = format!("{prefix}{}", any.file);
-        let (change, changed_paths) = match (&old_value, &new_value) {
-            (None, _) => (Change::Created, Vec::new()),
-            (_, None) => (Change::Deleted, Vec::new()),
-            (Some(a), Some(b)) => {
-                let paths = normalise::changed_paths(a, b);
-                let change = if paths.is_empty() {
-                    Change::Unchanged
-                } else {
-                    Change::Changed
-                };
-                (change, paths)
-            }
-        };
-        let previous_file = match (o, n) {
-            (Some(o), Some(n)) if o.file != n.file => Some(format!("{prefix}{}", o.file)),
-            _ => None,
-        };
-        let diff = if change == Change::Unchanged {
-            String::new()
-        } else {
-            let header = |obj: Option<&Object>| match obj {
-                Some(obj) => format!("{prefix}{}", obj.file),
-                None => "/dev/null".to_string(),
-            };
-            similar::TextDiff::from_lines(
-                old_yaml.as_deref().unwrap_or(""),
-                new_yaml.as_deref().unwrap_or(""),
-            )
-            .unified_diff()
-            .context_radius(3)
-            .header(&header(o), &header(n))
-            .to_string()
-        };
-        if let (Some(n), Some(a), Some(b)) = (n, &old_value, &new_value) {
-            let display = format!("{}/{}", kind.kind(), n.name);
-            if let Some(prev) = &previous_file {
+        let old = o.map(|o| (o, normalise::normalise(o.kind, &o.value)));
+        let new = n.map(|n| (n, normalise::normalise(n.kind, &n.value)));
+        let diff = object_diff(
+            any,
+            old.as_ref().map(|(o, v)| (*o, v)),
+            new.as_ref().map(|(n, v)| (*n, v)),
+            &opts.path_prefix,
+        );
+        if let (Some((_, a)), Some((n, b))) = (&old, &new) {
+            if let Some(prev) = &diff.previous_file {
                 out.diagnostics.push(
                     Diagnostic::note(codes::MOVED, format!("moved from {prev}"))
-                        .in_file(file.clone())
+                        .in_file(diff.file.clone())
                         .at(n.name_pos)
-                        .with_object(display.clone()),
+                        .with_object(diff.display()),
                 );
             }
-            let doc = to_loaded
-                .files
-                .iter()
-                .find(|f| f.path == n.file)
-                .and_then(|f| f.docs.iter().find(|d| d.index == n.index));
-            for finding in transition::check(kind, a, b) {
-                let pos = doc.map_or(n.pos, |d| d.root.locate(&finding.path));
-                let mut d = Diagnostic::error(codes::TRANSITION, finding.message.clone())
-                    .in_file(file.clone())
-                    .at(pos)
-                    .with_object(display.clone());
-                if let Some(hint) = transition::hint(&finding) {
-                    d = d.with_hint(hint);
-                }
-                out.diagnostics.push(d.with_path(finding.path));
-            }
+            out.diagnostics
+                .extend(transition_diagnostics(n, a, b, to_loaded, &diff.file));
         }
-        out.objects.push(ObjectDiff {
-            kind,
-            name: any.name.clone(),
-            change,
-            file,
-            previous_file,
-            changed_paths,
-            diff,
-        });
+        out.objects.push(diff);
     }
     out.diagnostics
         .sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     out
+}
+
+/// The comparison of one object (`any` is the newer of the two sides), given
+/// each side's object and normalised value.
+fn object_diff(
+    any: &Object,
+    old: Option<(&Object, &Value)>,
+    new: Option<(&Object, &Value)>,
+    prefix: &str,
+) -> ObjectDiff {
+    let (change, changed_paths) = match (old, new) {
+        (Some((_, a)), Some((_, b))) => {
+            let paths = normalise::changed_paths(a, b);
+            let change = if paths.is_empty() {
+                Change::Unchanged
+            } else {
+                Change::Changed
+            };
+            (change, paths)
+        }
+        (None, _) => (Change::Created, Vec::new()),
+        (_, None) => (Change::Deleted, Vec::new()),
+    };
+    let diff = if change == Change::Unchanged {
+        String::new()
+    } else {
+        let yaml = |side: Option<(&Object, &Value)>| {
+            side.map(|(_, v)| normalise::to_yaml(v)).unwrap_or_default()
+        };
+        let header = |side: Option<(&Object, &Value)>| match side {
+            Some((o, _)) => format!("{prefix}{}", o.file),
+            None => "/dev/null".to_string(),
+        };
+        let (old_yaml, new_yaml) = (yaml(old), yaml(new));
+        similar::TextDiff::from_lines(&old_yaml, &new_yaml)
+            .unified_diff()
+            .context_radius(3)
+            .header(&header(old), &header(new))
+            .to_string()
+    };
+    let previous_file = match (old, new) {
+        (Some((o, _)), Some((n, _))) if o.file != n.file => Some(format!("{prefix}{}", o.file)),
+        _ => None,
+    };
+    ObjectDiff {
+        kind: any.kind,
+        name: any.name.clone(),
+        change,
+        file: format!("{prefix}{}", any.file),
+        previous_file,
+        changed_paths,
+        diff,
+    }
+}
+
+/// The transition rules broken by updating `old` to `new` (both normalised),
+/// at the positions of the `--to` object `object` in `file`.
+fn transition_diagnostics(
+    object: &Object,
+    old: &Value,
+    new: &Value,
+    to_loaded: &Loaded,
+    file: &str,
+) -> Vec<Diagnostic> {
+    let doc = to_loaded
+        .files
+        .iter()
+        .find(|f| f.path == object.file)
+        .and_then(|f| f.docs.iter().find(|d| d.index == object.index));
+    transition::check(object.kind, old, new)
+        .into_iter()
+        .map(|finding| {
+            let pos = doc.map_or(object.pos, |d| d.root.locate(&finding.path));
+            let mut d = Diagnostic::error(codes::TRANSITION, finding.message.clone())
+                .in_file(file)
+                .at(pos)
+                .with_object(object.display());
+            if let Some(hint) = transition::hint(&finding) {
+                d = d.with_hint(hint);
+            }
+            d.with_path(finding.path)
+        })
+        .collect()
 }
