@@ -36,6 +36,7 @@ pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
     let rendered = match a.output {
         OutputFormat::Json => json_output(&revisions, &comparison),
         OutputFormat::Markdown => markdown(&revisions, &comparison),
+        // Text; the argument parser admits no other format.
         _ => text(
             &revisions,
             &comparison,
