@@ -2,5 +2,6 @@
 //! link the whole dependency tree again), one module per suite.
 
 mod conformance;
+mod diff;
 mod support;
 mod validate;

@@ -26,6 +26,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print the CustomResourceDefinitions generated from dovetail's API types.
     Crds(CrdsArgs),
+    /// Show what changes between two commits: objects created, changed and deleted.
+    Diff(DiffArgs),
 }
 
 /// Where the configuration is read from.
@@ -66,6 +68,36 @@ pub struct ValidateArgs {
     /// Instance-type catalog; warns about requirements no instance type of it satisfies.
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
+    /// Accept nodeClassRefs to EC2NodeClasses that are not in the repository.
+    #[arg(long)]
+    pub allow_external_nodeclass: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The configuration repository: a git repository or a directory inside one.
+    #[arg(default_value = ".")]
+    pub path: PathBuf,
+    /// The old revision (branch, tag, commit), e.g. the pull request's base.
+    #[arg(long, value_name = "REF")]
+    pub from: String,
+    /// The new revision, e.g. the pull request's head.
+    #[arg(long, value_name = "REF", default_value = "HEAD")]
+    pub to: String,
+    /// Compare the merge base of --from and --to with --to, as code review shows a branch.
+    #[arg(long)]
+    pub merge_base: bool,
+    /// Output format.
+    #[arg(
+        long,
+        short,
+        default_value = "text",
+        value_parser = clap::builder::TypedValueParser::try_map(
+            clap::builder::PossibleValuesParser::new(["text", "markdown", "json"]),
+            |s| OutputFormat::from_str(&s, false),
+        )
+    )]
+    pub output: OutputFormat,
     /// Accept nodeClassRefs to EC2NodeClasses that are not in the repository.
     #[arg(long)]
     pub allow_external_nodeclass: bool,

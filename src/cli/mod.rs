@@ -3,6 +3,7 @@
 //! tests run them in-process and capture both streams.
 
 pub mod args;
+mod diff;
 pub mod render;
 mod validate;
 
@@ -88,6 +89,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
     match cli.command {
         Command::Validate(a) => validate::run(&a, io),
         Command::Crds(a) => crds(&a, io),
+        Command::Diff(a) => diff::run(&a, io),
     }
 }
 

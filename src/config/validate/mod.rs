@@ -14,6 +14,7 @@ pub mod names;
 pub mod rules;
 pub mod runtime;
 pub mod schema;
+pub mod transition;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
