@@ -14,5 +14,6 @@ pub mod model;
 pub mod par;
 pub mod plan;
 pub mod scheduling;
+pub mod simulate;
 pub mod snapshot;
 pub mod timing;

@@ -1,0 +1,4 @@
+//! `dovetail simulate`: the controller against an in-memory cluster and a
+//! simulated EC2 on a virtual clock.
+
+pub mod scenario;
