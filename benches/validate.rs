@@ -118,7 +118,7 @@ fn generate(dir: &Path) -> (usize, usize) {
             if !text.is_empty() {
                 text.push_str("---\n");
             }
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 text.push_str(&nodepool(pools));
                 pools += 1;
             } else {

@@ -66,15 +66,15 @@ fn regex(p: &str) -> regex::Regex {
 }
 
 fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
-    if let Some(any) = schema.get("anyOf").and_then(Value::as_array) {
-        if !any.iter().any(|s| {
+    if let Some(any) = schema.get("anyOf").and_then(Value::as_array)
+        && !any.iter().any(|s| {
             let mut e = Vec::new();
             structural(s, v, path, &mut e);
             e.is_empty()
-        }) {
-            errs.push(format!("{path}: anyOf"));
-            return;
-        }
+        })
+    {
+        errs.push(format!("{path}: anyOf"));
+        return;
     }
     let int_or_string = schema.get("x-kubernetes-int-or-string") == Some(&json!(true));
     let ty = schema.get("type").and_then(Value::as_str);
@@ -93,17 +93,17 @@ fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
         errs.push(format!("{path}: type"));
         return;
     }
-    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
-        if !e.contains(v) {
-            errs.push(format!("{path}: enum"));
-        }
+    if let Some(e) = schema.get("enum").and_then(Value::as_array)
+        && !e.contains(v)
+    {
+        errs.push(format!("{path}: enum"));
     }
     match v {
         Value::String(s) => {
-            if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
-                if !regex(p).is_match(s) {
-                    errs.push(format!("{path}: pattern"));
-                }
+            if let Some(p) = schema.get("pattern").and_then(Value::as_str)
+                && !regex(p).is_match(s)
+            {
+                errs.push(format!("{path}: pattern"));
             }
             let n = s.chars().count() as u64;
             if schema
@@ -143,7 +143,7 @@ fn structural(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
                 errs.push(format!("{path}: maximum"));
             }
             if schema.get("format").and_then(Value::as_str) == Some("int32")
-                && !n.as_i64().is_some_and(|i| i32::try_from(i).is_ok())
+                && n.as_i64().is_none_or(|i| i32::try_from(i).is_err())
             {
                 errs.push(format!("{path}: int32"));
             }

@@ -53,7 +53,10 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn kind(&self) -> &str {
-        self.object.get("kind").and_then(Json::as_str).unwrap_or_default()
+        self.object
+            .get("kind")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
     }
 }
 
@@ -120,7 +123,7 @@ pub enum Action {
 const STEP_KINDS: [&str; 6] = ["apply", "scale", "delete", "commit", "interrupt", "advance"];
 
 /// A problem in a scenario: always a diagnostic with file and position.
-pub type ScenarioError = Diagnostic;
+pub type ScenarioError = Box<Diagnostic>;
 
 struct Ctx<'a> {
     file: &'a str,
@@ -129,11 +132,15 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, node: &Node, message: impl Into<String>) -> ScenarioError {
-        Diagnostic::error("scenario", message).in_file(self.file).at(node.pos)
+        self.err_at(node.pos, message)
     }
 
     fn err_at(&self, pos: Pos, message: impl Into<String>) -> ScenarioError {
-        Diagnostic::error("scenario", message).in_file(self.file).at(pos)
+        Box::new(
+            Diagnostic::error("scenario", message)
+                .in_file(self.file)
+                .at(pos),
+        )
     }
 
     fn str<'n>(&self, node: &'n Node, what: &str) -> Result<&'n str, ScenarioError> {
@@ -144,7 +151,12 @@ impl Ctx<'_> {
     fn duration(&self, node: &Node, what: &str) -> Result<Duration, ScenarioError> {
         let s = match &node.value {
             Value::Str(s) => s.as_str(),
-            _ => return Err(self.err(node, format!("{what} must be a duration such as 90s, 10m or 1h30m"))),
+            _ => {
+                return Err(self.err(
+                    node,
+                    format!("{what} must be a duration such as 90s, 10m or 1h30m"),
+                ));
+            }
         };
         match parse_duration(s, DurationSyntax::Hms) {
             Ok(NillableDuration::After(d)) => Ok(d),
@@ -173,7 +185,11 @@ fn check_keys(ctx: &Ctx, node: &Node, allowed: &[&str], what: &str) -> Result<()
         if !allowed.contains(&k.name.as_str()) {
             return Err(ctx.err_at(
                 k.pos,
-                format!("unknown field `{}` in {what}; expected one of {}", k.name, allowed.join(", ")),
+                format!(
+                    "unknown field `{}` in {what}; expected one of {}",
+                    k.name,
+                    allowed.join(", ")
+                ),
             ));
         }
     }
@@ -184,7 +200,9 @@ fn check_keys(ctx: &Ctx, node: &Node, allowed: &[&str], what: &str) -> Result<()
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
     let file = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| {
-        Diagnostic::error("scenario", format!("cannot read the scenario: {e}")).in_file(&file)
+        Box::new(
+            Diagnostic::error("scenario", format!("cannot read the scenario: {e}")).in_file(&file),
+        )
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
     parse(&file, dir, &bytes)
@@ -194,31 +212,52 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
 pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioError> {
     let parsed = yaml::parse_documents(file, bytes, &Limits::default());
     if let Some(d) = parsed.diagnostics.into_iter().next() {
-        return Err(d);
+        return Err(Box::new(d));
     }
     let ctx = Ctx { file, dir };
     let root = match parsed.docs.as_slice() {
         [doc] => &doc.root,
-        [] => return Err(Diagnostic::error("scenario", "the scenario is empty").in_file(file)),
-        [_, second, ..] => return Err(ctx.err(&second.root, "a scenario is a single YAML document")),
+        [] => {
+            return Err(Box::new(
+                Diagnostic::error("scenario", "the scenario is empty").in_file(file),
+            ));
+        }
+        [_, second, ..] => {
+            return Err(ctx.err(&second.root, "a scenario is a single YAML document"));
+        }
     };
     check_keys(
         &ctx,
         root,
-        &["start", "config", "catalog", "region", "zones", "initial", "cloud", "timeline", "until"],
+        &[
+            "start", "config", "catalog", "region", "zones", "initial", "cloud", "timeline",
+            "until",
+        ],
         "the scenario",
     )?;
 
     let start = match root.get("start") {
-        Some(n) => parse_rfc3339(ctx.str(n, "start")?)
-            .map_err(|e| ctx.err(n, format!("start must be an RFC 3339 time such as {DEFAULT_START}: {e}")))?,
+        Some(n) => parse_rfc3339(ctx.str(n, "start")?).map_err(|e| {
+            ctx.err(
+                n,
+                format!("start must be an RFC 3339 time such as {DEFAULT_START}: {e}"),
+            )
+        })?,
         None => parse_rfc3339(DEFAULT_START).expect("valid default"),
     };
     let config = match root.get("config") {
         Some(n) => ctx.path(n, "config")?,
-        None => return Err(ctx.err(root, "missing `config`: the configuration repository, relative to the scenario file")),
+        None => {
+            return Err(ctx.err(
+                root,
+                "missing `config`: the configuration repository, relative to the scenario file",
+            ));
+        }
     };
-    let catalog = root.get("catalog").map(|n| ctx.path(n, "catalog")).transpose()?;
+    let catalog = root
+        .get("catalog")
+        .map(|n| ctx.path(n, "catalog"))
+        .transpose()?;
     let region = match root.get("region") {
         Some(n) => ctx.str(n, "region")?.to_string(),
         None => "us-east-1".to_string(),
@@ -231,7 +270,10 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
                 .collect::<Result<_, _>>()?,
             _ => return Err(ctx.err(n, "zones must be a non-empty list of zone names")),
         },
-        None => ["a", "b", "c"].iter().map(|s| format!("{region}{s}")).collect(),
+        None => ["a", "b", "c"]
+            .iter()
+            .map(|s| format!("{region}{s}"))
+            .collect(),
     };
     let initial = match root.get("initial") {
         Some(n) => manifests(&ctx, n, "initial")?,
@@ -250,11 +292,14 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => {
             let until = ctx.duration(n, "until")?;
             if until < last {
-                return Err(ctx.err(n, format!(
-                    "until ({}) is before the last step ({})",
-                    human(until),
-                    human(last)
-                )));
+                return Err(ctx.err(
+                    n,
+                    format!(
+                        "until ({}) is before the last step ({})",
+                        human(until),
+                        human(last)
+                    ),
+                ));
             }
             until
         }
@@ -285,25 +330,36 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
             return Err(ctx.err(n, "insufficientCapacity must be a list of windows"));
         };
         for w in items {
-            check_keys(ctx, w, &["instanceType", "zone", "capacityType", "from", "until"], "an insufficientCapacity window")?;
+            check_keys(
+                ctx,
+                w,
+                &["instanceType", "zone", "capacityType", "from", "until"],
+                "an insufficientCapacity window",
+            )?;
             let opt = |k: &str| -> Result<Option<String>, ScenarioError> {
-                w.get(k).map(|n| ctx.str(n, k).map(str::to_string)).transpose()
+                w.get(k)
+                    .map(|n| ctx.str(n, k).map(str::to_string))
+                    .transpose()
             };
             let from = match w.get("from") {
                 Some(n) => ctx.duration(n, "from")?,
                 None => Duration::ZERO,
             };
-            let until = w.get("until").map(|n| ctx.duration(n, "until")).transpose()?;
+            let until = w
+                .get("until")
+                .map(|n| ctx.duration(n, "until"))
+                .transpose()?;
             if until.is_some_and(|u| u <= from) {
                 return Err(ctx.err(w, "the window ends before it starts"));
             }
             let capacity_type = opt("capacityType")?;
-            if let Some(ct) = &capacity_type {
-                if !["on-demand", "spot", "reserved"].contains(&ct.as_str()) {
-                    return Err(ctx.err(w.get("capacityType").unwrap_or(w), format!(
-                        "capacityType {ct:?} is not one of on-demand, spot, reserved"
-                    )));
-                }
+            if let Some(ct) = &capacity_type
+                && !["on-demand", "spot", "reserved"].contains(&ct.as_str())
+            {
+                return Err(ctx.err(
+                    w.get("capacityType").unwrap_or(w),
+                    format!("capacityType {ct:?} is not one of on-demand, spot, reserved"),
+                ));
             }
             c.insufficient_capacity.push(CapacityWindow {
                 instance_type: opt("instanceType")?,
@@ -325,8 +381,8 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(&path)
             .map_err(|e| ctx.err(f, format!("cannot read {shown}: {e}")))?;
-        let objects = crate::snapshot::parse_objects(&shown, &text)
-            .map_err(|e| ctx.err(f, e.to_string()))?;
+        let objects =
+            crate::snapshot::parse_objects(&shown, &text).map_err(|e| ctx.err(f, e.to_string()))?;
         return Ok(objects
             .into_iter()
             .map(|l| Manifest {
@@ -342,7 +398,12 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
     let items: Vec<&Node> = match &node.value {
         Value::Seq(items) => items.iter().collect(),
         Value::Map(_) => vec![node],
-        _ => return Err(ctx.err(node, format!("{what} must be a list of Kubernetes objects or {{file: path}}"))),
+        _ => {
+            return Err(ctx.err(
+                node,
+                format!("{what} must be a list of Kubernetes objects or {{file: path}}"),
+            ));
+        }
     };
     items
         .into_iter()
@@ -370,25 +431,44 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
     let mut now = Duration::ZERO;
     for item in items {
         if !matches!(item.value, Value::Map(_)) {
-            return Err(ctx.err(item, "a step must be a mapping such as `{at: 5m, apply: [...]}`"));
+            return Err(ctx.err(
+                item,
+                "a step must be a mapping such as `{at: 5m, apply: [...]}`",
+            ));
         }
-        let actions: Vec<&(yaml::Key, Node)> =
-            entries(item).iter().filter(|(k, _)| k.name != "at").collect();
+        let actions: Vec<&(yaml::Key, Node)> = entries(item)
+            .iter()
+            .filter(|(k, _)| k.name != "at")
+            .collect();
         let (key, body) = match actions.as_slice() {
             [one] => (&one.0, &one.1),
-            [] => return Err(ctx.err(item, format!("the step has no action; expected one of {}", STEP_KINDS.join(", ")))),
+            [] => {
+                return Err(ctx.err(
+                    item,
+                    format!(
+                        "the step has no action; expected one of {}",
+                        STEP_KINDS.join(", ")
+                    ),
+                ));
+            }
             [_, second, ..] => {
-                return Err(ctx.err_at(second.0.pos, "a step has exactly one action; split it into two steps"));
+                return Err(ctx.err_at(
+                    second.0.pos,
+                    "a step has exactly one action; split it into two steps",
+                ));
             }
         };
         if let Some(at) = item.get("at") {
             let t = ctx.duration(at, "at")?;
             if t < now {
-                return Err(ctx.err(at, format!(
-                    "time goes backwards: this step is at {} but the previous one is at {}",
-                    human(t),
-                    human(now)
-                )));
+                return Err(ctx.err(
+                    at,
+                    format!(
+                        "time goes backwards: this step is at {} but the previous one is at {}",
+                        human(t),
+                        human(now)
+                    ),
+                ));
             }
             now = t;
         }
@@ -406,25 +486,43 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                     .map(|n| ctx.str(n, "namespace").map(str::to_string))
                     .transpose()?
                     .unwrap_or_else(|| "default".into());
-                let r = body.get("replicas").ok_or_else(|| ctx.err(body, "scale needs `replicas`"))?;
+                let r = body
+                    .get("replicas")
+                    .ok_or_else(|| ctx.err(body, "scale needs `replicas`"))?;
                 let replicas = match &r.value {
                     Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
                     _ => None,
                 }
                 .ok_or_else(|| ctx.err(r, "replicas must be a non-negative integer"))?;
-                Action::Scale { namespace, name, replicas }
+                Action::Scale {
+                    namespace,
+                    name,
+                    replicas,
+                }
             }
             "delete" => {
-                check_keys(ctx, body, &["kind", "namespace", "name", "selector"], "delete")?;
+                check_keys(
+                    ctx,
+                    body,
+                    &["kind", "namespace", "name", "selector"],
+                    "delete",
+                )?;
                 let opt = |k: &str| -> Result<Option<String>, ScenarioError> {
-                    body.get(k).map(|n| ctx.str(n, k).map(str::to_string)).transpose()
+                    body.get(k)
+                        .map(|n| ctx.str(n, k).map(str::to_string))
+                        .transpose()
                 };
                 let kind = opt("kind")?.ok_or_else(|| ctx.err(body, "delete needs `kind`"))?;
                 let (name, selector) = (opt("name")?, opt("selector")?);
                 if name.is_none() && selector.is_none() {
                     return Err(ctx.err(body, "delete needs `name` or `selector` (use selector: \"\" to delete every object of the kind)"));
                 }
-                Action::Delete { kind, namespace: opt("namespace")?, name, selector }
+                Action::Delete {
+                    kind,
+                    namespace: opt("namespace")?,
+                    name,
+                    selector,
+                }
             }
             "advance" => {
                 let d = ctx.duration(body, "advance")?;
@@ -438,13 +536,20 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                 return Err(ctx.err_at(key.pos, "the `interrupt` step needs interruption handling, which this build of dovetail does not have yet"));
             }
             other => {
-                return Err(ctx.err_at(key.pos, format!(
-                    "unknown step `{other}`; expected one of {}",
-                    STEP_KINDS.join(", ")
-                )));
+                return Err(ctx.err_at(
+                    key.pos,
+                    format!(
+                        "unknown step `{other}`; expected one of {}",
+                        STEP_KINDS.join(", ")
+                    ),
+                ));
             }
         };
-        steps.push(Step { at: now, pos: item.pos, action });
+        steps.push(Step {
+            at: now,
+            pos: item.pos,
+            action,
+        });
     }
     Ok(steps)
 }
@@ -501,16 +606,27 @@ mod tests {
             "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance"
         );
         assert_eq!(
-            err("config: r\ntimeline:\n  - at: 10m\n    advance: 1m\n  - at: 5m\n    advance: 1m\n"),
+            err(
+                "config: r\ntimeline:\n  - at: 10m\n    advance: 1m\n  - at: 5m\n    advance: 1m\n"
+            ),
             "5:9: time goes backwards: this step is at 5m but the previous one is at 11m"
         );
-        assert!(err("config: r\ntimeline:\n  - at: 1m\n    commit: {}\n").starts_with("4:5: the `commit` step needs"));
+        assert!(
+            err("config: r\ntimeline:\n  - at: 1m\n    commit: {}\n")
+                .starts_with("4:5: the `commit` step needs")
+        );
         assert_eq!(
             err("config: r\ntimeline:\n  - apply: [{kind: Pod}]\n"),
-            "3:14: a manifest needs apiVersion and kind"
+            "3:13: a manifest needs apiVersion and kind"
         );
-        assert_eq!(err("zones: []\n"), "1:8: zones must be a non-empty list of zone names");
-        assert_eq!(err("config: r\nfoo: 1\n"), "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, timeline, until");
+        assert_eq!(
+            err("config: r\nzones: []\n"),
+            "2:8: zones must be a non-empty list of zone names"
+        );
+        assert_eq!(
+            err("config: r\nfoo: 1\n"),
+            "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, timeline, until"
+        );
     }
 
     #[test]

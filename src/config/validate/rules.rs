@@ -215,18 +215,16 @@ pub fn nodepool(doc: &Value) -> Out {
                 }
                 _ => {}
             }
-            if op == Some("In") {
-                if let (Some(vs), Some(min)) =
+            if op == Some("In")
+                && let (Some(vs), Some(min)) =
                     (values_arr, r.get("minValues").and_then(Value::as_i64))
-                {
-                    if (vs.len() as i64) < min {
-                        fail(
-                            &mut out,
-                            ip.key("minValues"),
-                            "requirements with 'minValues' must have at least that many values specified in the 'values' field",
-                        );
-                    }
-                }
+                && (vs.len() as i64) < min
+            {
+                fail(
+                    &mut out,
+                    ip.key("minValues"),
+                    "requirements with 'minValues' must have at least that many values specified in the 'values' field",
+                );
             }
         }
     }
@@ -342,14 +340,14 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
             nonempty_tags(out, p.index(i).key("tags"), t.get("tags"));
         }
         let alias_at = terms.iter().position(|t| has(t, "alias"));
-        if let Some(i) = alias_at {
-            if terms.len() != 1 {
-                fail(
-                    out,
-                    p.index(i).key("alias"),
-                    "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms",
-                );
-            }
+        if let Some(i) = alias_at
+            && terms.len() != 1
+        {
+            fail(
+                out,
+                p.index(i).key("alias"),
+                "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms",
+            );
         }
     }
 
@@ -463,14 +461,14 @@ fn quoted(fields: &[&str]) -> String {
 fn kubelet_rules(out: &mut Out, kp: JsonPath, k: &Value) {
     let high = k.get("imageGCHighThresholdPercent").and_then(Value::as_i64);
     let low = k.get("imageGCLowThresholdPercent").and_then(Value::as_i64);
-    if let (Some(h), Some(l)) = (high, low) {
-        if h <= l {
-            fail(
-                out,
-                kp.key("imageGCHighThresholdPercent"),
-                "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
-            );
-        }
+    if let (Some(h), Some(l)) = (high, low)
+        && h <= l
+    {
+        fail(
+            out,
+            kp.key("imageGCHighThresholdPercent"),
+            "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+        );
     }
     let soft = obj(k.get("evictionSoft"));
     let grace = obj(k.get("evictionSoftGracePeriod"));
@@ -648,17 +646,16 @@ pub fn ec2nodeclass(doc: &Value) -> Out {
     }
 
     // connectionTracking
-    if let Some(ct) = spec.get("connectionTracking").filter(|c| c.is_object()) {
-        if !["tcpEstablishedTimeout", "udpStreamTimeout", "udpTimeout"]
+    if let Some(ct) = spec.get("connectionTracking").filter(|c| c.is_object())
+        && !["tcpEstablishedTimeout", "udpStreamTimeout", "udpTimeout"]
             .iter()
             .any(|f| has(ct, f))
-        {
-            fail(
-                &mut out,
-                sp.key("connectionTracking"),
-                "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
-            );
-        }
+    {
+        fail(
+            &mut out,
+            sp.key("connectionTracking"),
+            "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
+        );
     }
 
     // kubelet

@@ -139,10 +139,10 @@ fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn check_duration(out: &mut Out, v: Option<&Value>, path: JsonPath, syntax: DurationSyntax) {
-    if let Some(s) = v.and_then(Value::as_str) {
-        if let Err(e) = parse_duration(s, syntax) {
-            out.error("duration", path, e);
-        }
+    if let Some(s) = v.and_then(Value::as_str)
+        && let Err(e) = parse_duration(s, syntax)
+    {
+        out.error("duration", path, e);
     }
 }
 
@@ -273,10 +273,10 @@ pub fn nodepool(doc: &Value) -> Vec<Finding> {
                 bp.key("duration"),
                 DurationSyntax::HoursMinutes,
             );
-            if let Some(s) = str_at(b, "schedule") {
-                if let Err(e) = Schedule::parse(s) {
-                    out.error("schedule", bp.key("schedule"), e);
-                }
+            if let Some(s) = str_at(b, "schedule")
+                && let Err(e) = Schedule::parse(s)
+            {
+                out.error("schedule", bp.key("schedule"), e);
             }
         }
     }
