@@ -18,6 +18,13 @@
 //! at the next `---`), and lets the duplicate-key diagnostic name the line of
 //! the first occurrence.
 //!
+//! granit-parser reads about 25 MB/s, too slow for 10,000 documents in well
+//! under 0.3 s, so a line-based reader (`mod fast`) handles the block-style
+//! subset configuration files are written in and feeds the same builder with
+//! the same events and positions; on anything outside it, it gives up and the
+//! file is parsed by granit-parser. Tests compare the two on fixed and
+//! generated inputs.
+//!
 //! # Scalar resolution
 //!
 //! Plain scalars resolve as Kubernetes reads YAML (`sigs.k8s.io/yaml`, which is
