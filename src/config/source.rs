@@ -163,6 +163,11 @@ impl SourceError {
             SourceError::PathNotInRevision { .. } => Some(
                 "commit the directory, or use --worktree to read the files on disk".to_string(),
             ),
+            SourceError::Git { source, .. } if source.code() == ErrorCode::Owner => Some(
+                "the repository belongs to another user; mark it safe with \
+                 `git config --global --add safe.directory PATH`"
+                    .to_string(),
+            ),
             SourceError::Git { .. } => Some(
                 "check the repository with `git fsck`, or use --worktree to read the files on disk"
                     .to_string(),
