@@ -7,6 +7,7 @@
 pub mod api;
 pub mod cli;
 pub mod clock;
+pub mod cloud;
 pub mod cluster;
 pub mod config;
 pub mod diag;

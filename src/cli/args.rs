@@ -26,6 +26,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print the CustomResourceDefinitions generated from dovetail's API types.
     Crds(CrdsArgs),
+    /// Plan capacity for pending pods once, outside any cluster: the NodeClaims dovetail would launch.
+    Plan(PlanArgs),
     /// Show what changes between two commits: objects created, changed and deleted.
     Diff(DiffArgs),
 }
@@ -101,6 +103,36 @@ pub struct DiffArgs {
     /// Accept nodeClassRefs to EC2NodeClasses that are not in the repository.
     #[arg(long)]
     pub allow_external_nodeclass: bool,
+}
+
+/// Whether soft scheduling constraints count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PreferencesArg {
+    /// Honour preferences, relaxing them one at a time only when a pod cannot be placed otherwise.
+    Respect,
+    /// Drop preferences entirely.
+    Ignore,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Instance-type catalog (instanceTypes[] with allocatable and offerings).
+    #[arg(long, value_name = "FILE")]
+    pub catalog: PathBuf,
+    /// Pending pods: multi-document YAML, a v1/List, or JSON lines.
+    #[arg(long, value_name = "FILE")]
+    pub pods: PathBuf,
+    /// Existing cluster state (nodes, NodeClaims, pods, DaemonSets, volumes), as kubectl prints it.
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Respect or ignore preferred affinities, spread and PreferNoSchedule.
+    #[arg(long, value_enum, default_value_t = PreferencesArg::Respect)]
+    pub preferences: PreferencesArg,
+    /// Output format: text or json.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]

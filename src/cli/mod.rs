@@ -4,6 +4,7 @@
 
 pub mod args;
 mod diff;
+mod plan;
 pub mod render;
 mod validate;
 
@@ -89,6 +90,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
     match cli.command {
         Command::Validate(a) => validate::run(&a, io),
         Command::Crds(a) => crds(&a, io),
+        Command::Plan(a) => plan::run(&a, io),
         Command::Diff(a) => diff::run(&a, io),
     }
 }

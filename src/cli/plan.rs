@@ -1,0 +1,138 @@
+//! `dovetail plan`: one solve outside any cluster.
+
+use std::time::Instant;
+
+use super::args::{OutputFormat, PlanArgs, PreferencesArg};
+use super::validate::{display_prefix, load_repo};
+use super::{Io, exit, render};
+use crate::api::ApiKind;
+use crate::clock::{Clock, SystemClock};
+use crate::config::validate::{self, Options, Report};
+use crate::diag::Severity;
+use crate::model::catalog::read_catalog;
+use crate::plan::{ConfigDocs, PlanReport, build_input, read_pods};
+use crate::scheduling::{Preferences, SolveOptions, solve};
+use crate::snapshot::{Located, read_snapshot};
+
+/// The valid NodePools and EC2NodeClasses of a validated repository.
+fn config_docs(report: &Report, prefix: &str) -> ConfigDocs {
+    let located = |o: &validate::Object| {
+        (
+            format!("{prefix}{}", o.file),
+            Located {
+                line: o.pos.line as usize,
+                object: o.value.clone(),
+            },
+        )
+    };
+    ConfigDocs {
+        nodepools: report.objects_of(ApiKind::NodePool).map(located).collect(),
+        nodeclasses: report
+            .objects_of(ApiKind::EC2NodeClass)
+            .map(located)
+            .collect(),
+    }
+}
+
+pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
+    if !matches!(a.output, OutputFormat::Text | OutputFormat::Json) {
+        io.log("error: plan prints --output text or json");
+        return exit::ERROR;
+    }
+    let loaded = match load_repo(&a.repo, io) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let prefix = display_prefix(&a.repo.path);
+    let report = validate::validate(
+        &loaded,
+        &Options {
+            allow_external_nodeclass: false,
+            path_prefix: prefix.clone(),
+        },
+    );
+    if report.count(Severity::Error) > 0 {
+        let errors: Vec<_> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .cloned()
+            .collect();
+        let style = render::Style::for_stream(io.err_is_terminal);
+        let _ = io.err.write_all(render::text(&errors, style).as_bytes());
+        io.log(&format!(
+            "error: the configuration in {} is invalid; plan needs a valid repository",
+            a.repo.path.display()
+        ));
+        io.log("hint: run `dovetail validate` for every diagnostic");
+        return exit::ERROR;
+    }
+    let config = config_docs(&report, "");
+    let catalog = match read_catalog(&a.catalog) {
+        Ok(c) => c,
+        Err(e) => {
+            io.error(
+                &e,
+                Some("--catalog takes the instance-type catalog format of docs/ (instanceTypes[])"),
+            );
+            return exit::ERROR;
+        }
+    };
+    let pods = match read_pods(&a.pods) {
+        Ok(p) => p,
+        Err(e) => {
+            io.error(
+                &e,
+                Some("--pods takes Pod manifests: multi-document YAML, a v1/List, or JSON lines"),
+            );
+            return exit::ERROR;
+        }
+    };
+    let snapshot = match a.snapshot.as_deref().map(read_snapshot).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            io.error(&e, Some("--snapshot takes Kubernetes objects as kubectl prints them (-o yaml or -o json)"));
+            return exit::ERROR;
+        }
+    };
+    let now_ms = SystemClock.now().as_millisecond();
+    let input = match build_input(
+        &config,
+        &catalog,
+        &pods,
+        &a.pods.display().to_string(),
+        snapshot.as_ref(),
+        now_ms,
+    ) {
+        Ok(i) => i,
+        Err(e) => {
+            io.error(&e, None);
+            return exit::ERROR;
+        }
+    };
+    let opts = SolveOptions {
+        preferences: match a.preferences {
+            PreferencesArg::Respect => Preferences::Respect,
+            PreferencesArg::Ignore => Preferences::Ignore,
+        },
+        now_ms,
+    };
+    let start = Instant::now();
+    let result = match solve(&input, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            io.error(&e, None);
+            return exit::ERROR;
+        }
+    };
+    let plan = PlanReport::new(&result, start.elapsed().as_secs_f64());
+    match a.output {
+        OutputFormat::Json => io.data(&format!("{}\n", plan.to_json())),
+        _ => io.data(&format!("{plan}")),
+    }
+    if plan.all_placed() {
+        exit::OK
+    } else {
+        exit::PROBLEM
+    }
+}
