@@ -174,3 +174,39 @@ fn machine_readable_formats() {
         assert!(d.get(key).is_some(), "diagnostic lacks {key}: {d}");
     }
 }
+
+/// The shared AWS catalog has on-demand offerings only, so the spot-only
+/// batch pool of the example repository can never launch from it.
+#[test]
+fn catalog_warns_about_unsatisfiable_requirements() {
+    let catalog = crate::support::root().join("../shared/data/aws-catalog.json");
+    let catalog = catalog.to_str().unwrap();
+    let out = dovetail(&[
+        "validate",
+        "examples-repo",
+        "--worktree",
+        "--catalog",
+        catalog,
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout.lines().next().unwrap(),
+        "examples-repo/nodepools/batch.yaml:22:11: warning: NodePool/batch: spec.template.spec.requirements[0]: no instance type of the catalog satisfies karpenter.sh/capacity-type In [spot]"
+    );
+    let strict = dovetail(&[
+        "validate",
+        "examples-repo",
+        "--worktree",
+        "--strict",
+        "--catalog",
+        catalog,
+    ]);
+    assert_eq!(strict.code, 1);
+    let missing = dovetail(&[
+        "validate",
+        "examples-repo",
+        "--catalog",
+        "no/such/catalog.json",
+    ]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+}

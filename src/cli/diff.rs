@@ -25,6 +25,7 @@ pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
     let opts = Options {
         allow_external_nodeclass: a.allow_external_nodeclass,
         path_prefix: display_prefix(&a.path),
+        ..Options::default()
     };
     let comparison = match diff::diff(&revisions, &opts) {
         Outcome::Compared(c) => c,

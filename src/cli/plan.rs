@@ -47,8 +47,8 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
     let report = validate::validate(
         &loaded,
         &Options {
-            allow_external_nodeclass: false,
             path_prefix: prefix.clone(),
+            ..Options::default()
         },
     );
     if report.count(Severity::Error) > 0 {

@@ -47,10 +47,26 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
         Err(code) => return code,
     };
     let load_time = start.elapsed();
+    let catalog = match a
+        .catalog
+        .as_deref()
+        .map(crate::model::catalog::read_catalog)
+    {
+        None => None,
+        Some(Ok(c)) => Some(std::sync::Arc::new(c)),
+        Some(Err(e)) => {
+            io.error(
+                &e,
+                Some("--catalog takes the instance-type catalog format (instanceTypes[])"),
+            );
+            return exit::ERROR;
+        }
+    };
     let prefix = display_prefix(&a.repo.path);
     let opts = Options {
         allow_external_nodeclass: a.allow_external_nodeclass,
         path_prefix: prefix.clone(),
+        catalog,
     };
     let report = validate::validate(&loaded, &opts);
     let passes = report.passes(a.strict);

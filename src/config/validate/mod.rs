@@ -9,6 +9,7 @@
 //!
 //! Every problem becomes a [`Diagnostic`] at the most specific YAML node.
 
+pub mod catalog;
 pub mod kinds;
 pub mod names;
 pub mod rules;
@@ -35,6 +36,8 @@ pub struct Options {
     /// Prepended to repository-relative paths in diagnostics, so they read as
     /// the user addressed the files (`examples-repo/pools/a.yaml`).
     pub path_prefix: String,
+    /// With `--catalog`: warn about NodePools no instance type satisfies.
+    pub catalog: Option<std::sync::Arc<Vec<crate::model::InstanceType>>>,
 }
 
 /// An object of one of dovetail's kinds found in the repository.
@@ -145,9 +148,13 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
     report.timings.schema = t.elapsed();
 
     let t = Instant::now();
+    let catalog = opts
+        .catalog
+        .as_deref()
+        .map(|c| (c.as_slice(), catalog::defined_keys(c)));
     let jobs: Vec<(&Doc, &Classification)> = docs.iter().zip(&classes).collect();
     let ruled: Vec<Vec<Diagnostic>> = crate::par::map(&jobs, |(doc, c)| match &c.class {
-        Some(Classified::Known(kind)) => check_rules(doc, *kind),
+        Some(Classified::Known(kind)) => check_rules(doc, *kind, catalog.as_ref()),
         _ => Vec::new(),
     });
     report.timings.rules = t.elapsed();
@@ -334,7 +341,12 @@ fn metadata_checks(doc: &Doc, kind: ApiKind, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn check_rules(doc: &Doc, kind: ApiKind) -> Vec<Diagnostic> {
+type CatalogRef<'a> = (
+    &'a [crate::model::InstanceType],
+    std::collections::HashSet<String>,
+);
+
+fn check_rules(doc: &Doc, kind: ApiKind, catalog: Option<&CatalogRef>) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let cel = match kind {
         ApiKind::NodePool => rules::nodepool(&doc.json),
@@ -345,7 +357,11 @@ fn check_rules(doc: &Doc, kind: ApiKind) -> Vec<Diagnostic> {
         out.push(diag_at(doc, Diagnostic::error("cel", f.message), f.path));
     }
     if kind == ApiKind::NodePool {
-        for f in runtime::nodepool(&doc.json) {
+        let mut findings = runtime::nodepool(&doc.json);
+        if let Some((types, keys)) = catalog {
+            findings.extend(catalog::check_nodepool(&doc.json, types, keys));
+        }
+        for f in findings {
             let mut d = Diagnostic::error(f.code, f.message);
             d.severity = f.severity;
             if let Some(h) = f.hint {
@@ -373,13 +389,12 @@ fn dedupe(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
 }
 
 fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
-    let lookup = |file: &str, index: usize| {
-        loaded
-            .files
-            .iter()
-            .find(|f| f.path == file)
-            .and_then(|f| f.docs.iter().find(|d| d.index == index))
-    };
+    let docs: HashMap<(&str, usize), &YamlDoc> = loaded
+        .files
+        .iter()
+        .flat_map(|f| f.docs.iter().map(move |d| ((f.path.as_str(), d.index), d)))
+        .collect();
+    let lookup = |file: &str, index: usize| docs.get(&(file, index)).copied();
     let mut first: HashMap<(ApiKind, &str), &Object> = HashMap::new();
     let mut diags = Vec::new();
     for o in &report.objects {
