@@ -5,7 +5,6 @@
 //! are sorted by file and position.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::source::{self, CommitInfo, RepoFile, RepoFiles, Revision, SourceError};
 use crate::config::yaml::{self, Limits, YamlDoc};
@@ -100,52 +99,12 @@ fn sort_diagnostics(diagnostics: &mut [Diagnostic]) {
 /// Parses the readable files, one slot per input file (`None` for files that
 /// could not be read), spreading files over the available cores.
 fn parse_parallel(files: &[RepoFile], limits: &Limits) -> Vec<Option<yaml::ParsedFile>> {
-    let parse = |file: &RepoFile| {
+    crate::par::map(files, |file| {
         file.content
             .as_ref()
             .ok()
             .map(|bytes| yaml::parse_documents(&file.path, bytes, limits))
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(files.len());
-    if threads <= 1 {
-        return files.iter().map(parse).collect();
-    }
-    // Workers take the next file from a shared counter, so one large file
-    // does not hold up a fixed share of the others.
-    let next = AtomicUsize::new(0);
-    let mut results: Vec<Option<yaml::ParsedFile>> = Vec::new();
-    results.resize_with(files.len(), || None);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(file) = files.get(i) else {
-                            return done;
-                        };
-                        done.push((i, parse(file)));
-                    }
-                })
-            })
-            .collect();
-        for worker in workers {
-            match worker.join() {
-                Ok(done) => {
-                    for (i, parsed) in done {
-                        results[i] = parsed;
-                    }
-                }
-                // Parsing does not panic; if it ever did, re-raise it here
-                // rather than silently dropping files.
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-    });
-    results
+    })
 }
 
 #[cfg(test)]
