@@ -3,5 +3,6 @@
 
 mod conformance;
 mod diff;
+mod plan;
 mod support;
 mod validate;
