@@ -10,6 +10,7 @@ pub mod clock;
 pub mod cloud;
 pub mod cluster;
 pub mod config;
+pub mod controller;
 pub mod diag;
 pub mod model;
 pub mod par;

@@ -1,0 +1,354 @@
+//! The NodeClaim lifecycle: launch an instance for a new NodeClaim, register
+//! the node that joins for it, mark it initialised when it is ready, and
+//! give up on instances whose node never registers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+
+use super::{Controller, conditions, is_true, set_condition};
+use crate::api::common::Taint;
+use crate::api::{
+    EC2NodeClass, FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE,
+    NodeClaim, NodePool, TAINT_UNREGISTERED,
+};
+use crate::clock::Timestamp;
+use crate::cloud::{CloudError, CloudProvider, Instance};
+use crate::cluster::{Cluster, ObjectKey};
+
+fn name_of(claim: &NodeClaim) -> String {
+    format!(
+        "NodeClaim/{}",
+        claim.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or_default()
+}
+
+fn quantities(r: &crate::model::Resources) -> BTreeMap<String, Quantity> {
+    r.to_strings()
+        .into_iter()
+        .map(|(k, v)| (k, Quantity(v)))
+        .collect()
+}
+
+fn node_taint(t: &Taint) -> NodeTaint {
+    NodeTaint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: t.effect.as_str().to_string(),
+        time_added: None,
+    }
+}
+
+impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    /// Launch, registration, initialisation and liveness of every NodeClaim
+    /// that is not being deleted. Returns when it next needs to run.
+    pub(super) async fn reconcile_lifecycle(&mut self) -> Duration {
+        let now = self.clock.now();
+        let nodes = self.cluster.list::<Node>();
+        let by_provider: HashMap<&str, &Arc<Node>> = nodes
+            .iter()
+            .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n)))
+            .collect();
+        let mut next = self.settings.resync;
+        for claim in self.cluster.list::<NodeClaim>() {
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let status = claim.status.as_ref();
+            let provider_id = status.and_then(|s| s.provider_id.as_deref());
+            let Some(provider_id) = provider_id else {
+                self.launch(&claim).await;
+                continue;
+            };
+            let conds = status.and_then(|s| s.conditions.as_ref());
+            match by_provider.get(provider_id) {
+                None => {
+                    let launched = crate::api::common::find_condition(
+                        conds.map(Vec::as_slice),
+                        conditions::LAUNCHED,
+                    )
+                    .map(|c| c.last_transition_time.0)
+                    .unwrap_or(now);
+                    let waited = elapsed(launched, now);
+                    if waited >= self.settings.registration_ttl {
+                        self.delete_claim(
+                            &claim,
+                            "RegistrationTimeout",
+                            format!("no node registered within {}s of launch", waited.as_secs()),
+                        )
+                        .await;
+                    } else {
+                        next = next.min(self.settings.registration_ttl - waited);
+                    }
+                }
+                Some(node) if !is_true(conds, conditions::REGISTERED) => {
+                    self.register(&claim, node).await;
+                    next = Duration::ZERO;
+                }
+                Some(node) if !is_true(conds, conditions::INITIALIZED) => {
+                    self.initialize(&claim, node).await;
+                }
+                Some(_) => {}
+            }
+        }
+        next
+    }
+
+    async fn launch(&mut self, claim: &NodeClaim) {
+        let now = self.clock.now();
+        let class_name = claim.spec.node_class_ref.name.clone();
+        let Some(class) = self
+            .cluster
+            .get::<EC2NodeClass>(&ObjectKey::cluster(&class_name))
+        else {
+            self.set_claim_condition(
+                claim,
+                conditions::LAUNCHED,
+                false,
+                "NodeClassNotFound",
+                &format!("EC2NodeClass {class_name:?} not found"),
+            )
+            .await;
+            return;
+        };
+        match self.cloud.create(claim, &class).await {
+            Ok(instance) => self.record_launch(claim, &class, instance).await,
+            Err(CloudError::InsufficientCapacity { offerings }) => {
+                let until = now
+                    .checked_add(self.settings.unavailable_offering_ttl)
+                    .unwrap_or(now);
+                let tried: Vec<String> = offerings
+                    .iter()
+                    .map(|o| format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type))
+                    .collect();
+                for o in offerings {
+                    self.unavailable.mark(o, until);
+                }
+                self.delete_claim(
+                    claim,
+                    "InsufficientCapacity",
+                    format!(
+                        "no capacity for {}; retrying with other offerings",
+                        tried.join(", ")
+                    ),
+                )
+                .await;
+            }
+            Err(e) => {
+                self.event(name_of(claim), "LaunchFailed", e.to_string());
+                self.set_claim_condition(
+                    claim,
+                    conditions::LAUNCHED,
+                    false,
+                    "LaunchFailed",
+                    &e.to_string(),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Writes what the cloud launched onto the NodeClaim: its labels, then its
+    /// status (provider id, capacity, allocatable, Launched).
+    async fn record_launch(&mut self, claim: &NodeClaim, class: &EC2NodeClass, instance: Instance) {
+        let now = self.clock.now();
+        let mut labelled = claim.clone();
+        let labels = labelled.metadata.labels.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &instance.labels {
+            labels.insert(k.clone(), v.clone());
+        }
+        labels.insert(LABEL_INSTANCE_TYPE.into(), instance.instance_type.clone());
+        labels.insert(LABEL_ZONE.into(), instance.zone.clone());
+        labels.insert(LABEL_CAPACITY_TYPE.into(), instance.capacity_type.clone());
+        let stored = match self.cluster.replace(labelled).await {
+            Ok(c) => c,
+            Err(e) => {
+                // The instance exists; a later pass finds it through the
+                // garbage collector if this claim is gone.
+                self.event(name_of(claim), "LaunchNotRecorded", e.to_string());
+                return;
+            }
+        };
+        let mut updated = (*stored).clone();
+        let status = updated.status.get_or_insert_with(Default::default);
+        status.provider_id = Some(instance.provider_id.clone());
+        let pool = claim
+            .nodepool_name()
+            .and_then(|p| self.cluster.get::<NodePool>(&ObjectKey::cluster(p)));
+        if let Some(pool) = pool
+            && let Ok(types) = self.cloud.instance_types(&pool, class).await
+            && let Some(it) = types.iter().find(|t| t.name == instance.instance_type)
+        {
+            status.capacity = Some(quantities(&it.capacity));
+            status.allocatable = Some(quantities(&it.allocatable));
+        }
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        set_condition(conds, conditions::LAUNCHED, true, "Launched", "", now);
+        if let Err(e) = self.cluster.replace_status(updated).await {
+            self.event(name_of(claim), "LaunchNotRecorded", e.to_string());
+            return;
+        }
+        self.event(
+            name_of(claim),
+            "Launched",
+            format!(
+                "launched {} ({}) in {} as {} at ${:.4}/h",
+                instance.instance_type,
+                instance.capacity_type,
+                instance.zone,
+                instance.id,
+                instance.price
+            ),
+        );
+    }
+
+    /// Adopts the node that joined for a NodeClaim: the NodeClaim's labels
+    /// and taints go onto the node, the unregistered taint comes off, and
+    /// the node gets the termination finalizer and the NodeClaim as owner.
+    async fn register(&mut self, claim: &NodeClaim, node: &Node) {
+        let now = self.clock.now();
+        let mut n = node.clone();
+        let labels = n.metadata.labels.get_or_insert_with(BTreeMap::new);
+        for (k, v) in claim.metadata.labels.iter().flatten() {
+            labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let spec = n.spec.get_or_insert_with(Default::default);
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        taints.retain(|t| t.key != TAINT_UNREGISTERED);
+        let wanted = claim
+            .spec
+            .taints
+            .iter()
+            .flatten()
+            .chain(claim.spec.startup_taints.iter().flatten());
+        for t in wanted {
+            let t = node_taint(t);
+            if !taints
+                .iter()
+                .any(|x| x.key == t.key && x.effect == t.effect)
+            {
+                taints.push(t);
+            }
+        }
+        let finalizers = n.metadata.finalizers.get_or_insert_with(Vec::new);
+        if !finalizers.iter().any(|f| f == FINALIZER_TERMINATION) {
+            finalizers.push(FINALIZER_TERMINATION.to_string());
+        }
+        if let Some(uid) = claim.metadata.uid.clone() {
+            let owners = n.metadata.owner_references.get_or_insert_with(Vec::new);
+            if !owners.iter().any(|o| o.uid == uid) {
+                owners.push(OwnerReference {
+                    api_version: NodeClaim::api_version(&()).into_owned(),
+                    kind: NodeClaim::kind(&()).into_owned(),
+                    name: claim.metadata.name.clone().unwrap_or_default(),
+                    uid,
+                    block_owner_deletion: Some(true),
+                    controller: None,
+                });
+            }
+        }
+        let node_name = n.metadata.name.clone().unwrap_or_default();
+        if let Err(e) = self.cluster.replace(n).await {
+            self.event(name_of(claim), "RegistrationFailed", e.to_string());
+            return;
+        }
+        let mut updated = claim.clone();
+        let status = updated.status.get_or_insert_with(Default::default);
+        status.node_name = Some(node_name.clone());
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        set_condition(conds, conditions::REGISTERED, true, "Registered", "", now);
+        match self.cluster.replace_status(updated).await {
+            Ok(_) => self.event(
+                name_of(claim),
+                "Registered",
+                format!("node {node_name} registered"),
+            ),
+            Err(e) => self.event(name_of(claim), "RegistrationFailed", e.to_string()),
+        }
+    }
+
+    /// Marks a registered NodeClaim initialised once its node is Ready, its
+    /// startup taints are gone and its requested resources are registered.
+    async fn initialize(&mut self, claim: &NodeClaim, node: &Node) {
+        let now = self.clock.now();
+        let node_ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+        let startup_pending = claim.spec.startup_taints.iter().flatten().any(|t| {
+            node_taints
+                .into_iter()
+                .flatten()
+                .any(|n| n.key == t.key && n.effect == t.effect.as_str())
+        });
+        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        let missing: Vec<&String> = claim
+            .spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .filter(|k| !allocatable.is_some_and(|a| a.contains_key(*k)))
+            .collect();
+        if !node_ready || startup_pending || !missing.is_empty() {
+            return;
+        }
+        let mut updated = claim.clone();
+        let conds = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        set_condition(conds, conditions::INITIALIZED, true, "Initialized", "", now);
+        set_condition(conds, conditions::READY, true, "Ready", "", now);
+        match self.cluster.replace_status(updated).await {
+            Ok(_) => self.event(name_of(claim), "Initialized", "node is ready".into()),
+            Err(e) => self.event(name_of(claim), "InitializationFailed", e.to_string()),
+        }
+    }
+
+    async fn set_claim_condition(
+        &mut self,
+        claim: &NodeClaim,
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let now = self.clock.now();
+        let mut updated = claim.clone();
+        let conds = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        if set_condition(conds, type_, status, reason, message, now) {
+            let _ = self.cluster.replace_status(updated).await;
+        }
+    }
+
+    /// Deletes a NodeClaim (termination then releases its instance and node).
+    pub(super) async fn delete_claim(&mut self, claim: &NodeClaim, reason: &str, message: String) {
+        let key = ObjectKey::cluster(claim.metadata.name.clone().unwrap_or_default());
+        match self.cluster.delete::<NodeClaim>(&key).await {
+            Ok(_) => self.event(name_of(claim), reason, message),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => self.event(name_of(claim), "DeleteFailed", e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The controller: dovetail's reconcile loops, one implementation for both
+//! `dovetail controller` (kube-rs and AWS) and `dovetail simulate` (the
+//! in-memory cluster and the simulated EC2).
+//!
+//! The controller is level-triggered: each [`Controller::reconcile`] reads
+//! the cluster from the cache, decides, writes, and returns when it next
+//! needs to run. A driver calls it: the simulation after every step of the
+//! virtual clock, the in-cluster runtime on watch events and at that time.
+//! Time comes only from the injected [`Clock`].
+
+mod lifecycle;
+mod termination;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::common::{Condition, ConditionStatus};
+use crate::clock::{Clock, Timestamp};
+use crate::cloud::{CloudProvider, OfferingKey};
+use crate::cluster::Cluster;
+
+/// Timers of the controller. The defaults are the reference autoscaler's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// A NodeClaim whose node has not registered by then is deleted.
+    pub registration_ttl: Duration,
+    /// How long an offering that failed with insufficient capacity is skipped.
+    pub unavailable_offering_ttl: Duration,
+    /// How soon a loop with nothing to wait for runs again.
+    pub resync: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            registration_ttl: Duration::from_secs(15 * 60),
+            unavailable_offering_ttl: Duration::from_secs(3 * 60),
+            resync: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Something the controller did or saw, for Kubernetes Events, logs and the
+/// simulation's timeline.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Event {
+    #[serde(serialize_with = "crate::controller::rfc3339")]
+    pub t: Timestamp,
+    /// `Kind/name` of the object it is about.
+    pub object: String,
+    pub reason: String,
+    pub message: String,
+}
+
+fn rfc3339<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::clock::format_rfc3339(*t))
+}
+
+/// Offerings that recently failed with insufficient capacity, and until when
+/// they are skipped.
+#[derive(Debug, Clone, Default)]
+pub struct UnavailableOfferings(BTreeMap<OfferingKey, Timestamp>);
+
+impl UnavailableOfferings {
+    pub fn mark(&mut self, key: OfferingKey, until: Timestamp) {
+        self.0.insert(key, until);
+    }
+
+    pub fn contains(&self, key: &OfferingKey, now: Timestamp) -> bool {
+        self.0.get(key).is_some_and(|until| *until > now)
+    }
+
+    /// Forgets entries that have expired.
+    pub fn expire(&mut self, now: Timestamp) {
+        self.0.retain(|_, until| *until > now);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&OfferingKey, &Timestamp)> {
+        self.0.iter()
+    }
+}
+
+/// The controller's state across reconciles.
+pub struct Controller<C: Cluster, P: CloudProvider> {
+    pub cluster: Arc<C>,
+    pub cloud: Arc<P>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: Settings,
+    pub unavailable: UnavailableOfferings,
+    events: Vec<Event>,
+}
+
+impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    pub fn new(cluster: Arc<C>, cloud: Arc<P>, clock: Arc<dyn Clock>, settings: Settings) -> Self {
+        Controller {
+            cluster,
+            cloud,
+            clock,
+            settings,
+            unavailable: UnavailableOfferings::default(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Records an event.
+    pub(crate) fn event(&mut self, object: String, reason: &str, message: String) {
+        tracing::info!(object = %object, reason, "{message}");
+        let t = self.clock.now();
+        self.events.push(Event {
+            t,
+            object,
+            reason: reason.to_string(),
+            message,
+        });
+    }
+
+    /// Takes the events recorded since the last call.
+    pub fn drain_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// One pass of every loop that does not need the scheduler: the NodeClaim
+    /// lifecycle (launch, register, initialise, liveness) and termination.
+    /// Returns when it next needs to run.
+    pub async fn reconcile_nodeclaims(&mut self) -> Duration {
+        let now = self.clock.now();
+        self.unavailable.expire(now);
+        let a = self.reconcile_lifecycle().await;
+        let b = self.reconcile_termination().await;
+        a.min(b).min(self.settings.resync)
+    }
+}
+
+/// Sets a condition, keeping its transition time when the status does not
+/// change. Returns whether anything changed.
+pub(crate) fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> bool {
+    let status = if status {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        let same = c.status == status
+            && c.reason.as_deref() == Some(reason)
+            && c.message.as_deref().unwrap_or("") == message;
+        if same {
+            return false;
+        }
+        if c.status != status {
+            c.last_transition_time = Time(now);
+        }
+        c.status = status;
+        c.reason = Some(reason.to_string());
+        c.message = Some(message.to_string());
+        return true;
+    }
+    conditions.push(Condition {
+        last_transition_time: Time(now),
+        message: Some(message.to_string()),
+        observed_generation: None,
+        reason: Some(reason.to_string()),
+        status,
+        type_: type_.to_string(),
+    });
+    true
+}
+
+/// Whether a condition is true.
+pub(crate) fn is_true(conditions: Option<&Vec<Condition>>, type_: &str) -> bool {
+    crate::api::common::find_condition(conditions.map(Vec::as_slice), type_)
+        .is_some_and(Condition::is_true)
+}
+
+/// The condition types of a NodeClaim's lifecycle.
+pub mod conditions {
+    pub const LAUNCHED: &str = "Launched";
+    pub const REGISTERED: &str = "Registered";
+    pub const INITIALIZED: &str = "Initialized";
+    pub const READY: &str = "Ready";
+}
