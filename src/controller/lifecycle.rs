@@ -21,6 +21,11 @@ use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider, Instance};
 use crate::cluster::{Cluster, ObjectKey};
 
+/// Node labels the reference sets when a NodeClaim's node registers and
+/// when it is initialised; the scheduler reads the latter.
+pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
+pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
+
 fn name_of(claim: &NodeClaim) -> String {
     format!(
         "NodeClaim/{}",
@@ -221,6 +226,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         for (k, v) in claim.metadata.labels.iter().flatten() {
             labels.entry(k.clone()).or_insert_with(|| v.clone());
         }
+        labels.insert(LABEL_REGISTERED.to_string(), "true".to_string());
         let spec = n.spec.get_or_insert_with(Default::default);
         let taints = spec.taints.get_or_insert_with(Vec::new);
         taints.retain(|t| t.key != TAINT_UNREGISTERED);
@@ -306,6 +312,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter(|k| !allocatable.is_some_and(|a| a.contains_key(*k)))
             .collect();
         if !node_ready || startup_pending || !missing.is_empty() {
+            return;
+        }
+        let mut n = node.clone();
+        n.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(LABEL_INITIALIZED.to_string(), "true".to_string());
+        if let Err(e) = self.cluster.replace(n).await {
+            self.event(name_of(claim), "InitializationFailed", e.to_string());
             return;
         }
         let mut updated = claim.clone();

@@ -9,7 +9,10 @@
 //! Time comes only from the injected [`Clock`].
 
 mod lifecycle;
+mod provisioner;
 mod termination;
+
+pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -91,6 +94,11 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     pub settings: Settings,
     pub unavailable: UnavailableOfferings,
     events: Vec<Event>,
+    batch: Batch,
+    /// Pods the last solve could not place, with the reason.
+    unschedulable: BTreeMap<String, String>,
+    /// Names new NodeClaims deterministically.
+    sequence: u64,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -102,6 +110,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             settings,
             unavailable: UnavailableOfferings::default(),
             events: Vec::new(),
+            batch: Batch::default(),
+            unschedulable: BTreeMap::new(),
+            sequence: 0,
         }
     }
 

@@ -128,11 +128,35 @@ struct RequirementDoc {
 }
 
 /// Builds the core's NodePool from a NodePool document, the kubelet settings
-/// of the EC2NodeClasses by name, and the catalog.
+/// of the EC2NodeClasses by name, and the catalog: the catalog's types as the
+/// NodePool's EC2NodeClass configures the kubelet.
 pub fn nodepool_spec(
     nodepool: &Value,
     nodeclasses: &[(String, KubeletSettings)],
     catalog: &[InstanceType],
+) -> Result<NodePoolSpec, String> {
+    let class = get(nodepool, "/spec/template/spec/nodeClassRef/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kubelet = nodeclasses
+        .iter()
+        .find(|(n, _)| n == class)
+        .map(|(_, k)| k)
+        .ok_or_else(|| {
+            format!("nodeClassRef names EC2NodeClass {class:?}, which does not exist")
+        })?;
+    let types = catalog
+        .iter()
+        .map(|it| it.for_node_class(kubelet))
+        .collect();
+    nodepool_spec_with_types(nodepool, types)
+}
+
+/// Builds the core's NodePool from a NodePool document and the instance types
+/// it may launch, as its cloud provider reports them for its node class.
+pub fn nodepool_spec_with_types(
+    nodepool: &Value,
+    instance_types: Vec<InstanceType>,
 ) -> Result<NodePoolSpec, String> {
     let name = get(nodepool, "/metadata/name")
         .and_then(Value::as_str)
@@ -163,16 +187,6 @@ pub fn nodepool_spec(
     for (k, v) in &labels {
         requirements.add(k, Requirement::in_values([v.clone()]));
     }
-    let class = get(nodepool, "/spec/template/spec/nodeClassRef/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let kubelet = nodeclasses
-        .iter()
-        .find(|(n, _)| n == class)
-        .map(|(_, k)| k)
-        .ok_or_else(|| {
-            format!("nodeClassRef names EC2NodeClass {class:?}, which does not exist")
-        })?;
     Ok(NodePoolSpec {
         name,
         weight: i32::try_from(weight).map_err(|_| "spec.weight out of range".to_string())?,
@@ -187,10 +201,7 @@ pub fn nodepool_spec(
             "spec.template.spec.startupTaints",
         )?,
         limits: resources(get(nodepool, "/spec/limits"), "spec.limits")?.unwrap_or_default(),
-        instance_types: catalog
-            .iter()
-            .map(|it| it.for_node_class(kubelet))
-            .collect(),
+        instance_types,
     })
 }
 
@@ -320,9 +331,17 @@ pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<Exis
         let it = labels
             .get(INSTANCE_TYPE)
             .and_then(|t| catalog.iter().find(|i| &i.name == t));
+        // Before launch the instance type is not chosen yet; the claim's
+        // requests (its pods and daemonset overhead) are what it will hold.
+        let requested = resources(
+            get(c, "/spec/resources/requests"),
+            "spec.resources.requests",
+        )
+        .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
         let allocatable = resources(get(c, "/status/allocatable"), "status.allocatable")
             .map_err(|e| format!("NodeClaim/{name}: {e}"))?
             .or_else(|| it.map(|i| i.allocatable.clone()))
+            .or(requested)
             .unwrap_or_default();
         let capacity = resources(get(c, "/status/capacity"), "status.capacity")
             .map_err(|e| format!("NodeClaim/{name}: {e}"))?

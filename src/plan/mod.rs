@@ -15,13 +15,15 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-pub use convert::{daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec};
+pub use convert::{
+    daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
+};
 pub use report::{PlanNodeClaim, PlanPlacement, PlanReport, PlanUnschedulable};
 
 use crate::model::InstanceType;
 use crate::model::catalog::{CatalogError, read_catalog};
 use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
-use crate::scheduling::{Preferences, SolveError, SolveInput, SolveOptions, solve};
+use crate::scheduling::{NodePoolSpec, Preferences, SolveError, SolveInput, SolveOptions, solve};
 use crate::snapshot::{Located, ReadError, Snapshot, read_objects, read_snapshot, typed};
 
 /// What `plan` reads.
@@ -148,7 +150,8 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// Builds the core's input from already-read documents.
+/// Builds the core's input from already-read documents: NodePools see the
+/// catalog as their EC2NodeClass configures the kubelet.
 pub fn build_input(
     config: &ConfigDocs,
     catalog: &[InstanceType],
@@ -157,7 +160,15 @@ pub fn build_input(
     snapshot: Option<&Snapshot>,
     now_ms: i64,
 ) -> Result<SolveInput, PlanError> {
-    let mut input = SolveInput::default();
+    let nodepools = nodepool_specs(config, catalog)?;
+    build_input_with_pools(nodepools, catalog, pods, pods_file, snapshot, now_ms)
+}
+
+/// The core's NodePools from the repository's documents and a catalog.
+pub fn nodepool_specs(
+    config: &ConfigDocs,
+    catalog: &[InstanceType],
+) -> Result<Vec<NodePoolSpec>, PlanError> {
     let mut classes = Vec::new();
     for (file, o) in &config.nodeclasses {
         let name = o
@@ -173,16 +184,35 @@ pub fn build_input(
         })?;
         classes.push((name.to_string(), k));
     }
-    for (file, o) in &config.nodepools {
-        let np =
+    config
+        .nodepools
+        .iter()
+        .map(|(file, o)| {
             nodepool_spec(&o.object, &classes, catalog).map_err(|message| PlanError::Invalid {
                 file: file.clone(),
                 line: o.line,
                 object: crate::snapshot::kind_name(&o.object),
                 message,
-            })?;
-        input.nodepools.push(np);
-    }
+            })
+        })
+        .collect()
+}
+
+/// Builds the core's input around NodePools already built: existing nodes,
+/// in-flight NodeClaims (sized from `catalog` until they report their own
+/// capacity), DaemonSets and pending pods of the snapshot, and `pods`.
+pub fn build_input_with_pools(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    pods: &[(Located, Pod)],
+    pods_file: &str,
+    snapshot: Option<&Snapshot>,
+    now_ms: i64,
+) -> Result<SolveInput, PlanError> {
+    let mut input = SolveInput {
+        nodepools,
+        ..SolveInput::default()
+    };
     let mut volumes = VolumeIndex::default();
     if let Some(s) = snapshot {
         for c in &s.persistent_volume_claims {

@@ -1,0 +1,351 @@
+//! Provisioning: pending pods are batched (a batch closes after a quiet
+//! second or at most ten seconds, as in the reference), then one solve of
+//! the scheduling core decides which pods fit on existing and in-flight
+//! capacity and which NodeClaims to create.
+//!
+//! The solve's input is built by the same functions `dovetail plan` uses;
+//! only the instance types differ: they come from the cloud provider, per
+//! NodePool and its EC2NodeClass, with offerings that recently failed with
+//! insufficient capacity marked unavailable.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use kube::api::ObjectMeta;
+
+use super::Controller;
+use crate::api::common::{NodeSelectorRequirementWithMinValues, Operator};
+use crate::api::nodeclaim::{NodeClaimResources, NodeClaimSpec};
+use crate::api::{EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim, NodePool};
+use crate::clock::Timestamp;
+use crate::cloud::{CloudProvider, OfferingKey};
+use crate::cluster::Cluster;
+use crate::model::{InstanceType, Requirement, Requirements};
+use crate::plan::{build_input_with_pools, nodepool_spec_with_types};
+use crate::scheduling::pod::is_provisionable;
+use crate::scheduling::{NewNodeClaim, Preferences, SolveOptions, solve};
+use crate::snapshot::Snapshot;
+
+/// A batch closes when no new pending pod arrived for this long...
+pub const BATCH_IDLE: Duration = Duration::from_secs(1);
+/// ...or when it has been open this long.
+pub const BATCH_MAX: Duration = Duration::from_secs(10);
+
+/// The pending pods seen so far and when the batch opened and last changed.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    pods: BTreeSet<String>,
+    opened: Option<Timestamp>,
+    changed: Option<Timestamp>,
+}
+
+fn since(t: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(t)).unwrap_or_default()
+}
+
+fn pod_key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Requirements as a NodeClaim writes them.
+fn node_selector(reqs: &Requirements) -> Vec<NodeSelectorRequirementWithMinValues> {
+    let mut out = Vec::new();
+    for (key, r) in &reqs.0 {
+        let mut push = |operator: Operator, values: Vec<String>, min: Option<usize>| {
+            out.push(NodeSelectorRequirementWithMinValues {
+                key: key.clone(),
+                min_values: min.and_then(|m| i64::try_from(m).ok()),
+                operator,
+                values: (!values.is_empty()).then_some(values),
+            })
+        };
+        let values: Vec<String> = r.values.iter().cloned().collect();
+        let bounded = r.greater_than.is_some() || r.less_than.is_some();
+        match (r.complement, values.is_empty()) {
+            (false, false) => push(Operator::In, values, r.min_values),
+            (false, true) => push(Operator::DoesNotExist, values, None),
+            (true, true) if !bounded => push(Operator::Exists, values, r.min_values),
+            (true, true) => {}
+            (true, false) => push(Operator::NotIn, values, r.min_values),
+        }
+        if let Some(g) = r.greater_than {
+            push(Operator::Gt, vec![g.to_string()], None);
+        }
+        if let Some(l) = r.less_than {
+            push(Operator::Lt, vec![l.to_string()], None);
+        }
+    }
+    out
+}
+
+fn owned<K: Clone>(items: &[Arc<K>]) -> Vec<K> {
+    items.iter().map(|i| i.as_ref().clone()).collect()
+}
+
+/// Marks offerings that recently failed with insufficient capacity.
+fn without_unavailable(
+    mut types: Vec<InstanceType>,
+    unavailable: &super::UnavailableOfferings,
+    now: Timestamp,
+) -> Vec<InstanceType> {
+    for it in &mut types {
+        for o in &mut it.offerings {
+            let key = OfferingKey {
+                instance_type: it.name.clone(),
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type.clone(),
+            };
+            if unavailable.contains(&key, now) {
+                o.available = false;
+            }
+        }
+    }
+    types
+}
+
+impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    /// Batches pending pods and provisions for a closed batch. Returns when
+    /// it next needs to run.
+    pub async fn reconcile_provisioning(&mut self) -> Duration {
+        let now = self.clock.now();
+        let pods = self.cluster.list::<Pod>();
+        let pending: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| is_provisionable(p))
+            .map(|p| pod_key(p))
+            .collect();
+        if pending.is_empty() {
+            self.batch = Batch::default();
+            self.unschedulable.clear();
+            return self.settings.resync;
+        }
+        if pending != self.batch.pods {
+            self.batch.pods = pending;
+            self.batch.changed = Some(now);
+            self.batch.opened.get_or_insert(now);
+        }
+        let idle = since(self.batch.changed.unwrap_or(now), now);
+        let open = since(self.batch.opened.unwrap_or(now), now);
+        if idle < BATCH_IDLE && open < BATCH_MAX {
+            return (BATCH_IDLE - idle).min(BATCH_MAX - open);
+        }
+        self.batch = Batch::default();
+        self.provision(&pods).await;
+        // Pods placed on new claims stay pending until their nodes are ready;
+        // a new batch only opens when the set of pending pods changes.
+        self.settings.resync
+    }
+
+    async fn provision(&mut self, pods: &[Arc<Pod>]) {
+        let now = self.clock.now();
+        let classes: BTreeMap<String, Arc<EC2NodeClass>> = self
+            .cluster
+            .list::<EC2NodeClass>()
+            .into_iter()
+            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+            .collect();
+        let pools: Vec<Arc<NodePool>> = self
+            .cluster
+            .list::<NodePool>()
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let mut specs = Vec::new();
+        let mut catalog: BTreeMap<String, InstanceType> = BTreeMap::new();
+        for pool in &pools {
+            let pool_name = pool.metadata.name.clone().unwrap_or_default();
+            let class_name = &pool.spec.template.spec.node_class_ref.name;
+            let Some(class) = classes.get(class_name) else {
+                self.event(
+                    format!("NodePool/{pool_name}"),
+                    "NodeClassNotFound",
+                    format!("EC2NodeClass {class_name:?} not found; the NodePool is skipped"),
+                );
+                continue;
+            };
+            let types = match self.cloud.instance_types(pool, class).await {
+                Ok(t) => without_unavailable(t, &self.unavailable, now),
+                Err(e) => {
+                    self.event(
+                        format!("NodePool/{pool_name}"),
+                        "InstanceTypesUnavailable",
+                        e.to_string(),
+                    );
+                    continue;
+                }
+            };
+            for t in &types {
+                catalog.entry(t.name.clone()).or_insert_with(|| t.clone());
+            }
+            let doc = match serde_json::to_value(pool.as_ref()) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.event(
+                        format!("NodePool/{pool_name}"),
+                        "InvalidNodePool",
+                        e.to_string(),
+                    );
+                    continue;
+                }
+            };
+            match nodepool_spec_with_types(&doc, types) {
+                Ok(s) => specs.push(s),
+                Err(e) => self.event(format!("NodePool/{pool_name}"), "InvalidNodePool", e),
+            }
+        }
+        let snapshot = Snapshot {
+            nodes: owned(&self.cluster.list::<Node>()),
+            pods: owned(pods),
+            nodeclaims: self
+                .cluster
+                .list::<NodeClaim>()
+                .iter()
+                .filter_map(|c| serde_json::to_value(c.as_ref()).ok())
+                .collect(),
+            nodepools: Vec::new(),
+            ec2nodeclasses: Vec::new(),
+            daemonsets: owned(&self.cluster.list::<DaemonSet>()),
+            pdbs: owned(&self.cluster.list::<PodDisruptionBudget>()),
+            persistent_volumes: owned(&self.cluster.list::<PersistentVolume>()),
+            persistent_volume_claims: owned(&self.cluster.list::<PersistentVolumeClaim>()),
+            storage_classes: owned(&self.cluster.list::<StorageClass>()),
+        };
+        let now_ms = now.as_millisecond();
+        let catalog: Vec<InstanceType> = catalog.into_values().collect();
+        let input = match build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms)
+        {
+            Ok(i) => i,
+            Err(e) => {
+                self.event("Provisioner".into(), "InputInvalid", e.to_string());
+                return;
+            }
+        };
+        let result = match solve(
+            &input,
+            &SolveOptions {
+                preferences: Preferences::Respect,
+                now_ms,
+            },
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                self.event("Provisioner".into(), "SolveFailed", e.to_string());
+                return;
+            }
+        };
+        self.unschedulable = result
+            .unschedulable
+            .iter()
+            .map(|u| (u.pod.clone(), u.reason.clone()))
+            .collect();
+        for (pod, reason) in self.unschedulable.clone() {
+            self.event(format!("Pod/{pod}"), "FailedProvisioning", reason);
+        }
+        let pools_by_name: BTreeMap<String, &Arc<NodePool>> = pools
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.clone()?, p)))
+            .collect();
+        for claim in &result.nodeclaims {
+            let Some(pool) = pools_by_name.get(&claim.nodepool) else {
+                continue;
+            };
+            let object = self.nodeclaim_for(pool, claim);
+            let name = object.metadata.name.clone().unwrap_or_default();
+            match self.cluster.create(object).await {
+                Ok(_) => self.event(
+                    format!("NodeClaim/{name}"),
+                    "Provisioned",
+                    format!(
+                        "for {} pod(s) in NodePool {}: {} type(s) from {} at ${:.4}/h",
+                        claim.pods.len(),
+                        claim.nodepool,
+                        claim.instance_types.len(),
+                        claim
+                            .instance_types
+                            .first()
+                            .map(String::as_str)
+                            .unwrap_or("-"),
+                        claim.price
+                    ),
+                ),
+                Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
+            }
+        }
+    }
+
+    /// The NodeClaim object for a planned claim of a NodePool.
+    fn nodeclaim_for(&mut self, pool: &NodePool, claim: &NewNodeClaim) -> NodeClaim {
+        self.sequence += 1;
+        let pool_name = pool.metadata.name.clone().unwrap_or_default();
+        let name = format!("{pool_name}-{:05x}", self.sequence & 0xfffff);
+        let template = &pool.spec.template;
+        let mut labels: BTreeMap<String, String> = template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        labels.insert(LABEL_NODEPOOL.to_string(), pool_name.clone());
+        let mut requirements = claim.requirements.clone();
+        requirements.add(
+            crate::api::LABEL_INSTANCE_TYPE,
+            Requirement::in_values(claim.instance_types.iter().cloned()),
+        );
+        let requests: BTreeMap<String, Quantity> = claim
+            .requests
+            .to_strings()
+            .into_iter()
+            .map(|(k, v)| (k, Quantity(v)))
+            .collect();
+        NodeClaim {
+            metadata: ObjectMeta {
+                name: Some(name),
+                labels: Some(labels),
+                annotations: template
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.annotations.clone()),
+                finalizers: Some(vec![FINALIZER_TERMINATION.to_string()]),
+                owner_references: pool.metadata.uid.clone().map(|uid| {
+                    vec![OwnerReference {
+                        api_version: NodePool::api_version(&()).into_owned(),
+                        kind: NodePool::kind(&()).into_owned(),
+                        name: pool_name,
+                        uid,
+                        block_owner_deletion: Some(true),
+                        controller: None,
+                    }]
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: NodeClaimSpec {
+                expire_after: template.spec.expire_after.clone(),
+                node_class_ref: template.spec.node_class_ref.clone(),
+                requirements: node_selector(&requirements),
+                resources: Some(NodeClaimResources {
+                    requests: Some(requests),
+                }),
+                startup_taints: template.spec.startup_taints.clone(),
+                taints: template.spec.taints.clone(),
+                termination_grace_period: template.spec.termination_grace_period.clone(),
+            },
+            status: None,
+        }
+    }
+
+    /// The pods the last solve could not place, with reasons.
+    pub fn unschedulable(&self) -> &BTreeMap<String, String> {
+        &self.unschedulable
+    }
+}
