@@ -260,6 +260,10 @@ pub struct SimEc2 {
     windows: Vec<CapacityWindow>,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
+    /// The catalog as node classes with each kubelet configuration seen so
+    /// far see it (allocatable adjusted), computed once per configuration;
+    /// there are as many entries as distinct node-class kubelet settings.
+    adjusted: Mutex<Vec<(KubeletSettings, Arc<Vec<InstanceType>>)>>,
 }
 
 impl std::fmt::Debug for SimEc2 {
@@ -294,6 +298,7 @@ impl SimEc2 {
             windows: insufficient_capacity,
             clock,
             state: Mutex::new(State::default()),
+            adjusted: Mutex::new(Vec::new()),
         }
     }
 
@@ -352,6 +357,23 @@ impl SimEc2 {
         result
     }
 
+    /// The catalog with allocatable as `kubelet` configures it. Called with
+    /// the state locked; this lock is only ever taken after that one.
+    fn catalog_for(&self, kubelet: &KubeletSettings) -> Arc<Vec<InstanceType>> {
+        let mut adjusted = self.adjusted.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, catalog)) = adjusted.iter().find(|(k, _)| k == kubelet) {
+            return Arc::clone(catalog);
+        }
+        let catalog: Arc<Vec<InstanceType>> = Arc::new(
+            self.catalog
+                .iter()
+                .map(|it| it.for_node_class(kubelet))
+                .collect(),
+        );
+        adjusted.push((kubelet.clone(), Arc::clone(&catalog)));
+        catalog
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -403,11 +425,9 @@ impl SimEc2 {
 
         // Every offering the NodeClaim allows, with whether it can launch now.
         let mut allowed: Vec<(OfferingKey, f64, bool, &InstanceType)> = Vec::new();
-        for it in &self.catalog {
-            if !type_allowed(it, &constraints)
-                || (!requests.is_zero()
-                    && !requests.fits_in(&it.for_node_class(&kubelet).allocatable))
-            {
+        let catalog = self.catalog_for(&kubelet);
+        for it in catalog.iter() {
+            if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
                 continue;
             }
             for o in &it.offerings {
@@ -497,11 +517,11 @@ impl SimEc2 {
         let constraints = instance_constraints(&requirements);
         let kubelet = nodeclass_kubelet(nodeclass)?;
         Ok(self
-            .catalog
+            .catalog_for(&kubelet)
             .iter()
             .filter(|it| type_allowed(it, &constraints))
             .map(|it| {
-                let mut it = it.for_node_class(&kubelet);
+                let mut it = it.clone();
                 for i in 0..it.offerings.len() {
                     let key = offering_key(&it, &it.offerings[i]);
                     if self.refused(&key, now) {
