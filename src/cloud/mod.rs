@@ -6,6 +6,8 @@
 //! the controller can react to each (insufficient capacity marks offerings
 //! unavailable and retries elsewhere; not-found means the instance is gone).
 
+pub mod sim;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 

@@ -1,0 +1,1671 @@
+//! The simulated EC2 behind `dovetail simulate`: a [`CloudProvider`] that
+//! launches instances from an instance-type catalog on an injected clock,
+//! with scripted insufficient-capacity windows and a log of every call.
+//!
+//! Everything is synchronous and deterministic: the same configuration and
+//! the same sequence of calls at the same clock times give the same
+//! instances, ids, prices and call log, on every run and machine. There are
+//! no background tasks; time-dependent state (an instance becoming
+//! `Running`, a capacity window opening or closing) is computed from the
+//! clock whenever it is read.
+//!
+//! # Offerings
+//!
+//! The catalog (the shared catalog format, see [`SimEc2::builtin_catalog`]
+//! and [`SimEc2::load_catalog`]) is prepared once, when the provider is
+//! built:
+//! - offerings are restricted to the configured zones: an offering in
+//!   another zone is dropped, and no offering is invented in a configured
+//!   zone the catalog does not list for a type;
+//! - with spot enabled, every on-demand offering gets a spot offering in the
+//!   same zone, priced as described below, unless the catalog already lists
+//!   a spot offering there (the catalog's price wins); with spot disabled,
+//!   spot offerings are dropped;
+//! - reserved offerings are dropped (capacity reservations are not
+//!   simulated);
+//! - a type left without offerings is dropped;
+//! - each type's zone, capacity-type and region requirements are rewritten
+//!   to match its remaining offerings and the configured region.
+//!
+//! # Spot prices
+//!
+//! The catalogs list on-demand prices only, so spot prices follow a fixed
+//! model: `spot = on-demand × factor`, where the factor depends only on the
+//! instance type's name, the zone and whether the type is accelerated:
+//!
+//! - `h` is the 64-bit FNV-1a hash of the UTF-8 bytes of
+//!   `<instance type>/<zone>` (e.g. `m7i.large/us-east-1a`), passed through
+//!   MurmurHash3's 64-bit finalizer (`fmix64`) so that zone names differing
+//!   only in their last letter still get unrelated factors;
+//! - `factor = low + (high − low) × (h mod 1001) / 1000`;
+//! - `[low, high]` is `[0.40, 0.55]` for accelerated types (a positive
+//!   `karpenter.k8s.aws/instance-gpu-count` or
+//!   `karpenter.k8s.aws/instance-accelerator-count` label) and
+//!   `[0.30, 0.45]` for every other type (general purpose, compute and
+//!   memory optimised, burstable, storage).
+//!
+//! Prices are therefore reproducible across runs and machines, differ
+//! between zones of the same type (so zone choice matters, as in EC2), and
+//! never change during a run.
+//!
+//! # Launch choice
+//!
+//! [`CloudProvider::create`] chooses like EC2 Fleet as Karpenter drives it:
+//! among the offerings the NodeClaim's requirements allow (instance type,
+//! zone, capacity type and the other instance labels) whose type fits the
+//! NodeClaim's resource requests, and which are available and outside every
+//! active insufficient-capacity window, it takes the cheapest spot offering
+//! if there is one, otherwise the cheapest offering of another capacity type
+//! (on-demand). Ties go to the instance type name, then the zone.
+//!
+//! # Lifecycle
+//!
+//! An instance is `Pending` from its launch until `launch_delay` has passed,
+//! then `Running` ([`SimEc2::running_since`]). Termination, by
+//! [`CloudProvider::delete`] or [`SimEc2::terminate_externally`], passes
+//! through `ShuttingDown` to `Terminated` instantly: the instance is gone at
+//! once, and later `get`s and `delete`s of it are `NotFound`.
+
+use std::collections::BTreeMap;
+use std::future::{Future, ready};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::{CloudError, CloudProvider, Instance, InstanceState, OfferingKey};
+use crate::api::{self, EC2NodeClass, NodeClaim, NodePool, NodeSelectorRequirementWithMinValues};
+use crate::clock::{Clock, Timestamp};
+use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
+use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, is_well_known};
+use crate::model::requirements::RequirementError;
+use crate::model::{
+    InstanceType, KubeletSettings, Offering, Operator, Requirement, Requirements, Resources,
+};
+use crate::plan::kubelet_settings;
+
+/// The region of the simulated EC2 unless configured otherwise.
+pub const DEFAULT_REGION: &str = "us-east-1";
+/// RunInstances to node registration, unless configured otherwise.
+pub const DEFAULT_LAUNCH_DELAY: Duration = Duration::from_secs(45);
+
+/// The spot discount range of accelerated (GPU, Neuron) types: their spot
+/// market is tighter, so discounts are smaller.
+const ACCELERATED_SPOT_FACTOR: (f64, f64) = (0.40, 0.55);
+/// The spot discount range of every other type.
+const STANDARD_SPOT_FACTOR: (f64, f64) = (0.30, 0.45);
+/// Steps of the spot factor within its range (1001 values, 0.00015 apart).
+const SPOT_FACTOR_STEPS: u64 = 1000;
+
+/// Labels of instance-type properties. A type that does not carry one of
+/// them lacks the property (no GPU, no local NVMe), so a requirement on it
+/// is checked as against an absent label.
+const INSTANCE_PROPERTY_PREFIX: &str = "karpenter.k8s.aws/instance-";
+/// Labels whose positive value marks an accelerated type.
+const ACCELERATOR_COUNT_LABELS: [&str; 2] = [
+    "karpenter.k8s.aws/instance-gpu-count",
+    "karpenter.k8s.aws/instance-accelerator-count",
+];
+
+/// The embedded built-in catalog.
+const BUILTIN_CATALOG: &str = include_str!("sim-catalog.json");
+/// The name the built-in catalog has in errors.
+const BUILTIN_CATALOG_NAME: &str = "<built-in catalog>";
+
+/// A scripted period in which matching offerings fail to launch with
+/// insufficient capacity, as a scenario's `cloud.insufficientCapacity`
+/// entries describe. Unset filters match every offering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityWindow {
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub capacity_type: Option<String>,
+    /// The window is active from this time on (inclusive) ...
+    pub from: Timestamp,
+    /// ... until this time (exclusive); open-ended if unset.
+    pub until: Option<Timestamp>,
+}
+
+impl CapacityWindow {
+    /// Is `offering` refused at `now`?
+    pub fn refuses(&self, offering: &OfferingKey, now: Timestamp) -> bool {
+        let matches =
+            |filter: &Option<String>, value: &str| filter.as_deref().is_none_or(|f| f == value);
+        self.from <= now
+            && self.until.is_none_or(|until| now < until)
+            && matches(&self.instance_type, &offering.instance_type)
+            && matches(&self.zone, &offering.zone)
+            && matches(&self.capacity_type, &offering.capacity_type)
+    }
+}
+
+/// How the simulated EC2 behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// The instance types, as read from a catalog (on-demand offerings).
+    pub catalog: Vec<InstanceType>,
+    pub region: String,
+    /// The zones instances launch in; offerings elsewhere are dropped.
+    pub zones: Vec<String>,
+    /// From launch until the instance is `Running`.
+    pub launch_delay: Duration,
+    pub insufficient_capacity: Vec<CapacityWindow>,
+    /// Whether spot offerings exist.
+    pub spot: bool,
+}
+
+impl SimConfig {
+    /// The defaults of a scenario that sets nothing: region `us-east-1`,
+    /// its zones `a`, `b` and `c`, a 45 s launch delay, spot offerings and
+    /// no insufficient-capacity windows.
+    pub fn new(catalog: Vec<InstanceType>) -> Self {
+        SimConfig {
+            catalog,
+            region: DEFAULT_REGION.to_string(),
+            zones: default_zones(DEFAULT_REGION),
+            launch_delay: DEFAULT_LAUNCH_DELAY,
+            insufficient_capacity: Vec::new(),
+            spot: true,
+        }
+    }
+}
+
+/// The default zones of a region: `<region>a`, `<region>b` and `<region>c`.
+pub fn default_zones(region: &str) -> Vec<String> {
+    ["a", "b", "c"]
+        .iter()
+        .map(|suffix| format!("{region}{suffix}"))
+        .collect()
+}
+
+/// The offering an instance was launched on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    pub instance_id: String,
+    pub offering: OfferingKey,
+    /// USD per hour.
+    pub price: f64,
+}
+
+/// One call to the simulated EC2 and its outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    Create {
+        nodeclaim: String,
+        result: Result<Launch, CloudError>,
+    },
+    Delete {
+        provider_id: String,
+        result: Result<(), CloudError>,
+    },
+    Get {
+        provider_id: String,
+        result: Result<InstanceState, CloudError>,
+    },
+    /// `result` is the number of instances listed.
+    List { result: Result<usize, CloudError> },
+    /// `result` is the number of instance types returned.
+    InstanceTypes {
+        nodepool: String,
+        nodeclass: String,
+        result: Result<usize, CloudError>,
+    },
+    /// A termination by the simulation (e.g. a spot reclaim), not by the
+    /// controller.
+    TerminateExternally {
+        instance_id: String,
+        reason: String,
+        result: Result<(), CloudError>,
+    },
+}
+
+impl Call {
+    /// The method name, a bounded label.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Call::Create { .. } => "create",
+            Call::Delete { .. } => "delete",
+            Call::Get { .. } => "get",
+            Call::List { .. } => "list",
+            Call::InstanceTypes { .. } => "instance_types",
+            Call::TerminateExternally { .. } => "terminate_externally",
+        }
+    }
+}
+
+/// A call and the clock time it was made at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRecord {
+    pub at: Timestamp,
+    pub call: Call,
+}
+
+/// The mutable part of the simulated EC2.
+#[derive(Debug, Default)]
+struct State {
+    /// The last instance id handed out.
+    last_id: u64,
+    /// Live instances by id, stored with state `Pending`; fixed-width hex
+    /// ids make this id order also launch order.
+    instances: BTreeMap<String, Instance>,
+    calls: Vec<CallRecord>,
+    next_error: Option<CloudError>,
+}
+
+/// The simulated EC2. See the module documentation.
+pub struct SimEc2 {
+    /// The prepared catalog: offerings in the configured zones, spot added.
+    catalog: Vec<InstanceType>,
+    region: String,
+    launch_delay: Duration,
+    windows: Vec<CapacityWindow>,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+    /// The catalog as node classes with each kubelet configuration seen so
+    /// far see it (allocatable adjusted), computed once per configuration;
+    /// there are as many entries as distinct node-class kubelet settings.
+    adjusted: Mutex<Vec<(KubeletSettings, Arc<Vec<InstanceType>>)>>,
+}
+
+impl std::fmt::Debug for SimEc2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimEc2")
+            .field("instance_types", &self.catalog.len())
+            .field("region", &self.region)
+            .field("launch_delay", &self.launch_delay)
+            .field("windows", &self.windows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimEc2 {
+    pub fn new(config: SimConfig, clock: Arc<dyn Clock>) -> Self {
+        let SimConfig {
+            catalog,
+            region,
+            zones,
+            launch_delay,
+            insufficient_capacity,
+            spot,
+        } = config;
+        let catalog = catalog
+            .into_iter()
+            .filter_map(|it| prepare(it, &region, &zones, spot))
+            .collect();
+        SimEc2 {
+            catalog,
+            region,
+            launch_delay,
+            windows: insufficient_capacity,
+            clock,
+            state: Mutex::new(State::default()),
+            adjusted: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The built-in catalog: 86 us-east-1 instance types with on-demand
+    /// offerings in us-east-1a, b and c. An error means the embedded file is
+    /// broken, which a unit test rules out.
+    pub fn builtin_catalog() -> Result<Vec<InstanceType>, CatalogError> {
+        parse_catalog(BUILTIN_CATALOG_NAME, BUILTIN_CATALOG)
+    }
+
+    /// Reads a catalog file (`--catalog FILE`, the shared catalog format).
+    pub fn load_catalog(path: &Path) -> Result<Vec<InstanceType>, CatalogError> {
+        read_catalog(path)
+    }
+
+    /// The prepared catalog: offerings in the configured zones, with spot.
+    pub fn catalog(&self) -> &[InstanceType] {
+        &self.catalog
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        self.lock().calls.clone()
+    }
+
+    /// Makes the next [`CloudProvider`] call, whichever it is, fail with
+    /// `error` (recorded in the call log like any other outcome).
+    pub fn fail_next(&self, error: CloudError) {
+        self.lock().next_error = Some(error);
+    }
+
+    /// When an instance is `Running`: its launch plus the launch delay.
+    /// `None` if that time is beyond what a [`Timestamp`] can hold.
+    pub fn running_since(&self, instance: &Instance) -> Option<Timestamp> {
+        instance.launched_at.checked_add(self.launch_delay).ok()
+    }
+
+    /// Terminates an instance without the controller asking, as EC2 does
+    /// when it reclaims spot capacity; `reason` goes into the call log.
+    /// Unknown or already terminated instances are `NotFound`.
+    pub fn terminate_externally(&self, instance_id: &str, reason: &str) -> Result<(), CloudError> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let result = match state.instances.remove(instance_id) {
+            Some(_) => Ok(()),
+            None => Err(CloudError::NotFound(instance_id.to_string())),
+        };
+        state.calls.push(CallRecord {
+            at: now,
+            call: Call::TerminateExternally {
+                instance_id: instance_id.to_string(),
+                reason: reason.to_string(),
+                result: result.clone(),
+            },
+        });
+        result
+    }
+
+    /// The catalog with allocatable as `kubelet` configures it. Called with
+    /// the state locked; this lock is only ever taken after that one.
+    fn catalog_for(&self, kubelet: &KubeletSettings) -> Arc<Vec<InstanceType>> {
+        let mut adjusted = self.adjusted.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, catalog)) = adjusted.iter().find(|(k, _)| k == kubelet) {
+            return Arc::clone(catalog);
+        }
+        let catalog: Arc<Vec<InstanceType>> = Arc::new(
+            self.catalog
+                .iter()
+                .map(|it| it.for_node_class(kubelet))
+                .collect(),
+        );
+        adjusted.push((kubelet.clone(), Arc::clone(&catalog)));
+        catalog
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one provider call: takes an injected error if there is one,
+    /// otherwise `op`, and records the outcome with `record`.
+    fn call<T>(
+        &self,
+        op: impl FnOnce(&mut State, Timestamp) -> Result<T, CloudError>,
+        record: impl FnOnce(&Result<T, CloudError>) -> Call,
+    ) -> Result<T, CloudError> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let result = match state.next_error.take() {
+            Some(error) => Err(error),
+            None => op(&mut state, now),
+        };
+        let call = record(&result);
+        state.calls.push(CallRecord { at: now, call });
+        result
+    }
+
+    /// An instance as it is at `now`.
+    fn observe(&self, instance: &Instance, now: Timestamp) -> Instance {
+        let mut out = instance.clone();
+        if self.running_since(instance).is_some_and(|t| t <= now) {
+            out.state = InstanceState::Running;
+        }
+        out
+    }
+
+    fn refused(&self, offering: &OfferingKey, now: Timestamp) -> bool {
+        self.windows.iter().any(|w| w.refuses(offering, now))
+    }
+
+    fn launch(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Instance, CloudError> {
+        let requirements = requirements_of(&claim.spec.requirements)
+            .map_err(|e| CloudError::InvalidRequest(format!("spec.requirements: {e}")))?;
+        let requests = claim_requests(claim)?;
+        let kubelet = nodeclass_kubelet(nodeclass)?;
+        let constraints = instance_constraints(&requirements);
+        let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
+
+        // Every offering the NodeClaim allows, with whether it can launch now.
+        let mut allowed: Vec<(OfferingKey, f64, bool, &InstanceType)> = Vec::new();
+        let catalog = self.catalog_for(&kubelet);
+        for it in catalog.iter() {
+            if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
+                continue;
+            }
+            for o in &it.offerings {
+                if allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, &o.capacity_type) {
+                    let key = offering_key(it, o);
+                    let launchable = o.available && !self.refused(&key, now);
+                    allowed.push((key, o.price, launchable, it));
+                }
+            }
+        }
+        if allowed.is_empty() {
+            return Err(CloudError::InvalidRequest(
+                "no offering of any instance type satisfies the NodeClaim's requirements and resource requests"
+                    .to_string(),
+            ));
+        }
+        let cheapest = |spot: bool| {
+            allowed
+                .iter()
+                .filter(|(key, _, launchable, _)| {
+                    *launchable && (key.capacity_type == api::CAPACITY_TYPE_SPOT) == spot
+                })
+                .min_by(|a, b| {
+                    a.1.total_cmp(&b.1)
+                        .then_with(|| a.0.instance_type.cmp(&b.0.instance_type))
+                        .then_with(|| a.0.zone.cmp(&b.0.zone))
+                        .then_with(|| a.0.capacity_type.cmp(&b.0.capacity_type))
+                })
+        };
+        let Some((key, price, _, it)) = cheapest(true).or_else(|| cheapest(false)) else {
+            let mut offerings: Vec<OfferingKey> = allowed.into_iter().map(|a| a.0).collect();
+            offerings.sort();
+            return Err(CloudError::InsufficientCapacity { offerings });
+        };
+
+        state.last_id += 1;
+        let id = format!("i-{:017x}", state.last_id);
+        let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
+        let mut labels: BTreeMap<String, String> = it
+            .requirements
+            .labels()
+            .into_iter()
+            .filter(|(k, _)| is_well_known(k))
+            .collect();
+        labels.insert(ZONE.to_string(), key.zone.clone());
+        labels.insert(REGION.to_string(), self.region.clone());
+        labels.insert(CAPACITY_TYPE.to_string(), key.capacity_type.clone());
+        labels.insert(INSTANCE_TYPE.to_string(), key.instance_type.clone());
+        if !nodepool.is_empty() {
+            labels.insert(NODEPOOL.to_string(), nodepool.clone());
+        }
+        let instance = Instance {
+            provider_id: format!("aws:///{}/{id}", key.zone),
+            id: id.clone(),
+            instance_type: key.instance_type.clone(),
+            zone: key.zone.clone(),
+            capacity_type: key.capacity_type.clone(),
+            price: *price,
+            launched_at: now,
+            state: InstanceState::Pending,
+            nodeclaim: claim.metadata.name.clone().unwrap_or_default(),
+            nodepool,
+            labels,
+        };
+        state.instances.insert(id, instance.clone());
+        Ok(self.observe(&instance, now))
+    }
+
+    fn instance_types_now(
+        &self,
+        now: Timestamp,
+        nodepool: &NodePool,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<InstanceType>, CloudError> {
+        let mut requirements = requirements_of(nodepool.requirements()).map_err(|e| {
+            CloudError::InvalidRequest(format!("spec.template.spec.requirements: {e}"))
+        })?;
+        let template_labels = nodepool
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref());
+        for (k, v) in template_labels.into_iter().flatten() {
+            requirements.add(k, Requirement::in_values([v.clone()]));
+        }
+        let constraints = instance_constraints(&requirements);
+        let kubelet = nodeclass_kubelet(nodeclass)?;
+        Ok(self
+            .catalog_for(&kubelet)
+            .iter()
+            .filter(|it| type_allowed(it, &constraints))
+            .map(|it| {
+                let mut it = it.clone();
+                for i in 0..it.offerings.len() {
+                    let key = offering_key(&it, &it.offerings[i]);
+                    if self.refused(&key, now) {
+                        it.offerings[i].available = false;
+                    }
+                }
+                it
+            })
+            .collect())
+    }
+}
+
+/// Finds a live instance by provider id (`aws:///<zone>/<id>`).
+fn find<'a>(state: &'a State, provider_id: &str) -> Result<&'a Instance, CloudError> {
+    provider_id
+        .rsplit('/')
+        .next()
+        .and_then(|id| state.instances.get(id))
+        .filter(|i| i.provider_id == provider_id)
+        .ok_or_else(|| CloudError::NotFound(provider_id.to_string()))
+}
+
+impl CloudProvider for SimEc2 {
+    fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> impl Future<Output = Result<Instance, CloudError>> + Send {
+        let nodeclaim = claim.metadata.name.clone().unwrap_or_default();
+        ready(self.call(
+            |state, now| self.launch(state, now, claim, nodeclass),
+            |result| {
+                Call::Create {
+                    nodeclaim,
+                    result: result
+                        .as_ref()
+                        .map(|i| Launch {
+                            instance_id: i.id.clone(),
+                            offering: OfferingKey {
+                                instance_type: i.instance_type.clone(),
+                                zone: i.zone.clone(),
+                                capacity_type: i.capacity_type.clone(),
+                            },
+                            price: i.price,
+                        })
+                        .map_err(Clone::clone),
+                }
+            },
+        ))
+    }
+
+    fn delete(&self, provider_id: &str) -> impl Future<Output = Result<(), CloudError>> + Send {
+        ready(self.call(
+            |state, _| {
+                let id = find(state, provider_id)?.id.clone();
+                state.instances.remove(&id);
+                Ok(())
+            },
+            |result| Call::Delete {
+                provider_id: provider_id.to_string(),
+                result: result.clone(),
+            },
+        ))
+    }
+
+    fn get(&self, provider_id: &str) -> impl Future<Output = Result<Instance, CloudError>> + Send {
+        ready(self.call(
+            |state, now| find(state, provider_id).map(|i| self.observe(i, now)),
+            |result| Call::Get {
+                provider_id: provider_id.to_string(),
+                result: result.as_ref().map(|i| i.state).map_err(Clone::clone),
+            },
+        ))
+    }
+
+    fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
+        ready(self.call(
+            |state, now| {
+                Ok(state
+                    .instances
+                    .values()
+                    .map(|i| self.observe(i, now))
+                    .collect())
+            },
+            |result| Call::List {
+                result: result.as_ref().map(Vec::len).map_err(Clone::clone),
+            },
+        ))
+    }
+
+    fn instance_types(
+        &self,
+        nodepool: &NodePool,
+        nodeclass: &EC2NodeClass,
+    ) -> impl Future<Output = Result<Vec<InstanceType>, CloudError>> + Send {
+        ready(self.call(
+            |_, now| self.instance_types_now(now, nodepool, nodeclass),
+            |result| Call::InstanceTypes {
+                nodepool: nodepool.metadata.name.clone().unwrap_or_default(),
+                nodeclass: nodeclass.metadata.name.clone().unwrap_or_default(),
+                result: result.as_ref().map(Vec::len).map_err(Clone::clone),
+            },
+        ))
+    }
+}
+
+/// The catalog entry as the simulated EC2 offers it (see the module
+/// documentation), or `None` if it has no offering left.
+fn prepare(
+    mut it: InstanceType,
+    region: &str,
+    zones: &[String],
+    spot: bool,
+) -> Option<InstanceType> {
+    let in_zone = |o: &&Offering| zones.contains(&o.zone);
+    let on_demand: Vec<Offering> = it
+        .offerings
+        .iter()
+        .filter(in_zone)
+        .filter(|o| o.capacity_type == api::CAPACITY_TYPE_ON_DEMAND)
+        .cloned()
+        .collect();
+    let mut offerings = on_demand.clone();
+    if spot {
+        let listed: Vec<Offering> = it
+            .offerings
+            .iter()
+            .filter(in_zone)
+            .filter(|o| o.capacity_type == api::CAPACITY_TYPE_SPOT)
+            .cloned()
+            .collect();
+        let accelerated = is_accelerated(&it);
+        for od in &on_demand {
+            if !listed.iter().any(|s| s.zone == od.zone) {
+                offerings.push(Offering {
+                    zone: od.zone.clone(),
+                    capacity_type: api::CAPACITY_TYPE_SPOT.to_string(),
+                    price: od.price * spot_factor(&it.name, &od.zone, accelerated),
+                    available: od.available,
+                });
+            }
+        }
+        offerings.extend(listed);
+    }
+    if offerings.is_empty() {
+        return None;
+    }
+    offerings.sort_by(|a, b| {
+        a.zone
+            .cmp(&b.zone)
+            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+    });
+    offerings.dedup_by(|a, b| a.zone == b.zone && a.capacity_type == b.capacity_type);
+    let values = |f: fn(&Offering) -> &String| {
+        Requirement::in_values(offerings.iter().map(|o| f(o).clone()))
+    };
+    let zone_req = values(|o| &o.zone);
+    let capacity_req = values(|o| &o.capacity_type);
+    it.requirements.0.insert(ZONE.to_string(), zone_req);
+    it.requirements
+        .0
+        .insert(CAPACITY_TYPE.to_string(), capacity_req);
+    it.requirements
+        .0
+        .insert(REGION.to_string(), Requirement::in_values([region]));
+    it.offerings = offerings;
+    Some(it)
+}
+
+/// Is the type accelerated (GPUs, Neuron devices)?
+fn is_accelerated(it: &InstanceType) -> bool {
+    ACCELERATOR_COUNT_LABELS.iter().any(|key| {
+        it.requirements
+            .single_value(key)
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|n| n > 0)
+    })
+}
+
+/// The spot price factor of an instance type in a zone (see the module
+/// documentation): within `[0.40, 0.55]` for accelerated types and
+/// `[0.30, 0.45]` for others.
+pub fn spot_factor(instance_type: &str, zone: &str, accelerated: bool) -> f64 {
+    let (low, high) = if accelerated {
+        ACCELERATED_SPOT_FACTOR
+    } else {
+        STANDARD_SPOT_FACTOR
+    };
+    let h = fmix64(fnv1a64(
+        instance_type
+            .bytes()
+            .chain(std::iter::once(b'/'))
+            .chain(zone.bytes()),
+    ));
+    // Both operands are at most 1000, so the conversions are exact.
+    let step = (h % (SPOT_FACTOR_STEPS + 1)) as f64;
+    low + (high - low) * step / SPOT_FACTOR_STEPS as f64
+}
+
+/// The 64-bit FNV-1a hash.
+fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .into_iter()
+        .fold(OFFSET_BASIS, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}
+
+/// MurmurHash3's 64-bit finalizer: every input bit affects every output bit.
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
+}
+
+fn offering_key(it: &InstanceType, o: &Offering) -> OfferingKey {
+    OfferingKey {
+        instance_type: it.name.clone(),
+        zone: o.zone.clone(),
+        capacity_type: o.capacity_type.clone(),
+    }
+}
+
+/// The model's requirements of an API requirement list.
+fn requirements_of(
+    list: &[NodeSelectorRequirementWithMinValues],
+) -> Result<Requirements, RequirementError> {
+    let mut out = Requirements::new();
+    for r in list {
+        let op = match r.operator {
+            api::Operator::In => Operator::In,
+            api::Operator::NotIn => Operator::NotIn,
+            api::Operator::Exists => Operator::Exists,
+            api::Operator::DoesNotExist => Operator::DoesNotExist,
+            api::Operator::Gt => Operator::Gt,
+            api::Operator::Lt => Operator::Lt,
+            api::Operator::Gte => Operator::Gte,
+            api::Operator::Lte => Operator::Lte,
+        };
+        out.add(&r.key, Requirement::new(&r.key, op, r.values())?);
+    }
+    Ok(out)
+}
+
+/// The requirements that constrain instance types: those on well-known
+/// labels. Other labels (custom ones, the NodePool name's) are put on the
+/// node from the NodeClaim, whatever the instance type.
+fn instance_constraints(requirements: &Requirements) -> Requirements {
+    Requirements(
+        requirements
+            .0
+            .iter()
+            .filter(|(k, _)| is_well_known(k))
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect(),
+    )
+}
+
+/// Does the instance type satisfy the constraints? A constraint on an
+/// instance property the type lacks must allow the label to be absent;
+/// other well-known labels it does not define (the NodePool's) do not
+/// constrain it.
+fn type_allowed(it: &InstanceType, constraints: &Requirements) -> bool {
+    it.requirements
+        .compatible(constraints, |key| {
+            is_well_known(key) && !key.starts_with(INSTANCE_PROPERTY_PREFIX)
+        })
+        .is_ok()
+}
+
+/// The NodeClaim's resource requests.
+fn claim_requests(claim: &NodeClaim) -> Result<Resources, CloudError> {
+    match claim
+        .spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+    {
+        Some(requests) => Resources::from_k8s(requests).map_err(|(name, e)| {
+            CloudError::InvalidRequest(format!("spec.resources.requests.{name}: {e}"))
+        }),
+        None => Ok(Resources::new()),
+    }
+}
+
+/// The kubelet settings of the node class.
+fn nodeclass_kubelet(nodeclass: &EC2NodeClass) -> Result<KubeletSettings, CloudError> {
+    let not_ready = |reason: String| CloudError::NodeClassNotReady {
+        name: nodeclass.metadata.name.clone().unwrap_or_default(),
+        reason,
+    };
+    let doc = serde_json::to_value(nodeclass).map_err(|e| not_ready(e.to_string()))?;
+    kubelet_settings(&doc).map_err(not_ready)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::api::ec2nodeclass::KubeletConfiguration;
+    use crate::api::nodeclaim::NodeClaimResources;
+    use crate::api::nodepool::NodeClaimTemplateMetadata;
+    use crate::clock::{ManualClock, parse_rfc3339};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    /// Five real us-east-1 types (on-demand Linux prices) offered in zones
+    /// a, b, c, plus one type offered only in us-east-1d.
+    const CATALOG: &str = r#"{"instanceTypes": [
+        {"name": "m5.large", "labels": {"kubernetes.io/arch": "amd64",
+            "karpenter.k8s.aws/instance-family": "m5", "karpenter.k8s.aws/instance-cpu": "2"},
+         "allocatable": {"cpu": "1930m", "memory": "7134Mi", "pods": "29"},
+         "offerings": [{"zone": "us-east-1a", "capacityType": "on-demand", "price": 0.096},
+                       {"zone": "us-east-1b", "capacityType": "on-demand", "price": 0.096},
+                       {"zone": "us-east-1c", "capacityType": "on-demand", "price": 0.096},
+                       {"zone": "us-east-1d", "capacityType": "on-demand", "price": 0.096}]},
+        {"name": "c5.large", "labels": {"kubernetes.io/arch": "amd64",
+            "karpenter.k8s.aws/instance-family": "c5", "karpenter.k8s.aws/instance-cpu": "2"},
+         "allocatable": {"cpu": "1930m", "memory": "3055Mi", "pods": "29"},
+         "offerings": [{"zone": "us-east-1a", "capacityType": "on-demand", "price": 0.085},
+                       {"zone": "us-east-1b", "capacityType": "on-demand", "price": 0.085},
+                       {"zone": "us-east-1c", "capacityType": "on-demand", "price": 0.085}]},
+        {"name": "c5.xlarge", "labels": {"kubernetes.io/arch": "amd64",
+            "karpenter.k8s.aws/instance-family": "c5", "karpenter.k8s.aws/instance-cpu": "4"},
+         "allocatable": {"cpu": "3920m", "memory": "6525Mi", "pods": "58"},
+         "offerings": [{"zone": "us-east-1a", "capacityType": "on-demand", "price": 0.17},
+                       {"zone": "us-east-1b", "capacityType": "on-demand", "price": 0.17},
+                       {"zone": "us-east-1c", "capacityType": "on-demand", "price": 0.17}]},
+        {"name": "m6g.large", "labels": {"kubernetes.io/arch": "arm64",
+            "karpenter.k8s.aws/instance-family": "m6g", "karpenter.k8s.aws/instance-cpu": "2"},
+         "allocatable": {"cpu": "1930m", "memory": "7134Mi", "pods": "29"},
+         "offerings": [{"zone": "us-east-1a", "capacityType": "on-demand", "price": 0.077},
+                       {"zone": "us-east-1b", "capacityType": "on-demand", "price": 0.077},
+                       {"zone": "us-east-1c", "capacityType": "on-demand", "price": 0.077}]},
+        {"name": "g5.xlarge", "labels": {"kubernetes.io/arch": "amd64",
+            "karpenter.k8s.aws/instance-family": "g5", "karpenter.k8s.aws/instance-cpu": "4",
+            "karpenter.k8s.aws/instance-gpu-count": "1"},
+         "allocatable": {"cpu": "3920m", "memory": "14162Mi", "pods": "58", "nvidia.com/gpu": "1"},
+         "offerings": [{"zone": "us-east-1a", "capacityType": "on-demand", "price": 1.006},
+                       {"zone": "us-east-1b", "capacityType": "on-demand", "price": 1.006},
+                       {"zone": "us-east-1c", "capacityType": "on-demand", "price": 1.006}]},
+        {"name": "m5.xlarge", "labels": {"kubernetes.io/arch": "amd64",
+            "karpenter.k8s.aws/instance-family": "m5", "karpenter.k8s.aws/instance-cpu": "4"},
+         "allocatable": {"cpu": "3920m", "memory": "14162Mi", "pods": "58"},
+         "offerings": [{"zone": "us-east-1d", "capacityType": "on-demand", "price": 0.192}]}
+    ]}"#;
+
+    const START: &str = "2026-01-05T00:00:00Z";
+
+    fn ts(s: &str) -> Timestamp {
+        parse_rfc3339(s).expect("valid test time")
+    }
+
+    fn at(offset_secs: u64) -> Timestamp {
+        ts(START)
+            .checked_add(Duration::from_secs(offset_secs))
+            .expect("in range")
+    }
+
+    fn config() -> SimConfig {
+        SimConfig::new(parse_catalog("test.json", CATALOG).expect("valid test catalog"))
+    }
+
+    fn sim_with(config: SimConfig) -> (SimEc2, ManualClock) {
+        let clock = ManualClock::new(ts(START));
+        (SimEc2::new(config, Arc::new(clock.clone())), clock)
+    }
+
+    fn new_sim() -> (SimEc2, ManualClock) {
+        sim_with(config())
+    }
+
+    fn window(
+        instance_type: Option<&str>,
+        zone: Option<&str>,
+        capacity_type: Option<&str>,
+        from: u64,
+        until: Option<u64>,
+    ) -> CapacityWindow {
+        CapacityWindow {
+            instance_type: instance_type.map(str::to_string),
+            zone: zone.map(str::to_string),
+            capacity_type: capacity_type.map(str::to_string),
+            from: at(from),
+            until: until.map(at),
+        }
+    }
+
+    fn req(key: &str, op: api::Operator, values: &[&str]) -> NodeSelectorRequirementWithMinValues {
+        NodeSelectorRequirementWithMinValues::new(key, op, values)
+    }
+
+    /// A NodeClaim of NodePool `default` with these requirements.
+    fn claim(name: &str, requirements: &[NodeSelectorRequirementWithMinValues]) -> NodeClaim {
+        let mut c = NodeClaim::test(name);
+        c.spec.requirements = requirements.to_vec();
+        c.metadata.labels = Some(BTreeMap::from([(
+            NODEPOOL.to_string(),
+            "default".to_string(),
+        )]));
+        c
+    }
+
+    fn capacity(types: &[&str]) -> NodeSelectorRequirementWithMinValues {
+        req(CAPACITY_TYPE, api::Operator::In, types)
+    }
+
+    fn spot_or_on_demand() -> NodeSelectorRequirementWithMinValues {
+        capacity(&["spot", "on-demand"])
+    }
+
+    fn nodeclass() -> EC2NodeClass {
+        EC2NodeClass::test("default")
+    }
+
+    fn offering(instance_type: &str, zone: &str, capacity_type: &str) -> OfferingKey {
+        OfferingKey {
+            instance_type: instance_type.to_string(),
+            zone: zone.to_string(),
+            capacity_type: capacity_type.to_string(),
+        }
+    }
+
+    fn launched(instance: &Instance) -> OfferingKey {
+        offering(
+            &instance.instance_type,
+            &instance.zone,
+            &instance.capacity_type,
+        )
+    }
+
+    fn price_of(sim: &SimEc2, key: &OfferingKey) -> f64 {
+        sim.catalog()
+            .iter()
+            .find(|it| it.name == key.instance_type)
+            .and_then(|it| {
+                it.offerings
+                    .iter()
+                    .find(|o| o.zone == key.zone && o.capacity_type == key.capacity_type)
+            })
+            .map(|o| o.price)
+            .expect("offering exists")
+    }
+
+    #[test]
+    fn builtin_catalog_parses_with_on_demand_offerings_in_three_zones() {
+        let catalog = SimEc2::builtin_catalog().expect("the embedded catalog parses");
+        assert_eq!(catalog.len(), 86);
+        let sim = SimEc2::new(
+            SimConfig::new(catalog),
+            Arc::new(ManualClock::new(ts(START))),
+        );
+        assert_eq!(sim.catalog().len(), 86);
+        for it in sim.catalog() {
+            assert_eq!(it.offerings.len(), 6, "{}", it.name);
+        }
+    }
+
+    #[test]
+    fn offerings_are_restricted_to_the_configured_zones() {
+        let mut c = config();
+        c.zones = vec!["us-east-1a".into(), "us-east-1d".into()];
+        let (sim, _) = sim_with(c);
+        let m5 = sim
+            .catalog()
+            .iter()
+            .find(|it| it.name == "m5.large")
+            .expect("m5.large offered");
+        let keys: Vec<(&str, &str)> = m5
+            .offerings
+            .iter()
+            .map(|o| (o.zone.as_str(), o.capacity_type.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("us-east-1a", "on-demand"),
+                ("us-east-1a", "spot"),
+                ("us-east-1d", "on-demand"),
+                ("us-east-1d", "spot")
+            ]
+        );
+        let zones = m5.requirements.get(ZONE).expect("zone requirement");
+        assert!(zones.has("us-east-1a") && zones.has("us-east-1d") && !zones.has("us-east-1b"));
+        let c5 = sim
+            .catalog()
+            .iter()
+            .find(|it| it.name == "c5.large")
+            .expect("c5.large offered");
+        assert!(c5.offerings.iter().all(|o| o.zone == "us-east-1a"));
+
+        // m5.xlarge is only offered in us-east-1d, which the default zones
+        // leave out: it is dropped rather than given invented offerings.
+        let (sim, _) = new_sim();
+        assert!(!sim.catalog().iter().any(|it| it.name == "m5.xlarge"));
+        assert_eq!(sim.catalog().len(), 5);
+    }
+
+    #[test]
+    fn spot_prices_follow_the_documented_model() {
+        assert_eq!(fnv1a64(*b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(*b"a"), 0xaf63_dc4c_8601_ec8c);
+        // Reference values computed independently from the documented model.
+        assert!((spot_factor("m5.large", "us-east-1a", false) - 0.3372).abs() < 1e-12);
+        assert!((spot_factor("g5.xlarge", "us-east-1b", true) - 0.5311).abs() < 1e-12);
+
+        let (sim, _) = new_sim();
+        let m5 = offering("m5.large", "us-east-1c", "spot");
+        assert!((price_of(&sim, &m5) - 0.096 * 0.30885).abs() < 1e-12);
+        for it in sim.catalog() {
+            let (low, high) = if it.name.starts_with("g5") {
+                ACCELERATED_SPOT_FACTOR
+            } else {
+                STANDARD_SPOT_FACTOR
+            };
+            for o in it.offerings.iter().filter(|o| o.capacity_type == "spot") {
+                let od = price_of(&sim, &offering(&it.name, &o.zone, "on-demand"));
+                let factor = o.price / od;
+                assert!(
+                    (low - 1e-9..=high + 1e-9).contains(&factor),
+                    "{} {}: {factor}",
+                    it.name,
+                    o.zone
+                );
+            }
+        }
+        // Same inputs, same prices.
+        let (again, _) = sim_with(config());
+        assert_eq!(sim.catalog(), again.catalog());
+    }
+
+    #[test]
+    fn spot_can_be_disabled_and_catalog_spot_prices_win() {
+        let mut c = config();
+        c.spot = false;
+        let (sim, _) = sim_with(c);
+        assert!(
+            sim.catalog()
+                .iter()
+                .flat_map(|it| &it.offerings)
+                .all(|o| o.capacity_type == "on-demand")
+        );
+        let ct = sim.catalog()[0]
+            .requirements
+            .get(CAPACITY_TYPE)
+            .expect("set");
+        assert!(ct.has("on-demand") && !ct.has("spot"));
+
+        let mut c = config();
+        c.catalog[0].offerings.push(Offering {
+            zone: "us-east-1a".into(),
+            capacity_type: "spot".into(),
+            price: 0.0123,
+            available: true,
+        });
+        let (sim, _) = sim_with(c);
+        assert_eq!(
+            price_of(&sim, &offering("m5.large", "us-east-1a", "spot")),
+            0.0123
+        );
+        let spot_in_a = sim.catalog()[0]
+            .offerings
+            .iter()
+            .filter(|o| o.zone == "us-east-1a" && o.capacity_type == "spot")
+            .count();
+        assert_eq!(spot_in_a, 1);
+    }
+
+    #[tokio::test]
+    async fn create_takes_the_cheapest_spot_offering_when_spot_is_allowed() {
+        let (sim, _) = new_sim();
+        let i = sim
+            .create(&claim("a", &[spot_or_on_demand()]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(launched(&i), offering("m6g.large", "us-east-1c", "spot"));
+        assert_eq!(i.price, price_of(&sim, &launched(&i)));
+
+        let amd64 = req("kubernetes.io/arch", api::Operator::In, &["amd64"]);
+        let i = sim
+            .create(&claim("b", &[spot_or_on_demand(), amd64]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(launched(&i), offering("m5.large", "us-east-1c", "spot"));
+    }
+
+    #[tokio::test]
+    async fn create_takes_the_cheapest_on_demand_offering_without_spot() {
+        let (sim, _) = new_sim();
+        let on_demand = capacity(&["on-demand"]);
+        let i = sim
+            .create(&claim("a", std::slice::from_ref(&on_demand)), &nodeclass())
+            .await
+            .expect("launches");
+        // Equal prices in every zone: the first zone wins.
+        assert_eq!(
+            launched(&i),
+            offering("m6g.large", "us-east-1a", "on-demand")
+        );
+        assert_eq!(i.price, 0.077);
+
+        let zone_b = req(ZONE, api::Operator::In, &["us-east-1b"]);
+        let types = req(INSTANCE_TYPE, api::Operator::In, &["m5.large", "c5.large"]);
+        let i = sim
+            .create(&claim("b", &[on_demand, zone_b, types]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(
+            launched(&i),
+            offering("c5.large", "us-east-1b", "on-demand")
+        );
+
+        // No capacity-type requirement at all: spot is allowed.
+        let i = sim
+            .create(&claim("c", &[]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(i.capacity_type, "spot");
+    }
+
+    #[tokio::test]
+    async fn create_honours_instance_label_requirements_and_requests() {
+        let (sim, _) = new_sim();
+        let gpu = req(
+            "karpenter.k8s.aws/instance-gpu-count",
+            api::Operator::Exists,
+            &[],
+        );
+        let i = sim
+            .create(&claim("gpu", &[spot_or_on_demand(), gpu]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(launched(&i), offering("g5.xlarge", "us-east-1a", "spot"));
+
+        // A custom label is the NodePool's to set, not a property of a type.
+        let team = req("team", api::Operator::In, &["a"]);
+        let cpu4 = req("karpenter.k8s.aws/instance-cpu", api::Operator::Gt, &["2"]);
+        let no_gpu = req(
+            "karpenter.k8s.aws/instance-gpu-count",
+            api::Operator::DoesNotExist,
+            &[],
+        );
+        let i = sim
+            .create(
+                &claim("big", &[capacity(&["on-demand"]), team, cpu4, no_gpu]),
+                &nodeclass(),
+            )
+            .await
+            .expect("launches");
+        assert_eq!(
+            launched(&i),
+            offering("c5.xlarge", "us-east-1a", "on-demand")
+        );
+
+        // Requests that only the 4-vCPU types fit.
+        let mut c = claim("requests", &[capacity(&["on-demand"])]);
+        c.spec.resources = Some(NodeClaimResources {
+            requests: Some(BTreeMap::from([("cpu".to_string(), Quantity("3".into()))])),
+        });
+        let i = sim.create(&c, &nodeclass()).await.expect("launches");
+        assert_eq!(i.instance_type, "c5.xlarge");
+    }
+
+    #[tokio::test]
+    async fn instance_labels_carry_type_zone_region_capacity_and_nodepool() {
+        let (sim, _) = new_sim();
+        let i = sim
+            .create(&claim("a", &[capacity(&["on-demand"])]), &nodeclass())
+            .await
+            .expect("launches");
+        let expected: BTreeMap<String, String> = [
+            ("karpenter.k8s.aws/instance-cpu", "2"),
+            ("karpenter.k8s.aws/instance-family", "m6g"),
+            ("karpenter.sh/capacity-type", "on-demand"),
+            ("karpenter.sh/nodepool", "default"),
+            ("kubernetes.io/arch", "arm64"),
+            ("kubernetes.io/os", "linux"),
+            ("node.kubernetes.io/instance-type", "m6g.large"),
+            ("topology.kubernetes.io/region", "us-east-1"),
+            ("topology.kubernetes.io/zone", "us-east-1a"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(i.labels, expected);
+        assert_eq!(i.nodepool, "default");
+        assert_eq!(i.nodeclaim, "a");
+    }
+
+    #[tokio::test]
+    async fn requirements_that_allow_no_type_are_an_invalid_request() {
+        let (sim, _) = new_sim();
+        let none = req(INSTANCE_TYPE, api::Operator::In, &["m9.huge"]);
+        let err = sim
+            .create(&claim("a", &[spot_or_on_demand(), none]), &nodeclass())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CloudError::InvalidRequest(_)), "{err}");
+
+        // m5.xlarge exists in the catalog but not in the configured zones.
+        let absent = req(INSTANCE_TYPE, api::Operator::In, &["m5.xlarge"]);
+        let err = sim
+            .create(&claim("b", &[absent]), &nodeclass())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CloudError::InvalidRequest(_)), "{err}");
+        assert!(sim.list().await.expect("lists").is_empty());
+    }
+
+    #[tokio::test]
+    async fn insufficient_capacity_falls_back_to_the_next_offering() {
+        let mut c = config();
+        c.insufficient_capacity = vec![window(
+            Some("m6g.large"),
+            Some("us-east-1c"),
+            Some("spot"),
+            0,
+            None,
+        )];
+        let (sim, _) = sim_with(c);
+        let i = sim
+            .create(&claim("a", &[spot_or_on_demand()]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(launched(&i), offering("m6g.large", "us-east-1a", "spot"));
+
+        // With every spot offering refused, on-demand is next.
+        let mut c = config();
+        c.insufficient_capacity = vec![window(None, None, Some("spot"), 0, None)];
+        let (sim, _) = sim_with(c);
+        let i = sim
+            .create(&claim("b", &[spot_or_on_demand()]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(
+            launched(&i),
+            offering("m6g.large", "us-east-1a", "on-demand")
+        );
+    }
+
+    #[tokio::test]
+    async fn insufficient_capacity_lists_the_refused_offerings_until_the_window_ends() {
+        let mut c = config();
+        c.insufficient_capacity = vec![
+            window(Some("c5.large"), None, Some("spot"), 0, Some(600)),
+            window(Some("c5.large"), Some("us-east-1b"), None, 0, Some(600)),
+        ];
+        let (sim, clock) = sim_with(c);
+        let only = [
+            req(INSTANCE_TYPE, api::Operator::In, &["c5.large"]),
+            req(ZONE, api::Operator::In, &["us-east-1a", "us-east-1b"]),
+            capacity(&["spot"]),
+        ];
+        let err = sim
+            .create(&claim("a", &only), &nodeclass())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            CloudError::InsufficientCapacity {
+                offerings: vec![
+                    offering("c5.large", "us-east-1a", "spot"),
+                    offering("c5.large", "us-east-1b", "spot"),
+                ]
+            }
+        );
+        // On-demand is allowed too: us-east-1a is still open.
+        let mut with_od = only.to_vec();
+        with_od[2] = spot_or_on_demand();
+        let i = sim
+            .create(&claim("b", &with_od), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(
+            launched(&i),
+            offering("c5.large", "us-east-1a", "on-demand")
+        );
+
+        clock.set(at(599)).expect("forward");
+        assert!(sim.create(&claim("c", &only), &nodeclass()).await.is_err());
+        // The windows end (exclusive): capacity is back.
+        clock.set(at(600)).expect("forward");
+        let i = sim
+            .create(&claim("d", &only), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(i.instance_type, "c5.large");
+        assert_eq!(i.capacity_type, "spot");
+    }
+
+    #[tokio::test]
+    async fn windows_that_have_not_started_refuse_nothing() {
+        let mut c = config();
+        c.insufficient_capacity = vec![window(None, None, None, 60, Some(120))];
+        let (sim, clock) = sim_with(c);
+        assert!(sim.create(&claim("a", &[]), &nodeclass()).await.is_ok());
+        clock.set(at(60)).expect("forward");
+        let err = sim
+            .create(&claim("b", &[]), &nodeclass())
+            .await
+            .unwrap_err();
+        let CloudError::InsufficientCapacity { offerings } = err else {
+            panic!("expected insufficient capacity, got {err}");
+        };
+        assert_eq!(offerings.len(), 5 * 6);
+    }
+
+    #[tokio::test]
+    async fn instances_run_after_the_launch_delay() {
+        let (sim, clock) = new_sim();
+        let i = sim
+            .create(&claim("a", &[]), &nodeclass())
+            .await
+            .expect("launches");
+        assert_eq!(i.state, InstanceState::Pending);
+        assert_eq!(i.launched_at, at(0));
+        assert_eq!(sim.running_since(&i), Some(at(45)));
+
+        clock.set(at(44)).expect("forward");
+        let got = sim.get(&i.provider_id).await.expect("exists");
+        assert_eq!(got.state, InstanceState::Pending);
+
+        clock.set(at(45)).expect("forward");
+        let got = sim.get(&i.provider_id).await.expect("exists");
+        assert_eq!(got.state, InstanceState::Running);
+        let listed = sim.list().await.expect("lists");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].state, InstanceState::Running);
+        assert_eq!(listed[0], got);
+    }
+
+    #[tokio::test]
+    async fn deleted_instances_are_gone() {
+        let (sim, _) = new_sim();
+        let a = sim
+            .create(&claim("a", &[]), &nodeclass())
+            .await
+            .expect("launches");
+        let b = sim
+            .create(&claim("b", &[]), &nodeclass())
+            .await
+            .expect("launches");
+        sim.delete(&a.provider_id).await.expect("deletes");
+        assert_eq!(
+            sim.get(&a.provider_id).await.unwrap_err(),
+            CloudError::NotFound(a.provider_id.clone())
+        );
+        assert_eq!(
+            sim.delete(&a.provider_id).await.unwrap_err(),
+            CloudError::NotFound(a.provider_id.clone())
+        );
+        let ids: Vec<String> = sim
+            .list()
+            .await
+            .expect("lists")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(ids, [b.id.as_str()]);
+
+        // A provider id naming the wrong zone, or no instance, is not found.
+        let wrong_zone = b.provider_id.replace(&b.zone, "us-east-1z");
+        assert!(matches!(
+            sim.get(&wrong_zone).await,
+            Err(CloudError::NotFound(_))
+        ));
+        assert!(matches!(sim.get("").await, Err(CloudError::NotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn ids_and_launches_are_deterministic() {
+        async fn run() -> Vec<Instance> {
+            let (sim, clock) = new_sim();
+            let mut out = Vec::new();
+            for (n, reqs) in [
+                vec![],
+                vec![capacity(&["on-demand"])],
+                vec![spot_or_on_demand()],
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                clock.set(at(10 * n as u64)).expect("forward");
+                out.push(
+                    sim.create(&claim(&format!("c{n}"), &reqs), &nodeclass())
+                        .await
+                        .expect("launches"),
+                );
+            }
+            out
+        }
+        let first = run().await;
+        assert_eq!(first, run().await);
+        let ids: Vec<&str> = first.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "i-00000000000000001",
+                "i-00000000000000002",
+                "i-00000000000000003"
+            ]
+        );
+        assert_eq!(
+            first[0].provider_id,
+            "aws:///us-east-1c/i-00000000000000001"
+        );
+    }
+
+    #[tokio::test]
+    async fn terminate_externally_removes_the_instance() {
+        let (sim, _) = new_sim();
+        let i = sim
+            .create(&claim("a", &[]), &nodeclass())
+            .await
+            .expect("launches");
+        sim.terminate_externally(&i.id, "spot reclaim")
+            .expect("terminates");
+        assert!(matches!(
+            sim.get(&i.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
+        assert_eq!(
+            sim.terminate_externally(&i.id, "again"),
+            Err(CloudError::NotFound(i.id.clone()))
+        );
+        let last = sim.calls().pop().expect("recorded");
+        assert_eq!(
+            last.call,
+            Call::TerminateExternally {
+                instance_id: i.id.clone(),
+                reason: "again".into(),
+                result: Err(CloudError::NotFound(i.id.clone())),
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn instance_types_apply_kubelet_settings_nodepool_requirements_and_windows() {
+        let mut c = config();
+        c.insufficient_capacity = vec![window(Some("c5.large"), Some("us-east-1b"), None, 0, None)];
+        let (sim, _) = sim_with(c);
+        let mut class = nodeclass();
+        class.spec.kubelet = Some(KubeletConfiguration {
+            max_pods: Some(110),
+            ..KubeletConfiguration::default()
+        });
+        let pool = NodePool::test("default").with_requirement(req(
+            "kubernetes.io/arch",
+            api::Operator::In,
+            &["amd64"],
+        ));
+        let types = sim.instance_types(&pool, &class).await.expect("lists");
+        let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["m5.large", "c5.large", "c5.xlarge", "g5.xlarge"]);
+        assert!(types.iter().all(|t| t.allocatable.get("pods") == 110));
+        let c5 = &types[1];
+        for o in &c5.offerings {
+            assert_eq!(o.available, o.zone != "us-east-1b", "{o:?}");
+        }
+        assert!(types[0].offerings.iter().all(|o| o.available));
+
+        // Without kubelet settings, the catalog's allocatable is kept; a
+        // template label that is not an instance property filters nothing.
+        let mut pool = NodePool::test("default");
+        pool.spec.template.metadata = Some(NodeClaimTemplateMetadata {
+            labels: Some(BTreeMap::from([("team".to_string(), "a".to_string())])),
+            ..NodeClaimTemplateMetadata::default()
+        });
+        let types = sim
+            .instance_types(&pool, &nodeclass())
+            .await
+            .expect("lists");
+        assert_eq!(types.len(), 5);
+        assert_eq!(types[0].allocatable.get("pods"), 29);
+    }
+
+    #[tokio::test]
+    async fn kubelet_max_pods_limits_what_a_launch_can_fit() {
+        let (sim, _) = new_sim();
+        let mut class = nodeclass();
+        class.spec.kubelet = Some(KubeletConfiguration {
+            max_pods: Some(8),
+            ..KubeletConfiguration::default()
+        });
+        let mut c = claim("a", &[]);
+        c.spec.resources = Some(NodeClaimResources {
+            requests: Some(BTreeMap::from([(
+                "pods".to_string(),
+                Quantity("10".into()),
+            )])),
+        });
+        let err = sim.create(&c, &class).await.unwrap_err();
+        assert!(matches!(err, CloudError::InvalidRequest(_)), "{err}");
+        assert!(sim.create(&c, &nodeclass()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_call_log_records_every_call_and_injected_errors() {
+        let (sim, clock) = new_sim();
+        let i = sim
+            .create(&claim("a", &[]), &nodeclass())
+            .await
+            .expect("launches");
+        clock.set(at(5)).expect("forward");
+        sim.fail_next(CloudError::Api("throttled".into()));
+        assert_eq!(
+            sim.get(&i.provider_id).await.unwrap_err(),
+            CloudError::Api("throttled".into())
+        );
+        // The injected error is used once.
+        assert_eq!(
+            sim.get(&i.provider_id).await.expect("exists").state,
+            InstanceState::Pending
+        );
+        sim.list().await.expect("lists");
+        sim.instance_types(&NodePool::test("default"), &nodeclass())
+            .await
+            .expect("lists");
+        clock.set(at(50)).expect("forward");
+        sim.delete(&i.provider_id).await.expect("deletes");
+
+        let launch = Launch {
+            instance_id: i.id.clone(),
+            offering: launched(&i),
+            price: i.price,
+        };
+        let pid = i.provider_id.clone();
+        let expected = vec![
+            CallRecord {
+                at: at(0),
+                call: Call::Create {
+                    nodeclaim: "a".into(),
+                    result: Ok(launch),
+                },
+            },
+            CallRecord {
+                at: at(5),
+                call: Call::Get {
+                    provider_id: pid.clone(),
+                    result: Err(CloudError::Api("throttled".into())),
+                },
+            },
+            CallRecord {
+                at: at(5),
+                call: Call::Get {
+                    provider_id: pid.clone(),
+                    result: Ok(InstanceState::Pending),
+                },
+            },
+            CallRecord {
+                at: at(5),
+                call: Call::List { result: Ok(1) },
+            },
+            CallRecord {
+                at: at(5),
+                call: Call::InstanceTypes {
+                    nodepool: "default".into(),
+                    nodeclass: "default".into(),
+                    result: Ok(5),
+                },
+            },
+            CallRecord {
+                at: at(50),
+                call: Call::Delete {
+                    provider_id: pid,
+                    result: Ok(()),
+                },
+            },
+        ];
+        assert_eq!(sim.calls(), expected);
+        let methods: Vec<&str> = sim.calls().iter().map(|c| c.call.method()).collect();
+        assert_eq!(
+            methods,
+            ["create", "get", "get", "list", "instance_types", "delete"]
+        );
+
+        // A failed create is logged with its error.
+        let bad = req(INSTANCE_TYPE, api::Operator::In, &["m9.huge"]);
+        let err = sim
+            .create(&claim("b", &[bad]), &nodeclass())
+            .await
+            .unwrap_err();
+        let last = sim.calls().pop().expect("recorded");
+        assert_eq!(
+            last.call,
+            Call::Create {
+                nodeclaim: "b".into(),
+                result: Err(err)
+            }
+        );
+    }
+
+    /// The shared data directory: beside the repository, or in an ancestor
+    /// of it (worktrees live elsewhere).
+    fn shared_catalog() -> PathBuf {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let beside = manifest.join("../shared/data/aws-catalog.json");
+        if beside.is_file() {
+            return beside;
+        }
+        manifest
+            .ancestors()
+            .map(|dir| dir.join("shared/data/aws-catalog.json"))
+            .find(|p| p.is_file())
+            .unwrap_or(beside)
+    }
+
+    #[tokio::test]
+    async fn the_full_shared_catalog_loads_and_launches() {
+        let path = shared_catalog();
+        let catalog = SimEc2::load_catalog(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        assert_eq!(catalog.len(), 1345);
+        let clock = ManualClock::new(ts(START));
+        let sim = SimEc2::new(SimConfig::new(catalog), Arc::new(clock));
+        assert_eq!(sim.catalog().len(), 1345);
+        assert!(sim.catalog().iter().all(|it| it.offerings.len() == 6));
+        let gpu = sim
+            .catalog()
+            .iter()
+            .find(|it| is_accelerated(it))
+            .expect("the catalog has GPU types");
+        let od = price_of(&sim, &offering(&gpu.name, "us-east-1a", "on-demand"));
+        let spot = price_of(&sim, &offering(&gpu.name, "us-east-1a", "spot"));
+        assert!((0.40 - 1e-9..=0.55 + 1e-9).contains(&(spot / od)));
+
+        let i = sim
+            .create(&claim("a", &[capacity(&["on-demand"])]), &nodeclass())
+            .await
+            .expect("launches");
+        let cheapest = sim
+            .catalog()
+            .iter()
+            .flat_map(|it| &it.offerings)
+            .filter(|o| o.capacity_type == "on-demand")
+            .map(|o| o.price)
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(i.price, cheapest);
+        let types = sim
+            .instance_types(&NodePool::test("default"), &nodeclass())
+            .await
+            .expect("lists");
+        assert_eq!(types.len(), 1345);
+    }
+}
