@@ -149,17 +149,32 @@ fn term_requirements(term: &NodeSelectorTerm) -> Result<Requirements, String> {
 /// sum of containers (plus restartable sidecars) and each init container
 /// (plus the sidecars started before it), plus pod overhead, plus one `pods`.
 pub fn pod_requests(pod: &Pod) -> Result<Resources, String> {
+    pod_requests_with_defaults(pod, &Resources::new())
+}
+
+/// [`pod_requests`] where each container that does not request a resource
+/// listed in `missing` counts that amount instead, as kube-scheduler's
+/// scoring does with its non-zero defaults (`NonMissingContainerRequests`:
+/// 100m cpu and 200Mi memory). An explicit zero request stays zero.
+pub fn pod_requests_with_defaults(pod: &Pod, missing: &Resources) -> Result<Resources, String> {
     let Some(spec) = &pod.spec else {
         return Ok(Resources::new().with(PODS, 1));
     };
     let req = |c: &Container| -> Result<Resources, String> {
-        let Some(res) = &c.resources else {
-            return Ok(Resources::new());
+        let mut out = match &c.resources {
+            Some(res) => {
+                // A limit without a request defaults the request.
+                let mut merged = res.limits.clone().unwrap_or_default();
+                merged.extend(res.requests.clone().unwrap_or_default());
+                Resources::from_k8s(&merged)
+                    .map_err(|(n, e)| format!("container {}: {n}: {e}", c.name))?
+            }
+            None => Resources::new(),
         };
-        // A limit without a request defaults the request.
-        let mut merged = res.limits.clone().unwrap_or_default();
-        merged.extend(res.requests.clone().unwrap_or_default());
-        Resources::from_k8s(&merged).map_err(|(n, e)| format!("container {}: {n}: {e}", c.name))
+        for (name, amount) in &missing.0 {
+            out.0.entry(name.clone()).or_insert(*amount);
+        }
+        Ok(out)
     };
     let mut sum = Resources::new();
     for c in &spec.containers {
@@ -410,6 +425,27 @@ mod tests {
         assert_eq!(r.get("cpu"), 2010);
         assert_eq!(r.get("memory"), 2 << 30);
         assert_eq!(r.get("pods"), 1);
+    }
+
+    #[test]
+    fn missing_container_requests_take_the_defaults() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [
+                {"name": "none"},
+                {"name": "cpu-only", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "zero", "resources": {"requests": {"cpu": "0", "memory": "0"}}}
+            ]}
+        }));
+        let defaults = Resources::parse([("cpu", "100m"), ("memory", "200Mi")]).unwrap();
+        let r = pod_requests_with_defaults(&p, &defaults).unwrap();
+        assert_eq!(
+            r.get("cpu"),
+            1100,
+            "missing requests default, explicit zero stays"
+        );
+        assert_eq!(r.get("memory"), 400 << 20);
+        assert_eq!(pod_requests(&p).unwrap().get("cpu"), 1000);
     }
 
     #[test]

@@ -1,4 +1,6 @@
 //! `dovetail simulate`: the controller against an in-memory cluster and a
 //! simulated EC2 on a virtual clock.
 
+pub mod kubelet;
+pub mod kubescheduler;
 pub mod scenario;

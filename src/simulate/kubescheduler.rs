@@ -1,0 +1,1946 @@
+//! The stand-in kube-scheduler of `dovetail simulate`.
+//!
+//! [`KubeScheduler::schedule`] binds pending pods to nodes the way
+//! kube-scheduler's default profile does — not the way dovetail plans — so
+//! the simulation shows where the real cluster would put pods and which
+//! pods dovetail must provision for.
+//!
+//! # What matches the default profile
+//! - **Queue order** (`PrioritySort`): `spec.priority` descending, then
+//!   creation time, then namespace/name.
+//! - **Filters**, in the default order, the first failure per node giving
+//!   its reason: `NodeUnschedulable`, `TaintToleration` (`NoSchedule` and
+//!   `NoExecute`, so `karpenter.sh/unregistered` and `karpenter.sh/disrupted`
+//!   repel pods that do not tolerate them), `NodeAffinity` (nodeSelector and
+//!   required terms), `NodePorts`, `NodeResourcesFit` (requests including
+//!   init containers, sidecars and overhead against allocatable minus the
+//!   requests of unfinished pods on the node, and the pod count),
+//!   `PodTopologySpread` (`DoNotSchedule`: skew over the domains of eligible
+//!   nodes, `minDomains`, node inclusion policies), `InterPodAffinity`
+//!   (required affinity, anti-affinity, and existing pods' anti-affinity
+//!   against the incoming pod).
+//! - **Scores** with the default weights, each normalised as its plugin
+//!   does: `NodeResourcesFit` LeastAllocated on cpu and memory with the
+//!   non-zero defaults for missing requests (1), `BalancedAllocation` (1,
+//!   skipped for best-effort pods), `TaintToleration` on `PreferNoSchedule`
+//!   (3), `NodeAffinity` preferred terms (2), `InterPodAffinity` preferred
+//!   terms of the pod and of existing pods, with existing pods' required
+//!   affinity at `hardPodAffinityWeight` 1 (2), `PodTopologySpread`
+//!   `ScheduleAnyway` (2).
+//! - **Failures** get `PodScheduled=False`, reason `Unschedulable`, and
+//!   kube-scheduler's message (`0/3 nodes are available: 1 Insufficient
+//!   cpu, 2 node(s) had untolerated taint {k: v}.`); pods with scheduling
+//!   gates get reason `SchedulingGated`. Unchanged conditions are not
+//!   rewritten.
+//! - A node that is not `Ready` counts as tainted
+//!   `node.kubernetes.io/not-ready:NoSchedule`, as the node lifecycle
+//!   controller would taint it.
+//!
+//! # Where it differs
+//! - Ties between the best nodes go to the first node by name; the real
+//!   scheduler picks one of them at random.
+//! - Every node is filtered and scored (`percentageOfNodesToScore: 100`);
+//!   the real scheduler stops after a share of feasible nodes in large
+//!   clusters, starting where its previous cycle stopped.
+//! - No preemption, no volume plugins (volume topology, attach limits), no
+//!   `ImageLocality`, no system-default topology spreading for pods without
+//!   constraints, and no backoff: every call retries every pending pod.
+//! - Pods with a `schedulerName` other than `default-scheduler` are left
+//!   alone, as the real scheduler leaves them to their scheduler.
+//!
+//! # Speed
+//! Each call lists pods once and returns at once when none is pending.
+//! Otherwise it indexes the nodes (free resources, taints, topology domains)
+//! once, keeps per-node counts of the pods each label selector matches,
+//! created on first use and updated as pods are bound, and caches per call
+//! everything that depends only on a pod's node constraints and the nodes
+//! (taints, node affinity). Parsed pods are kept across calls by uid and
+//! resourceVersion. Pods identical in every scheduling input share one
+//! failed evaluation until the next binding.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Serialize;
+
+use crate::clock::{Timestamp, truncate_to_second};
+use crate::cluster::{MemoryCluster, ObjectKey, Selector};
+use crate::model::quantity::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, parse_quantity};
+use crate::model::{Effect, LabelSelector, Requirements, Resources, Taint, Toleration};
+use crate::scheduling::pod::{VolumeIndex, pod_requests_with_defaults, pod_spec};
+use crate::scheduling::types::{HostPort, Namespaces, PodAffinityTerm, PodSpec, Unsatisfiable};
+
+/// The scheduler name pods get by default.
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
+/// Scores of one plugin range over 0..=MAX_NODE_SCORE.
+const MAX_NODE_SCORE: i64 = 100;
+/// Non-zero defaults for scoring a container without cpu / memory requests
+/// (`schedutil.DefaultMilliCPURequest`, `DefaultMemoryRequest`).
+const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+/// Default plugin weights of the default profile.
+const WEIGHT_FIT: i64 = 1;
+const WEIGHT_BALANCED: i64 = 1;
+const WEIGHT_TAINT: i64 = 3;
+const WEIGHT_NODE_AFFINITY: i64 = 2;
+const WEIGHT_INTER_POD_AFFINITY: i64 = 2;
+const WEIGHT_SPREAD: i64 = 2;
+/// `InterPodAffinityArgs.hardPodAffinityWeight` default.
+const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
+/// The taint the node lifecycle controller puts on nodes that are not Ready.
+const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+/// The taint `NodeUnschedulable` lets pods tolerate.
+const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+/// No domain: the node lacks the topology label.
+const NO_DOMAIN: u32 = u32::MAX;
+
+/// What one [`KubeScheduler::schedule`] did, for the simulation's event
+/// timeline. Pods are `namespace/name`, in the order they were handled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScheduleReport {
+    /// Pods bound, with their node.
+    pub bound: Vec<(String, String)>,
+    /// Pods that fit no node, with kube-scheduler's message.
+    pub unschedulable: Vec<(String, String)>,
+    /// Failed writes and pods that cannot be read, as (pod, message).
+    pub errors: Vec<(String, String)>,
+}
+
+/// The stand-in kube-scheduler.
+#[derive(Debug, Default)]
+pub struct KubeScheduler {
+    parsed: Mutex<ParsedPods>,
+}
+
+/// Parsed pods kept across calls, by uid; an entry is reused while the
+/// pod's resourceVersion is unchanged.
+#[derive(Debug, Default)]
+struct ParsedPods {
+    by_uid: HashMap<String, (String, Arc<PodInfo>)>,
+}
+
+/// The scheduling view of one pod.
+#[derive(Debug)]
+struct PodInfo {
+    spec: PodSpec,
+    /// cpu, memory and ephemeral-storage requests.
+    dense: [i64; 3],
+    /// Other requested resources (not `pods`), non-zero only.
+    extended: Vec<(String, i64)>,
+    /// cpu and memory with the non-zero defaults, for LeastAllocated.
+    non_zero: [i64; 2],
+}
+
+impl PodInfo {
+    fn new(pod: &Pod) -> Result<Self, String> {
+        let spec = pod_spec(pod, &VolumeIndex::default(), 0).map_err(|e| e.message)?;
+        let defaults = Resources::new()
+            .with(CPU, DEFAULT_MILLI_CPU_REQUEST)
+            .with(MEMORY, DEFAULT_MEMORY_REQUEST);
+        let non_zero = pod_requests_with_defaults(pod, &defaults)?;
+        let r = &spec.requests;
+        let dense = [r.get(CPU), r.get(MEMORY), r.get(EPHEMERAL_STORAGE)];
+        let extended =
+            r.0.iter()
+                .filter(|(k, v)| {
+                    **v > 0 && ![CPU, MEMORY, EPHEMERAL_STORAGE, PODS].contains(&k.as_str())
+                })
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+        Ok(PodInfo {
+            dense,
+            extended,
+            non_zero: [non_zero.get(CPU), non_zero.get(MEMORY)],
+            spec,
+        })
+    }
+}
+
+impl KubeScheduler {
+    pub fn new() -> Self {
+        KubeScheduler::default()
+    }
+
+    /// Binds every pending pod it can, in queue order, and marks the others
+    /// unschedulable. `now` stamps the conditions it writes.
+    pub fn schedule(&self, cluster: &MemoryCluster, now: Timestamp) -> ScheduleReport {
+        let mut report = ScheduleReport::default();
+        let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
+        let mut pending: Vec<&Arc<Pod>> = pods.iter().filter(|p| is_pending(p)).collect();
+        if pending.is_empty() {
+            return report;
+        }
+        pending.sort_by(|a, b| {
+            let prio = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            prio(b)
+                .cmp(&prio(a))
+                .then_with(|| created(a).cmp(&created(b)))
+                .then_with(|| ObjectKey::of(a.as_ref()).cmp(&ObjectKey::of(b.as_ref())))
+        });
+        let nodes = cluster.list::<Node>(None, &Selector::everything()).items;
+        let mut parsed = self.parsed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut seen: HashSet<&str> = HashSet::with_capacity(pods.len());
+        let mut info_of = |pod: &Pod| -> Result<Arc<PodInfo>, String> {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            let rv = pod.metadata.resource_version.as_deref().unwrap_or_default();
+            if let Some((cached_rv, info)) = parsed.by_uid.get(uid)
+                && cached_rv == rv
+            {
+                return Ok(info.clone());
+            }
+            let info = Arc::new(PodInfo::new(pod)?);
+            parsed
+                .by_uid
+                .insert(uid.to_string(), (rv.to_string(), info.clone()));
+            Ok(info)
+        };
+        let mut state = State::new(&nodes);
+        for pod in &pods {
+            seen.insert(pod.metadata.uid.as_deref().unwrap_or_default());
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+                continue;
+            };
+            let Some(&n) = state.node_index.get(node) else {
+                continue;
+            };
+            if is_finished(pod) {
+                continue;
+            }
+            match info_of(pod) {
+                Ok(info) => state.add_bound(n, info, pod.metadata.deletion_timestamp.is_some()),
+                Err(e) => report
+                    .errors
+                    .push((ObjectKey::of(pod.as_ref()).to_string(), e)),
+            }
+        }
+        let mut failed_shapes: HashMap<Shape, String> = HashMap::new();
+        for pod in pending {
+            let key = ObjectKey::of(pod.as_ref());
+            if has_scheduling_gates(pod) {
+                let message = "Scheduling is blocked due to non-empty scheduling gates";
+                write_unscheduled(cluster, pod, "SchedulingGated", message, now, &mut report);
+                continue;
+            }
+            let info = match info_of(pod) {
+                Ok(info) => info,
+                Err(e) => {
+                    report.errors.push((key.to_string(), e));
+                    continue;
+                }
+            };
+            let shape = Shape::of(&info.spec);
+            let outcome = match failed_shapes.get(&shape) {
+                Some(message) => Err(message.clone()),
+                None => state.place(&info),
+            };
+            match outcome {
+                Ok(n) => {
+                    let node = state.nodes[n].name.clone();
+                    match cluster.bind(&key.namespace, &key.name, &node) {
+                        Ok(_) => {
+                            state.add_bound(n, info, false);
+                            failed_shapes.clear();
+                            report.bound.push((key.to_string(), node));
+                        }
+                        Err(e) => report.errors.push((key.to_string(), e.to_string())),
+                    }
+                }
+                Err(message) => {
+                    failed_shapes.insert(shape, message.clone());
+                    write_unscheduled(cluster, pod, "Unschedulable", &message, now, &mut report);
+                    report.unschedulable.push((key.to_string(), message));
+                }
+            }
+        }
+        parsed.by_uid.retain(|uid, _| seen.contains(uid.as_str()));
+        report
+    }
+}
+
+/// Whether kube-scheduler would try to schedule the pod.
+fn is_pending(pod: &Pod) -> bool {
+    let Some(spec) = &pod.spec else {
+        return false;
+    };
+    spec.node_name.as_deref().is_none_or(str::is_empty)
+        && pod.metadata.deletion_timestamp.is_none()
+        && !is_finished(pod)
+        && spec
+            .scheduler_name
+            .as_deref()
+            .is_none_or(|s| s.is_empty() || s == DEFAULT_SCHEDULER)
+}
+
+fn is_finished(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn has_scheduling_gates(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+}
+
+/// Sets `PodScheduled=False` with this reason and message, unless the pod
+/// already has exactly that.
+fn write_unscheduled(
+    cluster: &MemoryCluster,
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+    report: &mut ScheduleReport,
+) {
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+    if current.is_some_and(|c| {
+        c.status == "False"
+            && c.reason.as_deref() == Some(reason)
+            && c.message.as_deref() == Some(message)
+    }) {
+        return;
+    }
+    let key = ObjectKey::of(pod);
+    let result = cluster.update_status_with::<Pod>(&key, |p| {
+        let conditions = p
+            .status
+            .get_or_insert_default()
+            .conditions
+            .get_or_insert_default();
+        let transition = Time(truncate_to_second(now));
+        match conditions.iter_mut().find(|c| c.type_ == "PodScheduled") {
+            Some(c) => {
+                if c.status != "False" {
+                    c.last_transition_time = Some(transition);
+                }
+                c.status = "False".into();
+                c.reason = Some(reason.into());
+                c.message = Some(message.into());
+            }
+            None => conditions.push(PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                last_transition_time: Some(transition),
+                ..PodCondition::default()
+            }),
+        }
+    });
+    if let Err(e) = result {
+        report.errors.push((key.to_string(), e.to_string()));
+    }
+}
+
+/// Everything about a pod that decides whether it fits somewhere; pods with
+/// the same shape fail alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Shape {
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    requests: Resources,
+    statics: StaticKey,
+    host_ports: Vec<HostPort>,
+    affinity: Vec<PodAffinityTerm>,
+    anti_affinity: Vec<PodAffinityTerm>,
+    spread: Vec<crate::scheduling::types::TopologySpread>,
+}
+
+impl Shape {
+    fn of(spec: &PodSpec) -> Self {
+        Shape {
+            namespace: spec.namespace.clone(),
+            labels: spec.labels.clone(),
+            requests: spec.requests.clone(),
+            statics: StaticKey::of(spec),
+            host_ports: spec.host_ports.clone(),
+            affinity: spec.affinity.clone(),
+            anti_affinity: spec.anti_affinity.clone(),
+            spread: spec.spread.clone(),
+        }
+    }
+}
+
+/// The parts of a pod that static (per-call) node checks depend on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct StaticKey {
+    node_selector: Requirements,
+    required_terms: Vec<Requirements>,
+    preferred_terms: Vec<(i32, Requirements)>,
+    tolerations: Vec<Toleration>,
+}
+
+impl StaticKey {
+    fn of(spec: &PodSpec) -> Self {
+        StaticKey {
+            node_selector: spec.node_selector.clone(),
+            required_terms: spec.required_terms.clone(),
+            preferred_terms: spec.preferred_terms.clone(),
+            tolerations: spec.tolerations.clone(),
+        }
+    }
+}
+
+/// The first static filter a node fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Fits,
+    Unschedulable,
+    /// An untolerated taint, by global taint id.
+    Taint(u32),
+    NodeAffinity,
+}
+
+/// Per-node results of the static filters and scores for one [`StaticKey`].
+#[derive(Debug)]
+struct StaticEval {
+    verdict: Vec<Verdict>,
+    /// Node selector and required node affinity match.
+    affinity_match: Vec<bool>,
+    /// All NoSchedule / NoExecute taints tolerated.
+    taints_tolerated: Vec<bool>,
+    /// Untolerated PreferNoSchedule taints.
+    taint_score: Vec<i64>,
+    /// Sum of matching preferred term weights.
+    node_affinity_score: Vec<i64>,
+}
+
+/// Why a node was filtered out, counted for the message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Reason {
+    Unschedulable,
+    Taint(u32),
+    NodeAffinity,
+    Ports,
+    TooManyPods,
+    Insufficient(String),
+    SpreadMissingLabel,
+    Spread,
+    PodAffinity,
+    PodAntiAffinity,
+    ExistingAntiAffinity,
+}
+
+/// One node as the scheduler tracks it during a call.
+#[derive(Debug)]
+struct NodeState {
+    name: String,
+    labels: BTreeMap<String, String>,
+    /// Global taint ids, including the implicit not-ready taint.
+    taints: Vec<u32>,
+    unschedulable: bool,
+    /// Allocatable cpu, memory, ephemeral-storage.
+    alloc: [i64; 3],
+    alloc_pods: i64,
+    alloc_extended: BTreeMap<String, i64>,
+    requested: [i64; 3],
+    requested_extended: HashMap<String, i64>,
+    non_zero: [i64; 2],
+    pod_count: i64,
+    ports: Vec<HostPort>,
+}
+
+/// What a counter counts: pods matching all (namespaces, selector) terms.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct CounterKey {
+    terms: Vec<(Namespaces, LabelSelector)>,
+    /// Topology spread ignores terminating pods; affinity does not.
+    skip_terminating: bool,
+}
+
+impl CounterKey {
+    fn matches(&self, spec: &PodSpec) -> bool {
+        self.terms
+            .iter()
+            .all(|(ns, sel)| ns.contains(&spec.namespace) && sel.matches(&spec.labels))
+    }
+}
+
+#[derive(Debug)]
+struct Counter {
+    key: CounterKey,
+    per_node: Vec<u32>,
+}
+
+/// The domains of one topology key.
+#[derive(Debug)]
+struct Topology {
+    /// Domain of each node, [`NO_DOMAIN`] without the label.
+    node_domain: Vec<u32>,
+    domains: usize,
+}
+
+/// Pods bound before or during this call, for counters built later.
+#[derive(Debug)]
+struct Bound {
+    node: usize,
+    info: Arc<PodInfo>,
+    terminating: bool,
+}
+
+/// Terms of bound pods that act on newcomers, grouped by term.
+#[derive(Debug, Default)]
+struct TermGroups {
+    index: HashMap<(PodAffinityTerm, i64), usize>,
+    groups: Vec<(PodAffinityTerm, i64, Vec<u32>)>,
+}
+
+impl TermGroups {
+    fn add(&mut self, term: &PodAffinityTerm, weight: i64, node: usize, nodes: usize) {
+        let i = match self.index.entry((term.clone(), weight)) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => {
+                self.groups.push((term.clone(), weight, vec![0; nodes]));
+                *e.insert(self.groups.len() - 1)
+            }
+        };
+        self.groups[i].2[node] += 1;
+    }
+}
+
+fn term_matches(term: &PodAffinityTerm, spec: &PodSpec) -> bool {
+    term.namespaces.contains(&spec.namespace) && term.selector.matches(&spec.labels)
+}
+
+/// Per-call indexes of nodes and bound pods.
+struct State {
+    nodes: Vec<NodeState>,
+    node_index: HashMap<String, usize>,
+    taints: Vec<Taint>,
+    bound: Vec<Bound>,
+    counters: Vec<Counter>,
+    counter_index: HashMap<CounterKey, usize>,
+    topologies: HashMap<String, Topology>,
+    statics: HashMap<StaticKey, Arc<StaticEval>>,
+    /// Required anti-affinity terms of bound pods (weight 0).
+    existing_anti: TermGroups,
+    /// Affinity terms of bound pods that score newcomers, with their signed
+    /// weights.
+    existing_preferred: TermGroups,
+}
+
+impl State {
+    fn new(nodes: &[Arc<Node>]) -> Self {
+        let mut taint_index: HashMap<Taint, u32> = HashMap::new();
+        let mut taints = Vec::new();
+        let mut intern = |t: Taint| -> u32 {
+            *taint_index.entry(t.clone()).or_insert_with(|| {
+                taints.push(t);
+                u32::try_from(taints.len() - 1).unwrap_or(u32::MAX)
+            })
+        };
+        let mut states = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let spec = node.spec.as_ref();
+            let mut node_taints: Vec<Taint> = spec
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|t| Taint::from_k8s(t).ok())
+                .collect();
+            let ready = crate::simulate::kubelet::is_node_ready(node);
+            if !ready
+                && !node_taints
+                    .iter()
+                    .any(|t| t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE)
+            {
+                node_taints.push(Taint::new(TAINT_NOT_READY, "", Effect::NoSchedule));
+            }
+            let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            let quantity = |name: &str| -> i64 {
+                allocatable
+                    .and_then(|a| a.get(name))
+                    .and_then(|q| parse_quantity(name, &q.0).ok())
+                    .unwrap_or(0)
+            };
+            let alloc_extended = allocatable
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| ![CPU, MEMORY, EPHEMERAL_STORAGE, PODS].contains(&k.as_str()))
+                .filter_map(|(k, q)| Some((k.clone(), parse_quantity(k, &q.0).ok()?)))
+                .collect();
+            states.push(NodeState {
+                name: node.metadata.name.clone().unwrap_or_default(),
+                labels: node.metadata.labels.clone().unwrap_or_default(),
+                taints: node_taints.into_iter().map(&mut intern).collect(),
+                unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+                alloc: [quantity(CPU), quantity(MEMORY), quantity(EPHEMERAL_STORAGE)],
+                alloc_pods: quantity(PODS),
+                alloc_extended,
+                requested: [0; 3],
+                requested_extended: HashMap::new(),
+                non_zero: [0; 2],
+                pod_count: 0,
+                ports: Vec::new(),
+            });
+        }
+        let node_index = states
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        State {
+            nodes: states,
+            node_index,
+            taints,
+            bound: Vec::new(),
+            counters: Vec::new(),
+            counter_index: HashMap::new(),
+            topologies: HashMap::new(),
+            statics: HashMap::new(),
+            existing_anti: TermGroups::default(),
+            existing_preferred: TermGroups::default(),
+        }
+    }
+
+    /// Accounts a pod bound to node `n`.
+    fn add_bound(&mut self, n: usize, info: Arc<PodInfo>, terminating: bool) {
+        let count = self.nodes.len();
+        let node = &mut self.nodes[n];
+        for (i, v) in info.dense.iter().enumerate() {
+            node.requested[i] = node.requested[i].saturating_add(*v);
+        }
+        for (k, v) in &info.extended {
+            let e = node.requested_extended.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
+        node.non_zero[0] = node.non_zero[0].saturating_add(info.non_zero[0]);
+        node.non_zero[1] = node.non_zero[1].saturating_add(info.non_zero[1]);
+        node.pod_count += 1;
+        node.ports.extend(info.spec.host_ports.iter().cloned());
+        for counter in &mut self.counters {
+            if !(terminating && counter.key.skip_terminating) && counter.key.matches(&info.spec) {
+                counter.per_node[n] += 1;
+            }
+        }
+        let spec = &info.spec;
+        for t in &spec.anti_affinity {
+            self.existing_anti.add(t, 0, n, count);
+        }
+        for t in &spec.affinity {
+            self.existing_preferred
+                .add(t, HARD_POD_AFFINITY_WEIGHT, n, count);
+        }
+        for (w, t) in &spec.preferred_affinity {
+            self.existing_preferred.add(t, i64::from(*w), n, count);
+        }
+        for (w, t) in &spec.preferred_anti_affinity {
+            self.existing_preferred.add(t, -i64::from(*w), n, count);
+        }
+        self.bound.push(Bound {
+            node: n,
+            info,
+            terminating,
+        });
+    }
+
+    fn counter(&mut self, key: CounterKey) -> usize {
+        if let Some(i) = self.counter_index.get(&key) {
+            return *i;
+        }
+        let mut per_node = vec![0u32; self.nodes.len()];
+        for b in &self.bound {
+            if !(b.terminating && key.skip_terminating) && key.matches(&b.info.spec) {
+                per_node[b.node] += 1;
+            }
+        }
+        self.counters.push(Counter {
+            key: key.clone(),
+            per_node,
+        });
+        let i = self.counters.len() - 1;
+        self.counter_index.insert(key, i);
+        i
+    }
+
+    fn topology(&mut self, key: &str) {
+        if self.topologies.contains_key(key) {
+            return;
+        }
+        let mut values: HashMap<&str, u32> = HashMap::new();
+        let node_domain = self
+            .nodes
+            .iter()
+            .map(|n| match n.labels.get(key) {
+                Some(v) => {
+                    let next = u32::try_from(values.len()).unwrap_or(NO_DOMAIN);
+                    *values.entry(v.as_str()).or_insert(next)
+                }
+                None => NO_DOMAIN,
+            })
+            .collect();
+        let domains = values.len();
+        self.topologies.insert(
+            key.to_string(),
+            Topology {
+                node_domain,
+                domains,
+            },
+        );
+    }
+
+    fn statics(&mut self, spec: &PodSpec) -> Arc<StaticEval> {
+        let key = StaticKey::of(spec);
+        if let Some(s) = self.statics.get(&key) {
+            return s.clone();
+        }
+        let tolerates = |t: &Taint| key.tolerations.iter().any(|tol| tol.tolerates(t));
+        let unschedulable_taint = Taint::new(TAINT_UNSCHEDULABLE, "", Effect::NoSchedule);
+        let prefer_tolerations: Vec<&Toleration> = key
+            .tolerations
+            .iter()
+            .filter(|t| t.effect.is_none_or(|e| e == Effect::PreferNoSchedule))
+            .collect();
+        let n = self.nodes.len();
+        let mut eval = StaticEval {
+            verdict: Vec::with_capacity(n),
+            affinity_match: Vec::with_capacity(n),
+            taints_tolerated: Vec::with_capacity(n),
+            taint_score: Vec::with_capacity(n),
+            node_affinity_score: Vec::with_capacity(n),
+        };
+        for node in &self.nodes {
+            let untolerated = node.taints.iter().copied().find(|id| {
+                let t = &self.taints[*id as usize];
+                t.effect != Effect::PreferNoSchedule && !tolerates(t)
+            });
+            let affinity = key.node_selector.matches_labels(&node.labels).is_ok()
+                && (key.required_terms.is_empty()
+                    || key
+                        .required_terms
+                        .iter()
+                        .any(|t| t.matches_labels(&node.labels).is_ok()));
+            let verdict = if node.unschedulable && !tolerates(&unschedulable_taint) {
+                Verdict::Unschedulable
+            } else if let Some(id) = untolerated {
+                Verdict::Taint(id)
+            } else if !affinity {
+                Verdict::NodeAffinity
+            } else {
+                Verdict::Fits
+            };
+            eval.verdict.push(verdict);
+            eval.affinity_match.push(affinity);
+            eval.taints_tolerated.push(untolerated.is_none());
+            let prefer = node
+                .taints
+                .iter()
+                .map(|id| &self.taints[*id as usize])
+                .filter(|t| t.effect == Effect::PreferNoSchedule)
+                .filter(|t| !prefer_tolerations.iter().any(|tol| tol.tolerates(t)))
+                .count();
+            eval.taint_score
+                .push(i64::try_from(prefer).unwrap_or(i64::MAX));
+            eval.node_affinity_score.push(
+                key.preferred_terms
+                    .iter()
+                    .filter(|(_, t)| t.matches_labels(&node.labels).is_ok())
+                    .map(|(w, _)| i64::from(*w))
+                    .sum(),
+            );
+        }
+        let eval = Arc::new(eval);
+        self.statics.insert(key, eval.clone());
+        eval
+    }
+
+    /// Counts per domain of `topology_key` of the pods `counter` matches,
+    /// over the nodes `include` accepts.
+    fn domain_counts(
+        &self,
+        counter: usize,
+        topology_key: &str,
+        include: impl Fn(usize) -> bool,
+    ) -> (Vec<i64>, Vec<bool>) {
+        let Some(topo) = self.topologies.get(topology_key) else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut counts = vec![0i64; topo.domains];
+        let mut present = vec![false; topo.domains];
+        let per_node = &self.counters[counter].per_node;
+        for (n, d) in topo.node_domain.iter().enumerate() {
+            if *d == NO_DOMAIN || !include(n) {
+                continue;
+            }
+            present[*d as usize] = true;
+            counts[*d as usize] += i64::from(per_node[n]);
+        }
+        (counts, present)
+    }
+
+    fn domain(&self, topology_key: &str, n: usize) -> u32 {
+        self.topologies
+            .get(topology_key)
+            .map_or(NO_DOMAIN, |t| t.node_domain[n])
+    }
+
+    /// Filters and scores every node for the pod: the best node, or
+    /// kube-scheduler's message.
+    fn place(&mut self, info: &PodInfo) -> Result<usize, String> {
+        if self.nodes.is_empty() {
+            return Err("no nodes available to schedule pods".to_string());
+        }
+        let spec = &info.spec;
+        let statics = self.statics(spec);
+        let own_namespace = || Namespaces::Names([spec.namespace.clone()].into_iter().collect());
+
+        // PreFilter: topology spread (DoNotSchedule).
+        let hard: Vec<_> = spec
+            .spread
+            .iter()
+            .filter(|c| c.when_unsatisfiable == Unsatisfiable::DoNotSchedule)
+            .collect();
+        for c in &spec.spread {
+            self.topology(&c.topology_key);
+        }
+        let has_keys = |state: &State, n: usize, keys: &[&str]| {
+            keys.iter().all(|k| state.domain(k, n) != NO_DOMAIN)
+        };
+        let hard_keys: Vec<&str> = hard.iter().map(|c| c.topology_key.as_str()).collect();
+        struct HardSpread {
+            key: String,
+            max_skew: i64,
+            self_match: i64,
+            counts: Vec<i64>,
+            min: i64,
+        }
+        let mut hard_spread = Vec::with_capacity(hard.len());
+        for c in &hard {
+            let counter = (!c.selector.is_empty()).then(|| {
+                self.counter(CounterKey {
+                    terms: vec![(own_namespace(), c.selector.clone())],
+                    skip_terminating: true,
+                })
+            });
+            let eligible = |n: usize| {
+                (!c.honor_node_affinity || statics.affinity_match[n])
+                    && (!c.honor_node_taints || statics.taints_tolerated[n])
+                    && has_keys(self, n, &hard_keys)
+            };
+            let (counts, present) = match counter {
+                Some(i) => self.domain_counts(i, &c.topology_key, eligible),
+                None => {
+                    let topo_domains = self
+                        .topologies
+                        .get(&c.topology_key)
+                        .map_or(0, |t| t.domains);
+                    let mut present = vec![false; topo_domains];
+                    for n in 0..self.nodes.len() {
+                        let d = self.domain(&c.topology_key, n);
+                        if d != NO_DOMAIN && eligible(n) {
+                            present[d as usize] = true;
+                        }
+                    }
+                    (vec![0; topo_domains], present)
+                }
+            };
+            let domains = present.iter().filter(|p| **p).count();
+            let mut min = counts
+                .iter()
+                .zip(&present)
+                .filter(|(_, p)| **p)
+                .map(|(c, _)| *c)
+                .min()
+                .unwrap_or(0);
+            if c.min_domains
+                .is_some_and(|m| domains < usize::try_from(m).unwrap_or(usize::MAX))
+            {
+                min = 0;
+            }
+            hard_spread.push(HardSpread {
+                key: c.topology_key.clone(),
+                max_skew: i64::from(c.max_skew),
+                self_match: i64::from(!c.selector.is_empty() && c.selector.matches(&spec.labels)),
+                counts,
+                min,
+            });
+        }
+
+        // PreFilter: inter-pod affinity.
+        for t in spec
+            .affinity
+            .iter()
+            .chain(&spec.anti_affinity)
+            .chain(spec.preferred_affinity.iter().map(|(_, t)| t))
+            .chain(spec.preferred_anti_affinity.iter().map(|(_, t)| t))
+        {
+            self.topology(&t.topology_key);
+        }
+        let existing_keys: Vec<String> = self
+            .existing_anti
+            .groups
+            .iter()
+            .chain(&self.existing_preferred.groups)
+            .map(|(t, _, _)| t.topology_key.clone())
+            .collect();
+        for k in &existing_keys {
+            self.topology(k);
+        }
+        let mut affinity_counts: Vec<(String, Vec<i64>)> = Vec::new();
+        let mut affinity_any = false;
+        if !spec.affinity.is_empty() {
+            let all = self.counter(CounterKey {
+                terms: spec
+                    .affinity
+                    .iter()
+                    .map(|t| (t.namespaces.clone(), t.selector.clone()))
+                    .collect(),
+                skip_terminating: false,
+            });
+            for t in &spec.affinity {
+                let (counts, _) = self.domain_counts(all, &t.topology_key, |_| true);
+                affinity_any |= counts.iter().any(|c| *c > 0);
+                affinity_counts.push((t.topology_key.clone(), counts));
+            }
+        }
+        let affinity_self = spec.affinity.iter().all(|t| term_matches(t, spec));
+        let mut anti_blocked: Vec<(String, Vec<bool>)> = Vec::new();
+        for t in &spec.anti_affinity {
+            let i = self.counter(CounterKey {
+                terms: vec![(t.namespaces.clone(), t.selector.clone())],
+                skip_terminating: false,
+            });
+            let (counts, _) = self.domain_counts(i, &t.topology_key, |_| true);
+            anti_blocked.push((
+                t.topology_key.clone(),
+                counts.iter().map(|c| *c > 0).collect(),
+            ));
+        }
+        let mut existing_blocked: Vec<(String, Vec<bool>)> = Vec::new();
+        for (t, _, per_node) in &self.existing_anti.groups {
+            if !term_matches(t, spec) {
+                continue;
+            }
+            let Some(topo) = self.topologies.get(&t.topology_key) else {
+                continue;
+            };
+            let mut blocked = vec![false; topo.domains];
+            for (n, c) in per_node.iter().enumerate() {
+                let d = topo.node_domain[n];
+                if *c > 0 && d != NO_DOMAIN {
+                    blocked[d as usize] = true;
+                }
+            }
+            existing_blocked.push((t.topology_key.clone(), blocked));
+        }
+
+        // Filter.
+        let mut feasible = Vec::new();
+        let mut reasons: BTreeMap<Reason, u32> = BTreeMap::new();
+        let mut note = |r: Reason| *reasons.entry(r).or_insert(0) += 1;
+        for (n, node) in self.nodes.iter().enumerate() {
+            match statics.verdict[n] {
+                Verdict::Fits => {}
+                Verdict::Unschedulable => {
+                    note(Reason::Unschedulable);
+                    continue;
+                }
+                Verdict::Taint(id) => {
+                    note(Reason::Taint(id));
+                    continue;
+                }
+                Verdict::NodeAffinity => {
+                    note(Reason::NodeAffinity);
+                    continue;
+                }
+            }
+            if spec
+                .host_ports
+                .iter()
+                .any(|p| node.ports.iter().any(|q| p.conflicts(q)))
+            {
+                note(Reason::Ports);
+                continue;
+            }
+            let mut insufficient = false;
+            if node.pod_count + 1 > node.alloc_pods {
+                note(Reason::TooManyPods);
+                insufficient = true;
+            }
+            for (i, name) in [CPU, MEMORY, EPHEMERAL_STORAGE].iter().enumerate() {
+                let want = info.dense[i];
+                if want > 0 && want > node.alloc[i] - node.requested[i] {
+                    note(Reason::Insufficient((*name).to_string()));
+                    insufficient = true;
+                }
+            }
+            for (name, want) in &info.extended {
+                let free = node.alloc_extended.get(name).copied().unwrap_or(0)
+                    - node.requested_extended.get(name).copied().unwrap_or(0);
+                if *want > free {
+                    note(Reason::Insufficient(name.clone()));
+                    insufficient = true;
+                }
+            }
+            if insufficient {
+                continue;
+            }
+            if !hard_spread.is_empty() {
+                if !has_keys(self, n, &hard_keys) {
+                    note(Reason::SpreadMissingLabel);
+                    continue;
+                }
+                let skewed = hard_spread.iter().any(|c| {
+                    let d = self.domain(&c.key, n) as usize;
+                    let count = c.counts.get(d).copied().unwrap_or(0);
+                    count + c.self_match - c.min > c.max_skew
+                });
+                if skewed {
+                    note(Reason::Spread);
+                    continue;
+                }
+            }
+            if !spec.affinity.is_empty() {
+                let mut keys_present = true;
+                let mut pods_exist = true;
+                for (key, counts) in &affinity_counts {
+                    let d = self.domain(key, n);
+                    if d == NO_DOMAIN {
+                        keys_present = false;
+                    } else if counts.get(d as usize).copied().unwrap_or(0) <= 0 {
+                        pods_exist = false;
+                    }
+                }
+                let ok = keys_present && (pods_exist || (!affinity_any && affinity_self));
+                if !ok {
+                    note(Reason::PodAffinity);
+                    continue;
+                }
+            }
+            let blocked = |sets: &[(String, Vec<bool>)]| {
+                sets.iter().any(|(key, blocked)| {
+                    let d = self.domain(key, n);
+                    d != NO_DOMAIN && blocked.get(d as usize).copied().unwrap_or(false)
+                })
+            };
+            if blocked(&anti_blocked) {
+                note(Reason::PodAntiAffinity);
+                continue;
+            }
+            if blocked(&existing_blocked) {
+                note(Reason::ExistingAntiAffinity);
+                continue;
+            }
+            feasible.push(n);
+        }
+        if feasible.is_empty() {
+            return Err(self.message(&reasons));
+        }
+        if feasible.len() == 1 {
+            return Ok(feasible[0]);
+        }
+        let scores = self.score(info, &statics, &feasible);
+        let best = feasible
+            .iter()
+            .zip(&scores)
+            .max_by(|(a, sa), (b, sb)| sa.cmp(sb).then_with(|| b.cmp(a)))
+            .map(|(n, _)| *n)
+            .unwrap_or(feasible[0]);
+        Ok(best)
+    }
+
+    /// kube-scheduler's `FitError` message.
+    fn message(&self, reasons: &BTreeMap<Reason, u32>) -> String {
+        let mut parts: Vec<String> = reasons
+            .iter()
+            .map(|(reason, count)| {
+                let text = match reason {
+                    Reason::Unschedulable => "node(s) were unschedulable".to_string(),
+                    Reason::Taint(id) => {
+                        let t = &self.taints[*id as usize];
+                        format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value)
+                    }
+                    Reason::NodeAffinity => "node(s) didn't match Pod's node affinity/selector".to_string(),
+                    Reason::Ports => "node(s) didn't have free ports for the requested pod ports".to_string(),
+                    Reason::TooManyPods => "Too many pods".to_string(),
+                    Reason::Insufficient(r) => format!("Insufficient {r}"),
+                    Reason::SpreadMissingLabel => {
+                        "node(s) didn't match pod topology spread constraints (missing required label)".to_string()
+                    }
+                    Reason::Spread => "node(s) didn't match pod topology spread constraints".to_string(),
+                    Reason::PodAffinity => "node(s) didn't match pod affinity rules".to_string(),
+                    Reason::PodAntiAffinity => "node(s) didn't match pod anti-affinity rules".to_string(),
+                    Reason::ExistingAntiAffinity => {
+                        "node(s) didn't satisfy existing pods anti-affinity rules".to_string()
+                    }
+                };
+                format!("{count} {text}")
+            })
+            .collect();
+        // Go's sort.Strings: byte order, so "10 x" sorts before "2 y".
+        parts.sort();
+        format!(
+            "0/{} nodes are available: {}.",
+            self.nodes.len(),
+            parts.join(", ")
+        )
+    }
+
+    /// Weighted, normalised scores of the feasible nodes.
+    fn score(&mut self, info: &PodInfo, statics: &StaticEval, feasible: &[usize]) -> Vec<i64> {
+        let spec = &info.spec;
+        let mut total = vec![0i64; feasible.len()];
+        let best_effort = info.dense[0] == 0 && info.dense[1] == 0;
+        for (i, n) in feasible.iter().enumerate() {
+            let node = &self.nodes[*n];
+            // NodeResourcesFit, LeastAllocated on cpu and memory.
+            let mut sum = 0;
+            let mut weights = 0;
+            for r in 0..2 {
+                let alloc = node.alloc[r];
+                if alloc == 0 {
+                    continue;
+                }
+                let requested = node.non_zero[r] + info.non_zero[r];
+                sum += if requested > alloc {
+                    0
+                } else {
+                    (alloc - requested) * MAX_NODE_SCORE / alloc
+                };
+                weights += 1;
+            }
+            if weights > 0 {
+                total[i] += WEIGHT_FIT * (sum / weights);
+            }
+            // NodeResourcesBalancedAllocation on cpu and memory.
+            if !best_effort {
+                let fractions: Vec<f64> = (0..2)
+                    .filter(|r| node.alloc[*r] != 0)
+                    .map(|r| {
+                        let requested = node.requested[r] + info.dense[r];
+                        (requested as f64 / node.alloc[r] as f64).min(1.0)
+                    })
+                    .collect();
+                let std = if fractions.len() == 2 {
+                    ((fractions[0] - fractions[1]) / 2.0).abs()
+                } else {
+                    0.0
+                };
+                total[i] += WEIGHT_BALANCED * ((1.0 - std) * MAX_NODE_SCORE as f64) as i64;
+            }
+        }
+        // TaintToleration (reversed) and NodeAffinity.
+        let taint: Vec<i64> = feasible.iter().map(|n| statics.taint_score[*n]).collect();
+        for (t, s) in total.iter_mut().zip(default_normalize(&taint, true)) {
+            *t += WEIGHT_TAINT * s;
+        }
+        let affinity: Vec<i64> = feasible
+            .iter()
+            .map(|n| statics.node_affinity_score[*n])
+            .collect();
+        for (t, s) in total.iter_mut().zip(default_normalize(&affinity, false)) {
+            *t += WEIGHT_NODE_AFFINITY * s;
+        }
+        for (t, s) in total.iter_mut().zip(self.inter_pod_scores(spec, feasible)) {
+            *t += WEIGHT_INTER_POD_AFFINITY * s;
+        }
+        for (t, s) in total
+            .iter_mut()
+            .zip(self.spread_scores(spec, statics, feasible))
+        {
+            *t += WEIGHT_SPREAD * s;
+        }
+        total
+    }
+
+    /// InterPodAffinity: preferred terms of the pod, and terms of bound pods
+    /// that match it, summed per topology domain; min-max normalised.
+    fn inter_pod_scores(&mut self, spec: &PodSpec, feasible: &[usize]) -> Vec<i64> {
+        // (topology key, per-domain score)
+        let mut contributions: Vec<(String, Vec<i64>)> = Vec::new();
+        let own: Vec<(i64, PodAffinityTerm)> = spec
+            .preferred_affinity
+            .iter()
+            .map(|(w, t)| (i64::from(*w), t.clone()))
+            .chain(
+                spec.preferred_anti_affinity
+                    .iter()
+                    .map(|(w, t)| (-i64::from(*w), t.clone())),
+            )
+            .collect();
+        for (w, t) in own {
+            let i = self.counter(CounterKey {
+                terms: vec![(t.namespaces.clone(), t.selector.clone())],
+                skip_terminating: false,
+            });
+            let (counts, _) = self.domain_counts(i, &t.topology_key, |_| true);
+            contributions.push((t.topology_key, counts.iter().map(|c| c * w).collect()));
+        }
+        for (t, w, per_node) in &self.existing_preferred.groups {
+            if !term_matches(t, spec) {
+                continue;
+            }
+            let Some(topo) = self.topologies.get(&t.topology_key) else {
+                continue;
+            };
+            let mut counts = vec![0i64; topo.domains];
+            for (n, c) in per_node.iter().enumerate() {
+                let d = topo.node_domain[n];
+                if d != NO_DOMAIN {
+                    counts[d as usize] += i64::from(*c) * w;
+                }
+            }
+            contributions.push((t.topology_key.clone(), counts));
+        }
+        if contributions.is_empty() {
+            return vec![0; feasible.len()];
+        }
+        let raw: Vec<i64> = feasible
+            .iter()
+            .map(|n| {
+                contributions
+                    .iter()
+                    .map(|(key, counts)| {
+                        let d = self.domain(key, *n);
+                        if d == NO_DOMAIN {
+                            0
+                        } else {
+                            counts.get(d as usize).copied().unwrap_or(0)
+                        }
+                    })
+                    .sum()
+            })
+            .collect();
+        let min = raw.iter().copied().min().unwrap_or(0);
+        let max = raw.iter().copied().max().unwrap_or(0);
+        raw.iter()
+            .map(|s| {
+                if max > min {
+                    (MAX_NODE_SCORE as f64 * ((s - min) as f64 / (max - min) as f64)) as i64
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    /// PodTopologySpread for `ScheduleAnyway` constraints.
+    fn spread_scores(
+        &mut self,
+        spec: &PodSpec,
+        statics: &StaticEval,
+        feasible: &[usize],
+    ) -> Vec<i64> {
+        let soft: Vec<_> = spec
+            .spread
+            .iter()
+            .filter(|c| c.when_unsatisfiable == Unsatisfiable::ScheduleAnyway)
+            .collect();
+        if soft.is_empty() {
+            return vec![0; feasible.len()];
+        }
+        let keys: Vec<&str> = soft.iter().map(|c| c.topology_key.as_str()).collect();
+        let has_all =
+            |state: &State, n: usize| keys.iter().all(|k| state.domain(k, n) != NO_DOMAIN);
+        let ignored: Vec<bool> = feasible.iter().map(|n| !has_all(self, *n)).collect();
+        let scored = ignored.iter().filter(|i| !**i).count();
+        let mut raw_f = vec![0f64; feasible.len()];
+        for c in &soft {
+            let counter = (!c.selector.is_empty()).then(|| {
+                self.counter(CounterKey {
+                    terms: vec![(
+                        Namespaces::Names([spec.namespace.clone()].into_iter().collect()),
+                        c.selector.clone(),
+                    )],
+                    skip_terminating: true,
+                })
+            });
+            let hostname = c.topology_key == crate::model::labels::HOSTNAME;
+            let per_node = |n: usize| -> i64 {
+                counter.map_or(0, |i| i64::from(self.counters[i].per_node[n]))
+            };
+            let (counts, size) = if hostname {
+                (Vec::new(), scored)
+            } else {
+                let domains = self
+                    .topologies
+                    .get(&c.topology_key)
+                    .map_or(0, |t| t.domains);
+                let mut candidate = vec![false; domains];
+                for (i, n) in feasible.iter().enumerate() {
+                    let d = self.domain(&c.topology_key, *n);
+                    if !ignored[i] && d != NO_DOMAIN {
+                        candidate[d as usize] = true;
+                    }
+                }
+                let mut counts = vec![0i64; domains];
+                for n in 0..self.nodes.len() {
+                    let d = self.domain(&c.topology_key, n);
+                    if d == NO_DOMAIN
+                        || !candidate[d as usize]
+                        || !has_all(self, n)
+                        || (c.honor_node_affinity && !statics.affinity_match[n])
+                        || (c.honor_node_taints && !statics.taints_tolerated[n])
+                    {
+                        continue;
+                    }
+                    counts[d as usize] += per_node(n);
+                }
+                let size = candidate.iter().filter(|c| **c).count();
+                (counts, size)
+            };
+            let weight = ((size + 2) as f64).ln();
+            for (i, n) in feasible.iter().enumerate() {
+                if ignored[i] {
+                    continue;
+                }
+                let count = if hostname {
+                    per_node(*n)
+                } else {
+                    let d = self.domain(&c.topology_key, *n);
+                    counts.get(d as usize).copied().unwrap_or(0)
+                };
+                raw_f[i] += count as f64 * weight + f64::from(c.max_skew) - 1.0;
+            }
+        }
+        let raw: Vec<i64> = raw_f.iter().map(|s| s.round() as i64).collect();
+        let (mut min, mut max) = (i64::MAX, 0i64);
+        for (i, s) in raw.iter().enumerate() {
+            if !ignored[i] {
+                min = min.min(*s);
+                max = max.max(*s);
+            }
+        }
+        raw.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if ignored[i] {
+                    0
+                } else if max == 0 {
+                    MAX_NODE_SCORE
+                } else {
+                    MAX_NODE_SCORE * (max + min - s) / max
+                }
+            })
+            .collect()
+    }
+}
+
+/// `helper.DefaultNormalizeScore`: scale to 0..=100 by the maximum,
+/// optionally reversed.
+fn default_normalize(scores: &[i64], reverse: bool) -> Vec<i64> {
+    let max = scores.iter().copied().max().unwrap_or(0).max(0);
+    scores
+        .iter()
+        .map(|s| {
+            if max == 0 {
+                if reverse { MAX_NODE_SCORE } else { 0 }
+            } else {
+                let v = MAX_NODE_SCORE * s / max;
+                if reverse { MAX_NODE_SCORE - v } else { v }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock, parse_rfc3339};
+    use crate::scheduling::pod::is_provisionable;
+
+    fn start() -> Timestamp {
+        parse_rfc3339("2026-01-05T00:00:00Z").expect("valid time")
+    }
+
+    fn cluster() -> (MemoryCluster, ManualClock) {
+        let clock = ManualClock::new(start());
+        (MemoryCluster::new(Arc::new(clock.clone())), clock)
+    }
+
+    /// A Ready node in `zone` with this allocatable cpu and memory.
+    fn node(name: &str, zone: &str, cpu: &str, memory: &str) -> Value {
+        json!({
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name,
+                "topology.kubernetes.io/zone": zone,
+            }},
+            "spec": {},
+            "status": {
+                "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        })
+    }
+
+    fn with_taint(mut node: Value, key: &str, value: &str, effect: &str) -> Value {
+        let taints = node["spec"]["taints"].take();
+        let mut taints = taints.as_array().cloned().unwrap_or_default();
+        taints.push(json!({"key": key, "value": value, "effect": effect}));
+        node["spec"]["taints"] = Value::Array(taints);
+        node
+    }
+
+    /// A pending pod labelled `app` with one container requesting cpu and
+    /// memory.
+    fn pod(name: &str, app: &str, cpu: &str, memory: &str) -> Value {
+        json!({
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+        })
+    }
+
+    fn add_nodes(cluster: &MemoryCluster, nodes: impl IntoIterator<Item = Value>) {
+        for n in nodes {
+            let n: Node = serde_json::from_value(n).expect("valid node");
+            cluster.create(n).expect("node created");
+        }
+    }
+
+    fn add_pods(cluster: &MemoryCluster, pods: impl IntoIterator<Item = Value>) {
+        for p in pods {
+            let p: Pod = serde_json::from_value(p).expect("valid pod");
+            cluster.create(p).expect("pod created");
+        }
+    }
+
+    /// Binds a pod directly, as if it had been scheduled earlier.
+    fn add_bound(cluster: &MemoryCluster, pod: Value, node: &str) {
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        add_pods(cluster, [pod]);
+        cluster.bind("default", &name, node).expect("bound");
+    }
+
+    fn bound_node(report: &ScheduleReport, pod: &str) -> Option<String> {
+        let key = format!("default/{pod}");
+        report
+            .bound
+            .iter()
+            .find(|(p, _)| *p == key)
+            .map(|(_, n)| n.clone())
+    }
+
+    fn anti_affinity(mut pod: Value, key: &str) -> Value {
+        let app = pod["metadata"]["labels"]["app"].clone();
+        pod["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+        ]}});
+        pod
+    }
+
+    #[test]
+    fn binds_where_the_resources_fit() {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            [node("a", "z1", "1", "4Gi"), node("b", "z1", "4", "4Gi")],
+        );
+        add_pods(
+            &cluster,
+            [pod("big", "x", "2", "1Gi"), pod("huge", "x", "8", "1Gi")],
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "big").as_deref(), Some("b"));
+        assert_eq!(
+            report.unschedulable,
+            vec![(
+                "default/huge".to_string(),
+                "0/2 nodes are available: 2 Insufficient cpu.".to_string()
+            )]
+        );
+        let bound: Arc<Pod> = cluster
+            .get(&ObjectKey::new("default", "big"))
+            .expect("exists");
+        assert_eq!(
+            bound.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("b")
+        );
+    }
+
+    #[test]
+    fn resources_of_bound_unfinished_pods_are_taken() {
+        let (cluster, _) = cluster();
+        add_nodes(&cluster, [node("a", "z1", "2", "4Gi")]);
+        add_bound(&cluster, pod("running", "x", "1500m", "1Gi"), "a");
+        let mut done = pod("done", "x", "1500m", "1Gi");
+        done["status"] = json!({"phase": "Succeeded"});
+        add_bound(&cluster, done, "a");
+        add_pods(
+            &cluster,
+            [
+                pod("fits", "x", "500m", "1Gi"),
+                pod("late", "x", "100m", "1Gi"),
+            ],
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "fits").as_deref(), Some("a"));
+        assert_eq!(report.unschedulable.len(), 1, "{report:?}");
+        assert_eq!(report.unschedulable[0].0, "default/late");
+    }
+
+    #[test]
+    fn a_tainted_gpu_node_gets_only_tolerating_pods() {
+        let (cluster, _) = cluster();
+        let gpu = with_taint(
+            node("gpu", "z1", "8", "32Gi"),
+            "nvidia.com/gpu",
+            "true",
+            "NoSchedule",
+        );
+        add_nodes(&cluster, [gpu, node("small", "z1", "1", "2Gi")]);
+        let mut tolerant = pod("tolerant", "ml", "4", "8Gi");
+        tolerant["spec"]["tolerations"] =
+            json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+        add_pods(
+            &cluster,
+            [
+                tolerant,
+                pod("plain", "web", "500m", "1Gi"),
+                pod("plain-big", "web", "4", "8Gi"),
+            ],
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "tolerant").as_deref(), Some("gpu"));
+        assert_eq!(bound_node(&report, "plain").as_deref(), Some("small"));
+        assert_eq!(
+            report.unschedulable,
+            vec![(
+                "default/plain-big".to_string(),
+                "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 node(s) had untolerated taint {nvidia.com/gpu: true}.".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn karpenter_taints_and_unready_nodes_repel_pods() {
+        let (cluster, _) = cluster();
+        let unregistered = with_taint(
+            node("new", "z1", "4", "8Gi"),
+            "karpenter.sh/unregistered",
+            "",
+            "NoExecute",
+        );
+        let disrupted = with_taint(
+            node("old", "z1", "4", "8Gi"),
+            "karpenter.sh/disrupted",
+            "",
+            "NoSchedule",
+        );
+        let mut unready = node("sick", "z1", "4", "8Gi");
+        unready["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        let mut cordoned = node("cordoned", "z1", "4", "8Gi");
+        cordoned["spec"]["unschedulable"] = json!(true);
+        add_nodes(&cluster, [unregistered, disrupted, unready, cordoned]);
+        add_pods(&cluster, [pod("p", "web", "100m", "128Mi")]);
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(
+            report.unschedulable[0].1,
+            "0/4 nodes are available: 1 node(s) had untolerated taint {karpenter.sh/disrupted: }, \
+             1 node(s) had untolerated taint {karpenter.sh/unregistered: }, \
+             1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, \
+             1 node(s) were unschedulable."
+        );
+    }
+
+    #[test]
+    fn unschedulable_pods_get_the_condition_and_become_provisionable() {
+        let (cluster, _) = cluster();
+        add_pods(&cluster, [pod("p", "web", "1", "1Gi")]);
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(
+            report.unschedulable[0].1,
+            "no nodes available to schedule pods"
+        );
+        let p: Arc<Pod> = cluster
+            .get(&ObjectKey::new("default", "p"))
+            .expect("exists");
+        assert!(is_provisionable(&p));
+        let condition = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+            .cloned()
+            .expect("condition written");
+        assert_eq!(condition.status, "False");
+        assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    }
+
+    #[test]
+    fn nothing_is_written_when_nothing_changes() {
+        let (cluster, clock) = cluster();
+        let scheduler = KubeScheduler::new();
+        add_nodes(&cluster, [node("a", "z1", "1", "1Gi")]);
+        let rv = cluster.resource_version();
+        assert_eq!(
+            scheduler.schedule(&cluster, start()),
+            ScheduleReport::default()
+        );
+        assert_eq!(
+            cluster.resource_version(),
+            rv,
+            "an empty pass writes nothing"
+        );
+        add_pods(&cluster, [pod("p", "web", "2", "1Gi")]);
+        scheduler.schedule(&cluster, start());
+        let rv = cluster.resource_version();
+        let now = clock.advance(Duration::from_secs(60)).expect("in range");
+        let again = scheduler.schedule(&cluster, now);
+        assert_eq!(again.unschedulable.len(), 1, "still reported");
+        assert_eq!(
+            cluster.resource_version(),
+            rv,
+            "the same condition is not rewritten"
+        );
+        add_nodes(&cluster, [node("b", "z1", "1", "1Gi")]);
+        scheduler.schedule(&cluster, now);
+        assert!(
+            cluster.resource_version() > rv + 1,
+            "a new message is written"
+        );
+    }
+
+    #[test]
+    fn required_node_affinity_and_node_selector_are_honoured() {
+        let (cluster, _) = cluster();
+        let mut arm = node("arm", "z1", "4", "8Gi");
+        arm["metadata"]["labels"]["kubernetes.io/arch"] = json!("arm64");
+        let mut amd = node("amd", "z1", "4", "8Gi");
+        amd["metadata"]["labels"]["kubernetes.io/arch"] = json!("amd64");
+        add_nodes(&cluster, [arm, amd]);
+        let mut by_affinity = pod("by-affinity", "x", "1", "1Gi");
+        by_affinity["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}]
+        }}});
+        let mut by_selector = pod("by-selector", "x", "1", "1Gi");
+        by_selector["spec"]["nodeSelector"] = json!({"kubernetes.io/arch": "amd64"});
+        let mut nowhere = pod("nowhere", "x", "1", "1Gi");
+        nowhere["spec"]["nodeSelector"] = json!({"kubernetes.io/arch": "s390x"});
+        add_pods(&cluster, [by_affinity, by_selector, nowhere]);
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "by-affinity").as_deref(), Some("arm"));
+        assert_eq!(bound_node(&report, "by-selector").as_deref(), Some("amd"));
+        assert_eq!(
+            report.unschedulable[0].1,
+            "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        );
+    }
+
+    #[test]
+    fn hostname_anti_affinity_puts_one_replica_per_node() {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            [node("a", "z1", "8", "16Gi"), node("b", "z1", "8", "16Gi")],
+        );
+        add_pods(
+            &cluster,
+            (0..3).map(|i| {
+                anti_affinity(
+                    pod(&format!("web-{i}"), "web", "100m", "128Mi"),
+                    "kubernetes.io/hostname",
+                )
+            }),
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        let nodes: HashSet<String> = report.bound.iter().map(|(_, n)| n.clone()).collect();
+        assert_eq!(report.bound.len(), 2);
+        assert_eq!(nodes.len(), 2, "one per node: {report:?}");
+        assert_eq!(
+            report.unschedulable,
+            vec![(
+                "default/web-2".to_string(),
+                "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+                    .to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn existing_pods_anti_affinity_repels_the_incoming_pod() {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            [node("a", "z1", "8", "16Gi"), node("b", "z2", "1", "2Gi")],
+        );
+        // The loner on `a` keeps `web` pods out of its zone.
+        let mut loner = pod("loner", "loner", "100m", "128Mi");
+        loner["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "topology.kubernetes.io/zone"}
+        ]}});
+        add_bound(&cluster, loner, "a");
+        add_pods(
+            &cluster,
+            [
+                pod("web", "web", "100m", "128Mi"),
+                pod("other", "other", "2", "128Mi"),
+            ],
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(
+            bound_node(&report, "web").as_deref(),
+            Some("b"),
+            "despite `a` being emptier"
+        );
+        assert_eq!(bound_node(&report, "other").as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn required_pod_affinity_follows_the_target_and_lets_the_first_pod_in() {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            [node("a", "z1", "8", "16Gi"), node("b", "z2", "8", "16Gi")],
+        );
+        add_bound(&cluster, pod("cache", "cache", "4", "8Gi"), "a");
+        let follow = |name: &str, app: &str, target: &str| {
+            let mut p = pod(name, app, "100m", "128Mi");
+            p["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": target}}, "topologyKey": "topology.kubernetes.io/zone"}
+            ]}});
+            p
+        };
+        // `self` pods have affinity to their own kind: the first one may go anywhere.
+        add_pods(
+            &cluster,
+            [
+                follow("app", "app", "cache"),
+                follow("self", "self", "self"),
+                follow("lost", "lost", "nothing"),
+            ],
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(
+            bound_node(&report, "app").as_deref(),
+            Some("a"),
+            "b is emptier, but has no cache"
+        );
+        assert!(bound_node(&report, "self").is_some());
+        assert_eq!(
+            report.unschedulable[0].1,
+            "0/2 nodes are available: 2 node(s) didn't match pod affinity rules."
+        );
+    }
+
+    fn spread(mut pod: Value, key: &str, when: &str) -> Value {
+        let app = pod["metadata"]["labels"]["app"].clone();
+        pod["spec"]["topologySpreadConstraints"] = json!([{
+            "maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when,
+            "labelSelector": {"matchLabels": {"app": app}},
+        }]);
+        pod
+    }
+
+    #[test]
+    fn zone_spread_do_not_schedule_balances_three_zones() {
+        let (cluster, _) = cluster();
+        // Zone z1 has far more room, so resource scores alone would pack it.
+        add_nodes(
+            &cluster,
+            [
+                node("a1", "z1", "64", "256Gi"),
+                node("a2", "z1", "64", "256Gi"),
+                node("b1", "z2", "2", "4Gi"),
+                node("c1", "z3", "2", "4Gi"),
+            ],
+        );
+        add_pods(
+            &cluster,
+            (0..7).map(|i| {
+                spread(
+                    pod(&format!("web-{i}"), "web", "500m", "512Mi"),
+                    "topology.kubernetes.io/zone",
+                    "DoNotSchedule",
+                )
+            }),
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, node) in &report.bound {
+            let zone = match node.as_bytes()[0] {
+                b'a' => "z1",
+                b'b' => "z2",
+                _ => "z3",
+            };
+            *per_zone.entry(zone).or_default() += 1;
+        }
+        assert_eq!(report.bound.len(), 7, "{report:?}");
+        let counts: Vec<usize> = per_zone.values().copied().collect();
+        assert!(
+            counts.iter().max().unwrap_or(&0) - counts.iter().min().unwrap_or(&0) <= 1,
+            "{per_zone:?}"
+        );
+        // z2 and z3 fit 4 pods each (2 cpu / 500m): with them full, z1 may
+        // run only one pod more, so of 14 pods one is left: the last in
+        // queue order (same creation second, so by name).
+        add_pods(
+            &cluster,
+            (7..14).map(|i| {
+                spread(
+                    pod(&format!("web-{i}"), "web", "500m", "512Mi"),
+                    "topology.kubernetes.io/zone",
+                    "DoNotSchedule",
+                )
+            }),
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(report.bound.len(), 6, "{report:?}");
+        assert_eq!(
+            report.unschedulable,
+            vec![(
+                "default/web-9".to_string(),
+                "0/4 nodes are available: 2 Insufficient cpu, 2 node(s) didn't match pod topology spread constraints.".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn schedule_anyway_spread_prefers_the_emptier_zone() {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            [node("a", "z1", "8", "16Gi"), node("b", "z2", "8", "16Gi")],
+        );
+        add_bound(&cluster, pod("web-0", "web", "100m", "128Mi"), "a");
+        add_bound(&cluster, pod("web-1", "web", "100m", "128Mi"), "a");
+        // A heavy pod on b makes LeastAllocated prefer a.
+        add_bound(&cluster, pod("heavy", "heavy", "2", "4Gi"), "b");
+        add_pods(
+            &cluster,
+            [spread(
+                pod("web-2", "web", "100m", "128Mi"),
+                "topology.kubernetes.io/zone",
+                "ScheduleAnyway",
+            )],
+        );
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "web-2").as_deref(), Some("b"));
+    }
+
+    /// Hand-computed: the incoming pod asks for 2 cpu and 256Mi.
+    /// - `a` (empty, 4 cpu / 8Gi): LeastAllocated (50 + 96) / 2 = 73;
+    ///   BalancedAllocation fractions 0.5 and 0.03125, 1 - 0.234 → 76;
+    ///   total 149.
+    /// - `b` (a pod with cpu 0 and 3840Mi): LeastAllocated (50 + 50) / 2 =
+    ///   50; BalancedAllocation 0.5 and 0.5 → 100; total 150.
+    ///
+    /// The other plugins score both nodes alike, so balance wins over
+    /// spreading by one point.
+    #[test]
+    fn balanced_allocation_can_outweigh_least_allocated() {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            [node("a", "z1", "4", "8Gi"), node("b", "z1", "4", "8Gi")],
+        );
+        add_bound(&cluster, pod("memory-hog", "hog", "0", "3840Mi"), "b");
+        add_pods(&cluster, [pod("p", "web", "2", "256Mi")]);
+        let state_report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(bound_node(&state_report, "p").as_deref(), Some("b"));
+    }
+
+    /// With an extra 256Mi on `b` the balance is lost (fractions 0.5 and
+    /// 0.53125 → 98, LeastAllocated (50 + 46) / 2 = 48, total 146), and the
+    /// least allocated node `a` wins with 149.
+    #[test]
+    fn least_allocated_spreads_when_balance_is_even() {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            [node("a", "z1", "4", "8Gi"), node("b", "z1", "4", "8Gi")],
+        );
+        add_bound(&cluster, pod("memory-hog", "hog", "0", "4Gi"), "b");
+        add_pods(&cluster, [pod("p", "web", "2", "256Mi")]);
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "p").as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn queue_order_is_priority_then_age() {
+        let (cluster, clock) = cluster();
+        add_nodes(&cluster, [node("a", "z1", "1", "4Gi")]);
+        add_pods(&cluster, [pod("old", "x", "1", "1Gi")]);
+        clock.advance(Duration::from_secs(1)).expect("in range");
+        let mut urgent = pod("urgent", "x", "1", "1Gi");
+        urgent["spec"]["priority"] = json!(1000);
+        add_pods(&cluster, [urgent]);
+        let report = KubeScheduler::new().schedule(&cluster, clock.now());
+        assert_eq!(bound_node(&report, "urgent").as_deref(), Some("a"));
+        assert_eq!(report.unschedulable[0].0, "default/old");
+    }
+
+    #[test]
+    fn host_ports_conflict() {
+        let (cluster, _) = cluster();
+        add_nodes(&cluster, [node("a", "z1", "8", "16Gi")]);
+        let with_port = |name: &str| {
+            let mut p = pod(name, "x", "100m", "128Mi");
+            p["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
+            p
+        };
+        add_pods(&cluster, [with_port("first"), with_port("second")]);
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert_eq!(report.bound.len(), 1);
+        assert_eq!(
+            report.unschedulable[0].1,
+            "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+        );
+    }
+
+    #[test]
+    fn scheduling_gates_hold_pods_back() {
+        let (cluster, _) = cluster();
+        add_nodes(&cluster, [node("a", "z1", "8", "16Gi")]);
+        let mut gated = pod("gated", "x", "100m", "128Mi");
+        gated["spec"]["schedulingGates"] = json!([{"name": "example.com/wait"}]);
+        add_pods(&cluster, [gated]);
+        let report = KubeScheduler::new().schedule(&cluster, start());
+        assert!(report.bound.is_empty() && report.unschedulable.is_empty());
+        let p: Arc<Pod> = cluster
+            .get(&ObjectKey::new("default", "gated"))
+            .expect("exists");
+        assert!(!is_provisionable(&p), "gated pods are not provisionable");
+    }
+
+    fn mixed_cluster() -> MemoryCluster {
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            (0..12).map(|i| node(&format!("n{i:02}"), ["z1", "z2", "z3"][i % 3], "4", "16Gi")),
+        );
+        add_pods(
+            &cluster,
+            (0..60).map(|i| {
+                let p = pod(
+                    &format!("p{i:02}"),
+                    ["web", "api", "db"][i % 3],
+                    "300m",
+                    "1Gi",
+                );
+                match i % 3 {
+                    0 => spread(p, "topology.kubernetes.io/zone", "DoNotSchedule"),
+                    1 => spread(p, "kubernetes.io/hostname", "ScheduleAnyway"),
+                    _ => p,
+                }
+            }),
+        );
+        cluster
+    }
+
+    #[test]
+    fn the_same_cluster_gives_the_same_bindings() {
+        let first = KubeScheduler::new().schedule(&mixed_cluster(), start());
+        let second = KubeScheduler::new().schedule(&mixed_cluster(), start());
+        assert_eq!(first.bound.len(), 60);
+        assert_eq!(first, second);
+    }
+}
