@@ -4,3 +4,4 @@
 pub mod kubelet;
 pub mod kubescheduler;
 pub mod scenario;
+pub mod workloads;
