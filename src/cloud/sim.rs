@@ -65,6 +65,19 @@
 //! [`CloudProvider::delete`] or [`SimEc2::terminate_externally`], passes
 //! through `ShuttingDown` to `Terminated` instantly: the instance is gone at
 //! once, and later `get`s and `delete`s of it are `NotFound`.
+//!
+//! # Call log
+//!
+//! Every provider call, and every [`SimEc2::terminate_externally`], is
+//! recorded with the clock time and its outcome ([`SimEc2::calls`]): the
+//! offering a launch chose or the error it returned, for tests and the
+//! simulation report. Like the reference autoscaler's fake provider, the
+//! simulated EC2 can be told to fail its next call ([`SimEc2::fail_next`]).
+//!
+//! A requirement the NodeClaim cannot meet at all (no instance type or
+//! offering allows it) is `InvalidRequest`; offerings that exist but cannot
+//! launch now (inside an insufficient-capacity window, or unavailable in the
+//! catalog) make `InsufficientCapacity`, listing them.
 
 use std::collections::BTreeMap;
 use std::future::{Future, ready};
@@ -1331,6 +1344,24 @@ mod tests {
             .expect("launches");
         assert_eq!(i.instance_type, "c5.large");
         assert_eq!(i.capacity_type, "spot");
+    }
+
+    #[test]
+    fn a_window_refuses_matching_offerings_from_its_start_until_its_end() {
+        let w = window(None, Some("us-east-1a"), Some("spot"), 60, Some(120));
+        let spot_a = offering("m5.large", "us-east-1a", "spot");
+        assert!(!w.refuses(&spot_a, at(59)));
+        assert!(w.refuses(&spot_a, at(60)));
+        assert!(w.refuses(&spot_a, at(119)));
+        assert!(!w.refuses(&spot_a, at(120)));
+        assert!(!w.refuses(&offering("m5.large", "us-east-1b", "spot"), at(60)));
+        assert!(!w.refuses(&offering("m5.large", "us-east-1a", "on-demand"), at(60)));
+        let open = window(Some("m5.large"), None, None, 0, None);
+        assert!(open.refuses(
+            &offering("m5.large", "us-east-1c", "on-demand"),
+            at(1_000_000)
+        ));
+        assert!(!open.refuses(&offering("c5.large", "us-east-1c", "on-demand"), at(0)));
     }
 
     #[tokio::test]
