@@ -65,6 +65,19 @@
 //! [`CloudProvider::delete`] or [`SimEc2::terminate_externally`], passes
 //! through `ShuttingDown` to `Terminated` instantly: the instance is gone at
 //! once, and later `get`s and `delete`s of it are `NotFound`.
+//!
+//! # Call log
+//!
+//! Every provider call, and every [`SimEc2::terminate_externally`], is
+//! recorded with the clock time and its outcome ([`SimEc2::calls`]): the
+//! offering a launch chose or the error it returned, for tests and the
+//! simulation report. Like the reference autoscaler's fake provider, the
+//! simulated EC2 can be told to fail its next call ([`SimEc2::fail_next`]).
+//!
+//! A requirement the NodeClaim cannot meet at all (no instance type or
+//! offering allows it) is `InvalidRequest`; offerings that exist but cannot
+//! launch now (inside an insufficient-capacity window, or unavailable in the
+//! catalog) make `InsufficientCapacity`, listing them.
 
 use std::collections::BTreeMap;
 use std::future::{Future, ready};
@@ -128,13 +141,28 @@ pub struct CapacityWindow {
 impl CapacityWindow {
     /// Is `offering` refused at `now`?
     pub fn refuses(&self, offering: &OfferingKey, now: Timestamp) -> bool {
+        self.refuses_parts(
+            &offering.instance_type,
+            &offering.zone,
+            &offering.capacity_type,
+            now,
+        )
+    }
+
+    fn refuses_parts(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: &str,
+        now: Timestamp,
+    ) -> bool {
         let matches =
             |filter: &Option<String>, value: &str| filter.as_deref().is_none_or(|f| f == value);
         self.from <= now
             && self.until.is_none_or(|until| now < until)
-            && matches(&self.instance_type, &offering.instance_type)
-            && matches(&self.zone, &offering.zone)
-            && matches(&self.capacity_type, &offering.capacity_type)
+            && matches(&self.instance_type, instance_type)
+            && matches(&self.zone, zone)
+            && matches(&self.capacity_type, capacity_type)
     }
 }
 
@@ -405,8 +433,11 @@ impl SimEc2 {
         out
     }
 
-    fn refused(&self, offering: &OfferingKey, now: Timestamp) -> bool {
-        self.windows.iter().any(|w| w.refuses(offering, now))
+    /// Is the offering inside an active insufficient-capacity window?
+    fn refused(&self, it: &InstanceType, offering: &Offering, now: Timestamp) -> bool {
+        self.windows
+            .iter()
+            .any(|w| w.refuses_parts(&it.name, &offering.zone, &offering.capacity_type, now))
     }
 
     fn launch(
@@ -424,7 +455,7 @@ impl SimEc2 {
         let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
 
         // Every offering the NodeClaim allows, with whether it can launch now.
-        let mut allowed: Vec<(OfferingKey, f64, bool, &InstanceType)> = Vec::new();
+        let mut allowed: Vec<(&InstanceType, &Offering, bool)> = Vec::new();
         let catalog = self.catalog_for(&kubelet);
         for it in catalog.iter() {
             if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
@@ -432,9 +463,8 @@ impl SimEc2 {
             }
             for o in &it.offerings {
                 if allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, &o.capacity_type) {
-                    let key = offering_key(it, o);
-                    let launchable = o.available && !self.refused(&key, now);
-                    allowed.push((key, o.price, launchable, it));
+                    let launchable = o.available && !self.refused(it, o, now);
+                    allowed.push((it, o, launchable));
                 }
             }
         }
@@ -447,21 +477,26 @@ impl SimEc2 {
         let cheapest = |spot: bool| {
             allowed
                 .iter()
-                .filter(|(key, _, launchable, _)| {
-                    *launchable && (key.capacity_type == api::CAPACITY_TYPE_SPOT) == spot
+                .filter(|(_, o, launchable)| {
+                    *launchable && (o.capacity_type == api::CAPACITY_TYPE_SPOT) == spot
                 })
-                .min_by(|a, b| {
-                    a.1.total_cmp(&b.1)
-                        .then_with(|| a.0.instance_type.cmp(&b.0.instance_type))
-                        .then_with(|| a.0.zone.cmp(&b.0.zone))
-                        .then_with(|| a.0.capacity_type.cmp(&b.0.capacity_type))
+                .min_by(|(ita, a, _), (itb, b, _)| {
+                    a.price
+                        .total_cmp(&b.price)
+                        .then_with(|| ita.name.cmp(&itb.name))
+                        .then_with(|| a.zone.cmp(&b.zone))
+                        .then_with(|| a.capacity_type.cmp(&b.capacity_type))
                 })
         };
-        let Some((key, price, _, it)) = cheapest(true).or_else(|| cheapest(false)) else {
-            let mut offerings: Vec<OfferingKey> = allowed.into_iter().map(|a| a.0).collect();
+        let Some(&(it, offering, _)) = cheapest(true).or_else(|| cheapest(false)) else {
+            let mut offerings: Vec<OfferingKey> = allowed
+                .iter()
+                .map(|(it, o, _)| offering_key(it, o))
+                .collect();
             offerings.sort();
             return Err(CloudError::InsufficientCapacity { offerings });
         };
+        let key = offering_key(it, offering);
 
         state.last_id += 1;
         let id = format!("i-{:017x}", state.last_id);
@@ -485,7 +520,7 @@ impl SimEc2 {
             instance_type: key.instance_type.clone(),
             zone: key.zone.clone(),
             capacity_type: key.capacity_type.clone(),
-            price: *price,
+            price: offering.price,
             launched_at: now,
             state: InstanceState::Pending,
             nodeclaim: claim.metadata.name.clone().unwrap_or_default(),
@@ -521,14 +556,11 @@ impl SimEc2 {
             .iter()
             .filter(|it| type_allowed(it, &constraints))
             .map(|it| {
-                let mut it = it.clone();
-                for i in 0..it.offerings.len() {
-                    let key = offering_key(&it, &it.offerings[i]);
-                    if self.refused(&key, now) {
-                        it.offerings[i].available = false;
-                    }
+                let mut adjusted = it.clone();
+                for (o, original) in adjusted.offerings.iter_mut().zip(&it.offerings) {
+                    o.available &= !self.refused(it, original, now);
                 }
-                it
+                adjusted
             })
             .collect())
     }
@@ -1312,6 +1344,24 @@ mod tests {
             .expect("launches");
         assert_eq!(i.instance_type, "c5.large");
         assert_eq!(i.capacity_type, "spot");
+    }
+
+    #[test]
+    fn a_window_refuses_matching_offerings_from_its_start_until_its_end() {
+        let w = window(None, Some("us-east-1a"), Some("spot"), 60, Some(120));
+        let spot_a = offering("m5.large", "us-east-1a", "spot");
+        assert!(!w.refuses(&spot_a, at(59)));
+        assert!(w.refuses(&spot_a, at(60)));
+        assert!(w.refuses(&spot_a, at(119)));
+        assert!(!w.refuses(&spot_a, at(120)));
+        assert!(!w.refuses(&offering("m5.large", "us-east-1b", "spot"), at(60)));
+        assert!(!w.refuses(&offering("m5.large", "us-east-1a", "on-demand"), at(60)));
+        let open = window(Some("m5.large"), None, None, 0, None);
+        assert!(open.refuses(
+            &offering("m5.large", "us-east-1c", "on-demand"),
+            at(1_000_000)
+        ));
+        assert!(!open.refuses(&offering("c5.large", "us-east-1c", "on-demand"), at(0)));
     }
 
     #[tokio::test]
