@@ -28,6 +28,8 @@ pub enum Command {
     Crds(CrdsArgs),
     /// Plan capacity for pending pods once, outside any cluster: the NodeClaims dovetail would launch.
     Plan(PlanArgs),
+    /// Run the controller against a simulated cluster and EC2 on a virtual clock (default: the bundled demo).
+    Simulate(SimulateArgs),
     /// Show what changes between two commits: objects created, changed and deleted.
     Diff(DiffArgs),
 }
@@ -131,6 +133,21 @@ pub struct PlanArgs {
     #[arg(long, value_enum, default_value_t = PreferencesArg::Respect)]
     pub preferences: PreferencesArg,
     /// Output format: text or json.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The scenario file (see docs/simulate.md); without one, the bundled demo runs.
+    pub scenario: Option<PathBuf>,
+    /// Simulate until this offset from the start (e.g. 24h) instead of the scenario's `until`.
+    #[arg(long, value_name = "DURATION")]
+    pub until: Option<String>,
+    /// Instance-type catalog for the simulated EC2 (default: the built-in one).
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Output format: a readable timeline (text) or the report (json).
     #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

@@ -6,6 +6,7 @@ pub mod args;
 mod diff;
 mod plan;
 pub mod render;
+mod simulate;
 mod validate;
 
 use std::io::{IsTerminal, Write};
@@ -91,6 +92,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
         Command::Validate(a) => validate::run(&a, io),
         Command::Crds(a) => crds(&a, io),
         Command::Plan(a) => plan::run(&a, io),
+        Command::Simulate(a) => simulate::run(&a, io),
         Command::Diff(a) => diff::run(&a, io),
     }
 }

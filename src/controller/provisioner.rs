@@ -31,7 +31,7 @@ use crate::cluster::Cluster;
 use crate::model::{InstanceType, Requirement, Requirements};
 use crate::plan::{build_input_with_pools, nodepool_spec_with_types};
 use crate::scheduling::pod::is_provisionable;
-use crate::scheduling::{NewNodeClaim, Preferences, SolveOptions, solve};
+use crate::scheduling::{NewNodeClaim, NodePoolSpec, Preferences, SolveOptions, solve};
 use crate::snapshot::Snapshot;
 
 /// A batch closes when no new pending pod arrived for this long...
@@ -88,6 +88,24 @@ fn node_selector(reqs: &Requirements) -> Vec<NodeSelectorRequirementWithMinValue
         }
     }
     out
+}
+
+/// A pod as it would be if it were not yet scheduled.
+fn as_pending(p: &Pod) -> Pod {
+    let mut p = p.clone();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.node_name = None;
+    }
+    let status = p.status.get_or_insert_with(Default::default);
+    status.phase = Some("Pending".into());
+    status.nominated_node_name = None;
+    status.conditions = Some(vec![k8s_openapi::api::core::v1::PodCondition {
+        type_: "PodScheduled".into(),
+        status: "False".into(),
+        reason: Some("Unschedulable".into()),
+        ..Default::default()
+    }]);
+    p
 }
 
 fn owned<K: Clone>(items: &[Arc<K>]) -> Vec<K> {
@@ -148,7 +166,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.settings.resync
     }
 
-    async fn provision(&mut self, pods: &[Arc<Pod>]) {
+    /// The NodePools as the scheduling core sees them, with their instance
+    /// types from the cloud, and every instance type seen (for sizing
+    /// in-flight claims).
+    async fn nodepool_specs(
+        &mut self,
+    ) -> (Vec<Arc<NodePool>>, Vec<NodePoolSpec>, Vec<InstanceType>) {
         let now = self.clock.now();
         let classes: BTreeMap<String, Arc<EC2NodeClass>> = self
             .cluster
@@ -205,7 +228,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Err(e) => self.event(format!("NodePool/{pool_name}"), "InvalidNodePool", e),
             }
         }
-        let snapshot = Snapshot {
+        (pools, specs, catalog.into_values().collect())
+    }
+
+    /// The cluster as the scheduling core's input builder reads it.
+    fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
+        Snapshot {
             nodes: owned(&self.cluster.list::<Node>()),
             pods: owned(pods),
             nodeclaims: self
@@ -221,9 +249,55 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             persistent_volumes: owned(&self.cluster.list::<PersistentVolume>()),
             persistent_volume_claims: owned(&self.cluster.list::<PersistentVolumeClaim>()),
             storage_classes: owned(&self.cluster.list::<StorageClass>()),
-        };
+        }
+    }
+
+    /// The lower bound on the hourly price of capacity for every running or
+    /// pending pod, as if the cluster were empty.
+    pub async fn workload_lower_bound(&mut self) -> Option<f64> {
+        let now = self.clock.now();
+        let (_, specs, catalog) = self.nodepool_specs().await;
+        let pods: Vec<Pod> = self
+            .cluster
+            .list::<Pod>()
+            .iter()
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                !matches!(phase, Some("Succeeded" | "Failed"))
+                    && p.metadata.deletion_timestamp.is_none()
+            })
+            .filter(|p| {
+                !p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "DaemonSet")
+            })
+            .map(|p| as_pending(p))
+            .collect();
+        let mut snapshot = self.snapshot(&[]);
+        snapshot.nodes.clear();
+        snapshot.nodeclaims.clear();
+        snapshot.pods = pods;
         let now_ms = now.as_millisecond();
-        let catalog: Vec<InstanceType> = catalog.into_values().collect();
+        let input =
+            build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms).ok()?;
+        let result = solve(
+            &input,
+            &SolveOptions {
+                preferences: Preferences::Respect,
+                now_ms,
+            },
+        )
+        .ok()?;
+        Some(result.lower_bound)
+    }
+
+    async fn provision(&mut self, pods: &[Arc<Pod>]) {
+        let now = self.clock.now();
+        let (pools, specs, catalog) = self.nodepool_specs().await;
+        let snapshot = self.snapshot(pods);
+        let now_ms = now.as_millisecond();
         let input = match build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms)
         {
             Ok(i) => i,

@@ -1,7 +1,9 @@
 //! `dovetail simulate`: the controller against an in-memory cluster and a
 //! simulated EC2 on a virtual clock.
 
+pub mod driver;
 pub mod kubelet;
 pub mod kubescheduler;
+pub mod report;
 pub mod scenario;
 pub mod workloads;

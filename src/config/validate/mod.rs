@@ -202,6 +202,33 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
     report
 }
 
+/// The checks of `validate` on one object, without positions: what an API
+/// server's admission runs. Errors only, as `path: message` strings.
+pub fn check_object(kind: ApiKind, value: &Value) -> Vec<String> {
+    let mut out: Vec<String> = schema::check(kind, value)
+        .into_iter()
+        .map(|f| format!("{}: {}", f.path, f.message))
+        .collect();
+    let cel = match kind {
+        ApiKind::NodePool => rules::nodepool(value),
+        ApiKind::EC2NodeClass => rules::ec2nodeclass(value),
+        ApiKind::NodeClaim => Vec::new(),
+    };
+    out.extend(
+        cel.into_iter()
+            .map(|f| format!("{}: {}", f.path, f.message)),
+    );
+    if kind == ApiKind::NodePool {
+        out.extend(
+            runtime::nodepool(value)
+                .into_iter()
+                .filter(|f| f.severity == Severity::Error)
+                .map(|f| format!("{}: {}", f.path, f.message)),
+        );
+    }
+    out
+}
+
 fn locate(doc: &Doc, path: &JsonPath) -> Pos {
     doc.yaml.root.locate(path)
 }

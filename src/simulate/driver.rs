@@ -1,0 +1,453 @@
+//! The simulation loop: the scenario's timeline, the stand-in workload
+//! controllers, kube-scheduler and kubelet, and dovetail's controller, all
+//! on one virtual clock. Time jumps to the next thing that can happen: a
+//! timeline step, the controller's next wake-up, an instance becoming
+//! ready, or at most [`MAX_STEP`] while work is running.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use serde_json::Value;
+
+use super::kubelet::Kubelet;
+use super::kubescheduler::KubeScheduler;
+use super::report::{Recorder, Report};
+use super::scenario::{Action, Manifest, Scenario};
+use super::workloads::Workloads;
+use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
+use crate::clock::{Clock, ManualClock, Timestamp};
+use crate::cloud::CloudProvider;
+use crate::cloud::sim::{CapacityWindow, SimConfig, SimEc2};
+use crate::cluster::{ApiError, MemoryCluster, Object, ObjectKey, Selector};
+use crate::config::load;
+use crate::config::source::Revision;
+use crate::config::validate::{self, transition};
+use crate::config::yaml::Limits;
+use crate::controller::{Controller, Settings};
+use crate::diag::{Diagnostic, Severity};
+use crate::model::InstanceType;
+
+/// The longest jump of the virtual clock while pods, instances or jobs are
+/// in motion, so job completions and the like are noticed promptly.
+pub const MAX_STEP: Duration = Duration::from_secs(30);
+/// The step after anything changed, to let the loops settle.
+pub const SETTLE_STEP: Duration = Duration::from_secs(1);
+/// Watch history kept by the simulated API server: enough for a burst of
+/// tens of thousands of pods between two report updates.
+const WATCH_LOG: usize = 1 << 20;
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("{}", .0.first().map(ToString::to_string).unwrap_or_default())]
+    Input(Vec<Diagnostic>),
+    #[error("the configuration repository {path} is invalid")]
+    InvalidConfig {
+        path: String,
+        diagnostics: Vec<Diagnostic>,
+    },
+    #[error("{0}")]
+    Setup(String),
+}
+
+fn input_error(m: &Manifest, message: impl Into<String>) -> SimError {
+    SimError::Input(vec![
+        Diagnostic::error("scenario", message)
+            .in_file(m.file.clone())
+            .at(m.pos),
+    ])
+}
+
+fn kind_name(v: &Value) -> String {
+    crate::snapshot::kind_name(v)
+}
+
+/// Creates an object, or replaces the existing one of the same name.
+fn upsert<K: Object>(cluster: &MemoryCluster, m: &Manifest) -> Result<(), SimError> {
+    let obj: K = serde_json::from_value(m.object.clone())
+        .map_err(|e| input_error(m, format!("{}: {e}", kind_name(&m.object))))?;
+    let key = ObjectKey::of(&obj);
+    let res = match cluster.get_opt::<K>(&key) {
+        Some(existing) => {
+            let mut obj = obj;
+            obj.meta_mut().resource_version = existing.meta().resource_version.clone();
+            cluster.replace(obj).map(|_| ())
+        }
+        None => cluster.create(obj).map(|_| ()),
+    };
+    res.map_err(|e| input_error(m, format!("{}: {e}", kind_name(&m.object))))
+}
+
+fn apply(cluster: &MemoryCluster, m: &Manifest) -> Result<(), SimError> {
+    match m.kind() {
+        "Pod" => upsert::<Pod>(cluster, m),
+        "Deployment" => upsert::<Deployment>(cluster, m),
+        "Job" => upsert::<Job>(cluster, m),
+        "DaemonSet" => upsert::<DaemonSet>(cluster, m),
+        "PodDisruptionBudget" => upsert::<PodDisruptionBudget>(cluster, m),
+        "PersistentVolume" => upsert::<PersistentVolume>(cluster, m),
+        "PersistentVolumeClaim" => upsert::<PersistentVolumeClaim>(cluster, m),
+        "StorageClass" => upsert::<StorageClass>(cluster, m),
+        "Node" => upsert::<Node>(cluster, m),
+        "NodeClaim" => upsert::<NodeClaim>(cluster, m),
+        "NodePool" => upsert::<NodePool>(cluster, m),
+        "EC2NodeClass" => upsert::<EC2NodeClass>(cluster, m),
+        other => Err(input_error(
+            m,
+            format!(
+                "cannot apply kind {other:?}: the simulation supports Pod, Deployment, Job, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, Node, NodeClaim, NodePool and EC2NodeClass"
+            ),
+        )),
+    }
+}
+
+fn delete_matching<K: Object>(
+    cluster: &MemoryCluster,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    selector: &Selector,
+) -> usize {
+    let items = cluster.list::<K>(namespace, selector).items;
+    let mut n = 0;
+    for o in items {
+        if name.is_some_and(|want| o.meta().name.as_deref() != Some(want)) {
+            continue;
+        }
+        if cluster.delete::<K>(&ObjectKey::of(o.as_ref())).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Admission for dovetail's kinds: the checks of `validate` and the
+/// transition rules, as the real API server applies the CRDs.
+fn register_validators(cluster: &MemoryCluster) -> Result<(), ApiError> {
+    fn check<K: Object>(kind: ApiKind, old: Option<&K>, new: &K) -> Result<(), Vec<String>> {
+        let new_v = serde_json::to_value(new).map_err(|e| vec![e.to_string()])?;
+        let mut errors = validate::check_object(kind, &new_v);
+        if let Some(old) = old {
+            let old_v = serde_json::to_value(old).map_err(|e| vec![e.to_string()])?;
+            errors.extend(
+                transition::check(kind, &old_v, &new_v)
+                    .into_iter()
+                    .map(|f| format!("{}: {}", f.path, f.message)),
+            );
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+    cluster.add_validator::<NodePool>(|old: Option<&NodePool>, new: &NodePool| {
+        check(ApiKind::NodePool, old, new)
+    })?;
+    cluster.add_validator::<EC2NodeClass>(|old: Option<&EC2NodeClass>, new: &EC2NodeClass| {
+        check(ApiKind::EC2NodeClass, old, new)
+    })?;
+    cluster.add_validator::<NodeClaim>(|old: Option<&NodeClaim>, new: &NodeClaim| {
+        check(ApiKind::NodeClaim, old, new)
+    })
+}
+
+/// Everything a running simulation holds.
+pub struct Simulation {
+    scenario: Scenario,
+    clock: Arc<ManualClock>,
+    cluster: Arc<MemoryCluster>,
+    cloud: Arc<SimEc2>,
+    controller: Controller<MemoryCluster, SimEc2>,
+    kubelet: Kubelet,
+    scheduler: KubeScheduler,
+    workloads: Workloads,
+    catalog: Vec<InstanceType>,
+    recorder: Recorder,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn at(start: Timestamp, offset: Duration) -> Timestamp {
+    start.checked_add(offset).unwrap_or(start)
+}
+
+impl Simulation {
+    /// Sets up the cluster, the cloud and the controller for a scenario:
+    /// loads and validates the configuration repository and applies it, and
+    /// restores the initial cluster state.
+    pub fn new(
+        scenario: Scenario,
+        catalog_override: Option<&std::path::Path>,
+    ) -> Result<Self, SimError> {
+        let start = scenario.start;
+        let clock = Arc::new(ManualClock::new(start));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster =
+            Arc::new(MemoryCluster::new(dyn_clock.clone()).with_watch_log_capacity(WATCH_LOG));
+        register_validators(&cluster).map_err(|e| SimError::Setup(e.to_string()))?;
+
+        let catalog_path = catalog_override
+            .map(Into::into)
+            .or_else(|| scenario.catalog.clone());
+        let catalog = match &catalog_path {
+            Some(p) => SimEc2::load_catalog(p),
+            None => SimEc2::builtin_catalog(),
+        }
+        .map_err(|e| SimError::Setup(e.to_string()))?;
+        let mut config = SimConfig::new(catalog);
+        config.region = scenario.region.clone();
+        config.zones = scenario.zones.clone();
+        config.launch_delay = scenario.cloud.launch_delay;
+        config.insufficient_capacity = scenario
+            .cloud
+            .insufficient_capacity
+            .iter()
+            .map(|w| CapacityWindow {
+                instance_type: w.instance_type.clone(),
+                zone: w.zone.clone(),
+                capacity_type: w.capacity_type.clone(),
+                from: at(start, w.from),
+                until: w.until.map(|u| at(start, u)),
+            })
+            .collect();
+        let cloud = Arc::new(SimEc2::new(config, dyn_clock.clone()));
+        let catalog = cloud.catalog().to_vec();
+
+        // The configuration repository, validated as `dovetail validate` does.
+        let loaded = load::load(
+            &scenario.config,
+            &Revision::Worktree,
+            false,
+            &Limits::default(),
+        )
+        .map_err(|e| SimError::Setup(format!("{}: {e}", scenario.config.display())))?;
+        let report = validate::validate(&loaded, &validate::Options::default());
+        if report.count(Severity::Error) > 0 {
+            return Err(SimError::InvalidConfig {
+                path: scenario.config.display().to_string(),
+                diagnostics: report
+                    .diagnostics
+                    .into_iter()
+                    .filter(|d| d.severity == Severity::Error)
+                    .collect(),
+            });
+        }
+        let mut ordered: Vec<&validate::Object> =
+            report.objects_of(ApiKind::EC2NodeClass).collect();
+        ordered.extend(report.objects_of(ApiKind::NodePool));
+        for o in ordered {
+            let m = Manifest {
+                object: o.value.clone(),
+                file: format!("{}/{}", scenario.config.display(), o.file),
+                pos: o.pos,
+            };
+            apply(&cluster, &m)?;
+        }
+        for m in &scenario.initial {
+            apply(&cluster, m)?;
+        }
+
+        let controller = Controller::new(
+            cluster.clone(),
+            cloud.clone(),
+            dyn_clock,
+            Settings::default(),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| SimError::Setup(e.to_string()))?;
+        Ok(Simulation {
+            kubelet: Kubelet::new(scenario.cloud.launch_delay),
+            scheduler: KubeScheduler::new(),
+            workloads: Workloads::default(),
+            recorder: Recorder::new(start),
+            scenario,
+            clock,
+            cluster,
+            cloud,
+            controller,
+            catalog,
+            runtime,
+        })
+    }
+
+    fn run_step(&mut self, action: &Action) -> Result<(), SimError> {
+        let now = self.clock.now();
+        match action {
+            Action::Apply(ms) => {
+                for m in ms {
+                    apply(&self.cluster, m)?;
+                    self.recorder
+                        .event(now, kind_name(&m.object), "Applied", String::new());
+                }
+            }
+            Action::Scale {
+                namespace,
+                name,
+                replicas,
+            } => {
+                let key = ObjectKey::new(namespace.clone(), name.clone());
+                let Some(d) = self.cluster.get_opt::<Deployment>(&key) else {
+                    return Err(SimError::Setup(format!(
+                        "scale: Deployment {key} does not exist"
+                    )));
+                };
+                let mut d = (*d).clone();
+                d.spec.replicas = Some(i32::try_from(*replicas).unwrap_or(i32::MAX));
+                self.cluster
+                    .replace(d)
+                    .map_err(|e| SimError::Setup(format!("scale {key}: {e}")))?;
+                self.recorder.event(
+                    now,
+                    format!("Deployment/{key}"),
+                    "Scaled",
+                    format!("to {replicas} replicas"),
+                );
+            }
+            Action::Delete {
+                kind,
+                namespace,
+                name,
+                selector,
+            } => {
+                let sel = match selector.as_deref() {
+                    Some(s) => parse_selector(s)
+                        .map_err(|e| SimError::Setup(format!("delete: selector {s:?}: {e}")))?,
+                    None => Selector::everything(),
+                };
+                let (ns, nm) = (namespace.as_deref(), name.as_deref());
+                let n = match kind.as_str() {
+                    "Pod" => delete_matching::<Pod>(&self.cluster, ns, nm, &sel),
+                    "Deployment" => delete_matching::<Deployment>(&self.cluster, ns, nm, &sel),
+                    "Job" => delete_matching::<Job>(&self.cluster, ns, nm, &sel),
+                    "DaemonSet" => delete_matching::<DaemonSet>(&self.cluster, ns, nm, &sel),
+                    "NodePool" => delete_matching::<NodePool>(&self.cluster, ns, nm, &sel),
+                    "NodeClaim" => delete_matching::<NodeClaim>(&self.cluster, ns, nm, &sel),
+                    "Node" => delete_matching::<Node>(&self.cluster, ns, nm, &sel),
+                    other => {
+                        return Err(SimError::Setup(format!(
+                            "delete: unsupported kind {other:?}"
+                        )));
+                    }
+                };
+                self.recorder
+                    .event(now, kind.clone(), "Deleted", format!("{n} object(s)"));
+            }
+            Action::Advance(_) => {}
+        }
+        Ok(())
+    }
+
+    /// One pass of every actor at the current time; whether anything changed.
+    fn tick(&mut self) -> (bool, Duration) {
+        let now = self.clock.now();
+        let w = self.workloads.sync(&self.cluster, now);
+        let s = self.scheduler.schedule(&self.cluster, now);
+        let wake_p = self
+            .runtime
+            .block_on(self.controller.reconcile_provisioning());
+        let wake_n = self
+            .runtime
+            .block_on(self.controller.reconcile_nodeclaims());
+        let instances = self.runtime.block_on(self.cloud.list()).unwrap_or_default();
+        let k = self
+            .kubelet
+            .sync(&self.cluster, &instances, &self.catalog, now);
+        let events = self.controller.drain_events();
+        let changed = !w.created.is_empty()
+            || !w.deleted.is_empty()
+            || !s.bound.is_empty()
+            || !k.is_empty()
+            || !events.is_empty();
+        self.recorder.controller_events(events);
+        self.recorder.kubelet(now, &k);
+        self.recorder.observe(&self.cluster, &instances, now);
+        // The next time something is due on its own.
+        let mut wake = wake_p.min(wake_n);
+        for i in &instances {
+            if let Some(ready) = self.kubelet.ready_at(i)
+                && ready > now
+            {
+                wake = wake.min(Duration::try_from(ready.duration_since(now)).unwrap_or_default());
+            }
+        }
+        let active = self.recorder.active_pods() > 0 || !instances.is_empty();
+        if active {
+            wake = wake.min(MAX_STEP);
+        }
+        (changed, wake)
+    }
+
+    /// Runs the whole scenario and returns the report.
+    pub fn run(mut self, until: Option<Duration>) -> Result<Report, SimError> {
+        let start = self.scenario.start;
+        let end = at(start, until.unwrap_or(self.scenario.until));
+        let steps = std::mem::take(&mut self.scenario.steps);
+        let mut next_step = 0;
+        loop {
+            let now = self.clock.now();
+            while next_step < steps.len() && at(start, steps[next_step].at) <= now {
+                let action = steps[next_step].action.clone();
+                self.run_step(&action)?;
+                next_step += 1;
+            }
+            let (changed, wake) = self.tick();
+            if now >= end {
+                break;
+            }
+            let mut next = at(
+                now,
+                if changed {
+                    SETTLE_STEP
+                } else {
+                    wake.max(SETTLE_STEP)
+                },
+            );
+            if let Some(s) = steps.get(next_step) {
+                next = next.min(at(start, s.at));
+            }
+            next = next.min(end).max(at(now, SETTLE_STEP).min(end));
+            if self.clock.set(next).is_err() {
+                break;
+            }
+        }
+        let lower_bound = self
+            .runtime
+            .block_on(self.controller.workload_lower_bound());
+        let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
+        let calls = self.cloud.calls().len();
+        Ok(self
+            .recorder
+            .finish(self.clock.now(), lower_bound, unschedulable, calls))
+    }
+}
+
+/// An equality-based label selector: `app=web,tier!=db`; empty selects all.
+pub fn parse_selector(s: &str) -> Result<Selector, String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    let mut match_labels = BTreeMap::new();
+    let mut exprs = Vec::new();
+    for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if let Some((k, v)) = term.split_once("!=") {
+            exprs.push(LabelSelectorRequirement {
+                key: k.trim().to_string(),
+                operator: "NotIn".into(),
+                values: Some(vec![v.trim().to_string()]),
+            });
+        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            match_labels.insert(k.trim().to_string(), v.trim().to_string());
+        } else {
+            return Err(format!("{term:?} is not `key=value` or `key!=value`"));
+        }
+    }
+    Selector::new(&LabelSelector {
+        match_labels: Some(match_labels),
+        match_expressions: Some(exprs),
+    })
+    .map_err(|e| e.to_string())
+}

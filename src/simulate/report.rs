@@ -1,0 +1,477 @@
+//! The simulation's report: nodes, pods, events, unschedulable pods and a
+//! summary, as JSON (`schema_version` 1, snake_case keys) and as a readable
+//! timeline. Everything is ordered and timestamped by the virtual clock, so
+//! the same scenario gives byte-identical reports.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::Serialize;
+
+use super::kubelet::KubeletReport;
+use crate::clock::{Timestamp, format_rfc3339};
+use crate::cloud::{Instance, InstanceState};
+use crate::cluster::{EventType, MemoryCluster, Selector};
+use crate::controller::Event;
+
+fn secs(from: Timestamp, to: Timestamp) -> f64 {
+    to.duration_since(from).as_secs_f64().max(0.0)
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReportEvent {
+    /// Seconds since the start.
+    pub t: f64,
+    pub kind: String,
+    pub object: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeRecord {
+    pub name: String,
+    pub instance_id: String,
+    pub nodepool: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_per_hour: f64,
+    pub launched_at: String,
+    pub deleted_at: Option<String>,
+    pub disruption_reason: Option<String>,
+    pub pods: Vec<String>,
+    #[serde(skip)]
+    launched: Option<Timestamp>,
+    #[serde(skip)]
+    deleted: Option<Timestamp>,
+    #[serde(skip)]
+    nodeclaim: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PodRecord {
+    pub namespace: String,
+    pub name: String,
+    pub node: Option<String>,
+    pub pending_seconds: f64,
+    pub phase: String,
+    pub deleted_at: Option<String>,
+    #[serde(skip)]
+    created: Option<Timestamp>,
+    #[serde(skip)]
+    bound: Option<Timestamp>,
+    #[serde(skip)]
+    daemon: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Unschedulable {
+    pub pod: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub duration_seconds: f64,
+    pub cost_usd: f64,
+    pub nodes_launched: usize,
+    pub nodes_terminated: usize,
+    pub disruptions_by_reason: BTreeMap<String, usize>,
+    pub evictions: usize,
+    pub pods_created: usize,
+    pub max_pending_seconds: f64,
+    pub p50_pending_seconds: f64,
+    pub p99_pending_seconds: f64,
+    pub price_per_hour: f64,
+    pub lower_bound_price_per_hour: Option<f64>,
+    pub cloud_calls: usize,
+}
+
+/// The JSON report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub start: String,
+    pub end: String,
+    pub nodes: Vec<NodeRecord>,
+    pub pods: Vec<PodRecord>,
+    pub events: Vec<ReportEvent>,
+    pub unschedulable: Vec<Unschedulable>,
+    pub summary: Summary,
+}
+
+/// Collects what happens during a run.
+pub struct Recorder {
+    start: Timestamp,
+    events: Vec<ReportEvent>,
+    pods: BTreeMap<String, PodRecord>,
+    /// By instance id.
+    nodes: BTreeMap<String, NodeRecord>,
+    pod_version: u64,
+    evictions: usize,
+    active: usize,
+}
+
+fn phase(p: &Pod) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_else(|| "Pending".into())
+}
+
+fn terminal(phase: &str) -> bool {
+    matches!(phase, "Succeeded" | "Failed")
+}
+
+fn kind_of(object: &str) -> String {
+    object.split('/').next().unwrap_or_default().to_string()
+}
+
+impl Recorder {
+    pub fn new(start: Timestamp) -> Self {
+        Recorder {
+            start,
+            events: Vec::new(),
+            pods: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            pod_version: 0,
+            evictions: 0,
+            active: 0,
+        }
+    }
+
+    pub fn event(&mut self, t: Timestamp, object: String, reason: &str, message: String) {
+        self.events.push(ReportEvent {
+            t: secs(self.start, t),
+            kind: kind_of(&object),
+            object,
+            reason: reason.to_string(),
+            message,
+        });
+    }
+
+    /// Pods that are neither finished nor deleted.
+    pub fn active_pods(&self) -> usize {
+        self.active
+    }
+
+    pub fn controller_events(&mut self, events: Vec<Event>) {
+        for e in events {
+            if e.reason == "Evicted" {
+                self.evictions += 1;
+            }
+            if let Some(claim) = e.object.strip_prefix("NodeClaim/")
+                && matches!(
+                    e.reason.as_str(),
+                    "RegistrationTimeout" | "NodeDeleted" | "InstanceGone"
+                )
+                && let Some(n) = self.nodes.values_mut().find(|n| n.nodeclaim == claim)
+            {
+                n.disruption_reason.get_or_insert_with(|| e.reason.clone());
+            }
+            self.event(e.t, e.object, &e.reason, e.message);
+        }
+    }
+
+    pub fn kubelet(&mut self, now: Timestamp, k: &KubeletReport) {
+        for n in &k.registered {
+            self.event(
+                now,
+                format!("Node/{n}"),
+                "NodeJoined",
+                "kubelet registered the node".into(),
+            );
+        }
+        for n in k.deleted.iter().chain(&k.orphans_deleted) {
+            self.event(
+                now,
+                format!("Node/{n}"),
+                "NodeRemoved",
+                "the instance is gone".into(),
+            );
+        }
+        for p in &k.completed {
+            self.event(
+                now,
+                format!("Pod/{p}"),
+                "Completed",
+                "the job's pod finished".into(),
+            );
+        }
+    }
+
+    fn upsert_pod(&mut self, p: &Pod, now: Timestamp, deleted: bool) {
+        let ns = p
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let key = format!("{ns}/{name}");
+        let daemon = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "DaemonSet");
+        let record = self.pods.entry(key).or_insert_with(|| PodRecord {
+            namespace: ns,
+            name,
+            node: None,
+            pending_seconds: 0.0,
+            phase: "Pending".into(),
+            deleted_at: None,
+            created: Some(now),
+            bound: None,
+            daemon,
+        });
+        let was_active = record.deleted_at.is_none() && !terminal(&record.phase);
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            if record.bound.is_none() {
+                record.bound = Some(now);
+            }
+            record.node = Some(node);
+        }
+        record.phase = phase(p);
+        if deleted && record.deleted_at.is_none() {
+            record.deleted_at = Some(format_rfc3339(now));
+        }
+        let is_active = record.deleted_at.is_none() && !terminal(&record.phase);
+        match (was_active, is_active) {
+            (true, false) => self.active -= 1,
+            (false, true) => self.active += 1,
+            _ => {}
+        }
+    }
+
+    /// Follows pods through the watch log and instances through the cloud.
+    pub fn observe(&mut self, cluster: &MemoryCluster, instances: &[Instance], now: Timestamp) {
+        match cluster.watch_from::<Pod>(self.pod_version) {
+            Ok(events) => {
+                for e in events {
+                    self.pod_version = self.pod_version.max(e.resource_version);
+                    let first = !self.pods.contains_key(&format!(
+                        "{}/{}",
+                        e.object.metadata.namespace.as_deref().unwrap_or("default"),
+                        e.object.metadata.name.as_deref().unwrap_or_default()
+                    ));
+                    if first && e.event_type == EventType::Added {
+                        self.active += 1;
+                    }
+                    self.upsert_pod(&e.object, now, e.event_type == EventType::Deleted);
+                }
+            }
+            Err(_) => {
+                // The log was compacted: relist, as a watcher would.
+                self.pod_version = cluster.resource_version();
+                for p in cluster.list::<Pod>(None, &Selector::everything()).items {
+                    self.upsert_pod(&p, now, false);
+                }
+            }
+        }
+        let node_names: BTreeMap<String, String> = cluster
+            .list::<Node>(None, &Selector::everything())
+            .items
+            .iter()
+            .filter_map(|n| {
+                Some((
+                    n.spec.as_ref()?.provider_id.clone()?,
+                    n.metadata.name.clone()?,
+                ))
+            })
+            .collect();
+        let live: std::collections::BTreeSet<&str> = instances
+            .iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .map(|i| i.id.as_str())
+            .collect();
+        for i in instances {
+            let rec = self
+                .nodes
+                .entry(i.id.clone())
+                .or_insert_with(|| NodeRecord {
+                    name: String::new(),
+                    instance_id: i.id.clone(),
+                    nodepool: i.nodepool.clone(),
+                    instance_type: i.instance_type.clone(),
+                    zone: i.zone.clone(),
+                    capacity_type: i.capacity_type.clone(),
+                    price_per_hour: i.price,
+                    launched_at: format_rfc3339(i.launched_at),
+                    deleted_at: None,
+                    disruption_reason: None,
+                    pods: Vec::new(),
+                    launched: Some(i.launched_at),
+                    deleted: None,
+                    nodeclaim: i.nodeclaim.clone(),
+                });
+            if let Some(n) = node_names.get(&i.provider_id) {
+                rec.name = n.clone();
+            }
+        }
+        for rec in self.nodes.values_mut() {
+            if rec.deleted.is_none() && !live.contains(rec.instance_id.as_str()) {
+                rec.deleted = Some(now);
+                rec.deleted_at = Some(format_rfc3339(now));
+            }
+        }
+    }
+
+    /// The report at `end`.
+    pub fn finish(
+        mut self,
+        end: Timestamp,
+        lower_bound: Option<f64>,
+        unschedulable: BTreeMap<String, String>,
+        cloud_calls: usize,
+    ) -> Report {
+        for p in self.pods.values_mut() {
+            let until = p.bound.unwrap_or(end);
+            p.pending_seconds = p.created.map(|c| secs(c, until)).unwrap_or(0.0);
+        }
+        let mut pods_by_node: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (key, p) in &self.pods {
+            if let Some(n) = &p.node {
+                pods_by_node
+                    .entry(n.as_str())
+                    .or_default()
+                    .push(key.clone());
+            }
+        }
+        let mut cost = 0.0;
+        let mut fleet = 0.0;
+        let mut disruptions: BTreeMap<String, usize> = BTreeMap::new();
+        let mut terminated = 0;
+        for n in self.nodes.values_mut() {
+            n.pods = pods_by_node
+                .get(n.name.as_str())
+                .cloned()
+                .unwrap_or_default();
+            let from = n.launched.unwrap_or(end);
+            let to = n.deleted.unwrap_or(end);
+            cost += n.price_per_hour * secs(from, to) / 3600.0;
+            if n.deleted.is_some() {
+                terminated += 1;
+            } else {
+                fleet += n.price_per_hour;
+            }
+            if let Some(r) = &n.disruption_reason {
+                *disruptions.entry(r.clone()).or_default() += 1;
+            }
+        }
+        let mut pending: Vec<f64> = self
+            .pods
+            .values()
+            .filter(|p| !p.daemon)
+            .map(|p| p.pending_seconds)
+            .collect();
+        pending.sort_by(f64::total_cmp);
+        let pct = |q: f64| -> f64 {
+            if pending.is_empty() {
+                return 0.0;
+            }
+            let i = ((pending.len() as f64 - 1.0) * q).round() as usize;
+            pending[i.min(pending.len() - 1)]
+        };
+        let round = |x: f64| (x * 1e6).round() / 1e6;
+        let summary = Summary {
+            duration_seconds: secs(self.start, end),
+            cost_usd: round(cost),
+            nodes_launched: self.nodes.len(),
+            nodes_terminated: terminated,
+            disruptions_by_reason: disruptions,
+            evictions: self.evictions,
+            pods_created: self.pods.len(),
+            max_pending_seconds: pending.last().copied().unwrap_or(0.0),
+            p50_pending_seconds: pct(0.5),
+            p99_pending_seconds: pct(0.99),
+            price_per_hour: round(fleet),
+            lower_bound_price_per_hour: lower_bound.map(round),
+            cloud_calls,
+        };
+        Report {
+            schema_version: 1,
+            start: format_rfc3339(self.start),
+            end: format_rfc3339(end),
+            nodes: self.nodes.into_values().collect(),
+            pods: self.pods.into_values().collect(),
+            events: self.events,
+            unschedulable: unschedulable
+                .into_iter()
+                .map(|(pod, reason)| Unschedulable { pod, reason })
+                .collect(),
+            summary,
+        }
+    }
+}
+
+/// `+1h02m03s`: an offset from the start for the timeline.
+fn offset(t: f64) -> String {
+    let s = t.round() as u64;
+    format!("+{}h{:02}m{:02}s", s / 3600, (s % 3600) / 60, s % 60)
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the report serialises")
+    }
+
+    /// A readable timeline and summary; at most `max_events` events.
+    pub fn to_text(&self, max_events: usize) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "Timeline (from {}):", self.start);
+        for e in self.events.iter().take(max_events) {
+            let _ = write!(out, "  {}  {:<40} {}", offset(e.t), e.object, e.reason);
+            if !e.message.is_empty() {
+                let _ = write!(out, ": {}", e.message);
+            }
+            out.push('\n');
+        }
+        if self.events.len() > max_events {
+            let _ = writeln!(
+                out,
+                "  ... {} more events (see --output json)",
+                self.events.len() - max_events
+            );
+        }
+        if !self.unschedulable.is_empty() {
+            let _ = writeln!(out, "\nUnschedulable pods:");
+            for u in &self.unschedulable {
+                let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
+            }
+        }
+        let s = &self.summary;
+        let _ = writeln!(
+            out,
+            "\nSummary ({} simulated):",
+            offset(s.duration_seconds).trim_start_matches('+')
+        );
+        let _ = writeln!(out, "  nodes launched      {}", s.nodes_launched);
+        let _ = writeln!(out, "  nodes terminated    {}", s.nodes_terminated);
+        let _ = writeln!(out, "  pods created        {}", s.pods_created);
+        let _ = writeln!(out, "  evictions           {}", s.evictions);
+        let _ = writeln!(
+            out,
+            "  pending seconds     p50 {:.0}, p99 {:.0}, max {:.0}",
+            s.p50_pending_seconds, s.p99_pending_seconds, s.max_pending_seconds
+        );
+        let _ = writeln!(out, "  cost                ${:.2}", s.cost_usd);
+        match s.lower_bound_price_per_hour {
+            Some(lb) if lb > 0.0 => {
+                let _ = writeln!(
+                    out,
+                    "  final fleet         ${:.4}/h (lower bound ${:.4}/h, ratio {:.2})",
+                    s.price_per_hour,
+                    lb,
+                    s.price_per_hour / lb
+                );
+            }
+            _ => {
+                let _ = writeln!(out, "  final fleet         ${:.4}/h", s.price_per_hour);
+            }
+        }
+        out
+    }
+}
