@@ -4,5 +4,6 @@
 mod conformance;
 mod diff;
 mod plan;
+mod simulate;
 mod support;
 mod validate;

@@ -1,0 +1,210 @@
+//! `dovetail simulate` end to end: scenario files in tests/scenarios/ run
+//! through the real controller, and the JSON report is asserted on.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::support::dovetail;
+
+fn report(args: &[&str]) -> Value {
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--output", "json"]);
+    let out = dovetail(&all);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+fn reasons_for(r: &Value, object: &str) -> Vec<String> {
+    r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["object"] == object)
+        .map(|e| e["reason"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn node_of<'a>(r: &'a Value, node: &str) -> &'a Value {
+    r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == node)
+        .unwrap()
+}
+
+#[test]
+fn demo_goes_from_pending_pods_to_bound_pods() {
+    let r = report(&[]);
+    assert_eq!(r["schema_version"], 1);
+    // Every NodeClaim goes through the lifecycle in order.
+    let claims: BTreeSet<String> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["object"].as_str())
+        .filter(|o| o.starts_with("NodeClaim/"))
+        .map(str::to_string)
+        .collect();
+    assert!(!claims.is_empty());
+    for c in &claims {
+        let reasons = reasons_for(&r, c);
+        assert_eq!(
+            reasons,
+            ["Provisioned", "Launched", "Registered", "Initialized"],
+            "{c}"
+        );
+    }
+    // Every pod was bound to a node; jobs completed; web pods run.
+    for p in r["pods"].as_array().unwrap() {
+        assert!(p["node"].is_string(), "pod never bound: {p}");
+    }
+    let phases: BTreeMap<String, String> = r["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                format!(
+                    "{}/{}",
+                    p["namespace"].as_str().unwrap(),
+                    p["name"].as_str().unwrap()
+                ),
+                p["phase"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        phases.get("ml/fine-tune-00000").map(String::as_str),
+        Some("Succeeded")
+    );
+    assert_eq!(
+        phases.get("batch/nightly-report-00023").map(String::as_str),
+        Some("Succeeded")
+    );
+    assert!(r["unschedulable"].as_array().unwrap().is_empty());
+    let s = &r["summary"];
+    assert!(s["cost_usd"].as_f64().unwrap() > 0.0);
+    assert!(s["max_pending_seconds"].as_f64().unwrap() < 120.0, "{s}");
+}
+
+#[test]
+fn gpu_pods_land_only_on_gpu_nodes_and_others_never_do() {
+    let r = report(&[]);
+    for p in r["pods"].as_array().unwrap() {
+        let node = node_of(&r, p["node"].as_str().unwrap());
+        let is_gpu_pod = p["namespace"] == "ml";
+        let is_daemon = p["namespace"] == "monitoring";
+        if is_daemon {
+            continue;
+        }
+        assert_eq!(node["nodepool"] == "gpu", is_gpu_pod, "{p} on {node}");
+    }
+}
+
+#[test]
+fn zone_spread_is_honoured() {
+    let r = report(&["--until", "30m"]);
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for p in r["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["namespace"] == "shop")
+    {
+        let node = node_of(&r, p["node"].as_str().unwrap());
+        *per_zone
+            .entry(node["zone"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(per_zone.len(), 3, "{per_zone:?}");
+    let (min, max) = (
+        per_zone.values().min().unwrap(),
+        per_zone.values().max().unwrap(),
+    );
+    assert!(max - min <= 1, "{per_zone:?}");
+}
+
+#[test]
+fn limits_stop_provisioning_with_a_clear_reason() {
+    let r = report(&["tests/scenarios/limits.yaml"]);
+    let cpu: f64 = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["instance_type"].as_str().unwrap())
+        .map(|t| match t.split('.').nth(1).unwrap() {
+            "large" => 2.0,
+            "xlarge" => 4.0,
+            "2xlarge" => 8.0,
+            other => panic!("unexpected size {other}"),
+        })
+        .sum();
+    assert!(cpu <= 8.0, "the limit of 8 vCPU was exceeded: {cpu}");
+    let unschedulable = r["unschedulable"].as_array().unwrap();
+    assert!(!unschedulable.is_empty());
+    for u in unschedulable {
+        let reason = u["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("limit") && reason.contains("small"),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn insufficient_capacity_falls_back_to_another_offering() {
+    let r = report(&["tests/scenarios/ice.yaml"]);
+    let nodes = r["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_ne!(nodes[0]["instance_type"], "m7i.large");
+    assert_eq!(nodes[0]["capacity_type"], "on-demand");
+    let pod = &r["pods"].as_array().unwrap()[0];
+    assert_eq!(pod["node"], nodes[0]["name"]);
+}
+
+#[test]
+fn same_run_twice_gives_byte_identical_reports() {
+    let a = dovetail(&["simulate", "--output", "json"]);
+    let b = dovetail(&["simulate", "--output", "json"]);
+    assert_eq!(a.code, 0);
+    assert!(a.stdout == b.stdout, "reports differ");
+}
+
+#[test]
+fn pods_larger_than_any_instance_type_are_reported() {
+    let r = report(&["tests/scenarios/too-big.yaml"]);
+    let u = r["unschedulable"].as_array().unwrap();
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert_eq!(u[0]["pod"], "default/giant");
+    assert!(
+        u[0]["reason"].as_str().unwrap().contains("cpu"),
+        "{}",
+        u[0]["reason"]
+    );
+    assert!(r["nodes"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bad_scenarios_name_the_file_and_line() {
+    for (file, expected) in [
+        (
+            "bad-step.yaml",
+            "tests/scenarios/bad-step.yaml:10:5: error: unknown step `launch`",
+        ),
+        (
+            "backwards.yaml",
+            "tests/scenarios/backwards.yaml:5:9: error: time goes backwards",
+        ),
+        (
+            "malformed.yaml",
+            "tests/scenarios/malformed.yaml:5:9: error: Deployment/broken:",
+        ),
+    ] {
+        let out = dovetail(&["simulate", &format!("tests/scenarios/{file}")]);
+        assert_eq!(out.code, 2, "{file}: {}", out.stdout);
+        assert!(out.stderr.starts_with(expected), "{file}: {}", out.stderr);
+    }
+}
