@@ -208,3 +208,28 @@ fn bad_scenarios_name_the_file_and_line() {
         assert!(out.stderr.starts_with(expected), "{file}: {}", out.stderr);
     }
 }
+
+/// The scenarios in tests/scenarios/ that the simulator accepts also satisfy
+/// the published JSON Schema.
+#[test]
+fn scenario_schema_accepts_the_valid_scenarios() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../schemas/scenario.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for file in [
+        "demo.yaml",
+        "limits.yaml",
+        "ice.yaml",
+        "too-big.yaml",
+        "backwards.yaml",
+    ] {
+        let text = std::fs::read_to_string(format!("tests/scenarios/{file}")).unwrap();
+        let parsed =
+            dovetail::config::yaml::parse_documents(file, text.as_bytes(), &Default::default());
+        let doc = parsed.docs[0].root.to_json();
+        let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{file}: {errors:?}");
+    }
+    let bad: Value = serde_json::json!({"config": "x", "timeline": [{"at": "1m", "launch": {}}]});
+    assert!(!validator.is_valid(&bad));
+}
