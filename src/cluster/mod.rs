@@ -38,6 +38,7 @@
 
 mod client;
 mod error;
+mod kube_cluster;
 mod memory;
 mod pdb;
 mod selector;
@@ -55,6 +56,7 @@ use serde::de::DeserializeOwned;
 
 pub use client::Cluster;
 pub use error::ApiError;
+pub use kube_cluster::KubeCluster;
 pub use memory::MemoryCluster;
 pub use pdb::{BudgetPods, BudgetStatus, budget_status, healthy_pods_needed, is_pod_healthy};
 pub use selector::{Selector, SelectorError};

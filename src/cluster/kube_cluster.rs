@@ -1,0 +1,455 @@
+//! [`KubeCluster`]: the [`Cluster`] of a real API server, through kube-rs.
+//!
+//! Reads come from caches, writes go to the API server. Each kind the
+//! controller reads is registered with [`KubeCluster::watch`], which spawns a
+//! watcher feeding a reflector store: an initial list, then a watch resumed
+//! from the last resource version, relisting after a desync and backing off
+//! exponentially on errors. Reads are then lock-and-copy lookups that never
+//! touch the network, so the controller decides from what it has seen (as
+//! every Kubernetes controller does) and can read as often as it likes.
+//! [`KubeCluster::wait_until_synced`] holds the controller back until every
+//! cache has completed its first list.
+//!
+//! Writes are single requests (POST, PUT, DELETE, and the `status` and
+//! `eviction` subresources); their failures become [`ApiError`]s with the
+//! same variants [`super::MemoryCluster`] returns, so the controller handles
+//! both servers alike.
+//!
+//! kube's typed `Api::namespaced` needs the kind's scope at compile time,
+//! which the [`Object`] bound only gives as a constant, so writes build the
+//! same [`kube::core::Request`] that `Api` would and send it through the
+//! [`Client`].
+
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, PostParams};
+use kube::core::{Request, Status};
+use kube::runtime::reflector::store::WriterDropped;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client};
+use tokio::runtime::TryCurrentError;
+use tokio::task::AbortHandle;
+use tracing::Instrument;
+
+use super::{ApiError, Cluster, DeleteOutcome, KindScope, Object, ObjectKey};
+
+/// A [`Cluster`] backed by a Kubernetes API server.
+///
+/// Dropping it stops its watches.
+pub struct KubeCluster {
+    client: Client,
+    caches: HashMap<TypeId, Cache>,
+    watches: Vec<AbortHandle>,
+    /// Unwatched kinds that have been read, so each is warned about once.
+    warned: Mutex<HashSet<TypeId>>,
+}
+
+/// A registered kind's reflector store.
+struct Cache {
+    kind: String,
+    store: Box<dyn ErasedStore>,
+}
+
+/// A [`Store`] of any kind: waits for its initial list, downcasts back.
+trait ErasedStore: Any + Send + Sync {
+    fn wait_until_ready(&self) -> BoxFuture<'_, Result<(), WriterDropped>>;
+}
+
+impl<K: Object> ErasedStore for Store<K> {
+    fn wait_until_ready(&self) -> BoxFuture<'_, Result<(), WriterDropped>> {
+        Box::pin(Store::wait_until_ready(self))
+    }
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut kinds: Vec<&str> = self.caches.values().map(|c| c.kind.as_str()).collect();
+        kinds.sort_unstable();
+        f.debug_struct("KubeCluster")
+            .field("watched", &kinds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeCluster {
+    /// A cluster that writes through `client` and caches nothing yet.
+    /// Namespaced objects without a namespace are written to the client's
+    /// default namespace.
+    pub fn new(client: Client) -> Self {
+        KubeCluster {
+            client,
+            caches: HashMap::new(),
+            watches: Vec::new(),
+            warned: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Starts caching kind `K`, in all namespaces: spawns a watcher task on
+    /// the current tokio runtime that keeps a store up to date, retrying
+    /// with exponential backoff on errors. Watching a kind again does
+    /// nothing. Fails outside a tokio runtime.
+    pub fn watch<K: Object + Debug>(&mut self) -> Result<&mut Self, TryCurrentError> {
+        if self.caches.contains_key(&TypeId::of::<K>()) {
+            return Ok(self);
+        }
+        let runtime = tokio::runtime::Handle::try_current()?;
+        let kind = K::kind(&()).into_owned();
+        let (store, writer) = reflector::store::<K>();
+        let events = watcher(
+            Api::<K>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer);
+        let span = tracing::info_span!("watch", kind = %kind);
+        let task = runtime.spawn(
+            async move {
+                let mut events = pin!(events);
+                while let Some(event) = events.next().await {
+                    if let Err(error) = event {
+                        tracing::warn!(%error, "watch failed; retrying");
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        self.watches.push(task.abort_handle());
+        self.caches.insert(
+            TypeId::of::<K>(),
+            Cache {
+                kind,
+                store: Box::new(store),
+            },
+        );
+        Ok(self)
+    }
+
+    /// Resolves once every watched kind has completed its initial list.
+    /// Fails only if a watch task died (panicked) before that.
+    pub async fn wait_until_synced(&self) -> Result<(), WriterDropped> {
+        for cache in self.caches.values() {
+            if let Err(e) = cache.store.wait_until_ready().await {
+                tracing::error!(kind = %cache.kind, "watch stopped before its initial list");
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The store of `K`; warns (once per kind) when `K` is not watched.
+    fn store<K: Object>(&self) -> Option<&Store<K>> {
+        let store = self
+            .caches
+            .get(&TypeId::of::<K>())
+            .and_then(|cache| (&*cache.store as &dyn Any).downcast_ref::<Store<K>>());
+        if store.is_none() {
+            let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+            if warned.insert(TypeId::of::<K>()) {
+                tracing::warn!(
+                    kind = %K::kind(&()),
+                    "read of a kind that is not watched finds nothing; call KubeCluster::watch"
+                );
+            }
+        }
+        store
+    }
+
+    /// Where an object is written: its namespace (the client's default if
+    /// unset; none for cluster-scoped kinds) and name.
+    fn key_of<K: Object>(&self, meta: &ObjectMeta) -> ObjectKey {
+        let namespace = if <K::Scope as KindScope>::NAMESPACED {
+            meta.namespace
+                .as_deref()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or(self.client.default_namespace())
+        } else {
+            ""
+        };
+        ObjectKey::new(namespace, meta.name.clone().unwrap_or_default())
+    }
+
+    /// Sends `write` of `obj` and decodes the object the server answers
+    /// with.
+    async fn write<K: Object>(&self, write: Write, obj: &K) -> Result<Arc<K>, ApiError> {
+        let key = self.key_of::<K>(obj.meta());
+        let result = async {
+            let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
+            let collection = collection::<K>(&key);
+            let pp = PostParams::default();
+            let mut request = match write {
+                Write::Create => collection.create(&pp, body),
+                Write::Replace => collection.replace(&key.name, &pp, body),
+                Write::ReplaceStatus => {
+                    collection.replace_subresource("status", &key.name, &pp, body)
+                }
+            }
+            .map_err(kube::Error::BuildRequest)?;
+            // Name the operation for kube's tracing, as `Api` does.
+            request.extensions_mut().insert(write.operation());
+            self.client.request::<K>(request).await
+        };
+        result
+            .await
+            .map(Arc::new)
+            .map_err(|e| api_error(e, &resource::<K>(), &key))
+    }
+}
+
+/// The writes that send a whole object.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    Create,
+    Replace,
+    ReplaceStatus,
+}
+
+impl Write {
+    fn operation(self) -> &'static str {
+        match self {
+            Write::Create => "create",
+            Write::Replace => "replace",
+            Write::ReplaceStatus => "replace_status",
+        }
+    }
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        for watch in &self.watches {
+            watch.abort();
+        }
+    }
+}
+
+impl Cluster for KubeCluster {
+    fn list<K: Object>(&self) -> Vec<Arc<K>> {
+        let Some(store) = self.store::<K>() else {
+            return Vec::new();
+        };
+        let mut objects = store.state();
+        objects.sort_unstable_by(|a, b| {
+            let (a, b) = (a.meta(), b.meta());
+            (a.namespace.as_deref(), a.name.as_deref())
+                .cmp(&(b.namespace.as_deref(), b.name.as_deref()))
+        });
+        objects
+    }
+
+    fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        let mut object = ObjectRef::<K>::new(&key.name);
+        if !key.namespace.is_empty() {
+            object = object.within(&key.namespace);
+        }
+        self.store::<K>()?.get(&object)
+    }
+
+    async fn create<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
+        self.write(Write::Create, &obj).await
+    }
+
+    async fn replace<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
+        self.write(Write::Replace, &obj).await
+    }
+
+    async fn replace_status<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
+        self.write(Write::ReplaceStatus, &obj).await
+    }
+
+    async fn delete<K: Object>(&self, key: &ObjectKey) -> Result<DeleteOutcome<K>, ApiError> {
+        let key = self.key_of::<K>(&ObjectMeta {
+            name: Some(key.name.clone()),
+            namespace: Some(key.namespace.clone()),
+            ..ObjectMeta::default()
+        });
+        let response = async {
+            let mut request = collection::<K>(&key)
+                .delete(&key.name, &DeleteParams::background())
+                .map_err(kube::Error::BuildRequest)?;
+            request.extensions_mut().insert("delete");
+            self.client.request_status::<K>(request).await
+        };
+        let resource = resource::<K>();
+        let response = response.await.map_err(|e| api_error(e, &resource, &key))?;
+        // The object when it still exists or the kind returns deleted
+        // objects, else a success `Status`.
+        response.either(
+            |obj| {
+                Ok(if obj.meta().deletion_timestamp.is_some() {
+                    DeleteOutcome::Terminating(Arc::new(obj))
+                } else {
+                    DeleteOutcome::Deleted(Arc::new(obj))
+                })
+            },
+            |status| {
+                self.last_state::<K>(&key, &status)
+                    .map(DeleteOutcome::Deleted)
+                    .ok_or_else(|| ApiError::Internal {
+                        message: format!(
+                            "{resource} {:?} was deleted, but the server returned no object and none is cached",
+                            key.name
+                        ),
+                    })
+            },
+        )
+    }
+
+    async fn evict(&self, namespace: &str, name: &str) -> Result<(), ApiError> {
+        let eviction = Eviction {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                ..ObjectMeta::default()
+            },
+            delete_options: None,
+        };
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .create_subresource::<Eviction, Status>(
+                "eviction",
+                name,
+                &PostParams::default(),
+                &eviction,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| api_error(e, "pods", &ObjectKey::new(namespace, name)))
+    }
+}
+
+impl KubeCluster {
+    /// The last state of an object whose delete answered with a `Status`
+    /// rather than the object (as built-in kinds without
+    /// `ReturnDeletedObject` do): the cached object, else one with only the
+    /// metadata the status names, if the kind can be built from that.
+    fn last_state<K: Object>(&self, key: &ObjectKey, status: &Status) -> Option<Arc<K>> {
+        if let Some(cached) = self
+            .caches
+            .contains_key(&TypeId::of::<K>())
+            .then(|| self.get::<K>(key))
+            .flatten()
+        {
+            return Some(cached);
+        }
+        let uid = status.details.as_ref().map(|d| d.uid.as_str());
+        let minimal = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": {
+                "name": key.name,
+                "namespace": (!key.namespace.is_empty()).then_some(&key.namespace),
+                "uid": uid.filter(|u| !u.is_empty()),
+            },
+        });
+        serde_json::from_value(minimal).ok().map(Arc::new)
+    }
+}
+
+/// The request builder of the collection `key` belongs to.
+fn collection<K: Object>(key: &ObjectKey) -> Request {
+    let namespace = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
+    Request::new(K::url_path(&(), namespace))
+}
+
+/// `plural` or `plural.group`, as the API server names resources in its
+/// messages.
+fn resource<K: Object>() -> String {
+    let (plural, group) = (K::plural(&()), K::group(&()));
+    if group.is_empty() {
+        plural.into_owned()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+/// The [`ApiError`] for a failed request on the object at `key`, from the
+/// `Status` the server answered with (its code, reason, message and
+/// causes). Failures without a `Status` (transport, decoding) are
+/// [`ApiError::Internal`].
+fn api_error(error: kube::Error, resource: &str, key: &ObjectKey) -> ApiError {
+    let kube::Error::Api(status) = error else {
+        return ApiError::Internal {
+            message: error.to_string(),
+        };
+    };
+    let mut key = key.clone();
+    if key.name.is_empty() {
+        // A create with `generateName`: the server names the object.
+        if let Some(name) = status.details.as_ref().map(|d| &d.name) {
+            key.name.clone_from(name);
+        }
+    }
+    let resource = resource.to_owned();
+    match status.code {
+        404 => ApiError::NotFound { resource, key },
+        409 if status.reason == "AlreadyExists" => ApiError::AlreadyExists { resource, key },
+        409 => {
+            // Drop the prefix that `ApiError::Conflict` displays itself.
+            let prefix = format!(
+                "Operation cannot be fulfilled on {resource} {:?}: ",
+                key.name
+            );
+            let message = status
+                .message
+                .strip_prefix(&prefix)
+                .unwrap_or(&status.message)
+                .to_owned();
+            ApiError::Conflict {
+                resource,
+                key,
+                message,
+            }
+        }
+        422 => {
+            let causes = status.details.as_ref().map_or(&[][..], |d| &d.causes[..]);
+            let messages = if causes.is_empty() {
+                vec![status.message.clone()]
+            } else {
+                causes
+                    .iter()
+                    .map(|c| match c.field.as_str() {
+                        "" => c.message.clone(),
+                        field => format!("{field}: {}", c.message),
+                    })
+                    .collect()
+            };
+            ApiError::Invalid {
+                resource,
+                key,
+                messages,
+            }
+        }
+        400 => ApiError::BadRequest {
+            message: status.message,
+        },
+        410 => {
+            let (requested, oldest) = too_old_versions(&status.message).unwrap_or_default();
+            ApiError::Gone { requested, oldest }
+        }
+        429 => ApiError::TooManyRequests {
+            message: status.message,
+        },
+        500 => ApiError::Internal {
+            message: status.message,
+        },
+        code => ApiError::Internal {
+            message: format!("{code} {}: {}", status.reason, status.message),
+        },
+    }
+}
+
+/// The versions in the API server's `too old resource version: 5 (10)`.
+fn too_old_versions(message: &str) -> Option<(u64, u64)> {
+    let (_, versions) = message.rsplit_once("too old resource version: ")?;
+    let (requested, oldest) = versions.split_once(" (")?;
+    let oldest = oldest.strip_suffix(')')?;
+    Some((requested.trim().parse().ok()?, oldest.trim().parse().ok()?))
+}
