@@ -331,11 +331,8 @@ impl KubeCluster {
     /// `ReturnDeletedObject` do): the cached object, else one with only the
     /// metadata the status names, if the kind can be built from that.
     fn last_state<K: Object>(&self, key: &ObjectKey, status: &Status) -> Option<Arc<K>> {
-        if let Some(cached) = self
-            .caches
-            .contains_key(&TypeId::of::<K>())
-            .then(|| self.get::<K>(key))
-            .flatten()
+        if self.caches.contains_key(&TypeId::of::<K>())
+            && let Some(cached) = self.get::<K>(key)
         {
             return Some(cached);
         }
@@ -453,3 +450,7 @@ fn too_old_versions(message: &str) -> Option<(u64, u64)> {
     let oldest = oldest.strip_suffix(')')?;
     Some((requested.trim().parse().ok()?, oldest.trim().parse().ok()?))
 }
+
+#[cfg(test)]
+#[path = "kube_cluster_tests.rs"]
+mod tests;

@@ -1,0 +1,910 @@
+//! [`KubeCluster`] against kube-rs's mocked API server: a verifier task
+//! takes each request the client sends, checks its method, path and body,
+//! and answers with what a real API server would (objects, `Status` errors,
+//! lists and watch event streams). Time is paused, so backoffs and timeouts
+//! are virtual and the tests deterministic.
+
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body_util::channel::{Channel, Sender};
+use http_body_util::{Either, Full};
+use k8s_openapi::api::core::v1::Pod;
+use kube::client::Body;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tower_test::mock;
+
+use super::*;
+use crate::api::NodeClaim;
+
+type ResponseBody = Either<Full<Bytes>, Channel<Bytes>>;
+
+/// How long the mock server waits for a request it expects (virtual time).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+const NODECLAIMS: &str = "/apis/karpenter.sh/v1/nodeclaims";
+const LIST: &str = "?&limit=500";
+const WATCH: &str = "?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=";
+
+/// The server side of the mock: hands out the client's requests in order.
+struct ApiServer {
+    handle: mock::Handle<Request<Body>, Response<ResponseBody>>,
+}
+
+/// One request, with its JSON body (`null` if empty), awaiting an answer.
+struct Exchange {
+    method: Method,
+    uri: String,
+    body: Value,
+    send: mock::SendResponse<Response<ResponseBody>>,
+}
+
+/// The open body of a watch response.
+struct WatchStream(Sender<Bytes>);
+
+fn mock_cluster() -> (KubeCluster, ApiServer) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<ResponseBody>>();
+    let cluster = KubeCluster::new(Client::new(service, "default"));
+    (cluster, ApiServer { handle })
+}
+
+impl ApiServer {
+    /// The next request, whatever it is.
+    async fn next(&mut self) -> Exchange {
+        let (request, send) = tokio::time::timeout(REQUEST_TIMEOUT, self.handle.next_request())
+            .await
+            .expect("the client sent no request in time")
+            .expect("the client is gone");
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.expect("a request body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("a JSON request body")
+        };
+        Exchange {
+            method: parts.method,
+            uri: parts.uri.to_string(),
+            body,
+            send,
+        }
+    }
+
+    /// The next request, which must be `method` on `uri`.
+    async fn expect(&mut self, method: Method, uri: &str) -> Exchange {
+        let exchange = self.next().await;
+        assert_eq!(
+            (&exchange.method, exchange.uri.as_str()),
+            (&method, uri),
+            "unexpected request"
+        );
+        exchange
+    }
+
+    /// Answers the watcher's initial list of `path` and opens its watch
+    /// from the list's resource version.
+    async fn serve_list(
+        &mut self,
+        path: &str,
+        resource_version: &str,
+        items: Vec<Value>,
+    ) -> WatchStream {
+        self.expect(Method::GET, &format!("{path}{LIST}"))
+            .await
+            .respond(200, list(resource_version, items));
+        self.expect(Method::GET, &format!("{path}{WATCH}{resource_version}"))
+            .await
+            .respond_watch()
+    }
+}
+
+impl Exchange {
+    fn respond(self, status: u16, body: Value) {
+        let response = Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Either::Left(Full::new(Bytes::from(body.to_string()))))
+            .expect("a response");
+        self.send.send_response(response);
+    }
+
+    /// Answers with a watch stream that stays open until the returned
+    /// sender is dropped.
+    fn respond_watch(self) -> WatchStream {
+        let (sender, body) = Channel::new(16);
+        self.send.send_response(Response::new(Either::Right(body)));
+        WatchStream(sender)
+    }
+}
+
+impl WatchStream {
+    async fn send(&mut self, event_type: &str, object: Value) {
+        let line = format!("{}\n", json!({ "type": event_type, "object": object }));
+        self.0
+            .send_data(Bytes::from(line))
+            .await
+            .expect("the watch is open");
+    }
+}
+
+fn nodeclaim(name: &str, resource_version: &str) -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": { "name": name, "resourceVersion": resource_version, "uid": format!("uid-{name}") },
+        "spec": {
+            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+            "requirements": [],
+        },
+    })
+}
+
+fn pod(namespace: &str, name: &str, resource_version: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": resource_version,
+            "uid": format!("uid-{namespace}-{name}"),
+        },
+        "spec": { "containers": [{ "name": "app", "image": "app:1" }] },
+    })
+}
+
+fn list(resource_version: &str, items: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": { "resourceVersion": resource_version },
+        "items": items,
+    })
+}
+
+/// A `meta/v1` `Status` as the API server writes it.
+fn status(code: u16, reason: &str, message: &str, details: Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": if code < 300 { "Success" } else { "Failure" },
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code,
+    })
+}
+
+fn from_json<T: DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+fn with_deletion_timestamp(mut obj: Value) -> Value {
+    obj["metadata"]["deletionTimestamp"] = json!("2026-11-21T12:00:00Z");
+    obj["metadata"]["finalizers"] = json!(["karpenter.sh/termination"]);
+    obj
+}
+
+fn keys<K: Object>(objects: &[Arc<K>]) -> Vec<String> {
+    objects
+        .iter()
+        .map(|o| ObjectKey::of(&**o).to_string())
+        .collect()
+}
+
+// ---------------------------------------------------------------- writes
+
+#[tokio::test(start_paused = true)]
+async fn create_posts_a_cluster_scoped_object_to_its_collection() {
+    let (cluster, mut api) = mock_cluster();
+    let obj: NodeClaim = from_json(nodeclaim("abc", ""));
+    let sent = serde_json::to_value(&obj).unwrap();
+    let server = tokio::spawn(async move {
+        let exchange = api.expect(Method::POST, &format!("{NODECLAIMS}?")).await;
+        assert_eq!(exchange.body, sent);
+        exchange.respond(201, nodeclaim("abc", "5"));
+    });
+    let created = cluster.create(obj).await;
+    server.await.unwrap();
+    assert_eq!(
+        created.unwrap().metadata.resource_version.as_deref(),
+        Some("5")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn create_posts_a_pod_to_its_namespace_or_the_client_default() {
+    let (cluster, mut api) = mock_cluster();
+    let mut unplaced = pod("", "q", "");
+    unplaced["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    let (web, unplaced): (Pod, Pod) = (from_json(pod("web", "p", "")), from_json(unplaced));
+    let (web_sent, unplaced_sent) = (
+        serde_json::to_value(&web).unwrap(),
+        serde_json::to_value(&unplaced).unwrap(),
+    );
+    let server = tokio::spawn(async move {
+        let exchange = api
+            .expect(Method::POST, "/api/v1/namespaces/web/pods?")
+            .await;
+        assert_eq!(exchange.body, web_sent);
+        exchange.respond(201, pod("web", "p", "3"));
+        let exchange = api
+            .expect(Method::POST, "/api/v1/namespaces/default/pods?")
+            .await;
+        assert_eq!(exchange.body, unplaced_sent);
+        exchange.respond(201, pod("default", "q", "4"));
+    });
+    let web = cluster.create(web).await;
+    let unplaced = cluster.create(unplaced).await;
+    server.await.unwrap();
+    assert_eq!(ObjectKey::of(&*web.unwrap()), ObjectKey::new("web", "p"));
+    assert_eq!(
+        ObjectKey::of(&*unplaced.unwrap()),
+        ObjectKey::new("default", "q")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn replace_puts_the_object_with_its_resource_version() {
+    let (cluster, mut api) = mock_cluster();
+    let obj: NodeClaim = from_json(nodeclaim("abc", "7"));
+    let sent = serde_json::to_value(&obj).unwrap();
+    let server = tokio::spawn(async move {
+        let exchange = api.expect(Method::PUT, &format!("{NODECLAIMS}/abc?")).await;
+        assert_eq!(exchange.body["metadata"]["resourceVersion"], "7");
+        assert_eq!(exchange.body, sent);
+        exchange.respond(200, nodeclaim("abc", "8"));
+    });
+    let replaced = cluster.replace(obj).await;
+    server.await.unwrap();
+    assert_eq!(
+        replaced.unwrap().metadata.resource_version.as_deref(),
+        Some("8")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn replace_status_puts_the_status_subresource() {
+    let (cluster, mut api) = mock_cluster();
+    let mut claim = nodeclaim("abc", "7");
+    claim["status"] = json!({ "nodeName": "ip-10-0-0-1" });
+    let claim: NodeClaim = from_json(claim);
+    let mut running = pod("web", "p", "3");
+    running["status"] = json!({ "phase": "Running" });
+    let running: Pod = from_json(running);
+    let (claim_sent, pod_sent) = (
+        serde_json::to_value(&claim).unwrap(),
+        serde_json::to_value(&running).unwrap(),
+    );
+    let server = tokio::spawn(async move {
+        let exchange = api
+            .expect(Method::PUT, &format!("{NODECLAIMS}/abc/status?"))
+            .await;
+        assert_eq!(exchange.body, claim_sent);
+        let mut answer = claim_sent.clone();
+        answer["metadata"]["resourceVersion"] = json!("8");
+        exchange.respond(200, answer);
+        let exchange = api
+            .expect(Method::PUT, "/api/v1/namespaces/web/pods/p/status?")
+            .await;
+        assert_eq!(exchange.body, pod_sent);
+        exchange.respond(200, pod_sent.clone());
+    });
+    let claim = cluster.replace_status(claim).await;
+    let running = cluster.replace_status(running).await;
+    server.await.unwrap();
+    let claim = claim.unwrap();
+    assert_eq!(claim.metadata.resource_version.as_deref(), Some("8"));
+    assert_eq!(
+        claim.status.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("ip-10-0-0-1")
+    );
+    assert_eq!(
+        running
+            .unwrap()
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_answered_with_a_terminating_object_is_terminating() {
+    let (cluster, mut api) = mock_cluster();
+    let server = tokio::spawn(async move {
+        let exchange = api
+            .expect(Method::DELETE, &format!("{NODECLAIMS}/abc?"))
+            .await;
+        assert_eq!(exchange.body, json!({ "propagationPolicy": "Background" }));
+        exchange.respond(200, with_deletion_timestamp(nodeclaim("abc", "9")));
+        let exchange = api
+            .expect(Method::DELETE, "/api/v1/namespaces/web/pods/p?")
+            .await;
+        exchange.respond(200, with_deletion_timestamp(pod("web", "p", "4")));
+    });
+    let claim = cluster
+        .delete::<NodeClaim>(&ObjectKey::cluster("abc"))
+        .await;
+    let pod = cluster.delete::<Pod>(&ObjectKey::new("web", "p")).await;
+    server.await.unwrap();
+    let claim = claim.unwrap();
+    assert!(matches!(claim, DeleteOutcome::Terminating(_)), "{claim:?}");
+    assert_eq!(
+        claim.object().metadata.resource_version.as_deref(),
+        Some("9")
+    );
+    assert!(matches!(pod.unwrap(), DeleteOutcome::Terminating(_)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_answered_with_the_final_object_is_deleted() {
+    let (cluster, mut api) = mock_cluster();
+    let server = tokio::spawn(async move {
+        api.expect(Method::DELETE, &format!("{NODECLAIMS}/abc?"))
+            .await
+            .respond(200, nodeclaim("abc", "9"));
+    });
+    let outcome = cluster
+        .delete::<NodeClaim>(&ObjectKey::cluster("abc"))
+        .await;
+    server.await.unwrap();
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_deleted());
+    assert_eq!(outcome.object().metadata.uid.as_deref(), Some("uid-abc"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_answered_with_a_success_status_is_deleted() {
+    let (cluster, mut api) = mock_cluster();
+    let server = tokio::spawn(async move {
+        let details = json!({ "name": "p", "kind": "pods", "uid": "uid-web-p" });
+        api.expect(Method::DELETE, "/api/v1/namespaces/web/pods/p?")
+            .await
+            .respond(200, status(200, "", "", details));
+    });
+    let outcome = cluster.delete::<Pod>(&ObjectKey::new("web", "p")).await;
+    server.await.unwrap();
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_deleted());
+    let meta = &outcome.object().metadata;
+    assert_eq!(
+        (
+            meta.namespace.as_deref(),
+            meta.name.as_deref(),
+            meta.uid.as_deref()
+        ),
+        (Some("web"), Some("p"), Some("uid-web-p"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn evict_posts_a_policy_v1_eviction() {
+    let (cluster, mut api) = mock_cluster();
+    let server = tokio::spawn(async move {
+        let exchange = api
+            .expect(Method::POST, "/api/v1/namespaces/default/pods/p/eviction?")
+            .await;
+        assert_eq!(
+            exchange.body,
+            json!({
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": { "name": "p", "namespace": "default" },
+            })
+        );
+        exchange.respond(201, status(201, "", "", json!(null)));
+    });
+    let evicted = cluster.evict("default", "p").await;
+    server.await.unwrap();
+    evicted.unwrap();
+}
+
+// ---------------------------------------------------------------- errors
+
+/// The error `op` fails with when the server answers its first request
+/// with `answer`.
+async fn answered_with<T: std::fmt::Debug>(
+    answer: Value,
+    op: impl AsyncFnOnce(&KubeCluster) -> Result<T, ApiError>,
+) -> ApiError {
+    let (cluster, mut api) = mock_cluster();
+    let code = u16::try_from(answer["code"].as_u64().expect("a code")).unwrap();
+    let server = tokio::spawn(async move { api.next().await.respond(code, answer) });
+    let result = op(&cluster).await;
+    server.await.unwrap();
+    result.expect_err("the request fails")
+}
+
+fn details(name: &str, kind: &str, group: &str, causes: Value) -> Value {
+    let mut details = json!({ "name": name, "kind": kind, "group": group });
+    if !causes.is_null() {
+        details["causes"] = causes;
+    }
+    details
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_found_maps_to_not_found() {
+    let answer = status(
+        404,
+        "NotFound",
+        r#"nodeclaims.karpenter.sh "abc" not found"#,
+        details("abc", "nodeclaims", "karpenter.sh", json!(null)),
+    );
+    let e = answered_with(answer, async |c| {
+        c.replace::<NodeClaim>(from_json(nodeclaim("abc", "1")))
+            .await
+    })
+    .await;
+    assert_eq!(
+        e,
+        ApiError::NotFound {
+            resource: "nodeclaims.karpenter.sh".into(),
+            key: ObjectKey::cluster("abc"),
+        }
+    );
+    assert_eq!(e.to_string(), r#"nodeclaims.karpenter.sh "abc" not found"#);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_resource_version_maps_to_conflict_with_the_servers_message() {
+    let message = r#"Operation cannot be fulfilled on nodeclaims.karpenter.sh "abc": the object has been modified; please apply your changes to the latest version and try again"#;
+    let answer = status(
+        409,
+        "Conflict",
+        message,
+        details("abc", "nodeclaims", "karpenter.sh", json!(null)),
+    );
+    let e = answered_with(answer, async |c| {
+        c.replace::<NodeClaim>(from_json(nodeclaim("abc", "1")))
+            .await
+    })
+    .await;
+    assert_eq!(
+        e,
+        ApiError::Conflict {
+            resource: "nodeclaims.karpenter.sh".into(),
+            key: ObjectKey::cluster("abc"),
+            message: "the object has been modified; please apply your changes to the latest version and try again".into(),
+        }
+    );
+    assert!(e.is_conflict());
+    assert_eq!(e.to_string(), message.replacen('O', "o", 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_existing_name_maps_to_already_exists() {
+    let answer = status(
+        409,
+        "AlreadyExists",
+        r#"pods "p" already exists"#,
+        details("p", "pods", "", json!(null)),
+    );
+    let e = answered_with(answer, async |c| {
+        c.create::<Pod>(from_json(pod("web", "p", ""))).await
+    })
+    .await;
+    assert_eq!(
+        e,
+        ApiError::AlreadyExists {
+            resource: "pods".into(),
+            key: ObjectKey::new("web", "p"),
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_object_maps_to_invalid_with_each_cause() {
+    let causes = json!([
+        { "reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image" },
+        { "reason": "FieldValueForbidden", "message": "Forbidden: pod updates may not change fields other than `spec.containers[*].image`", "field": "" },
+    ]);
+    let answer = status(
+        422,
+        "Invalid",
+        r#"Pod "p" is invalid: [spec.containers[0].image: Required value, Forbidden: ...]"#,
+        details("p", "Pod", "", causes),
+    );
+    let e = answered_with(answer, async |c| {
+        c.create::<Pod>(from_json(pod("web", "p", ""))).await
+    })
+    .await;
+    assert_eq!(
+        e,
+        ApiError::Invalid {
+            resource: "pods".into(),
+            key: ObjectKey::new("web", "p"),
+            messages: vec![
+                "spec.containers[0].image: Required value".into(),
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`".into(),
+            ],
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_eviction_refused_by_a_budget_maps_to_too_many_requests() {
+    let message = "Cannot evict pod as it would violate the pod's disruption budget.";
+    let causes = json!([{ "reason": "DisruptionBudget", "message": "The disruption budget web needs 2 healthy pods and has 2 currently", "field": "" }]);
+    let answer = status(429, "TooManyRequests", message, json!({ "causes": causes }));
+    let e = answered_with(answer, async |c| c.evict("web", "p").await).await;
+    assert_eq!(
+        e,
+        ApiError::TooManyRequests {
+            message: message.into()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_failures_keep_the_servers_code_and_message() {
+    let answer = status(
+        410,
+        "Expired",
+        "too old resource version: 5 (10)",
+        json!(null),
+    );
+    let e = answered_with(answer, async |c| {
+        c.replace::<NodeClaim>(from_json(nodeclaim("abc", "5")))
+            .await
+    })
+    .await;
+    assert_eq!(
+        e,
+        ApiError::Gone {
+            requested: 5,
+            oldest: 10
+        }
+    );
+
+    let answer = status(500, "InternalError", "etcd is unhappy", json!(null));
+    let e = answered_with(answer, async |c| c.evict("web", "p").await).await;
+    assert_eq!(
+        e,
+        ApiError::Internal {
+            message: "etcd is unhappy".into()
+        }
+    );
+
+    let message = r#"pods "p" is forbidden: User "dovetail" cannot delete resource "pods""#;
+    let answer = status(403, "Forbidden", message, json!(null));
+    let e = answered_with(answer, async |c| {
+        c.delete::<Pod>(&ObjectKey::new("web", "p")).await
+    })
+    .await;
+    assert_eq!(
+        e,
+        ApiError::Internal {
+            message: format!("403 Forbidden: {message}")
+        }
+    );
+
+    let answer = status(400, "BadRequest", "the body is not an object", json!(null));
+    let e = answered_with(answer, async |c| {
+        c.create::<Pod>(from_json(pod("web", "p", ""))).await
+    })
+    .await;
+    assert_eq!(
+        e,
+        ApiError::BadRequest {
+            message: "the body is not an object".into()
+        }
+    );
+}
+
+// ---------------------------------------------------------------- reads
+
+/// Waits for the caches to sync, failing (rather than retrying forever in
+/// virtual time) if the mock server stopped answering.
+async fn synced(cluster: &KubeCluster) {
+    tokio::time::timeout(Duration::from_secs(30), cluster.wait_until_synced())
+        .await
+        .expect("the caches synced in time")
+        .expect("the watches run");
+}
+
+/// Polls `done` (yielding virtual time to the watch tasks) until it holds.
+async fn eventually(mut done: impl FnMut() -> bool) {
+    for _ in 0..100 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the condition did not hold in time");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reads_come_from_the_cache_filled_by_the_list_and_the_watch() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let (listed, read) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let items = vec![
+            nodeclaim("c", "3"),
+            nodeclaim("a", "1"),
+            nodeclaim("b", "2"),
+        ];
+        let mut watch = api.serve_list(NODECLAIMS, "10", items).await;
+        read.await.unwrap();
+        watch.send("ADDED", nodeclaim("d", "11")).await;
+        watch.send("DELETED", nodeclaim("a", "12")).await;
+        let mut modified = nodeclaim("b", "13");
+        modified["metadata"]["labels"] = json!({ "touched": "yes" });
+        watch.send("MODIFIED", modified).await;
+        // Keep the watch open while the test reads.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    });
+    synced(&cluster).await;
+    // The list came out of order; the cache lists by name.
+    assert_eq!(keys(&cluster.list::<NodeClaim>()), ["a", "b", "c"]);
+    let b = cluster.get::<NodeClaim>(&ObjectKey::cluster("b")).unwrap();
+    assert_eq!(b.metadata.resource_version.as_deref(), Some("2"));
+    assert!(
+        cluster
+            .get::<NodeClaim>(&ObjectKey::cluster("zzz"))
+            .is_none()
+    );
+    listed.send(()).unwrap();
+    eventually(|| keys(&cluster.list::<NodeClaim>()) == ["b", "c", "d"]).await;
+    eventually(|| {
+        cluster
+            .get::<NodeClaim>(&ObjectKey::cluster("b"))
+            .is_some_and(|b| b.metadata.resource_version.as_deref() == Some("13"))
+    })
+    .await;
+    let b = cluster.get::<NodeClaim>(&ObjectKey::cluster("b")).unwrap();
+    assert_eq!(
+        b.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("touched"))
+            .map(String::as_str),
+        Some("yes")
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn namespaced_objects_list_by_namespace_then_name() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<Pod>().unwrap();
+    let server = tokio::spawn(async move {
+        let items = vec![
+            pod("web", "a", "1"),
+            pod("db", "b", "2"),
+            pod("web", "0", "3"),
+            pod("db", "a", "4"),
+        ];
+        let watch = api.serve_list("/api/v1/pods", "10", items).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(watch);
+    });
+    synced(&cluster).await;
+    assert_eq!(
+        keys(&cluster.list::<Pod>()),
+        ["db/a", "db/b", "web/0", "web/a"]
+    );
+    let found = cluster.get::<Pod>(&ObjectKey::new("web", "a")).unwrap();
+    assert_eq!(found.metadata.resource_version.as_deref(), Some("1"));
+    assert!(cluster.get::<Pod>(&ObjectKey::new("db", "0")).is_none());
+    assert!(cluster.get::<Pod>(&ObjectKey::cluster("a")).is_none());
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_ends_resumes_from_the_last_resource_version() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let server = tokio::spawn(async move {
+        let mut watch = api
+            .serve_list(NODECLAIMS, "10", vec![nodeclaim("a", "1")])
+            .await;
+        watch.send("ADDED", nodeclaim("b", "11")).await;
+        drop(watch);
+        let mut watch = api
+            .expect(Method::GET, &format!("{NODECLAIMS}{WATCH}11"))
+            .await
+            .respond_watch();
+        watch.send("ADDED", nodeclaim("c", "12")).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    });
+    synced(&cluster).await;
+    eventually(|| cluster.list::<NodeClaim>().len() == 3).await;
+    server.await.unwrap();
+    assert_eq!(keys(&cluster.list::<NodeClaim>()), ["a", "b", "c"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_until_synced_waits_for_every_watched_kind() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster
+        .watch::<NodeClaim>()
+        .unwrap()
+        .watch::<Pod>()
+        .unwrap();
+    let (release_pods, pods_released) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        // The two watchers list concurrently, in no particular order.
+        let (first, second) = (api.next().await, api.next().await);
+        let (claims, pods) = if first.uri.starts_with(NODECLAIMS) {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        assert_eq!(claims.uri, format!("{NODECLAIMS}{LIST}"));
+        assert_eq!(pods.uri, format!("/api/v1/pods{LIST}"));
+        claims.respond(200, list("10", vec![nodeclaim("a", "1")]));
+        let claims_watch = api
+            .expect(Method::GET, &format!("{NODECLAIMS}{WATCH}10"))
+            .await
+            .respond_watch();
+        pods_released.await.unwrap();
+        pods.respond(200, list("20", vec![pod("web", "p", "2")]));
+        let pods_watch = api
+            .expect(Method::GET, &format!("/api/v1/pods{WATCH}20"))
+            .await
+            .respond_watch();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop((claims_watch, pods_watch));
+    });
+    let early = tokio::time::timeout(Duration::from_secs(5), cluster.wait_until_synced()).await;
+    assert!(early.is_err(), "synced before the pods were listed");
+    assert_eq!(keys(&cluster.list::<NodeClaim>()), ["a"]);
+    assert!(cluster.list::<Pod>().is_empty());
+    release_pods.send(()).unwrap();
+    synced(&cluster).await;
+    assert_eq!(keys(&cluster.list::<Pod>()), ["web/p"]);
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_list_is_retried_after_a_backoff() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let server = tokio::spawn(async move {
+        let uri = format!("{NODECLAIMS}{LIST}");
+        api.expect(Method::GET, &uri).await.respond(
+            500,
+            status(500, "InternalError", "etcd is unhappy", json!(null)),
+        );
+        let failed = Instant::now();
+        let retry = api.expect(Method::GET, &uri).await;
+        let waited = failed.elapsed();
+        // The default backoff starts at 800ms, plus up to as much jitter.
+        assert!(
+            waited >= Duration::from_millis(800) && waited < Duration::from_millis(1600),
+            "{waited:?}"
+        );
+        retry.respond(200, list("10", vec![nodeclaim("a", "1")]));
+        let watch = api
+            .expect(Method::GET, &format!("{NODECLAIMS}{WATCH}10"))
+            .await
+            .respond_watch();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(watch);
+    });
+    synced(&cluster).await;
+    assert_eq!(keys(&cluster.list::<NodeClaim>()), ["a"]);
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_with_a_status_answer_returns_the_cached_object() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<Pod>().unwrap();
+    let server = tokio::spawn(async move {
+        let mut labelled = pod("web", "p", "1");
+        labelled["metadata"]["labels"] = json!({ "app": "web" });
+        let watch = api.serve_list("/api/v1/pods", "10", vec![labelled]).await;
+        api.expect(Method::DELETE, "/api/v1/namespaces/web/pods/p?")
+            .await
+            .respond(
+                200,
+                status(200, "", "", json!({ "name": "p", "kind": "pods" })),
+            );
+        drop(watch);
+    });
+    synced(&cluster).await;
+    let outcome = cluster.delete::<Pod>(&ObjectKey::new("web", "p")).await;
+    server.await.unwrap();
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_deleted());
+    assert_eq!(
+        outcome
+            .object()
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .map(String::as_str),
+        Some("web")
+    );
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn unwatched_kinds_read_as_empty_and_warn_once() {
+    let (cluster, _api) = mock_cluster();
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    assert!(cluster.list::<NodeClaim>().is_empty());
+    assert!(cluster.get::<NodeClaim>(&ObjectKey::cluster("a")).is_none());
+    assert!(cluster.list::<Pod>().is_empty());
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "{logs}");
+    assert!(
+        warnings[0].contains("kind=NodeClaim") && warnings[1].contains("kind=Pod"),
+        "{logs}"
+    );
+    // Nothing is watched, so there is nothing to wait for.
+    synced(&cluster).await;
+}
+
+#[test]
+fn watching_outside_a_runtime_fails() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut cluster = {
+        let _entered = runtime.enter();
+        mock_cluster().0
+    };
+    assert!(cluster.watch::<Pod>().is_err());
+    assert!(
+        format!("{cluster:?}").contains("watched: []"),
+        "{cluster:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_cluster_stops_its_watches() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let sync = tokio::spawn(async move {
+        synced(&cluster).await;
+        cluster
+    });
+    let mut watch = api.serve_list(NODECLAIMS, "10", Vec::new()).await;
+    let cluster = sync.await.unwrap();
+    watch.send("ADDED", nodeclaim("a", "11")).await;
+    eventually(|| cluster.list::<NodeClaim>().len() == 1).await;
+    drop(cluster);
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let line = Bytes::from_static(b"{}\n");
+    assert!(
+        watch.0.send_data(line).await.is_err(),
+        "the watch is still read"
+    );
+}
