@@ -52,6 +52,7 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     let initial_free = s.free_on_nodes();
     let order = pod_order(&input.pods);
     let failed = s.run(&order);
+    s.refill();
     s.improve();
 
     let ncts = s.cts.len().max(1);
