@@ -165,12 +165,12 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
         *d += forced as f64 * md;
     }
     let bound_types: Vec<BoundType> = s
-        .pools
-        .iter()
-        .flat_map(|p| p.types.iter())
-        .filter_map(|t| {
-            t.offers.first().map(|(_, price)| BoundType {
-                alloc: t.alloc.iter().map(|v| *v as f64).collect(),
+        .allowed_types(&placed)
+        .into_iter()
+        .filter_map(|(pool, t)| {
+            let ty = &s.pools[pool].types[t];
+            ty.offers.first().map(|(_, price)| BoundType {
+                alloc: ty.alloc.iter().map(|v| *v as f64).collect(),
                 price: *price,
             })
         })

@@ -216,6 +216,9 @@ pub(crate) struct Solver<'a> {
     pub pod_req: Vec<Vec<i64>>,
     variants: Vec<Variant>,
     variant_index: HashMap<(usize, usize, usize), usize>,
+    /// Variants by their requirements: classes that differ only in labels
+    /// share one.
+    variant_by_reqs: HashMap<Requirements, usize>,
     preferences: Preferences,
     any_soft_taint: bool,
     pub placed_node: Vec<Option<usize>>,
@@ -277,11 +280,12 @@ fn class_key(p: &PodSpec) -> ClassKey<'_> {
 }
 
 /// Does type `t` allow the merged requirements? Keys the type defines must
-/// intersect; well-known instance labels the type lacks will be absent.
-fn type_compatible(t: &InstanceType, merged: &Requirements, pool: &Requirements) -> bool {
+/// intersect. Well-known instance labels come from the type, so a type
+/// without one has it absent; other keys are set from the NodePool's labels.
+fn type_compatible(t: &InstanceType, merged: &Requirements) -> bool {
     merged.0.iter().all(|(k, r)| match t.requirements.get(k) {
         Some(tr) => tr.intersection(r).len() > 0 || (tr.allows_absent() && r.allows_absent()),
-        None => pool.get(k).is_some() || !is_well_known(k) || k == NODEPOOL || r.allows_absent(),
+        None => !is_well_known(k) || k == NODEPOOL || r.allows_absent(),
     })
 }
 
@@ -597,6 +601,7 @@ impl<'a> Solver<'a> {
             pod_req,
             variants: Vec::new(),
             variant_index: HashMap::new(),
+            variant_by_reqs: HashMap::new(),
             preferences: opts.preferences,
             any_soft_taint,
             placed_node: vec![None; input.pods.len()],
@@ -842,6 +847,10 @@ impl<'a> Solver<'a> {
         if let Some(&pi) = self.classes[class].pref_terms.get(r.node_pref_dropped) {
             reqs.intersect_with(&p.preferred_terms[pi].1);
         }
+        if let Some(&v) = self.variant_by_reqs.get(&reqs) {
+            self.variant_index.insert(key, v);
+            return v;
+        }
         let ncts = self.cts.len().max(1);
         let per_pool = self
             .pools
@@ -875,7 +884,7 @@ impl<'a> Solver<'a> {
                 }
                 for (i, t) in pool.types.iter().enumerate() {
                     if t.offer_mask & combos != 0
-                        && type_compatible(&np.instance_types[t.source], &merged, &pool.reqs)
+                        && type_compatible(&np.instance_types[t.source], &merged)
                     {
                         types.set(i);
                     }
@@ -887,6 +896,8 @@ impl<'a> Solver<'a> {
                 }
             })
             .collect();
+        self.variant_by_reqs
+            .insert(reqs.clone(), self.variants.len());
         self.variants.push(Variant { reqs, per_pool });
         let v = self.variants.len() - 1;
         self.variant_index.insert(key, v);
@@ -2634,5 +2645,29 @@ impl Solver<'_> {
             Some((_, to, mask)) => self.put(pod, to, mask),
             None => false,
         }
+    }
+}
+
+impl Solver<'_> {
+    /// (pool, type) pairs some placed pod could use: the union of the type
+    /// sets of the requirement variants pods were placed with.
+    pub fn allowed_types(&self, placed: &[usize]) -> Vec<(usize, usize)> {
+        let mut variants: Vec<usize> = placed
+            .iter()
+            .filter_map(|&p| self.pod_relax[p].map(|r| r.0))
+            .collect();
+        variants.sort_unstable();
+        variants.dedup();
+        let mut out = Vec::new();
+        for (pi, pool) in self.pools.iter().enumerate() {
+            let mut union = Bits::new(pool.types.len());
+            for &v in &variants {
+                for t in self.variants[v].per_pool[pi].types.iter() {
+                    union.set(t);
+                }
+            }
+            out.extend(union.iter().map(|t| (pi, t)));
+        }
+        out
     }
 }
