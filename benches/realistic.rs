@@ -35,7 +35,7 @@ use dovetail::scheduling::{
 };
 
 const CATALOG: &str = "/work/shared/data/aws-catalog.json";
-const SEED: u64 = 0x5eed_d0e7_a11;
+const SEED: u64 = 0x0005_eedd_0e7a_1100;
 
 /// xorshift64*: a small fixed-seed generator, enough for a workload.
 struct Rng(u64);

@@ -69,7 +69,12 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
                 ty.price(claim.combos).map(|p| (p, ty.name.as_str()))
             })
             .collect();
-        types.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+        let by_price = |a: &(f64, &str), b: &(f64, &str)| a.0.total_cmp(&b.0).then(a.1.cmp(b.1));
+        if types.len() > MAX_INSTANCE_TYPES {
+            types.select_nth_unstable_by(MAX_INSTANCE_TYPES, by_price);
+            types.truncate(MAX_INSTANCE_TYPES);
+        }
+        types.sort_by(by_price);
         let offered = s
             .launch_types(ci)
             .fold(0u128, |m, t| m | pool.types[t].offer_mask)

@@ -284,7 +284,7 @@ fn class_key(p: &PodSpec) -> ClassKey<'_> {
 /// without one has it absent; other keys are set from the NodePool's labels.
 fn type_compatible(t: &InstanceType, merged: &Requirements) -> bool {
     merged.0.iter().all(|(k, r)| match t.requirements.get(k) {
-        Some(tr) => tr.intersection(r).len() > 0 || (tr.allows_absent() && r.allows_absent()),
+        Some(tr) => !tr.intersection(r).is_empty() || (tr.allows_absent() && r.allows_absent()),
         None => !is_well_known(k) || k == NODEPOOL || r.allows_absent(),
     })
 }
@@ -2119,7 +2119,7 @@ impl Pool {
 }
 
 /// At most this many rounds of repacking.
-const REPACK_ROUNDS: usize = 8;
+const REPACK_ROUNDS: usize = 3;
 
 /// A pod's planned move to another claim.
 struct Move {
@@ -2204,9 +2204,7 @@ impl Solver<'_> {
     }
 
     fn host_mask(&self, pod: usize, to: usize, keys: &[(usize, u32)]) -> Option<u128> {
-        let Some((variant, soft)) = self.pod_relax[pod] else {
-            return None;
-        };
+        let (variant, soft) = self.pod_relax[pod]?;
         let c = &self.classes[self.pod_class[pod]];
         let dst = &self.claims[to];
         if dst.pods.is_empty() || dst.cheapest.is_none() {
@@ -2250,6 +2248,18 @@ impl Solver<'_> {
         compatible.then_some(mask)
     }
 
+    /// Do the pod's requests fit the spare room of claim `to`'s cheapest type?
+    fn fits_cheapest(&self, pod: usize, to: usize) -> bool {
+        let dst = &self.claims[to];
+        dst.cheapest.is_some_and(|t| {
+            fits_sum(
+                &dst.used,
+                &self.pod_req[pod],
+                &self.pools[dst.pool].types[t].alloc,
+            )
+        })
+    }
+
     /// Does the pod fit claim `to`'s cheapest type at the same price, on top
     /// of `extra` load already planned onto it?
     fn fits_free(&self, pod: usize, to: usize, extra: &[i64], mask: u128) -> bool {
@@ -2275,14 +2285,15 @@ impl Solver<'_> {
     fn base_types(&self, ci: usize) -> Bits {
         let claim = &self.claims[ci];
         let pool = &self.pools[claim.pool];
-        let mut base = Bits::full(pool.types.len());
-        for &v in &claim.variants {
-            let prev = base.clone();
-            base.assign_and(&prev, &self.variants[v].per_pool[claim.pool].types);
-        }
+        let mut base = Bits::new(pool.types.len());
         for t in 0..pool.types.len() {
-            if pool.types[t].offer_mask & claim.combos == 0 {
-                base.clear(t);
+            if pool.types[t].offer_mask & claim.combos != 0
+                && claim
+                    .variants
+                    .iter()
+                    .all(|&v| self.variants[v].per_pool[claim.pool].types.get(t))
+            {
+                base.set(t);
             }
         }
         base
@@ -2290,6 +2301,9 @@ impl Solver<'_> {
 
     /// Tries to make one claim cheaper (or empty) by moving pods out.
     fn shrink(&mut self, ci: usize) -> bool {
+        if !self.claims[ci].pods.iter().any(|&q| self.movable(q)) {
+            return false;
+        }
         let before = self.claims[ci].price;
         let base = self.base_types(ci);
         let pool = self.claims[ci].pool;
@@ -2592,6 +2606,9 @@ impl Solver<'_> {
             .take(SCAN_LIMIT)
             .map(|&(_, c)| c)
             .find_map(|to| {
+                if !self.fits_cheapest(pod, to) {
+                    return None;
+                }
                 self.can_host(pod, to, keys)
                     .filter(|&m| self.fits_free(pod, to, &zero, m))
                     .map(|m| (to, m))
