@@ -381,7 +381,7 @@ impl Requirements {
                     }
                 }
                 Some(existing) => {
-                    if existing.intersection(inc).len() == 0
+                    if existing.intersection(inc).is_empty()
                         && !(inc.allows_absent() && existing.allows_absent())
                     {
                         return Err(Conflict {

@@ -151,8 +151,8 @@ pub fn first_untolerated<'a>(
     soft_ok: bool,
 ) -> Option<&'a Taint> {
     taints.iter().find(|t| {
-        !(soft_ok && t.effect == Effect::PreferNoSchedule)
-            && !tolerations.iter().any(|tol| tol.tolerates(t))
+        let soft = soft_ok && t.effect == Effect::PreferNoSchedule;
+        !soft && !tolerations.iter().any(|tol| tol.tolerates(t))
     })
 }
 

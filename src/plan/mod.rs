@@ -316,3 +316,138 @@ pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     let seconds = start.elapsed().as_secs_f64();
     Ok(PlanReport::new(&result, seconds))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODEPOOL: &str = "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: general
+spec:
+  template:
+    metadata:
+      labels:
+        team: web
+    spec:
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: default
+      requirements:
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: [on-demand]
+  limits:
+    cpu: \"100\"
+";
+    const NODECLASS: &str = "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  kubelet:
+    maxPods: 20
+";
+    const CATALOG: &str = r#"{"instanceTypes": [
+      {"name": "m5.large", "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"},
+       "overhead": {"kubeReserved": {"cpu": "70m", "memory": "442Mi"}},
+       "offerings": [{"zone": "a", "capacityType": "on-demand", "price": 0.096},
+                     {"zone": "a", "capacityType": "spot", "price": 0.03}]},
+      {"name": "m5.xlarge", "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+       "overhead": {"kubeReserved": {"cpu": "80m", "memory": "600Mi"}},
+       "offerings": [{"zone": "a", "capacityType": "on-demand", "price": 0.192}]}]}"#;
+
+    fn pod(name: &str, cpu: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default"}},"spec":{{"containers":[{{"name":"c","resources":{{"requests":{{"cpu":"{cpu}","memory":"1Gi"}}}}}}]}}}}"#
+        )
+    }
+
+    fn setup(pods: &str) -> (tempfile::TempDir, PlanOptions) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        std::fs::write(repo.join("nodepool.yaml"), NODEPOOL).unwrap();
+        std::fs::write(repo.join("nodeclass.yaml"), NODECLASS).unwrap();
+        std::fs::write(dir.path().join("catalog.json"), CATALOG).unwrap();
+        std::fs::write(dir.path().join("pods.jsonl"), pods).unwrap();
+        let opts = PlanOptions {
+            config: repo,
+            catalog: dir.path().join("catalog.json"),
+            pods: dir.path().join("pods.jsonl"),
+            snapshot: None,
+            preferences: Preferences::Respect,
+            now_ms: 0,
+        };
+        (dir, opts)
+    }
+
+    #[test]
+    fn plans_from_files_and_reports_the_convention_keys() {
+        let pods = [pod("a", "1500m"), pod("b", "1"), pod("huge", "64")].join("\n");
+        let (_dir, opts) = setup(&pods);
+        let report = run(&opts).unwrap();
+        assert_eq!(report.nodeclaim_count, 1);
+        let c = &report.nodeclaims[0];
+        assert_eq!(c.nodepool, "general");
+        assert_eq!(c.instance_types, vec!["m5.xlarge"]);
+        assert_eq!(
+            c.capacity_types,
+            vec!["on-demand"],
+            "the NodePool allows on-demand only"
+        );
+        assert_eq!(c.requests["cpu"], "2500m");
+        assert_eq!(report.unschedulable.len(), 1);
+        assert_eq!(report.unschedulable[0].pod, "default/huge");
+        assert!(
+            report.unschedulable[0].reason.contains("cpu=64"),
+            "{}",
+            report.unschedulable[0].reason
+        );
+        assert!(!report.all_placed());
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for k in [
+            "schema_version",
+            "solve_seconds",
+            "nodeclaim_count",
+            "nodeclaims",
+            "existing_placements",
+            "price_per_hour",
+            "lower_bound_price_per_hour",
+            "unschedulable",
+        ] {
+            assert!(keys.contains(&k), "missing {k}");
+        }
+        for k in [
+            "nodepool",
+            "instance_types",
+            "zones",
+            "capacity_types",
+            "pods",
+            "requests",
+            "price_per_hour",
+        ] {
+            assert!(
+                json["nodeclaims"][0].get(k).is_some(),
+                "missing nodeclaims[].{k}"
+            );
+        }
+        assert!(report.to_string().contains("1 new NodeClaim(s)"));
+    }
+
+    #[test]
+    fn bad_pod_files_name_file_and_line() {
+        let pods = format!("{}\n{{\"kind\": \"Pod\", \n", pod("a", "1"));
+        let (_dir, opts) = setup(&pods);
+        let err = run(&opts).unwrap_err().to_string();
+        assert!(err.contains("pods.jsonl:2:"), "{err}");
+    }
+}

@@ -34,12 +34,12 @@ pub fn lower_bound(types: &[BoundType], demand: &[f64], forced: usize) -> f64 {
     let cheapest = types.iter().map(|t| t.price).fold(f64::INFINITY, f64::min);
     best = best.max(m * cheapest);
     // One resource at a time, plus the node count.
-    for r in 0..dims {
-        if demand[r] <= 0.0 {
+    for (r, &d) in demand.iter().enumerate() {
+        if d <= 0.0 {
             continue;
         }
         let g: Vec<f64> = types.iter().map(|t| t.alloc[r]).collect();
-        best = best.max(along(types, &g, demand[r], m));
+        best = best.max(along(types, &g, d, m));
     }
     // cpu and memory together.
     if dims >= 2 && demand[0] > 0.0 && demand[1] > 0.0 {

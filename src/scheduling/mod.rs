@@ -52,6 +52,7 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     let initial_free = s.free_on_nodes();
     let order = pod_order(&input.pods);
     let failed = s.run(&order);
+    s.refill();
     s.improve();
 
     let ncts = s.cts.len().max(1);
@@ -68,7 +69,12 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
                 ty.price(claim.combos).map(|p| (p, ty.name.as_str()))
             })
             .collect();
-        types.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+        let by_price = |a: &(f64, &str), b: &(f64, &str)| a.0.total_cmp(&b.0).then(a.1.cmp(b.1));
+        if types.len() > MAX_INSTANCE_TYPES {
+            types.select_nth_unstable_by(MAX_INSTANCE_TYPES, by_price);
+            types.truncate(MAX_INSTANCE_TYPES);
+        }
+        types.sort_by(by_price);
         let offered = s
             .launch_types(ci)
             .fold(0u128, |m, t| m | pool.types[t].offer_mask)
@@ -164,12 +170,12 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
         *d += forced as f64 * md;
     }
     let bound_types: Vec<BoundType> = s
-        .pools
-        .iter()
-        .flat_map(|p| p.types.iter())
-        .filter_map(|t| {
-            t.offers.first().map(|(_, price)| BoundType {
-                alloc: t.alloc.iter().map(|v| *v as f64).collect(),
+        .allowed_types(&placed)
+        .into_iter()
+        .filter_map(|(pool, t)| {
+            let ty = &s.pools[pool].types[t];
+            ty.offers.first().map(|(_, price)| BoundType {
+                alloc: ty.alloc.iter().map(|v| *v as f64).collect(),
                 price: *price,
             })
         })

@@ -76,6 +76,8 @@ pub(crate) struct Pool {
     pub nodes_used: i64,
     /// (key, minValues, value id per type)
     pub min_values: Vec<(String, usize, Vec<u32>)>,
+    /// Types with an available offering, by their cheapest price.
+    pub price_order: Vec<usize>,
 }
 
 struct NodeInfo {
@@ -148,6 +150,7 @@ struct Variant {
     per_pool: Vec<PoolVariant>,
 }
 
+#[derive(Clone)]
 pub(crate) struct Claim {
     pub pool: usize,
     pub reqs: Requirements,
@@ -161,6 +164,8 @@ pub(crate) struct Claim {
     pub price: f64,
     /// The cheapest remaining type (its index in the pool), if any.
     cheapest: Option<usize>,
+    /// Offering domains of the remaining types within `combos`.
+    offered: u128,
     slack_key: i64,
     /// Hostname counters that pods on this claim constrain or own: pods
     /// counted by them may not be moved onto or off the claim.
@@ -211,12 +216,17 @@ pub(crate) struct Solver<'a> {
     pub pod_req: Vec<Vec<i64>>,
     variants: Vec<Variant>,
     variant_index: HashMap<(usize, usize, usize), usize>,
+    /// Variants by their requirements: classes that differ only in labels
+    /// share one.
+    variant_by_reqs: HashMap<Requirements, usize>,
     preferences: Preferences,
     any_soft_taint: bool,
     pub placed_node: Vec<Option<usize>>,
     pub placed_claim: Vec<Option<usize>>,
     scratch: Bits,
     scratch2: Bits,
+    /// Component-wise smallest pod request.
+    min_req: Vec<i64>,
     cands: Vec<usize>,
     /// The variant and soft-taint tolerance each pod was placed with.
     pod_relax: Vec<Option<(usize, bool)>>,
@@ -270,11 +280,12 @@ fn class_key(p: &PodSpec) -> ClassKey<'_> {
 }
 
 /// Does type `t` allow the merged requirements? Keys the type defines must
-/// intersect; well-known instance labels the type lacks will be absent.
-fn type_compatible(t: &InstanceType, merged: &Requirements, pool: &Requirements) -> bool {
+/// intersect. Well-known instance labels come from the type, so a type
+/// without one has it absent; other keys are set from the NodePool's labels.
+fn type_compatible(t: &InstanceType, merged: &Requirements) -> bool {
     merged.0.iter().all(|(k, r)| match t.requirements.get(k) {
-        Some(tr) => tr.intersection(r).len() > 0 || (tr.allows_absent() && r.allows_absent()),
-        None => pool.get(k).is_some() || !is_well_known(k) || k == NODEPOOL || r.allows_absent(),
+        Some(tr) => !tr.intersection(r).is_empty() || (tr.allows_absent() && r.allows_absent()),
+        None => !is_well_known(k) || k == NODEPOOL || r.allows_absent(),
     })
 }
 
@@ -427,7 +438,17 @@ impl<'a> Solver<'a> {
                     add_into(&mut daemon, &project(&ds.pod.requests));
                 }
             }
+            let mut price_order: Vec<usize> = (0..types.len())
+                .filter(|&t| !types[t].offers.is_empty())
+                .collect();
+            price_order.sort_by(|&a, &b| {
+                types[a].offers[0]
+                    .1
+                    .total_cmp(&types[b].offers[0].1)
+                    .then(a.cmp(&b))
+            });
             pools.push(Pool {
+                price_order,
                 spec: pi,
                 name: np.name.clone(),
                 reqs,
@@ -580,17 +601,22 @@ impl<'a> Solver<'a> {
             pod_req,
             variants: Vec::new(),
             variant_index: HashMap::new(),
+            variant_by_reqs: HashMap::new(),
             preferences: opts.preferences,
             any_soft_taint,
             placed_node: vec![None; input.pods.len()],
             placed_claim: vec![None; input.pods.len()],
             scratch: Bits::new(nt),
             scratch2: Bits::new(nt),
+            min_req: Vec::new(),
             cands: Vec::new(),
             pod_relax: vec![None; input.pods.len()],
             zone_key,
             ct_key,
         };
+        s.min_req = (0..s.dims.len())
+            .map(|d| s.pod_req.iter().map(|r| r[d]).min().unwrap_or(0))
+            .collect();
         s.build_classes();
         s.record_bound_pods();
         Ok(s)
@@ -821,6 +847,10 @@ impl<'a> Solver<'a> {
         if let Some(&pi) = self.classes[class].pref_terms.get(r.node_pref_dropped) {
             reqs.intersect_with(&p.preferred_terms[pi].1);
         }
+        if let Some(&v) = self.variant_by_reqs.get(&reqs) {
+            self.variant_index.insert(key, v);
+            return v;
+        }
         let ncts = self.cts.len().max(1);
         let per_pool = self
             .pools
@@ -854,7 +884,7 @@ impl<'a> Solver<'a> {
                 }
                 for (i, t) in pool.types.iter().enumerate() {
                     if t.offer_mask & combos != 0
-                        && type_compatible(&np.instance_types[t.source], &merged, &pool.reqs)
+                        && type_compatible(&np.instance_types[t.source], &merged)
                     {
                         types.set(i);
                     }
@@ -866,6 +896,8 @@ impl<'a> Solver<'a> {
                 }
             })
             .collect();
+        self.variant_by_reqs
+            .insert(reqs.clone(), self.variants.len());
         self.variants.push(Variant { reqs, per_pool });
         let v = self.variants.len() - 1;
         self.variant_index.insert(key, v);
@@ -1317,6 +1349,37 @@ impl<'a> Solver<'a> {
                 .is_some_and(|pr| pr <= claim.price + EPS)
     }
 
+    /// The price of the claim with the pod added: the cheapest of its types
+    /// that holds it, found in price order without a full scan.
+    fn cheapest_fit(&mut self, pod: usize, variant: usize, ci: usize, combos: u128) -> Option<f64> {
+        let claim = &self.claims[ci];
+        let p = &self.pools[claim.pool];
+        if !p.min_values.is_empty() {
+            return self.claim_price(pod, variant, ci, combos);
+        }
+        let pv = &self.variants[variant].per_pool[claim.pool];
+        let req = &self.pod_req[pod];
+        let mut best: Option<f64> = None;
+        for &t in &p.price_order {
+            let ty = &p.types[t];
+            if best.is_some_and(|b| ty.offers[0].1 >= b) {
+                break;
+            }
+            if !claim.types.get(t) || !pv.types.get(t) || !fits_sum(&claim.used, req, &ty.alloc) {
+                continue;
+            }
+            let lim_ok = ty.cap_lim.iter().enumerate().all(|(i, cap)| {
+                *cap <= p.lim[i]
+                    .saturating_sub(p.lim_used[i])
+                    .saturating_add(claim.reserve.get(i).copied().unwrap_or(0))
+            });
+            if let Some(pr) = ty.price(combos).filter(|_| lim_ok) {
+                best = Some(best.map_or(pr, |b: f64| b.min(pr)));
+            }
+        }
+        best
+    }
+
     /// Prices the claim with the pod added, leaving the remaining types in
     /// `self.scratch`.
     fn claim_price(&mut self, pod: usize, variant: usize, ci: usize, combos: u128) -> Option<f64> {
@@ -1562,15 +1625,15 @@ impl<'a> Solver<'a> {
                 let Some(combos) = self.admits(pod, a, ci) else {
                     continue;
                 };
-                if let Some(price) = self.claim_price(pod, a.variant, ci, combos) {
+                if let Some(price) = self.cheapest_fit(pod, a.variant, ci, combos) {
                     let delta = price - self.claims[ci].price;
                     if best.is_none_or(|(b, _)| delta < b - EPS) {
                         best = Some((delta, ci));
                     }
-                }
-                priced += 1;
-                if priced >= GROW_CANDIDATES {
-                    break;
+                    priced += 1;
+                    if priced >= GROW_CANDIDATES {
+                        break;
+                    }
                 }
             }
             self.cands = cands;
@@ -1632,6 +1695,7 @@ impl<'a> Solver<'a> {
                     reserve: vec![0; p.lim.len()],
                     price: 0.0,
                     cheapest: None,
+                    offered: 0,
                     slack_key: 0,
                     watch: Vec::new(),
                 };
@@ -1683,6 +1747,19 @@ impl<'a> Solver<'a> {
             return self.nodes[target].values[key];
         }
         let claim = &self.claims[target - self.nodes.len()];
+        let ncts = self.cts.len().max(1);
+        let mut found = None;
+        if Some(key) == self.zone_key {
+            for zi in 0..self.zones.len() {
+                if (claim.offered >> (zi * ncts)) & ((1u128 << ncts) - 1) != 0 {
+                    if found.is_some() {
+                        return None;
+                    }
+                    found = Some(zi as u32);
+                }
+            }
+            return found;
+        }
         let vals = self.claim_values(claim, key);
         if vals.count() == 1 {
             vals.iter().next().map(|v| v as u32)
@@ -1695,11 +1772,7 @@ impl<'a> Solver<'a> {
         let d = &self.keys[key];
         let mut out = Bits::new(d.len());
         let ncts = self.cts.len().max(1);
-        let offered = claim
-            .types
-            .iter()
-            .fold(0u128, |m, t| m | self.pools[claim.pool].types[t].offer_mask)
-            & claim.combos;
+        let offered = claim.offered;
         if Some(key) == self.zone_key {
             for zi in 0..self.zones.len() {
                 if (offered >> (zi * ncts)) & ((1u128 << ncts) - 1) != 0 {
@@ -1737,6 +1810,12 @@ impl<'a> Solver<'a> {
             }
             claim.types = types;
             claim.combos = combos;
+            let offer_masks = &self.pools[claim.pool].types;
+            claim.offered = claim
+                .types
+                .iter()
+                .fold(0u128, |m, t| m | offer_masks[t].offer_mask)
+                & combos;
             add_into(&mut claim.used, &req);
             claim.pods.push(pod);
             self.placed_claim[pod] = Some(ci);
@@ -1814,11 +1893,16 @@ impl<'a> Solver<'a> {
         claim.combos &= mask;
         claim.reqs.add(&kname, Requirement::in_values([value]));
         let types: Vec<usize> = claim.types.iter().collect();
+        let mut offered = 0u128;
         for t in types {
-            if self.pools[pool].types[t].offer_mask & claim.combos == 0 {
+            let mask = self.pools[pool].types[t].offer_mask;
+            if mask & claim.combos == 0 {
                 claim.types.clear(t);
+            } else {
+                offered |= mask;
             }
         }
+        claim.offered = offered & claim.combos;
     }
 
     /// Recomputes a claim's price, cheapest type, index entry and limit
@@ -1847,9 +1931,21 @@ impl<'a> Solver<'a> {
         let slack = best.map_or(0, |(_, t)| p.types[t].alloc[0]) - claim.used[0];
         let old_key = claim.slack_key;
         let old_reserve = claim.reserve.clone();
+        let offered = claim
+            .types
+            .iter()
+            .fold(0u128, |m, t| m | p.types[t].offer_mask)
+            & claim.combos;
         let pool = claim.pool;
+        // A claim no type could grow by even the smallest pod leaves the index.
+        let full = !claim
+            .types
+            .iter()
+            .any(|t| fits_sum(&claim.used, &self.min_req, &p.types[t].alloc));
         self.claim_index.remove(&(old_key, ci));
-        self.claim_index.insert((slack, ci));
+        if !full {
+            self.claim_index.insert((slack, ci));
+        }
         let p = &mut self.pools[pool];
         for i in 0..p.lim_used.len() {
             p.lim_used[i] += reserve[i] - old_reserve[i];
@@ -1857,6 +1953,7 @@ impl<'a> Solver<'a> {
         let claim = &mut self.claims[ci];
         claim.price = best.map_or(0.0, |b| b.0);
         claim.cheapest = best.map(|b| b.1);
+        claim.offered = offered;
         claim.slack_key = slack;
         claim.reserve = reserve;
     }
@@ -2022,12 +2119,13 @@ impl Pool {
 }
 
 /// At most this many rounds of repacking.
-const REPACK_ROUNDS: usize = 8;
+const REPACK_ROUNDS: usize = 3;
 
 /// A pod's planned move to another claim.
 struct Move {
     pod: usize,
     to: usize,
+    mask: u128,
 }
 
 impl Solver<'_> {
@@ -2066,65 +2164,118 @@ impl Solver<'_> {
             && c.terms.iter().all(|t| t.key != TopoKey::Hostname)
     }
 
-    /// Can `pod` move from claim `from` to claim `to`, carrying `extra`
-    /// load already planned onto `to`, with no change in `to`'s price?
-    fn can_move(&self, pod: usize, from: usize, to: usize, extra: &[i64]) -> bool {
-        let Some((variant, soft)) = self.pod_relax[pod] else {
-            return false;
-        };
+    /// The values of the non-hostname topology keys a movable pod is
+    /// constrained or counted on at its claim; None if the pod may not leave
+    /// it (a value is not settled, or neighbours watch its hostname count).
+    fn keys_of(&self, pod: usize, from: usize) -> Option<Vec<(usize, u32)>> {
         let c = &self.classes[self.pod_class[pod]];
-        let (src, dst) = (&self.claims[from], &self.claims[to]);
-        if from == to || dst.pods.is_empty() {
-            return false;
+        let src = &self.claims[from];
+        let mut out = Vec::new();
+        let keys = c
+            .counted_by
+            .iter()
+            .chain(&c.blocked_by)
+            .map(|&k| self.counters[k].key)
+            .chain(c.terms.iter().map(|t| t.key));
+        for key in keys {
+            match key {
+                TopoKey::Hostname => {}
+                TopoKey::Key(k) => {
+                    if !out.iter().any(|(kk, _)| *kk == k) {
+                        out.push((k, self.target_value(self.nodes.len() + from, k)?));
+                    }
+                }
+            }
+        }
+        let watched = c
+            .counted_by
+            .iter()
+            .chain(&c.blocked_by)
+            .any(|&k| self.counters[k].key == TopoKey::Hostname && src.watch.contains(&k));
+        (!watched).then_some(out)
+    }
+
+    /// May claim `to` take the movable pod whose topology values are `keys`,
+    /// resources aside? Returns the offering domains the claim keeps: a
+    /// claim not yet settled on a zone or capacity type the pod needs is
+    /// narrowed to it.
+    fn can_host(&self, pod: usize, to: usize, keys: &[(usize, u32)]) -> Option<u128> {
+        self.host_mask(pod, to, keys)
+    }
+
+    fn host_mask(&self, pod: usize, to: usize, keys: &[(usize, u32)]) -> Option<u128> {
+        let (variant, soft) = self.pod_relax[pod]?;
+        let c = &self.classes[self.pod_class[pod]];
+        let dst = &self.claims[to];
+        if dst.pods.is_empty() || dst.cheapest.is_none() {
+            return None;
         }
         let (strict, tolerated) = c.pool_taints[dst.pool];
         if !(strict || (soft && tolerated)) {
-            return false;
+            return None;
         }
         let pv = &self.variants[variant].per_pool[dst.pool];
-        if pv.err.is_some() {
-            return false;
+        if pv.err.is_some() || dst.combos & pv.combos == 0 {
+            return None;
         }
-        let same_value = |key: usize| {
-            let a = self.target_value(self.nodes.len() + from, key);
-            a.is_some() && a == self.target_value(self.nodes.len() + to, key)
-        };
-        for &k in c.counted_by.iter().chain(&c.blocked_by) {
-            let ok = match self.counters[k].key {
-                TopoKey::Hostname => !src.watch.contains(&k) && !dst.watch.contains(&k),
-                TopoKey::Key(key) => same_value(key),
-            };
-            if !ok {
-                return false;
+        if c.counted_by
+            .iter()
+            .chain(&c.blocked_by)
+            .any(|&k| self.counters[k].key == TopoKey::Hostname && dst.watch.contains(&k))
+        {
+            return None;
+        }
+        let mut mask = dst.combos & pv.combos;
+        for &(k, v) in keys {
+            match self.target_value(self.nodes.len() + to, k) {
+                Some(x) if x == v => {}
+                None if (Some(k) == self.zone_key || Some(k) == self.ct_key)
+                    && self.claim_values(dst, k).get(v as usize) =>
+                {
+                    mask &= self.value_mask(k, v as usize);
+                }
+                _ => return None,
             }
         }
-        if !c.terms.iter().all(|t| match t.key {
-            TopoKey::Key(key) => same_value(key),
-            TopoKey::Hostname => false,
-        }) {
-            return false;
+        if mask & dst.offered == 0 {
+            return None;
         }
-        let combos = dst.combos & pv.combos;
-        if combos == 0 {
-            return false;
-        }
-        if !dst.variants.contains(&variant)
-            && dst
+        let compatible = dst.variants.contains(&variant)
+            || dst
                 .reqs
                 .compatible(&self.variants[variant].reqs, allow_well_known)
-                .is_err()
-        {
+                .is_ok();
+        compatible.then_some(mask)
+    }
+
+    /// Do the pod's requests fit the spare room of claim `to`'s cheapest type?
+    fn fits_cheapest(&self, pod: usize, to: usize) -> bool {
+        let dst = &self.claims[to];
+        dst.cheapest.is_some_and(|t| {
+            fits_sum(
+                &dst.used,
+                &self.pod_req[pod],
+                &self.pools[dst.pool].types[t].alloc,
+            )
+        })
+    }
+
+    /// Does the pod fit claim `to`'s cheapest type at the same price, on top
+    /// of `extra` load already planned onto it?
+    fn fits_free(&self, pod: usize, to: usize, extra: &[i64], mask: u128) -> bool {
+        let Some((variant, _)) = self.pod_relax[pod] else {
             return false;
-        }
+        };
+        let dst = &self.claims[to];
         let p = &self.pools[dst.pool];
         let Some(t) = dst.cheapest else {
             return false;
         };
-        let mut load = dst.used.clone();
-        add_into(&mut load, extra);
+        let req = &self.pod_req[pod];
+        let combos = mask;
         p.min_values.is_empty()
-            && pv.types.get(t)
-            && fits_sum(&load, &self.pod_req[pod], &p.types[t].alloc)
+            && self.variants[variant].per_pool[dst.pool].types.get(t)
+            && (0..req.len()).all(|d| dst.used[d] + extra[d] + req[d] <= p.types[t].alloc[d])
             && p.types[t]
                 .price(combos)
                 .is_some_and(|pr| pr <= dst.price + EPS)
@@ -2134,14 +2285,15 @@ impl Solver<'_> {
     fn base_types(&self, ci: usize) -> Bits {
         let claim = &self.claims[ci];
         let pool = &self.pools[claim.pool];
-        let mut base = Bits::full(pool.types.len());
-        for &v in &claim.variants {
-            let prev = base.clone();
-            base.assign_and(&prev, &self.variants[v].per_pool[claim.pool].types);
-        }
+        let mut base = Bits::new(pool.types.len());
         for t in 0..pool.types.len() {
-            if pool.types[t].offer_mask & claim.combos == 0 {
-                base.clear(t);
+            if pool.types[t].offer_mask & claim.combos != 0
+                && claim
+                    .variants
+                    .iter()
+                    .all(|&v| self.variants[v].per_pool[claim.pool].types.get(t))
+            {
+                base.set(t);
             }
         }
         base
@@ -2149,6 +2301,9 @@ impl Solver<'_> {
 
     /// Tries to make one claim cheaper (or empty) by moving pods out.
     fn shrink(&mut self, ci: usize) -> bool {
+        if !self.claims[ci].pods.iter().any(|&q| self.movable(q)) {
+            return false;
+        }
         let before = self.claims[ci].price;
         let base = self.base_types(ci);
         let pool = self.claims[ci].pool;
@@ -2199,6 +2354,7 @@ impl Solver<'_> {
         });
         let mut remaining = excess.clone();
         let mut moves: Vec<Move> = Vec::new();
+        let zero = vec![0i64; dims];
         let mut extra: HashMap<usize, (Vec<i64>, usize)> = HashMap::new();
         for q in cands {
             if remaining.iter().all(|e| *e <= 0) {
@@ -2208,7 +2364,9 @@ impl Solver<'_> {
                 continue;
             }
             let variant = self.pod_relax[q].map_or(usize::MAX, |r| r.0);
-            let zero = vec![0i64; dims];
+            let Some(keys) = self.keys_of(q, ci) else {
+                continue;
+            };
             let dest = self
                 .claim_index
                 .range((self.pod_req[q][0], 0)..)
@@ -2216,66 +2374,89 @@ impl Solver<'_> {
                 .map(|&(_, c)| c)
                 .find(|&to| {
                     let (load, v) = extra.get(&to).map_or((&zero, variant), |(l, v)| (l, *v));
-                    v == variant && self.can_move(q, ci, to, load)
+                    to != ci
+                        && v == variant
+                        && self
+                            .can_host(q, to, &keys)
+                            .is_some_and(|m| self.fits_free(q, to, load, m))
                 });
-            if let Some(to) = dest {
+            if let Some(to) = dest
+                && let Some(mask) = self.can_host(q, to, &keys)
+            {
                 let e = extra.entry(to).or_insert_with(|| (vec![0; dims], variant));
                 add_into(&mut e.0, &self.pod_req[q]);
                 for (r, x) in remaining.iter_mut().zip(&self.pod_req[q]) {
                     *r -= x;
                 }
-                moves.push(Move { pod: q, to });
+                moves.push(Move { pod: q, to, mask });
             }
         }
         if remaining.iter().any(|e| *e > 0) {
             return false;
         }
         for m in &moves {
-            self.move_pod(m.pod, ci, m.to);
+            self.move_pod(m.pod, ci, m.to, m.mask);
         }
         self.recompute_types(ci);
         self.claims[ci].price < before - EPS || self.claims[ci].pods.is_empty()
     }
 
-    /// Moves a pod between claims (checked by [`Self::can_move`]).
-    fn move_pod(&mut self, pod: usize, from: usize, to: usize) {
-        let Some((variant, _)) = self.pod_relax[pod] else {
-            return;
-        };
-        let pool = self.claims[to].pool;
-        let combos = self.claims[to].combos & self.variants[variant].per_pool[pool].combos;
-        if self.claim_price(pod, variant, to, combos).is_none() {
-            return;
+    /// Moves a pod between claims (checked by [`Self::can_host`]).
+    fn move_pod(&mut self, pod: usize, from: usize, to: usize, mask: u128) {
+        self.take_out(pod, from);
+        if !self.put(pod, to, mask) {
+            // Checked before; should it fail, the pod goes back.
+            let back = self.claims[from].combos;
+            self.put(pod, from, back);
         }
-        let types = self.scratch.clone();
+    }
+
+    /// Removes a movable pod from a claim (types are recomputed by the caller).
+    fn take_out(&mut self, pod: usize, from: usize) {
         let req = self.pod_req[pod].clone();
-        {
-            let dst = &mut self.claims[to];
-            if !dst.variants.contains(&variant) {
-                dst.reqs.intersect_with(&self.variants[variant].reqs);
-                dst.variants.push(variant);
-            }
-            dst.types = types;
-            dst.combos = combos;
-            add_into(&mut dst.used, &req);
-            dst.pods.push(pod);
+        let src = &mut self.claims[from];
+        src.pods.retain(|&q| q != pod);
+        for (u, r) in src.used.iter_mut().zip(&req) {
+            *u -= r;
         }
-        {
-            let src = &mut self.claims[from];
-            src.pods.retain(|&q| q != pod);
-            for (u, r) in src.used.iter_mut().zip(&req) {
-                *u -= r;
-            }
-        }
-        self.placed_claim[pod] = Some(to);
+        self.placed_claim[pod] = None;
         let counted = self.classes[self.pod_class[pod]].counted_by.clone();
         for c in counted {
             if self.counters[c].key == TopoKey::Hostname {
                 self.counters[c].unrecord(self.nodes.len() + from);
+            }
+        }
+    }
+
+    /// Adds a movable pod to a claim (checked by [`Self::can_host`]).
+    fn put(&mut self, pod: usize, to: usize, mask: u128) -> bool {
+        let Some((variant, _)) = self.pod_relax[pod] else {
+            return false;
+        };
+        let combos = mask;
+        if self.claim_price(pod, variant, to, combos).is_none() {
+            return false;
+        }
+        let types = self.scratch.clone();
+        let req = self.pod_req[pod].clone();
+        let dst = &mut self.claims[to];
+        if !dst.variants.contains(&variant) {
+            dst.reqs.intersect_with(&self.variants[variant].reqs);
+            dst.variants.push(variant);
+        }
+        dst.types = types;
+        dst.combos = combos;
+        add_into(&mut dst.used, &req);
+        dst.pods.push(pod);
+        self.placed_claim[pod] = Some(to);
+        let counted = self.classes[self.pod_class[pod]].counted_by.clone();
+        for c in counted {
+            if self.counters[c].key == TopoKey::Hostname {
                 self.counters[c].record(self.nodes.len() + to, None);
             }
         }
         self.refresh_claim(to);
+        true
     }
 
     /// Recomputes the types a claim can use after pods left it; an empty
@@ -2316,5 +2497,194 @@ impl Solver<'_> {
         }
         self.scratch = out;
         self.refresh_claim(ci);
+    }
+}
+
+/// The mutable state of a solve, saved to undo a repacking attempt.
+struct Saved {
+    claims: Vec<Claim>,
+    index: BTreeSet<(i64, usize)>,
+    counters: Vec<Counter>,
+    lim_used: Vec<Vec<i64>>,
+    nodes_used: Vec<i64>,
+    placed_claim: Vec<Option<usize>>,
+}
+
+impl Solver<'_> {
+    fn save(&self) -> Saved {
+        Saved {
+            claims: self.claims.clone(),
+            index: self.claim_index.clone(),
+            counters: self.counters.clone(),
+            lim_used: self.pools.iter().map(|p| p.lim_used.clone()).collect(),
+            nodes_used: self.pools.iter().map(|p| p.nodes_used).collect(),
+            placed_claim: self.placed_claim.clone(),
+        }
+    }
+
+    fn restore(&mut self, s: Saved) {
+        self.claims = s.claims;
+        self.claim_index = s.index;
+        self.counters = s.counters;
+        for ((p, l), n) in self.pools.iter_mut().zip(s.lim_used).zip(s.nodes_used) {
+            p.lim_used = l;
+            p.nodes_used = n;
+        }
+        self.placed_claim = s.placed_claim;
+    }
+
+    pub fn total_price(&self) -> f64 {
+        self.claims
+            .iter()
+            .filter(|c| !c.pods.is_empty())
+            .map(|c| c.price)
+            .sum()
+    }
+
+    /// Takes every movable pod off the planned claims and puts them back,
+    /// largest share of a node first, now that every claim the first pass
+    /// had to open is known: spare room on claims opened late (often for
+    /// anti-affine pods) is then filled by large pods too. Kept only if it
+    /// lowers the price.
+    pub fn refill(&mut self) {
+        let before = self.total_price();
+        let saved = self.save();
+        let mut stripped: Vec<(usize, Vec<(usize, u32)>)> = Vec::new();
+        for ci in 0..self.claims.len() {
+            let pods = self.claims[ci].pods.clone();
+            let mut touched = false;
+            for q in pods {
+                if !self.movable(q) {
+                    continue;
+                }
+                let Some(keys) = self.keys_of(q, ci) else {
+                    continue;
+                };
+                self.take_out(q, ci);
+                stripped.push((q, keys));
+                touched = true;
+            }
+            if touched {
+                self.recompute_types(ci);
+            }
+        }
+        // Largest share of an average instance type first.
+        let dims = self.dims.len();
+        let mut norm = vec![0f64; dims];
+        for p in &self.pools {
+            for t in &p.types {
+                for (n, a) in norm.iter_mut().zip(&t.alloc) {
+                    *n += *a as f64;
+                }
+            }
+        }
+        let share = |q: usize| -> f64 {
+            (0..dims)
+                .filter(|&d| norm[d] > 0.0)
+                .map(|d| self.pod_req[q][d] as f64 / norm[d])
+                .fold(0.0, f64::max)
+        };
+        stripped.sort_by(|a, b| share(b.0).total_cmp(&share(a.0)).then(a.0.cmp(&b.0)));
+        for (q, keys) in &stripped {
+            if !self.reinsert(*q, keys) {
+                self.restore(saved);
+                return;
+            }
+        }
+        if self.total_price() > before - EPS {
+            self.restore(saved);
+        }
+    }
+
+    /// Puts a stripped pod back: zero-cost best fit, else the cheapest growth.
+    fn reinsert(&mut self, pod: usize, keys: &[(usize, u32)]) -> bool {
+        let zero = vec![0i64; self.dims.len()];
+        let req_cpu = self.pod_req[pod][0];
+        let hit = self
+            .claim_index
+            .range((req_cpu, 0)..)
+            .take(SCAN_LIMIT)
+            .map(|&(_, c)| c)
+            .find_map(|to| {
+                if !self.fits_cheapest(pod, to) {
+                    return None;
+                }
+                self.can_host(pod, to, keys)
+                    .filter(|&m| self.fits_free(pod, to, &zero, m))
+                    .map(|m| (to, m))
+            });
+        if let Some((to, mask)) = hit {
+            return self.put(pod, to, mask);
+        }
+        let cands: Vec<usize> = self
+            .claim_index
+            .iter()
+            .rev()
+            .take(SCAN_LIMIT)
+            .map(|&(_, c)| c)
+            .collect();
+        let Some((variant, _)) = self.pod_relax[pod] else {
+            return false;
+        };
+        let mut best: Option<(f64, usize, u128)> = None;
+        let mut priced = 0;
+        for to in cands {
+            let Some(combos) = self.can_host(pod, to, keys) else {
+                continue;
+            };
+            if let Some(price) = self.cheapest_fit(pod, variant, to, combos) {
+                let delta = price - self.claims[to].price;
+                if best.is_none_or(|(b, _, _)| delta < b - EPS) {
+                    best = Some((delta, to, combos));
+                }
+                priced += 1;
+                if priced >= GROW_CANDIDATES {
+                    break;
+                }
+            }
+        }
+        if best.is_none() {
+            // Rare: no nearby claim can take it; look at every claim.
+            let all: Vec<usize> = self.claim_index.iter().map(|&(_, c)| c).collect();
+            for to in all {
+                let Some(combos) = self.can_host(pod, to, keys) else {
+                    continue;
+                };
+                if let Some(price) = self.cheapest_fit(pod, variant, to, combos) {
+                    let delta = price - self.claims[to].price;
+                    if best.is_none_or(|(b, _, _)| delta < b - EPS) {
+                        best = Some((delta, to, combos));
+                    }
+                }
+            }
+        }
+        match best {
+            Some((_, to, mask)) => self.put(pod, to, mask),
+            None => false,
+        }
+    }
+}
+
+impl Solver<'_> {
+    /// (pool, type) pairs some placed pod could use: the union of the type
+    /// sets of the requirement variants pods were placed with.
+    pub fn allowed_types(&self, placed: &[usize]) -> Vec<(usize, usize)> {
+        let mut variants: Vec<usize> = placed
+            .iter()
+            .filter_map(|&p| self.pod_relax[p].map(|r| r.0))
+            .collect();
+        variants.sort_unstable();
+        variants.dedup();
+        let mut out = Vec::new();
+        for (pi, pool) in self.pools.iter().enumerate() {
+            let mut union = Bits::new(pool.types.len());
+            for &v in &variants {
+                for t in self.variants[v].per_pool[pi].types.iter() {
+                    union.set(t);
+                }
+            }
+            out.extend(union.iter().map(|t| (pi, t)));
+        }
+        out
     }
 }

@@ -505,6 +505,9 @@ fn arb_input() -> impl Strategy<Value = SolveInput> {
     )
 }
 
+/// A node or claim in a result: its labels, pods and zones.
+type Target<'a> = (BTreeMap<String, String>, Vec<&'a PodSpec>, BTreeSet<String>);
+
 /// Checks every invariant of a result against its input.
 fn check(input: &SolveInput, r: &SolveResult) -> Result<(), TestCaseError> {
     let pods: BTreeMap<String, &PodSpec> = input.pods.iter().map(|p| (p.key(), p)).collect();
@@ -527,7 +530,7 @@ fn check(input: &SolveInput, r: &SolveResult) -> Result<(), TestCaseError> {
     }
     prop_assert_eq!(seen.len(), input.pods.len());
     // (target labels, pods) for topology checks; each claim is its own host.
-    let mut placed: Vec<(BTreeMap<String, String>, Vec<&PodSpec>, BTreeSet<String>)> = Vec::new();
+    let mut placed: Vec<Target> = Vec::new();
     for e in &r.existing {
         let n = input.nodes.iter().find(|n| n.name == e.node).unwrap();
         let mut sum = Resources::new();
