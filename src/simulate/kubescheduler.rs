@@ -1943,4 +1943,63 @@ mod tests {
         assert_eq!(first.bound.len(), 60);
         assert_eq!(first, second);
     }
+
+    /// Speed on the simulation's largest state: 2,000 nodes and 40,000
+    /// pods of 50 workloads (a third with zone spread, a third with
+    /// hostname spread). Run with
+    /// `cargo test --release --lib kubescheduler -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "benchmark; run in release"]
+    fn bench_2000_nodes_40000_pods() {
+        use std::time::Instant;
+        let (cluster, _) = cluster();
+        add_nodes(
+            &cluster,
+            (0..2000).map(|i| node(&format!("n{i:04}"), ["z1", "z2", "z3"][i % 3], "16", "64Gi")),
+        );
+        let workload = |i: usize| {
+            let app = format!("app-{}", i % 50);
+            let p = pod(&format!("p{i:05}"), &app, "500m", "1Gi");
+            match (i % 50) % 3 {
+                0 => spread(p, "topology.kubernetes.io/zone", "DoNotSchedule"),
+                1 => spread(p, "kubernetes.io/hostname", "ScheduleAnyway"),
+                _ => p,
+            }
+        };
+        let scheduler = KubeScheduler::new();
+        let mut total_bound = 0;
+        let t = Instant::now();
+        // Arrivals in 40 waves of 1,000, each followed by a pass.
+        for wave in 0..40 {
+            add_pods(&cluster, (wave * 1000..(wave + 1) * 1000).map(workload));
+            let t = Instant::now();
+            let report = scheduler.schedule(&cluster, start());
+            total_bound += report.bound.len();
+            if wave % 10 == 9 {
+                eprintln!(
+                    "wave {wave}: {} bound in {:?}",
+                    report.bound.len(),
+                    t.elapsed()
+                );
+            }
+        }
+        eprintln!("40 waves: {total_bound} bound in {:?}", t.elapsed());
+        assert_eq!(total_bound, 40_000);
+        let t = Instant::now();
+        for _ in 0..100 {
+            assert!(scheduler.schedule(&cluster, start()).bound.is_empty());
+        }
+        eprintln!("empty pass: {:?}", t.elapsed() / 100);
+        add_pods(
+            &cluster,
+            (0..200).map(|i| pod(&format!("big{i:03}"), "big", "64", "1Gi")),
+        );
+        let t = Instant::now();
+        let report = scheduler.schedule(&cluster, start());
+        eprintln!("200 unschedulable on the full state: {:?}", t.elapsed());
+        assert_eq!(report.unschedulable.len(), 200);
+        let t = Instant::now();
+        scheduler.schedule(&cluster, start());
+        eprintln!("again, nothing to write: {:?}", t.elapsed());
+    }
 }
