@@ -49,14 +49,19 @@
 //!   alone, as the real scheduler leaves them to their scheduler.
 //!
 //! # Speed
-//! Each call lists pods once and returns at once when none is pending.
-//! Otherwise it indexes the nodes (free resources, taints, topology domains)
-//! once, keeps per-node counts of the pods each label selector matches,
-//! created on first use and updated as pods are bound, and caches per call
-//! everything that depends only on a pod's node constraints and the nodes
-//! (taints, node affinity). Parsed pods are kept across calls by uid and
-//! resourceVersion. Pods identical in every scheduling input share one
-//! failed evaluation until the next binding.
+//! Like the real scheduler's informer-fed cache, the scheduler keeps its
+//! index between calls and catches up from the cluster's watch log (it
+//! relists when the log no longer reaches back): pods are parsed once per
+//! spec and labels, a pass with nothing pending costs only the changes
+//! since the last call. The index holds free resources and host ports per
+//! node, per-node counts of the pods each label selector matches (created
+//! on first use, then updated as pods come, go and are bound), bound pods'
+//! affinity terms grouped by term, and nodes by topology domain; node
+//! changes move all of it to the new node list by name. What depends only
+//! on a pod's node constraints and the nodes (taints, node affinity) is
+//! cached per distinct constraint set until the nodes change. Pods
+//! identical in every scheduling input share one failed evaluation until
+//! the next binding.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -2165,6 +2170,143 @@ mod tests {
         let second = KubeScheduler::new().schedule(&mixed_cluster(), start());
         assert_eq!(first.bound.len(), 60);
         assert_eq!(first, second);
+    }
+
+    type Summary = (
+        BTreeMap<String, (Vec<i64>, i64, Vec<i32>, Vec<u32>)>,
+        Vec<(String, usize)>,
+        Vec<String>,
+        Vec<String>,
+    );
+
+    /// What an index knows, by node name: requests, pod count, host ports
+    /// and the count of pods labelled `app=web`; bound pods; pending and
+    /// waiting pods.
+    fn summary(index: &mut Index) -> Summary {
+        let web = index.state.counter(CounterKey {
+            terms: vec![(
+                Namespaces::All,
+                LabelSelector {
+                    match_labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                    ..LabelSelector::default()
+                },
+            )],
+            skip_terminating: false,
+        });
+        let state = &index.state;
+        let nodes = state
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut requested = n.requested.to_vec();
+                requested.extend(n.non_zero);
+                let mut ports: Vec<i32> = n.ports.iter().map(|p| p.port).collect();
+                ports.sort();
+                let anti: u32 = state.existing_anti.groups.iter().map(|g| g.2[i]).sum();
+                let web = state.counters[web].per_node[i];
+                (
+                    n.name.clone(),
+                    (requested, n.pod_count, ports, vec![anti, web]),
+                )
+            })
+            .collect();
+        let mut bound: Vec<(String, usize)> = state
+            .bound
+            .iter()
+            .map(|(k, b)| (k.to_string(), b.node))
+            .collect();
+        bound.sort();
+        let sorted = |set: &HashSet<ObjectKey>| {
+            let mut v: Vec<String> = set.iter().map(ToString::to_string).collect();
+            v.sort();
+            v
+        };
+        (nodes, bound, sorted(&index.pending), sorted(&index.waiting))
+    }
+
+    #[test]
+    fn the_index_kept_across_calls_matches_a_fresh_one() {
+        for capacity in [4096, 1] {
+            let (cluster, _) = cluster();
+            let cluster = cluster.with_watch_log_capacity(capacity);
+            let scheduler = KubeScheduler::new();
+            add_nodes(
+                &cluster,
+                [node("a", "z1", "2", "4Gi"), node("b", "z2", "2", "4Gi")],
+            );
+            let mut pods: Vec<Value> = (0..4)
+                .map(|i| {
+                    spread(
+                        pod(&format!("web-{i}"), "web", "500m", "512Mi"),
+                        "topology.kubernetes.io/zone",
+                        "DoNotSchedule",
+                    )
+                })
+                .collect();
+            pods.push(anti_affinity(
+                pod("loner", "loner", "100m", "128Mi"),
+                "kubernetes.io/hostname",
+            ));
+            let mut ported = pod("ported", "x", "100m", "128Mi");
+            ported["spec"]["containers"][0]["ports"] =
+                json!([{"containerPort": 80, "hostPort": 8080}]);
+            pods.push(ported);
+            add_pods(&cluster, pods);
+            let first = scheduler.schedule(&cluster, start());
+            assert_eq!(first.bound.len(), 6, "{first:?}");
+            // Changes the index must follow.
+            cluster
+                .delete::<Pod>(&ObjectKey::new("default", "web-0"))
+                .expect("deleted");
+            let b_pods: Vec<String> = first
+                .bound
+                .iter()
+                .filter(|(_, n)| n == "b")
+                .map(|(p, _)| p.clone())
+                .collect();
+            assert!(!b_pods.is_empty());
+            cluster
+                .delete::<Node>(&ObjectKey::cluster("b"))
+                .expect("deleted");
+            add_nodes(&cluster, [node("c", "z3", "2", "4Gi")]);
+            let mut early = pod("early", "web", "200m", "256Mi");
+            early["spec"]["nodeName"] = json!("later");
+            add_pods(&cluster, [early, pod("new", "web", "100m", "128Mi")]);
+            cluster
+                .update_with::<Node>(&ObjectKey::cluster("a"), |n| {
+                    n.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .insert("topology.kubernetes.io/zone".into(), "z9".into());
+                })
+                .expect("relabelled");
+            let second = scheduler.schedule(&cluster, start());
+            assert_eq!(second.bound.len(), 1, "{second:?}");
+            let mut guard = scheduler
+                .index
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let kept = guard.as_mut().expect("index kept");
+            let mut fresh = Index::load(&cluster, None);
+            assert_eq!(summary(kept), summary(&mut fresh), "capacity {capacity}");
+            assert_eq!(
+                kept.waiting.len(),
+                1 + b_pods.len(),
+                "pods of missing nodes wait"
+            );
+            drop(guard);
+            // The missing node arrives.
+            add_nodes(&cluster, [node("later", "z1", "2", "4Gi")]);
+            scheduler.schedule(&cluster, start());
+            let mut guard = scheduler
+                .index
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let kept = guard.as_mut().expect("index kept");
+            let mut fresh = Index::load(&cluster, None);
+            assert_eq!(summary(kept), summary(&mut fresh), "capacity {capacity}");
+        }
     }
 
     /// Speed on the simulation's largest state: 2,000 nodes and 40,000
