@@ -675,7 +675,9 @@ struct State {
     bound: HashMap<ObjectKey, Bound>,
     counters: Vec<Counter>,
     counter_index: HashMap<CounterKey, usize>,
-    topologies: HashMap<String, Topology>,
+    /// By topology key; a handful of keys, so searched linearly (faster
+    /// than hashing the key on every node visit).
+    topologies: Vec<(String, Topology)>,
     statics: HashMap<StaticKey, Arc<StaticEval>>,
     /// Required anti-affinity terms of bound pods (weight 0).
     existing_anti: TermGroups,
@@ -751,7 +753,7 @@ impl State {
             bound: HashMap::new(),
             counters: Vec::new(),
             counter_index: HashMap::new(),
-            topologies: HashMap::new(),
+            topologies: Vec::new(),
             statics: HashMap::new(),
             existing_anti: TermGroups::default(),
             existing_preferred: TermGroups::default(),
@@ -893,8 +895,15 @@ impl State {
         i
     }
 
+    fn topo(&self, key: &str) -> Option<&Topology> {
+        self.topologies
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, t)| t)
+    }
+
     fn topology(&mut self, key: &str) {
-        if self.topologies.contains_key(key) {
+        if self.topo(key).is_some() {
             return;
         }
         let mut values: HashMap<&str, u32> = HashMap::new();
@@ -910,13 +919,13 @@ impl State {
             })
             .collect();
         let domains = values.len();
-        self.topologies.insert(
+        self.topologies.push((
             key.to_string(),
             Topology {
                 node_domain,
                 domains,
             },
-        );
+        ));
     }
 
     fn statics(&mut self, spec: &PodSpec) -> Arc<StaticEval> {
@@ -992,7 +1001,7 @@ impl State {
         topology_key: &str,
         include: impl Fn(usize) -> bool,
     ) -> (Vec<i64>, Vec<bool>) {
-        let Some(topo) = self.topologies.get(topology_key) else {
+        let Some(topo) = self.topo(topology_key) else {
             return (Vec::new(), Vec::new());
         };
         let mut counts = vec![0i64; topo.domains];
@@ -1009,8 +1018,7 @@ impl State {
     }
 
     fn domain(&self, topology_key: &str, n: usize) -> u32 {
-        self.topologies
-            .get(topology_key)
+        self.topo(topology_key)
             .map_or(NO_DOMAIN, |t| t.node_domain[n])
     }
 
@@ -1060,10 +1068,7 @@ impl State {
             let (counts, present) = match counter {
                 Some(i) => self.domain_counts(i, &c.topology_key, eligible),
                 None => {
-                    let topo_domains = self
-                        .topologies
-                        .get(&c.topology_key)
-                        .map_or(0, |t| t.domains);
+                    let topo_domains = self.topo(&c.topology_key).map_or(0, |t| t.domains);
                     let mut present = vec![false; topo_domains];
                     for n in 0..self.nodes.len() {
                         let d = self.domain(&c.topology_key, n);
@@ -1151,7 +1156,7 @@ impl State {
             if !term_matches(t, spec) {
                 continue;
             }
-            let Some(topo) = self.topologies.get(&t.topology_key) else {
+            let Some(topo) = self.topo(&t.topology_key) else {
                 continue;
             };
             let mut blocked = vec![false; topo.domains];
@@ -1410,7 +1415,7 @@ impl State {
             if !term_matches(t, spec) {
                 continue;
             }
-            let Some(topo) = self.topologies.get(&t.topology_key) else {
+            let Some(topo) = self.topo(&t.topology_key) else {
                 continue;
             };
             let mut counts = vec![0i64; topo.domains];
@@ -1492,10 +1497,7 @@ impl State {
             let (counts, size) = if hostname {
                 (Vec::new(), scored)
             } else {
-                let domains = self
-                    .topologies
-                    .get(&c.topology_key)
-                    .map_or(0, |t| t.domains);
+                let domains = self.topo(&c.topology_key).map_or(0, |t| t.domains);
                 let mut candidate = vec![false; domains];
                 for (i, n) in feasible.iter().enumerate() {
                     let d = self.domain(&c.topology_key, *n);
