@@ -164,7 +164,7 @@ impl Kubelet {
         let mut jobs = JobDurations::default();
         let mut daemon_pods: HashSet<(&str, &str)> = HashSet::new();
         for pod in &pods {
-            let key = ObjectKey::of(pod.as_ref());
+            let key = || ObjectKey::of(pod.as_ref());
             if let Some(uid) = controller_of_kind(pod, "DaemonSet").map(|r| r.uid.as_str())
                 && let Some(node) = node_name(pod)
             {
@@ -177,6 +177,7 @@ impl Kubelet {
                 continue;
             };
             let Some(node) = nodes.get(node_name) else {
+                let key = key();
                 match cluster.delete::<Pod>(&key) {
                     Ok(_) => report.orphans_deleted.push(key.to_string()),
                     Err(e) => report.errors.push((key.to_string(), e.to_string())),
@@ -185,6 +186,7 @@ impl Kubelet {
             };
             match phase(pod) {
                 None | Some("Pending") if is_node_ready(node) => {
+                    let key = key();
                     match cluster.update_status_with::<Pod>(&key, |p| start_pod(p, now)) {
                         Ok(_) => report.started.push(key.to_string()),
                         Err(e) => report.errors.push((key.to_string(), e.to_string())),
@@ -194,7 +196,8 @@ impl Kubelet {
                     let Some(job) = controller_of_kind(pod, "Job") else {
                         continue;
                     };
-                    let duration = jobs.get(cluster, &key.namespace, &job.name, &mut report);
+                    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+                    let duration = jobs.get(cluster, namespace, &job.name, &mut report);
                     let started = pod
                         .status
                         .as_ref()
@@ -205,6 +208,7 @@ impl Kubelet {
                         .and_then(|s| s.checked_add(duration).ok())
                         .is_some_and(|end| end <= now);
                     if done {
+                        let key = key();
                         match cluster.update_status_with::<Pod>(&key, |p| complete_pod(p, now)) {
                             Ok(_) => report.completed.push(key.to_string()),
                             Err(e) => report.errors.push((key.to_string(), e.to_string())),
@@ -726,5 +730,443 @@ fn run_daemon_sets(
                 Err(e) => report.errors.push((key.to_string(), e.to_string())),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock, parse_rfc3339};
+    use crate::model::{Overhead, Requirements};
+
+    const DELAY: Duration = Duration::from_secs(45);
+
+    fn start() -> Timestamp {
+        parse_rfc3339("2026-01-05T00:00:00Z").expect("valid time")
+    }
+
+    fn cluster() -> (MemoryCluster, ManualClock) {
+        let clock = ManualClock::new(start());
+        (MemoryCluster::new(Arc::new(clock.clone())), clock)
+    }
+
+    fn catalog() -> Vec<InstanceType> {
+        let mut requirements = Requirements::new();
+        requirements.add(LABEL_ARCH, crate::model::Requirement::in_values(["arm64"]));
+        vec![InstanceType {
+            name: "m7g.large".into(),
+            requirements,
+            capacity: Resources::parse([("cpu", "2"), ("memory", "8Gi"), ("pods", "29")])
+                .expect("valid"),
+            overhead: Overhead::default(),
+            allocatable: Resources::parse([("cpu", "1930m"), ("memory", "7Gi"), ("pods", "29")])
+                .expect("valid"),
+            offerings: Vec::new(),
+        }]
+    }
+
+    fn instance(id: &str, launched_at: Timestamp) -> Instance {
+        Instance {
+            id: id.into(),
+            provider_id: format!("aws:///us-east-1a/{id}"),
+            instance_type: "m7g.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: "spot".into(),
+            price: 0.05,
+            launched_at,
+            state: InstanceState::Running,
+            nodeclaim: "default-abcde".into(),
+            nodepool: "default".into(),
+            labels: BTreeMap::from([("team".to_string(), "platform".to_string())]),
+        }
+    }
+
+    fn at(seconds: u64) -> Timestamp {
+        start()
+            .checked_add(Duration::from_secs(seconds))
+            .expect("in range")
+    }
+
+    fn nodes(cluster: &MemoryCluster) -> Vec<Arc<Node>> {
+        cluster.list::<Node>(None, &Selector::everything()).items
+    }
+
+    fn pods(cluster: &MemoryCluster) -> Vec<Arc<Pod>> {
+        cluster.list::<Pod>(None, &Selector::everything()).items
+    }
+
+    #[test]
+    fn a_running_instance_registers_its_node_after_the_launch_delay() {
+        let (cluster, _) = cluster();
+        let kubelet = Kubelet::new(DELAY);
+        let instances = [instance("i-0abc", start())];
+        assert!(
+            kubelet
+                .sync(&cluster, &instances, &catalog(), at(44))
+                .is_empty()
+        );
+        assert!(nodes(&cluster).is_empty());
+        let report = kubelet.sync(&cluster, &instances, &catalog(), at(45));
+        assert_eq!(report.registered.len(), 1, "{report:?}");
+        let node = &nodes(&cluster)[0];
+        let name = node.metadata.name.clone().unwrap_or_default();
+        assert!(
+            name.starts_with("ip-10-0-") && name.ends_with(".ec2.internal"),
+            "{name}"
+        );
+        let spec = node.spec.as_ref().expect("spec");
+        assert_eq!(
+            spec.provider_id.as_deref(),
+            Some("aws:///us-east-1a/i-0abc")
+        );
+        let taints = spec.taints.as_ref().expect("taints");
+        assert_eq!(taints.len(), 1);
+        assert_eq!(taints[0].key, TAINT_UNREGISTERED);
+        assert_eq!(taints[0].effect, "NoExecute");
+        let labels = node.metadata.labels.as_ref().expect("labels");
+        for (key, value) in [
+            (LABEL_HOSTNAME, name.as_str()),
+            (LABEL_INSTANCE_TYPE, "m7g.large"),
+            (LABEL_ZONE, "us-east-1a"),
+            (LABEL_REGION, "us-east-1"),
+            (LABEL_CAPACITY_TYPE, "spot"),
+            (LABEL_NODEPOOL, "default"),
+            (LABEL_ARCH, "arm64"),
+            (LABEL_OS, "linux"),
+            ("team", "platform"),
+        ] {
+            assert_eq!(labels.get(key).map(String::as_str), Some(value), "{key}");
+        }
+        let status = node.status.as_ref().expect("status");
+        let allocatable = status.allocatable.as_ref().expect("allocatable");
+        assert_eq!(allocatable["cpu"].0, "1930m");
+        assert_eq!(allocatable["memory"].0, "7Gi");
+        assert_eq!(status.capacity.as_ref().expect("capacity")["cpu"].0, "2");
+        assert!(is_node_ready(node));
+        let ready = &status.conditions.as_ref().expect("conditions")[0];
+        assert_eq!(ready.last_heartbeat_time, Some(Time(at(45))));
+        // Registered once.
+        assert!(
+            kubelet
+                .sync(&cluster, &instances, &catalog(), at(60))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn node_names_are_deterministic_and_unique() {
+        let instances: Vec<Instance> = (0..300)
+            .map(|i| instance(&format!("i-{i:017x}"), start()))
+            .collect();
+        let names = |order: &[Instance]| {
+            let (cluster, _) = cluster();
+            Kubelet::new(DELAY).sync(&cluster, order, &catalog(), at(60));
+            nodes(&cluster)
+                .iter()
+                .map(|n| {
+                    let p = n.spec.as_ref().and_then(|s| s.provider_id.clone());
+                    (
+                        p.unwrap_or_default(),
+                        n.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect::<BTreeMap<_, _>>()
+        };
+        let forward = names(&instances);
+        let mut reversed = instances.clone();
+        reversed.reverse();
+        assert_eq!(forward.len(), 300);
+        assert_eq!(forward, names(&reversed));
+        let unique: HashSet<&String> = forward.values().collect();
+        assert_eq!(unique.len(), 300);
+    }
+
+    #[test]
+    fn nodes_of_gone_instances_are_deleted_unless_finalized_and_orphans_go() {
+        let (cluster, _) = cluster();
+        let kubelet = Kubelet::new(DELAY);
+        let both = [instance("i-1", start()), instance("i-2", start())];
+        kubelet.sync(&cluster, &both, &catalog(), at(60));
+        let by_provider = |id: &str| {
+            nodes(&cluster)
+                .into_iter()
+                .find(|n| {
+                    n.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                        == Some(&format!("aws:///us-east-1a/{id}"))
+                })
+                .expect("node registered")
+        };
+        let kept = by_provider("i-1").metadata.name.clone().unwrap_or_default();
+        let gone = by_provider("i-2").metadata.name.clone().unwrap_or_default();
+        cluster
+            .update_with::<Node>(&ObjectKey::cluster(&kept), |n| {
+                n.metadata.finalizers = Some(vec!["karpenter.sh/termination".into()]);
+            })
+            .expect("finalizer added");
+        let orphan: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "orphan", "namespace": "default"},
+            "spec": {"nodeName": gone, "containers": [{"name": "c"}]},
+        }))
+        .expect("valid pod");
+        cluster.create(orphan).expect("created");
+        let report = kubelet.sync(&cluster, &[], &catalog(), at(120));
+        assert_eq!(report.deleted, vec![gone]);
+        assert_eq!(report.orphans_deleted, vec!["default/orphan".to_string()]);
+        let left: Vec<String> = nodes(&cluster)
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        assert_eq!(
+            left,
+            vec![kept],
+            "the finalizer keeps it for the controller"
+        );
+    }
+
+    fn ready_node(name: &str, labels: Value, taints: Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("valid node")
+    }
+
+    fn daemon_set(name: &str, template_spec: Value) -> DaemonSet {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": template_spec},
+            },
+        }))
+        .expect("valid daemonset")
+    }
+
+    #[test]
+    fn daemon_set_pods_land_only_on_matching_tolerating_nodes() {
+        let (cluster, _) = cluster();
+        let linux = json!({"kubernetes.io/os": "linux"});
+        for node in [
+            ready_node("ip-10-0-0-1.ec2.internal", linux.clone(), json!([])),
+            ready_node(
+                "ip-10-0-0-2.ec2.internal",
+                linux.clone(),
+                json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
+            ),
+            ready_node(
+                "ip-10-0-0-3.ec2.internal",
+                linux.clone(),
+                json!([{"key": TAINT_UNREGISTERED, "effect": "NoExecute"}]),
+            ),
+            ready_node(
+                "ip-10-0-0-4.ec2.internal",
+                json!({"kubernetes.io/os": "windows"}),
+                json!([]),
+            ),
+            // Tolerated by every DaemonSet pod.
+            ready_node(
+                "ip-10-0-0-5.ec2.internal",
+                linux.clone(),
+                json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]),
+            ),
+        ] {
+            cluster.create(node).expect("node created");
+        }
+        let container = json!([{"name": "c"}]);
+        cluster
+            .create(daemon_set(
+                "logs",
+                json!({"nodeSelector": {"kubernetes.io/os": "linux"}, "containers": container}),
+            ))
+            .expect("created");
+        cluster
+            .create(daemon_set(
+                "everywhere",
+                json!({"tolerations": [{"operator": "Exists"}], "containers": container}),
+            ))
+            .expect("created");
+        let kubelet = Kubelet::new(DELAY);
+        let report = kubelet.sync(&cluster, &[], &[], start());
+        assert_eq!(
+            report.daemon_pods,
+            vec![
+                "kube-system/everywhere-ip-10-0-0-1",
+                "kube-system/everywhere-ip-10-0-0-2",
+                "kube-system/everywhere-ip-10-0-0-3",
+                "kube-system/everywhere-ip-10-0-0-4",
+                "kube-system/everywhere-ip-10-0-0-5",
+                "kube-system/logs-ip-10-0-0-1",
+                "kube-system/logs-ip-10-0-0-5",
+            ]
+        );
+        let pod: Arc<Pod> = cluster
+            .get(&ObjectKey::new("kube-system", "logs-ip-10-0-0-1"))
+            .expect("exists");
+        assert_eq!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("ip-10-0-0-1.ec2.internal")
+        );
+        assert_eq!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+        let owner = &pod.metadata.owner_references.as_ref().expect("owned")[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("DaemonSet", "logs")
+        );
+        assert!(
+            kubelet.sync(&cluster, &[], &[], start()).is_empty(),
+            "no duplicates"
+        );
+    }
+
+    #[test]
+    fn bound_pods_start_and_job_pods_complete_after_their_duration() {
+        let (cluster, clock) = cluster();
+        cluster
+            .create(ready_node("n1", json!({}), json!([])))
+            .expect("node created");
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "nightly", "namespace": "default",
+                         "annotations": {DURATION_ANNOTATION: "30m"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}},
+        }))
+        .expect("valid job");
+        let job = cluster.create(job).expect("created");
+        let job_pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "nightly-x", "namespace": "default", "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": "nightly",
+                "uid": job.metadata.uid, "controller": true,
+            }]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        }))
+        .expect("valid pod");
+        let web: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        }))
+        .expect("valid pod");
+        let pending: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "pending", "namespace": "default"},
+            "spec": {"containers": [{"name": "c"}]},
+        }))
+        .expect("valid pod");
+        for p in [job_pod, web, pending] {
+            cluster.create(p).expect("created");
+        }
+        let kubelet = Kubelet::new(DELAY);
+        let report = kubelet.sync(&cluster, &[], &[], clock.now());
+        assert_eq!(report.started, vec!["default/nightly-x", "default/web"]);
+        let web: Arc<Pod> = cluster
+            .get(&ObjectKey::new("default", "web"))
+            .expect("exists");
+        let status = web.status.as_ref().expect("status");
+        assert_eq!(status.start_time, Some(Time(start())));
+        assert!(crate::cluster::is_pod_healthy(&web), "running and ready");
+
+        clock
+            .advance(Duration::from_secs(29 * 60))
+            .expect("in range");
+        assert!(kubelet.sync(&cluster, &[], &[], clock.now()).is_empty());
+        clock.advance(Duration::from_secs(60)).expect("in range");
+        let report = kubelet.sync(&cluster, &[], &[], clock.now());
+        assert_eq!(report.completed, vec!["default/nightly-x"]);
+        let done: Arc<Pod> = cluster
+            .get(&ObjectKey::new("default", "nightly-x"))
+            .expect("exists");
+        assert_eq!(
+            done.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded")
+        );
+        assert_eq!(pods(&cluster).len(), 3);
+        assert!(kubelet.sync(&cluster, &[], &[], clock.now()).is_empty());
+    }
+
+    #[test]
+    fn job_pods_default_to_ten_minutes() {
+        let (cluster, clock) = cluster();
+        cluster
+            .create(ready_node("n1", json!({}), json!([])))
+            .expect("node created");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "batch-x", "namespace": "default", "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": "batch", "uid": "u", "controller": true,
+            }]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        }))
+        .expect("valid pod");
+        cluster.create(pod).expect("created");
+        let kubelet = Kubelet::new(DELAY);
+        kubelet.sync(&cluster, &[], &[], clock.now());
+        let now = clock
+            .advance(Duration::from_secs(9 * 60 + 59))
+            .expect("in range");
+        assert!(kubelet.sync(&cluster, &[], &[], now).completed.is_empty());
+        let now = clock.advance(Duration::from_secs(1)).expect("in range");
+        assert_eq!(kubelet.sync(&cluster, &[], &[], now).completed.len(), 1);
+    }
+
+    /// Speed of a sync with nothing to do on the simulation's largest
+    /// state: 2,000 nodes, 40,000 running pods, three DaemonSets. Run with
+    /// `cargo test --release --lib kubelet -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "benchmark; run in release"]
+    fn bench_idle_sync_2000_nodes_40000_pods() {
+        use std::time::Instant;
+        let (cluster, _) = cluster();
+        let instances: Vec<Instance> = (0..2000)
+            .map(|i| instance(&format!("i-{i:017x}"), start()))
+            .collect();
+        let kubelet = Kubelet::new(DELAY);
+        for name in ["logs", "metrics", "cni"] {
+            cluster
+                .create(daemon_set(
+                    name,
+                    json!({"tolerations": [{"operator": "Exists"}], "containers": [{"name": "c"}]}),
+                ))
+                .expect("created");
+        }
+        let t = Instant::now();
+        let report = kubelet.sync(&cluster, &instances, &catalog(), at(60));
+        eprintln!(
+            "register 2000 nodes and 6000 daemon pods: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(report.daemon_pods.len(), 6000);
+        let names: Vec<String> = nodes(&cluster)
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        for i in 0..40_000 {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("p{i:05}"), "namespace": "default"},
+                "spec": {"nodeName": names[i % names.len()], "containers": [{"name": "c"}]},
+            }))
+            .expect("valid pod");
+            cluster.create(pod).expect("created");
+        }
+        let t = Instant::now();
+        assert_eq!(
+            kubelet
+                .sync(&cluster, &instances, &catalog(), at(61))
+                .started
+                .len(),
+            40_000
+        );
+        eprintln!("start 40000 pods: {:?}", t.elapsed());
+        let t = Instant::now();
+        for _ in 0..100 {
+            assert!(
+                kubelet
+                    .sync(&cluster, &instances, &catalog(), at(62))
+                    .is_empty()
+            );
+        }
+        eprintln!("idle sync: {:?}", t.elapsed() / 100);
     }
 }
