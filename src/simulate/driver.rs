@@ -33,9 +33,14 @@ use crate::controller::{Controller, Settings};
 use crate::diag::{Diagnostic, Severity};
 use crate::model::InstanceType;
 
-/// The longest jump of the virtual clock while pods, instances or jobs are
-/// in motion, so job completions and the like are noticed promptly.
+/// The longest jump of the virtual clock while Job pods run, so their
+/// completions are noticed promptly.
 pub const MAX_STEP: Duration = Duration::from_secs(30);
+/// The controller's periodic resync in the simulation. Every change in the
+/// simulated cluster is followed by a reconcile, and timed work (registration
+/// timeouts, batch windows) reports its own wake-up, so the safety resync a
+/// real cluster needs against missed watch events can be long here.
+pub const SIM_RESYNC: Duration = Duration::from_secs(15 * 60);
 /// The step after anything changed, to let the loops settle.
 pub const SETTLE_STEP: Duration = Duration::from_secs(1);
 /// Watch history kept by the simulated API server: enough for a burst of
@@ -376,8 +381,8 @@ impl Simulation {
                 wake = wake.min(Duration::try_from(ready.duration_since(now)).unwrap_or_default());
             }
         }
-        let active = self.recorder.active_pods() > 0 || !instances.is_empty();
-        if active {
+        // Job pods complete on their own schedule; poll while any runs.
+        if self.recorder.active_job_pods() > 0 {
             wake = wake.min(MAX_STEP);
         }
         (changed, wake)

@@ -112,6 +112,8 @@ pub struct Recorder {
     pod_version: u64,
     evictions: usize,
     active: usize,
+    /// Active pods owned by Jobs: their completions are due on their own.
+    active_jobs: usize,
 }
 
 fn phase(p: &Pod) -> String {
@@ -139,6 +141,7 @@ impl Recorder {
             pod_version: 0,
             evictions: 0,
             active: 0,
+            active_jobs: 0,
         }
     }
 
@@ -155,6 +158,11 @@ impl Recorder {
     /// Pods that are neither finished nor deleted.
     pub fn active_pods(&self) -> usize {
         self.active
+    }
+
+    /// Active pods that belong to Jobs.
+    pub fn active_job_pods(&self) -> usize {
+        self.active_jobs
     }
 
     pub fn controller_events(&mut self, events: Vec<Event>) {
@@ -210,12 +218,14 @@ impl Recorder {
             .unwrap_or_else(|| "default".into());
         let name = p.metadata.name.clone().unwrap_or_default();
         let key = format!("{ns}/{name}");
-        let daemon = p
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "DaemonSet");
+        let owner_kind = |kind: &str| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == kind)
+        };
+        let (daemon, job) = (owner_kind("DaemonSet"), owner_kind("Job"));
         let record = self.pods.entry(key).or_insert_with(|| PodRecord {
             namespace: ns,
             name,
@@ -240,8 +250,14 @@ impl Recorder {
         }
         let is_active = record.deleted_at.is_none() && !terminal(&record.phase);
         match (was_active, is_active) {
-            (true, false) => self.active -= 1,
-            (false, true) => self.active += 1,
+            (true, false) => {
+                self.active -= 1;
+                self.active_jobs -= usize::from(job);
+            }
+            (false, true) => {
+                self.active += 1;
+                self.active_jobs += usize::from(job);
+            }
             _ => {}
         }
     }
@@ -259,6 +275,14 @@ impl Recorder {
                     ));
                     if first && e.event_type == EventType::Added {
                         self.active += 1;
+                        let job = e
+                            .object
+                            .metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| o.kind == "Job");
+                        self.active_jobs += usize::from(job);
                     }
                     self.upsert_pod(&e.object, now, e.event_type == EventType::Deleted);
                 }
