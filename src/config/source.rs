@@ -412,7 +412,7 @@ impl Repo {
             .filter_map(Result::ok)
             .filter_map(|(b, _)| b.name().ok().flatten().map(str::to_string))
             .filter_map(|name| {
-                let d = edit_distance(rev, &name);
+                let d = crate::diag::edit_distance(rev, &name);
                 let close = d <= (rev.len().max(name.len()) / 3).max(2)
                     || name.ends_with(&format!("/{rev}"));
                 close.then_some((d, name))
@@ -436,22 +436,6 @@ impl Repo {
             None
         }
     }
-}
-
-/// Levenshtein distance, for "did you mean" hints.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
 }
 
 // ---------------------------------------------------------------------------
@@ -1413,13 +1397,5 @@ pub(crate) mod tests {
         let files = read_files(root, &Revision::Worktree, false).unwrap();
         assert_eq!(names(&files), vec!["a.yaml"]);
         assert_eq!(files.diagnostics[0].file, "nested");
-    }
-
-    #[test]
-    fn edit_distance_counts_edits() {
-        assert_eq!(edit_distance("main", "mian"), 2);
-        assert_eq!(edit_distance("main", "main"), 0);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("release", "relase"), 1);
     }
 }

@@ -72,7 +72,7 @@ pub fn classify(doc: &Value) -> Classified {
             .collect();
         if let Some(close) = same_version
             .iter()
-            .find(|k| k.eq_ignore_ascii_case(kind) || edit_distance(k, kind) <= 2)
+            .find(|k| k.eq_ignore_ascii_case(kind) || crate::diag::edit_distance(k, kind) <= 2)
         {
             return Classified::UnknownKarpenter {
                 message: format!("unknown kind {kind:?} in {api_version}"),
@@ -231,21 +231,6 @@ fn retired_awsnodetemplate(doc: &Value) -> Classified {
         hint: "rewrite it as a karpenter.k8s.aws/v1 EC2NodeClass: selectors become *SelectorTerms lists, amiSelectorTerms (e.g. alias al2023@latest) is required, and role replaces instanceProfile".into(),
         findings,
     }
-}
-
-/// Levenshtein distance, for "did you mean" hints on short names.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]

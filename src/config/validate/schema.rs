@@ -85,26 +85,15 @@ fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
     candidates
         .iter()
         .copied()
-        .map(|c| (strsim(&lower, &c.to_ascii_lowercase()), c))
+        .map(|c| {
+            (
+                crate::diag::edit_distance(&lower, &c.to_ascii_lowercase()),
+                c,
+            )
+        })
         .filter(|(d, c)| *d <= 2.max(c.len() / 4))
         .min_by_key(|(d, c)| (*d, *c))
         .map(|(_, c)| c)
-}
-
-/// Levenshtein distance.
-fn strsim(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = Vec::with_capacity(b.len() + 1);
-        cur.push(i + 1);
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 fn short(v: &Value) -> String {
