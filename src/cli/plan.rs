@@ -5,34 +5,13 @@ use std::time::Instant;
 use super::args::{OutputFormat, PlanArgs, PreferencesArg};
 use super::validate::{display_prefix, load_repo};
 use super::{Io, exit, render};
-use crate::api::ApiKind;
 use crate::clock::{Clock, SystemClock};
-use crate::config::validate::{self, Options, Report};
+use crate::config::validate::{self, Options};
 use crate::diag::Severity;
 use crate::model::catalog::read_catalog;
 use crate::plan::{ConfigDocs, PlanReport, build_input, read_pods};
 use crate::scheduling::{Preferences, SolveOptions, solve};
-use crate::snapshot::{Located, read_snapshot};
-
-/// The valid NodePools and EC2NodeClasses of a validated repository.
-fn config_docs(report: &Report, prefix: &str) -> ConfigDocs {
-    let located = |o: &validate::Object| {
-        (
-            format!("{prefix}{}", o.file),
-            Located {
-                line: o.pos.line as usize,
-                object: o.value.clone(),
-            },
-        )
-    };
-    ConfigDocs {
-        nodepools: report.objects_of(ApiKind::NodePool).map(located).collect(),
-        nodeclasses: report
-            .objects_of(ApiKind::EC2NodeClass)
-            .map(located)
-            .collect(),
-    }
-}
+use crate::snapshot::read_snapshot;
 
 pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
     if !matches!(a.output, OutputFormat::Text | OutputFormat::Json) {
@@ -67,7 +46,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
         io.log("hint: run `dovetail validate` for every diagnostic");
         return exit::ERROR;
     }
-    let config = config_docs(&report, "");
+    let config = ConfigDocs::from_report(&report);
     let catalog = match read_catalog(&a.catalog) {
         Ok(c) => c,
         Err(e) => {

@@ -46,12 +46,10 @@ pub enum PlanError {
     Read(#[from] ReadError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
-    #[error("reading {path}")]
-    Walk {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Source(#[from] crate::config::source::SourceError),
+    #[error("the configuration is invalid: {}", .0.first().map(ToString::to_string).unwrap_or_default())]
+    InvalidConfig(Vec<crate::diag::Diagnostic>),
     #[error("{file}:{line}: {object}: {message}")]
     Invalid {
         file: String,
@@ -98,56 +96,45 @@ pub struct ConfigDocs {
     pub nodeclasses: Vec<(String, Located)>,
 }
 
-/// Reads every `.yaml`/`.yml` file under `dir` (sorted, skipping hidden
-/// entries) and keeps NodePools and EC2NodeClasses.
-pub fn read_config(dir: &Path) -> Result<ConfigDocs, PlanError> {
-    let mut files = Vec::new();
-    collect_yaml(dir, &mut files)?;
-    files.sort();
-    let mut docs = ConfigDocs::default();
-    for f in files {
-        let objects = read_objects(&f)?;
-        let name = f.display().to_string();
-        for o in objects {
-            match o.object.get("kind").and_then(Value::as_str) {
-                Some("NodePool") => docs.nodepools.push((name.clone(), o)),
-                Some("EC2NodeClass") => docs.nodeclasses.push((name.clone(), o)),
-                _ => {}
-            }
+impl ConfigDocs {
+    /// The NodePools and EC2NodeClasses of a validated repository.
+    pub fn from_report(report: &crate::config::validate::Report) -> Self {
+        use crate::api::ApiKind;
+        let located = |o: &crate::config::validate::Object| {
+            (
+                o.file.clone(),
+                Located {
+                    line: o.pos.line as usize,
+                    object: o.value.clone(),
+                },
+            )
+        };
+        ConfigDocs {
+            nodepools: report.objects_of(ApiKind::NodePool).map(located).collect(),
+            nodeclasses: report
+                .objects_of(ApiKind::EC2NodeClass)
+                .map(located)
+                .collect(),
         }
     }
-    Ok(docs)
 }
 
-fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), PlanError> {
-    if dir.is_file() {
-        out.push(dir.to_path_buf());
-        return Ok(());
+/// Reads and validates the configuration files on disk under `dir`, as
+/// `dovetail validate --worktree` does; an invalid repository is an error.
+pub fn read_config(dir: &Path) -> Result<ConfigDocs, PlanError> {
+    use crate::config::{load, source::Revision, validate, yaml::Limits};
+    let loaded = load::load(dir, &Revision::Worktree, false, &Limits::default())?;
+    let report = validate::validate(&loaded, &validate::Options::default());
+    let errors: Vec<crate::diag::Diagnostic> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == crate::diag::Severity::Error)
+        .cloned()
+        .collect();
+    if !errors.is_empty() {
+        return Err(PlanError::InvalidConfig(errors));
     }
-    let walk = |source| PlanError::Walk {
-        path: dir.display().to_string(),
-        source,
-    };
-    for entry in std::fs::read_dir(dir).map_err(walk)? {
-        let path = entry.map_err(walk)?.path();
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'));
-        if hidden {
-            continue;
-        }
-        if path.is_dir() {
-            collect_yaml(&path, out)?;
-        } else if path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| e == "yaml" || e == "yml")
-        {
-            out.push(path);
-        }
-    }
-    Ok(())
+    Ok(ConfigDocs::from_report(&report))
 }
 
 /// Builds the core's input from already-read documents: NodePools see the
@@ -347,6 +334,13 @@ kind: EC2NodeClass
 metadata:
   name: default
 spec:
+  amiSelectorTerms:
+    - alias: al2023@latest
+  role: node-role
+  subnetSelectorTerms:
+    - tags: {env: test}
+  securityGroupSelectorTerms:
+    - tags: {env: test}
   kubelet:
     maxPods: 20
 ";
