@@ -111,7 +111,6 @@ pub struct Recorder {
     nodes: BTreeMap<String, NodeRecord>,
     pod_version: u64,
     evictions: usize,
-    active: usize,
     /// Active pods owned by Jobs: their completions are due on their own.
     active_jobs: usize,
 }
@@ -140,7 +139,6 @@ impl Recorder {
             nodes: BTreeMap::new(),
             pod_version: 0,
             evictions: 0,
-            active: 0,
             active_jobs: 0,
         }
     }
@@ -155,12 +153,7 @@ impl Recorder {
         });
     }
 
-    /// Pods that are neither finished nor deleted.
-    pub fn active_pods(&self) -> usize {
-        self.active
-    }
-
-    /// Active pods that belong to Jobs.
+    /// Pods owned by Jobs that are neither finished nor deleted.
     pub fn active_job_pods(&self) -> usize {
         self.active_jobs
     }
@@ -226,6 +219,7 @@ impl Recorder {
                 .any(|o| o.kind == kind)
         };
         let (daemon, job) = (owner_kind("DaemonSet"), owner_kind("Job"));
+        let is_new = !self.pods.contains_key(&key);
         let record = self.pods.entry(key).or_insert_with(|| PodRecord {
             namespace: ns,
             name,
@@ -237,7 +231,7 @@ impl Recorder {
             bound: None,
             daemon,
         });
-        let was_active = record.deleted_at.is_none() && !terminal(&record.phase);
+        let was_active = !is_new && record.deleted_at.is_none() && !terminal(&record.phase);
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
             if record.bound.is_none() {
                 record.bound = Some(now);
@@ -249,16 +243,12 @@ impl Recorder {
             record.deleted_at = Some(format_rfc3339(now));
         }
         let is_active = record.deleted_at.is_none() && !terminal(&record.phase);
-        match (was_active, is_active) {
-            (true, false) => {
-                self.active -= 1;
-                self.active_jobs -= usize::from(job);
+        if job {
+            match (was_active, is_active) {
+                (true, false) => self.active_jobs -= 1,
+                (false, true) => self.active_jobs += 1,
+                _ => {}
             }
-            (false, true) => {
-                self.active += 1;
-                self.active_jobs += usize::from(job);
-            }
-            _ => {}
         }
     }
 
@@ -268,22 +258,6 @@ impl Recorder {
             Ok(events) => {
                 for e in events {
                     self.pod_version = self.pod_version.max(e.resource_version);
-                    let first = !self.pods.contains_key(&format!(
-                        "{}/{}",
-                        e.object.metadata.namespace.as_deref().unwrap_or("default"),
-                        e.object.metadata.name.as_deref().unwrap_or_default()
-                    ));
-                    if first && e.event_type == EventType::Added {
-                        self.active += 1;
-                        let job = e
-                            .object
-                            .metadata
-                            .owner_references
-                            .iter()
-                            .flatten()
-                            .any(|o| o.kind == "Job");
-                        self.active_jobs += usize::from(job);
-                    }
                     self.upsert_pod(&e.object, now, e.event_type == EventType::Deleted);
                 }
             }
