@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use crate::clock::{Timestamp, parse_rfc3339};
+use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 use crate::config::yaml::{self, Limits, Node, Value};
 use crate::diag::{Diagnostic, Pos};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
@@ -21,8 +22,6 @@ use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 pub const DEFAULT_START: &str = "2026-01-05T00:00:00Z";
 /// How long a simulation runs after its last step when `until` is not set.
 pub const DEFAULT_TAIL: Duration = Duration::from_secs(30 * 60);
-/// From instance launch to the node registering, when the scenario does not say.
-pub const DEFAULT_LAUNCH_DELAY: Duration = Duration::from_secs(45);
 
 /// A parsed, checked scenario.
 #[derive(Debug, Clone)]
@@ -260,7 +259,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         .transpose()?;
     let region = match root.get("region") {
         Some(n) => ctx.str(n, "region")?.to_string(),
-        None => "us-east-1".to_string(),
+        None => DEFAULT_REGION.to_string(),
     };
     let zones = match root.get("zones") {
         Some(n) => match &n.value {
@@ -270,10 +269,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
                 .collect::<Result<_, _>>()?,
             _ => return Err(ctx.err(n, "zones must be a non-empty list of zone names")),
         },
-        None => ["a", "b", "c"]
-            .iter()
-            .map(|s| format!("{region}{s}"))
-            .collect(),
+        None => default_zones(&region),
     };
     let initial = match root.get("initial") {
         Some(n) => manifests(&ctx, n, "initial")?,
