@@ -18,6 +18,16 @@ const DEPLOYMENTS: usize = 40;
 const REPLICAS: usize = 1_000;
 const RUNS: usize = 3;
 
+/// `--deployments N` and `--runs N` shrink the workload for profiling.
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 const CONFIG: &str = r#"apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata:
@@ -53,12 +63,12 @@ spec:
     cpu: "100000"
 "#;
 
-fn scenario_text() -> String {
+fn scenario_text(deployments: usize) -> String {
     let mut s = String::from("config: repo\ntimeline:\n  - at: 0s\n    apply:\n");
     s.push_str(
         "      - {apiVersion: apps/v1, kind: DaemonSet, metadata: {name: agent, namespace: kube-system}, spec: {selector: {matchLabels: {app: agent}}, template: {metadata: {labels: {app: agent}}, spec: {tolerations: [{operator: Exists}], containers: [{name: a, image: i, resources: {requests: {cpu: 100m, memory: 128Mi}}}]}}}}\n",
     );
-    for d in 0..DEPLOYMENTS {
+    for d in 0..deployments {
         let minutes = d * 30;
         let _ = writeln!(
             s,
@@ -73,9 +83,10 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("repo")).unwrap();
     std::fs::write(dir.path().join("repo/config.yaml"), CONFIG).unwrap();
-    let text = scenario_text();
+    let runs = arg("--runs", RUNS);
+    let text = scenario_text(arg("--deployments", DEPLOYMENTS));
     let mut times = Vec::new();
-    for run in 0..RUNS {
+    for run in 0..runs {
         let sc = scenario::parse("bench.yaml", dir.path(), text.as_bytes()).unwrap();
         let t = Instant::now();
         let report = Simulation::new(sc, None).unwrap().run(None).unwrap();
@@ -96,5 +107,5 @@ fn main() {
         );
     }
     times.sort();
-    println!("median of {RUNS}: {:.1} s", times[RUNS / 2].as_secs_f64());
+    println!("median of {runs}: {:.1} s", times[runs / 2].as_secs_f64());
 }

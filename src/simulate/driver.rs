@@ -175,6 +175,9 @@ pub struct Simulation {
     catalog: Vec<InstanceType>,
     recorder: Recorder,
     runtime: tokio::runtime::Runtime,
+    /// Passes of the loop, and those in which something changed.
+    ticks: u64,
+    changed_ticks: u64,
 }
 
 fn at(start: Timestamp, offset: Duration) -> Timestamp {
@@ -261,7 +264,10 @@ impl Simulation {
             cluster.clone(),
             cloud.clone(),
             dyn_clock,
-            Settings::default(),
+            Settings {
+                resync: SIM_RESYNC,
+                ..Settings::default()
+            },
         );
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -278,6 +284,8 @@ impl Simulation {
             controller,
             catalog,
             runtime,
+            ticks: 0,
+            changed_ticks: 0,
         })
     }
 
@@ -402,6 +410,10 @@ impl Simulation {
                 next_step += 1;
             }
             let (changed, wake) = self.tick();
+            self.ticks += 1;
+            if changed {
+                self.changed_ticks += 1;
+            }
             if now >= end {
                 break;
             }
@@ -421,6 +433,11 @@ impl Simulation {
                 break;
             }
         }
+        tracing::debug!(
+            ticks = self.ticks,
+            changed_ticks = self.changed_ticks,
+            "simulation loop finished"
+        );
         let lower_bound = self
             .runtime
             .block_on(self.controller.workload_lower_bound());
