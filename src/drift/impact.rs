@@ -546,7 +546,7 @@ mod tests {
             view("other", "gpu", "on-demand", "4"),
         ];
         let report = run(
-            &config(&[pool], &[class.clone()]),
+            &config(&[pool], std::slice::from_ref(&class)),
             &config(&[spot_ok], &[class]),
             &nodes,
             None,
@@ -591,7 +591,7 @@ mod tests {
         stale.annotations = stamp_annotations(&pool, &class);
         let unstamped = view("unstamped", "general", "on-demand", "4");
         let report = run(
-            &config(&[pool], &[class.clone()]),
+            &config(&[pool], std::slice::from_ref(&class)),
             &config(&[tainted], &[class]),
             &[fresh, stale, unstamped],
             None,
@@ -617,7 +617,7 @@ mod tests {
             view("b", "general", "on-demand", "4"),
         ];
         let report = run(
-            &config(&[pool.clone()], &[class]),
+            &config(std::slice::from_ref(&pool), &[class]),
             &config(&[pool], &[pinned]),
             &nodes,
             None,
@@ -645,7 +645,7 @@ mod tests {
         let class = EC2NodeClass::test("default");
         let pool = NodePool::test("general");
         let nodes = [view("a", "general", "on-demand", "4")];
-        let same = config(&[pool.clone()], &[class.clone()]);
+        let same = config(std::slice::from_ref(&pool), std::slice::from_ref(&class));
         let report = run(&same, &same, &nodes, None);
         assert!(report.affected_nodes().is_empty());
         assert_eq!(report.nodepools[0].change, Change::Unchanged);
@@ -681,7 +681,7 @@ mod tests {
             view("b", "general", "spot", "4"),
         ];
         let report = run(
-            &config(&[pool], &[class.clone()]),
+            &config(&[pool], std::slice::from_ref(&class)),
             &config(&[tainted], &[class]),
             &nodes,
             Some(&catalog),
