@@ -12,14 +12,14 @@ use crate::support::{Output, assert_matches_file, dovetail, root};
 
 /// A git repository in a temporary directory, committing with a fixed clock
 /// so that shas are the same on every run.
-struct Repo {
+pub(crate) struct Repo {
     dir: tempfile::TempDir,
     git: Repository,
     commits: i64,
 }
 
 impl Repo {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut opts = RepositoryInitOptions::new();
         opts.initial_head("main");
@@ -31,7 +31,7 @@ impl Repo {
         }
     }
 
-    fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.dir.path().to_str().unwrap()
     }
 
@@ -42,7 +42,7 @@ impl Repo {
         self.write(path, &content)
     }
 
-    fn write(&self, path: &str, content: &str) -> &Self {
+    pub(crate) fn write(&self, path: &str, content: &str) -> &Self {
         let p = self.dir.path().join(path);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, content).unwrap();
@@ -55,7 +55,7 @@ impl Repo {
     }
 
     /// Commits everything on disk on HEAD; returns the sha.
-    fn commit(&mut self, message: &str) -> String {
+    pub(crate) fn commit(&mut self, message: &str) -> String {
         self.commits += 1;
         let mut index = self.git.index().unwrap();
         index.add_all(["*"], IndexAddOption::DEFAULT, None).unwrap();
@@ -101,7 +101,7 @@ impl Repo {
         self.git.set_head(&refname).unwrap();
     }
 
-    fn diff(&self, args: &[&str]) -> Output {
+    pub(crate) fn diff(&self, args: &[&str]) -> Output {
         let mut all = vec!["diff", self.path()];
         all.extend_from_slice(args);
         dovetail(&all)

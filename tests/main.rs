@@ -3,6 +3,7 @@
 
 mod conformance;
 mod diff;
+mod impact;
 mod plan;
 mod simulate;
 mod support;

@@ -30,8 +30,10 @@ pub enum Command {
     Plan(PlanArgs),
     /// Run the controller against a simulated cluster and EC2 on a virtual clock (default: the bundled demo).
     Simulate(SimulateArgs),
-    /// Show what changes between two commits: objects created, changed and deleted.
+    /// Show what changes between two commits (or a commit and a live cluster), and with --impact what it does to running nodes.
     Diff(DiffArgs),
+    /// Write the state of a live cluster as a snapshot file (a v1/List), as plan, diff and simulate read it.
+    Snapshot(SnapshotArgs),
 }
 
 /// Where the configuration is read from.
@@ -83,14 +85,49 @@ pub struct DiffArgs {
     #[arg(default_value = ".")]
     pub path: PathBuf,
     /// The old revision (branch, tag, commit), e.g. the pull request's base.
-    #[arg(long, value_name = "REF")]
-    pub from: String,
+    #[arg(
+        long,
+        value_name = "REF",
+        required_unless_present = "cluster",
+        conflicts_with = "cluster"
+    )]
+    pub from: Option<String>,
     /// The new revision, e.g. the pull request's head.
-    #[arg(long, value_name = "REF", default_value = "HEAD")]
+    #[arg(
+        long,
+        visible_alias = "ref",
+        value_name = "REF",
+        default_value = "HEAD"
+    )]
     pub to: String,
     /// Compare the merge base of --from and --to with --to, as code review shows a branch.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     pub merge_base: bool,
+    /// Compare the live cluster's NodePools and EC2NodeClasses (kubeconfig or in-cluster config) with --to.
+    #[arg(long)]
+    pub cluster: bool,
+    /// Add what the change does to running nodes: drift, limits, budget pacing (needs --snapshot or --cluster).
+    #[arg(long)]
+    pub impact: bool,
+    /// The nodes and NodeClaims for --impact: a snapshot file, as `dovetail snapshot` or kubectl writes it.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "impact",
+        conflicts_with = "cluster"
+    )]
+    pub snapshot: Option<PathBuf>,
+    /// Instance-type catalog: prices the nodes --impact reports.
+    #[arg(long, value_name = "FILE", requires = "impact")]
+    pub catalog: Option<PathBuf>,
+    /// The time one wave of replacements takes in --impact's estimates (launch a node, drain the old one).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5m",
+        requires = "impact"
+    )]
+    pub replacement_time: String,
     /// Output format.
     #[arg(
         long,
@@ -150,6 +187,13 @@ pub struct SimulateArgs {
     /// Output format: a readable timeline (text) or the report (json).
     #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// Write to this file instead of stdout (YAML for .yaml/.yml, else JSON).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

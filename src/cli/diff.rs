@@ -1,48 +1,276 @@
-//! `dovetail diff`: what changes between two commits, as text, Markdown for a
-//! pull-request comment, or JSON.
+//! `dovetail diff`: what changes between two commits, or between the live
+//! cluster and a commit (`--cluster`), as text, Markdown for a pull-request
+//! comment, or JSON; with `--impact`, what the change does to running nodes.
 
 use std::fmt::Write as _;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::args::{DiffArgs, OutputFormat};
+use super::impact::{self, ImpactError, Settings};
+use super::live::{self, LiveError};
 use super::render::{self, Style};
 use super::validate::display_prefix;
 use super::{Io, exit};
-use crate::config::diff::{self, Change, Comparison, ObjectDiff, Outcome, Revisions, Side};
-use crate::config::validate::{Options, Report};
+use crate::api::ApiKind;
+use crate::config::diff::{self, Change, Comparison, ObjectDiff, Revisions, Side};
+use crate::config::validate::{self, Object, Options, Report};
 use crate::config::yaml::Limits;
-use crate::diag::{Diagnostic, Severity};
+use crate::diag::{Diagnostic, Pos, Severity};
+use crate::drift::NodeView;
+use crate::drift::impact::ImpactReport;
+use crate::snapshot::Located;
+
+/// The file shown for an object that is only in the live cluster.
+const LIVE_FILE: &str = "(live cluster)";
+
+/// What the output's header says was compared.
+struct Header {
+    /// `main (1a2b3c4) -> HEAD (5d6e7f8)`.
+    range: String,
+    from: Value,
+    to: Value,
+    merge_base: bool,
+}
+
+impl Header {
+    fn revisions(r: &Revisions) -> Self {
+        Header {
+            range: range(r),
+            from: serde_json::to_value(&r.from).unwrap_or(Value::Null),
+            to: serde_json::to_value(&r.to).unwrap_or(Value::Null),
+            merge_base: r.merge_base,
+        }
+    }
+
+    fn cluster(to: &Side) -> Self {
+        Header {
+            range: format!("live cluster -> {} ({})", to.git_ref, to.short_sha()),
+            from: json!({ "cluster": true }),
+            to: serde_json::to_value(to).unwrap_or(Value::Null),
+            merge_base: false,
+        }
+    }
+}
+
+/// The impact section and the objects it could not consider.
+type Impact = (ImpactReport, Vec<String>);
+
+fn options(a: &DiffArgs) -> Options {
+    Options {
+        allow_external_nodeclass: a.allow_external_nodeclass,
+        path_prefix: display_prefix(&a.path),
+        ..Options::default()
+    }
+}
+
+/// The settings of `--impact`, or an error printed with its hint.
+fn impact_settings(a: &DiffArgs, io: &mut Io) -> Result<Option<Settings>, u8> {
+    if !a.impact {
+        return Ok(None);
+    }
+    let settings = if a.snapshot.is_none() && !a.cluster {
+        Err(ImpactError::NoNodes)
+    } else {
+        Settings::read(&a.replacement_time, a.catalog.as_deref())
+    };
+    settings.map(Some).map_err(|e| impact_failed(&e, io))
+}
+
+/// The `--impact` settings of parsed arguments, for tests that call
+/// [`run_cluster`] directly.
+#[cfg(test)]
+pub(crate) fn impact_settings_for_tests(a: &DiffArgs) -> Option<Settings> {
+    a.impact
+        .then(|| Settings::read(&a.replacement_time, a.catalog.as_deref()).unwrap())
+}
+
+fn impact_failed(e: &ImpactError, io: &mut Io) -> u8 {
+    io.error(e, e.hint());
+    exit::ERROR
+}
+
+fn live_failed(e: &LiveError, io: &mut Io) -> u8 {
+    io.error(e, e.hint());
+    exit::ERROR
+}
 
 pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
-    let revisions = match diff::read(&a.path, &a.from, &a.to, a.merge_base, &Limits::default()) {
+    let settings = match impact_settings(a, io) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    if a.cluster {
+        let connected = live::runtime().and_then(|rt| {
+            let client = rt.block_on(live::connect())?;
+            Ok((rt, client))
+        });
+        return match connected {
+            Ok((rt, client)) => run_cluster(a, io, settings, &rt, &client),
+            Err(e) => live_failed(&e, io),
+        };
+    }
+    let Some(from) = a.from.as_deref() else {
+        // The argument parser requires --from without --cluster.
+        io.log("error: --from REF is required unless --cluster is given");
+        return exit::ERROR;
+    };
+    let nodes = match (&settings, &a.snapshot) {
+        (Some(_), Some(path)) => match impact::nodes_from_snapshot(path) {
+            Ok(nodes) => nodes,
+            Err(e) => return impact_failed(&e, io),
+        },
+        _ => Vec::new(),
+    };
+    let revisions = match diff::read(&a.path, from, &a.to, a.merge_base, &Limits::default()) {
         Ok(r) => r,
         Err(e) => {
             io.error(&e, e.hint().as_deref());
             return exit::ERROR;
         }
     };
-    let opts = Options {
-        allow_external_nodeclass: a.allow_external_nodeclass,
-        path_prefix: display_prefix(&a.path),
-        ..Options::default()
-    };
-    let comparison = match diff::diff(&revisions, &opts) {
-        Outcome::Compared(c) => c,
-        Outcome::InvalidTo(report) => {
+    let compared = match diff::diff_with_objects(&revisions, &options(a)) {
+        Ok(c) => c,
+        Err(report) => {
             invalid_to(&revisions.to, &report, io);
             return exit::ERROR;
         }
     };
+    let impact = match settings
+        .map(|s| impact::build(&compared.from, &compared.to, &nodes, &s))
+        .transpose()
+    {
+        Ok(i) => i,
+        Err(e) => return impact_failed(&e, io),
+    };
+    finish(
+        a,
+        io,
+        &Header::revisions(&revisions),
+        &compared.comparison,
+        impact.as_ref(),
+    )
+}
+
+/// `diff --cluster` with a client: the live NodePools and EC2NodeClasses
+/// against the repository at `--to`; with `--impact`, the live nodes.
+pub(crate) fn run_cluster(
+    a: &DiffArgs,
+    io: &mut Io,
+    settings: Option<Settings>,
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+) -> u8 {
+    let (side, loaded) = match diff::read_one(&a.path, &a.to, &Limits::default()) {
+        Ok(r) => r,
+        Err(e) => {
+            io.error(&e, e.hint().as_deref());
+            return exit::ERROR;
+        }
+    };
+    let opts = options(a);
+    let to = validate::validate(&loaded, &opts);
+    if !to.passes(false) {
+        invalid_to(&side, &to, io);
+        return exit::ERROR;
+    }
+    let live = match rt.block_on(live::list_all(
+        client,
+        &[live::NODEPOOL, live::EC2NODECLASS],
+    )) {
+        Ok(values) => live_objects(&values, &to.objects),
+        Err(e) => return live_failed(&e, io),
+    };
+    let mut comparison = diff::compare(&live, &to.objects, &loaded, &opts);
+    for o in &mut comparison.objects {
+        if o.file.ends_with(LIVE_FILE) {
+            o.file = LIVE_FILE.to_string();
+        }
+    }
+    let impact = match settings {
+        None => None,
+        Some(settings) => {
+            let nodes = match rt.block_on(live::list_all(client, &[live::NODE, live::NODECLAIM])) {
+                Ok(values) => live_nodes(values),
+                Err(e) => return live_failed(&e, io),
+            };
+            match nodes.and_then(|nodes| impact::build(&live, &to.objects, &nodes, &settings)) {
+                Ok(i) => Some(i),
+                Err(e) => return impact_failed(&e, io),
+            }
+        }
+    };
+    finish(a, io, &Header::cluster(&side), &comparison, impact.as_ref())
+}
+
+/// Live NodePools and EC2NodeClasses as the objects `compare` takes; an
+/// object also in the repository is given its file there, so it is not
+/// reported as moved.
+fn live_objects(values: &[Value], repo: &[Object]) -> Vec<Object> {
+    values
+        .iter()
+        .filter_map(|v| {
+            let kind = ApiKind::from_type_meta(
+                v.get("apiVersion").and_then(Value::as_str)?,
+                v.get("kind").and_then(Value::as_str)?,
+            )?;
+            let name = v
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)?
+                .to_string();
+            let file = repo
+                .iter()
+                .find(|o| o.kind == kind && o.name == name)
+                .map_or_else(|| LIVE_FILE.to_string(), |o| o.file.clone());
+            Some(Object {
+                kind,
+                name,
+                file,
+                index: 0,
+                pos: Pos::default(),
+                name_pos: Pos::default(),
+                value: v.clone(),
+                valid: true,
+            })
+        })
+        .collect()
+}
+
+/// The node set of live Nodes and NodeClaims.
+fn live_nodes(values: Vec<Value>) -> Result<Vec<NodeView>, ImpactError> {
+    let objects: Vec<Located> = values
+        .into_iter()
+        .map(|object| Located { line: 0, object })
+        .collect();
+    impact::nodes_from_objects(LIVE_FILE, &objects)
+}
+
+/// Renders the comparison (and the impact) and returns the exit code.
+fn finish(
+    a: &DiffArgs,
+    io: &mut Io,
+    header: &Header,
+    comparison: &Comparison,
+    impact: Option<&Impact>,
+) -> u8 {
     let rendered = match a.output {
-        OutputFormat::Json => json_output(&revisions, &comparison),
-        OutputFormat::Markdown => markdown(&revisions, &comparison),
+        OutputFormat::Json => json_output(header, comparison, impact),
+        OutputFormat::Markdown => {
+            let mut md = markdown(header, comparison);
+            if let Some((report, skipped)) = impact {
+                md.push_str(&impact::markdown(report, skipped));
+            }
+            md
+        }
         // Text; the argument parser admits no other format.
-        _ => text(
-            &revisions,
-            &comparison,
-            Style::for_stream(io.out_is_terminal),
-        ),
+        _ => {
+            let style = Style::for_stream(io.out_is_terminal);
+            let mut out = text(header, comparison, style);
+            if let Some((report, skipped)) = impact {
+                out.push_str(&impact::text(report, skipped, style));
+            }
+            out
+        }
     };
     io.data(&rendered);
     if a.output != OutputFormat::Text {
@@ -55,7 +283,7 @@ pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
             .collect();
         let style = Style::for_stream(io.err_is_terminal);
         let _ = write!(io.err, "{}", render::text(&shown, style));
-        io.log(&format!("diff: {}", counts(&comparison)));
+        io.log(&format!("diff: {}", counts(comparison)));
     }
     if comparison.has_errors() {
         exit::ERROR
@@ -122,12 +350,12 @@ const GREEN: &str = "32";
 const YELLOW: &str = "33";
 const CYAN: &str = "36";
 
-fn text(r: &Revisions, c: &Comparison, style: Style) -> String {
+fn text(h: &Header, c: &Comparison, style: Style) -> String {
     let s = c.summary();
     let deleted = format!("{} deleted", s.deleted);
     let mut out = format!(
         "diff {}: {} created, {} changed, {}, {} unchanged\n",
-        range(r),
+        h.range,
         s.created,
         s.changed,
         if s.deleted > 0 {
@@ -216,10 +444,10 @@ fn fence(body: &str) -> String {
     "`".repeat((longest + 1).max(3))
 }
 
-fn markdown(r: &Revisions, c: &Comparison) -> String {
+fn markdown(h: &Header, c: &Comparison) -> String {
     let s = c.summary();
     let mut out = String::from("### dovetail diff\n\n");
-    let _ = writeln!(out, "`{}`\n", range(r).replace('`', "'"));
+    let _ = writeln!(out, "`{}`\n", h.range.replace('`', "'"));
     let deleted = if s.deleted > 0 {
         format!("**{}**", s.deleted)
     } else {
@@ -301,12 +529,12 @@ fn markdown(r: &Revisions, c: &Comparison) -> String {
     out
 }
 
-fn json_output(r: &Revisions, c: &Comparison) -> String {
-    let doc = json!({
+fn json_output(h: &Header, c: &Comparison, impact: Option<&Impact>) -> String {
+    let mut doc = json!({
         "schema_version": 1,
-        "from": r.from,
-        "to": r.to,
-        "merge_base": r.merge_base,
+        "from": h.from,
+        "to": h.to,
+        "merge_base": h.merge_base,
         "summary": c.summary(),
         "objects": c.objects.iter().map(|o| json!({
             "kind": o.kind.kind(),
@@ -319,6 +547,9 @@ fn json_output(r: &Revisions, c: &Comparison) -> String {
         })).collect::<Vec<_>>(),
         "diagnostics": c.diagnostics.iter().map(render::json_diagnostic).collect::<Vec<_>>(),
     });
+    if let (Some((report, skipped)), Some(object)) = (impact, doc.as_object_mut()) {
+        object.insert("impact".into(), impact::json(report, skipped));
+    }
     format!(
         "{}\n",
         serde_json::to_string_pretty(&doc).unwrap_or_default()
@@ -371,7 +602,7 @@ mod tests {
             ],
             diagnostics: Vec::new(),
         };
-        let plain = text(&revisions(), &c, Style { color: false });
+        let plain = text(&Header::revisions(&revisions()), &c, Style { color: false });
         assert_eq!(
             plain.lines().next(),
             Some(
@@ -379,7 +610,7 @@ mod tests {
             )
         );
         assert!(!plain.contains('\x1b'));
-        let coloured = text(&revisions(), &c, Style { color: true });
+        let coloured = text(&Header::revisions(&revisions()), &c, Style { color: true });
         assert!(
             coloured.contains("\x1b[1;31m1 deleted\x1b[0m"),
             "{coloured:?}"
@@ -393,7 +624,7 @@ mod tests {
             objects: vec![object("same", Change::Unchanged)],
             diagnostics: Vec::new(),
         };
-        let coloured = text(&revisions(), &c, Style { color: true });
+        let coloured = text(&Header::revisions(&revisions()), &c, Style { color: true });
         assert!(!coloured.contains("\x1b[1;31m"), "{coloured:?}");
         assert!(coloured.contains("no differences\n"));
     }

@@ -4,9 +4,12 @@
 
 pub mod args;
 mod diff;
+mod impact;
+mod live;
 mod plan;
 pub mod render;
 mod simulate;
+mod snapshot;
 mod validate;
 
 use std::io::{IsTerminal, Write};
@@ -94,6 +97,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
         Command::Plan(a) => plan::run(&a, io),
         Command::Simulate(a) => simulate::run(&a, io),
         Command::Diff(a) => diff::run(&a, io),
+        Command::Snapshot(a) => snapshot::run(&a, io),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::api::ApiKind;
 use crate::config::load::Loaded;
 use crate::config::validate::{self, Object, Options, Report, transition};
 use crate::diag::{Diagnostic, JsonPath, Severity};
-pub use revisions::{RevisionError, Revisions, Side, read};
+pub use revisions::{RevisionError, Revisions, Side, read, read_one};
 
 /// Diagnostic codes produced here.
 pub mod codes {
@@ -140,12 +140,29 @@ pub enum Outcome {
     InvalidTo(Box<Report>),
 }
 
+/// A comparison with the validated objects of both sides (for `--impact`).
+#[derive(Debug, Clone)]
+pub struct Compared {
+    pub comparison: Comparison,
+    pub from: Vec<Object>,
+    pub to: Vec<Object>,
+}
+
 /// Validates both revisions (with `opts`, as `dovetail validate` does) and
 /// compares them.
 pub fn diff(revisions: &Revisions, opts: &Options) -> Outcome {
+    match diff_with_objects(revisions, opts) {
+        Ok(compared) => Outcome::Compared(compared.comparison),
+        Err(report) => Outcome::InvalidTo(report),
+    }
+}
+
+/// [`diff`], keeping the objects of both sides; the error is the
+/// validator's report of an invalid `--to` revision.
+pub fn diff_with_objects(revisions: &Revisions, opts: &Options) -> Result<Compared, Box<Report>> {
     let to = validate::validate(&revisions.to_loaded, opts);
     if !to.passes(false) {
-        return Outcome::InvalidTo(Box::new(to));
+        return Err(Box::new(to));
     }
     let mut diagnostics = Vec::new();
     let from_objects = match &revisions.from_loaded {
@@ -191,7 +208,11 @@ pub fn diff(revisions: &Revisions, opts: &Options) -> Outcome {
     diagnostics.append(&mut comparison.diagnostics);
     diagnostics.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     comparison.diagnostics = diagnostics;
-    Outcome::Compared(comparison)
+    Ok(Compared {
+        comparison,
+        from: from_objects,
+        to: to.objects,
+    })
 }
 
 /// Objects by kind and name; of duplicates (which the validator reports),

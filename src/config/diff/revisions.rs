@@ -116,6 +116,23 @@ pub fn read(
     })
 }
 
+/// Reads the configuration at one revision (the repository side of `diff
+/// --cluster`).
+pub fn read_one(path: &Path, rev: &str, limits: &Limits) -> Result<(Side, Loaded), RevisionError> {
+    let repo = Repo::open(path)?.ok_or_else(|| RevisionError::NotARepository {
+        path: path.to_path_buf(),
+    })?;
+    let commit = repo.resolve(rev)?;
+    let files = repo.files_at(&commit.sha, limits)?;
+    Ok((
+        Side {
+            git_ref: rev.to_string(),
+            sha: commit.sha,
+        },
+        load::parse_files(files, limits),
+    ))
+}
+
 fn merge_base_of(
     path: &Path,
     from: &str,
