@@ -107,7 +107,7 @@ pub fn nodes_from_objects(file: &str, objects: &[Located]) -> Result<Vec<NodeVie
         .map(|o| snapshot::typed(file, o))
         .collect::<Result<_, _>>()
         .map_err(ImpactError::Snapshot)?;
-    let nodes: Vec<Node> = snap.nodes;
+    let nodes: Vec<Node> = snap.nodes.iter().map(|n| (**n).clone()).collect();
     impact::node_views(&nodes, &claims).map_err(|message| ImpactError::Nodes {
         file: file.to_string(),
         message,

@@ -27,7 +27,7 @@ use crate::api::nodeclaim::{NodeClaimResources, NodeClaimSpec};
 use crate::api::{EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim, NodePool};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ObjectKey};
 use crate::model::{InstanceType, Requirement, Requirements};
 use crate::plan::{build_input_with_pools, nodepool_spec_with_types};
 use crate::scheduling::pod::is_provisionable;
@@ -39,12 +39,18 @@ pub const BATCH_IDLE: Duration = Duration::from_secs(1);
 /// ...or when it has been open this long.
 pub const BATCH_MAX: Duration = Duration::from_secs(10);
 
-/// The pending pods seen so far and when the batch opened and last changed.
+/// The pending pods seen so far and when the batch opened and last changed,
+/// and what the last solve covered.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     pods: BTreeSet<String>,
     opened: Option<Timestamp>,
     changed: Option<Timestamp>,
+    /// The pending pods the last solve placed or gave a reason for.
+    solved_pods: BTreeSet<String>,
+    /// The NodeClaims that solve counted on (existing and created).
+    solved_claims: BTreeSet<String>,
+    solved_at: Option<Timestamp>,
 }
 
 fn since(t: Timestamp, now: Timestamp) -> Duration {
@@ -108,10 +114,6 @@ fn as_pending(p: &Pod) -> Pod {
     p
 }
 
-fn owned<K: Clone>(items: &[Arc<K>]) -> Vec<K> {
-    items.iter().map(|i| i.as_ref().clone()).collect()
-}
-
 /// Marks offerings that recently failed with insufficient capacity.
 fn without_unavailable(
     mut types: Vec<InstanceType>,
@@ -149,6 +151,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             self.unschedulable.clear();
             return self.settings.resync;
         }
+        // Pods the last solve placed on in-flight capacity stay pending until
+        // their nodes are ready; solving for them again would change nothing.
+        // A batch opens for pods that solve has not seen, when capacity it
+        // counted on went away, or after a resync period.
+        if self.batch.opened.is_none()
+            && let Some(solved_at) = self.batch.solved_at
+        {
+            let due = self.settings.resync.saturating_sub(since(solved_at, now));
+            let unseen = pending.iter().any(|p| !self.batch.solved_pods.contains(p));
+            if !unseen && !due.is_zero() && !self.claims_lost() {
+                return due;
+            }
+        }
         if pending != self.batch.pods {
             self.batch.pods = pending;
             self.batch.changed = Some(now);
@@ -159,11 +174,31 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         if idle < BATCH_IDLE && open < BATCH_MAX {
             return (BATCH_IDLE - idle).min(BATCH_MAX - open);
         }
-        self.batch = Batch::default();
-        self.provision(&pods).await;
-        // Pods placed on new claims stay pending until their nodes are ready;
-        // a new batch only opens when the set of pending pods changes.
+        let solved_pods = std::mem::take(&mut self.batch.pods);
+        let mut solved_claims = self.provision(&pods).await;
+        solved_claims.extend(
+            self.cluster
+                .list::<NodeClaim>()
+                .iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .filter_map(|c| c.metadata.name.clone()),
+        );
+        self.batch = Batch {
+            solved_pods,
+            solved_claims,
+            solved_at: Some(now),
+            ..Batch::default()
+        };
         self.settings.resync
+    }
+
+    /// Whether a NodeClaim the last solve counted on is gone or going.
+    fn claims_lost(&self) -> bool {
+        self.batch.solved_claims.iter().any(|name| {
+            self.cluster
+                .get::<NodeClaim>(&ObjectKey::cluster(name.clone()))
+                .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+        })
     }
 
     /// The NodePools as the scheduling core sees them, with their instance
@@ -234,8 +269,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The cluster as the scheduling core's input builder reads it.
     fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
         Snapshot {
-            nodes: owned(&self.cluster.list::<Node>()),
-            pods: owned(pods),
+            nodes: self.cluster.list::<Node>(),
+            pods: pods.to_vec(),
             nodeclaims: self
                 .cluster
                 .list::<NodeClaim>()
@@ -244,11 +279,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .collect(),
             nodepools: Vec::new(),
             ec2nodeclasses: Vec::new(),
-            daemonsets: owned(&self.cluster.list::<DaemonSet>()),
-            pdbs: owned(&self.cluster.list::<PodDisruptionBudget>()),
-            persistent_volumes: owned(&self.cluster.list::<PersistentVolume>()),
-            persistent_volume_claims: owned(&self.cluster.list::<PersistentVolumeClaim>()),
-            storage_classes: owned(&self.cluster.list::<StorageClass>()),
+            daemonsets: self.cluster.list::<DaemonSet>(),
+            pdbs: self.cluster.list::<PodDisruptionBudget>(),
+            persistent_volumes: self.cluster.list::<PersistentVolume>(),
+            persistent_volume_claims: self.cluster.list::<PersistentVolumeClaim>(),
+            storage_classes: self.cluster.list::<StorageClass>(),
         }
     }
 
@@ -257,7 +292,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     pub async fn workload_lower_bound(&mut self) -> Option<f64> {
         let now = self.clock.now();
         let (_, specs, catalog) = self.nodepool_specs().await;
-        let pods: Vec<Pod> = self
+        let pods: Vec<Arc<Pod>> = self
             .cluster
             .list::<Pod>()
             .iter()
@@ -273,7 +308,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .flatten()
                     .any(|o| o.kind == "DaemonSet")
             })
-            .map(|p| as_pending(p))
+            .map(|p| Arc::new(as_pending(p)))
             .collect();
         let mut snapshot = self.snapshot(&[]);
         snapshot.nodes.clear();
@@ -293,8 +328,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         Some(result.lower_bound)
     }
 
-    async fn provision(&mut self, pods: &[Arc<Pod>]) {
+    /// One solve for the pending pods; returns the names of the NodeClaims
+    /// it created.
+    async fn provision(&mut self, pods: &[Arc<Pod>]) -> BTreeSet<String> {
         let now = self.clock.now();
+        let mut created = BTreeSet::new();
         let (pools, specs, catalog) = self.nodepool_specs().await;
         let snapshot = self.snapshot(pods);
         let now_ms = now.as_millisecond();
@@ -303,7 +341,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Ok(i) => i,
             Err(e) => {
                 self.event("Provisioner".into(), "InputInvalid", e.to_string());
-                return;
+                return created;
             }
         };
         let result = match solve(
@@ -316,7 +354,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Ok(r) => r,
             Err(e) => {
                 self.event("Provisioner".into(), "SolveFailed", e.to_string());
-                return;
+                return created;
             }
         };
         self.unschedulable = result
@@ -338,25 +376,29 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let object = self.nodeclaim_for(pool, claim);
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
-                Ok(_) => self.event(
-                    format!("NodeClaim/{name}"),
-                    "Provisioned",
-                    format!(
-                        "for {} pod(s) in NodePool {}: {} type(s) from {} at ${:.4}/h",
-                        claim.pods.len(),
-                        claim.nodepool,
-                        claim.instance_types.len(),
-                        claim
-                            .instance_types
-                            .first()
-                            .map(String::as_str)
-                            .unwrap_or("-"),
-                        claim.price
-                    ),
-                ),
+                Ok(_) => {
+                    created.insert(name.clone());
+                    self.event(
+                        format!("NodeClaim/{name}"),
+                        "Provisioned",
+                        format!(
+                            "for {} pod(s) in NodePool {}: {} type(s) from {} at ${:.4}/h",
+                            claim.pods.len(),
+                            claim.nodepool,
+                            claim.instance_types.len(),
+                            claim
+                                .instance_types
+                                .first()
+                                .map(String::as_str)
+                                .unwrap_or("-"),
+                            claim.price
+                        ),
+                    )
+                }
                 Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
             }
         }
+        created
     }
 
     /// The NodeClaim object for a planned claim of a NodePool.

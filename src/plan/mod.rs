@@ -208,17 +208,17 @@ pub fn build_input_with_pools(
                 c.metadata.namespace.as_deref().unwrap_or("default"),
                 c.metadata.name.as_deref().unwrap_or("")
             );
-            volumes.claims.insert(key, c.clone());
+            volumes.claims.insert(key, (**c).clone());
         }
         for v in &s.persistent_volumes {
             volumes
                 .volumes
-                .insert(v.metadata.name.clone().unwrap_or_default(), v.clone());
+                .insert(v.metadata.name.clone().unwrap_or_default(), (**v).clone());
         }
         for sc in &s.storage_classes {
             volumes
                 .storage_classes
-                .insert(sc.metadata.name.clone().unwrap_or_default(), sc.clone());
+                .insert(sc.metadata.name.clone().unwrap_or_default(), (**sc).clone());
         }
         input.nodes = existing_nodes(s, catalog).map_err(|message| PlanError::Invalid {
             file: "snapshot".into(),

@@ -161,6 +161,8 @@ impl Kubelet {
         self.register_nodes(cluster, instances, catalog, now, &mut nodes, &mut report);
         delete_nodes_without_instance(cluster, instances, &mut nodes, &mut report);
         let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
+        let by_name: HashMap<&str, &Arc<Node>> =
+            nodes.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut jobs = JobDurations::default();
         let mut daemon_pods: HashSet<(&str, &str)> = HashSet::new();
         for pod in &pods {
@@ -176,7 +178,7 @@ impl Kubelet {
             let Some(node_name) = node_name(pod) else {
                 continue;
             };
-            let Some(node) = nodes.get(node_name) else {
+            let Some(node) = by_name.get(node_name) else {
                 let key = key();
                 match cluster.delete::<Pod>(&key) {
                     Ok(_) => report.orphans_deleted.push(key.to_string()),

@@ -4,7 +4,7 @@
 //! `completions` succeeded. Pods are created pending and unscheduled; the
 //! stand-in kube-scheduler binds them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -44,14 +44,6 @@ fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Option<OwnerReference> {
     })
 }
 
-fn owned_by(pod: &Pod, uid: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.uid == uid && o.controller == Some(true))
-}
-
 fn phase(pod: &Pod) -> &str {
     pod.status
         .as_ref()
@@ -64,14 +56,34 @@ impl Workloads {
     pub fn sync(&mut self, cluster: &MemoryCluster, now: Timestamp) -> WorkloadReport {
         let mut report = WorkloadReport::default();
         let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
+        // Each pod under the uid of its controlling owner.
+        let mut by_owner: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+        for p in &pods {
+            if let Some(o) = p
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+            {
+                by_owner.entry(o.uid.as_str()).or_default().push(p);
+            }
+        }
+        let owned = |uid: Option<&str>| -> &[&Arc<Pod>] {
+            uid.and_then(|u| by_owner.get(u))
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+        };
         for d in cluster
             .list::<Deployment>(None, &Selector::everything())
             .items
         {
-            self.sync_deployment(cluster, &d, &pods, now, &mut report);
+            let mine = owned(d.metadata.uid.as_deref());
+            self.sync_deployment(cluster, &d, mine, now, &mut report);
         }
         for j in cluster.list::<Job>(None, &Selector::everything()).items {
-            self.sync_job(cluster, &j, &pods, now, &mut report);
+            let mine = owned(j.metadata.uid.as_deref());
+            self.sync_job(cluster, &j, mine, now, &mut report);
         }
         report
     }
@@ -80,18 +92,19 @@ impl Workloads {
         &mut self,
         cluster: &MemoryCluster,
         d: &Deployment,
-        pods: &[Arc<Pod>],
+        pods: &[&Arc<Pod>],
         now: Timestamp,
         report: &mut WorkloadReport,
     ) {
-        let (Some(uid), Some(owner)) = (d.metadata.uid.as_deref(), owner_ref(d)) else {
+        let Some(owner) = owner_ref(d) else {
             return;
         };
         let spec = &d.spec;
         let want = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
         let mut live: Vec<&Arc<Pod>> = pods
             .iter()
-            .filter(|p| owned_by(p, uid) && p.metadata.deletion_timestamp.is_none())
+            .copied()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
             .collect();
         let ns = d
@@ -136,15 +149,15 @@ impl Workloads {
         &mut self,
         cluster: &MemoryCluster,
         j: &Job,
-        pods: &[Arc<Pod>],
+        pods: &[&Arc<Pod>],
         now: Timestamp,
         report: &mut WorkloadReport,
     ) {
-        let (Some(uid), Some(owner)) = (j.metadata.uid.as_deref(), owner_ref(j)) else {
+        let Some(owner) = owner_ref(j) else {
             return;
         };
         let Some(spec) = j.spec.as_ref() else { return };
-        let mine: Vec<&Arc<Pod>> = pods.iter().filter(|p| owned_by(p, uid)).collect();
+        let mine = pods;
         let succeeded = mine.iter().filter(|p| phase(p) == "Succeeded").count();
         let active = mine
             .iter()

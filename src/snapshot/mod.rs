@@ -3,6 +3,7 @@
 //! Shared by `plan --snapshot`, `simulate` and `diff`.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -161,19 +162,20 @@ pub fn kind_name(o: &Value) -> String {
 }
 
 /// The objects of a cluster snapshot, by kind. Karpenter kinds stay
-/// untyped JSON so the core does not depend on the API types.
+/// untyped JSON so the core does not depend on the API types. Objects are
+/// shared, so the controller builds one from its cache without copying.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub nodes: Vec<Node>,
-    pub pods: Vec<Pod>,
+    pub nodes: Vec<Arc<Node>>,
+    pub pods: Vec<Arc<Pod>>,
     pub nodeclaims: Vec<Value>,
     pub nodepools: Vec<Value>,
     pub ec2nodeclasses: Vec<Value>,
-    pub daemonsets: Vec<DaemonSet>,
-    pub pdbs: Vec<PodDisruptionBudget>,
-    pub persistent_volumes: Vec<PersistentVolume>,
-    pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
-    pub storage_classes: Vec<StorageClass>,
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    pub persistent_volumes: Vec<Arc<PersistentVolume>>,
+    pub persistent_volume_claims: Vec<Arc<PersistentVolumeClaim>>,
+    pub storage_classes: Vec<Arc<StorageClass>>,
 }
 
 /// Reads a snapshot file.
@@ -188,16 +190,16 @@ pub fn snapshot_from_objects(file: &str, objects: &[Located]) -> Result<Snapshot
     let mut s = Snapshot::default();
     for o in objects {
         match o.object.get("kind").and_then(Value::as_str).unwrap_or("") {
-            "Node" => s.nodes.push(typed(file, o)?),
-            "Pod" => s.pods.push(typed(file, o)?),
+            "Node" => s.nodes.push(Arc::new(typed(file, o)?)),
+            "Pod" => s.pods.push(Arc::new(typed(file, o)?)),
             "NodeClaim" => s.nodeclaims.push(o.object.clone()),
             "NodePool" => s.nodepools.push(o.object.clone()),
             "EC2NodeClass" => s.ec2nodeclasses.push(o.object.clone()),
-            "DaemonSet" => s.daemonsets.push(typed(file, o)?),
-            "PodDisruptionBudget" => s.pdbs.push(typed(file, o)?),
-            "PersistentVolume" => s.persistent_volumes.push(typed(file, o)?),
-            "PersistentVolumeClaim" => s.persistent_volume_claims.push(typed(file, o)?),
-            "StorageClass" => s.storage_classes.push(typed(file, o)?),
+            "DaemonSet" => s.daemonsets.push(Arc::new(typed(file, o)?)),
+            "PodDisruptionBudget" => s.pdbs.push(Arc::new(typed(file, o)?)),
+            "PersistentVolume" => s.persistent_volumes.push(Arc::new(typed(file, o)?)),
+            "PersistentVolumeClaim" => s.persistent_volume_claims.push(Arc::new(typed(file, o)?)),
+            "StorageClass" => s.storage_classes.push(Arc::new(typed(file, o)?)),
             other => {
                 return Err(ReadError::Parse {
                     file: file.to_string(),
