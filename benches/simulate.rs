@@ -2,7 +2,7 @@
 //! 40,000 pods, through the whole controller (`Simulation::run`), in release.
 //!
 //! The scenario is generated in a temporary directory: one NodePool over
-//! 16-vCPU general-purpose types, and 40 Deployments of 1,000 pods (700m,
+//! 16-vCPU general-purpose types, and 40 Deployments of 1,000 pods (780m,
 //! 1.5Gi: twenty to a node) applied one every 30 minutes, with a small
 //! DaemonSet on every node.
 //!
@@ -72,7 +72,7 @@ fn scenario_text(deployments: usize) -> String {
         let minutes = d * 30;
         let _ = writeln!(
             s,
-            "  - at: {minutes}m\n    apply:\n      - {{apiVersion: apps/v1, kind: Deployment, metadata: {{name: app-{d:02}, namespace: default}}, spec: {{replicas: {REPLICAS}, selector: {{matchLabels: {{app: app-{d:02}}}}}, template: {{metadata: {{labels: {{app: app-{d:02}}}}}, spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 700m, memory: 1536Mi}}}}}}]}}}}}}}}"
+            "  - at: {minutes}m\n    apply:\n      - {{apiVersion: apps/v1, kind: Deployment, metadata: {{name: app-{d:02}, namespace: default}}, spec: {{replicas: {REPLICAS}, selector: {{matchLabels: {{app: app-{d:02}}}}}, template: {{metadata: {{labels: {{app: app-{d:02}}}}}, spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 780m, memory: 1536Mi}}}}}}]}}}}}}}}"
         );
     }
     s.push_str("until: 24h\n");

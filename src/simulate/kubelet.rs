@@ -31,6 +31,7 @@
 //!   DaemonSet no longer matches are kept.
 //! - Containers have no statuses; only the pod's phase and conditions move.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,13 +124,19 @@ impl KubeletReport {
 #[derive(Debug, Clone)]
 pub struct Kubelet {
     launch_delay: Duration,
+    /// The cluster's resourceVersion after a pass that left no Job pod
+    /// running: until something changes, the pods need nothing.
+    quiet: Cell<Option<u64>>,
 }
 
 impl Kubelet {
     /// A kubelet that registers a node `launch_delay` after its instance
     /// was launched (the scenario's `cloud.launchDelay`).
     pub fn new(launch_delay: Duration) -> Self {
-        Kubelet { launch_delay }
+        Kubelet {
+            launch_delay,
+            quiet: Cell::new(None),
+        }
     }
 
     /// When the node of `instance` registers: `launched_at` plus the launch
@@ -160,6 +167,10 @@ impl Kubelet {
             .collect();
         self.register_nodes(cluster, instances, catalog, now, &mut nodes, &mut report);
         delete_nodes_without_instance(cluster, instances, &mut nodes, &mut report);
+        if self.quiet.get() == Some(cluster.resource_version()) {
+            return report;
+        }
+        let mut jobs_running = false;
         let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
         let by_name: HashMap<&str, &Arc<Node>> =
             nodes.iter().map(|(k, v)| (k.as_str(), v)).collect();
@@ -186,8 +197,10 @@ impl Kubelet {
                 }
                 continue;
             };
+            let job_pod = controller_of_kind(pod, "Job").is_some();
             match phase(pod) {
                 None | Some("Pending") if is_node_ready(node) => {
+                    jobs_running |= job_pod;
                     let key = key();
                     match cluster.update_status_with::<Pod>(&key, |p| start_pod(p, now)) {
                         Ok(_) => report.started.push(key.to_string()),
@@ -209,6 +222,7 @@ impl Kubelet {
                     let done = started
                         .and_then(|s| s.checked_add(duration).ok())
                         .is_some_and(|end| end <= now);
+                    jobs_running |= !done;
                     if done {
                         let key = key();
                         match cluster.update_status_with::<Pod>(&key, |p| complete_pod(p, now)) {
@@ -221,6 +235,8 @@ impl Kubelet {
             }
         }
         run_daemon_sets(cluster, &nodes, &daemon_pods, now, &mut report);
+        self.quiet
+            .set((!jobs_running).then(|| cluster.resource_version()));
         report
     }
 

@@ -30,6 +30,9 @@ pub struct WorkloadReport {
 pub struct Workloads {
     /// Next pod suffix per owner, so names are never reused.
     next: BTreeMap<String, u64>,
+    /// The cluster's resourceVersion after the last pass: the controllers
+    /// act on state alone, so with no change since there is nothing to do.
+    seen: Option<u64>,
 }
 
 fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Option<OwnerReference> {
@@ -55,6 +58,9 @@ impl Workloads {
     /// Brings Deployments and Jobs to their desired pods.
     pub fn sync(&mut self, cluster: &MemoryCluster, now: Timestamp) -> WorkloadReport {
         let mut report = WorkloadReport::default();
+        if self.seen == Some(cluster.resource_version()) {
+            return report;
+        }
         let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
         // Each pod under the uid of its controlling owner.
         let mut by_owner: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
@@ -85,6 +91,7 @@ impl Workloads {
             let mine = owned(j.metadata.uid.as_deref());
             self.sync_job(cluster, &j, mine, now, &mut report);
         }
+        self.seen = Some(cluster.resource_version());
         report
     }
 
