@@ -18,4 +18,5 @@ pub mod plan;
 pub mod scheduling;
 pub mod simulate;
 pub mod snapshot;
+pub mod sync;
 pub mod timing;

@@ -6,4 +6,5 @@ mod diff;
 mod plan;
 mod simulate;
 mod support;
+mod sync;
 mod validate;
