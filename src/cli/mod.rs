@@ -7,6 +7,7 @@ mod diff;
 mod plan;
 pub mod render;
 mod simulate;
+mod sync;
 mod validate;
 
 use std::io::{IsTerminal, Write};
@@ -94,6 +95,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
         Command::Plan(a) => plan::run(&a, io),
         Command::Simulate(a) => simulate::run(&a, io),
         Command::Diff(a) => diff::run(&a, io),
+        Command::Sync(a) => sync::run(&a, io),
     }
 }
 
