@@ -1016,3 +1016,86 @@ fn sync_help_lists_the_flags() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("--poll-interval"), "{}", out.stderr);
 }
+
+/// The `commit` step of `dovetail simulate`: a commit raising a NodePool's
+/// limit lets pending pods run, an invalid commit is reported and not
+/// applied, and a later commit adds a NodePool; commit shas come from the
+/// virtual clock, so two runs agree.
+#[test]
+fn simulate_commit_steps_are_synced_into_the_simulated_cluster() {
+    let run = || {
+        let out = dovetail(&[
+            "simulate",
+            "tests/scenarios/commit.yaml",
+            "--output",
+            "json",
+        ]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out.stdout
+    };
+    let (first, second) = (run(), run());
+    assert_eq!(first, second, "the same scenario gives the same report");
+    let report: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let commits: Vec<(f64, String, String)> = report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "Commit")
+        .map(|e| {
+            (
+                e["t"].as_f64().unwrap(),
+                e["reason"].as_str().unwrap().to_string(),
+                e["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let reasons: Vec<(f64, &str)> = commits.iter().map(|(t, r, _)| (*t, r.as_str())).collect();
+    assert_eq!(
+        reasons,
+        [
+            // The first sync adopts what the simulation applied at the start.
+            (600.0, "ConfigApplied"),
+            (600.0, "ConfigApplied"),
+            (1200.0, "ConfigInvalid"),
+            (1800.0, "ConfigApplied"),
+        ]
+    );
+    assert!(
+        commits[1].2.ends_with("updated NodePool/small"),
+        "{}",
+        commits[1].2
+    );
+    assert!(
+        commits[2].2.contains(
+            "nothing applied: nodepools/typo.yaml:10:3: error: NodePool/typo: spec.limitz"
+        ),
+        "{}",
+        commits[2].2
+    );
+    assert!(
+        commits[3].2.ends_with("created NodePool/typo"),
+        "{}",
+        commits[3].2
+    );
+    // With the limit raised, every pod ran.
+    assert_eq!(report["unschedulable"], serde_json::json!([]));
+    let pods = report["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 20);
+    assert!(pods.iter().all(|p| p["node"].is_string()), "{pods:?}");
+    // Pods were pending until the commit at 10m and no longer.
+    let max_pending = report["summary"]["max_pending_seconds"].as_f64().unwrap();
+    assert!((600.0..900.0).contains(&max_pending), "{max_pending}");
+
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schemas/scenario.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let text = std::fs::read_to_string("tests/scenarios/commit.yaml").unwrap();
+    let parsed = dovetail::config::yaml::parse_documents(
+        "commit.yaml",
+        text.as_bytes(),
+        &Default::default(),
+    );
+    let doc = parsed.docs[0].root.to_json();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}

@@ -15,6 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
 
+use super::commit::ConfigRepo;
 use super::kubelet::Kubelet;
 use super::kubescheduler::KubeScheduler;
 use super::report::{Recorder, Report};
@@ -175,6 +176,8 @@ pub struct Simulation {
     catalog: Vec<InstanceType>,
     recorder: Recorder,
     runtime: tokio::runtime::Runtime,
+    /// The git copy of the configuration, from the first `commit` step on.
+    config_repo: Option<ConfigRepo>,
 }
 
 fn at(start: Timestamp, offset: Duration) -> Timestamp {
@@ -278,6 +281,7 @@ impl Simulation {
             controller,
             catalog,
             runtime,
+            config_repo: None,
         })
     }
 
@@ -344,6 +348,27 @@ impl Simulation {
                     .event(now, kind.clone(), "Deleted", format!("{n} object(s)"));
             }
             Action::Advance(_) => {}
+            Action::Commit(step) => {
+                let repo = match self.config_repo.as_mut() {
+                    Some(repo) => repo,
+                    None => self.config_repo.insert(
+                        ConfigRepo::new(
+                            &self.scenario.config,
+                            self.cluster.clone(),
+                            self.clock.clone(),
+                            self.scenario.start,
+                        )
+                        .map_err(SimError::Setup)?,
+                    ),
+                };
+                let events = self
+                    .runtime
+                    .block_on(repo.commit(step, now))
+                    .map_err(SimError::Setup)?;
+                for (object, reason, message) in events {
+                    self.recorder.event(now, object, reason, message);
+                }
+            }
         }
         Ok(())
     }

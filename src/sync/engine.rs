@@ -217,6 +217,19 @@ impl<C: Cluster> SyncEngine<C> {
         &self.settings
     }
 
+    /// The settings, to change between passes (e.g. pruning per commit in
+    /// a simulation).
+    pub fn settings_mut(&mut self) -> &mut Settings {
+        &mut self.settings
+    }
+
+    /// Makes a pending retry due now.
+    pub fn retry_now(&mut self) {
+        if self.retry_at.is_some() {
+            self.retry_at = Some(self.clock.now());
+        }
+    }
+
     /// The clock the engine reads.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
