@@ -19,4 +19,5 @@ pub mod plan;
 pub mod scheduling;
 pub mod simulate;
 pub mod snapshot;
+pub mod sync;
 pub mod timing;

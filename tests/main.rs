@@ -7,4 +7,5 @@ mod impact;
 mod plan;
 mod simulate;
 mod support;
+mod sync;
 mod validate;

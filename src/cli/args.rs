@@ -34,6 +34,8 @@ pub enum Command {
     Diff(DiffArgs),
     /// Write the state of a live cluster as a snapshot file (a v1/List), as plan, diff and simulate read it.
     Snapshot(SnapshotArgs),
+    /// Apply each new commit of a ref to the cluster: validate, dry-run, apply in order, optionally prune.
+    Sync(SyncArgs),
 }
 
 /// Where the configuration is read from.
@@ -194,6 +196,47 @@ pub struct SnapshotArgs {
     /// Write to this file instead of stdout (YAML for .yaml/.yml, else JSON).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// The configuration repository: a git repository, a directory inside one, or git-sync's --link.
+    #[arg(default_value = ".")]
+    pub path: PathBuf,
+    /// Apply the commits of this git ref (branch, tag, commit).
+    #[arg(long = "ref", value_name = "REF", default_value = "HEAD")]
+    pub git_ref: String,
+    /// One pass, then exit: 0 applied or up to date, 1 invalid revision or prune blocked, 2 repository, usage or cluster error.
+    #[arg(long)]
+    pub once: bool,
+    /// Delete objects dovetail applied earlier that are no longer in the repository (never those annotated dovetail.dev/prune: disabled).
+    #[arg(long)]
+    pub prune: bool,
+    /// Most objects pruned per revision [default: the larger of 1 and 10% of the managed objects, rounded up].
+    #[arg(long, value_name = "N", requires = "prune")]
+    pub max_prune: Option<usize>,
+    /// Prune beyond --max-prune.
+    #[arg(long, requires = "prune")]
+    pub force_prune: bool,
+    /// Fallback poll of the repository, for filesystems without change notification (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_poll_interval)]
+    pub poll_interval: std::time::Duration,
+    /// Namespace of the status ConfigMap `dovetail-sync-status` and its Events [default: the kube client's namespace].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Accept nodeClassRefs to EC2NodeClasses that are not in the repository.
+    #[arg(long)]
+    pub allow_external_nodeclass: bool,
+}
+
+fn parse_poll_interval(s: &str) -> Result<std::time::Duration, String> {
+    use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
+    match parse_duration(s, DurationSyntax::Hms)? {
+        NillableDuration::After(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!(
+            "{s:?} is not a positive duration such as 30s or 5m"
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ mod plan;
 pub mod render;
 mod simulate;
 mod snapshot;
+mod sync;
 mod validate;
 
 use std::io::{IsTerminal, Write};
@@ -98,6 +99,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
         Command::Simulate(a) => simulate::run(&a, io),
         Command::Diff(a) => diff::run(&a, io),
         Command::Snapshot(a) => snapshot::run(&a, io),
+        Command::Sync(a) => sync::run(&a, io),
     }
 }
 

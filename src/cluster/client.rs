@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{ApiError, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector};
+use super::{ApiError, ApplyParams, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector};
 
 /// What the controller reads from and writes to.
 pub trait Cluster: Send + Sync {
@@ -34,6 +34,16 @@ pub trait Cluster: Send + Sync {
         &self,
         key: &ObjectKey,
     ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send;
+
+    /// Server-side apply of `obj` under `params.field_manager`: creates the
+    /// object or updates the fields the manager owns, without a
+    /// resourceVersion. With `params.dry_run`, the server runs admission and
+    /// answers with the object it would store, storing nothing.
+    fn apply<K: Object>(
+        &self,
+        obj: K,
+        params: &ApplyParams,
+    ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
 
     /// The eviction subresource: refused (429) when a PodDisruptionBudget
     /// would be violated.
@@ -73,6 +83,14 @@ impl Cluster for MemoryCluster {
         key: &ObjectKey,
     ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send {
         std::future::ready(MemoryCluster::delete(self, key))
+    }
+
+    fn apply<K: Object>(
+        &self,
+        obj: K,
+        params: &ApplyParams,
+    ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
+        std::future::ready(MemoryCluster::apply(self, obj, params))
     }
 
     fn evict(

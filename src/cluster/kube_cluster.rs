@@ -31,7 +31,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{Request, Status};
 use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -41,7 +41,7 @@ use tokio::runtime::TryCurrentError;
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
-use super::{ApiError, Cluster, DeleteOutcome, KindScope, Object, ObjectKey};
+use super::{ApiError, ApplyParams, Cluster, DeleteOutcome, KindScope, Object, ObjectKey};
 
 /// A [`Cluster`] backed by a Kubernetes API server.
 ///
@@ -301,6 +301,27 @@ impl Cluster for KubeCluster {
                     })
             },
         )
+    }
+
+    async fn apply<K: Object>(&self, obj: K, params: &ApplyParams) -> Result<Arc<K>, ApiError> {
+        let key = self.key_of::<K>(obj.meta());
+        let pp = PatchParams {
+            dry_run: params.dry_run,
+            force: params.force,
+            field_manager: Some(params.field_manager.clone()),
+            field_validation: None,
+        };
+        let result = async {
+            let mut request = collection::<K>(&key)
+                .patch(&key.name, &pp, &Patch::Apply(&obj))
+                .map_err(kube::Error::BuildRequest)?;
+            request.extensions_mut().insert("apply");
+            self.client.request::<K>(request).await
+        };
+        result
+            .await
+            .map(Arc::new)
+            .map_err(|e| api_error(e, &resource::<K>(), &key))
     }
 
     async fn evict(&self, namespace: &str, name: &str) -> Result<(), ApiError> {

@@ -908,3 +908,36 @@ async fn dropping_the_cluster_stops_its_watches() {
         "the watch is still read"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn apply_patches_server_side_as_the_field_manager_and_dry_runs_with_dry_run_all() {
+    let (cluster, mut api) = mock_cluster();
+    let obj: NodeClaim = from_json(nodeclaim("abc", ""));
+    let sent = serde_json::to_value(&obj).unwrap();
+    let server = tokio::spawn(async move {
+        let exchange = api
+            .expect(
+                Method::PATCH,
+                &format!("{NODECLAIMS}/abc?&dryRun=All&force=true&fieldManager=dovetail"),
+            )
+            .await;
+        assert_eq!(exchange.body, sent);
+        exchange.respond(200, nodeclaim("abc", "8"));
+        let exchange = api
+            .expect(
+                Method::PATCH,
+                &format!("{NODECLAIMS}/abc?&force=true&fieldManager=dovetail"),
+            )
+            .await;
+        exchange.respond(200, nodeclaim("abc", "9"));
+    });
+    let params = ApplyParams::new("dovetail");
+    let dry = cluster.apply(obj.clone(), &params.clone().dry_run()).await;
+    let applied = cluster.apply(obj, &params).await;
+    server.await.unwrap();
+    assert_eq!(dry.unwrap().metadata.resource_version.as_deref(), Some("8"));
+    assert_eq!(
+        applied.unwrap().metadata.resource_version.as_deref(),
+        Some("9")
+    );
+}

@@ -8,6 +8,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 
+use super::apply::{self, ApplyParams};
 use super::pdb::{self, ALWAYS_ALLOW, BudgetPods};
 use super::store::State;
 use super::{
@@ -289,6 +290,45 @@ impl MemoryCluster {
         let mut state = self.write();
         let (store, _) = state.store_mut::<K>()?;
         Ok(store.subscribe())
+    }
+
+    /// Runs the admission checks of creating or updating `obj` without
+    /// storing anything (`dryRun=All`). A kind never written has no checks.
+    pub fn dry_run<K: Object>(&self, obj: &K) -> Result<(), ApiError> {
+        match self.read().store::<K>() {
+            Some(store) => store.dry_run(obj),
+            None => Ok(()),
+        }
+    }
+
+    /// Server-side apply, as [`super::apply`] describes the in-memory
+    /// merge: creates the object or merges `obj` into it, retrying on
+    /// conflicts; a dry run only runs admission.
+    pub fn apply<K: Object>(&self, obj: K, params: &ApplyParams) -> Result<Arc<K>, ApiError> {
+        let key = ObjectKey::of(&obj);
+        let mut attempt = 0;
+        loop {
+            let existing = self.get_opt::<K>(&key);
+            let merged =
+                apply::merge(existing.as_deref(), &obj, &params.field_manager, self.now())?;
+            if params.dry_run {
+                self.dry_run(&merged)?;
+                return Ok(Arc::new(merged));
+            }
+            let result = match existing {
+                Some(_) => self.replace(merged),
+                None => self.create(merged),
+            };
+            match result {
+                Err(e)
+                    if (e.is_conflict() || matches!(e, ApiError::AlreadyExists { .. }))
+                        && attempt + 1 < CONFLICT_RETRIES =>
+                {
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// Binds a pod to a node (POST on `pods/binding`), as a scheduler does:

@@ -36,6 +36,8 @@
 //!   resource version returns no events rather than an error. Lists have no
 //!   pagination.
 
+pub mod admission;
+mod apply;
 mod client;
 mod error;
 mod kube_cluster;
@@ -54,6 +56,7 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use apply::ApplyParams;
 pub use client::Cluster;
 pub use error::ApiError;
 pub use kube_cluster::KubeCluster;

@@ -289,6 +289,15 @@ impl<K: Object> KindStore<K> {
         }
     }
 
+    /// Runs admission for `obj` as a create (nothing stored under its key)
+    /// or an update, storing nothing: a server-side dry run.
+    pub(super) fn dry_run(&self, obj: &K) -> Result<(), ApiError> {
+        let mut meta = obj.meta().clone();
+        let key = self.normalise_key(&mut meta);
+        let old = self.objects.get(&key).map(AsRef::as_ref);
+        self.validate(&key, old, obj)
+    }
+
     fn push_event(&mut self, event_type: EventType, object: Arc<K>, rv: u64, capacity: usize) {
         while self.log.len() >= capacity.max(1) {
             match self.log.pop_front() {

@@ -15,6 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
 
+use super::commit::ConfigRepo;
 use super::kubelet::Kubelet;
 use super::kubescheduler::KubeScheduler;
 use super::report::{Recorder, Report};
@@ -24,10 +25,10 @@ use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
 use crate::cloud::CloudProvider;
 use crate::cloud::sim::{CapacityWindow, SimConfig, SimEc2};
-use crate::cluster::{ApiError, MemoryCluster, Object, ObjectKey, Selector};
+use crate::cluster::{MemoryCluster, Object, ObjectKey, Selector};
 use crate::config::load;
 use crate::config::source::Revision;
-use crate::config::validate::{self, transition};
+use crate::config::validate;
 use crate::config::yaml::Limits;
 use crate::controller::{Controller, Settings};
 use crate::diag::{Diagnostic, Severity};
@@ -131,37 +132,6 @@ fn delete_matching<K: Object>(
     n
 }
 
-/// Admission for dovetail's kinds: the checks of `validate` and the
-/// transition rules, as the real API server applies the CRDs.
-fn register_validators(cluster: &MemoryCluster) -> Result<(), ApiError> {
-    fn check<K: Object>(kind: ApiKind, old: Option<&K>, new: &K) -> Result<(), Vec<String>> {
-        let new_v = serde_json::to_value(new).map_err(|e| vec![e.to_string()])?;
-        let mut errors = validate::check_object(kind, &new_v);
-        if let Some(old) = old {
-            let old_v = serde_json::to_value(old).map_err(|e| vec![e.to_string()])?;
-            errors.extend(
-                transition::check(kind, &old_v, &new_v)
-                    .into_iter()
-                    .map(|f| format!("{}: {}", f.path, f.message)),
-            );
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors)
-        }
-    }
-    cluster.add_validator::<NodePool>(|old: Option<&NodePool>, new: &NodePool| {
-        check(ApiKind::NodePool, old, new)
-    })?;
-    cluster.add_validator::<EC2NodeClass>(|old: Option<&EC2NodeClass>, new: &EC2NodeClass| {
-        check(ApiKind::EC2NodeClass, old, new)
-    })?;
-    cluster.add_validator::<NodeClaim>(|old: Option<&NodeClaim>, new: &NodeClaim| {
-        check(ApiKind::NodeClaim, old, new)
-    })
-}
-
 /// Everything a running simulation holds.
 pub struct Simulation {
     scenario: Scenario,
@@ -178,6 +148,8 @@ pub struct Simulation {
     /// Passes of the loop, and those in which something changed.
     ticks: u64,
     changed_ticks: u64,
+    /// The git copy of the configuration, from the first `commit` step on.
+    config_repo: Option<ConfigRepo>,
 }
 
 fn at(start: Timestamp, offset: Duration) -> Timestamp {
@@ -197,7 +169,7 @@ impl Simulation {
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let cluster =
             Arc::new(MemoryCluster::new(dyn_clock.clone()).with_watch_log_capacity(WATCH_LOG));
-        register_validators(&cluster).map_err(|e| SimError::Setup(e.to_string()))?;
+        crate::cluster::admission::register(&cluster).map_err(|e| SimError::Setup(e.to_string()))?;
 
         let catalog_path = catalog_override
             .map(Into::into)
@@ -286,6 +258,7 @@ impl Simulation {
             runtime,
             ticks: 0,
             changed_ticks: 0,
+            config_repo: None,
         })
     }
 
@@ -352,6 +325,27 @@ impl Simulation {
                     .event(now, kind.clone(), "Deleted", format!("{n} object(s)"));
             }
             Action::Advance(_) => {}
+            Action::Commit(step) => {
+                let repo = match self.config_repo.as_mut() {
+                    Some(repo) => repo,
+                    None => self.config_repo.insert(
+                        ConfigRepo::new(
+                            &self.scenario.config,
+                            self.cluster.clone(),
+                            self.clock.clone(),
+                            self.scenario.start,
+                        )
+                        .map_err(SimError::Setup)?,
+                    ),
+                };
+                let events = self
+                    .runtime
+                    .block_on(repo.commit(step, now))
+                    .map_err(SimError::Setup)?;
+                for (object, reason, message) in events {
+                    self.recorder.event(now, object, reason, message);
+                }
+            }
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `dovetail simulate`: the controller against an in-memory cluster and a
 //! simulated EC2 on a virtual clock.
 
+pub mod commit;
 pub mod driver;
 pub mod kubelet;
 pub mod kubescheduler;

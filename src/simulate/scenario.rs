@@ -117,6 +117,19 @@ pub enum Action {
     },
     /// Let time pass; the step's time is the end of the wait.
     Advance(Duration),
+    /// A commit to the configuration repository, applied by git-driven sync.
+    Commit(CommitStep),
+}
+
+/// The `commit` step: files written or deleted in the configuration
+/// repository, committed at the step's virtual time, then synced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitStep {
+    pub message: String,
+    /// Repository-relative paths, in the scenario's order; `None` deletes.
+    pub files: Vec<(String, Option<Vec<u8>>)>,
+    /// Prune managed objects no longer in the repository.
+    pub prune: bool,
 }
 
 const STEP_KINDS: [&str; 6] = ["apply", "scale", "delete", "commit", "interrupt", "advance"];
@@ -525,9 +538,7 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                 now += d;
                 Action::Advance(d)
             }
-            "commit" => {
-                return Err(ctx.err_at(key.pos, "the `commit` step needs git-driven config sync, which this build of dovetail does not have yet"));
-            }
+            "commit" => Action::Commit(commit_step(ctx, body)?),
             "interrupt" => {
                 return Err(ctx.err_at(key.pos, "the `interrupt` step needs interruption handling, which this build of dovetail does not have yet"));
             }
@@ -548,6 +559,76 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
         });
     }
     Ok(steps)
+}
+
+fn commit_step(ctx: &Ctx, body: &Node) -> Result<CommitStep, ScenarioError> {
+    check_keys(ctx, body, &["message", "files", "prune"], "commit")?;
+    let message = match body.get("message") {
+        Some(n) => ctx.str(n, "message")?.to_string(),
+        None => "simulated commit".to_string(),
+    };
+    let prune = match body.get("prune") {
+        Some(n) => match n.value {
+            Value::Bool(b) => b,
+            _ => return Err(ctx.err(n, "prune must be true or false")),
+        },
+        None => false,
+    };
+    let Some(files_node) = body.get("files") else {
+        return Err(ctx.err(
+            body,
+            "commit needs `files`: a mapping of repository paths to their new content (null deletes the file)",
+        ));
+    };
+    if !matches!(files_node.value, Value::Map(_)) {
+        return Err(ctx.err(
+            files_node,
+            "files must be a mapping of repository paths to their new content",
+        ));
+    }
+    let mut files = Vec::new();
+    for (key, n) in entries(files_node) {
+        let path = key.name.as_str();
+        let components: Vec<&str> = path.split('/').collect();
+        if path.is_empty()
+            || path.starts_with('/')
+            || components
+                .iter()
+                .any(|c| c.is_empty() || *c == "." || *c == ".." || *c == ".git")
+        {
+            return Err(ctx.err_at(
+                key.pos,
+                format!(
+                    "{path:?} is not a path inside the repository such as nodepools/general.yaml"
+                ),
+            ));
+        }
+        let content = match &n.value {
+            Value::Str(text) => Some(text.clone().into_bytes()),
+            Value::Null => None,
+            Value::Map(_) if n.get("file").is_some() => {
+                check_keys(ctx, n, &["file"], "a commit file")?;
+                let f = n.get("file").unwrap_or(n);
+                let from = ctx.path(f, "file")?;
+                Some(
+                    std::fs::read(&from)
+                        .map_err(|e| ctx.err(f, format!("cannot read {}: {e}", from.display())))?,
+                )
+            }
+            _ => {
+                return Err(ctx.err(
+                    n,
+                    "a file's content is a string (a YAML block), null to delete it, or {file: path}",
+                ));
+            }
+        };
+        files.push((path.to_string(), content));
+    }
+    Ok(CommitStep {
+        message,
+        files,
+        prune,
+    })
 }
 
 /// `1h30m`, `45s`: durations as the scenario writes them.
@@ -607,9 +688,17 @@ mod tests {
             ),
             "5:9: time goes backwards: this step is at 5m but the previous one is at 11m"
         );
-        assert!(
-            err("config: r\ntimeline:\n  - at: 1m\n    commit: {}\n")
-                .starts_with("4:5: the `commit` step needs")
+        assert_eq!(
+            err("config: r\ntimeline:\n  - at: 1m\n    commit: {}\n"),
+            "4:13: commit needs `files`: a mapping of repository paths to their new content (null deletes the file)"
+        );
+        assert_eq!(
+            err("config: r\ntimeline:\n  - commit:\n      files: {../x.yaml: a}\n"),
+            "4:15: \"../x.yaml\" is not a path inside the repository such as nodepools/general.yaml"
+        );
+        assert_eq!(
+            err("config: r\ntimeline:\n  - commit:\n      files: {a.yaml: 1}\n"),
+            "4:23: a file's content is a string (a YAML block), null to delete it, or {file: path}"
         );
         assert_eq!(
             err("config: r\ntimeline:\n  - apply: [{kind: Pod}]\n"),
@@ -622,6 +711,28 @@ mod tests {
         assert_eq!(
             err("config: r\nfoo: 1\n"),
             "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, timeline, until"
+        );
+    }
+
+    #[test]
+    fn a_commit_step_parses_writes_and_deletes() {
+        let s = parse_str(
+            "config: r\ntimeline:\n  - at: 5m\n    commit:\n      message: raise\n      prune: true\n      files:\n        nodepools/a.yaml: |\n          kind: NodePool\n        old.yaml: null\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.steps[0].action,
+            Action::Commit(CommitStep {
+                message: "raise".into(),
+                files: vec![
+                    (
+                        "nodepools/a.yaml".into(),
+                        Some(b"kind: NodePool\n".to_vec())
+                    ),
+                    ("old.yaml".into(), None),
+                ],
+                prune: true,
+            })
         );
     }
 
