@@ -50,6 +50,8 @@ pub struct Batch {
     solved_pods: BTreeSet<String>,
     /// The NodeClaims that solve counted on (existing and created).
     solved_claims: BTreeSet<String>,
+    /// The resourceVersions of the NodePools and EC2NodeClasses it used.
+    solved_config: BTreeMap<String, String>,
     solved_at: Option<Timestamp>,
 }
 
@@ -160,7 +162,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         {
             let due = self.settings.resync.saturating_sub(since(solved_at, now));
             let unseen = pending.iter().any(|p| !self.batch.solved_pods.contains(p));
-            if !unseen && !due.is_zero() && !self.claims_lost() {
+            if !unseen
+                && !due.is_zero()
+                && !self.claims_lost()
+                && self.config_versions() == self.batch.solved_config
+            {
                 return due;
             }
         }
@@ -175,6 +181,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return (BATCH_IDLE - idle).min(BATCH_MAX - open);
         }
         let solved_pods = std::mem::take(&mut self.batch.pods);
+        let solved_config = self.config_versions();
         let mut solved_claims = self.provision(&pods).await;
         solved_claims.extend(
             self.cluster
@@ -186,10 +193,34 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.batch = Batch {
             solved_pods,
             solved_claims,
+            solved_config,
             solved_at: Some(now),
             ..Batch::default()
         };
         self.settings.resync
+    }
+
+    /// The resourceVersion of every NodePool and EC2NodeClass: a change to
+    /// the configuration (a raised limit, a new pool) calls for a new solve.
+    fn config_versions(&self) -> BTreeMap<String, String> {
+        fn versions<K: Resource>(items: Vec<Arc<K>>, kind: &str) -> Vec<(String, String)> {
+            items
+                .iter()
+                .map(|o| {
+                    let m = o.meta();
+                    (
+                        format!("{kind}/{}", m.name.as_deref().unwrap_or_default()),
+                        m.resource_version.clone().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        }
+        let mut out = versions(self.cluster.list::<NodePool>(), "NodePool");
+        out.extend(versions(
+            self.cluster.list::<EC2NodeClass>(),
+            "EC2NodeClass",
+        ));
+        out.into_iter().collect()
     }
 
     /// Whether a NodeClaim the last solve counted on is gone or going.

@@ -169,7 +169,8 @@ impl Simulation {
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let cluster =
             Arc::new(MemoryCluster::new(dyn_clock.clone()).with_watch_log_capacity(WATCH_LOG));
-        crate::cluster::admission::register(&cluster).map_err(|e| SimError::Setup(e.to_string()))?;
+        crate::cluster::admission::register(&cluster)
+            .map_err(|e| SimError::Setup(e.to_string()))?;
 
         let catalog_path = catalog_override
             .map(Into::into)
