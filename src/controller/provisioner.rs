@@ -404,7 +404,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let Some(pool) = pools_by_name.get(&claim.nodepool) else {
                 continue;
             };
-            let object = self.nodeclaim_for(pool, claim);
+            let class = self.cluster.get::<EC2NodeClass>(&ObjectKey::cluster(
+                pool.spec.template.spec.node_class_ref.name.clone(),
+            ));
+            let object = self.nodeclaim_for(pool, class.as_deref(), claim);
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
@@ -432,8 +435,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         created
     }
 
-    /// The NodeClaim object for a planned claim of a NodePool.
-    fn nodeclaim_for(&mut self, pool: &NodePool, claim: &NewNodeClaim) -> NodeClaim {
+    /// The NodeClaim object for a planned claim of a NodePool, stamped with
+    /// the drift hashes of the NodePool and its EC2NodeClass.
+    fn nodeclaim_for(
+        &mut self,
+        pool: &NodePool,
+        class: Option<&EC2NodeClass>,
+        claim: &NewNodeClaim,
+    ) -> NodeClaim {
         self.sequence += 1;
         let pool_name = pool.metadata.name.clone().unwrap_or_default();
         let name = format!("{pool_name}-{:05x}", self.sequence & 0xfffff);
@@ -459,10 +468,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             metadata: ObjectMeta {
                 name: Some(name),
                 labels: Some(labels),
-                annotations: template
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.annotations.clone()),
+                annotations: {
+                    let mut a = template
+                        .metadata
+                        .as_ref()
+                        .and_then(|m| m.annotations.clone())
+                        .unwrap_or_default();
+                    if let Some(class) = class {
+                        a.extend(crate::drift::stamp_annotations(pool, class));
+                    }
+                    (!a.is_empty()).then_some(a)
+                },
                 finalizers: Some(vec![FINALIZER_TERMINATION.to_string()]),
                 owner_references: pool.metadata.uid.clone().map(|uid| {
                     vec![OwnerReference {
@@ -494,5 +510,63 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The pods the last solve could not place, with reasons.
     pub fn unschedulable(&self) -> &BTreeMap<String, String> {
         &self.unschedulable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::cluster::MemoryCluster;
+    use crate::controller::Settings;
+
+    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
+        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pending_pod(name: &str) -> Pod {
+        from_yaml(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
+             status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
+        ))
+    }
+
+    #[test]
+    fn new_nodeclaims_carry_the_drift_hashes_and_a_second_pass_does_not_solve_again() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let catalog = SimEc2::builtin_catalog().unwrap();
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let class: EC2NodeClass =
+            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
+        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
+        let class = cluster.create(class).unwrap();
+        let pool = cluster.create(pool).unwrap();
+        cluster.create(pending_pod("a")).unwrap();
+        let mut controller =
+            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+        clock.advance(BATCH_IDLE).unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+        let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+        assert_eq!(claims.len(), 1);
+        let annotations = claims[0].metadata.annotations.clone().unwrap_or_default();
+        for (k, v) in crate::drift::stamp_annotations(&pool, &class) {
+            assert_eq!(annotations.get(&k), Some(&v), "{k}");
+        }
+        // The pod is still pending (its node is not ready), but the last solve
+        // already placed it: no second claim.
+        clock.advance(BATCH_MAX).unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+        clock.advance(BATCH_MAX).unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+        assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
     }
 }
