@@ -25,6 +25,8 @@ use crate::model::{InstanceType, LabelSelector, Requirement, Requirements, Taint
 /// Claims whose spare cpu could hold the pod that are examined for a
 /// zero-cost placement: bounds the work per pod when constraints reject many.
 const SCAN_LIMIT: usize = 256;
+/// Claims with room at no cost compared when re-inserting a pod.
+const BEST_FIT_CANDIDATES: usize = 48;
 /// Claims with the most spare cpu that are priced for growing.
 const GROW_CANDIDATES: usize = 8;
 /// Prices closer than this are equal.
@@ -76,8 +78,42 @@ pub(crate) struct Pool {
     pub nodes_used: i64,
     /// (key, minValues, value id per type)
     pub min_values: Vec<(String, usize, Vec<u32>)>,
-    /// Types with an available offering, by their cheapest price.
-    pub price_order: Vec<usize>,
+    /// Per limit resource, type indexes by descending capacity.
+    cap_desc: Vec<Vec<u32>>,
+    /// Per resource dimension, type indexes by ascending allocatable.
+    by_dim: Vec<Vec<u32>>,
+    /// Offering domains of all types.
+    all_offered: u128,
+    /// Per offering domain (zone × capacity type), the types available in it.
+    offer_bits: Vec<Bits>,
+}
+
+impl Pool {
+    /// Types with an available offering in one of `combos`.
+    fn offered_types(&self, combos: u128, out: &mut Bits) {
+        out.clear_all();
+        for (c, b) in self.offer_bits.iter().enumerate() {
+            if combos & (1u128 << c) != 0 {
+                out.or_with(b);
+            }
+        }
+    }
+
+    /// minValues make a claim's types depend on the whole set, so they are
+    /// filtered in full.
+    fn needs_full_filter(&self) -> bool {
+        !self.min_values.is_empty()
+    }
+
+    /// Does type `t` fit the pool's remaining limits, given the capacity
+    /// `reserve` the claim in question already holds?
+    fn lim_ok(&self, t: usize, reserve: &[i64]) -> bool {
+        self.types[t].cap_lim.iter().enumerate().all(|(i, cap)| {
+            *cap <= self.lim[i]
+                .saturating_sub(self.lim_used[i])
+                .saturating_add(reserve.get(i).copied().unwrap_or(0))
+        })
+    }
 }
 
 struct NodeInfo {
@@ -165,11 +201,17 @@ pub(crate) struct Claim {
     /// The cheapest remaining type (its index in the pool), if any.
     cheapest: Option<usize>,
     /// Offering domains of the remaining types within `combos`.
-    offered: u128,
+    pub offered: u128,
     slack_key: i64,
     /// Hostname counters that pods on this claim constrain or own: pods
     /// counted by them may not be moved onto or off the claim.
     watch: Vec<usize>,
+    /// Per resource dimension, how far into the pool's `by_dim` order the
+    /// types too small for `used` have been removed from `types`.
+    cursor: Vec<u32>,
+    /// Per limit resource, the position in the pool's `cap_desc` order of
+    /// the largest remaining type (types before it were removed).
+    cap_cursor: Vec<u32>,
 }
 
 enum HostCheck {
@@ -195,7 +237,8 @@ struct Attempt {
 enum Choice {
     Node(usize),
     Claim(usize),
-    New(usize),
+    /// A new claim in a NodePool, sized for this many identical pods.
+    New(usize, usize),
 }
 
 /// The state of one solve.
@@ -232,6 +275,10 @@ pub(crate) struct Solver<'a> {
     pod_relax: Vec<Option<(usize, bool)>>,
     zone_key: Option<usize>,
     ct_key: Option<usize>,
+    /// Identical pods from the one being placed on (see [`Self::run`]).
+    run_left: usize,
+    /// A new claim sized for several identical pods: (claim, pods, attempt).
+    bulk: Option<(usize, usize, Attempt)>,
 }
 
 fn add_into(a: &mut [i64], b: &[i64]) {
@@ -375,8 +422,26 @@ impl<'a> Solver<'a> {
                 .collect();
             let lim: Vec<i64> = lim_names.iter().map(|k| np.limits.get(k)).collect();
             let node_limit = np.limits.0.get("nodes").copied();
+            // Types in order of their cheapest available offering (then by
+            // name), so a scan of a type bitset in index order meets the
+            // cheapest types first and can stop early.
+            let cheapest_of: Vec<f64> = np
+                .instance_types
+                .iter()
+                .map(|it| {
+                    it.offerings
+                        .iter()
+                        .filter(|o| o.available && combo(&o.zone, &o.capacity_type).is_some())
+                        .map(|o| o.price)
+                        .fold(f64::INFINITY, f64::min)
+                })
+                .collect();
             let mut tidx: Vec<usize> = (0..np.instance_types.len()).collect();
-            tidx.sort_by(|&a, &b| np.instance_types[a].name.cmp(&np.instance_types[b].name));
+            tidx.sort_by(|&a, &b| {
+                cheapest_of[a]
+                    .total_cmp(&cheapest_of[b])
+                    .then_with(|| np.instance_types[a].name.cmp(&np.instance_types[b].name))
+            });
             let types: Vec<TypeInfo> = tidx
                 .iter()
                 .map(|&ti| {
@@ -438,17 +503,36 @@ impl<'a> Solver<'a> {
                     add_into(&mut daemon, &project(&ds.pod.requests));
                 }
             }
-            let mut price_order: Vec<usize> = (0..types.len())
-                .filter(|&t| !types[t].offers.is_empty())
+            let cap_desc: Vec<Vec<u32>> = (0..lim_names.len())
+                .map(|i| {
+                    let mut o: Vec<u32> = (0..types.len() as u32).collect();
+                    o.sort_by_key(|&t| (std::cmp::Reverse(types[t as usize].cap_lim[i]), t));
+                    o
+                })
                 .collect();
-            price_order.sort_by(|&a, &b| {
-                types[a].offers[0]
-                    .1
-                    .total_cmp(&types[b].offers[0].1)
-                    .then(a.cmp(&b))
-            });
+            let by_dim: Vec<Vec<u32>> = (0..dims.len())
+                .map(|d| {
+                    let mut o: Vec<u32> = (0..types.len() as u32).collect();
+                    o.sort_by_key(|&t| (types[t as usize].alloc[d], t));
+                    o
+                })
+                .collect();
+            let offer_bits: Vec<Bits> = (0..zones.len() * ncts)
+                .map(|c| {
+                    let mut b = Bits::new(types.len());
+                    for (t, ty) in types.iter().enumerate() {
+                        if ty.offer_mask & (1u128 << c) != 0 {
+                            b.set(t);
+                        }
+                    }
+                    b
+                })
+                .collect();
             pools.push(Pool {
-                price_order,
+                all_offered: types.iter().fold(0u128, |m, t| m | t.offer_mask),
+                by_dim,
+                offer_bits,
+                cap_desc,
                 spec: pi,
                 name: np.name.clone(),
                 reqs,
@@ -613,6 +697,8 @@ impl<'a> Solver<'a> {
             pod_relax: vec![None; input.pods.len()],
             zone_key,
             ct_key,
+            run_left: 1,
+            bulk: None,
         };
         s.min_req = (0..s.dims.len())
             .map(|d| s.pod_req.iter().map(|r| r[d]).min().unwrap_or(0))
@@ -1179,9 +1265,20 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        for &ci in counted_by.iter().chain(owns.iter()) {
+        // A pod only counted on a key (selected by someone else's spread or
+        // affinity) does not narrow the claim: as in the reference, it is
+        // counted only where the claim's domain is already single.
+        for &ci in &owns {
             if let TopoKey::Key(k) = self.counters[ci].key {
                 add_pin(&mut pins, k, Some(ci));
+            }
+        }
+        for &ci in &counted_by {
+            if let TopoKey::Key(k) = self.counters[ci].key
+                && let Some(p) = pins.iter_mut().find(|p| p.0 == k)
+                && !p.1.contains(&ci)
+            {
+                p.1.push(ci);
             }
         }
         for (k, allowed, _) in &keyed {
@@ -1360,12 +1457,16 @@ impl<'a> Solver<'a> {
         let pv = &self.variants[variant].per_pool[claim.pool];
         let req = &self.pod_req[pod];
         let mut best: Option<f64> = None;
-        for &t in &p.price_order {
+        // Types are in order of their cheapest offering.
+        for t in claim.types.iter() {
             let ty = &p.types[t];
-            if best.is_some_and(|b| ty.offers[0].1 >= b) {
+            let Some(first) = ty.offers.first() else {
+                break;
+            };
+            if best.is_some_and(|b| first.1 >= b) {
                 break;
             }
-            if !claim.types.get(t) || !pv.types.get(t) || !fits_sum(&claim.used, req, &ty.alloc) {
+            if !pv.types.get(t) || !fits_sum(&claim.used, req, &ty.alloc) {
                 continue;
             }
             let lim_ok = ty.cap_lim.iter().enumerate().all(|(i, cap)| {
@@ -1404,8 +1505,9 @@ impl<'a> Solver<'a> {
         price
     }
 
-    /// Prices a new claim in `pool`; Err explains why not.
-    fn check_new(&mut self, pod: usize, a: &Attempt, pool: usize) -> Result<f64, String> {
+    /// Prices a new claim in `pool` per pod it will hold, and how many
+    /// identical pods it is sized for; Err explains why not.
+    fn check_new(&mut self, pod: usize, a: &Attempt, pool: usize) -> Result<(f64, usize), String> {
         let p = &self.pools[pool];
         let (strict, soft) = self.classes[self.pod_class[pod]].pool_taints[pool];
         if !(strict || (a.tolerate_soft && soft)) {
@@ -1455,22 +1557,47 @@ impl<'a> Solver<'a> {
                 p.name
             ));
         }
-        let zero = vec![0; p.lim.len()];
-        let mut out = std::mem::take(&mut self.scratch);
-        let price = filter_types(
-            p,
-            &mut out,
-            &pv.types,
-            &p.daemon,
-            &self.pod_req[pod],
-            combos,
-            &zero,
-        );
-        self.scratch = out;
-        match price {
-            Some(price) => Ok(price),
-            None => Err(self.explain_new(pod, a, pool, combos)),
+        let price = if p.needs_full_filter() {
+            let zero = vec![0; p.lim.len()];
+            let mut out = std::mem::take(&mut self.scratch);
+            let price = filter_types(
+                p,
+                &mut out,
+                &pv.types,
+                &p.daemon,
+                &self.pod_req[pod],
+                combos,
+                &zero,
+            );
+            self.scratch = out;
+            price
+        } else {
+            cheapest_holding(p, &pv.types, &p.daemon, &self.pod_req[pod], combos)
+        };
+        let Some(price) = price else {
+            return Err(self.explain_new(pod, a, pool, combos));
+        };
+        if self.run_left > 1 && self.bulk_eligible(pod) && !p.needs_full_filter() {
+            let pv = &self.variants[a.variant].per_pool[pool];
+            if let Some((per_pod, n)) =
+                cheapest_per_pod(p, &pv.types, &self.pod_req[pod], combos, self.run_left)
+                && n > 1
+                && per_pod < price - EPS
+            {
+                return Ok((per_pod, n));
+            }
         }
+        Ok((price, 1))
+    }
+
+    /// May identical pods of this class go onto one new claim together,
+    /// without any topology or port check between them?
+    fn bulk_eligible(&self, pod: usize) -> bool {
+        let c = &self.classes[self.pod_class[pod]];
+        c.terms.is_empty()
+            && c.owns.is_empty()
+            && c.blocked_by.is_empty()
+            && self.input.pods[pod].host_ports.is_empty()
     }
 
     fn explain_new(&self, pod: usize, a: &Attempt, pool: usize, combos: u128) -> String {
@@ -1541,12 +1668,35 @@ impl<'a> Solver<'a> {
             let mut failed = Vec::new();
             reasons.clear();
             let before = pending.len();
-            for &pod in &pending {
-                if let Err(reason) = self.place(pod) {
-                    failed.push(pod);
-                    reasons.push((pod, reason));
+            // Pods identical to the previous one (class and requests) that
+            // follow it, counting itself: a new claim is sized for them.
+            let mut run = vec![1usize; pending.len()];
+            for i in (0..pending.len().saturating_sub(1)).rev() {
+                let (p, q) = (pending[i], pending[i + 1]);
+                if self.pod_class[p] == self.pod_class[q] && self.pod_req[p] == self.pod_req[q] {
+                    run[i] = run[i + 1] + 1;
                 }
             }
+            for (i, &pod) in pending.iter().enumerate() {
+                if self.placed_node[pod].is_some() || self.placed_claim[pod].is_some() {
+                    continue;
+                }
+                self.run_left = run[i];
+                match self.place(pod) {
+                    Ok(()) => {
+                        if let Some((ci, n, a)) = self.bulk.take() {
+                            for &q in pending[i + 1..].iter().take(n.saturating_sub(1)) {
+                                self.commit(q, &a, Choice::Claim(ci));
+                            }
+                        }
+                    }
+                    Err(reason) => {
+                        failed.push(pod);
+                        reasons.push((pod, reason));
+                    }
+                }
+            }
+            self.run_left = 1;
             if failed.is_empty() || failed.len() == before {
                 break;
             }
@@ -1569,6 +1719,12 @@ impl<'a> Solver<'a> {
             match self.choose(pod, &a) {
                 Ok(choice) => {
                     self.commit(pod, &a, choice);
+                    if let Choice::New(_, n) = choice
+                        && n > 1
+                    {
+                        let ci = self.claims.len() - 1;
+                        self.bulk = Some((ci, n, a));
+                    }
                     return Ok(());
                 }
                 Err(e) => last = e,
@@ -1642,10 +1798,10 @@ impl<'a> Solver<'a> {
         let mut errors = Vec::new();
         for pool in 0..self.pools.len() {
             match self.check_new(pod, a, pool) {
-                Ok(price) => {
+                Ok((per_pod, n)) => {
                     return Ok(match best {
-                        Some((delta, ci)) if delta <= price + EPS => Choice::Claim(ci),
-                        _ => Choice::New(pool),
+                        Some((delta, ci)) if delta <= per_pod + EPS => Choice::Claim(ci),
+                        _ => Choice::New(pool, n),
                     });
                 }
                 Err(e) => errors.push(e),
@@ -1681,7 +1837,7 @@ impl<'a> Solver<'a> {
                 self.join_claim(pod, a, ci);
                 self.nodes.len() + ci
             }
-            Choice::New(pool) => {
+            Choice::New(pool, _) => {
                 let p = &self.pools[pool];
                 let claim = Claim {
                     pool,
@@ -1698,6 +1854,8 @@ impl<'a> Solver<'a> {
                     offered: 0,
                     slack_key: 0,
                     watch: Vec::new(),
+                    cursor: vec![0; p.by_dim.len()],
+                    cap_cursor: vec![0; p.cap_desc.len()],
                 };
                 self.pools[pool].nodes_used += 1;
                 self.claims.push(claim);
@@ -1796,33 +1954,13 @@ impl<'a> Solver<'a> {
     }
 
     fn join_claim(&mut self, pod: usize, a: &Attempt, ci: usize) {
-        let req = self.pod_req[pod].clone();
         let combos = self.claim_combos(&self.claims[ci], a);
-        // The pod was checked to fit; pricing again leaves its types in scratch.
-        let _ = self.claim_price(pod, a.variant, ci, combos);
-        let types = self.scratch.clone();
+        // The pod was checked to fit.
+        self.narrow(pod, a.variant, ci, combos);
         self.pod_relax[pod] = Some((a.variant, a.tolerate_soft));
-        {
-            let claim = &mut self.claims[ci];
-            if !claim.variants.contains(&a.variant) {
-                claim.reqs.intersect_with(&self.variants[a.variant].reqs);
-                claim.variants.push(a.variant);
-            }
-            claim.types = types;
-            claim.combos = combos;
-            let offer_masks = &self.pools[claim.pool].types;
-            claim.offered = claim
-                .types
-                .iter()
-                .fold(0u128, |m, t| m | offer_masks[t].offer_mask)
-                & combos;
-            add_into(&mut claim.used, &req);
-            claim.pods.push(pod);
-            self.placed_claim[pod] = Some(ci);
-            claim
-                .ports
-                .extend(self.input.pods[pod].host_ports.iter().cloned());
-        }
+        self.claims[ci]
+            .ports
+            .extend(self.input.pods[pod].host_ports.iter().cloned());
         // Restrict custom topology keys to the allowed values.
         for (k, allowed, _) in &a.keyed {
             if Some(*k) == self.zone_key || Some(*k) == self.ct_key {
@@ -1863,6 +2001,91 @@ impl<'a> Solver<'a> {
         self.refresh_claim(ci);
     }
 
+    /// Adds a pod to a claim's requests and narrows the claim's types to
+    /// those that still hold it under `combos`. The pod was checked to fit.
+    fn narrow(&mut self, pod: usize, variant: usize, ci: usize, combos: u128) {
+        let mut offered = std::mem::take(&mut self.scratch2);
+        let claim = &mut self.claims[ci];
+        let pool = &self.pools[claim.pool];
+        if !claim.variants.contains(&variant) {
+            claim.reqs.intersect_with(&self.variants[variant].reqs);
+            claim.variants.push(variant);
+            claim
+                .types
+                .and_with(&self.variants[variant].per_pool[claim.pool].types);
+        }
+        if claim.combos != combos {
+            pool.offered_types(combos, &mut offered);
+            claim.types.and_with(&offered);
+            claim.combos = combos;
+        }
+        add_into(&mut claim.used, &self.pod_req[pod]);
+        claim.pods.push(pod);
+        self.placed_claim[pod] = Some(ci);
+        self.scratch2 = offered;
+        self.prune(ci);
+        let claim = &mut self.claims[ci];
+        claim.offered = offered_domains(&self.pools[claim.pool], &claim.types, claim.combos);
+    }
+
+    /// Removes from a claim's types those too small for its requests (and,
+    /// under limits or minValues, those the pool's limits or minValues
+    /// exclude). False if no type would remain; the types are then left
+    /// unusable and the caller restores them.
+    fn prune(&mut self, ci: usize) -> bool {
+        let claim = &mut self.claims[ci];
+        let pool = &self.pools[claim.pool];
+        for (d, order) in pool.by_dim.iter().enumerate() {
+            let need = claim.used[d];
+            let cur = &mut claim.cursor[d];
+            while let Some(&t) = order.get(*cur as usize) {
+                if pool.types[t as usize].alloc[d] >= need {
+                    break;
+                }
+                claim.types.clear(t as usize);
+                *cur += 1;
+            }
+        }
+        // Under limits: the largest types first, while they exceed what the
+        // pool has left (plus what this claim already holds).
+        for (i, order) in pool.cap_desc.iter().enumerate() {
+            let room = pool.lim[i]
+                .saturating_sub(pool.lim_used[i])
+                .saturating_add(claim.reserve[i]);
+            let cur = &mut claim.cap_cursor[i];
+            while let Some(&t) = order.get(*cur as usize) {
+                let t = t as usize;
+                if claim.types.get(t) && pool.types[t].cap_lim[i] <= room {
+                    break;
+                }
+                claim.types.clear(t);
+                *cur += 1;
+            }
+        }
+        if !pool.needs_full_filter() {
+            return !claim.types.is_empty();
+        }
+        let mut out = std::mem::take(&mut self.scratch);
+        let claim = &self.claims[ci];
+        let zero = vec![0i64; self.dims.len()];
+        let ok = filter_types(
+            &self.pools[claim.pool],
+            &mut out,
+            &claim.types,
+            &claim.used,
+            &zero,
+            claim.combos,
+            &claim.reserve,
+        )
+        .is_some();
+        if ok {
+            let claim = &mut self.claims[ci];
+            claim.types.and_with(&out);
+        }
+        self.scratch = out;
+        ok
+    }
+
     fn value_mask(&self, key: usize, v: usize) -> u128 {
         let ncts = self.cts.len().max(1);
         if Some(key) == self.zone_key {
@@ -1888,32 +2111,42 @@ impl<'a> Solver<'a> {
         let mask = self.value_mask(key, v);
         let value = self.keys[key].values[v].clone();
         let kname = self.keys[key].key.clone();
-        let pool = self.claims[ci].pool;
+        let mut offered = std::mem::take(&mut self.scratch2);
         let claim = &mut self.claims[ci];
+        let pool = &self.pools[claim.pool];
         claim.combos &= mask;
         claim.reqs.add(&kname, Requirement::in_values([value]));
-        let types: Vec<usize> = claim.types.iter().collect();
-        let mut offered = 0u128;
-        for t in types {
-            let mask = self.pools[pool].types[t].offer_mask;
-            if mask & claim.combos == 0 {
-                claim.types.clear(t);
-            } else {
-                offered |= mask;
-            }
-        }
-        claim.offered = offered & claim.combos;
+        pool.offered_types(claim.combos, &mut offered);
+        claim.types.and_with(&offered);
+        claim.offered = offered_domains(pool, &claim.types, claim.combos);
+        self.scratch2 = offered;
     }
 
     /// Recomputes a claim's price, cheapest type, index entry and limit
-    /// reservation. Under limits a claim reserves the capacity of its
-    /// cheapest type and launches only types no larger than that.
+    /// reservation. Under limits a claim reserves, per limited resource, the
+    /// capacity of its largest remaining type (any of them may be launched).
     fn refresh_claim(&mut self, ci: usize) {
-        let claim = &self.claims[ci];
+        let claim = &mut self.claims[ci];
         let p = &self.pools[claim.pool];
+        let mut reserve = vec![0i64; p.lim.len()];
+        for (i, order) in p.cap_desc.iter().enumerate() {
+            let cur = &mut claim.cap_cursor[i];
+            while let Some(&t) = order.get(*cur as usize) {
+                if claim.types.get(t as usize) {
+                    reserve[i] = p.types[t as usize].cap_lim[i];
+                    break;
+                }
+                *cur += 1;
+            }
+        }
+        let claim = &self.claims[ci];
         let mut best: Option<(f64, usize)> = None;
         for t in claim.types.iter() {
             let ty = &p.types[t];
+            // Types are in order of their cheapest offering.
+            if best.is_some_and(|(bp, _)| ty.offers.first().is_none_or(|o| o.1 > bp + EPS)) {
+                break;
+            }
             if let Some(pr) = ty.price(claim.combos) {
                 let better = match best {
                     None => true,
@@ -1926,16 +2159,10 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        let reserve =
-            best.map_or_else(|| vec![0; p.lim.len()], |(_, t)| p.types[t].cap_lim.clone());
         let slack = best.map_or(0, |(_, t)| p.types[t].alloc[0]) - claim.used[0];
         let old_key = claim.slack_key;
         let old_reserve = claim.reserve.clone();
-        let offered = claim
-            .types
-            .iter()
-            .fold(0u128, |m, t| m | p.types[t].offer_mask)
-            & claim.combos;
+        let offered = offered_domains(p, &claim.types, claim.combos);
         let pool = claim.pool;
         // A claim no type could grow by even the smallest pod leaves the index.
         let full = !claim
@@ -1958,18 +2185,10 @@ impl<'a> Solver<'a> {
         claim.reserve = reserve;
     }
 
-    /// The types a claim may launch: all remaining types, or under limits
-    /// those no larger than its reservation.
+    /// The types a claim may launch: every remaining type (under limits the
+    /// claim reserves the largest of them).
     pub fn launch_types(&self, ci: usize) -> impl Iterator<Item = usize> + '_ {
-        let claim = &self.claims[ci];
-        let p = &self.pools[claim.pool];
-        claim.types.iter().filter(move |&t| {
-            p.types[t]
-                .cap_lim
-                .iter()
-                .zip(&claim.reserve)
-                .all(|(c, r)| c <= r)
-        })
+        self.claims[ci].types.iter()
     }
 
     pub fn node_name(&self, n: usize) -> &str {
@@ -2060,6 +2279,89 @@ impl Solver<'_> {
     pub fn existing_count(&self) -> usize {
         self.nodes.len()
     }
+}
+
+/// The type that holds up to `run` copies of a pod at the lowest price per
+/// pod it holds: (price per pod, pods it holds).
+fn cheapest_per_pod(
+    p: &Pool,
+    types: &Bits,
+    req: &[i64],
+    combos: u128,
+    run: usize,
+) -> Option<(f64, usize)> {
+    let limited = !p.lim.is_empty();
+    let zero = [0i64; 0];
+    let mut best: Option<(f64, usize, f64)> = None;
+    for t in types.iter() {
+        let ty = &p.types[t];
+        if ty.offers.is_empty() {
+            break;
+        }
+        let mut n = run;
+        for ((a, d), r) in ty.alloc.iter().zip(&p.daemon).zip(req) {
+            if *r > 0 {
+                n = n.min(usize::try_from((a - d).max(0) / r).unwrap_or(0));
+            } else if a < d {
+                n = 0;
+            }
+        }
+        if n == 0 || (limited && !p.lim_ok(t, &zero)) {
+            continue;
+        }
+        let Some(price) = ty.price(combos) else {
+            continue;
+        };
+        let per_pod = price / n as f64;
+        if best.is_none_or(|(b, _, bp)| per_pod < b - EPS || (per_pod <= b + EPS && price < bp)) {
+            best = Some((per_pod, n, price));
+        }
+    }
+    best.map(|(per_pod, n, _)| (per_pod, n))
+}
+
+/// The offering domains within `combos` of a set of types.
+fn offered_domains(p: &Pool, types: &Bits, combos: u128) -> u128 {
+    let reachable = combos & p.all_offered;
+    let mut offered = 0u128;
+    for t in types.iter() {
+        offered |= p.types[t].offer_mask & combos;
+        if offered == reachable {
+            break;
+        }
+    }
+    offered
+}
+
+/// The cheapest price among `types` that hold `used + req` with an available
+/// offering in `combos` (pools without limits or minValues). Types are in
+/// order of their cheapest offering, so the scan stops early.
+fn cheapest_holding(
+    p: &Pool,
+    types: &Bits,
+    used: &[i64],
+    req: &[i64],
+    combos: u128,
+) -> Option<f64> {
+    let limited = !p.lim.is_empty();
+    let zero = [0i64; 0];
+    let mut best: Option<f64> = None;
+    for t in types.iter() {
+        let ty = &p.types[t];
+        let Some(first) = ty.offers.first() else {
+            break;
+        };
+        if best.is_some_and(|b| first.1 >= b) {
+            break;
+        }
+        if fits_sum(used, req, &ty.alloc)
+            && (!limited || p.lim_ok(t, &zero))
+            && let Some(pr) = ty.price(combos)
+        {
+            best = Some(best.map_or(pr, |b: f64| b.min(pr)));
+        }
+    }
+    best
 }
 
 /// Filters `base` into `out`: the types that hold `used + req`, have an
@@ -2171,20 +2473,28 @@ impl Solver<'_> {
         let c = &self.classes[self.pod_class[pod]];
         let src = &self.claims[from];
         let mut out = Vec::new();
-        let keys = c
-            .counted_by
+        // Keys the pod is constrained on: the claim was narrowed to one value.
+        let constrained = c
+            .blocked_by
             .iter()
-            .chain(&c.blocked_by)
+            .chain(&c.owns)
             .map(|&k| self.counters[k].key)
             .chain(c.terms.iter().map(|t| t.key));
-        for key in keys {
-            match key {
-                TopoKey::Hostname => {}
-                TopoKey::Key(k) => {
-                    if !out.iter().any(|(kk, _)| *kk == k) {
-                        out.push((k, self.target_value(self.nodes.len() + from, k)?));
-                    }
-                }
+        for key in constrained {
+            if let TopoKey::Key(k) = key
+                && !out.iter().any(|(kk, _)| *kk == k)
+            {
+                out.push((k, self.target_value(self.nodes.len() + from, k)?));
+            }
+        }
+        // Keys it is only counted on: it was counted where the value is
+        // single, and stays in that domain; elsewhere it was not counted.
+        for &ctr in &c.counted_by {
+            if let TopoKey::Key(k) = self.counters[ctr].key
+                && !out.iter().any(|(kk, _)| *kk == k)
+                && let Some(v) = self.target_value(self.nodes.len() + from, k)
+            {
+                out.push((k, v));
             }
         }
         let watched = c
@@ -2248,6 +2558,20 @@ impl Solver<'_> {
         compatible.then_some(mask)
     }
 
+    /// The larger of the shares of cpu and memory of claim `to`'s cheapest
+    /// type left free once the pod is added.
+    fn leftover(&self, pod: usize, to: usize) -> f64 {
+        let dst = &self.claims[to];
+        let Some(t) = dst.cheapest else {
+            return f64::INFINITY;
+        };
+        let alloc = &self.pools[dst.pool].types[t].alloc;
+        (0..2)
+            .filter(|&d| alloc[d] > 0)
+            .map(|d| (alloc[d] - dst.used[d] - self.pod_req[pod][d]) as f64 / alloc[d] as f64)
+            .fold(0.0, f64::max)
+    }
+
     /// Do the pod's requests fit the spare room of claim `to`'s cheapest type?
     fn fits_cheapest(&self, pod: usize, to: usize) -> bool {
         let dst = &self.claims[to];
@@ -2286,15 +2610,9 @@ impl Solver<'_> {
         let claim = &self.claims[ci];
         let pool = &self.pools[claim.pool];
         let mut base = Bits::new(pool.types.len());
-        for t in 0..pool.types.len() {
-            if pool.types[t].offer_mask & claim.combos != 0
-                && claim
-                    .variants
-                    .iter()
-                    .all(|&v| self.variants[v].per_pool[claim.pool].types.get(t))
-            {
-                base.set(t);
-            }
+        pool.offered_types(claim.combos, &mut base);
+        for &v in &claim.variants {
+            base.and_with(&self.variants[v].per_pool[claim.pool].types);
         }
         base
     }
@@ -2434,21 +2752,10 @@ impl Solver<'_> {
             return false;
         };
         let combos = mask;
-        if self.claim_price(pod, variant, to, combos).is_none() {
+        if self.cheapest_fit(pod, variant, to, combos).is_none() {
             return false;
         }
-        let types = self.scratch.clone();
-        let req = self.pod_req[pod].clone();
-        let dst = &mut self.claims[to];
-        if !dst.variants.contains(&variant) {
-            dst.reqs.intersect_with(&self.variants[variant].reqs);
-            dst.variants.push(variant);
-        }
-        dst.types = types;
-        dst.combos = combos;
-        add_into(&mut dst.used, &req);
-        dst.pods.push(pod);
-        self.placed_claim[pod] = Some(to);
+        self.narrow(pod, variant, to, combos);
         let counted = self.classes[self.pod_class[pod]].counted_by.clone();
         for c in counted {
             if self.counters[c].key == TopoKey::Hostname {
@@ -2479,23 +2786,14 @@ impl Solver<'_> {
             return;
         }
         let base = self.base_types(ci);
-        let mut out = std::mem::take(&mut self.scratch);
-        let claim = &self.claims[ci];
-        let zero = vec![0i64; self.dims.len()];
-        let ok = filter_types(
-            &self.pools[claim.pool],
-            &mut out,
-            &base,
-            &claim.used,
-            &zero,
-            claim.combos,
-            &claim.reserve,
-        )
-        .is_some();
-        if ok {
-            self.claims[ci].types.copy_from(&out);
+        let claim = &mut self.claims[ci];
+        let saved = std::mem::replace(&mut claim.types, base);
+        claim.cursor.iter_mut().for_each(|c| *c = 0);
+        claim.cap_cursor.iter_mut().for_each(|c| *c = 0);
+        if !self.prune(ci) {
+            // Pods only left the claim, so its former types still hold them.
+            self.claims[ci].types = saved;
         }
-        self.scratch = out;
         self.refresh_claim(ci);
     }
 }
@@ -2600,20 +2898,32 @@ impl Solver<'_> {
     fn reinsert(&mut self, pod: usize, keys: &[(usize, u32)]) -> bool {
         let zero = vec![0i64; self.dims.len()];
         let req_cpu = self.pod_req[pod][0];
-        let hit = self
-            .claim_index
-            .range((req_cpu, 0)..)
-            .take(SCAN_LIMIT)
-            .map(|&(_, c)| c)
-            .find_map(|to| {
-                if !self.fits_cheapest(pod, to) {
-                    return None;
-                }
-                self.can_host(pod, to, keys)
-                    .filter(|&m| self.fits_free(pod, to, &zero, m))
-                    .map(|m| (to, m))
-            });
-        if let Some((to, mask)) = hit {
+        // Among claims with room at no cost, the one left most evenly full
+        // (the smallest largest share of cpu or memory left over), so that
+        // memory-heavy pods go where memory is spare and cpu-heavy ones
+        // where cpu is.
+        let mut hit: Option<(f64, usize, u128)> = None;
+        let mut hits = 0;
+        for &(_, to) in self.claim_index.range((req_cpu, 0)..).take(SCAN_LIMIT) {
+            if !self.fits_cheapest(pod, to) {
+                continue;
+            }
+            let Some(m) = self
+                .can_host(pod, to, keys)
+                .filter(|&m| self.fits_free(pod, to, &zero, m))
+            else {
+                continue;
+            };
+            let score = self.leftover(pod, to);
+            if hit.is_none_or(|(b, _, _)| score < b - EPS) {
+                hit = Some((score, to, m));
+            }
+            hits += 1;
+            if hits >= BEST_FIT_CANDIDATES {
+                break;
+            }
+        }
+        if let Some((_, to, mask)) = hit {
             return self.put(pod, to, mask);
         }
         let cands: Vec<usize> = self
