@@ -31,12 +31,16 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 /// namespace/name so the result does not depend on input order.
 fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..pods.len()).collect();
+    let size: Vec<(i64, i64)> = pods
+        .iter()
+        .map(|p| (p.requests.get(CPU), p.requests.get(MEMORY)))
+        .collect();
     order.sort_by(|&a, &b| {
         let (pa, pb) = (&pods[a], &pods[b]);
-        pb.requests
-            .get(CPU)
-            .cmp(&pa.requests.get(CPU))
-            .then_with(|| pb.requests.get(MEMORY).cmp(&pa.requests.get(MEMORY)))
+        size[b]
+            .0
+            .cmp(&size[a].0)
+            .then_with(|| size[b].1.cmp(&size[a].1))
             .then_with(|| pa.created_ms.cmp(&pb.created_ms))
             .then_with(|| pa.namespace.cmp(&pb.namespace))
             .then_with(|| pa.name.cmp(&pb.name))

@@ -25,6 +25,8 @@ use crate::model::{InstanceType, LabelSelector, Requirement, Requirements, Taint
 /// Claims whose spare cpu could hold the pod that are examined for a
 /// zero-cost placement: bounds the work per pod when constraints reject many.
 const SCAN_LIMIT: usize = 256;
+/// Claims tried as the destination of a pod moved off a claim to shrink it.
+const SHRINK_SCAN: usize = 64;
 /// Claims with room at no cost compared when re-inserting a pod.
 const BEST_FIT_CANDIDATES: usize = 48;
 /// Claims with the most spare cpu that are priced for growing.
@@ -203,6 +205,8 @@ pub(crate) struct Claim {
     /// Offering domains of the remaining types within `combos`.
     pub offered: u128,
     slack_key: i64,
+    /// Spare memory of the cheapest type (key in `mem_index`).
+    mem_key: i64,
     /// Hostname counters that pods on this claim constrain or own: pods
     /// counted by them may not be moved onto or off the claim.
     watch: Vec<usize>,
@@ -252,6 +256,8 @@ pub(crate) struct Solver<'a> {
     node_index: BTreeSet<(i64, usize)>,
     pub claims: Vec<Claim>,
     claim_index: BTreeSet<(i64, usize)>,
+    /// The same claims by spare memory of their cheapest type.
+    mem_index: BTreeSet<(i64, usize)>,
     keys: Vec<Domains>,
     counters: Vec<Counter>,
     classes: Vec<Class>,
@@ -277,6 +283,8 @@ pub(crate) struct Solver<'a> {
     ct_key: Option<usize>,
     /// Identical pods from the one being placed on (see [`Self::run`]).
     run_left: usize,
+    /// Mean allocatable per resource over all types of all pools.
+    mean_alloc: Vec<f64>,
     /// A new claim sized for several identical pods: (claim, pods, attempt).
     bulk: Option<(usize, usize, Attempt)>,
 }
@@ -678,6 +686,7 @@ impl<'a> Solver<'a> {
             node_index,
             claims: Vec::new(),
             claim_index: BTreeSet::new(),
+            mem_index: BTreeSet::new(),
             keys,
             counters: Vec::new(),
             classes: Vec::new(),
@@ -699,7 +708,20 @@ impl<'a> Solver<'a> {
             ct_key,
             run_left: 1,
             bulk: None,
+            mean_alloc: Vec::new(),
         };
+        let n_types: usize = s.pools.iter().map(|p| p.types.len()).sum();
+        s.mean_alloc = (0..s.dims.len())
+            .map(|d| {
+                let sum: f64 = s
+                    .pools
+                    .iter()
+                    .flat_map(|p| p.types.iter())
+                    .map(|t| t.alloc[d] as f64)
+                    .sum();
+                sum / n_types.max(1) as f64
+            })
+            .collect();
         s.min_req = (0..s.dims.len())
             .map(|d| s.pod_req.iter().map(|r| r[d]).min().unwrap_or(0))
             .collect();
@@ -1449,33 +1471,43 @@ impl<'a> Solver<'a> {
     /// The price of the claim with the pod added: the cheapest of its types
     /// that holds it, found in price order without a full scan.
     fn cheapest_fit(&mut self, pod: usize, variant: usize, ci: usize, combos: u128) -> Option<f64> {
-        let claim = &self.claims[ci];
-        let p = &self.pools[claim.pool];
-        if !p.min_values.is_empty() {
+        if !self.pools[self.claims[ci].pool].min_values.is_empty() {
             return self.claim_price(pod, variant, ci, combos);
         }
+        self.cheapest_fit_type(pod, variant, ci, combos)
+            .map(|x| x.0)
+    }
+
+    /// [`Self::cheapest_fit`] with the type (without minValues, which need
+    /// the whole set: the cheapest type is then only a candidate).
+    fn cheapest_fit_type(
+        &self,
+        pod: usize,
+        variant: usize,
+        ci: usize,
+        combos: u128,
+    ) -> Option<(f64, usize)> {
+        let claim = &self.claims[ci];
+        let p = &self.pools[claim.pool];
         let pv = &self.variants[variant].per_pool[claim.pool];
         let req = &self.pod_req[pod];
-        let mut best: Option<f64> = None;
+        let mut best: Option<(f64, usize)> = None;
         // Types are in order of their cheapest offering.
         for t in claim.types.iter() {
             let ty = &p.types[t];
             let Some(first) = ty.offers.first() else {
                 break;
             };
-            if best.is_some_and(|b| first.1 >= b) {
+            if best.is_some_and(|b| first.1 >= b.0) {
                 break;
             }
             if !pv.types.get(t) || !fits_sum(&claim.used, req, &ty.alloc) {
                 continue;
             }
-            let lim_ok = ty.cap_lim.iter().enumerate().all(|(i, cap)| {
-                *cap <= p.lim[i]
-                    .saturating_sub(p.lim_used[i])
-                    .saturating_add(claim.reserve.get(i).copied().unwrap_or(0))
-            });
-            if let Some(pr) = ty.price(combos).filter(|_| lim_ok) {
-                best = Some(best.map_or(pr, |b: f64| b.min(pr)));
+            if let Some(pr) = ty.price(combos).filter(|_| p.lim_ok(t, &claim.reserve))
+                && best.is_none_or(|b| pr < b.0)
+            {
+                best = Some((pr, t));
             }
         }
         best
@@ -1853,6 +1885,7 @@ impl<'a> Solver<'a> {
                     cheapest: None,
                     offered: 0,
                     slack_key: 0,
+                    mem_key: 0,
                     watch: Vec::new(),
                     cursor: vec![0; p.by_dim.len()],
                     cap_cursor: vec![0; p.cap_desc.len()],
@@ -1861,6 +1894,7 @@ impl<'a> Solver<'a> {
                 self.claims.push(claim);
                 let ci = self.claims.len() - 1;
                 self.claim_index.insert((0, ci));
+                self.mem_index.insert((0, ci));
                 self.join_claim(pod, a, ci);
                 self.nodes.len() + ci
             }
@@ -2169,9 +2203,13 @@ impl<'a> Solver<'a> {
             .types
             .iter()
             .any(|t| fits_sum(&claim.used, &self.min_req, &p.types[t].alloc));
+        let mem_slack = best.map_or(0, |(_, t)| p.types[t].alloc[1]) - claim.used[1];
+        let old_mem = claim.mem_key;
         self.claim_index.remove(&(old_key, ci));
+        self.mem_index.remove(&(old_mem, ci));
         if !full {
             self.claim_index.insert((slack, ci));
+            self.mem_index.insert((mem_slack, ci));
         }
         let p = &mut self.pools[pool];
         for i in 0..p.lim_used.len() {
@@ -2182,6 +2220,7 @@ impl<'a> Solver<'a> {
         claim.cheapest = best.map(|b| b.1);
         claim.offered = offered;
         claim.slack_key = slack;
+        claim.mem_key = mem_slack;
         claim.reserve = reserve;
     }
 
@@ -2537,14 +2576,15 @@ impl Solver<'_> {
         }
         let mut mask = dst.combos & pv.combos;
         for &(k, v) in keys {
-            match self.target_value(self.nodes.len() + to, k) {
-                Some(x) if x == v => {}
-                None if (Some(k) == self.zone_key || Some(k) == self.ct_key)
-                    && self.claim_values(dst, k).get(v as usize) =>
-                {
-                    mask &= self.value_mask(k, v as usize);
+            if Some(k) == self.zone_key || Some(k) == self.ct_key {
+                // Keep (or narrow the claim to) the pod's domain.
+                let vm = self.value_mask(k, v as usize);
+                if dst.offered & vm == 0 {
+                    return None;
                 }
-                _ => return None,
+                mask &= vm;
+            } else if self.target_value(self.nodes.len() + to, k) != Some(v) {
+                return None;
             }
         }
         if mask & dst.offered == 0 {
@@ -2561,15 +2601,28 @@ impl Solver<'_> {
     /// The larger of the shares of cpu and memory of claim `to`'s cheapest
     /// type left free once the pod is added.
     fn leftover(&self, pod: usize, to: usize) -> f64 {
+        match self.claims[to].cheapest {
+            Some(t) => self.leftover_on(pod, to, t),
+            None => f64::INFINITY,
+        }
+    }
+
+    /// [`Self::leftover`] on type `t` of claim `to`'s pool.
+    fn leftover_on(&self, pod: usize, to: usize, t: usize) -> f64 {
         let dst = &self.claims[to];
-        let Some(t) = dst.cheapest else {
-            return f64::INFINITY;
-        };
         let alloc = &self.pools[dst.pool].types[t].alloc;
         (0..2)
             .filter(|&d| alloc[d] > 0)
             .map(|d| (alloc[d] - dst.used[d] - self.pod_req[pod][d]) as f64 / alloc[d] as f64)
             .fold(0.0, f64::max)
+    }
+
+    /// Is the pod's memory a larger share of the pool types' memory than its
+    /// cpu is of their cpu?
+    fn mem_heavy(&self, pod: usize) -> bool {
+        let r = &self.pod_req[pod];
+        let (c, m) = (self.mean_alloc[0], self.mean_alloc[1]);
+        c > 0.0 && m > 0.0 && r[1] as f64 / m > r[0] as f64 / c
     }
 
     /// Do the pod's requests fit the spare room of claim `to`'s cheapest type?
@@ -2685,10 +2738,14 @@ impl Solver<'_> {
             let Some(keys) = self.keys_of(q, ci) else {
                 continue;
             };
-            let dest = self
-                .claim_index
-                .range((self.pod_req[q][0], 0)..)
-                .take(SCAN_LIMIT)
+            let (index, need) = if self.mem_heavy(q) {
+                (&self.mem_index, self.pod_req[q][1])
+            } else {
+                (&self.claim_index, self.pod_req[q][0])
+            };
+            let dest = index
+                .range((need, 0)..)
+                .take(SHRINK_SCAN)
                 .map(|&(_, c)| c)
                 .find(|&to| {
                     let (load, v) = extra.get(&to).map_or((&zero, variant), |(l, v)| (l, *v));
@@ -2772,6 +2829,8 @@ impl Solver<'_> {
         if self.claims[ci].pods.is_empty() {
             let key = self.claims[ci].slack_key;
             self.claim_index.remove(&(key, ci));
+            let key = self.claims[ci].mem_key;
+            self.mem_index.remove(&(key, ci));
             let pool = self.claims[ci].pool;
             let reserve = std::mem::take(&mut self.claims[ci].reserve);
             let p = &mut self.pools[pool];
@@ -2802,6 +2861,7 @@ impl Solver<'_> {
 struct Saved {
     claims: Vec<Claim>,
     index: BTreeSet<(i64, usize)>,
+    mem_index: BTreeSet<(i64, usize)>,
     counters: Vec<Counter>,
     lim_used: Vec<Vec<i64>>,
     nodes_used: Vec<i64>,
@@ -2813,6 +2873,7 @@ impl Solver<'_> {
         Saved {
             claims: self.claims.clone(),
             index: self.claim_index.clone(),
+            mem_index: self.mem_index.clone(),
             counters: self.counters.clone(),
             lim_used: self.pools.iter().map(|p| p.lim_used.clone()).collect(),
             nodes_used: self.pools.iter().map(|p| p.nodes_used).collect(),
@@ -2823,6 +2884,7 @@ impl Solver<'_> {
     fn restore(&mut self, s: Saved) {
         self.claims = s.claims;
         self.claim_index = s.index;
+        self.mem_index = s.mem_index;
         self.counters = s.counters;
         for ((p, l), n) in self.pools.iter_mut().zip(s.lim_used).zip(s.nodes_used) {
             p.lim_used = l;
@@ -2904,7 +2966,13 @@ impl Solver<'_> {
         // where cpu is.
         let mut hit: Option<(f64, usize, u128)> = None;
         let mut hits = 0;
-        for &(_, to) in self.claim_index.range((req_cpu, 0)..).take(SCAN_LIMIT) {
+        let mem_heavy = self.mem_heavy(pod);
+        let (index, need) = if mem_heavy {
+            (&self.mem_index, self.pod_req[pod][1])
+        } else {
+            (&self.claim_index, req_cpu)
+        };
+        for &(_, to) in index.range((need, 0)..).take(SCAN_LIMIT) {
             if !self.fits_cheapest(pod, to) {
                 continue;
             }
@@ -2926,8 +2994,14 @@ impl Solver<'_> {
         if let Some((_, to, mask)) = hit {
             return self.put(pod, to, mask);
         }
-        let cands: Vec<usize> = self
-            .claim_index
+        // Growth: claims with the most room in the pod's dominant resource;
+        // equal costs go to the claim left most evenly full.
+        let index = if mem_heavy {
+            &self.mem_index
+        } else {
+            &self.claim_index
+        };
+        let cands: Vec<usize> = index
             .iter()
             .rev()
             .take(SCAN_LIMIT)
@@ -2937,15 +3011,20 @@ impl Solver<'_> {
             return false;
         };
         let mut best: Option<(f64, usize, u128)> = None;
+        let mut best_left = f64::INFINITY;
         let mut priced = 0;
         for to in cands {
             let Some(combos) = self.can_host(pod, to, keys) else {
                 continue;
             };
-            if let Some(price) = self.cheapest_fit(pod, variant, to, combos) {
+            if let Some((price, t)) = self.cheapest_fit_type(pod, variant, to, combos) {
                 let delta = price - self.claims[to].price;
-                if best.is_none_or(|(b, _, _)| delta < b - EPS) {
+                let left = self.leftover_on(pod, to, t);
+                if best.is_none_or(|(b, _, _)| {
+                    delta < b - EPS || (delta <= b + EPS && left < best_left - EPS)
+                }) {
                     best = Some((delta, to, combos));
+                    best_left = left;
                 }
                 priced += 1;
                 if priced >= GROW_CANDIDATES {
