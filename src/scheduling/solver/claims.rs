@@ -31,20 +31,35 @@ pub(super) fn cheapest_holding(
 ) -> Option<f64> {
     let limited = !p.lim.is_empty();
     let zero = [0i64; 0];
-    let mut best: Option<f64> = None;
+    cheapest_type(p, types, combos, |t| {
+        fits_sum(used, req, &p.types[t].alloc) && (!limited || p.lim_ok(t, &zero))
+    })
+    .map(|b| b.0)
+}
+
+/// The cheapest of `types` that `accept`s, priced in `combos`: (price, type).
+/// Types are in order of their cheapest offering, so the scan stops at the
+/// first type whose cheapest offering is not below the best price found.
+pub(super) fn cheapest_type(
+    p: &Pool,
+    types: &Bits,
+    combos: u128,
+    accept: impl Fn(usize) -> bool,
+) -> Option<(f64, usize)> {
+    let mut best: Option<(f64, usize)> = None;
     for t in types.iter() {
         let ty = &p.types[t];
         let Some(first) = ty.offers.first() else {
             break;
         };
-        if best.is_some_and(|b| first.1 >= b) {
+        if best.is_some_and(|b| first.1 >= b.0) {
             break;
         }
-        if fits_sum(used, req, &ty.alloc)
-            && (!limited || p.lim_ok(t, &zero))
+        if accept(t)
             && let Some(pr) = ty.price(combos)
+            && best.is_none_or(|b| pr < b.0)
         {
-            best = Some(best.map_or(pr, |b: f64| b.min(pr)));
+            best = Some((pr, t));
         }
     }
     best
@@ -118,26 +133,11 @@ impl Solver<'_> {
         let p = &self.pools[claim.pool];
         let pv = &self.variants[variant].per_pool[claim.pool];
         let req = &self.pod_req[pod];
-        let mut best: Option<(f64, usize)> = None;
-        // Types are in order of their cheapest offering.
-        for t in claim.types.iter() {
-            let ty = &p.types[t];
-            let Some(first) = ty.offers.first() else {
-                break;
-            };
-            if best.is_some_and(|b| first.1 >= b.0) {
-                break;
-            }
-            if !pv.types.get(t) || !fits_sum(&claim.used, req, &ty.alloc) {
-                continue;
-            }
-            if let Some(pr) = ty.price(combos).filter(|_| p.lim_ok(t, &claim.reserve))
-                && best.is_none_or(|b| pr < b.0)
-            {
-                best = Some((pr, t));
-            }
-        }
-        best
+        cheapest_type(p, &claim.types, combos, |t| {
+            pv.types.get(t)
+                && fits_sum(&claim.used, req, &p.types[t].alloc)
+                && p.lim_ok(t, &claim.reserve)
+        })
     }
 
     /// Prices the claim with the pod added, leaving the remaining types in
@@ -368,8 +368,12 @@ impl Solver<'_> {
         claim.cursor.iter_mut().for_each(|c| *c = 0);
         claim.cap_cursor.iter_mut().for_each(|c| *c = 0);
         if !self.prune(ci) {
-            // Pods only left the claim, so its former types still hold them.
-            self.claims[ci].types = saved;
+            // Pods only left the claim, so its former types still hold them;
+            // the cursors start over so that later pruning sees every type.
+            let claim = &mut self.claims[ci];
+            claim.types = saved;
+            claim.cursor.iter_mut().for_each(|c| *c = 0);
+            claim.cap_cursor.iter_mut().for_each(|c| *c = 0);
         }
         self.refresh_claim(ci);
     }

@@ -22,7 +22,7 @@ mod reasons;
 mod repack;
 mod setup;
 
-use claims::{cheapest_holding, filter_types, offered_domains};
+use claims::{cheapest_holding, cheapest_type, filter_types, offered_domains};
 use reasons::short_key;
 
 use std::collections::{BTreeSet, HashMap};

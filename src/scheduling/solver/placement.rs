@@ -337,11 +337,7 @@ impl Solver<'_> {
     pub(super) fn pin_price(&self, ci: usize, key: usize, v: usize) -> Option<f64> {
         let claim = &self.claims[ci];
         let combos = claim.combos & self.value_mask(key, v);
-        claim
-            .types
-            .iter()
-            .filter_map(|t| self.pools[claim.pool].types[t].price(combos))
-            .min_by(f64::total_cmp)
+        cheapest_type(&self.pools[claim.pool], &claim.types, combos, |_| true).map(|b| b.0)
     }
 
     pub(super) fn pin(&mut self, ci: usize, key: usize, v: usize) {
