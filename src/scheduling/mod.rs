@@ -55,21 +55,9 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     let mut s = Solver::new(input, opts)?;
     let initial_free = s.free_on_nodes();
     let order = pod_order(&input.pods);
-    let t0 = std::time::Instant::now();
     let failed = s.run(&order);
-    let t1 = std::time::Instant::now();
     s.refill();
-    let t2 = std::time::Instant::now();
     s.improve();
-    let t3 = std::time::Instant::now();
-    if std::env::var_os("PHASES").is_some() {
-        eprintln!(
-            "PHASES run {:?} refill {:?} improve {:?}",
-            t1 - t0,
-            t2 - t1,
-            t3 - t2
-        );
-    }
 
     let ncts = s.cts.len().max(1);
     let mut nodeclaims = Vec::with_capacity(s.claims.len());
