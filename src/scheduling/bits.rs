@@ -39,8 +39,29 @@ impl Bits {
         }
     }
 
+    /// `self &= other` (words `other` lacks are left as they are).
+    pub fn and_with(&mut self, other: &Bits) {
+        for (o, x) in self.0.iter_mut().zip(&other.0) {
+            *o &= x;
+        }
+    }
+
+    /// `self |= other`.
+    pub fn or_with(&mut self, other: &Bits) {
+        for (o, x) in self.0.iter_mut().zip(&other.0) {
+            *o |= x;
+        }
+    }
+
+    pub fn clear_all(&mut self) {
+        self.0.iter_mut().for_each(|w| *w = 0);
+    }
+
+    /// Copies `other` (words it lacks become zero).
     pub fn copy_from(&mut self, other: &Bits) {
-        self.0.copy_from_slice(&other.0);
+        for (i, o) in self.0.iter_mut().enumerate() {
+            *o = other.0.get(i).copied().unwrap_or(0);
+        }
     }
 
     pub fn clear(&mut self, i: usize) {

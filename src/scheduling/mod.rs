@@ -31,12 +31,16 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 /// namespace/name so the result does not depend on input order.
 fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..pods.len()).collect();
+    let size: Vec<(i64, i64)> = pods
+        .iter()
+        .map(|p| (p.requests.get(CPU), p.requests.get(MEMORY)))
+        .collect();
     order.sort_by(|&a, &b| {
         let (pa, pb) = (&pods[a], &pods[b]);
-        pb.requests
-            .get(CPU)
-            .cmp(&pa.requests.get(CPU))
-            .then_with(|| pb.requests.get(MEMORY).cmp(&pa.requests.get(MEMORY)))
+        size[b]
+            .0
+            .cmp(&size[a].0)
+            .then_with(|| size[b].1.cmp(&size[a].1))
             .then_with(|| pa.created_ms.cmp(&pb.created_ms))
             .then_with(|| pa.namespace.cmp(&pb.namespace))
             .then_with(|| pa.name.cmp(&pb.name))
@@ -62,23 +66,31 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
             continue;
         }
         let pool = &s.pools[claim.pool];
-        let mut types: Vec<(f64, &str)> = s
-            .launch_types(ci)
-            .filter_map(|t| {
-                let ty = &pool.types[t];
-                ty.price(claim.combos).map(|p| (p, ty.name.as_str()))
-            })
-            .collect();
+        // Types are in order of their cheapest offering, which is never
+        // above their price in the claim's domains: once MAX_INSTANCE_TYPES
+        // are collected, types whose cheapest offering exceeds the dearest
+        // collected price cannot be among the cheapest.
+        let mut types: Vec<(f64, &str)> = Vec::new();
+        let mut cutoff = f64::INFINITY;
+        for t in s.launch_types(ci) {
+            let ty = &pool.types[t];
+            if ty.offers.first().is_none_or(|o| o.1 > cutoff) {
+                break;
+            }
+            if let Some(p) = ty.price(claim.combos) {
+                types.push((p, ty.name.as_str()));
+                if types.len() == MAX_INSTANCE_TYPES {
+                    cutoff = types.iter().map(|t| t.0).fold(0.0, f64::max);
+                }
+            }
+        }
         let by_price = |a: &(f64, &str), b: &(f64, &str)| a.0.total_cmp(&b.0).then(a.1.cmp(b.1));
         if types.len() > MAX_INSTANCE_TYPES {
             types.select_nth_unstable_by(MAX_INSTANCE_TYPES, by_price);
             types.truncate(MAX_INSTANCE_TYPES);
         }
         types.sort_by(by_price);
-        let offered = s
-            .launch_types(ci)
-            .fold(0u128, |m, t| m | pool.types[t].offer_mask)
-            & claim.combos;
+        let offered = claim.offered;
         let zones: Vec<String> = (0..s.zones.len())
             .filter(|zi| (offered >> (zi * ncts)) & ((1u128 << ncts) - 1) != 0)
             .map(|zi| s.zones[zi].clone())

@@ -1,0 +1,414 @@
+//! The solve: places pods on existing capacity, on NodeClaims planned earlier
+//! in the solve, or on new NodeClaims, cheapest first, then improves the
+//! packing.
+//!
+//! Pods are grouped into classes of identical constraints, so requirement
+//! checks and instance-type filtering are computed once per class and
+//! NodePool (as bitsets over instance types). Topology is counted
+//! incrementally ([`super::topology`]). Candidate NodeClaims are found through
+//! two indexes, by spare cpu and by spare memory, so a pod never scans every
+//! NodeClaim.
+//!
+//! This module holds the solve's state; the work is split by concern:
+//! [`setup`] builds it, [`constraints`] says what a pod may use,
+//! [`placement`] is the first pass, [`claims`] keeps each claim's open
+//! instance-type set and price, [`repack`] improves the packing and
+//! [`reasons`] explains failures.
+
+mod claims;
+mod constraints;
+mod placement;
+mod reasons;
+mod repack;
+mod setup;
+
+use claims::{cheapest_holding, cheapest_type, filter_types, offered_domains};
+use reasons::short_key;
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::bits::Bits;
+use super::topology::{Counter, Domains, TopoKey};
+use super::types::{
+    ExistingNode, HostPort, Namespaces, NodePoolSpec, PodAffinityTerm, PodSpec, Preferences,
+    SolveInput, SolveOptions, TopologySpread, Unsatisfiable,
+};
+use crate::model::labels::{CAPACITY_TYPE, HOSTNAME, NODEPOOL, ZONE, is_well_known};
+use crate::model::quantity::{CPU, MEMORY, PODS};
+use crate::model::requirements::allow_well_known;
+use crate::model::resources::describe;
+use crate::model::taints::{Effect, first_untolerated};
+use crate::model::{InstanceType, LabelSelector, Requirement, Requirements, Taint, Toleration};
+
+/// Claims whose spare cpu could hold the pod that are examined for a
+/// zero-cost placement: bounds the work per pod when constraints reject many.
+const SCAN_LIMIT: usize = 256;
+/// Claims tried as the destination of a pod moved off a claim to shrink it.
+const SHRINK_SCAN: usize = 64;
+/// Claims with room at no cost compared when re-inserting a pod.
+const BEST_FIT_CANDIDATES: usize = 48;
+/// Claims with the most spare cpu that are priced for growing.
+const GROW_CANDIDATES: usize = 8;
+/// Prices closer than this are equal.
+pub(crate) const EPS: f64 = 1e-9;
+/// Zone × capacity-type combinations are a u128 mask.
+const MAX_COMBOS: usize = 128;
+
+/// Why the solve could not run at all (never for a pod that does not fit).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SolveError {
+    #[error(
+        "{zones} zones × {capacity_types} capacity types is more than {MAX_COMBOS} offering domains"
+    )]
+    TooManyOfferingDomains { zones: usize, capacity_types: usize },
+}
+
+/// One instance type of one NodePool, projected on the solve's resources.
+pub(crate) struct TypeInfo {
+    pub name: String,
+    pub alloc: Vec<i64>,
+    /// Capacity on the NodePool's limit resources.
+    pub cap_lim: Vec<i64>,
+    pub offer_mask: u128,
+    /// (combo, price) of available offerings, cheapest first.
+    pub offers: Vec<(u8, f64)>,
+    pub source: usize,
+}
+
+impl TypeInfo {
+    pub fn price(&self, combos: u128) -> Option<f64> {
+        self.offers
+            .iter()
+            .find(|(c, _)| combos & (1u128 << c) != 0)
+            .map(|(_, p)| *p)
+    }
+}
+
+pub(crate) struct Pool {
+    pub spec: usize,
+    pub name: String,
+    pub reqs: Requirements,
+    pub taints: Vec<Taint>,
+    pub types: Vec<TypeInfo>,
+    pub daemon: Vec<i64>,
+    pub lim_names: Vec<String>,
+    pub lim: Vec<i64>,
+    pub lim_used: Vec<i64>,
+    pub node_limit: Option<i64>,
+    pub nodes_used: i64,
+    /// (key, minValues, value id per type)
+    pub min_values: Vec<(String, usize, Vec<u32>)>,
+    /// Per limit resource, type indexes by descending capacity.
+    cap_desc: Vec<Vec<u32>>,
+    /// Per resource dimension, type indexes by ascending allocatable.
+    by_dim: Vec<Vec<u32>>,
+    /// Offering domains of all types.
+    all_offered: u128,
+    /// Per offering domain (zone × capacity type), the types available in it.
+    offer_bits: Vec<Bits>,
+}
+
+impl Pool {
+    /// Types with an available offering in one of `combos`.
+    fn offered_types(&self, combos: u128, out: &mut Bits) {
+        out.clear_all();
+        for (c, b) in self.offer_bits.iter().enumerate() {
+            if combos & (1u128 << c) != 0 {
+                out.or_with(b);
+            }
+        }
+    }
+
+    /// minValues make a claim's types depend on the whole set, so they are
+    /// filtered in full.
+    fn needs_full_filter(&self) -> bool {
+        !self.min_values.is_empty()
+    }
+
+    /// Does type `t` fit the pool's remaining limits, given the capacity
+    /// `reserve` the claim in question already holds?
+    fn lim_ok(&self, t: usize, reserve: &[i64]) -> bool {
+        self.types[t].cap_lim.iter().enumerate().all(|(i, cap)| {
+            *cap <= self.lim[i]
+                .saturating_sub(self.lim_used[i])
+                .saturating_add(reserve.get(i).copied().unwrap_or(0))
+        })
+    }
+}
+
+struct NodeInfo {
+    name: String,
+    labels: std::collections::BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    free: Vec<i64>,
+    ports: Vec<HostPort>,
+    values: Vec<Option<u32>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TermKind {
+    Spread {
+        skew: u32,
+        min_domains: u32,
+        honor_affinity: bool,
+        honor_taints: bool,
+        anyway: bool,
+    },
+    Affinity,
+    Anti,
+}
+
+#[derive(Clone, Debug)]
+struct Term {
+    kind: TermKind,
+    counter: usize,
+    key: TopoKey,
+    self_match: bool,
+    /// Rank among the class's preferred terms of the same kind, heaviest
+    /// first; None for required terms.
+    rank: Option<usize>,
+}
+
+struct Class {
+    rep: usize,
+    terms: Vec<Term>,
+    counted_by: Vec<usize>,
+    blocked_by: Vec<usize>,
+    owns: Vec<usize>,
+    n_pref_aff: usize,
+    n_pref_anti: usize,
+    n_terms: usize,
+    pref_terms: Vec<usize>,
+    has_anyway: bool,
+    /// Per pool: tolerated strictly, tolerated with PreferNoSchedule relaxed.
+    pool_taints: Vec<(bool, bool)>,
+}
+
+/// One relaxation level of a pod's preferences.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Relax {
+    term: usize,
+    aff_dropped: usize,
+    anti_dropped: usize,
+    node_pref_dropped: usize,
+    anyway_dropped: bool,
+    tolerate_soft: bool,
+}
+
+struct PoolVariant {
+    err: Option<String>,
+    types: Bits,
+    combos: u128,
+}
+
+struct Variant {
+    reqs: Requirements,
+    per_pool: Vec<PoolVariant>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Claim {
+    pub pool: usize,
+    pub reqs: Requirements,
+    variants: Vec<usize>,
+    pub types: Bits,
+    pub combos: u128,
+    pub used: Vec<i64>,
+    pub pods: Vec<usize>,
+    ports: Vec<HostPort>,
+    reserve: Vec<i64>,
+    pub price: f64,
+    /// The cheapest remaining type (its index in the pool), if any.
+    cheapest: Option<usize>,
+    /// Offering domains of the remaining types within `combos`.
+    pub offered: u128,
+    slack_key: i64,
+    /// Spare memory of the cheapest type (key in `mem_index`).
+    mem_key: i64,
+    /// Hostname counters that pods on this claim constrain or own: pods
+    /// counted by them may not be moved onto or off the claim.
+    watch: Vec<usize>,
+    /// Per resource dimension, how far into the pool's `by_dim` order the
+    /// types too small for `used` have been removed from `types`.
+    cursor: Vec<u32>,
+    /// Per limit resource, the position in the pool's `cap_desc` order of
+    /// the largest remaining type (types before it were removed).
+    cap_cursor: Vec<u32>,
+}
+
+enum HostCheck {
+    Max(usize, u32),
+    Positive(usize),
+    Zero(usize),
+}
+
+struct Attempt {
+    variant: usize,
+    tolerate_soft: bool,
+    /// Allowed values per constrained non-hostname key, and whether a target
+    /// without the label is acceptable.
+    keyed: Vec<(usize, Bits, bool)>,
+    host: Vec<HostCheck>,
+    /// Keys to pin on a multi-valued claim, with the counters whose counts
+    /// pick the value.
+    pins: Vec<(usize, Vec<usize>)>,
+    zone_mask: u128,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Choice {
+    Node(usize),
+    Claim(usize),
+    /// A new claim in a NodePool, sized for this many identical pods.
+    New(usize, usize),
+}
+
+/// The state of one solve.
+pub(crate) struct Solver<'a> {
+    pub input: &'a SolveInput,
+    pub dims: Vec<String>,
+    pub zones: Vec<String>,
+    pub cts: Vec<String>,
+    pub pools: Vec<Pool>,
+    nodes: Vec<NodeInfo>,
+    node_index: BTreeSet<(i64, usize)>,
+    pub claims: Vec<Claim>,
+    claim_index: BTreeSet<(i64, usize)>,
+    /// The same claims by spare memory of their cheapest type.
+    mem_index: BTreeSet<(i64, usize)>,
+    keys: Vec<Domains>,
+    counters: Vec<Counter>,
+    classes: Vec<Class>,
+    pub pod_class: Vec<usize>,
+    pub pod_req: Vec<Vec<i64>>,
+    variants: Vec<Variant>,
+    variant_index: HashMap<(usize, usize, usize), usize>,
+    /// Variants by their requirements: classes that differ only in labels
+    /// share one.
+    variant_by_reqs: HashMap<Requirements, usize>,
+    preferences: Preferences,
+    any_soft_taint: bool,
+    pub placed_node: Vec<Option<usize>>,
+    pub placed_claim: Vec<Option<usize>>,
+    scratch: Bits,
+    scratch2: Bits,
+    /// Component-wise smallest pod request.
+    min_req: Vec<i64>,
+    cands: Vec<usize>,
+    /// The variant and soft-taint tolerance each pod was placed with.
+    pod_relax: Vec<Option<(usize, bool)>>,
+    zone_key: Option<usize>,
+    ct_key: Option<usize>,
+    /// Identical pods from the one being placed on (see [`Self::run`]).
+    run_left: usize,
+    /// Mean allocatable per resource over all types of all pools.
+    mean_alloc: Vec<f64>,
+    /// A new claim sized for several identical pods: (claim, pods, attempt).
+    bulk: Option<(usize, usize, Attempt)>,
+}
+
+fn add_into(a: &mut [i64], b: &[i64]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = x.saturating_add(*y);
+    }
+}
+
+fn fits_sum(used: &[i64], req: &[i64], alloc: &[i64]) -> bool {
+    used.iter()
+        .zip(req)
+        .zip(alloc)
+        .all(|((u, r), a)| u.saturating_add(*r) <= *a)
+}
+
+impl<'a> Solver<'a> {
+    fn n_targets(&self) -> usize {
+        self.nodes.len() + self.claims.len()
+    }
+
+    pub fn node_name(&self, n: usize) -> &str {
+        &self.nodes[n].name
+    }
+
+    pub fn free_on_nodes(&self) -> Vec<i64> {
+        let mut out = vec![0i64; self.dims.len()];
+        for n in &self.nodes {
+            for (o, f) in out.iter_mut().zip(&n.free) {
+                *o += (*f).max(0);
+            }
+        }
+        out
+    }
+
+    /// Pods that must each have a node of their own: the largest group of
+    /// pods with a required hostname anti-affinity that selects each other.
+    pub fn forced_nodes(&self, placed: &[usize]) -> usize {
+        let mut per_counter: HashMap<usize, usize> = HashMap::new();
+        for &pod in placed {
+            let c = &self.classes[self.pod_class[pod]];
+            for t in &c.terms {
+                if t.kind == TermKind::Anti
+                    && t.rank.is_none()
+                    && t.key == TopoKey::Hostname
+                    && t.self_match
+                {
+                    *per_counter.entry(t.counter).or_default() += 1;
+                }
+            }
+        }
+        per_counter.values().copied().max().unwrap_or(0)
+    }
+}
+
+impl Solver<'_> {
+    pub fn placed_claim_of(&self, pod: usize) -> Option<usize> {
+        self.placed_claim[pod]
+    }
+
+    pub fn existing_count(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+impl Solver<'_> {
+    /// Is the pod's memory a larger share of the pool types' memory than its
+    /// cpu is of their cpu?
+    fn mem_heavy(&self, pod: usize) -> bool {
+        let r = &self.pod_req[pod];
+        let (c, m) = (self.mean_alloc[0], self.mean_alloc[1]);
+        c > 0.0 && m > 0.0 && r[1] as f64 / m > r[0] as f64 / c
+    }
+}
+
+impl Solver<'_> {
+    pub fn total_price(&self) -> f64 {
+        self.claims
+            .iter()
+            .filter(|c| !c.pods.is_empty())
+            .map(|c| c.price)
+            .sum()
+    }
+}
+
+impl Solver<'_> {
+    /// (pool, type) pairs some placed pod could use: the union of the type
+    /// sets of the requirement variants pods were placed with.
+    pub fn allowed_types(&self, placed: &[usize]) -> Vec<(usize, usize)> {
+        let mut variants: Vec<usize> = placed
+            .iter()
+            .filter_map(|&p| self.pod_relax[p].map(|r| r.0))
+            .collect();
+        variants.sort_unstable();
+        variants.dedup();
+        let mut out = Vec::new();
+        for (pi, pool) in self.pools.iter().enumerate() {
+            let mut union = Bits::new(pool.types.len());
+            for &v in &variants {
+                for t in self.variants[v].per_pool[pi].types.iter() {
+                    union.set(t);
+                }
+            }
+            out.extend(union.iter().map(|t| (pi, t)));
+        }
+        out
+    }
+}

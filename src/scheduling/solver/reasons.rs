@@ -1,0 +1,86 @@
+//! Why a pod cannot get a new NodeClaim: precise, user-facing reasons.
+
+use super::*;
+
+pub(super) fn short_key(key: &str) -> &str {
+    match key {
+        ZONE => "zone",
+        HOSTNAME => "hostname",
+        CAPACITY_TYPE => "capacity type",
+        other => other,
+    }
+}
+
+pub(super) fn describe_need(name: &str, req: i64, daemon: i64) -> String {
+    if daemon > 0 {
+        format!(
+            "{} (plus {} of daemonsets)",
+            describe(name, req),
+            describe(name, daemon)
+        )
+    } else {
+        describe(name, req)
+    }
+}
+
+impl Solver<'_> {
+    pub(super) fn explain_new(&self, pod: usize, a: &Attempt, pool: usize, combos: u128) -> String {
+        let p = &self.pools[pool];
+        let pv = &self.variants[a.variant].per_pool[pool];
+        let req = &self.pod_req[pod];
+        let types: Vec<&TypeInfo> = pv.types.iter().map(|i| &p.types[i]).collect();
+        for (d, name) in self.dims.iter().enumerate() {
+            let need = req[d].saturating_add(p.daemon[d]);
+            if need > 0 && types.iter().all(|t| t.alloc[d] < need) {
+                return format!(
+                    "no instance type in NodePool {} has {}",
+                    p.name,
+                    describe_need(name, req[d], p.daemon[d])
+                );
+            }
+        }
+        let fitting: Vec<&&TypeInfo> = types
+            .iter()
+            .filter(|t| fits_sum(&p.daemon, req, &t.alloc))
+            .collect();
+        if fitting.is_empty() {
+            let wants: Vec<String> = self
+                .dims
+                .iter()
+                .enumerate()
+                .filter(|(d, _)| req[*d] > 0)
+                .map(|(d, n)| describe(n, req[d]))
+                .collect();
+            return format!(
+                "no instance type in NodePool {} fits {} together",
+                p.name,
+                wants.join(",")
+            );
+        }
+        if fitting.iter().all(|t| t.price(combos).is_none()) {
+            return format!(
+                "no available offering in NodePool {} for the allowed zones and capacity types",
+                p.name
+            );
+        }
+        for (i, name) in p.lim_names.iter().enumerate() {
+            if fitting
+                .iter()
+                .all(|t| t.cap_lim[i] > p.lim[i].saturating_sub(p.lim_used[i]))
+            {
+                return format!(
+                    "NodePool {} would exceed limit {}",
+                    p.name,
+                    describe(name, p.lim[i])
+                );
+            }
+        }
+        if let Some((key, min, _)) = p.min_values.first() {
+            return format!(
+                "NodePool {}: minValues {min} of {key} not satisfiable",
+                p.name
+            );
+        }
+        format!("no instance type in NodePool {} can hold the pod", p.name)
+    }
+}

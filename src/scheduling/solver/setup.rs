@@ -1,0 +1,718 @@
+//! Building a solve: resource dimensions, offering domains, NodePools
+//! with their types (in price order, with per-resource and per-domain
+//! indexes), existing nodes, pod classes (pods with identical
+//! constraints share requirement checks and type sets), topology counters
+//! and requirement variants.
+
+use super::*;
+
+pub(super) type ClassKey<'a> = (
+    &'a str,
+    &'a std::collections::BTreeMap<String, String>,
+    &'a Requirements,
+    &'a [Requirements],
+    &'a [(i32, Requirements)],
+    &'a [Toleration],
+    &'a [HostPort],
+    &'a [PodAffinityTerm],
+    &'a [(i32, PodAffinityTerm)],
+    &'a [PodAffinityTerm],
+    &'a [(i32, PodAffinityTerm)],
+    &'a [TopologySpread],
+);
+
+pub(super) fn class_key(p: &PodSpec) -> ClassKey<'_> {
+    (
+        &p.namespace,
+        &p.labels,
+        &p.node_selector,
+        &p.required_terms,
+        &p.preferred_terms,
+        &p.tolerations,
+        &p.host_ports,
+        &p.affinity,
+        &p.preferred_affinity,
+        &p.anti_affinity,
+        &p.preferred_anti_affinity,
+        &p.spread,
+    )
+}
+
+/// Does type `t` allow the merged requirements? Keys the type defines must
+/// intersect. Well-known instance labels come from the type, so a type
+/// without one has it absent; other keys are set from the NodePool's labels.
+pub(super) fn type_compatible(t: &InstanceType, merged: &Requirements) -> bool {
+    merged.0.iter().all(|(k, r)| match t.requirements.get(k) {
+        Some(tr) => !tr.intersection(r).is_empty() || (tr.allows_absent() && r.allows_absent()),
+        None => !is_well_known(k) || k == NODEPOOL || r.allows_absent(),
+    })
+}
+
+impl<'a> Solver<'a> {
+    pub fn new(input: &'a SolveInput, opts: &SolveOptions) -> Result<Self, SolveError> {
+        // Resource dimensions: cpu, memory, pods, then every other requested resource.
+        let mut extra: BTreeSet<&str> = BTreeSet::new();
+        for p in input
+            .pods
+            .iter()
+            .chain(input.daemonsets.iter().map(|d| &d.pod))
+        {
+            extra.extend(p.requests.0.keys().map(String::as_str));
+        }
+        let mut dims: Vec<String> = vec![CPU.into(), MEMORY.into(), PODS.into()];
+        dims.extend(
+            extra
+                .into_iter()
+                .filter(|k| ![CPU, MEMORY, PODS].contains(k))
+                .map(String::from),
+        );
+        let project =
+            |r: &crate::model::Resources| -> Vec<i64> { dims.iter().map(|d| r.get(d)).collect() };
+
+        // Offering domains.
+        let mut zones: BTreeSet<String> = BTreeSet::new();
+        let mut cts: BTreeSet<String> = BTreeSet::new();
+        for np in &input.nodepools {
+            for it in &np.instance_types {
+                for o in &it.offerings {
+                    zones.insert(o.zone.clone());
+                    cts.insert(o.capacity_type.clone());
+                }
+            }
+        }
+        for n in &input.nodes {
+            if let Some(z) = n.labels.get(ZONE) {
+                zones.insert(z.clone());
+            }
+            if let Some(c) = n.labels.get(CAPACITY_TYPE) {
+                cts.insert(c.clone());
+            }
+        }
+        let zones: Vec<String> = zones.into_iter().collect();
+        let cts: Vec<String> = cts.into_iter().collect();
+        if zones.len() * cts.len().max(1) > MAX_COMBOS {
+            return Err(SolveError::TooManyOfferingDomains {
+                zones: zones.len(),
+                capacity_types: cts.len(),
+            });
+        }
+        let ncts = cts.len().max(1);
+        let combo = |z: &str, c: &str| -> Option<u8> {
+            let zi = zones.binary_search_by(|x| x.as_str().cmp(z)).ok()?;
+            let ci = cts.binary_search_by(|x| x.as_str().cmp(c)).ok()?;
+            Some((zi * ncts + ci) as u8)
+        };
+
+        // Pools in weight order, ties by name; types by name.
+        let mut order: Vec<usize> = (0..input.nodepools.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&input.nodepools[a], &input.nodepools[b]);
+            pb.weight
+                .cmp(&pa.weight)
+                .then_with(|| pa.name.cmp(&pb.name))
+        });
+        let mut pools = Vec::new();
+        for &pi in &order {
+            let np: &NodePoolSpec = &input.nodepools[pi];
+            let mut reqs = np.requirements.clone();
+            for (k, v) in &np.labels {
+                reqs.add(k, Requirement::in_values([v.clone()]));
+            }
+            reqs.add(NODEPOOL, Requirement::in_values([np.name.clone()]));
+            let taints: Vec<Taint> = np
+                .taints
+                .iter()
+                .filter(|t| !t.is_ephemeral())
+                .cloned()
+                .collect();
+            let lim_names: Vec<String> = np
+                .limits
+                .0
+                .keys()
+                .filter(|k| *k != "nodes")
+                .cloned()
+                .collect();
+            let lim: Vec<i64> = lim_names.iter().map(|k| np.limits.get(k)).collect();
+            let node_limit = np.limits.0.get("nodes").copied();
+            // Types in order of their cheapest available offering (then by
+            // name), so a scan of a type bitset in index order meets the
+            // cheapest types first and can stop early.
+            let cheapest_of: Vec<f64> = np
+                .instance_types
+                .iter()
+                .map(|it| {
+                    it.offerings
+                        .iter()
+                        .filter(|o| o.available && combo(&o.zone, &o.capacity_type).is_some())
+                        .map(|o| o.price)
+                        .fold(f64::INFINITY, f64::min)
+                })
+                .collect();
+            let mut tidx: Vec<usize> = (0..np.instance_types.len()).collect();
+            tidx.sort_by(|&a, &b| {
+                cheapest_of[a]
+                    .total_cmp(&cheapest_of[b])
+                    .then_with(|| np.instance_types[a].name.cmp(&np.instance_types[b].name))
+            });
+            let types: Vec<TypeInfo> = tidx
+                .iter()
+                .map(|&ti| {
+                    let it = &np.instance_types[ti];
+                    let mut offers: Vec<(u8, f64)> = it
+                        .offerings
+                        .iter()
+                        .filter(|o| o.available)
+                        .filter_map(|o| combo(&o.zone, &o.capacity_type).map(|c| (c, o.price)))
+                        .collect();
+                    offers.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                    let offer_mask = offers.iter().fold(0u128, |m, (c, _)| m | (1u128 << c));
+                    TypeInfo {
+                        name: it.name.clone(),
+                        alloc: project(&it.allocatable),
+                        cap_lim: lim_names.iter().map(|k| it.capacity.get(k)).collect(),
+                        offer_mask,
+                        offers,
+                        source: ti,
+                    }
+                })
+                .collect();
+            let min_values = reqs
+                .0
+                .iter()
+                .filter_map(|(k, r)| r.min_values.map(|m| (k.clone(), m)))
+                .map(|(k, m)| {
+                    let mut vals: Vec<String> = Vec::new();
+                    let ids = tidx
+                        .iter()
+                        .map(|&ti| {
+                            let v = np.instance_types[ti]
+                                .requirements
+                                .single_value(&k)
+                                .unwrap_or("")
+                                .to_string();
+                            match vals.iter().position(|x| *x == v) {
+                                Some(i) => i as u32,
+                                None => {
+                                    vals.push(v);
+                                    (vals.len() - 1) as u32
+                                }
+                            }
+                        })
+                        .collect();
+                    (k, m, ids)
+                })
+                .collect();
+            // DaemonSet pods that will land on every new node of this pool.
+            let mut daemon = vec![0i64; dims.len()];
+            for ds in &input.daemonsets {
+                let mut dreqs = ds.pod.node_selector.clone();
+                if let Some(t) = ds.pod.required_terms.first() {
+                    dreqs.intersect_with(t);
+                }
+                if first_untolerated(&taints, &ds.pod.tolerations, true).is_none()
+                    && reqs.compatible(&dreqs, allow_well_known).is_ok()
+                {
+                    add_into(&mut daemon, &project(&ds.pod.requests));
+                }
+            }
+            let cap_desc: Vec<Vec<u32>> = (0..lim_names.len())
+                .map(|i| {
+                    let mut o: Vec<u32> = (0..types.len() as u32).collect();
+                    o.sort_by_key(|&t| (std::cmp::Reverse(types[t as usize].cap_lim[i]), t));
+                    o
+                })
+                .collect();
+            let by_dim: Vec<Vec<u32>> = (0..dims.len())
+                .map(|d| {
+                    let mut o: Vec<u32> = (0..types.len() as u32).collect();
+                    o.sort_by_key(|&t| (types[t as usize].alloc[d], t));
+                    o
+                })
+                .collect();
+            let offer_bits: Vec<Bits> = (0..zones.len() * ncts)
+                .map(|c| {
+                    let mut b = Bits::new(types.len());
+                    for (t, ty) in types.iter().enumerate() {
+                        if ty.offer_mask & (1u128 << c) != 0 {
+                            b.set(t);
+                        }
+                    }
+                    b
+                })
+                .collect();
+            pools.push(Pool {
+                all_offered: types.iter().fold(0u128, |m, t| m | t.offer_mask),
+                by_dim,
+                offer_bits,
+                cap_desc,
+                spec: pi,
+                name: np.name.clone(),
+                reqs,
+                taints,
+                types,
+                daemon,
+                lim_used: vec![0; lim.len()],
+                lim_names,
+                lim,
+                node_limit,
+                nodes_used: 0,
+                min_values,
+            });
+        }
+
+        // Topology keys used by any term.
+        let mut key_names: BTreeSet<String> = BTreeSet::new();
+        let all_terms = |p: &'a PodSpec| {
+            p.affinity
+                .iter()
+                .chain(p.anti_affinity.iter())
+                .chain(p.preferred_affinity.iter().map(|x| &x.1))
+                .chain(p.preferred_anti_affinity.iter().map(|x| &x.1))
+                .map(|t| t.topology_key.as_str())
+                .chain(p.spread.iter().map(|s| s.topology_key.as_str()))
+        };
+        for p in &input.pods {
+            key_names.extend(all_terms(p).filter(|k| *k != HOSTNAME).map(String::from));
+        }
+        for n in &input.nodes {
+            for bp in &n.pods {
+                key_names.extend(
+                    bp.anti_affinity
+                        .iter()
+                        .map(|t| t.topology_key.clone())
+                        .filter(|k| k != HOSTNAME),
+                );
+            }
+        }
+        let mut keys = Vec::new();
+        for k in &key_names {
+            let values: Vec<String> = if k == ZONE {
+                zones.clone()
+            } else if k == CAPACITY_TYPE {
+                cts.clone()
+            } else {
+                let mut v: Vec<String> = Vec::new();
+                for pool in &pools {
+                    if let Some(r) = pool.reqs.get(k)
+                        && !r.complement
+                    {
+                        v.extend(r.values.iter().cloned());
+                    }
+                }
+                for np in &input.nodepools {
+                    for it in &np.instance_types {
+                        if let Some(r) = it.requirements.get(k)
+                            && !r.complement
+                        {
+                            v.extend(r.values.iter().cloned());
+                        }
+                    }
+                }
+                v.extend(input.nodes.iter().filter_map(|n| n.labels.get(k).cloned()));
+                v
+            };
+            keys.push(Domains::new(k, values));
+        }
+        let zone_key = keys.iter().position(|d| d.key == ZONE);
+        let ct_key = keys.iter().position(|d| d.key == CAPACITY_TYPE);
+
+        // Existing nodes, by name.
+        let mut norder: Vec<usize> = (0..input.nodes.len()).collect();
+        norder.sort_by(|&a, &b| input.nodes[a].name.cmp(&input.nodes[b].name));
+        let mut nodes = Vec::new();
+        for &ni in &norder {
+            let n: &ExistingNode = &input.nodes[ni];
+            let mut free = project(&n.allocatable);
+            let mut ports = Vec::new();
+            for bp in &n.pods {
+                let r = project(&bp.requests);
+                for (f, x) in free.iter_mut().zip(&r) {
+                    *f = f.saturating_sub(*x);
+                }
+                if bp.requests.get(PODS) == 0 {
+                    free[2] -= 1;
+                }
+                ports.extend(bp.host_ports.iter().cloned());
+            }
+            let taints = n
+                .taints
+                .iter()
+                .filter(|t| n.initialized || !t.is_ephemeral())
+                .cloned()
+                .collect();
+            let values = keys
+                .iter()
+                .map(|d| n.labels.get(&d.key).and_then(|v| d.id(v)))
+                .collect();
+            nodes.push(NodeInfo {
+                name: n.name.clone(),
+                labels: n.labels.clone(),
+                taints,
+                free,
+                ports,
+                values,
+            });
+        }
+        // Existing capacity counts against limits.
+        for &ni in &norder {
+            let n = &input.nodes[ni];
+            if let Some(pool) = n
+                .nodepool
+                .as_ref()
+                .and_then(|name| pools.iter_mut().find(|p| &p.name == name))
+            {
+                for (u, k) in pool.lim_used.iter_mut().zip(&pool.lim_names) {
+                    *u += n.capacity.get(k);
+                }
+                pool.nodes_used += 1;
+            }
+        }
+        let node_index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.free[0], i))
+            .collect();
+
+        let pod_req: Vec<Vec<i64>> = input.pods.iter().map(|p| project(&p.requests)).collect();
+        let any_soft_taint = pools
+            .iter()
+            .flat_map(|p| p.taints.iter())
+            .chain(nodes.iter().flat_map(|n| n.taints.iter()))
+            .any(|t| t.effect == Effect::PreferNoSchedule);
+        let nt = pools.iter().map(|p| p.types.len()).max().unwrap_or(0);
+        let mut s = Solver {
+            input,
+            dims,
+            zones,
+            cts,
+            pools,
+            nodes,
+            node_index,
+            claims: Vec::new(),
+            claim_index: BTreeSet::new(),
+            mem_index: BTreeSet::new(),
+            keys,
+            counters: Vec::new(),
+            classes: Vec::new(),
+            pod_class: vec![0; input.pods.len()],
+            pod_req,
+            variants: Vec::new(),
+            variant_index: HashMap::new(),
+            variant_by_reqs: HashMap::new(),
+            preferences: opts.preferences,
+            any_soft_taint,
+            placed_node: vec![None; input.pods.len()],
+            placed_claim: vec![None; input.pods.len()],
+            scratch: Bits::new(nt),
+            scratch2: Bits::new(nt),
+            min_req: Vec::new(),
+            cands: Vec::new(),
+            pod_relax: vec![None; input.pods.len()],
+            zone_key,
+            ct_key,
+            run_left: 1,
+            bulk: None,
+            mean_alloc: Vec::new(),
+        };
+        let n_types: usize = s.pools.iter().map(|p| p.types.len()).sum();
+        s.mean_alloc = (0..s.dims.len())
+            .map(|d| {
+                let sum: f64 = s
+                    .pools
+                    .iter()
+                    .flat_map(|p| p.types.iter())
+                    .map(|t| t.alloc[d] as f64)
+                    .sum();
+                sum / n_types.max(1) as f64
+            })
+            .collect();
+        s.min_req = (0..s.dims.len())
+            .map(|d| s.pod_req.iter().map(|r| r[d]).min().unwrap_or(0))
+            .collect();
+        s.build_classes();
+        s.record_bound_pods();
+        Ok(s)
+    }
+
+    pub(super) fn topo_key(&self, k: &str) -> TopoKey {
+        if k == HOSTNAME {
+            TopoKey::Hostname
+        } else {
+            // Every non-hostname key of a term was interned in `new`.
+            TopoKey::Key(self.keys.iter().position(|d| d.key == k).unwrap_or(0))
+        }
+    }
+
+    pub(super) fn counter(
+        &mut self,
+        key: TopoKey,
+        ns: &Namespaces,
+        sel: &LabelSelector,
+        owner: bool,
+    ) -> usize {
+        if let Some(i) = self.counters.iter().position(|c| {
+            c.key == key && c.owner == owner && &c.namespaces == ns && &c.selector == sel
+        }) {
+            return i;
+        }
+        self.counters
+            .push(Counter::new(key, ns.clone(), sel.clone(), owner));
+        self.counters.len() - 1
+    }
+
+    pub(super) fn build_classes(&mut self) {
+        let input = self.input;
+        let mut index: HashMap<ClassKey<'a>, usize> = HashMap::new();
+        for (pi, p) in input.pods.iter().enumerate() {
+            if let Some(&c) = index.get(&class_key(p)) {
+                self.pod_class[pi] = c;
+                continue;
+            }
+            let ci = self.classes.len();
+            index.insert(class_key(p), ci);
+            self.pod_class[pi] = ci;
+            let mut terms = Vec::new();
+            let own = |t: &PodAffinityTerm| {
+                t.namespaces.contains(&p.namespace) && t.selector.matches(&p.labels)
+            };
+            for t in &p.affinity {
+                let key = self.topo_key(&t.topology_key);
+                let counter = self.counter(key, &t.namespaces, &t.selector, false);
+                terms.push(Term {
+                    kind: TermKind::Affinity,
+                    counter,
+                    key,
+                    self_match: own(t),
+                    rank: None,
+                });
+            }
+            let mut pref: Vec<(i32, usize)> = p
+                .preferred_affinity
+                .iter()
+                .enumerate()
+                .map(|(i, (w, _))| (*w, i))
+                .collect();
+            pref.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            for (rank, (_, i)) in pref.iter().enumerate() {
+                let t = &p.preferred_affinity[*i].1;
+                let key = self.topo_key(&t.topology_key);
+                let counter = self.counter(key, &t.namespaces, &t.selector, false);
+                terms.push(Term {
+                    kind: TermKind::Affinity,
+                    counter,
+                    key,
+                    self_match: own(t),
+                    rank: Some(rank),
+                });
+            }
+            let mut owns = Vec::new();
+            for t in &p.anti_affinity {
+                let key = self.topo_key(&t.topology_key);
+                let counter = self.counter(key, &t.namespaces, &t.selector, false);
+                terms.push(Term {
+                    kind: TermKind::Anti,
+                    counter,
+                    key,
+                    self_match: own(t),
+                    rank: None,
+                });
+                owns.push(self.counter(key, &t.namespaces, &t.selector, true));
+            }
+            let mut pref: Vec<(i32, usize)> = p
+                .preferred_anti_affinity
+                .iter()
+                .enumerate()
+                .map(|(i, (w, _))| (*w, i))
+                .collect();
+            pref.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            for (rank, (_, i)) in pref.iter().enumerate() {
+                let t = &p.preferred_anti_affinity[*i].1;
+                let key = self.topo_key(&t.topology_key);
+                let counter = self.counter(key, &t.namespaces, &t.selector, false);
+                terms.push(Term {
+                    kind: TermKind::Anti,
+                    counter,
+                    key,
+                    self_match: own(t),
+                    rank: Some(rank),
+                });
+            }
+            for s in &p.spread {
+                let key = self.topo_key(&s.topology_key);
+                let ns = Namespaces::Names([p.namespace.clone()].into_iter().collect());
+                let counter = self.counter(key, &ns, &s.selector, false);
+                terms.push(Term {
+                    kind: TermKind::Spread {
+                        skew: s.max_skew,
+                        min_domains: s.min_domains.unwrap_or(1),
+                        honor_affinity: s.honor_node_affinity,
+                        honor_taints: s.honor_node_taints,
+                        anyway: s.when_unsatisfiable == Unsatisfiable::ScheduleAnyway,
+                    },
+                    counter,
+                    key,
+                    self_match: s.selector.matches(&p.labels),
+                    rank: None,
+                });
+            }
+            let mut pref_terms: Vec<usize> = (0..p.preferred_terms.len()).collect();
+            pref_terms.sort_by(|&a, &b| {
+                p.preferred_terms[b]
+                    .0
+                    .cmp(&p.preferred_terms[a].0)
+                    .then(a.cmp(&b))
+            });
+            let pool_taints = self
+                .pools
+                .iter()
+                .map(|pool| {
+                    (
+                        first_untolerated(&pool.taints, &p.tolerations, false).is_none(),
+                        first_untolerated(&pool.taints, &p.tolerations, true).is_none(),
+                    )
+                })
+                .collect();
+            self.classes.push(Class {
+                rep: pi,
+                has_anyway: p
+                    .spread
+                    .iter()
+                    .any(|s| s.when_unsatisfiable == Unsatisfiable::ScheduleAnyway),
+                n_pref_aff: p.preferred_affinity.len(),
+                n_pref_anti: p.preferred_anti_affinity.len(),
+                n_terms: p.required_terms.len(),
+                pref_terms,
+                terms,
+                counted_by: Vec::new(),
+                blocked_by: Vec::new(),
+                owns,
+                pool_taints,
+            });
+        }
+        // Bound pods' anti-affinity terms repel newcomers too.
+        for n in &input.nodes {
+            for bp in &n.pods {
+                for t in &bp.anti_affinity {
+                    let key = self.topo_key(&t.topology_key);
+                    self.counter(key, &t.namespaces, &t.selector, true);
+                }
+            }
+        }
+        for c in &mut self.classes {
+            let p = &input.pods[c.rep];
+            for (i, k) in self.counters.iter().enumerate() {
+                if k.selects(&p.namespace, &p.labels) {
+                    if k.owner {
+                        c.blocked_by.push(i);
+                    } else {
+                        c.counted_by.push(i);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn record_bound_pods(&mut self) {
+        let input = self.input;
+        let mut norder: Vec<usize> = (0..input.nodes.len()).collect();
+        norder.sort_by(|&a, &b| input.nodes[a].name.cmp(&input.nodes[b].name));
+        for (t, &ni) in norder.iter().enumerate() {
+            for bp in &input.nodes[ni].pods {
+                for ci in 0..self.counters.len() {
+                    let c = &self.counters[ci];
+                    let hit = if c.owner {
+                        bp.anti_affinity.iter().any(|a| {
+                            self.topo_key(&a.topology_key) == c.key
+                                && a.namespaces == c.namespaces
+                                && a.selector == c.selector
+                        })
+                    } else {
+                        c.selects(&bp.namespace, &bp.labels)
+                    };
+                    if hit {
+                        let v = match c.key {
+                            TopoKey::Key(k) => self.nodes[t].values[k],
+                            TopoKey::Hostname => None,
+                        };
+                        self.counters[ci].record(t, v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The variant of a class's node requirements at a relaxation level.
+    pub(super) fn variant(&mut self, class: usize, r: &Relax) -> usize {
+        let key = (class, r.term, r.node_pref_dropped);
+        if let Some(&v) = self.variant_index.get(&key) {
+            return v;
+        }
+        let p = &self.input.pods[self.classes[class].rep];
+        let mut reqs = p.node_selector.clone();
+        if let Some(t) = p.required_terms.get(r.term) {
+            reqs.intersect_with(t);
+        }
+        if let Some(&pi) = self.classes[class].pref_terms.get(r.node_pref_dropped) {
+            reqs.intersect_with(&p.preferred_terms[pi].1);
+        }
+        if let Some(&v) = self.variant_by_reqs.get(&reqs) {
+            self.variant_index.insert(key, v);
+            return v;
+        }
+        let ncts = self.cts.len().max(1);
+        let per_pool = self
+            .pools
+            .iter()
+            .map(|pool| {
+                let np = &self.input.nodepools[pool.spec];
+                let mut types = Bits::new(self.scratch_len());
+                if let Err(c) = pool.reqs.compatible(&reqs, allow_well_known) {
+                    return PoolVariant {
+                        err: Some(format!(
+                            "incompatible with NodePool {} requirements: {c}",
+                            pool.name
+                        )),
+                        types,
+                        combos: 0,
+                    };
+                }
+                let mut merged = pool.reqs.clone();
+                merged.intersect_with(&reqs);
+                let mut combos = 0u128;
+                for (zi, z) in self.zones.iter().enumerate() {
+                    if merged.get(ZONE).is_some_and(|r| !r.has(z)) {
+                        continue;
+                    }
+                    for (ci, c) in self.cts.iter().enumerate() {
+                        if merged.get(CAPACITY_TYPE).is_some_and(|r| !r.has(c)) {
+                            continue;
+                        }
+                        combos |= 1u128 << (zi * ncts + ci);
+                    }
+                }
+                for (i, t) in pool.types.iter().enumerate() {
+                    if t.offer_mask & combos != 0
+                        && type_compatible(&np.instance_types[t.source], &merged)
+                    {
+                        types.set(i);
+                    }
+                }
+                PoolVariant {
+                    err: None,
+                    types,
+                    combos,
+                }
+            })
+            .collect();
+        self.variant_by_reqs
+            .insert(reqs.clone(), self.variants.len());
+        self.variants.push(Variant { reqs, per_pool });
+        let v = self.variants.len() - 1;
+        self.variant_index.insert(key, v);
+        v
+    }
+
+    pub(super) fn scratch_len(&self) -> usize {
+        self.pools.iter().map(|p| p.types.len()).max().unwrap_or(0)
+    }
+}
