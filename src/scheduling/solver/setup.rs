@@ -41,6 +41,13 @@ pub(super) fn class_key(p: &PodSpec) -> ClassKey<'_> {
 /// Does type `t` allow the merged requirements? Keys the type defines must
 /// intersect. Well-known instance labels come from the type, so a type
 /// without one has it absent; other keys are set from the NodePool's labels.
+/// Weighted preferences, heaviest first; equal weights keep their order.
+fn by_weight<T>(prefs: &[(i32, T)]) -> impl Iterator<Item = &T> {
+    let mut order: Vec<&(i32, T)> = prefs.iter().collect();
+    order.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
+    order.into_iter().map(|(_, t)| t)
+}
+
 pub(super) fn type_compatible(t: &InstanceType, merged: &Requirements) -> bool {
     merged.0.iter().all(|(k, r)| match t.requirements.get(k) {
         Some(tr) => !tr.intersection(r).is_empty() || (tr.allows_absent() && r.allows_absent()),
@@ -486,15 +493,7 @@ impl<'a> Solver<'a> {
                     rank: None,
                 });
             }
-            let mut pref: Vec<(i32, usize)> = p
-                .preferred_affinity
-                .iter()
-                .enumerate()
-                .map(|(i, (w, _))| (*w, i))
-                .collect();
-            pref.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            for (rank, (_, i)) in pref.iter().enumerate() {
-                let t = &p.preferred_affinity[*i].1;
+            for (rank, t) in by_weight(&p.preferred_affinity).enumerate() {
                 let key = self.topo_key(&t.topology_key);
                 let counter = self.counter(key, &t.namespaces, &t.selector, false);
                 terms.push(Term {
@@ -518,15 +517,7 @@ impl<'a> Solver<'a> {
                 });
                 owns.push(self.counter(key, &t.namespaces, &t.selector, true));
             }
-            let mut pref: Vec<(i32, usize)> = p
-                .preferred_anti_affinity
-                .iter()
-                .enumerate()
-                .map(|(i, (w, _))| (*w, i))
-                .collect();
-            pref.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            for (rank, (_, i)) in pref.iter().enumerate() {
-                let t = &p.preferred_anti_affinity[*i].1;
+            for (rank, t) in by_weight(&p.preferred_anti_affinity).enumerate() {
                 let key = self.topo_key(&t.topology_key);
                 let counter = self.counter(key, &t.namespaces, &t.selector, false);
                 terms.push(Term {
