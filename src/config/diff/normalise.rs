@@ -26,6 +26,10 @@ pub const SERVER_MANAGED_METADATA: [&str; 8] = [
 /// which record where an object came from rather than what it is.
 pub const DOVETAIL_ANNOTATION_PREFIX: &str = "dovetail.dev/";
 
+/// Written by `kubectl apply` to remember the previous apply: bookkeeping of
+/// the client, not part of the object's meaning.
+pub const KUBECTL_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// The object as it is compared: deserialised into its typed API object with
 /// the API server's defaults applied and serialised back (the raw value when
 /// it does not deserialise, e.g. on an invalid revision), without `status`,
@@ -65,7 +69,8 @@ fn strip_metadata(metadata: &mut Map<String, Value>) {
         .get_mut("annotations")
         .and_then(Value::as_object_mut)
     {
-        annotations.retain(|k, _| !k.starts_with(DOVETAIL_ANNOTATION_PREFIX));
+        annotations
+            .retain(|k, _| !k.starts_with(DOVETAIL_ANNOTATION_PREFIX) && k != KUBECTL_LAST_APPLIED);
         if annotations.is_empty() {
             metadata.remove("annotations");
         }
@@ -179,7 +184,11 @@ mod tests {
             "uid": "0b5f", "resourceVersion": "12", "generation": 3,
             "creationTimestamp": "2026-01-01T00:00:00Z",
             "managedFields": [{"manager": "dovetail"}],
-            "annotations": {"dovetail.dev/revision": "main@sha1:abc", "dovetail.dev/source": "a.yaml"}
+            "annotations": {
+                "dovetail.dev/revision": "main@sha1:abc",
+                "dovetail.dev/source": "a.yaml",
+                "kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"NodePool\"}"
+            }
         });
         live["status"] = json!({"nodes": 3});
         assert_eq!(
