@@ -2,6 +2,7 @@
 //! link the whole dependency tree again), one module per suite.
 
 mod conformance;
+mod deploy;
 mod diff;
 mod impact;
 mod plan;
