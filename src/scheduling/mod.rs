@@ -52,6 +52,28 @@ fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
 /// Decides which pods fit on existing capacity and which new NodeClaims to
 /// launch for the rest.
 pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, SolveError> {
+    // Inside the solver pods and nodes are known by their position, and ties
+    // between equally good candidates go to the lower one. Solving a
+    // canonical arrangement (pods in the order they are tried, nodes by
+    // name) keeps the result independent of the caller's order.
+    let order = pod_order(&input.pods);
+    let pods_canonical = order.iter().enumerate().all(|(i, &p)| i == p);
+    let nodes_canonical = input.nodes.is_sorted_by(|a, b| a.name <= b.name);
+    if pods_canonical && nodes_canonical {
+        return solve_canonical(input, opts);
+    }
+    let mut nodes = input.nodes.clone();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let canonical = SolveInput {
+        nodes,
+        pods: order.iter().map(|&i| input.pods[i].clone()).collect(),
+        nodepools: input.nodepools.clone(),
+        daemonsets: input.daemonsets.clone(),
+    };
+    solve_canonical(&canonical, opts)
+}
+
+fn solve_canonical(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, SolveError> {
     let mut s = Solver::new(input, opts)?;
     let initial_free = s.free_on_nodes();
     let order = pod_order(&input.pods);
