@@ -52,31 +52,12 @@ fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
 /// Decides which pods fit on existing capacity and which new NodeClaims to
 /// launch for the rest.
 pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, SolveError> {
-    // Inside the solver pods and nodes are known by their position, and ties
-    // between equally good candidates go to the lower one. Solving a
-    // canonical arrangement (pods in the order they are tried, nodes by
-    // name) keeps the result independent of the caller's order.
-    let order = pod_order(&input.pods);
-    let pods_canonical = order.iter().enumerate().all(|(i, &p)| i == p);
-    let nodes_canonical = input.nodes.is_sorted_by(|a, b| a.name <= b.name);
-    if pods_canonical && nodes_canonical {
-        return solve_canonical(input, opts);
-    }
-    let mut nodes = input.nodes.clone();
-    nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let canonical = SolveInput {
-        nodes,
-        pods: order.iter().map(|&i| input.pods[i].clone()).collect(),
-        nodepools: input.nodepools.clone(),
-        daemonsets: input.daemonsets.clone(),
-    };
-    solve_canonical(&canonical, opts)
-}
-
-fn solve_canonical(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, SolveError> {
+    // The solver knows pods in the order they are tried and nodes by name
+    // (`Solver::pods`, `Solver::existing`), so no tie-break can depend on
+    // the caller's order.
     let mut s = Solver::new(input, opts)?;
     let initial_free = s.free_on_nodes();
-    let order = pod_order(&input.pods);
+    let order: Vec<usize> = (0..s.pods.len()).collect();
     let failed = s.run(&order);
     s.refill();
     s.improve();
@@ -137,7 +118,7 @@ fn solve_canonical(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResul
         for (d, name) in s.dims.iter().enumerate() {
             requests.set(name, claim.used[d]);
         }
-        let mut pods: Vec<String> = claim.pods.iter().map(|&p| input.pods[p].key()).collect();
+        let mut pods: Vec<String> = claim.pods.iter().map(|&p| s.pods[p].key()).collect();
         pods.sort();
         nodeclaims.push(NewNodeClaim {
             nodepool: pool.name.clone(),
@@ -157,7 +138,7 @@ fn solve_canonical(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResul
             by_node
                 .entry(s.node_name(*n).to_string())
                 .or_default()
-                .push(input.pods[pod].key());
+                .push(s.pods[pod].key());
         }
     }
     let existing = by_node
@@ -170,7 +151,7 @@ fn solve_canonical(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResul
     let mut unschedulable: Vec<Unschedulable> = failed
         .into_iter()
         .map(|(pod, reason)| Unschedulable {
-            pod: input.pods[pod].key(),
+            pod: s.pods[pod].key(),
             reason,
         })
         .collect();
@@ -178,7 +159,7 @@ fn solve_canonical(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResul
     let price = nodeclaims.iter().map(|c| c.price).sum();
 
     // Lower bound over the pods that were placed.
-    let placed: Vec<usize> = (0..input.pods.len())
+    let placed: Vec<usize> = (0..s.pods.len())
         .filter(|&p| s.placed_node[p].is_some() || s.placed_claim_of(p).is_some())
         .collect();
     let mut demand: Vec<f64> = vec![0.0; s.dims.len()];

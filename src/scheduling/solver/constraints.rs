@@ -146,7 +146,7 @@ impl Solver<'_> {
             if honor_taints
                 && first_untolerated(
                     &n.taints,
-                    &self.input.pods[self.classes[class].rep].tolerations,
+                    &self.pods[self.classes[class].rep].tolerations,
                     true,
                 )
                 .is_some()
@@ -378,7 +378,7 @@ impl Solver<'_> {
 
     pub(super) fn check_node(&self, pod: usize, a: &Attempt, n: usize) -> bool {
         let node = &self.nodes[n];
-        let p = &self.input.pods[pod];
+        let p = &self.pods[pod];
         if !node
             .free
             .iter()
@@ -445,7 +445,7 @@ impl Solver<'_> {
             return None;
         }
         if !self.host_ok(a, Some(self.nodes.len() + ci))
-            || !Self::ports_ok(&claim.ports, &self.input.pods[pod].host_ports)
+            || !Self::ports_ok(&claim.ports, &self.pods[pod].host_ports)
         {
             return None;
         }

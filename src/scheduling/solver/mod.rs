@@ -266,6 +266,12 @@ enum Choice {
 /// The state of one solve.
 pub(crate) struct Solver<'a> {
     pub input: &'a SolveInput,
+    /// The pods in the order they are tried (`super::pod_order`): pod ids
+    /// are positions here, so ties that fall to the lower id do not depend
+    /// on the input's order.
+    pub pods: Vec<&'a PodSpec>,
+    /// The existing nodes by name; node ids are positions here.
+    pub existing: Vec<&'a ExistingNode>,
     pub dims: Vec<String>,
     pub zones: Vec<String>,
     pub cts: Vec<String>,

@@ -212,8 +212,7 @@ impl Solver<'_> {
                 for (f, r) in node.free.iter_mut().zip(&req) {
                     *f -= r;
                 }
-                node.ports
-                    .extend(self.input.pods[pod].host_ports.iter().cloned());
+                node.ports.extend(self.pods[pod].host_ports.iter().cloned());
                 self.node_index.insert((node.free[0], n));
                 self.placed_node[pod] = Some(n);
                 n
@@ -293,7 +292,7 @@ impl Solver<'_> {
         self.pod_relax[pod] = Some((a.variant, a.tolerate_soft));
         self.claims[ci]
             .ports
-            .extend(self.input.pods[pod].host_ports.iter().cloned());
+            .extend(self.pods[pod].host_ports.iter().cloned());
         // Restrict custom topology keys to the allowed values.
         for (k, allowed, _) in &a.keyed {
             if Some(*k) == self.zone_key || Some(*k) == self.ct_key {
@@ -382,11 +381,7 @@ impl Solver<'_> {
         let p = &self.pools[pool];
         let (strict, soft) = self.classes[self.pod_class[pod]].pool_taints[pool];
         if !(strict || (a.tolerate_soft && soft)) {
-            let t = first_untolerated(
-                &p.taints,
-                &self.input.pods[pod].tolerations,
-                a.tolerate_soft,
-            );
+            let t = first_untolerated(&p.taints, &self.pods[pod].tolerations, a.tolerate_soft);
             return Err(format!(
                 "NodePool {} has taint {} that the pod does not tolerate",
                 p.name,
@@ -468,6 +463,6 @@ impl Solver<'_> {
         c.terms.is_empty()
             && c.owns.is_empty()
             && c.blocked_by.is_empty()
-            && self.input.pods[pod].host_ports.is_empty()
+            && self.pods[pod].host_ports.is_empty()
     }
 }

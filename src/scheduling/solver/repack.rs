@@ -57,7 +57,7 @@ impl Solver<'_> {
     pub(super) fn movable(&self, pod: usize) -> bool {
         let c = &self.classes[self.pod_class[pod]];
         self.pod_relax[pod].is_some()
-            && self.input.pods[pod].host_ports.is_empty()
+            && self.pods[pod].host_ports.is_empty()
             && c.owns.is_empty()
             && c.terms.iter().all(|t| t.key != TopoKey::Hostname)
     }

@@ -57,11 +57,17 @@ pub(super) fn type_compatible(t: &InstanceType, merged: &Requirements) -> bool {
 
 impl<'a> Solver<'a> {
     pub fn new(input: &'a SolveInput, opts: &SolveOptions) -> Result<Self, SolveError> {
+        let pods: Vec<&'a PodSpec> = crate::scheduling::pod_order(&input.pods)
+            .into_iter()
+            .map(|i| &input.pods[i])
+            .collect();
+        let mut existing: Vec<&'a ExistingNode> = input.nodes.iter().collect();
+        existing.sort_by(|a, b| a.name.cmp(&b.name));
         // Resource dimensions: cpu, memory, pods, then every other requested resource.
         let mut extra: BTreeSet<&str> = BTreeSet::new();
-        for p in input
-            .pods
+        for p in pods
             .iter()
+            .copied()
             .chain(input.daemonsets.iter().map(|d| &d.pod))
         {
             extra.extend(p.requests.0.keys().map(String::as_str));
@@ -87,7 +93,7 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        for n in &input.nodes {
+        for n in &existing {
             if let Some(z) = n.labels.get(ZONE) {
                 zones.insert(z.clone());
             }
@@ -278,10 +284,10 @@ impl<'a> Solver<'a> {
                 .map(|t| t.topology_key.as_str())
                 .chain(p.spread.iter().map(|s| s.topology_key.as_str()))
         };
-        for p in &input.pods {
+        for p in &pods {
             key_names.extend(all_terms(p).filter(|k| *k != HOSTNAME).map(String::from));
         }
-        for n in &input.nodes {
+        for n in &existing {
             for bp in &n.pods {
                 key_names.extend(
                     bp.anti_affinity
@@ -315,7 +321,7 @@ impl<'a> Solver<'a> {
                         }
                     }
                 }
-                v.extend(input.nodes.iter().filter_map(|n| n.labels.get(k).cloned()));
+                v.extend(existing.iter().filter_map(|n| n.labels.get(k).cloned()));
                 v
             };
             keys.push(Domains::new(k, values));
@@ -323,12 +329,8 @@ impl<'a> Solver<'a> {
         let zone_key = keys.iter().position(|d| d.key == ZONE);
         let ct_key = keys.iter().position(|d| d.key == CAPACITY_TYPE);
 
-        // Existing nodes, by name.
-        let mut norder: Vec<usize> = (0..input.nodes.len()).collect();
-        norder.sort_by(|&a, &b| input.nodes[a].name.cmp(&input.nodes[b].name));
         let mut nodes = Vec::new();
-        for &ni in &norder {
-            let n: &ExistingNode = &input.nodes[ni];
+        for n in &existing {
             let mut free = project(&n.allocatable);
             let mut ports = Vec::new();
             for bp in &n.pods {
@@ -361,8 +363,7 @@ impl<'a> Solver<'a> {
             });
         }
         // Existing capacity counts against limits.
-        for &ni in &norder {
-            let n = &input.nodes[ni];
+        for n in &existing {
             if let Some(pool) = n
                 .nodepool
                 .as_ref()
@@ -380,15 +381,18 @@ impl<'a> Solver<'a> {
             .map(|(i, n)| (n.free[0], i))
             .collect();
 
-        let pod_req: Vec<Vec<i64>> = input.pods.iter().map(|p| project(&p.requests)).collect();
+        let pod_req: Vec<Vec<i64>> = pods.iter().map(|p| project(&p.requests)).collect();
         let any_soft_taint = pools
             .iter()
             .flat_map(|p| p.taints.iter())
             .chain(nodes.iter().flat_map(|n| n.taints.iter()))
             .any(|t| t.effect == Effect::PreferNoSchedule);
         let nt = pools.iter().map(|p| p.types.len()).max().unwrap_or(0);
+        let n_pods = pods.len();
         let mut s = Solver {
             input,
+            pods,
+            existing,
             dims,
             zones,
             cts,
@@ -401,20 +405,20 @@ impl<'a> Solver<'a> {
             keys,
             counters: Vec::new(),
             classes: Vec::new(),
-            pod_class: vec![0; input.pods.len()],
+            pod_class: vec![0; n_pods],
             pod_req,
             variants: Vec::new(),
             variant_index: HashMap::new(),
             variant_by_reqs: HashMap::new(),
             preferences: opts.preferences,
             any_soft_taint,
-            placed_node: vec![None; input.pods.len()],
-            placed_claim: vec![None; input.pods.len()],
+            placed_node: vec![None; n_pods],
+            placed_claim: vec![None; n_pods],
             scratch: Bits::new(nt),
             scratch2: Bits::new(nt),
             min_req: Vec::new(),
             cands: Vec::new(),
-            pod_relax: vec![None; input.pods.len()],
+            pod_relax: vec![None; n_pods],
             zone_key,
             ct_key,
             run_left: 1,
@@ -468,9 +472,9 @@ impl<'a> Solver<'a> {
     }
 
     pub(super) fn build_classes(&mut self) {
-        let input = self.input;
         let mut index: HashMap<ClassKey<'a>, usize> = HashMap::new();
-        for (pi, p) in input.pods.iter().enumerate() {
+        for pi in 0..self.pods.len() {
+            let p: &'a PodSpec = self.pods[pi];
             if let Some(&c) = index.get(&class_key(p)) {
                 self.pod_class[pi] = c;
                 continue;
@@ -479,54 +483,20 @@ impl<'a> Solver<'a> {
             index.insert(class_key(p), ci);
             self.pod_class[pi] = ci;
             let mut terms = Vec::new();
-            let own = |t: &PodAffinityTerm| {
-                t.namespaces.contains(&p.namespace) && t.selector.matches(&p.labels)
-            };
             for t in &p.affinity {
-                let key = self.topo_key(&t.topology_key);
-                let counter = self.counter(key, &t.namespaces, &t.selector, false);
-                terms.push(Term {
-                    kind: TermKind::Affinity,
-                    counter,
-                    key,
-                    self_match: own(t),
-                    rank: None,
-                });
+                terms.push(self.affinity_term(p, TermKind::Affinity, t, None));
             }
             for (rank, t) in by_weight(&p.preferred_affinity).enumerate() {
-                let key = self.topo_key(&t.topology_key);
-                let counter = self.counter(key, &t.namespaces, &t.selector, false);
-                terms.push(Term {
-                    kind: TermKind::Affinity,
-                    counter,
-                    key,
-                    self_match: own(t),
-                    rank: Some(rank),
-                });
+                terms.push(self.affinity_term(p, TermKind::Affinity, t, Some(rank)));
             }
             let mut owns = Vec::new();
             for t in &p.anti_affinity {
-                let key = self.topo_key(&t.topology_key);
-                let counter = self.counter(key, &t.namespaces, &t.selector, false);
-                terms.push(Term {
-                    kind: TermKind::Anti,
-                    counter,
-                    key,
-                    self_match: own(t),
-                    rank: None,
-                });
-                owns.push(self.counter(key, &t.namespaces, &t.selector, true));
+                let term = self.affinity_term(p, TermKind::Anti, t, None);
+                owns.push(self.counter(term.key, &t.namespaces, &t.selector, true));
+                terms.push(term);
             }
             for (rank, t) in by_weight(&p.preferred_anti_affinity).enumerate() {
-                let key = self.topo_key(&t.topology_key);
-                let counter = self.counter(key, &t.namespaces, &t.selector, false);
-                terms.push(Term {
-                    kind: TermKind::Anti,
-                    counter,
-                    key,
-                    self_match: own(t),
-                    rank: Some(rank),
-                });
+                terms.push(self.affinity_term(p, TermKind::Anti, t, Some(rank)));
             }
             for s in &p.spread {
                 let key = self.topo_key(&s.topology_key);
@@ -581,7 +551,8 @@ impl<'a> Solver<'a> {
             });
         }
         // Bound pods' anti-affinity terms repel newcomers too.
-        for n in &input.nodes {
+        for ni in 0..self.existing.len() {
+            let n: &'a ExistingNode = self.existing[ni];
             for bp in &n.pods {
                 for t in &bp.anti_affinity {
                     let key = self.topo_key(&t.topology_key);
@@ -590,7 +561,7 @@ impl<'a> Solver<'a> {
             }
         }
         for c in &mut self.classes {
-            let p = &input.pods[c.rep];
+            let p = self.pods[c.rep];
             for (i, k) in self.counters.iter().enumerate() {
                 if k.selects(&p.namespace, &p.labels) {
                     if k.owner {
@@ -603,12 +574,29 @@ impl<'a> Solver<'a> {
         }
     }
 
+    /// A pod's (anti-)affinity term with the counter of the pods it selects;
+    /// `rank` orders preferred terms, heaviest first.
+    fn affinity_term(
+        &mut self,
+        pod: &PodSpec,
+        kind: TermKind,
+        t: &PodAffinityTerm,
+        rank: Option<usize>,
+    ) -> Term {
+        let key = self.topo_key(&t.topology_key);
+        Term {
+            kind,
+            counter: self.counter(key, &t.namespaces, &t.selector, false),
+            key,
+            self_match: t.namespaces.contains(&pod.namespace) && t.selector.matches(&pod.labels),
+            rank,
+        }
+    }
+
     pub(super) fn record_bound_pods(&mut self) {
-        let input = self.input;
-        let mut norder: Vec<usize> = (0..input.nodes.len()).collect();
-        norder.sort_by(|&a, &b| input.nodes[a].name.cmp(&input.nodes[b].name));
-        for (t, &ni) in norder.iter().enumerate() {
-            for bp in &input.nodes[ni].pods {
+        for t in 0..self.existing.len() {
+            let n: &'a ExistingNode = self.existing[t];
+            for bp in &n.pods {
                 for ci in 0..self.counters.len() {
                     let c = &self.counters[ci];
                     let hit = if c.owner {
@@ -638,7 +626,7 @@ impl<'a> Solver<'a> {
         if let Some(&v) = self.variant_index.get(&key) {
             return v;
         }
-        let p = &self.input.pods[self.classes[class].rep];
+        let p = self.pods[self.classes[class].rep];
         let mut reqs = p.node_selector.clone();
         if let Some(t) = p.required_terms.get(r.term) {
             reqs.intersect_with(t);
