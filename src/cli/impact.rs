@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 
 use super::render::Style;
@@ -107,10 +106,11 @@ pub fn nodes_from_objects(file: &str, objects: &[Located]) -> Result<Vec<NodeVie
         .map(|o| snapshot::typed(file, o))
         .collect::<Result<_, _>>()
         .map_err(ImpactError::Snapshot)?;
-    let nodes: Vec<Node> = snap.nodes.iter().map(|n| (**n).clone()).collect();
-    impact::node_views(&nodes, &claims).map_err(|message| ImpactError::Nodes {
-        file: file.to_string(),
-        message,
+    impact::node_views(snap.nodes.iter().map(AsRef::as_ref), &claims).map_err(|message| {
+        ImpactError::Nodes {
+            file: file.to_string(),
+            message,
+        }
     })
 }
 

@@ -9,7 +9,7 @@
 //! with the new hash itself; an unstamped one is taken to match the old
 //! side, as the controller would stamp it before the change lands.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -65,18 +65,36 @@ impl Config {
 
 /// The node set: each Node with its NodeClaim (matched by `status.nodeName`
 /// or provider ID), then NodeClaims without a Node yet (not deleting).
-pub fn node_views(nodes: &[Node], claims: &[NodeClaim]) -> Result<Vec<NodeView>, String> {
+pub fn node_views<'n>(
+    nodes: impl IntoIterator<Item = &'n Node>,
+    claims: &[NodeClaim],
+) -> Result<Vec<NodeView>, String> {
     let mut used = vec![false; claims.len()];
-    let mut out = Vec::with_capacity(nodes.len());
+    // Claims by node name and by provider ID; the first claim wins a tie.
+    let mut by_node: HashMap<&str, usize> = HashMap::new();
+    let mut by_provider: HashMap<&str, usize> = HashMap::new();
+    for (i, c) in claims.iter().enumerate().rev() {
+        if let Some(status) = c.status.as_ref() {
+            if let Some(n) = status.node_name.as_deref() {
+                by_node.insert(n, i);
+            }
+            if let Some(p) = status.provider_id.as_deref() {
+                by_provider.insert(p, i);
+            }
+        }
+    }
+    let mut out = Vec::new();
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
         let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-        let claim = claims.iter().position(|c| {
-            let status = c.status.as_ref();
-            status.and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
-                || (provider_id.is_some()
-                    && status.and_then(|s| s.provider_id.as_deref()) == provider_id)
-        });
+        let claim = [
+            by_node.get(name.as_str()),
+            provider_id.and_then(|p| by_provider.get(p)),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .copied();
         let mut view = match claim {
             Some(i) => {
                 used[i] = true;

@@ -156,7 +156,7 @@ impl Workloads {
         &mut self,
         cluster: &MemoryCluster,
         j: &Job,
-        pods: &[&Arc<Pod>],
+        mine: &[&Arc<Pod>],
         now: Timestamp,
         report: &mut WorkloadReport,
     ) {
@@ -164,7 +164,6 @@ impl Workloads {
             return;
         };
         let Some(spec) = j.spec.as_ref() else { return };
-        let mine = pods;
         let succeeded = mine.iter().filter(|p| phase(p) == "Succeeded").count();
         let active = mine
             .iter()
