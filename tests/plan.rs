@@ -182,3 +182,54 @@ fn bad_inputs_exit_2_with_the_file_and_line() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("nope.json"), "{}", out.stderr);
 }
+
+/// Packing quality on the reference workload, where claims must trade pods
+/// to balance cpu against memory: within 1.10× of the README's lower bound
+/// (427.90 for 2,000 pods), with exactly one hostname anti-affine pod per
+/// claim after the trades.
+#[test]
+fn reference_workload_packs_within_ten_percent_of_the_bound() {
+    let repo = root().join(BENCH).display().to_string();
+    let pods_file = bench("pods-diverse-2000.jsonl");
+    let out = dovetail(&[
+        "plan",
+        &repo,
+        "--catalog",
+        &bench("instance-types.json"),
+        "--pods",
+        &pods_file,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = json(&out);
+    let price = v["price_per_hour"].as_f64().unwrap();
+    assert!(price <= 1.10 * 427.90, "price {price} over 1.10 × 427.90");
+    let kinds: std::collections::BTreeMap<String, String> = std::fs::read_to_string(&pods_file)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let p: Value = serde_json::from_str(l).unwrap();
+            let m = &p["metadata"];
+            (
+                format!(
+                    "{}/{}",
+                    m["namespace"].as_str().unwrap(),
+                    m["name"].as_str().unwrap()
+                ),
+                m["annotations"]["bench/kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let claims = v["nodeclaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 400);
+    for c in claims {
+        let anti = c["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| kinds[p.as_str().unwrap()] == "antiaffinity-hostname")
+            .count();
+        assert_eq!(anti, 1, "claim {c}");
+    }
+}

@@ -447,7 +447,7 @@ fn arb_pod(i: usize) -> impl Strategy<Value = PodSpec> {
             Just(3000)
         ],
         prop_oneof![Just(128i64), Just(512), Just(1024), Just(4096)],
-        0usize..6,
+        0usize..7,
         0usize..4,
         any::<bool>(),
         0usize..3,
@@ -461,6 +461,7 @@ fn arb_pod(i: usize) -> impl Strategy<Value = PodSpec> {
                 2 => p.spread.push(spread("app", app, ZONE, 1)),
                 3 => p.affinity.push(term("app", app, ZONE)),
                 4 => p.requests.set("nvidia.com/gpu", 1),
+                5 => p.spread.push(spread("app", app, HOSTNAME, 1)),
                 _ => {}
             }
             if zone < 3 {
@@ -646,7 +647,7 @@ fn check(input: &SolveInput, r: &SolveResult) -> Result<(), TestCaseError> {
                     .count();
                 prop_assert!(peers > 0);
             }
-            if !p.spread.is_empty() {
+            if p.spread.iter().any(|s| s.topology_key == ZONE) {
                 prop_assert_eq!(
                     zones.len(),
                     1,

@@ -362,6 +362,12 @@ impl Solver<'_> {
             self.claims[ci].cheapest = None;
             return;
         }
+        self.retype(ci);
+    }
+
+    /// Resets a claim's types to every type its pods and offering domains
+    /// allow that holds its requests, and refreshes its price.
+    pub(super) fn retype(&mut self, ci: usize) {
         let base = self.base_types(ci);
         let claim = &mut self.claims[ci];
         let saved = std::mem::replace(&mut claim.types, base);

@@ -311,6 +311,9 @@ pub(crate) struct Solver<'a> {
     mean_alloc: Vec<f64>,
     /// A new claim sized for several identical pods: (claim, pods, attempt).
     bulk: Option<(usize, usize, Attempt)>,
+    /// Per pod, whether it may move on its own after the first pass (see
+    /// `repack`); filled when the first pass is done.
+    free_to_move: Vec<bool>,
 }
 
 fn add_into(a: &mut [i64], b: &[i64]) {

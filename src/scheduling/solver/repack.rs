@@ -1,18 +1,116 @@
 //! Improvement moves after the first pass: re-inserting movable pods best
 //! fit now that every claim is known (`refill`), and moving pods into room
 //! other claims already pay for so a claim gets cheaper or goes away
-//! (`improve`). Neither ever raises the price.
+//! (`improve`). `improve` also trades pods between claims: a claim full in
+//! memory but not in cpu gives a memory-heavy pod for a cpu-heavy one, and
+//! pods pinned by hostname constraints trade places with pods of their own
+//! class where both claims hold the same hostname counts. Neither ever
+//! raises the price.
 
 use super::*;
 
 /// At most this many rounds of repacking.
 pub(super) const REPACK_ROUNDS: usize = 3;
 
+/// At most this many steps down for one claim in a round.
+const SHRINK_STEPS: usize = 64;
+/// Claims with candidate partners examined per pod traded.
+const SWAP_SCAN: usize = 8;
+/// Candidate swap partners whose constraints are checked per pod moved.
+const SWAP_CHECKS: usize = 16;
+
 /// A pod's planned move to another claim.
 pub(super) struct Move {
     pod: usize,
     to: usize,
     mask: u128,
+}
+
+/// A partner found for a pod leaving a claim being shrunk.
+struct Swap {
+    /// The claim the partner leaves and the pod goes to.
+    to: usize,
+    partner: usize,
+    /// Offering domains of `to` with the pod.
+    mask: u128,
+    /// Offering domains of the shrunk claim with every partner so far.
+    mask_in: u128,
+    /// The one requirement variant new to the shrunk claim, if any.
+    variant_in: Option<usize>,
+}
+
+/// The moves planned to shrink one claim.
+struct ShrinkPlan {
+    /// The claim's load over its target type, per resource.
+    remaining: Vec<i64>,
+    moves: Vec<Move>,
+    /// Partners joining the claim, with the claim each leaves.
+    swaps: Vec<(usize, usize)>,
+    /// Per receiving claim: its load change and the variant it receives.
+    extra: HashMap<usize, (Vec<i64>, usize)>,
+    mask_in: u128,
+    variant_in: Option<usize>,
+    /// Hostname counters of pods that trade places within their class: no
+    /// other pod they count may move.
+    frozen: Vec<usize>,
+    /// Claims a pod trades places with: no other move may touch them.
+    closed: Vec<usize>,
+    /// The type the claim is to fit (None: the claim is to be emptied,
+    /// which trades cannot do), and its price before.
+    target: Option<usize>,
+    before: f64,
+}
+
+impl ShrinkPlan {
+    fn counted_by_frozen(&self, s: &Solver<'_>, pod: usize) -> bool {
+        !self.frozen.is_empty()
+            && s.classes[s.pod_class[pod]]
+                .counted_by
+                .iter()
+                .any(|k| self.frozen.contains(k))
+    }
+
+    /// Plans `pod` off the shrunk claim in exchange for `swap`'s partner.
+    fn add_swap(&mut self, pod: usize, variant: usize, swap: Swap, reqs: &[Vec<i64>]) {
+        self.variant_in = swap.variant_in;
+        self.mask_in = swap.mask_in;
+        let b = (swap.partner, reqs[swap.partner].as_slice());
+        self.add_move(pod, swap.to, swap.mask, variant, &reqs[pod], Some(b));
+    }
+
+    fn taken(&self, pod: usize) -> bool {
+        self.swaps.iter().any(|&(b, _)| b == pod)
+    }
+
+    /// Plans `pod` off the shrunk claim onto `to`, in exchange for
+    /// `partner` (pod, requests) if any.
+    fn add_move(
+        &mut self,
+        pod: usize,
+        to: usize,
+        mask: u128,
+        variant: usize,
+        req: &[i64],
+        partner: Option<(usize, &[i64])>,
+    ) {
+        let dims = req.len();
+        let e = self
+            .extra
+            .entry(to)
+            .or_insert_with(|| (vec![0; dims], variant));
+        add_into(&mut e.0, req);
+        for (r, x) in self.remaining.iter_mut().zip(req) {
+            *r -= x;
+        }
+        if let Some((b, req_b)) = partner {
+            for ((x, r), y) in e.0.iter_mut().zip(self.remaining.iter_mut()).zip(req_b) {
+                *x -= y;
+                *r += y;
+            }
+            self.swaps.push((b, to));
+        }
+        self.moves.push(Move { pod, to, mask });
+    }
 }
 
 /// The mutable state of a solve, saved to undo a repacking attempt.
@@ -32,6 +130,7 @@ impl Solver<'_> {
     /// for, when that lets the claim drop to a cheaper type or go away.
     /// Never raises the total price: every move is free for its receiver.
     pub fn improve(&mut self) {
+        self.settle();
         for _ in 0..REPACK_ROUNDS {
             let mut order: Vec<usize> = (0..self.claims.len())
                 .filter(|&c| !self.claims[c].pods.is_empty())
@@ -44,7 +143,13 @@ impl Solver<'_> {
             });
             let mut gained = false;
             for ci in order {
-                gained |= self.shrink(ci);
+                // A claim may step down several types in a round.
+                for _ in 0..SHRINK_STEPS {
+                    if !self.shrink(ci) {
+                        break;
+                    }
+                    gained = true;
+                }
             }
             if !gained {
                 break;
@@ -53,8 +158,21 @@ impl Solver<'_> {
     }
 
     /// May this pod move between claims without changing any topology
-    /// count a constraint depends on?
+    /// count a constraint depends on? (Known once the first pass is done:
+    /// see [`Self::settle`].)
     pub(super) fn movable(&self, pod: usize) -> bool {
+        self.free_to_move[pod]
+    }
+
+    /// Records which pods may move, now that the first pass has placed them
+    /// with their relaxations.
+    fn settle(&mut self) {
+        if self.free_to_move.len() != self.pods.len() {
+            self.free_to_move = (0..self.pods.len()).map(|p| self.may_move(p)).collect();
+        }
+    }
+
+    fn may_move(&self, pod: usize) -> bool {
         let c = &self.classes[self.pod_class[pod]];
         self.pod_relax[pod].is_some()
             && self.pods[pod].host_ports.is_empty()
@@ -62,12 +180,10 @@ impl Solver<'_> {
             && c.terms.iter().all(|t| t.key != TopoKey::Hostname)
     }
 
-    /// The values of the non-hostname topology keys a movable pod is
-    /// constrained or counted on at its claim; None if the pod may not leave
-    /// it (a value is not settled, or neighbours watch its hostname count).
-    pub(super) fn keys_of(&self, pod: usize, from: usize) -> Option<Vec<(usize, u32)>> {
+    /// The values of the non-hostname topology keys a pod is constrained
+    /// or counted on at its claim; None if a value is not settled.
+    pub(super) fn key_values(&self, pod: usize, from: usize) -> Option<Vec<(usize, u32)>> {
         let c = &self.classes[self.pod_class[pod]];
-        let src = &self.claims[from];
         let mut out = Vec::new();
         // Keys the pod is constrained on: the claim was narrowed to one value.
         let constrained = c
@@ -93,12 +209,23 @@ impl Solver<'_> {
                 out.push((k, v));
             }
         }
+        Some(out)
+    }
+
+    /// [`Self::key_values`] of a movable pod; None if neighbours on its
+    /// claim also watch its hostname count.
+    pub(super) fn keys_of(&self, pod: usize, from: usize) -> Option<Vec<(usize, u32)>> {
+        let c = &self.classes[self.pod_class[pod]];
+        let src = &self.claims[from];
         let watched = c
             .counted_by
             .iter()
             .chain(&c.blocked_by)
             .any(|&k| self.counters[k].key == TopoKey::Hostname && src.watch.contains(&k));
-        (!watched).then_some(out)
+        if watched {
+            return None;
+        }
+        self.key_values(pod, from)
     }
 
     /// May claim `to` take the movable pod whose topology values are `keys`,
@@ -106,10 +233,19 @@ impl Solver<'_> {
     /// claim not yet settled on a zone or capacity type the pod needs is
     /// narrowed to it.
     pub(super) fn can_host(&self, pod: usize, to: usize, keys: &[(usize, u32)]) -> Option<u128> {
-        self.host_mask(pod, to, keys)
+        self.host_mask(pod, to, keys, true)
     }
 
-    pub(super) fn host_mask(&self, pod: usize, to: usize, keys: &[(usize, u32)]) -> Option<u128> {
+    /// [`Self::can_host`]; `watch` false skips the hostname counts, for a
+    /// pod that trades places with one of its own class (see
+    /// [`Self::same_counts`]).
+    pub(super) fn host_mask(
+        &self,
+        pod: usize,
+        to: usize,
+        keys: &[(usize, u32)],
+        watch: bool,
+    ) -> Option<u128> {
         let (variant, soft) = self.pod_relax[pod]?;
         let c = &self.classes[self.pod_class[pod]];
         let dst = &self.claims[to];
@@ -124,10 +260,11 @@ impl Solver<'_> {
         if pv.err.is_some() || dst.combos & pv.combos == 0 {
             return None;
         }
-        if c.counted_by
-            .iter()
-            .chain(&c.blocked_by)
-            .any(|&k| self.counters[k].key == TopoKey::Hostname && dst.watch.contains(&k))
+        if watch
+            && c.counted_by
+                .iter()
+                .chain(&c.blocked_by)
+                .any(|&k| self.counters[k].key == TopoKey::Hostname && dst.watch.contains(&k))
         {
             return None;
         }
@@ -174,6 +311,19 @@ impl Solver<'_> {
             .fold(0.0, f64::max)
     }
 
+    /// The larger of the cpu and memory left free on type `t` of claim `to`
+    /// once the pod is added, in units of the mean allocatable of all
+    /// types. Unlike [`Self::leftover_on`] it does not shrink with the
+    /// claim's size, so growth does not keep going to one large claim.
+    pub(super) fn spare_after(&self, pod: usize, to: usize, t: usize) -> f64 {
+        let dst = &self.claims[to];
+        let alloc = &self.pools[dst.pool].types[t].alloc;
+        (0..2)
+            .filter(|&d| self.mean_alloc[d] > 0.0)
+            .map(|d| (alloc[d] - dst.used[d] - self.pod_req[pod][d]) as f64 / self.mean_alloc[d])
+            .fold(0.0, f64::max)
+    }
+
     /// Do the pod's requests fit the spare room of claim `to`'s cheapest type?
     pub(super) fn fits_cheapest(&self, pod: usize, to: usize) -> bool {
         let dst = &self.claims[to];
@@ -207,9 +357,11 @@ impl Solver<'_> {
                 .is_some_and(|pr| pr <= dst.price + EPS)
     }
 
-    /// Tries to make one claim cheaper (or empty) by moving pods out.
+    /// Tries to make one claim cheaper (or empty) by moving pods out, or by
+    /// trading them for smaller pods of other claims (see
+    /// [`Self::swap_partner`]).
     pub(super) fn shrink(&mut self, ci: usize) -> bool {
-        if !self.claims[ci].pods.iter().any(|&q| self.movable(q)) {
+        if self.claims[ci].pods.is_empty() {
             return false;
         }
         let before = self.claims[ci].price;
@@ -237,11 +389,12 @@ impl Solver<'_> {
         let all_movable = self.claims[ci].pods.iter().all(|&q| self.movable(q));
         let dims = self.dims.len();
         let used = &self.claims[ci].used;
-        let excess: Vec<i64> = match target {
-            Some((_, t)) if !all_movable || self.claims[ci].pods.len() > 1 => {
-                (0..dims).map(|d| used[d] - p.types[t].alloc[d]).collect()
-            }
-            _ if all_movable => (0..dims).map(|d| used[d] - p.daemon[d]).collect(),
+        let (excess, target): (Vec<i64>, Option<usize>) = match target {
+            Some((_, t)) if !all_movable || self.claims[ci].pods.len() > 1 => (
+                (0..dims).map(|d| used[d] - p.types[t].alloc[d]).collect(),
+                Some(t),
+            ),
+            _ if all_movable => ((0..dims).map(|d| used[d] - p.daemon[d]).collect(), None),
             _ => return false,
         };
         if excess.iter().all(|e| *e <= 0) {
@@ -251,7 +404,7 @@ impl Solver<'_> {
             .pods
             .iter()
             .copied()
-            .filter(|&q| self.movable(q))
+            .filter(|&q| self.pod_relax[q].is_some())
             .collect();
         let covers =
             |q: usize, rem: &[i64]| (0..dims).all(|d| rem[d] <= 0 || self.pod_req[q][d] >= rem[d]);
@@ -268,21 +421,49 @@ impl Solver<'_> {
                 },
             )
         });
-        let mut remaining = excess.clone();
-        let mut moves: Vec<Move> = Vec::new();
+        let mut plan = ShrinkPlan {
+            remaining: excess,
+            moves: Vec::new(),
+            swaps: Vec::new(),
+            extra: HashMap::new(),
+            mask_in: combos,
+            variant_in: None,
+            frozen: Vec::new(),
+            closed: Vec::new(),
+            target,
+            before,
+        };
         let zero = vec![0i64; dims];
-        let mut extra: HashMap<usize, (Vec<i64>, usize)> = HashMap::new();
         for q in cands {
-            if remaining.iter().all(|e| *e <= 0) {
+            if plan.remaining.iter().all(|e| *e <= 0) {
                 break;
             }
-            if !(0..dims).any(|d| remaining[d] > 0 && self.pod_req[q][d] > 0) {
+            if !(0..dims).any(|d| plan.remaining[d] > 0 && self.pod_req[q][d] > 0) {
                 continue;
             }
             let variant = self.pod_relax[q].map_or(usize::MAX, |r| r.0);
-            let Some(keys) = self.keys_of(q, ci) else {
+            // A pod that may not move on its own may still trade places with
+            // one of its own class.
+            let fixed = !self.movable(q);
+            if !fixed && plan.counted_by_frozen(self, q) {
+                continue;
+            }
+            let keys = if fixed {
+                self.key_values(q, ci)
+            } else {
+                self.keys_of(q, ci)
+            };
+            let Some(keys) = keys else {
                 continue;
             };
+            if fixed {
+                if let Some(swap) = self.swap_partner(q, ci, &keys, &plan, true) {
+                    plan.closed.push(swap.to);
+                    plan.frozen.extend(self.host_counters(q));
+                    plan.add_swap(q, variant, swap, &self.pod_req);
+                }
+                continue;
+            }
             let (index, need) = if self.mem_heavy(q) {
                 (&self.mem_index, self.pod_req[q][1])
             } else {
@@ -293,9 +474,13 @@ impl Solver<'_> {
                 .take(SHRINK_SCAN)
                 .map(|&(_, c)| c)
                 .find(|&to| {
-                    let (load, v) = extra.get(&to).map_or((&zero, variant), |(l, v)| (l, *v));
+                    let (load, v) = plan
+                        .extra
+                        .get(&to)
+                        .map_or((&zero, variant), |(l, v)| (l, *v));
                     to != ci
                         && v == variant
+                        && !plan.closed.contains(&to)
                         && self
                             .can_host(q, to, &keys)
                             .is_some_and(|m| self.fits_free(q, to, load, m))
@@ -303,31 +488,248 @@ impl Solver<'_> {
             if let Some(to) = dest
                 && let Some(mask) = self.can_host(q, to, &keys)
             {
-                let e = extra.entry(to).or_insert_with(|| (vec![0; dims], variant));
-                add_into(&mut e.0, &self.pod_req[q]);
-                for (r, x) in remaining.iter_mut().zip(&self.pod_req[q]) {
-                    *r -= x;
-                }
-                moves.push(Move { pod: q, to, mask });
+                plan.add_move(q, to, mask, variant, &self.pod_req[q], None);
+                continue;
+            }
+            if let Some(swap) = self.swap_partner(q, ci, &keys, &plan, false) {
+                plan.add_swap(q, variant, swap, &self.pod_req);
             }
         }
-        if remaining.iter().any(|e| *e > 0) {
+        if plan.remaining.iter().any(|e| *e > 0) {
             return false;
         }
-        for m in &moves {
-            self.move_pod(m.pod, ci, m.to, m.mask);
-        }
-        self.recompute_types(ci);
+        self.apply(ci, plan);
         self.claims[ci].price < before - EPS || self.claims[ci].pods.is_empty()
     }
 
-    /// Moves a pod between claims (checked by [`Self::can_host`]).
-    pub(super) fn move_pod(&mut self, pod: usize, from: usize, to: usize, mask: u128) {
-        self.take_out(pod, from);
-        if !self.put(pod, to, mask) {
-            // Checked before; should it fail, the pod goes back.
-            let back = self.claims[from].combos;
-            self.put(pod, from, back);
+    /// A pod on another claim to trade for `q`, which leaves claim `ci` so
+    /// that `ci` fits type `target`: the other claim takes `q` at no cost
+    /// once the partner is gone, and `ci` takes the partner and still comes
+    /// closer to `target` (its excess over `target` shrinks, and grows in
+    /// no resource). So a claim that is full in memory but not in cpu gives
+    /// a memory-heavy pod for a cpu-heavy one.
+    fn swap_partner(
+        &self,
+        q: usize,
+        ci: usize,
+        keys: &[(usize, u32)],
+        plan: &ShrinkPlan,
+        fixed: bool,
+    ) -> Option<Swap> {
+        let (target, before) = (plan.target?, plan.before);
+        let dims = self.dims.len();
+        let src = &self.claims[ci];
+        let p = &self.pools[src.pool];
+        let alloc_t = &p.types[target].alloc;
+        let rem = &plan.remaining;
+        let over = |r: &[i64]| -> f64 {
+            (0..dims)
+                .filter(|&d| r[d] > 0 && alloc_t[d] > 0)
+                .map(|d| r[d] as f64 / alloc_t[d] as f64)
+                .sum()
+        };
+        let now = over(rem);
+        let req_q = &self.pod_req[q];
+        let variant_q = self.pod_relax[q]?.0;
+        // Partners come from the claims with the most room in the resource
+        // `ci` is most over in: they can take `q` for a small partner.
+        let worst = (0..dims.min(2))
+            .filter(|&d| alloc_t[d] > 0)
+            .max_by(|&a, &b| {
+                (rem[a] as f64 / alloc_t[a] as f64).total_cmp(&(rem[b] as f64 / alloc_t[b] as f64))
+            })?;
+        let index = if worst == 1 {
+            &self.mem_index
+        } else {
+            &self.claim_index
+        };
+        let zero = vec![0i64; dims];
+        let mut found: Vec<(f64, usize, usize)> = Vec::with_capacity(SWAP_CHECKS + 1);
+        let mut after = vec![0i64; dims];
+        let class_q = self.pod_class[q];
+        let mut examined = 0;
+        for &(_, to) in index.iter().rev().take(SHRINK_SCAN) {
+            if examined >= SWAP_SCAN {
+                break;
+            }
+            if to == ci || plan.closed.contains(&to) || fixed && plan.extra.contains_key(&to) {
+                continue;
+            }
+            let (load, v) = plan
+                .extra
+                .get(&to)
+                .map_or((&zero, variant_q), |(l, v)| (l, *v));
+            let dst = &self.claims[to];
+            let Some(t_to) = dst.cheapest else {
+                continue;
+            };
+            if v != variant_q {
+                continue;
+            }
+            let alloc_to = &self.pools[dst.pool].types[t_to].alloc;
+            let mut any = false;
+            for &b in &dst.pods {
+                let partner = if fixed {
+                    self.pod_class[b] == class_q && self.pod_relax[b].is_some()
+                } else {
+                    self.movable(b) && !plan.counted_by_frozen(self, b)
+                };
+                if !partner || plan.taken(b) {
+                    continue;
+                }
+                any = true;
+                let req_b = &self.pod_req[b];
+                let fits_to =
+                    (0..dims).all(|d| dst.used[d] + load[d] + req_q[d] - req_b[d] <= alloc_to[d]);
+                if !fits_to {
+                    continue;
+                }
+                for d in 0..dims {
+                    after[d] = rem[d] - req_q[d] + req_b[d];
+                }
+                if (0..dims).any(|d| after[d] > rem[d].max(0)) {
+                    continue;
+                }
+                let score = over(&after);
+                let better = |f: &(f64, usize, usize)| {
+                    score.total_cmp(&f.0).then((to, b).cmp(&(f.1, f.2))).is_lt()
+                };
+                if score < now - EPS
+                    && (found.len() < SWAP_CHECKS || found.last().is_some_and(better))
+                {
+                    // Keep the SWAP_CHECKS best, in order.
+                    let at = found.iter().position(better).unwrap_or(found.len());
+                    found.insert(at, (score, to, b));
+                    found.truncate(SWAP_CHECKS);
+                }
+            }
+            examined += usize::from(any);
+        }
+        for (_, to, b) in found {
+            if fixed && !self.same_counts(q, ci, to, plan) {
+                continue;
+            }
+            let Some((variant_b, _)) = self.pod_relax[b] else {
+                continue;
+            };
+            let variant_in = if src.variants.contains(&variant_b) {
+                plan.variant_in
+            } else if plan.variant_in.is_none_or(|v| v == variant_b) {
+                Some(variant_b)
+            } else {
+                continue;
+            };
+            if !self.variants[variant_b].per_pool[src.pool]
+                .types
+                .get(target)
+            {
+                continue;
+            }
+            let keys_b = if fixed {
+                self.key_values(b, to)
+            } else {
+                self.keys_of(b, to)
+            };
+            let Some(keys_b) = keys_b else {
+                continue;
+            };
+            let Some(mask_b) = self.host_mask(b, ci, &keys_b, !fixed) else {
+                continue;
+            };
+            let mask_in = plan.mask_in & mask_b;
+            if p.types[target]
+                .price(mask_in)
+                .is_none_or(|pr| pr >= before - EPS)
+            {
+                continue;
+            }
+            let Some(mask) = self.host_mask(q, to, keys, !fixed) else {
+                continue;
+            };
+            let mut load = plan.extra.get(&to).map_or(zero.clone(), |e| e.0.clone());
+            for (l, r) in load.iter_mut().zip(&self.pod_req[b]) {
+                *l -= r;
+            }
+            if !self.fits_free(q, to, &load, mask) {
+                continue;
+            }
+            return Some(Swap {
+                to,
+                partner: b,
+                mask,
+                mask_in,
+                variant_in,
+            });
+        }
+        None
+    }
+
+    /// The hostname counters a pod is counted by, constrained by or owns.
+    fn host_counters(&self, pod: usize) -> Vec<usize> {
+        let c = &self.classes[self.pod_class[pod]];
+        let mut out: Vec<usize> = c
+            .counted_by
+            .iter()
+            .chain(&c.blocked_by)
+            .chain(&c.owns)
+            .copied()
+            .chain(c.terms.iter().map(|t| t.counter))
+            .filter(|&k| self.counters[k].key == TopoKey::Hostname)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// May pod `q` on claim `a` trade places with a pod of its own class on
+    /// claim `b`? Yes if the two claims hold the same count on every
+    /// hostname counter of the class, and no pod the plan moves is counted
+    /// by one: the two pods then see what the other saw, and every count
+    /// stays as it was.
+    fn same_counts(&self, q: usize, a: usize, b: usize, plan: &ShrinkPlan) -> bool {
+        let n = self.nodes.len();
+        self.host_counters(q).into_iter().all(|k| {
+            self.counters[k].at_target(n + a) == self.counters[k].at_target(n + b)
+                && !plan
+                    .moves
+                    .iter()
+                    .map(|m| m.pod)
+                    .chain(plan.swaps.iter().map(|s| s.0))
+                    .any(|p| self.classes[self.pod_class[p]].counted_by.contains(&k))
+        })
+    }
+
+    /// Carries out a shrink: partners leave their claims, the moved pods go
+    /// to theirs, then the partners join the shrunk claim.
+    fn apply(&mut self, ci: usize, plan: ShrinkPlan) {
+        for &(b, from) in &plan.swaps {
+            self.take_out(b, from);
+        }
+        for m in &plan.moves {
+            self.take_out(m.pod, ci);
+            if !self.put(m.pod, m.to, m.mask) {
+                // Checked before; should it fail, the pod goes back (the
+                // claim's types still hold everything it had).
+                let back = self.claims[ci].combos;
+                self.put(m.pod, ci, back);
+            }
+        }
+        if plan.swaps.is_empty() {
+            self.recompute_types(ci);
+        } else {
+            // Even if every pod left, the claim stays: partners join it.
+            self.retype(ci);
+        }
+        for &(b, from) in &plan.swaps {
+            if !self.put(b, ci, plan.mask_in) {
+                // Checked before (the target type holds the new load).
+                debug_assert!(false, "swap partner {b} no longer fits");
+                let back = self.claims[from].combos;
+                self.put(b, from, back);
+            }
+        }
+        for &(_, from) in &plan.swaps {
+            self.recompute_types(from);
         }
     }
 
@@ -398,6 +800,7 @@ impl Solver<'_> {
     /// anti-affine pods) is then filled by large pods too. Kept only if it
     /// lowers the price.
     pub fn refill(&mut self) {
+        self.settle();
         let before = self.total_price();
         let saved = self.save();
         let mut stripped: Vec<(usize, Vec<(usize, u32)>)> = Vec::new();
@@ -486,7 +889,8 @@ impl Solver<'_> {
             return self.put(pod, to, mask);
         }
         // Growth: claims with the most room in the pod's dominant resource;
-        // equal costs go to the claim left most evenly full.
+        // equal costs go to the claim left with the least room (measured
+        // in absolute terms, so a large claim is not favoured).
         let index = if mem_heavy {
             &self.mem_index
         } else {
@@ -510,7 +914,7 @@ impl Solver<'_> {
             };
             if let Some((price, t)) = self.cheapest_fit_type(pod, variant, to, combos) {
                 let delta = price - self.claims[to].price;
-                let left = self.leftover_on(pod, to, t);
+                let left = self.spare_after(pod, to, t);
                 if best.is_none_or(|(b, _, _)| {
                     delta < b - EPS || (delta <= b + EPS && left < best_left - EPS)
                 }) {
