@@ -314,6 +314,8 @@ pub(crate) struct Solver<'a> {
     /// Per pod, whether it may move on its own after the first pass (see
     /// `repack`); filled when the first pass is done.
     free_to_move: Vec<bool>,
+    /// Claims changed in the current round of `repack::improve`.
+    touched: Vec<bool>,
 }
 
 fn add_into(a: &mut [i64], b: &[i64]) {

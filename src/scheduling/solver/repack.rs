@@ -131,9 +131,13 @@ impl Solver<'_> {
     /// Never raises the total price: every move is free for its receiver.
     pub fn improve(&mut self) {
         self.settle();
+        // After the first round, only claims that changed are tried again:
+        // one that failed and did not change rarely succeeds later.
+        self.touched = vec![true; self.claims.len()];
         for _ in 0..REPACK_ROUNDS {
+            let touched = std::mem::replace(&mut self.touched, vec![false; self.claims.len()]);
             let mut order: Vec<usize> = (0..self.claims.len())
-                .filter(|&c| !self.claims[c].pods.is_empty())
+                .filter(|&c| touched[c] && !self.claims[c].pods.is_empty())
                 .collect();
             order.sort_by(|&a, &b| {
                 self.claims[b]
@@ -563,7 +567,9 @@ impl Solver<'_> {
             let Some(t_to) = dst.cheapest else {
                 continue;
             };
-            if v != variant_q {
+            // Partners come from the same NodePool: another pool's claims
+            // rarely admit the pod and would have to be checked in full.
+            if v != variant_q || dst.pool != src.pool {
                 continue;
             }
             let alloc_to = &self.pools[dst.pool].types[t_to].alloc;
@@ -702,6 +708,10 @@ impl Solver<'_> {
     /// Carries out a shrink: partners leave their claims, the moved pods go
     /// to theirs, then the partners join the shrunk claim.
     fn apply(&mut self, ci: usize, plan: ShrinkPlan) {
+        self.touched[ci] = true;
+        for m in &plan.moves {
+            self.touched[m.to] = true;
+        }
         for &(b, from) in &plan.swaps {
             self.take_out(b, from);
         }

@@ -424,6 +424,7 @@ impl<'a> Solver<'a> {
             run_left: 1,
             bulk: None,
             free_to_move: Vec::new(),
+            touched: Vec::new(),
             mean_alloc: Vec::new(),
         };
         let n_types: usize = s.pools.iter().map(|p| p.types.len()).sum();
