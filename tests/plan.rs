@@ -19,8 +19,8 @@ fn json(out: &crate::support::Output) -> Value {
         .unwrap_or_else(|e| panic!("{e}: {}{}", out.stdout, out.stderr))
 }
 
-#[test]
-fn reference_workload_gets_one_claim_per_anti_affine_pod() {
+/// `plan` on the reference workload folder with one of its pod files.
+fn plan_bench(pods: &str) -> Value {
     let repo = root().join(BENCH).display().to_string();
     let out = dovetail(&[
         "plan",
@@ -28,12 +28,17 @@ fn reference_workload_gets_one_claim_per_anti_affine_pod() {
         "--catalog",
         &bench("instance-types.json"),
         "--pods",
-        &bench("pods-diverse-100.jsonl"),
+        pods,
         "-o",
         "json",
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let v = json(&out);
+    json(&out)
+}
+
+#[test]
+fn reference_workload_gets_one_claim_per_anti_affine_pod() {
+    let v = plan_bench(&bench("pods-diverse-100.jsonl"));
     for key in [
         "schema_version",
         "solve_seconds",
@@ -189,20 +194,8 @@ fn bad_inputs_exit_2_with_the_file_and_line() {
 /// claim after the trades.
 #[test]
 fn reference_workload_packs_within_ten_percent_of_the_bound() {
-    let repo = root().join(BENCH).display().to_string();
     let pods_file = bench("pods-diverse-2000.jsonl");
-    let out = dovetail(&[
-        "plan",
-        &repo,
-        "--catalog",
-        &bench("instance-types.json"),
-        "--pods",
-        &pods_file,
-        "-o",
-        "json",
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let v = json(&out);
+    let v = plan_bench(&pods_file);
     let price = v["price_per_hour"].as_f64().unwrap();
     assert!(price <= 1.10 * 427.90, "price {price} over 1.10 × 427.90");
     let kinds: std::collections::BTreeMap<String, String> = std::fs::read_to_string(&pods_file)

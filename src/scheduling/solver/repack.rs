@@ -232,6 +232,16 @@ impl Solver<'_> {
         self.key_values(pod, from)
     }
 
+    /// [`Self::keys_of`] for a pod moving on its own, [`Self::key_values`]
+    /// for one trading places within its class.
+    fn leaving_keys(&self, pod: usize, from: usize, trade: bool) -> Option<Vec<(usize, u32)>> {
+        if trade {
+            self.key_values(pod, from)
+        } else {
+            self.keys_of(pod, from)
+        }
+    }
+
     /// May claim `to` take the movable pod whose topology values are `keys`,
     /// resources aside? Returns the offering domains the claim keeps: a
     /// claim not yet settled on a zone or capacity type the pod needs is
@@ -452,12 +462,7 @@ impl Solver<'_> {
             if !fixed && plan.counted_by_frozen(self, q) {
                 continue;
             }
-            let keys = if fixed {
-                self.key_values(q, ci)
-            } else {
-                self.keys_of(q, ci)
-            };
-            let Some(keys) = keys else {
+            let Some(keys) = self.leaving_keys(q, ci, fixed) else {
                 continue;
             };
             if fixed {
@@ -631,12 +636,7 @@ impl Solver<'_> {
             {
                 continue;
             }
-            let keys_b = if fixed {
-                self.key_values(b, to)
-            } else {
-                self.keys_of(b, to)
-            };
-            let Some(keys_b) = keys_b else {
+            let Some(keys_b) = self.leaving_keys(b, to, fixed) else {
                 continue;
             };
             let Some(mask_b) = self.host_mask(b, ci, &keys_b, !fixed) else {
