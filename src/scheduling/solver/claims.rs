@@ -188,8 +188,14 @@ impl Solver<'_> {
             claim.types.and_with(&offered);
             claim.combos = combos;
         }
-        add_into(&mut claim.used, &self.pod_req[pod]);
+        let req = &self.pod_req[pod];
+        add_into(&mut claim.used, req);
         claim.pods.push(pod);
+        claim.members.push(Member {
+            class: self.pod_class[pod] as u32,
+            cpu: req[0],
+            mem: req[1],
+        });
         self.placed_claim[pod] = Some(ci);
         self.scratch2 = offered;
         self.prune(ci);

@@ -215,6 +215,9 @@ pub(crate) struct Claim {
     pub combos: u128,
     pub used: Vec<i64>,
     pub pods: Vec<usize>,
+    /// Beside `pods`, what the trade search reads of each (see `repack`),
+    /// so a scan of a claim's pods stays within the claim.
+    members: Vec<Member>,
     ports: Vec<HostPort>,
     reserve: Vec<i64>,
     pub price: f64,
@@ -234,6 +237,15 @@ pub(crate) struct Claim {
     /// Per limit resource, the position in the pool's `cap_desc` order of
     /// the largest remaining type (types before it were removed).
     cap_cursor: Vec<u32>,
+}
+
+/// A pod on a claim as the trade search sees it: its class and its cpu and
+/// memory requests.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    class: u32,
+    cpu: i64,
+    mem: i64,
 }
 
 enum HostCheck {
@@ -311,9 +323,9 @@ pub(crate) struct Solver<'a> {
     mean_alloc: Vec<f64>,
     /// A new claim sized for several identical pods: (claim, pods, attempt).
     bulk: Option<(usize, usize, Attempt)>,
-    /// Per pod, whether it may move on its own after the first pass (see
-    /// `repack`); filled when the first pass is done.
-    free_to_move: Vec<bool>,
+    /// Per class, whether its pods may move on their own after the first
+    /// pass (see `repack`); filled when the first pass is done.
+    class_free: Vec<bool>,
     /// Claims changed in the current round of `repack::improve`.
     touched: Vec<bool>,
 }

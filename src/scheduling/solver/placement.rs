@@ -231,6 +231,7 @@ impl Solver<'_> {
                     combos: u128::MAX,
                     used: p.daemon.clone(),
                     pods: Vec::new(),
+                    members: Vec::new(),
                     ports: Vec::new(),
                     reserve: vec![0; p.lim.len()],
                     price: 0.0,

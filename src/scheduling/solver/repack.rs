@@ -63,8 +63,12 @@ struct ShrinkPlan {
 
 impl ShrinkPlan {
     fn counted_by_frozen(&self, s: &Solver<'_>, pod: usize) -> bool {
+        self.class_frozen(s, s.pod_class[pod])
+    }
+
+    fn class_frozen(&self, s: &Solver<'_>, class: usize) -> bool {
         !self.frozen.is_empty()
-            && s.classes[s.pod_class[pod]]
+            && s.classes[class]
                 .counted_by
                 .iter()
                 .any(|k| self.frozen.contains(k))
@@ -165,23 +169,22 @@ impl Solver<'_> {
     /// count a constraint depends on? (Known once the first pass is done:
     /// see [`Self::settle`].)
     pub(super) fn movable(&self, pod: usize) -> bool {
-        self.free_to_move[pod]
+        self.pod_relax[pod].is_some() && self.class_free[self.pod_class[pod]]
     }
 
-    /// Records which pods may move, now that the first pass has placed them
-    /// with their relaxations.
+    /// Records which classes of pods may move on their own.
     fn settle(&mut self) {
-        if self.free_to_move.len() != self.pods.len() {
-            self.free_to_move = (0..self.pods.len()).map(|p| self.may_move(p)).collect();
+        if self.class_free.len() != self.classes.len() {
+            self.class_free = self
+                .classes
+                .iter()
+                .map(|c| {
+                    self.pods[c.rep].host_ports.is_empty()
+                        && c.owns.is_empty()
+                        && c.terms.iter().all(|t| t.key != TopoKey::Hostname)
+                })
+                .collect();
         }
-    }
-
-    fn may_move(&self, pod: usize) -> bool {
-        let c = &self.classes[self.pod_class[pod]];
-        self.pod_relax[pod].is_some()
-            && self.pods[pod].host_ports.is_empty()
-            && c.owns.is_empty()
-            && c.terms.iter().all(|t| t.key != TopoKey::Hostname)
     }
 
     /// The values of the non-hostname topology keys a pod is constrained
@@ -579,26 +582,35 @@ impl Solver<'_> {
             }
             let alloc_to = &self.pools[dst.pool].types[t_to].alloc;
             let mut any = false;
-            for &b in &dst.pods {
+            for (&b, m) in dst.pods.iter().zip(&dst.members) {
+                let class = m.class as usize;
                 let partner = if fixed {
-                    self.pod_class[b] == class_q && self.pod_relax[b].is_some()
+                    class == class_q
                 } else {
-                    self.movable(b) && !plan.counted_by_frozen(self, b)
+                    self.class_free[class] && !plan.class_frozen(self, class)
                 };
                 if !partner || plan.taken(b) {
                     continue;
                 }
                 any = true;
-                let req_b = &self.pod_req[b];
-                let fits_to =
-                    (0..dims).all(|d| dst.used[d] + load[d] + req_q[d] - req_b[d] <= alloc_to[d]);
-                if !fits_to {
+                // cpu and memory from the claim's own copy first; the other
+                // resources only for pods that pass.
+                let (a0, a1) = (rem[0] - req_q[0] + m.cpu, rem[1] - req_q[1] + m.mem);
+                if dst.used[0] + load[0] + req_q[0] - m.cpu > alloc_to[0]
+                    || dst.used[1] + load[1] + req_q[1] - m.mem > alloc_to[1]
+                    || a0 > rem[0].max(0)
+                    || a1 > rem[1].max(0)
+                {
                     continue;
                 }
+                let req_b = &self.pod_req[b];
                 for d in 0..dims {
                     after[d] = rem[d] - req_q[d] + req_b[d];
                 }
-                if (0..dims).any(|d| after[d] > rem[d].max(0)) {
+                if (2..dims).any(|d| {
+                    dst.used[d] + load[d] + req_q[d] - req_b[d] > alloc_to[d]
+                        || after[d] > rem[d].max(0)
+                }) {
                     continue;
                 }
                 let score = over(&after);
@@ -747,7 +759,10 @@ impl Solver<'_> {
     pub(super) fn take_out(&mut self, pod: usize, from: usize) {
         let req = self.pod_req[pod].clone();
         let src = &mut self.claims[from];
-        src.pods.retain(|&q| q != pod);
+        if let Some(i) = src.pods.iter().position(|&q| q == pod) {
+            src.pods.remove(i);
+            src.members.remove(i);
+        }
         for (u, r) in src.used.iter_mut().zip(&req) {
             *u -= r;
         }

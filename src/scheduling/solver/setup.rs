@@ -423,7 +423,7 @@ impl<'a> Solver<'a> {
             ct_key,
             run_left: 1,
             bulk: None,
-            free_to_move: Vec::new(),
+            class_free: Vec::new(),
             touched: Vec::new(),
             mean_alloc: Vec::new(),
         };
