@@ -534,13 +534,15 @@ impl Solver<'_> {
         let p = &self.pools[src.pool];
         let alloc_t = &p.types[target].alloc;
         let rem = &plan.remaining;
-        let over = |r: &[i64]| -> f64 {
-            (0..dims)
-                .filter(|&d| r[d] > 0 && alloc_t[d] > 0)
-                .map(|d| r[d] as f64 / alloc_t[d] as f64)
-                .sum()
+        // How far a load over `target` is, as shares of its allocatable.
+        let share = |d: usize, r: i64| {
+            if r > 0 && alloc_t[d] > 0 {
+                r as f64 / alloc_t[d] as f64
+            } else {
+                0.0
+            }
         };
-        let now = over(rem);
+        let now: f64 = (0..dims).map(|d| share(d, rem[d])).sum();
         let req_q = &self.pod_req[q];
         let variant_q = self.pod_relax[q]?.0;
         // Partners come from the claims with the most room in the resource
@@ -555,9 +557,7 @@ impl Solver<'_> {
         } else {
             &self.claim_index
         };
-        let zero = vec![0i64; dims];
         let mut found: Vec<(f64, usize, usize)> = Vec::with_capacity(SWAP_CHECKS + 1);
-        let mut after = vec![0i64; dims];
         let class_q = self.pod_class[q];
         let mut examined = 0;
         for &(_, to) in index.iter().rev().take(SHRINK_SCAN) {
@@ -567,10 +567,11 @@ impl Solver<'_> {
             if to == ci || plan.closed.contains(&to) || fixed && plan.extra.contains_key(&to) {
                 continue;
             }
-            let (load, v) = plan
-                .extra
-                .get(&to)
-                .map_or((&zero, variant_q), |(l, v)| (l, *v));
+            let (load, v) = match plan.extra.get(&to) {
+                Some((l, v)) => (Some(l), *v),
+                None => (None, variant_q),
+            };
+            let load = |d: usize| load.map_or(0, |l| l[d]);
             let dst = &self.claims[to];
             let Some(t_to) = dst.cheapest else {
                 continue;
@@ -596,24 +597,22 @@ impl Solver<'_> {
                 // cpu and memory from the claim's own copy first; the other
                 // resources only for pods that pass.
                 let (a0, a1) = (rem[0] - req_q[0] + m.cpu, rem[1] - req_q[1] + m.mem);
-                if dst.used[0] + load[0] + req_q[0] - m.cpu > alloc_to[0]
-                    || dst.used[1] + load[1] + req_q[1] - m.mem > alloc_to[1]
+                if dst.used[0] + load(0) + req_q[0] - m.cpu > alloc_to[0]
+                    || dst.used[1] + load(1) + req_q[1] - m.mem > alloc_to[1]
                     || a0 > rem[0].max(0)
                     || a1 > rem[1].max(0)
                 {
                     continue;
                 }
                 let req_b = &self.pod_req[b];
-                for d in 0..dims {
-                    after[d] = rem[d] - req_q[d] + req_b[d];
-                }
+                let after = |d: usize| rem[d] - req_q[d] + req_b[d];
                 if (2..dims).any(|d| {
-                    dst.used[d] + load[d] + req_q[d] - req_b[d] > alloc_to[d]
-                        || after[d] > rem[d].max(0)
+                    dst.used[d] + load(d) + req_q[d] - req_b[d] > alloc_to[d]
+                        || after(d) > rem[d].max(0)
                 }) {
                     continue;
                 }
-                let score = over(&after);
+                let score: f64 = (0..dims).map(|d| share(d, after(d))).sum();
                 let better = |f: &(f64, usize, usize)| {
                     score.total_cmp(&f.0).then((to, b).cmp(&(f.1, f.2))).is_lt()
                 };
@@ -664,7 +663,10 @@ impl Solver<'_> {
             let Some(mask) = self.host_mask(q, to, keys, !fixed) else {
                 continue;
             };
-            let mut load = plan.extra.get(&to).map_or(zero.clone(), |e| e.0.clone());
+            let mut load = plan
+                .extra
+                .get(&to)
+                .map_or_else(|| vec![0; dims], |e| e.0.clone());
             for (l, r) in load.iter_mut().zip(&self.pod_req[b]) {
                 *l -= r;
             }
