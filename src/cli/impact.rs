@@ -250,6 +250,21 @@ fn exceeded_line(p: &NodePoolImpact) -> Option<String> {
     })
 }
 
+/// One changed object's line: what it affects and what that costs.
+fn heading(
+    out: &mut String,
+    title: &str,
+    affected: &[AffectedNode],
+    of: usize,
+    price: Option<f64>,
+) {
+    let _ = write!(out, "  {title}: {}", affected_summary(affected, of));
+    if let Some(price) = price {
+        let _ = write!(out, ", {}", money(price));
+    }
+    out.push('\n');
+}
+
 /// The impact section of the text output.
 pub fn text(r: &ImpactReport, skipped: &[String], style: Style) -> String {
     let mut out = format!(
@@ -268,17 +283,8 @@ pub fn text(r: &ImpactReport, skipped: &[String], style: Style) -> String {
         out.push_str("  no node would drift and no limit is exceeded\n");
     }
     for p in pools {
-        let _ = write!(
-            out,
-            "  NodePool/{} ({}): {}",
-            p.name,
-            p.change,
-            affected_summary(&p.affected, p.nodes)
-        );
-        if let Some(price) = p.price_per_hour {
-            let _ = write!(out, ", {}", money(price));
-        }
-        out.push('\n');
+        let title = format!("NodePool/{} ({})", p.name, p.change);
+        heading(&mut out, &title, &p.affected, p.nodes, p.price_per_hour);
         for line in exceeded_line(p)
             .into_iter()
             .chain(budget_lines(p))
@@ -291,17 +297,8 @@ pub fn text(r: &ImpactReport, skipped: &[String], style: Style) -> String {
         }
     }
     for c in classes {
-        let _ = write!(
-            out,
-            "  EC2NodeClass/{} ({}): {}",
-            c.name,
-            c.change,
-            affected_summary(&c.affected, c.nodes)
-        );
-        if let Some(price) = c.price_per_hour {
-            let _ = write!(out, ", {}", money(price));
-        }
-        out.push('\n');
+        let title = format!("EC2NodeClass/{} ({})", c.name, c.change);
+        heading(&mut out, &title, &c.affected, c.nodes, c.price_per_hour);
         for n in &c.affected {
             let _ = writeln!(out, "    - {}", node_line(n));
         }
