@@ -765,34 +765,37 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn a_git_sync_symlink_swap_is_picked_up_by_the_watcher() {
-    let mut gs = GitSync::new();
-    let pool = |cpu: &str| {
-        vec![
-            ("default.yaml", nodeclass("default")),
-            ("pool.yaml", nodepool("a", cpu)),
-        ]
-    };
-    gs.publish(&pool("10"));
-    let h = harness(&gs.link(), |_| {});
+/// The cpu limit of NodePool `name` as the harness's cluster holds it.
+fn limit_cpu(
+    h: &Harness<MemoryCluster>,
+    name: &str,
+) -> impl Fn() -> Option<serde_json::Value> + use<> {
     let cluster = h.cluster.clone();
-    let cpu = move || {
+    let key = ObjectKey::cluster(name);
+    move || {
         cluster
-            .get_opt::<NodePool>(&ObjectKey::cluster("a"))
+            .get_opt::<NodePool>(&key)
             .map(|p| serde_json::to_value(&p.spec.limits).unwrap()["cpu"].clone())
-    };
+    }
+}
+
+/// Runs the engine under a watcher of `path`, with no poll (so only the
+/// watcher can wake it), while `body` runs; then stops it and returns it
+/// with what `body` returned.
+fn under_watcher<T>(
+    mut engine: SyncEngine<MemoryCluster>,
+    path: &Path,
+    body: impl AsyncFnOnce() -> T,
+) -> (SyncEngine<MemoryCluster>, T) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let watcher = watch::RepoWatcher::new(&gs.link()).unwrap();
+        let watcher = watch::RepoWatcher::new(path).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut engine = h.engine;
         let task = tokio::spawn(async move {
-            // No poll in this test: only the watcher can wake the engine.
             watch::run(
                 &mut engine,
                 Some(watcher),
@@ -805,19 +808,37 @@ fn a_git_sync_symlink_swap_is_picked_up_by_the_watcher() {
             .await;
             engine
         });
+        let out = body().await;
+        stop.send(()).unwrap();
+        (task.await.unwrap(), out)
+    })
+}
+
+#[test]
+fn a_git_sync_symlink_swap_is_picked_up_by_the_watcher() {
+    let mut gs = GitSync::new();
+    let pool = |cpu: &str| {
+        vec![
+            ("default.yaml", nodeclass("default")),
+            ("pool.yaml", nodepool("a", cpu)),
+        ]
+    };
+    gs.publish(&pool("10"));
+    let h = harness(&gs.link(), |_| {});
+    let cpu = limit_cpu(&h, "a");
+    let (engine, sha3) = under_watcher(h.engine, &gs.link(), async || {
         eventually("the first revision", || cpu() == Some("10".into())).await;
         let sha = gs.publish(&pool("20"));
         eventually("the swapped revision", || cpu() == Some("20".into())).await;
         let sha3 = gs.publish(&pool("30"));
         eventually("the second swap", || cpu() == Some("30".into())).await;
-        stop.send(()).unwrap();
-        let engine = task.await.unwrap();
-        assert_eq!(
-            engine.status().last_applied_revision,
-            Some(format!("main@sha1:{sha3}"))
-        );
         assert_ne!(sha, sha3);
+        sha3
     });
+    assert_eq!(
+        engine.status().last_applied_revision,
+        Some(format!("main@sha1:{sha3}"))
+    );
     assert_eq!(
         h.cluster
             .list::<NodePool>(None, &Selector::everything())
@@ -831,39 +852,13 @@ fn a_git_sync_symlink_swap_is_picked_up_by_the_watcher() {
 fn a_commit_on_the_branch_is_picked_up_by_the_watcher() {
     let mut repo = base_repo();
     let h = harness(repo.path(), |_| {});
-    let cluster = h.cluster.clone();
-    let cpu = move || {
-        cluster
-            .get_opt::<NodePool>(&ObjectKey::cluster("b"))
-            .map(|p| serde_json::to_value(&p.spec.limits).unwrap()["cpu"].clone())
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let watcher = watch::RepoWatcher::new(repo.path()).unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut engine = h.engine;
-        let task = tokio::spawn(async move {
-            watch::run(
-                &mut engine,
-                Some(watcher),
-                Duration::from_secs(3600),
-                |_| {},
-                async {
-                    let _ = stopped.await;
-                },
-            )
-            .await;
-        });
+    let cpu = limit_cpu(&h, "b");
+    let path = repo.path().to_path_buf();
+    under_watcher(h.engine, &path, async || {
         eventually("the first revision", || cpu() == Some("10".into())).await;
         repo.write("nodepools/b.yaml", &nodepool("b", "40"));
         repo.commit("raise b");
         eventually("the commit", || cpu() == Some("40".into())).await;
-        stop.send(()).unwrap();
-        task.await.unwrap();
     });
 }
 
