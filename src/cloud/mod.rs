@@ -8,11 +8,13 @@
 
 pub mod sim;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
+use crate::api::ec2nodeclass::{Ami, EC2NodeClassStatus, SecurityGroup, Subnet};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::Timestamp;
+use crate::drift::DriftReason;
 use crate::model::InstanceType;
 
 /// An offering: one instance type in one zone with one capacity type.
@@ -54,6 +56,93 @@ pub struct Instance {
     /// Well-known labels of the instance type, zone and capacity type, for
     /// the node that will register.
     pub labels: BTreeMap<String, String>,
+    /// The image it was launched from.
+    pub image_id: Option<String>,
+    /// The subnet it was launched into.
+    pub subnet_id: Option<String>,
+    /// The security groups of its network interface, sorted.
+    pub security_group_ids: Vec<String>,
+}
+
+/// The outcome of [`CloudProvider::create`]: the instance, and the
+/// offerings the launch tried first that had no capacity (as CreateFleet
+/// reports errors for some overrides and launches from another). The
+/// controller marks those unavailable, as it does for a failed launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launched {
+    pub instance: Instance,
+    pub refused: Vec<OfferingKey>,
+}
+
+/// What an EC2NodeClass's selector terms resolve to in the cloud now: what
+/// its status reports, and what instances launched from it use.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeClassResolution {
+    /// Images, newest first per requirement set (architecture, variant).
+    pub amis: Vec<Ami>,
+    pub subnets: Vec<Subnet>,
+    pub security_groups: Vec<SecurityGroup>,
+    pub instance_profile: Option<String>,
+    /// What is missing ("no subnet matched subnetSelectorTerms"); the node
+    /// class is ready when this is empty.
+    pub problems: Vec<String>,
+}
+
+impl NodeClassResolution {
+    /// Whether instances can be launched from the node class.
+    pub fn is_ready(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The status fields it sets (conditions are the caller's).
+    pub fn apply_to(&self, status: &mut EC2NodeClassStatus) {
+        status.amis = Some(self.amis.clone());
+        status.subnets = Some(self.subnets.clone());
+        status.security_groups = Some(self.security_groups.clone());
+        status.instance_profile.clone_from(&self.instance_profile);
+    }
+}
+
+/// How a running instance differs from what its EC2NodeClass resolves to
+/// now (the status the controller wrote from [`NodeClassResolution`]): its
+/// image, subnet or security groups are no longer selected. Pure; both
+/// providers' [`CloudProvider::is_drifted`] use it. Nothing is drifted on a
+/// part the status does not report yet.
+pub fn instance_drift(instance: &Instance, status: &EC2NodeClassStatus) -> Vec<DriftReason> {
+    let mut out = Vec::new();
+    if let (Some(image), Some(amis)) = (&instance.image_id, &status.amis)
+        && !amis.is_empty()
+        && !amis.iter().any(|a| &a.id == image)
+    {
+        out.push(DriftReason::Ami {
+            image: image.clone(),
+        });
+    }
+    if let (Some(subnet), Some(subnets)) = (&instance.subnet_id, &status.subnets)
+        && !subnets.is_empty()
+        && !subnets.iter().any(|s| &s.id == subnet)
+    {
+        out.push(DriftReason::Subnet {
+            subnet: subnet.clone(),
+        });
+    }
+    if let Some(groups) = &status.security_groups
+        && !groups.is_empty()
+        && !instance.security_group_ids.is_empty()
+    {
+        let want: BTreeSet<&str> = groups.iter().map(|g| g.id.as_str()).collect();
+        let have: BTreeSet<&str> = instance
+            .security_group_ids
+            .iter()
+            .map(String::as_str)
+            .collect();
+        if want != have {
+            out.push(DriftReason::SecurityGroups {
+                groups: instance.security_group_ids.clone(),
+            });
+        }
+    }
+    out
 }
 
 /// Why a provider call failed.
@@ -95,12 +184,17 @@ impl CloudError {
 pub trait CloudProvider: Send + Sync {
     /// Launches one instance for a NodeClaim: the cheapest available offering
     /// its requirements allow (instance types, zones, capacity types), with
-    /// spot preferred where the NodeClaim allows it.
+    /// spot preferred where the NodeClaim allows it, never one of
+    /// `unavailable` (offerings that recently had no capacity). Offerings
+    /// the launch finds without capacity are skipped for the next cheapest
+    /// and reported in [`Launched::refused`]; when none is left the error is
+    /// [`CloudError::InsufficientCapacity`] listing them.
     fn create(
         &self,
         claim: &NodeClaim,
         nodeclass: &EC2NodeClass,
-    ) -> impl Future<Output = Result<Instance, CloudError>> + Send;
+        unavailable: &BTreeSet<OfferingKey>,
+    ) -> impl Future<Output = Result<Launched, CloudError>> + Send;
 
     /// Terminates an instance. Terminating an instance that is already gone
     /// is `NotFound`.
@@ -119,4 +213,22 @@ pub trait CloudProvider: Send + Sync {
         nodepool: &NodePool,
         nodeclass: &EC2NodeClass,
     ) -> impl Future<Output = Result<Vec<InstanceType>, CloudError>> + Send;
+
+    /// Resolves an EC2NodeClass's selector terms: its images (aliases for
+    /// the cluster's Kubernetes version, per architecture and variant),
+    /// subnets, security groups and instance profile.
+    fn resolve_node_class(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> impl Future<Output = Result<NodeClassResolution, CloudError>> + Send;
+
+    /// How the instance of a launched NodeClaim differs from what its
+    /// EC2NodeClass resolves to now (`nodeclass.status`, as written from
+    /// [`CloudProvider::resolve_node_class`]): image, subnet, security
+    /// groups. Empty when it does not drift.
+    fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> impl Future<Output = Result<Vec<DriftReason>, CloudError>> + Send;
 }

@@ -18,7 +18,7 @@ use crate::api::{
     NodeClaim, NodePool, TAINT_UNREGISTERED,
 };
 use crate::clock::Timestamp;
-use crate::cloud::{CloudError, CloudProvider, Instance};
+use crate::cloud::{CloudError, CloudProvider, Instance, Launched};
 use crate::cluster::{Cluster, ObjectKey};
 
 /// Node labels the reference sets when a NodeClaim's node registers and
@@ -125,19 +125,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .await;
             return;
         };
-        match self.cloud.create(claim, &class).await {
-            Ok(instance) => self.record_launch(claim, &class, instance).await,
-            Err(CloudError::InsufficientCapacity { offerings }) => {
-                let until = now
-                    .checked_add(self.settings.unavailable_offering_ttl)
-                    .unwrap_or(now);
-                let tried: Vec<String> = offerings
-                    .iter()
-                    .map(|o| format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type))
-                    .collect();
-                for o in offerings {
-                    self.unavailable.mark(o, until);
+        let skip = self.unavailable.active(now);
+        match self.cloud.create(claim, &class, &skip).await {
+            Ok(Launched { instance, refused }) => {
+                if !refused.is_empty() {
+                    let tried = self.mark_unavailable(refused);
+                    self.event(
+                        name_of(claim),
+                        "InsufficientCapacity",
+                        format!(
+                            "no capacity for {}; launched from the next cheapest offering of the claim",
+                            tried.join(", ")
+                        ),
+                    );
                 }
+                self.record_launch(claim, &class, instance).await
+            }
+            Err(CloudError::InsufficientCapacity { offerings }) => {
+                let tried = self.mark_unavailable(offerings);
                 self.delete_claim(
                     claim,
                     "InsufficientCapacity",
@@ -160,6 +165,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .await;
             }
         }
+    }
+
+    /// Marks offerings that had no capacity unavailable for the offering TTL;
+    /// returns them as `type/zone/capacity-type` for messages.
+    fn mark_unavailable(&mut self, offerings: Vec<crate::cloud::OfferingKey>) -> Vec<String> {
+        let now = self.clock.now();
+        let until = now
+            .checked_add(self.settings.unavailable_offering_ttl)
+            .unwrap_or(now);
+        let tried = offerings
+            .iter()
+            .map(|o| format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type))
+            .collect();
+        for o in offerings {
+            self.unavailable.mark(o, until);
+        }
+        tried
     }
 
     /// Writes what the cloud launched onto the NodeClaim: its labels, then its
@@ -186,6 +208,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut updated = (*stored).clone();
         let status = updated.status.get_or_insert_with(Default::default);
         status.provider_id = Some(instance.provider_id.clone());
+        status.image_id.clone_from(&instance.image_id);
         let pool = claim
             .nodepool_name()
             .and_then(|p| self.cluster.get::<NodePool>(&ObjectKey::cluster(p)));

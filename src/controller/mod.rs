@@ -81,6 +81,15 @@ impl UnavailableOfferings {
         self.0.retain(|_, until| *until > now);
     }
 
+    /// The offerings skipped at `now`.
+    pub fn active(&self, now: Timestamp) -> std::collections::BTreeSet<OfferingKey> {
+        self.0
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&OfferingKey, &Timestamp)> {
         self.0.iter()
     }

@@ -177,6 +177,14 @@ pub enum DriftReason {
     AmiSelection { old: String, new: String },
     /// The node's NodePool is deleted: the node is drained and removed.
     NodePoolDeleted,
+    /// The node's subnet is no longer one the EC2NodeClass selects.
+    Subnet { subnet: String },
+    /// The node's security groups are no longer those the EC2NodeClass
+    /// selects.
+    SecurityGroups { groups: Vec<String> },
+    /// The node's instance type no longer exists, or no longer has an
+    /// offering in its zone and capacity type.
+    InstanceType { instance_type: String, why: String },
 }
 
 impl DriftReason {
@@ -189,6 +197,9 @@ impl DriftReason {
             DriftReason::Ami { .. } => "ami",
             DriftReason::AmiSelection { .. } => "ami_selection",
             DriftReason::NodePoolDeleted => "nodepool_deleted",
+            DriftReason::Subnet { .. } => "subnet",
+            DriftReason::SecurityGroups { .. } => "security_groups",
+            DriftReason::InstanceType { .. } => "instance_type",
         }
     }
 
@@ -205,6 +216,8 @@ impl DriftReason {
             DriftReason::EC2NodeClass { .. }
                 | DriftReason::Ami { .. }
                 | DriftReason::AmiSelection { .. }
+                | DriftReason::Subnet { .. }
+                | DriftReason::SecurityGroups { .. }
         )
     }
 }
@@ -236,6 +249,20 @@ impl std::fmt::Display for DriftReason {
                 "AMI selection changed from {old} to {new}: drifts when the new selection resolves to a different image"
             ),
             DriftReason::NodePoolDeleted => f.write_str("NodePool deleted: the node is drained"),
+            DriftReason::Subnet { subnet } => {
+                write!(
+                    f,
+                    "subnet {subnet} is no longer selected by the EC2NodeClass"
+                )
+            }
+            DriftReason::SecurityGroups { groups } => write!(
+                f,
+                "security groups {} are no longer those the EC2NodeClass selects",
+                groups.join(",")
+            ),
+            DriftReason::InstanceType { instance_type, why } => {
+                write!(f, "instance type {instance_type} {why}")
+            }
         }
     }
 }

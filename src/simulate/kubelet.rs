@@ -798,6 +798,9 @@ mod tests {
             nodeclaim: "default-abcde".into(),
             nodepool: "default".into(),
             labels: BTreeMap::from([("team".to_string(), "platform".to_string())]),
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
         }
     }
 

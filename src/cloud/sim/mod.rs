@@ -50,13 +50,25 @@
 //!
 //! # Launch choice
 //!
-//! [`CloudProvider::create`] chooses like EC2 Fleet as Karpenter drives it:
-//! among the offerings the NodeClaim's requirements allow (instance type,
-//! zone, capacity type and the other instance labels) whose type fits the
-//! NodeClaim's resource requests, and which are available and outside every
-//! active insufficient-capacity window, it takes the cheapest spot offering
-//! if there is one, otherwise the cheapest offering of another capacity type
-//! (on-demand). Ties go to the instance type name, then the zone.
+//! [`CloudProvider::create`] launches like EC2 Fleet as the reference
+//! drives it. The overrides are the offerings the NodeClaim's requirements
+//! allow (instance type, zone, capacity type and the other instance labels)
+//! whose type fits the NodeClaim's resource requests, which are available
+//! in the catalog, which the caller has not marked unavailable, and whose
+//! type has an image among those the node class resolves to. The fleet's
+//! capacity type is spot when any spot override exists, else on-demand.
+//! Overrides are tried cheapest first (ties go to the instance type name,
+//! then the zone); one inside an active insufficient-capacity window fails,
+//! as EC2 reports `InsufficientInstanceCapacity` for it, and the next is
+//! tried. The instance comes from the first that has capacity, and the
+//! failed ones are returned in [`Launched::refused`]; when every override
+//! fails the launch is [`CloudError::InsufficientCapacity`] listing them.
+//! The simulated EC2 never hides an offering ahead of a launch: capacity
+//! is learnt by failing, as with EC2.
+//!
+//! The instance gets the resolved image whose requirements its type meets,
+//! the first selected subnet of its zone, and every selected security
+//! group (see [`nodeclass`]).
 //!
 //! # Lifecycle
 //!
@@ -85,9 +97,18 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::{CloudError, CloudProvider, Instance, InstanceState, OfferingKey};
+pub mod nodeclass;
+
+use std::collections::BTreeSet;
+
+use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
+use super::{
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
+    instance_drift,
+};
 use crate::api::{self, EC2NodeClass, NodeClaim, NodePool, NodeSelectorRequirementWithMinValues};
 use crate::clock::{Clock, Timestamp};
+use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
 use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, is_well_known};
 use crate::model::requirements::RequirementError;
@@ -179,6 +200,16 @@ pub struct SimConfig {
     pub insufficient_capacity: Vec<CapacityWindow>,
     /// Whether spot offerings exist.
     pub spot: bool,
+    /// The cluster's Kubernetes version (AMI aliases resolve for it).
+    pub kubernetes_version: String,
+    /// Images registered in the account, for selector terms by id, name or
+    /// tags.
+    pub images: Vec<SimImage>,
+    /// The VPC's subnets; `None` for the default VPC (one subnet per zone,
+    /// selected by every term).
+    pub subnets: Option<Vec<SimSubnet>>,
+    /// The VPC's security groups; `None` for one that every term selects.
+    pub security_groups: Option<Vec<SimSecurityGroup>>,
 }
 
 impl SimConfig {
@@ -193,6 +224,10 @@ impl SimConfig {
             launch_delay: DEFAULT_LAUNCH_DELAY,
             insufficient_capacity: Vec::new(),
             spot: true,
+            kubernetes_version: nodeclass::DEFAULT_KUBERNETES_VERSION.to_string(),
+            images: Vec::new(),
+            subnets: None,
+            security_groups: None,
         }
     }
 }
@@ -212,6 +247,8 @@ pub struct Launch {
     pub offering: OfferingKey,
     /// USD per hour.
     pub price: f64,
+    /// Offerings tried first that had no capacity.
+    pub refused: Vec<OfferingKey>,
 }
 
 /// One call to the simulated EC2 and its outcome.
@@ -237,6 +274,16 @@ pub enum Call {
         nodeclass: String,
         result: Result<usize, CloudError>,
     },
+    /// `result` is the number of images resolved.
+    ResolveNodeClass {
+        nodeclass: String,
+        result: Result<usize, CloudError>,
+    },
+    /// `result` is the number of drift reasons found.
+    IsDrifted {
+        nodeclaim: String,
+        result: Result<usize, CloudError>,
+    },
     /// A termination by the simulation (e.g. a spot reclaim), not by the
     /// controller.
     TerminateExternally {
@@ -255,6 +302,8 @@ impl Call {
             Call::Get { .. } => "get",
             Call::List { .. } => "list",
             Call::InstanceTypes { .. } => "instance_types",
+            Call::ResolveNodeClass { .. } => "resolve_node_class",
+            Call::IsDrifted { .. } => "is_drifted",
             Call::TerminateExternally { .. } => "terminate_externally",
         }
     }
@@ -277,6 +326,8 @@ struct State {
     instances: BTreeMap<String, Instance>,
     calls: Vec<CallRecord>,
     next_error: Option<CloudError>,
+    /// Images, network and the cluster's version.
+    account: Option<Account>,
 }
 
 /// The simulated EC2. See the module documentation.
@@ -314,7 +365,15 @@ impl SimEc2 {
             launch_delay,
             insufficient_capacity,
             spot,
+            kubernetes_version,
+            images,
+            subnets,
+            security_groups,
         } = config;
+        let mut account = Account::new(&zones, &kubernetes_version);
+        account.images = images;
+        account.subnets = subnets;
+        account.security_groups = security_groups;
         let catalog = catalog
             .into_iter()
             .filter_map(|it| prepare(it, &region, &zones, spot))
@@ -325,8 +384,35 @@ impl SimEc2 {
             launch_delay,
             windows: insufficient_capacity,
             clock,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                account: Some(account),
+                ..State::default()
+            }),
             adjusted: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The account's images, network and Kubernetes version as they are now.
+    pub fn account(&self) -> Account {
+        self.lock()
+            .account
+            .clone()
+            .unwrap_or_else(|| Account::new(&[], ""))
+    }
+
+    /// Publishes a new release of an AMI family: `family@latest` resolves to
+    /// it from now on, so nodes on the previous one drift.
+    pub fn publish_image(&self, family: &str, release: &str) -> Result<(), String> {
+        let mut state = self.lock();
+        let account = state.account.as_mut().ok_or("no account")?;
+        account.publish(family, release)
+    }
+
+    /// Upgrades the cluster's Kubernetes version: aliases resolve to the
+    /// images of the new version from now on.
+    pub fn upgrade_kubernetes(&self, version: &str) {
+        if let Some(account) = self.lock().account.as_mut() {
+            account.kubernetes_version = version.to_string();
         }
     }
 
@@ -446,55 +532,87 @@ impl SimEc2 {
         now: Timestamp,
         claim: &NodeClaim,
         nodeclass: &EC2NodeClass,
-    ) -> Result<Instance, CloudError> {
+        unavailable: &BTreeSet<OfferingKey>,
+    ) -> Result<Launched, CloudError> {
         let requirements = requirements_of(&claim.spec.requirements)
             .map_err(|e| CloudError::InvalidRequest(format!("spec.requirements: {e}")))?;
         let requests = claim_requests(claim)?;
         let kubelet = nodeclass_kubelet(nodeclass)?;
+        let resolution = state
+            .account
+            .as_ref()
+            .map(|a| a.resolve(nodeclass))
+            .unwrap_or_default();
+        if !resolution.is_ready() {
+            return Err(CloudError::NodeClassNotReady {
+                name: nodeclass.metadata.name.clone().unwrap_or_default(),
+                reason: resolution.problems.join("; "),
+            });
+        }
         let constraints = instance_constraints(&requirements);
         let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
 
-        // Every offering the NodeClaim allows, with whether it can launch now.
-        let mut allowed: Vec<(&InstanceType, &Offering, bool)> = Vec::new();
+        // The fleet's overrides: every offering the NodeClaim allows that is
+        // available, not known to be out of capacity, and has an image.
+        let mut overrides: Vec<(&InstanceType, &Offering)> = Vec::new();
+        let mut allowed_any = false;
         let catalog = self.catalog_for(&kubelet);
         for it in catalog.iter() {
             if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
                 continue;
             }
+            let has_image = Account::image_for(&resolution.amis, it).is_some();
             for o in &it.offerings {
                 if allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, &o.capacity_type) {
-                    let launchable = o.available && !self.refused(it, o, now);
-                    allowed.push((it, o, launchable));
+                    allowed_any = true;
+                    let known_out = unavailable.contains(&offering_key(it, o));
+                    let subnet = resolution.subnets.iter().any(|s| s.zone == o.zone);
+                    if o.available && !known_out && has_image && subnet {
+                        overrides.push((it, o));
+                    }
                 }
             }
         }
-        if allowed.is_empty() {
+        if !allowed_any {
             return Err(CloudError::InvalidRequest(
                 "no offering of any instance type satisfies the NodeClaim's requirements and resource requests"
                     .to_string(),
             ));
         }
-        let cheapest = |spot: bool| {
-            allowed
-                .iter()
-                .filter(|(_, o, launchable)| {
-                    *launchable && (o.capacity_type == api::CAPACITY_TYPE_SPOT) == spot
-                })
-                .min_by(|(ita, a, _), (itb, b, _)| {
-                    a.price
-                        .total_cmp(&b.price)
-                        .then_with(|| ita.name.cmp(&itb.name))
-                        .then_with(|| a.zone.cmp(&b.zone))
-                        .then_with(|| a.capacity_type.cmp(&b.capacity_type))
-                })
-        };
-        let Some(&(it, offering, _)) = cheapest(true).or_else(|| cheapest(false)) else {
-            let mut offerings: Vec<OfferingKey> = allowed
-                .iter()
-                .map(|(it, o, _)| offering_key(it, o))
-                .collect();
-            offerings.sort();
-            return Err(CloudError::InsufficientCapacity { offerings });
+        let spot = overrides
+            .iter()
+            .any(|(_, o)| o.capacity_type == api::CAPACITY_TYPE_SPOT);
+        overrides.retain(|(_, o)| (o.capacity_type == api::CAPACITY_TYPE_SPOT) == spot);
+        overrides.sort_by(|(ita, a), (itb, b)| {
+            a.price
+                .total_cmp(&b.price)
+                .then_with(|| ita.name.cmp(&itb.name))
+                .then_with(|| a.zone.cmp(&b.zone))
+        });
+        let mut refused = Vec::new();
+        let mut chosen = None;
+        for (it, o) in overrides {
+            if self.refused(it, o, now) {
+                refused.push(offering_key(it, o));
+            } else {
+                chosen = Some((it, o));
+                break;
+            }
+        }
+        let Some((it, offering)) = chosen else {
+            if refused.is_empty() {
+                // Every allowed offering is unavailable, known to be out of
+                // capacity, or without an image or subnet.
+                let mut offerings: Vec<OfferingKey> = unavailable
+                    .iter()
+                    .filter(|k| allows(ZONE, &k.zone) && allows(CAPACITY_TYPE, &k.capacity_type))
+                    .cloned()
+                    .collect();
+                offerings.sort();
+                return Err(CloudError::InsufficientCapacity { offerings });
+            }
+            refused.sort();
+            return Err(CloudError::InsufficientCapacity { offerings: refused });
         };
         let key = offering_key(it, offering);
 
@@ -514,6 +632,12 @@ impl SimEc2 {
         if !nodepool.is_empty() {
             labels.insert(NODEPOOL.to_string(), nodepool.clone());
         }
+        let mut security_group_ids: Vec<String> = resolution
+            .security_groups
+            .iter()
+            .map(|g| g.id.clone())
+            .collect();
+        security_group_ids.sort();
         let instance = Instance {
             provider_id: format!("aws:///{}/{id}", key.zone),
             id: id.clone(),
@@ -526,14 +650,24 @@ impl SimEc2 {
             nodeclaim: claim.metadata.name.clone().unwrap_or_default(),
             nodepool,
             labels,
+            image_id: Account::image_for(&resolution.amis, it).map(|a| a.id.clone()),
+            subnet_id: resolution
+                .subnets
+                .iter()
+                .find(|s| s.zone == key.zone)
+                .map(|s| s.id.clone()),
+            security_group_ids,
         };
         state.instances.insert(id, instance.clone());
-        Ok(self.observe(&instance, now))
+        Ok(Launched {
+            instance: self.observe(&instance, now),
+            refused,
+        })
     }
 
     fn instance_types_now(
         &self,
-        now: Timestamp,
+        state: &State,
         nodepool: &NodePool,
         nodeclass: &EC2NodeClass,
     ) -> Result<Vec<InstanceType>, CloudError> {
@@ -551,17 +685,20 @@ impl SimEc2 {
         }
         let constraints = instance_constraints(&requirements);
         let kubelet = nodeclass_kubelet(nodeclass)?;
+        // Types no resolved image fits cannot launch from this node class.
+        // Offerings inside an insufficient-capacity window are listed as
+        // available: EC2 tells only by failing a launch.
+        let amis = state
+            .account
+            .as_ref()
+            .map(|a| a.resolve(nodeclass).amis)
+            .unwrap_or_default();
         Ok(self
             .catalog_for(&kubelet)
             .iter()
             .filter(|it| type_allowed(it, &constraints))
-            .map(|it| {
-                let mut adjusted = it.clone();
-                for (o, original) in adjusted.offerings.iter_mut().zip(&it.offerings) {
-                    o.available &= !self.refused(it, original, now);
-                }
-                adjusted
-            })
+            .filter(|it| amis.is_empty() || Account::image_for(&amis, it).is_some())
+            .cloned()
             .collect())
     }
 }
@@ -581,23 +718,25 @@ impl CloudProvider for SimEc2 {
         &self,
         claim: &NodeClaim,
         nodeclass: &EC2NodeClass,
-    ) -> impl Future<Output = Result<Instance, CloudError>> + Send {
+        unavailable: &BTreeSet<OfferingKey>,
+    ) -> impl Future<Output = Result<Launched, CloudError>> + Send {
         let nodeclaim = claim.metadata.name.clone().unwrap_or_default();
         ready(self.call(
-            |state, now| self.launch(state, now, claim, nodeclass),
+            |state, now| self.launch(state, now, claim, nodeclass, unavailable),
             |result| {
                 Call::Create {
                     nodeclaim,
                     result: result
                         .as_ref()
-                        .map(|i| Launch {
-                            instance_id: i.id.clone(),
+                        .map(|l| Launch {
+                            instance_id: l.instance.id.clone(),
                             offering: OfferingKey {
-                                instance_type: i.instance_type.clone(),
-                                zone: i.zone.clone(),
-                                capacity_type: i.capacity_type.clone(),
+                                instance_type: l.instance.instance_type.clone(),
+                                zone: l.instance.zone.clone(),
+                                capacity_type: l.instance.capacity_type.clone(),
                             },
-                            price: i.price,
+                            price: l.instance.price,
+                            refused: l.refused.clone(),
                         })
                         .map_err(Clone::clone),
                 }
@@ -650,10 +789,56 @@ impl CloudProvider for SimEc2 {
         nodeclass: &EC2NodeClass,
     ) -> impl Future<Output = Result<Vec<InstanceType>, CloudError>> + Send {
         ready(self.call(
-            |_, now| self.instance_types_now(now, nodepool, nodeclass),
+            |state, _| self.instance_types_now(state, nodepool, nodeclass),
             |result| Call::InstanceTypes {
                 nodepool: nodepool.metadata.name.clone().unwrap_or_default(),
                 nodeclass: nodeclass.metadata.name.clone().unwrap_or_default(),
+                result: result.as_ref().map(Vec::len).map_err(Clone::clone),
+            },
+        ))
+    }
+
+    fn resolve_node_class(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> impl Future<Output = Result<NodeClassResolution, CloudError>> + Send {
+        ready(self.call(
+            |state, _| {
+                Ok(state
+                    .account
+                    .as_ref()
+                    .map(|a| a.resolve(nodeclass))
+                    .unwrap_or_default())
+            },
+            |result| Call::ResolveNodeClass {
+                nodeclass: nodeclass.metadata.name.clone().unwrap_or_default(),
+                result: result.as_ref().map(|r| r.amis.len()).map_err(Clone::clone),
+            },
+        ))
+    }
+
+    fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> impl Future<Output = Result<Vec<DriftReason>, CloudError>> + Send {
+        let nodeclaim = claim.metadata.name.clone().unwrap_or_default();
+        let provider_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        ready(self.call(
+            |state, _| {
+                let instance = find(state, &provider_id)?;
+                Ok(nodeclass
+                    .status
+                    .as_ref()
+                    .map(|status| instance_drift(instance, status))
+                    .unwrap_or_default())
+            },
+            |result| Call::IsDrifted {
+                nodeclaim,
                 result: result.as_ref().map(Vec::len).map_err(Clone::clone),
             },
         ))
@@ -971,6 +1156,11 @@ mod tests {
         EC2NodeClass::test("default")
     }
 
+    /// No offering known to be out of capacity.
+    fn none() -> BTreeSet<OfferingKey> {
+        BTreeSet::new()
+    }
+
     fn offering(instance_type: &str, zone: &str, capacity_type: &str) -> OfferingKey {
         OfferingKey {
             instance_type: instance_type.to_string(),
@@ -1128,17 +1318,23 @@ mod tests {
     async fn create_takes_the_cheapest_spot_offering_when_spot_is_allowed() {
         let (sim, _) = new_sim();
         let i = sim
-            .create(&claim("a", &[spot_or_on_demand()]), &nodeclass())
+            .create(&claim("a", &[spot_or_on_demand()]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(launched(&i), offering("m6g.large", "us-east-1c", "spot"));
         assert_eq!(i.price, price_of(&sim, &launched(&i)));
 
         let amd64 = req("kubernetes.io/arch", api::Operator::In, &["amd64"]);
         let i = sim
-            .create(&claim("b", &[spot_or_on_demand(), amd64]), &nodeclass())
+            .create(
+                &claim("b", &[spot_or_on_demand(), amd64]),
+                &nodeclass(),
+                &none(),
+            )
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(launched(&i), offering("m5.large", "us-east-1c", "spot"));
     }
 
@@ -1147,9 +1343,14 @@ mod tests {
         let (sim, _) = new_sim();
         let on_demand = capacity(&["on-demand"]);
         let i = sim
-            .create(&claim("a", std::slice::from_ref(&on_demand)), &nodeclass())
+            .create(
+                &claim("a", std::slice::from_ref(&on_demand)),
+                &nodeclass(),
+                &none(),
+            )
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         // Equal prices in every zone: the first zone wins.
         assert_eq!(
             launched(&i),
@@ -1160,9 +1361,14 @@ mod tests {
         let zone_b = req(ZONE, api::Operator::In, &["us-east-1b"]);
         let types = req(INSTANCE_TYPE, api::Operator::In, &["m5.large", "c5.large"]);
         let i = sim
-            .create(&claim("b", &[on_demand, zone_b, types]), &nodeclass())
+            .create(
+                &claim("b", &[on_demand, zone_b, types]),
+                &nodeclass(),
+                &none(),
+            )
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(
             launched(&i),
             offering("c5.large", "us-east-1b", "on-demand")
@@ -1170,9 +1376,10 @@ mod tests {
 
         // No capacity-type requirement at all: spot is allowed.
         let i = sim
-            .create(&claim("c", &[]), &nodeclass())
+            .create(&claim("c", &[]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(i.capacity_type, "spot");
     }
 
@@ -1185,9 +1392,14 @@ mod tests {
             &[],
         );
         let i = sim
-            .create(&claim("gpu", &[spot_or_on_demand(), gpu]), &nodeclass())
+            .create(
+                &claim("gpu", &[spot_or_on_demand(), gpu]),
+                &nodeclass(),
+                &none(),
+            )
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(launched(&i), offering("g5.xlarge", "us-east-1a", "spot"));
 
         // A custom label is the NodePool's to set, not a property of a type.
@@ -1202,9 +1414,11 @@ mod tests {
             .create(
                 &claim("big", &[capacity(&["on-demand"]), team, cpu4, no_gpu]),
                 &nodeclass(),
+                &none(),
             )
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(
             launched(&i),
             offering("c5.xlarge", "us-east-1a", "on-demand")
@@ -1215,7 +1429,11 @@ mod tests {
         c.spec.resources = Some(NodeClaimResources {
             requests: Some(BTreeMap::from([("cpu".to_string(), Quantity("3".into()))])),
         });
-        let i = sim.create(&c, &nodeclass()).await.expect("launches");
+        let i = sim
+            .create(&c, &nodeclass(), &none())
+            .await
+            .expect("launches")
+            .instance;
         assert_eq!(i.instance_type, "c5.xlarge");
     }
 
@@ -1223,9 +1441,14 @@ mod tests {
     async fn instance_labels_carry_type_zone_region_capacity_and_nodepool() {
         let (sim, _) = new_sim();
         let i = sim
-            .create(&claim("a", &[capacity(&["on-demand"])]), &nodeclass())
+            .create(
+                &claim("a", &[capacity(&["on-demand"])]),
+                &nodeclass(),
+                &none(),
+            )
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         let expected: BTreeMap<String, String> = [
             ("karpenter.k8s.aws/instance-cpu", "2"),
             ("karpenter.k8s.aws/instance-family", "m6g"),
@@ -1248,9 +1471,13 @@ mod tests {
     #[tokio::test]
     async fn requirements_that_allow_no_type_are_an_invalid_request() {
         let (sim, _) = new_sim();
-        let none = req(INSTANCE_TYPE, api::Operator::In, &["m9.huge"]);
+        let unknown = req(INSTANCE_TYPE, api::Operator::In, &["m9.huge"]);
         let err = sim
-            .create(&claim("a", &[spot_or_on_demand(), none]), &nodeclass())
+            .create(
+                &claim("a", &[spot_or_on_demand(), unknown]),
+                &nodeclass(),
+                &none(),
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, CloudError::InvalidRequest(_)), "{err}");
@@ -1258,7 +1485,7 @@ mod tests {
         // m5.xlarge exists in the catalog but not in the configured zones.
         let absent = req(INSTANCE_TYPE, api::Operator::In, &["m5.xlarge"]);
         let err = sim
-            .create(&claim("b", &[absent]), &nodeclass())
+            .create(&claim("b", &[absent]), &nodeclass(), &none())
             .await
             .unwrap_err();
         assert!(matches!(err, CloudError::InvalidRequest(_)), "{err}");
@@ -1276,20 +1503,40 @@ mod tests {
             None,
         )];
         let (sim, _) = sim_with(c);
-        let i = sim
-            .create(&claim("a", &[spot_or_on_demand()]), &nodeclass())
+        let launched_a = sim
+            .create(&claim("a", &[spot_or_on_demand()]), &nodeclass(), &none())
             .await
             .expect("launches");
-        assert_eq!(launched(&i), offering("m6g.large", "us-east-1a", "spot"));
+        assert_eq!(
+            launched(&launched_a.instance),
+            offering("m6g.large", "us-east-1a", "spot")
+        );
+        // The cheapest override failed first, and is reported.
+        assert_eq!(
+            launched_a.refused,
+            [offering("m6g.large", "us-east-1c", "spot")]
+        );
 
-        // With every spot offering refused, on-demand is next.
+        // With every spot offering refused, the spot fleet fails; once the
+        // caller knows them to be out of capacity, on-demand is next.
         let mut c = config();
         c.insufficient_capacity = vec![window(None, None, Some("spot"), 0, None)];
         let (sim, _) = sim_with(c);
-        let i = sim
-            .create(&claim("b", &[spot_or_on_demand()]), &nodeclass())
+        let err = sim
+            .create(&claim("b", &[spot_or_on_demand()]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .unwrap_err();
+        let CloudError::InsufficientCapacity { offerings } = err else {
+            panic!("expected insufficient capacity, got {err}");
+        };
+        assert_eq!(offerings.len(), 5 * 3);
+        assert!(offerings.iter().all(|o| o.capacity_type == "spot"));
+        let known: BTreeSet<OfferingKey> = offerings.into_iter().collect();
+        let i = sim
+            .create(&claim("b", &[spot_or_on_demand()]), &nodeclass(), &known)
+            .await
+            .expect("launches")
+            .instance;
         assert_eq!(
             launched(&i),
             offering("m6g.large", "us-east-1a", "on-demand")
@@ -1310,7 +1557,7 @@ mod tests {
             capacity(&["spot"]),
         ];
         let err = sim
-            .create(&claim("a", &only), &nodeclass())
+            .create(&claim("a", &only), &nodeclass(), &none())
             .await
             .unwrap_err();
         assert_eq!(
@@ -1322,26 +1569,43 @@ mod tests {
                 ]
             }
         );
-        // On-demand is allowed too: us-east-1a is still open.
+        // On-demand is allowed too: the spot fleet fails again, then with
+        // spot known to be out, on-demand launches in us-east-1a.
         let mut with_od = only.to_vec();
         with_od[2] = spot_or_on_demand();
+        assert!(
+            sim.create(&claim("b", &with_od), &nodeclass(), &none())
+                .await
+                .is_err()
+        );
+        let known: BTreeSet<OfferingKey> = [
+            offering("c5.large", "us-east-1a", "spot"),
+            offering("c5.large", "us-east-1b", "spot"),
+        ]
+        .into();
         let i = sim
-            .create(&claim("b", &with_od), &nodeclass())
+            .create(&claim("b", &with_od), &nodeclass(), &known)
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(
             launched(&i),
             offering("c5.large", "us-east-1a", "on-demand")
         );
 
         clock.set(at(599)).expect("forward");
-        assert!(sim.create(&claim("c", &only), &nodeclass()).await.is_err());
+        assert!(
+            sim.create(&claim("c", &only), &nodeclass(), &none())
+                .await
+                .is_err()
+        );
         // The windows end (exclusive): capacity is back.
         clock.set(at(600)).expect("forward");
         let i = sim
-            .create(&claim("d", &only), &nodeclass())
+            .create(&claim("d", &only), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(i.instance_type, "c5.large");
         assert_eq!(i.capacity_type, "spot");
     }
@@ -1369,25 +1633,31 @@ mod tests {
         let mut c = config();
         c.insufficient_capacity = vec![window(None, None, None, 60, Some(120))];
         let (sim, clock) = sim_with(c);
-        assert!(sim.create(&claim("a", &[]), &nodeclass()).await.is_ok());
+        assert!(
+            sim.create(&claim("a", &[]), &nodeclass(), &none())
+                .await
+                .is_ok()
+        );
         clock.set(at(60)).expect("forward");
         let err = sim
-            .create(&claim("b", &[]), &nodeclass())
+            .create(&claim("b", &[]), &nodeclass(), &none())
             .await
             .unwrap_err();
         let CloudError::InsufficientCapacity { offerings } = err else {
             panic!("expected insufficient capacity, got {err}");
         };
-        assert_eq!(offerings.len(), 5 * 6);
+        // The spot fleet's overrides: five types in three zones.
+        assert_eq!(offerings.len(), 5 * 3);
     }
 
     #[tokio::test]
     async fn instances_run_after_the_launch_delay() {
         let (sim, clock) = new_sim();
         let i = sim
-            .create(&claim("a", &[]), &nodeclass())
+            .create(&claim("a", &[]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         assert_eq!(i.state, InstanceState::Pending);
         assert_eq!(i.launched_at, at(0));
         assert_eq!(sim.running_since(&i), Some(at(45)));
@@ -1409,13 +1679,15 @@ mod tests {
     async fn deleted_instances_are_gone() {
         let (sim, _) = new_sim();
         let a = sim
-            .create(&claim("a", &[]), &nodeclass())
+            .create(&claim("a", &[]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         let b = sim
-            .create(&claim("b", &[]), &nodeclass())
+            .create(&claim("b", &[]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         sim.delete(&a.provider_id).await.expect("deletes");
         assert_eq!(
             sim.get(&a.provider_id).await.unwrap_err(),
@@ -1458,9 +1730,10 @@ mod tests {
             {
                 clock.set(at(10 * n as u64)).expect("forward");
                 out.push(
-                    sim.create(&claim(&format!("c{n}"), &reqs), &nodeclass())
+                    sim.create(&claim(&format!("c{n}"), &reqs), &nodeclass(), &none())
                         .await
-                        .expect("launches"),
+                        .expect("launches")
+                        .instance,
                 );
             }
             out
@@ -1486,9 +1759,10 @@ mod tests {
     async fn terminate_externally_removes_the_instance() {
         let (sim, _) = new_sim();
         let i = sim
-            .create(&claim("a", &[]), &nodeclass())
+            .create(&claim("a", &[]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         sim.terminate_externally(&i.id, "spot reclaim")
             .expect("terminates");
         assert!(matches!(
@@ -1529,11 +1803,13 @@ mod tests {
         let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["m5.large", "c5.large", "c5.xlarge", "g5.xlarge"]);
         assert!(types.iter().all(|t| t.allocatable.get("pods") == 110));
-        let c5 = &types[1];
-        for o in &c5.offerings {
-            assert_eq!(o.available, o.zone != "us-east-1b", "{o:?}");
-        }
-        assert!(types[0].offerings.iter().all(|o| o.available));
+        // A capacity window hides nothing ahead of a launch: EC2 lists the
+        // offering and fails the launch.
+        assert!(
+            types
+                .iter()
+                .all(|t| t.offerings.iter().all(|o| o.available))
+        );
 
         // Without kubelet settings, the catalog's allocatable is kept; a
         // template label that is not an instance property filters nothing.
@@ -1565,18 +1841,19 @@ mod tests {
                 Quantity("10".into()),
             )])),
         });
-        let err = sim.create(&c, &class).await.unwrap_err();
+        let err = sim.create(&c, &class, &none()).await.unwrap_err();
         assert!(matches!(err, CloudError::InvalidRequest(_)), "{err}");
-        assert!(sim.create(&c, &nodeclass()).await.is_ok());
+        assert!(sim.create(&c, &nodeclass(), &none()).await.is_ok());
     }
 
     #[tokio::test]
     async fn the_call_log_records_every_call_and_injected_errors() {
         let (sim, clock) = new_sim();
         let i = sim
-            .create(&claim("a", &[]), &nodeclass())
+            .create(&claim("a", &[]), &nodeclass(), &none())
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         clock.set(at(5)).expect("forward");
         sim.fail_next(CloudError::Api("throttled".into()));
         assert_eq!(
@@ -1599,6 +1876,7 @@ mod tests {
             instance_id: i.id.clone(),
             offering: launched(&i),
             price: i.price,
+            refused: Vec::new(),
         };
         let pid = i.provider_id.clone();
         let expected = vec![
@@ -1653,7 +1931,7 @@ mod tests {
         // A failed create is logged with its error.
         let bad = req(INSTANCE_TYPE, api::Operator::In, &["m9.huge"]);
         let err = sim
-            .create(&claim("b", &[bad]), &nodeclass())
+            .create(&claim("b", &[bad]), &nodeclass(), &none())
             .await
             .unwrap_err();
         let last = sim.calls().pop().expect("recorded");
@@ -1701,9 +1979,14 @@ mod tests {
         assert!((0.40 - 1e-9..=0.55 + 1e-9).contains(&(spot / od)));
 
         let i = sim
-            .create(&claim("a", &[capacity(&["on-demand"])]), &nodeclass())
+            .create(
+                &claim("a", &[capacity(&["on-demand"])]),
+                &nodeclass(),
+                &none(),
+            )
             .await
-            .expect("launches");
+            .expect("launches")
+            .instance;
         let cheapest = sim
             .catalog()
             .iter()
