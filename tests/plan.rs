@@ -226,3 +226,115 @@ fn reference_workload_packs_within_ten_percent_of_the_bound() {
         assert_eq!(anti, 1, "claim {c}");
     }
 }
+
+/// 1,000 pods of 1 cpu / 2Gi with required hostname anti-affinity to each
+/// other, as JSON lines in a temporary directory.
+fn anti_affine_pods(dir: &std::path::Path) -> String {
+    let path = dir.join("pods.jsonl");
+    let lines: Vec<String> = (0..1000)
+        .map(|i| {
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("aa-{i:04}"), "namespace": "default",
+                             "labels": {"app": "aa"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "i",
+                        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "aa"}},
+                         "topologyKey": "kubernetes.io/hostname"}]}}
+                }
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path.display().to_string()
+}
+
+/// The limits fixture with its limits replaced by `cpu` and `memory`.
+fn limits_repo(dir: &std::path::Path, cpu: &str, memory: &str) -> String {
+    let config = std::fs::read_to_string(root().join(FIXTURES).join("limits/config.yaml"))
+        .unwrap()
+        .replace("cpu: \"1000\"", &format!("cpu: \"{cpu}\""))
+        .replace("memory: 4000Gi", &format!("memory: {memory}"));
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("config.yaml"), config).unwrap();
+    repo.display().to_string()
+}
+
+fn plan_limits(cpu: &str, memory: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let pods = anti_affine_pods(dir.path());
+    let repo = limits_repo(dir.path(), cpu, memory);
+    let out = dovetail(&[
+        "plan",
+        &repo,
+        "--catalog",
+        SIM_CATALOG,
+        "--pods",
+        &pods,
+        "-o",
+        "json",
+    ]);
+    assert!(out.code <= 1, "{}", out.stderr);
+    json(&out)
+}
+
+/// Regression: a claim reserved the largest of all the types it could
+/// launch against the NodePool's limits, so 1,000 anti-affine pods under
+/// limits of 20,000 cpu got 31 NodeClaims per solve.
+#[test]
+fn anti_affine_pods_each_get_a_claim_in_one_solve_when_the_limits_allow() {
+    let v = plan_limits("20000", "80000Gi");
+    assert_eq!(v["nodeclaim_count"], 1000);
+    assert!(v["unschedulable"].as_array().unwrap().is_empty());
+}
+
+/// Under limits of 1,000 cpu and 4,000Gi, as many claims as the limits
+/// truly allow (the cheapest type, t3.large, has 2 vCPUs: 500 fit),
+/// and a reason for the rest that names the limit and what is counted.
+#[test]
+fn limits_bind_only_near_the_capacity_the_claims_launch() {
+    let v = plan_limits("1000", "4000Gi");
+    let claims = v["nodeclaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 500);
+    // Whatever instance type each claim launches, the limit holds.
+    let catalog: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join(SIM_CATALOG)).unwrap()).unwrap();
+    // Capacity in vCPUs, as the limit counts it.
+    let cpu_of = |name: &str| -> f64 {
+        let t = catalog["instanceTypes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap();
+        t["labels"]["karpenter.k8s.aws/instance-cpu"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let worst: f64 = claims
+        .iter()
+        .map(|c| {
+            c["instance_types"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| cpu_of(t.as_str().unwrap()))
+                .fold(0.0, f64::max)
+        })
+        .sum();
+    assert!(worst <= 1000.0 + 1e-9, "claims could launch {worst} cpu");
+    let unschedulable = v["unschedulable"].as_array().unwrap();
+    assert_eq!(unschedulable.len(), 500);
+    let reason = unschedulable[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("NodePool default would exceed limit cpu=1000: ")
+            && reason.contains("reserved by 500 NodeClaim(s) planned in this solve"),
+        "{reason}"
+    );
+}

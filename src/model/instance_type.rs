@@ -10,6 +10,11 @@ use super::quantity::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use super::requirements::{Requirement, Requirements};
 use super::resources::Resources;
 
+/// The label with a type's vCPUs.
+const LABEL_VCPUS: &str = "karpenter.k8s.aws/instance-cpu";
+/// The label with a type's memory in MiB.
+const LABEL_MEMORY_MIB: &str = "karpenter.k8s.aws/instance-memory";
+
 /// One way to buy an instance type: a zone and a capacity type at a price.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offering {
@@ -140,9 +145,32 @@ impl InstanceType {
         it
     }
 
-    /// Ensures capacity is known: when a catalog gives only allocatable, the
-    /// capacity is allocatable plus overhead.
+    /// Ensures capacity is known. When a catalog gives only allocatable,
+    /// the cpu and memory capacity come from the type's
+    /// `karpenter.k8s.aws/instance-cpu` (vCPUs) and `instance-memory` (MiB)
+    /// labels where it has them, the difference to allocatable being the
+    /// node's overhead; otherwise capacity is allocatable plus overhead.
     pub fn complete_capacity(&mut self) {
+        if self.overhead == Overhead::default() {
+            for (key, label, unit) in [
+                (CPU, LABEL_VCPUS, 1000),
+                (MEMORY, LABEL_MEMORY_MIB, 1 << 20),
+            ] {
+                let labelled = self
+                    .requirements
+                    .single_value(label)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .and_then(|v| v.checked_mul(unit));
+                if let Some(cap) = labelled
+                    && !self.capacity.0.contains_key(key)
+                    && let Some(&alloc) = self.allocatable.0.get(key)
+                    && cap >= alloc
+                {
+                    self.capacity.set(key, cap);
+                    self.overhead.kube_reserved.set(key, cap - alloc);
+                }
+            }
+        }
         let total = self.overhead.total();
         for (k, v) in self.allocatable.0.clone() {
             if !self.capacity.0.contains_key(&k) {
@@ -190,6 +218,41 @@ mod tests {
         assert_eq!(it.allocatable.get("cpu"), 1930);
         assert_eq!(it.allocatable.get("pods"), 29);
         assert_eq!(it.requirements.single_value(ZONE), Some("us-east-1a"));
+    }
+
+    #[test]
+    fn capacity_comes_from_the_labels_when_a_catalog_gives_only_allocatable() {
+        let mut it = InstanceType {
+            name: "t3.large".into(),
+            requirements: Requirements::from_labels(&std::collections::BTreeMap::from([
+                (
+                    "karpenter.k8s.aws/instance-cpu".to_string(),
+                    "2".to_string(),
+                ),
+                (
+                    "karpenter.k8s.aws/instance-memory".to_string(),
+                    "8192".to_string(),
+                ),
+            ])),
+            capacity: Resources::new(),
+            overhead: Overhead::default(),
+            allocatable: Resources::parse([("cpu", "1930m"), ("memory", "6837Mi"), ("pods", "35")])
+                .unwrap(),
+            offerings: Vec::new(),
+        };
+        it.complete_capacity();
+        assert_eq!(it.capacity.get("cpu"), 2000);
+        assert_eq!(it.capacity.get("memory"), 8192 << 20);
+        assert_eq!(it.capacity.get("pods"), 35);
+        assert_eq!(it.allocatable.get("cpu"), 1930);
+        // Kubelet settings keep the overhead the catalog implied.
+        let adjusted = it.for_node_class(&KubeletSettings {
+            max_pods: Some(110),
+            ..KubeletSettings::default()
+        });
+        assert_eq!(adjusted.allocatable.get("cpu"), 1930);
+        assert_eq!(adjusted.allocatable.get("memory"), 6837 << 20);
+        assert_eq!(adjusted.allocatable.get("pods"), 110);
     }
 
     #[test]

@@ -233,6 +233,23 @@ fn bound_pod(p: &Pod) -> Result<BoundPod, String> {
     })
 }
 
+/// Per resource, the largest capacity among the catalog's instance types
+/// that a NodeClaim's instance-type requirement lists; `None` when it lists
+/// none the catalog knows.
+fn largest_capacity(reqs: &Requirements, catalog: &[InstanceType]) -> Option<Resources> {
+    let allowed = reqs.get(INSTANCE_TYPE)?;
+    let mut out: Option<Resources> = None;
+    for it in catalog.iter().filter(|it| allowed.has(&it.name)) {
+        let acc = out.get_or_insert_with(Resources::new);
+        for (k, v) in &it.capacity.0 {
+            if *v > acc.get(k) {
+                acc.set(k, *v);
+            }
+        }
+    }
+    out
+}
+
 /// Existing nodes and in-flight NodeClaims of a snapshot, with their pods.
 pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<ExistingNode>, String> {
     let mut pods_by_node: HashMap<&str, Vec<BoundPod>> = HashMap::new();
@@ -343,9 +360,12 @@ pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<Exis
             .or_else(|| it.map(|i| i.allocatable.clone()))
             .or(requested)
             .unwrap_or_default();
+        // Until it launches, a claim counts against its NodePool's limits
+        // with the largest capacity among the types it may launch.
         let capacity = resources(get(c, "/status/capacity"), "status.capacity")
             .map_err(|e| format!("NodeClaim/{name}: {e}"))?
             .or_else(|| it.map(|i| i.capacity.clone()))
+            .or_else(|| largest_capacity(&reqs, catalog))
             .unwrap_or_else(|| allocatable.clone());
         let mut claim_taints = taints(get(c, "/spec/taints"), "spec.taints")
             .map_err(|e| format!("NodeClaim/{name}: {e}"))?;

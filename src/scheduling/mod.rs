@@ -64,35 +64,25 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
 
     let ncts = s.cts.len().max(1);
     let mut nodeclaims = Vec::with_capacity(s.claims.len());
+    // Per pool, the part of its limits that neither nodes nor claims have
+    // reserved: claims may list larger types only within it.
+    let mut headroom: Vec<Vec<i64>> = s
+        .pools
+        .iter()
+        .map(|p| {
+            p.lim
+                .iter()
+                .zip(&p.lim_used)
+                .map(|(l, u)| l.saturating_sub(*u))
+                .collect()
+        })
+        .collect();
     for (ci, claim) in s.claims.iter().enumerate() {
         if claim.pods.is_empty() {
             continue;
         }
         let pool = &s.pools[claim.pool];
-        // Types are in order of their cheapest offering, which is never
-        // above their price in the claim's domains: once MAX_INSTANCE_TYPES
-        // are collected, types whose cheapest offering exceeds the dearest
-        // collected price cannot be among the cheapest.
-        let mut types: Vec<(f64, &str)> = Vec::new();
-        let mut cutoff = f64::INFINITY;
-        for t in s.launch_types(ci) {
-            let ty = &pool.types[t];
-            if ty.offers.first().is_none_or(|o| o.1 > cutoff) {
-                break;
-            }
-            if let Some(p) = ty.price(claim.combos) {
-                types.push((p, ty.name.as_str()));
-                if types.len() == MAX_INSTANCE_TYPES {
-                    cutoff = types.iter().map(|t| t.0).fold(0.0, f64::max);
-                }
-            }
-        }
-        let by_price = |a: &(f64, &str), b: &(f64, &str)| a.0.total_cmp(&b.0).then(a.1.cmp(b.1));
-        if types.len() > MAX_INSTANCE_TYPES {
-            types.select_nth_unstable_by(MAX_INSTANCE_TYPES, by_price);
-            types.truncate(MAX_INSTANCE_TYPES);
-        }
-        types.sort_by(by_price);
+        let types = s.launch_list(ci, &mut headroom[claim.pool]);
         let offered = claim.offered;
         let zones: Vec<String> = (0..s.zones.len())
             .filter(|zi| (offered >> (zi * ncts)) & ((1u128 << ncts) - 1) != 0)
@@ -102,11 +92,7 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
             .filter(|ci| (0..s.zones.len()).any(|zi| offered & (1u128 << (zi * ncts + ci)) != 0))
             .map(|ci| s.cts[ci].clone())
             .collect();
-        let names: Vec<String> = types
-            .iter()
-            .take(MAX_INSTANCE_TYPES)
-            .map(|t| t.1.to_string())
-            .collect();
+        let names: Vec<String> = types.iter().map(|t| pool.types[t.1].name.clone()).collect();
         let mut requirements = claim.reqs.clone();
         requirements.add(INSTANCE_TYPE, Requirement::in_values(names.iter().cloned()));
         requirements.add(ZONE, Requirement::in_values(zones.iter().cloned()));

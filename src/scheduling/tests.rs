@@ -273,18 +273,62 @@ fn limits_hold_across_the_solve() {
         ..SolveInput::default()
     };
     let r = run(&input);
-    // The first claim may launch small (2 cpu) or medium (4 cpu): it holds
-    // the larger, the whole limit, as the reference does.
-    assert_eq!(r.nodeclaims.len(), 1);
-    assert_eq!(r.nodeclaims[0].instance_types, ["small", "medium"]);
-    assert_eq!(r.unschedulable.len(), 5);
-    assert!(
-        r.unschedulable[0]
-            .reason
-            .contains("NodePool general would exceed limit cpu=4"),
-        "{}",
-        r.unschedulable[0].reason
+    // Each claim launches small (2 cpu), its cheapest type: two fit the
+    // limit of 4 cpu. With no headroom left, neither may list medium too,
+    // which could launch past the limit.
+    assert_eq!(r.nodeclaims.len(), 2);
+    for c in &r.nodeclaims {
+        assert_eq!(c.instance_types, ["small"]);
+    }
+    assert_eq!(r.unschedulable.len(), 4);
+    assert_eq!(
+        r.unschedulable[0].reason,
+        "NodePool general would exceed limit cpu=4: 4 is counted (0 on 0 node(s) and in-flight NodeClaim(s), 4 reserved by 2 NodeClaim(s) planned in this solve, each at the largest capacity among the instance types it may launch), and the smallest instance type that fits adds 2"
     );
+}
+
+#[test]
+fn claims_list_larger_types_only_within_the_headroom_of_a_limit() {
+    let mut p = pool("general");
+    p.limits.set("cpu", 14000);
+    let pods = (0..3)
+        .map(|i| {
+            let mut q = labelled(pod(&format!("p{i}"), 1500, 100), "app", "x");
+            q.anti_affinity.push(term("app", "x", HOSTNAME));
+            q
+        })
+        .collect();
+    let input = SolveInput {
+        pods,
+        nodepools: vec![p],
+        ..SolveInput::default()
+    };
+    let r = run(&input);
+    // 3 claims reserve 2 cpu each; of the 8 cpu of headroom, the first
+    // takes 6 to list the 8-cpu types too (large, and gpu, which also holds
+    // the pod), the second the last 2 for medium, the third lists small.
+    assert_eq!(r.nodeclaims.len(), 3);
+    assert!(r.unschedulable.is_empty());
+    let lists: Vec<&[String]> = r
+        .nodeclaims
+        .iter()
+        .map(|c| c.instance_types.as_slice())
+        .collect();
+    assert_eq!(lists[0], ["small", "medium", "large", "gpu"]);
+    assert_eq!(lists[1], ["small", "medium"]);
+    assert_eq!(lists[2], ["small"]);
+    // Whatever each claim launches, the limit holds.
+    let cap = |t: &str| match t {
+        "small" => 2,
+        "medium" => 4,
+        "large" | "gpu" => 8,
+        other => panic!("unknown type {other}"),
+    };
+    let worst: i64 = lists
+        .iter()
+        .map(|l| l.iter().map(|t| cap(t)).max().unwrap())
+        .sum();
+    assert_eq!(worst, 14);
 }
 
 #[test]

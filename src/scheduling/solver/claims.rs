@@ -5,6 +5,7 @@
 //! remaining type.
 
 use super::*;
+use crate::scheduling::MAX_INSTANCE_TYPES;
 
 /// The offering domains within `combos` of a set of types.
 pub(super) fn offered_domains(p: &Pool, types: &Bits, combos: u128) -> u128 {
@@ -263,22 +264,15 @@ impl Solver<'_> {
 
     /// Recomputes a claim's price, cheapest type, index entry and limit
     /// reservation. Under limits a claim reserves, per limited resource, the
-    /// capacity of its largest remaining type (any of them may be launched).
+    /// largest capacity among the types it launches from for certain: its
+    /// cheapest type (what the launch takes) and, with minValues, the
+    /// cheapest types that meet them ([`Solver::reserved_types`]). Larger
+    /// types join its launch list only as far as the pool's remaining
+    /// headroom allows ([`Solver::launch_list`]), so a limit binds only
+    /// when the capacity is really near it.
     pub(super) fn refresh_claim(&mut self, ci: usize) {
-        let claim = &mut self.claims[ci];
-        let p = &self.pools[claim.pool];
-        let mut reserve = vec![0i64; p.lim.len()];
-        for (i, order) in p.cap_desc.iter().enumerate() {
-            let cur = &mut claim.cap_cursor[i];
-            while let Some(&t) = order.get(*cur as usize) {
-                if claim.types.get(t as usize) {
-                    reserve[i] = p.types[t as usize].cap_lim[i];
-                    break;
-                }
-                *cur += 1;
-            }
-        }
         let claim = &self.claims[ci];
+        let p = &self.pools[claim.pool];
         let mut best: Option<(f64, usize)> = None;
         for t in claim.types.iter() {
             let ty = &p.types[t];
@@ -298,6 +292,15 @@ impl Solver<'_> {
                 }
             }
         }
+        let mut reserve = vec![0i64; p.lim.len()];
+        if !reserve.is_empty() {
+            for t in self.reserved_types(ci, best.map(|b| b.1)) {
+                for (r, cap) in reserve.iter_mut().zip(&p.types[t].cap_lim) {
+                    *r = (*r).max(*cap);
+                }
+            }
+        }
+        let claim = &self.claims[ci];
         let slack = best.map_or(0, |(_, t)| p.types[t].alloc[0]) - claim.used[0];
         let old_key = claim.slack_key;
         let old_reserve = claim.reserve.clone();
@@ -329,10 +332,113 @@ impl Solver<'_> {
         claim.reserve = reserve;
     }
 
-    /// The types a claim may launch: every remaining type (under limits the
-    /// claim reserves the largest of them).
+    /// The types a claim may launch: every remaining type. Which of them
+    /// are sent with the NodeClaim is [`Solver::launch_list`]'s choice.
     pub fn launch_types(&self, ci: usize) -> impl Iterator<Item = usize> + '_ {
         self.claims[ci].types.iter()
+    }
+
+    /// The types a claim launches from whatever the headroom: its cheapest
+    /// type `best` and, when the pool has minValues, the types in price
+    /// order up to the first set that meets every minValues. The claim's
+    /// limit reservation is their largest capacity.
+    pub(super) fn reserved_types(&self, ci: usize, best: Option<usize>) -> Vec<usize> {
+        let claim = &self.claims[ci];
+        let p = &self.pools[claim.pool];
+        let mut out: Vec<usize> = best.into_iter().collect();
+        if p.min_values.is_empty() {
+            return out;
+        }
+        let mut seen: Vec<Vec<u32>> = vec![Vec::new(); p.min_values.len()];
+        let met = |seen: &[Vec<u32>]| {
+            p.min_values
+                .iter()
+                .zip(seen)
+                .all(|((_, min, _), s)| s.len() >= *min)
+        };
+        let note = |t: usize, seen: &mut [Vec<u32>]| {
+            for ((_, _, ids), s) in p.min_values.iter().zip(seen.iter_mut()) {
+                if !s.contains(&ids[t]) {
+                    s.push(ids[t]);
+                }
+            }
+        };
+        for &t in &out {
+            note(t, &mut seen);
+        }
+        for t in claim.types.iter() {
+            if met(&seen) {
+                break;
+            }
+            if Some(t) != best && p.types[t].price(claim.combos).is_some() {
+                note(t, &mut seen);
+                out.push(t);
+            }
+        }
+        out
+    }
+
+    /// The instance types a claim is launched with, cheapest first, at most
+    /// [`MAX_INSTANCE_TYPES`] (as the reference sends at most 60): the
+    /// reserved types always, and other types in price order whose capacity
+    /// stays within the claim's reservation plus `headroom`, the part of the
+    /// pool's limits no claim or node has reserved. `headroom` is reduced by
+    /// what the longer list adds to the claim's reservation.
+    pub(crate) fn launch_list(&self, ci: usize, headroom: &mut [i64]) -> Vec<(f64, usize)> {
+        let claim = &self.claims[ci];
+        let pool = &self.pools[claim.pool];
+        let reserved = self.reserved_types(ci, claim.cheapest);
+        let bound: Vec<i64> = claim
+            .reserve
+            .iter()
+            .zip(headroom.iter())
+            .map(|(r, h)| r.saturating_add((*h).max(0)))
+            .collect();
+        // Types are in order of their cheapest offering, which is never
+        // above their price in the claim's domains: once MAX_INSTANCE_TYPES
+        // are collected, types whose cheapest offering exceeds the dearest
+        // collected price cannot be among the cheapest.
+        let mut types: Vec<(f64, usize)> = Vec::new();
+        let mut cutoff = f64::INFINITY;
+        for t in self.launch_types(ci) {
+            let ty = &pool.types[t];
+            if ty.offers.first().is_none_or(|o| o.1 > cutoff) {
+                break;
+            }
+            let within = ty.cap_lim.iter().zip(&bound).all(|(c, b)| c <= b);
+            if !within && !reserved.contains(&t) {
+                continue;
+            }
+            if let Some(p) = ty.price(claim.combos) {
+                types.push((p, t));
+                if types.len() == MAX_INSTANCE_TYPES {
+                    cutoff = types.iter().map(|t| t.0).fold(0.0, f64::max);
+                }
+            }
+        }
+        let by_price = |a: &(f64, usize), b: &(f64, usize)| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| pool.types[a.1].name.cmp(&pool.types[b.1].name))
+        };
+        types.sort_by(by_price);
+        // Keep the reserved types; drop the dearest others beyond the cap.
+        while types.len() > MAX_INSTANCE_TYPES {
+            match types.iter().rposition(|(_, t)| !reserved.contains(t)) {
+                Some(i) => {
+                    types.remove(i);
+                }
+                None => break,
+            }
+        }
+        for (i, h) in headroom.iter_mut().enumerate() {
+            let largest = types
+                .iter()
+                .map(|(_, t)| pool.types[*t].cap_lim[i])
+                .max()
+                .unwrap_or(0);
+            *h -= (largest - claim.reserve[i]).max(0);
+        }
+        types
     }
 
     /// Types a claim's pods and offering domains allow, before resources.

@@ -96,6 +96,10 @@ pub(crate) struct Pool {
     pub lim_used: Vec<i64>,
     pub node_limit: Option<i64>,
     pub nodes_used: i64,
+    /// The part of `lim_used` and `nodes_used` that existing nodes and
+    /// in-flight NodeClaims account for (the rest is planned claims').
+    pub lim_existing: Vec<i64>,
+    pub nodes_existing: i64,
     /// (key, minValues, value id per type)
     pub min_values: Vec<(String, usize, Vec<u32>)>,
     /// Per limit resource, type indexes by descending capacity.

@@ -1,6 +1,7 @@
 //! Why a pod cannot get a new NodeClaim: precise, user-facing reasons.
 
 use super::*;
+use crate::model::quantity::format_quantity;
 
 pub(super) fn short_key(key: &str) -> &str {
     match key {
@@ -24,6 +25,27 @@ pub(super) fn describe_need(name: &str, req: i64, daemon: i64) -> String {
 }
 
 impl Solver<'_> {
+    /// Why limit `i` of pool `p` leaves no room for any of `fitting`: what
+    /// is counted against it, by existing capacity and by the claims planned
+    /// in this solve, and what the smallest fitting type would add.
+    fn limit_reason(&self, p: &Pool, i: usize, name: &str, fitting: &[&&TypeInfo]) -> String {
+        let existing = p.lim_existing[i];
+        let planned = p.lim_used[i] - existing;
+        let claims = p.nodes_used - p.nodes_existing;
+        let smallest = fitting.iter().map(|t| t.cap_lim[i]).min().unwrap_or(0);
+        format!(
+            "NodePool {} would exceed limit {}: {} is counted ({} on {} node(s) and in-flight NodeClaim(s), {} reserved by {} NodeClaim(s) planned in this solve, each at the largest capacity among the instance types it may launch), and the smallest instance type that fits adds {}",
+            p.name,
+            describe(name, p.lim[i]),
+            format_quantity(name, p.lim_used[i]),
+            format_quantity(name, existing),
+            p.nodes_existing,
+            format_quantity(name, planned),
+            claims,
+            format_quantity(name, smallest),
+        )
+    }
+
     pub(super) fn explain_new(&self, pod: usize, a: &Attempt, pool: usize, combos: u128) -> String {
         let p = &self.pools[pool];
         let pv = &self.variants[a.variant].per_pool[pool];
@@ -68,11 +90,7 @@ impl Solver<'_> {
                 .iter()
                 .all(|t| t.cap_lim[i] > p.lim[i].saturating_sub(p.lim_used[i]))
             {
-                return format!(
-                    "NodePool {} would exceed limit {}",
-                    p.name,
-                    describe(name, p.lim[i])
-                );
+                return self.limit_reason(p, i, name, &fitting);
             }
         }
         if let Some((key, min, _)) = p.min_values.first() {

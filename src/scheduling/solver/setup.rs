@@ -265,6 +265,8 @@ impl<'a> Solver<'a> {
                 types,
                 daemon,
                 lim_used: vec![0; lim.len()],
+                lim_existing: vec![0; lim.len()],
+                nodes_existing: 0,
                 lim_names,
                 lim,
                 node_limit,
@@ -369,10 +371,12 @@ impl<'a> Solver<'a> {
                 .as_ref()
                 .and_then(|name| pools.iter_mut().find(|p| &p.name == name))
             {
-                for (u, k) in pool.lim_used.iter_mut().zip(&pool.lim_names) {
+                for (u, k) in pool.lim_existing.iter_mut().zip(&pool.lim_names) {
                     *u += n.capacity.get(k);
                 }
-                pool.nodes_used += 1;
+                pool.nodes_existing += 1;
+                pool.lim_used.clone_from(&pool.lim_existing);
+                pool.nodes_used = pool.nodes_existing;
             }
         }
         let node_index = nodes
