@@ -2,6 +2,7 @@
 //! through the real controller, and the JSON report is asserted on.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
 
 use serde_json::Value;
 
@@ -220,6 +221,10 @@ fn scenario_schema_accepts_the_valid_scenarios() {
         "demo.yaml",
         "limits.yaml",
         "ice.yaml",
+        "ice-learn.yaml",
+        "mixed.yaml",
+        "anti-affinity.yaml",
+        "pending-end.yaml",
         "too-big.yaml",
         "backwards.yaml",
     ] {
@@ -232,4 +237,122 @@ fn scenario_schema_accepts_the_valid_scenarios() {
     }
     let bad: Value = serde_json::json!({"config": "x", "timeline": [{"at": "1m", "launch": {}}]});
     assert!(!validator.is_valid(&bad));
+}
+
+/// Launch delay (45 s) + a batch window (at most 10 s) + one re-solve and
+/// its launch: about two minutes. The resync is 15 minutes.
+const ONE_RESOLVE: f64 = 120.0;
+
+fn assert_every_pod_runs_within(r: &Value, seconds: f64) {
+    for p in r["pods"].as_array().unwrap() {
+        assert!(p["node"].is_string(), "pod never bound: {p}");
+        let pending = p["pending_seconds"].as_f64().unwrap();
+        assert!(pending <= seconds, "pending {pending} s: {p}");
+    }
+    assert_eq!(r["summary"]["pods_pending"], 0);
+    assert!(r["unschedulable"].as_array().unwrap().is_empty());
+}
+
+fn provisioned_at(r: &Value) -> Vec<f64> {
+    r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "Provisioned")
+        .map(|e| e["t"].as_f64().unwrap())
+        .collect()
+}
+
+/// Regression: kube-scheduler does not follow the plan, so pods planned on
+/// new nodes found their room taken by others once the nodes were ready,
+/// and waited for the 15-minute resync.
+#[test]
+fn pods_displaced_by_kube_scheduler_get_capacity_at_once() {
+    let r = report(&["tests/scenarios/mixed.yaml"]);
+    assert_every_pod_runs_within(&r, ONE_RESOLVE);
+    let at = provisioned_at(&r);
+    assert!(at.iter().all(|t| *t < ONE_RESOLVE), "{at:?}");
+    // The scheduler did disagree: a second solve was needed.
+    assert!(at.iter().any(|t| *t > 10.0), "{at:?}");
+}
+
+/// Regression: 40 anti-affine pods got their nodes in waves, one per
+/// resync, because each claim reserved the largest type it might launch
+/// against the NodePool's limits.
+#[test]
+fn anti_affine_replicas_get_all_their_nodes_in_one_wave() {
+    let r = report(&["tests/scenarios/anti-affinity.yaml"]);
+    assert_every_pod_runs_within(&r, ONE_RESOLVE);
+    let at = provisioned_at(&r);
+    assert_eq!(at.len(), 40);
+    assert!(at.iter().all(|t| *t <= 10.0), "{at:?}");
+}
+
+/// Insufficient capacity is learnt by failing a launch: the failure is in
+/// the report, the offering is skipped for three minutes, then used again.
+#[test]
+fn insufficient_capacity_is_learnt_by_failing_and_skipped_for_three_minutes() {
+    let r = report(&["tests/scenarios/ice-learn.yaml"]);
+    assert_every_pod_runs_within(&r, ONE_RESOLVE);
+    let events = r["events"].as_array().unwrap();
+    let failed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "InsufficientCapacity")
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("m7i.large/us-east-1a/on-demand"),
+        "{}",
+        failed[0]
+    );
+    let t_failed = failed[0]["t"].as_f64().unwrap();
+    let since_start = |n: &Value| {
+        let at = n["launched_at"].as_str().unwrap();
+        let t = jiff::Timestamp::from_str(at).unwrap();
+        t.duration_since(jiff::Timestamp::from_str("2026-01-05T00:00:00Z").unwrap())
+            .as_secs_f64()
+    };
+    let mut large = Vec::new();
+    for n in r["nodes"].as_array().unwrap() {
+        if n["instance_type"] == "m7i.large" {
+            large.push(since_start(n));
+        }
+    }
+    // Within three minutes of the failure, nothing launches on it, though
+    // its window has closed; after them, it is the cheapest again.
+    assert!(
+        large.iter().all(|t| *t >= t_failed + 180.0),
+        "m7i.large launched at {large:?}, failure at {t_failed}"
+    );
+    assert_eq!(large.len(), 1, "{large:?}");
+}
+
+/// Regression: a pod deleted while pending counted as pending until the end
+/// of the run, and a pod pending at the end was not listed anywhere.
+#[test]
+fn pending_time_ends_at_deletion_and_pods_pending_at_the_end_are_listed() {
+    let r = report(&["tests/scenarios/pending-end.yaml"]);
+    let pods: BTreeMap<&str, &Value> = r["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p))
+        .collect();
+    assert_eq!(pods["giant"]["pending_seconds"], 120.0);
+    assert_eq!(pods["late"]["pending_seconds"], 20.0);
+    assert_eq!(r["summary"]["max_pending_seconds"], 120.0);
+    assert_eq!(r["summary"]["pods_pending"], 1);
+    let u = r["unschedulable"].as_array().unwrap();
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert_eq!(u[0]["pod"], "default/late");
+    assert_eq!(u[0]["reason"], "waiting for capacity");
+    let text = dovetail(&["simulate", "tests/scenarios/pending-end.yaml"]);
+    assert!(
+        text.stdout.contains("pods still pending  1"),
+        "{}",
+        text.stdout
+    );
 }

@@ -39,20 +39,61 @@ pub const BATCH_IDLE: Duration = Duration::from_secs(1);
 /// ...or when it has been open this long.
 pub const BATCH_MAX: Duration = Duration::from_secs(10);
 
+/// How long a pod the last solve placed on a ready node may stay pending
+/// before it is solved for again: kube-scheduler binds within a cycle, so
+/// a pod still pending after this found its planned room taken. Doubles
+/// for each further solve that places it on a ready node again, up to the
+/// resync, so a lasting disagreement with kube-scheduler costs few solves.
+const PLACED_GRACE: Duration = Duration::from_secs(10);
+
+/// What the last solve did with a pending pod: the fact its decision
+/// relied on. While that fact holds, solving for the pod again would
+/// change nothing; once it no longer holds, the pod opens a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Planned {
+    /// On a NodeClaim still in flight (created by the solve, or launching):
+    /// holds until the claim is initialized, deleted or gone. Then the pod
+    /// either runs, or kube-scheduler gave its room to another pod.
+    InFlight(String),
+    /// On a ready node, until `until`: kube-scheduler should bind it by
+    /// then. `grace` is the wait that gave `until`.
+    Ready { until: Timestamp, grace: Duration },
+    /// Nowhere, with a reason: holds until the configuration or the claims
+    /// change, or the resync.
+    Unplaced,
+}
+
 /// The pending pods seen so far and when the batch opened and last changed,
-/// and what the last solve covered.
+/// and what the last solve decided for each pending pod.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     pods: BTreeSet<String>,
     opened: Option<Timestamp>,
     changed: Option<Timestamp>,
     /// The pending pods the last solve placed or gave a reason for.
-    solved_pods: BTreeSet<String>,
+    planned: BTreeMap<String, Planned>,
     /// The NodeClaims that solve counted on (existing and created).
     solved_claims: BTreeSet<String>,
     /// The resourceVersions of the NodePools and EC2NodeClasses it used.
     solved_config: BTreeMap<String, String>,
     solved_at: Option<Timestamp>,
+}
+
+/// Where a solve put a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// A NodeClaim the solve created.
+    Claim(String),
+    /// An existing node or in-flight NodeClaim, by the solver's name for it.
+    Node(String),
+}
+
+/// What one solve did.
+#[derive(Debug, Default)]
+struct Provisioned {
+    created: BTreeSet<String>,
+    /// Pending pods by where the solve placed them; unplaced pods are absent.
+    placed: BTreeMap<String, Target>,
 }
 
 fn since(t: Timestamp, now: Timestamp) -> Duration {
@@ -153,21 +194,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             self.unschedulable.clear();
             return self.settings.resync;
         }
-        // Pods the last solve placed on in-flight capacity stay pending until
-        // their nodes are ready; solving for them again would change nothing.
-        // A batch opens for pods that solve has not seen, when capacity it
-        // counted on went away, or after a resync period.
+        // A pod the last solve decided for opens no batch while the fact
+        // that decision relied on holds: the capacity it was planned on is
+        // still in flight, or kube-scheduler has not yet had time to bind
+        // it to the ready node it was planned on. A batch opens for pods
+        // that solve has not seen or whose fact no longer holds, when
+        // capacity it counted on went away, or after a resync period.
         if self.batch.opened.is_none()
             && let Some(solved_at) = self.batch.solved_at
         {
             let due = self.settings.resync.saturating_sub(since(solved_at, now));
-            let unseen = pending.iter().any(|p| !self.batch.solved_pods.contains(p));
-            if !unseen
-                && !due.is_zero()
+            if !due.is_zero()
                 && !self.claims_lost()
                 && self.config_versions() == self.batch.solved_config
             {
-                return due;
+                match self.next_unseen(&pending, now) {
+                    None => return due,
+                    Some(wait) if !wait.is_zero() => return wait.min(due),
+                    Some(_) => {}
+                }
             }
         }
         if pending != self.batch.pods {
@@ -182,7 +227,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
-        let mut solved_claims = self.provision(&pods).await;
+        let previous = std::mem::take(&mut self.batch.planned);
+        let outcome = self.provision(&pods).await;
+        let mut solved_claims = outcome.created.clone();
         solved_claims.extend(
             self.cluster
                 .list::<NodeClaim>()
@@ -190,14 +237,121 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .filter(|c| c.metadata.deletion_timestamp.is_none())
                 .filter_map(|c| c.metadata.name.clone()),
         );
+        let planned = self.planned(solved_pods, &outcome, &previous, now);
         self.batch = Batch {
-            solved_pods,
+            planned,
             solved_claims,
             solved_config,
             solved_at: Some(now),
             ..Batch::default()
         };
-        self.settings.resync
+        let mut next = self.settings.resync;
+        for p in self.batch.planned.values() {
+            if let Planned::Ready { until, .. } = p {
+                next = next.min(since(now, *until));
+            }
+        }
+        next
+    }
+
+    /// Whether some pending pod is unseen by the last solve, or its fact no
+    /// longer holds: `Some(ZERO)` if one is now, `Some(wait)` if the first
+    /// one will be after `wait`, `None` if none will be before the resync.
+    fn next_unseen(&self, pending: &BTreeSet<String>, now: Timestamp) -> Option<Duration> {
+        // Claims the plan counted on that are still in flight, looked up
+        // once each.
+        let mut in_flight: BTreeMap<&str, bool> = BTreeMap::new();
+        let mut wait: Option<Duration> = None;
+        for pod in pending {
+            match self.batch.planned.get(pod) {
+                None => return Some(Duration::ZERO),
+                Some(Planned::InFlight(claim)) => {
+                    let holds = *in_flight
+                        .entry(claim.as_str())
+                        .or_insert_with(|| self.claim_in_flight(claim));
+                    if !holds {
+                        return Some(Duration::ZERO);
+                    }
+                }
+                Some(Planned::Ready { until, .. }) => {
+                    if *until <= now {
+                        return Some(Duration::ZERO);
+                    }
+                    let w = since(now, *until);
+                    wait = Some(wait.map_or(w, |x: Duration| x.min(w)));
+                }
+                Some(Planned::Unplaced) => {}
+            }
+        }
+        wait
+    }
+
+    /// Whether a NodeClaim exists, is not being deleted, and is not yet
+    /// initialized.
+    fn claim_in_flight(&self, name: &str) -> bool {
+        self.cluster
+            .get::<NodeClaim>(&ObjectKey::cluster(name))
+            .is_some_and(|c| {
+                c.metadata.deletion_timestamp.is_none()
+                    && !super::is_true(
+                        c.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        super::conditions::INITIALIZED,
+                    )
+            })
+    }
+
+    /// What the solve decided for each pod of the batch, as the facts to
+    /// watch: the claim it counts on while that is in flight, a grace for
+    /// kube-scheduler on a ready node (doubling when the previous solve had
+    /// placed it on a ready node too), or nothing to wait for.
+    fn planned(
+        &self,
+        pods: BTreeSet<String>,
+        outcome: &Provisioned,
+        previous: &BTreeMap<String, Planned>,
+        now: Timestamp,
+    ) -> BTreeMap<String, Planned> {
+        // Nodes and in-flight claims by the name the solver gives them (a
+        // Node's name once registered, else the NodeClaim's), with the
+        // NodeClaim behind each when it is not yet initialized.
+        let mut launching: BTreeMap<String, String> = BTreeMap::new();
+        for c in self.cluster.list::<NodeClaim>().iter() {
+            let Some(name) = c.metadata.name.clone() else {
+                continue;
+            };
+            let conds = c.status.as_ref().and_then(|s| s.conditions.as_ref());
+            if super::is_true(conds, super::conditions::INITIALIZED) {
+                continue;
+            }
+            if let Some(node) = c.status.as_ref().and_then(|s| s.node_name.clone()) {
+                launching.insert(node, name.clone());
+            }
+            launching.insert(name.clone(), name);
+        }
+        pods.into_iter()
+            .map(|pod| {
+                let fact = match outcome.placed.get(&pod) {
+                    Some(Target::Claim(claim)) => Planned::InFlight(claim.clone()),
+                    Some(Target::Node(node)) => match launching.get(node) {
+                        Some(claim) => Planned::InFlight(claim.clone()),
+                        None => {
+                            let grace = match previous.get(&pod) {
+                                Some(Planned::Ready { grace, .. }) => {
+                                    grace.saturating_mul(2).min(self.settings.resync)
+                                }
+                                _ => PLACED_GRACE,
+                            };
+                            Planned::Ready {
+                                until: now.checked_add(grace).unwrap_or(now),
+                                grace,
+                            }
+                        }
+                    },
+                    None => Planned::Unplaced,
+                };
+                (pod, fact)
+            })
+            .collect()
     }
 
     /// The resourceVersion of every NodePool and EC2NodeClass: a change to
@@ -359,11 +513,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         Some(result.lower_bound)
     }
 
-    /// One solve for the pending pods; returns the names of the NodeClaims
-    /// it created.
-    async fn provision(&mut self, pods: &[Arc<Pod>]) -> BTreeSet<String> {
+    /// One solve for the pending pods: the NodeClaims it created, and where
+    /// it placed each pod.
+    async fn provision(&mut self, pods: &[Arc<Pod>]) -> Provisioned {
         let now = self.clock.now();
-        let mut created = BTreeSet::new();
+        let mut out = Provisioned::default();
         let (pools, specs, catalog) = self.nodepool_specs().await;
         let snapshot = self.snapshot(pods);
         let now_ms = now.as_millisecond();
@@ -372,7 +526,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Ok(i) => i,
             Err(e) => {
                 self.event("Provisioner".into(), "InputInvalid", e.to_string());
-                return created;
+                return out;
             }
         };
         let result = match solve(
@@ -385,7 +539,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Ok(r) => r,
             Err(e) => {
                 self.event("Provisioner".into(), "SolveFailed", e.to_string());
-                return created;
+                return out;
             }
         };
         self.unschedulable = result
@@ -395,6 +549,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .collect();
         for (pod, reason) in self.unschedulable.clone() {
             self.event(format!("Pod/{pod}"), "FailedProvisioning", reason);
+        }
+        for placement in &result.existing {
+            for pod in &placement.pods {
+                out.placed
+                    .insert(pod.clone(), Target::Node(placement.node.clone()));
+            }
         }
         let pools_by_name: BTreeMap<String, &Arc<NodePool>> = pools
             .iter()
@@ -411,7 +571,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
-                    created.insert(name.clone());
+                    out.created.insert(name.clone());
+                    for pod in &claim.pods {
+                        out.placed.insert(pod.clone(), Target::Claim(name.clone()));
+                    }
                     self.event(
                         format!("NodeClaim/{name}"),
                         "Provisioned",
@@ -432,7 +595,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
             }
         }
-        created
+        out
     }
 
     /// The NodeClaim object for a planned claim of a NodePool, stamped with
@@ -568,5 +731,68 @@ mod tests {
         clock.advance(BATCH_MAX).unwrap();
         rt.block_on(controller.reconcile_provisioning());
         assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
+    }
+
+    /// Regression: a pod the last solve placed on a new NodeClaim stayed
+    /// "seen" until the resync, even after that claim was ready and
+    /// kube-scheduler had given its room to another pod.
+    #[test]
+    fn a_pod_still_pending_once_its_planned_claim_is_ready_is_solved_again_at_once() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let catalog = SimEc2::builtin_catalog().unwrap();
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let class: EC2NodeClass =
+            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
+        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
+        cluster.create(class).unwrap();
+        cluster.create(pool).unwrap();
+        cluster.create(pending_pod("a")).unwrap();
+        let mut controller =
+            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut pass = |by: Duration| {
+            clock.advance(by).unwrap();
+            rt.block_on(controller.reconcile_provisioning())
+        };
+        pass(Duration::ZERO);
+        pass(BATCH_IDLE);
+        let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+        assert_eq!(claims.len(), 1);
+        // While the claim is in flight, the pending pod is not solved again.
+        pass(BATCH_MAX);
+        pass(BATCH_MAX);
+        assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
+        // The claim's node is ready, but kube-scheduler bound another pod
+        // there: the pod is still pending. The next pass opens a batch, well
+        // before the resync, and plans a new claim for it.
+        let node: Node = from_yaml(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels:\n    \
+             karpenter.sh/nodepool: general\n    karpenter.sh/initialized: 'true'\n\
+             spec: {providerID: 'aws:///us-east-1a/i-1'}\n\
+             status:\n  allocatable: {cpu: 1930m, memory: 7Gi, pods: '29'}\n  \
+             capacity: {cpu: '2', memory: 8Gi, pods: '29'}\n",
+        );
+        cluster.create(node).unwrap();
+        let mut intruder = pending_pod("intruder");
+        intruder.spec.as_mut().unwrap().node_name = Some("n1".into());
+        intruder.status = None;
+        cluster.create(intruder).unwrap();
+        let mut ready = (*claims[0]).clone();
+        let status = ready.status.get_or_insert_with(Default::default);
+        status.node_name = Some("n1".into());
+        status.provider_id = Some("aws:///us-east-1a/i-1".into());
+        let now = clock.now();
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        crate::controller::set_condition(conds, "Initialized", true, "Initialized", "", now);
+        cluster.update_status(ready).unwrap();
+        let wait = pass(Duration::from_secs(1));
+        assert!(wait <= BATCH_IDLE, "{wait:?}");
+        pass(BATCH_IDLE);
+        assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 2);
+        assert!(clock.now().duration_since(Timestamp::UNIX_EPOCH).as_secs() < 60);
     }
 }

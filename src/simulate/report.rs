@@ -15,6 +15,10 @@ use crate::cloud::{Instance, InstanceState};
 use crate::cluster::{EventType, MemoryCluster, Selector};
 use crate::controller::Event;
 
+/// The reason given for a pod pending at the end of a run that the last
+/// solve did not call unschedulable: capacity was planned for it.
+pub const WAITING_FOR_CAPACITY: &str = "waiting for capacity";
+
 fn secs(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
 }
@@ -63,6 +67,8 @@ pub struct PodRecord {
     #[serde(skip)]
     bound: Option<Timestamp>,
     #[serde(skip)]
+    deleted: Option<Timestamp>,
+    #[serde(skip)]
     daemon: bool,
 }
 
@@ -81,6 +87,8 @@ pub struct Summary {
     pub disruptions_by_reason: BTreeMap<String, usize>,
     pub evictions: usize,
     pub pods_created: usize,
+    /// Pods neither bound, finished nor deleted at the end of the run.
+    pub pods_pending: usize,
     pub max_pending_seconds: f64,
     pub p50_pending_seconds: f64,
     pub p99_pending_seconds: f64,
@@ -229,6 +237,7 @@ impl Recorder {
             deleted_at: None,
             created: Some(now),
             bound: None,
+            deleted: None,
             daemon,
         });
         let was_active = !is_new && record.deleted_at.is_none() && !terminal(&record.phase);
@@ -241,6 +250,7 @@ impl Recorder {
         record.phase = phase(p);
         if deleted && record.deleted_at.is_none() {
             record.deleted_at = Some(format_rfc3339(now));
+            record.deleted = Some(now);
         }
         let is_active = record.deleted_at.is_none() && !terminal(&record.phase);
         if job {
@@ -325,10 +335,29 @@ impl Recorder {
         unschedulable: BTreeMap<String, String>,
         cloud_calls: usize,
     ) -> Report {
+        // A pod is pending from its creation until it is bound, deleted,
+        // or the run ends.
         for p in self.pods.values_mut() {
-            let until = p.bound.unwrap_or(end);
+            let until = p.bound.or(p.deleted).unwrap_or(end);
             p.pending_seconds = p.created.map(|c| secs(c, until)).unwrap_or(0.0);
         }
+        // Every pod still pending at the end is listed, with the last
+        // solve's reason or as waiting for the capacity planned for it.
+        let mut unschedulable = unschedulable;
+        let mut still_pending = 0;
+        for (key, p) in &self.pods {
+            if p.bound.is_none() && p.deleted.is_none() && !terminal(&p.phase) {
+                still_pending += 1;
+                unschedulable
+                    .entry(key.clone())
+                    .or_insert_with(|| WAITING_FOR_CAPACITY.to_string());
+            }
+        }
+        unschedulable.retain(|key, _| {
+            self.pods
+                .get(key)
+                .is_none_or(|p| p.bound.is_none() && p.deleted.is_none() && !terminal(&p.phase))
+        });
         let mut pods_by_node: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (key, p) in &self.pods {
             if let Some(n) = &p.node {
@@ -382,6 +411,7 @@ impl Recorder {
             disruptions_by_reason: disruptions,
             evictions: self.evictions,
             pods_created: self.pods.len(),
+            pods_pending: still_pending,
             max_pending_seconds: pending.last().copied().unwrap_or(0.0),
             p50_pending_seconds: pct(0.5),
             p99_pending_seconds: pct(0.99),
@@ -435,7 +465,7 @@ impl Report {
             );
         }
         if !self.unschedulable.is_empty() {
-            let _ = writeln!(out, "\nUnschedulable pods:");
+            let _ = writeln!(out, "\nPods still pending at the end:");
             for u in &self.unschedulable {
                 let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
             }
@@ -449,6 +479,13 @@ impl Report {
         let _ = writeln!(out, "  nodes launched      {}", s.nodes_launched);
         let _ = writeln!(out, "  nodes terminated    {}", s.nodes_terminated);
         let _ = writeln!(out, "  pods created        {}", s.pods_created);
+        if s.pods_pending > 0 {
+            let _ = writeln!(
+                out,
+                "  pods still pending  {} (listed above with their reasons)",
+                s.pods_pending
+            );
+        }
         let _ = writeln!(out, "  evictions           {}", s.evictions);
         let _ = writeln!(
             out,
