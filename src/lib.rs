@@ -11,6 +11,7 @@ pub mod cloud;
 pub mod cluster;
 pub mod config;
 pub mod controller;
+pub mod convert;
 pub mod diag;
 pub mod drift;
 pub mod model;

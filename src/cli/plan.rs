@@ -7,9 +7,10 @@ use super::validate::{display_prefix, load_repo};
 use super::{Io, exit, render};
 use crate::clock::{Clock, SystemClock};
 use crate::config::validate::{self, Options};
+use crate::convert::{ConfigDocs, build_input};
 use crate::diag::Severity;
 use crate::model::catalog::read_catalog;
-use crate::plan::{ConfigDocs, PlanReport, build_input, read_pods};
+use crate::plan::{PlanReport, read_pods};
 use crate::scheduling::{Preferences, SolveOptions, solve};
 use crate::snapshot::read_snapshot;
 

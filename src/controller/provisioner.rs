@@ -28,8 +28,8 @@ use crate::api::{EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim,
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
+use crate::convert::{build_input_with_pools, nodepool_spec_with_types};
 use crate::model::{InstanceType, Requirement, Requirements};
-use crate::plan::{build_input_with_pools, nodepool_spec_with_types};
 use crate::scheduling::pod::is_provisionable;
 use crate::scheduling::{NewNodeClaim, NodePoolSpec, Preferences, SolveOptions, solve};
 use crate::snapshot::Snapshot;

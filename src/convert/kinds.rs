@@ -1,5 +1,5 @@
-//! Conversions from Karpenter and Kubernetes documents to the core's domain
-//! types: one small function per kind.
+//! One small function per kind: Karpenter and Kubernetes documents to the
+//! core's domain types.
 
 use std::collections::{BTreeMap, HashMap};
 
