@@ -14,6 +14,7 @@ pub mod controller;
 pub mod convert;
 pub mod diag;
 pub mod drift;
+pub mod fsutil;
 pub mod model;
 pub mod par;
 pub mod plan;

@@ -281,7 +281,7 @@ fn a_missing_snapshot_is_an_error_with_a_hint() {
     );
     assert!(
         out.stderr
-            .contains("hint: write a snapshot with `dovetail snapshot --output FILE`"),
+            .contains("hint: write a snapshot with `dovetail snapshot --out-file FILE`"),
         "{}",
         out.stderr
     );

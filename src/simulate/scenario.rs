@@ -31,6 +31,8 @@ pub struct Scenario {
     pub start: Timestamp,
     /// The configuration repository, resolved against the scenario's folder.
     pub config: PathBuf,
+    /// Where `config` is written in the scenario.
+    pub config_pos: Pos,
     pub catalog: Option<PathBuf>,
     pub region: String,
     pub zones: Vec<String>,
@@ -126,10 +128,23 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommitStep {
     pub message: String,
-    /// Repository-relative paths, in the scenario's order; `None` deletes.
-    pub files: Vec<(String, Option<Vec<u8>>)>,
+    /// The files written or deleted, in the scenario's order.
+    pub files: Vec<CommitFile>,
     /// Prune managed objects no longer in the repository.
     pub prune: bool,
+    /// The scenario file, for messages.
+    pub scenario: String,
+}
+
+/// One file of a `commit` step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitFile {
+    /// Repository-relative path with `/` separators.
+    pub path: String,
+    /// The new content; `None` deletes the file.
+    pub content: Option<Vec<u8>>,
+    /// Where the path is written in the scenario.
+    pub pos: Pos,
 }
 
 const STEP_KINDS: [&str; 6] = ["apply", "scale", "delete", "commit", "interrupt", "advance"];
@@ -217,7 +232,95 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         )
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    parse(&file, dir, &bytes)
+    let scenario = parse(&file, dir, &bytes)?;
+    check_on_disk(&scenario)?;
+    Ok(scenario)
+}
+
+/// Checks what a scenario names on disk before anything runs: the
+/// configuration repository is a directory, and every `commit` step writes
+/// only inside it, never through a symlink, and deletes only files that
+/// exist at that step.
+pub fn check_on_disk(s: &Scenario) -> Result<(), ScenarioError> {
+    let err = |pos: Pos, message: String| -> ScenarioError {
+        Box::new(
+            Diagnostic::error("scenario", message)
+                .in_file(&s.file)
+                .at(pos),
+        )
+    };
+    match std::fs::metadata(&s.config) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(err(
+                s.config_pos,
+                format!(
+                    "config: {} is not a directory; it names the configuration repository",
+                    s.config.display()
+                ),
+            ));
+        }
+        Err(e) => {
+            let mut d = err(
+                s.config_pos,
+                format!(
+                    "config: cannot read the configuration repository {}: {e}",
+                    s.config.display()
+                ),
+            );
+            d.hint = Some("`config` is relative to the scenario file".into());
+            return Err(d);
+        }
+    }
+    // Whether each path is a file at the current step, where a step changed it.
+    let mut present: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
+    for step in &s.steps {
+        let Action::Commit(c) = &step.action else {
+            continue;
+        };
+        for f in &c.files {
+            let rel = Path::new(&f.path);
+            if let Some(blocked) = crate::fsutil::blocked_inside(&s.config, rel) {
+                let why = match blocked {
+                    crate::fsutil::WriteError::Symlink { path } => format!(
+                        "{} is a symlink, and a commit step never writes through a symlink",
+                        path.strip_prefix(&s.config).unwrap_or(&path).display()
+                    ),
+                    crate::fsutil::WriteError::NotADirectory { path } => format!(
+                        "{} is a file, not a directory",
+                        path.strip_prefix(&s.config).unwrap_or(&path).display()
+                    ),
+                    other => other.to_string(),
+                };
+                return Err(err(f.pos, format!("commit: {:?}: {why}", f.path)));
+            }
+            let on_disk = std::fs::symlink_metadata(s.config.join(rel)).ok();
+            if f.content.is_some() && on_disk.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+                return Err(err(
+                    f.pos,
+                    format!(
+                        "commit: {:?}: it is a symlink in the configuration repository, and a commit step never writes through a symlink",
+                        f.path
+                    ),
+                ));
+            }
+            let exists = *present
+                .entry(f.path.as_str())
+                .or_insert_with(|| on_disk.is_some_and(|m| !m.is_dir()));
+            if f.content.is_none() && !exists {
+                return Err(err(
+                    f.pos,
+                    format!(
+                        "commit: cannot delete {:?}: it is not in the configuration repository {} at this step",
+                        f.path,
+                        s.config.display()
+                    ),
+                ));
+            }
+            present.insert(f.path.as_str(), f.content.is_some());
+        }
+    }
+    Ok(())
 }
 
 /// Parses a scenario held in memory; relative paths resolve against `dir`.
@@ -257,6 +360,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         })?,
         None => parse_rfc3339(DEFAULT_START).expect("valid default"),
     };
+    let config_pos = root.get("config").map_or(root.pos, |n| n.pos);
     let config = match root.get("config") {
         Some(n) => ctx.path(n, "config")?,
         None => {
@@ -318,6 +422,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         file: file.to_string(),
         start,
         config,
+        config_pos,
         catalog,
         region,
         zones,
@@ -622,12 +727,17 @@ fn commit_step(ctx: &Ctx, body: &Node) -> Result<CommitStep, ScenarioError> {
                 ));
             }
         };
-        files.push((path.to_string(), content));
+        files.push(CommitFile {
+            path: path.to_string(),
+            content,
+            pos: key.pos,
+        });
     }
     Ok(CommitStep {
         message,
         files,
         prune,
+        scenario: ctx.file.to_string(),
     })
 }
 
@@ -725,13 +835,22 @@ mod tests {
             Action::Commit(CommitStep {
                 message: "raise".into(),
                 files: vec![
-                    (
-                        "nodepools/a.yaml".into(),
-                        Some(b"kind: NodePool\n".to_vec())
-                    ),
-                    ("old.yaml".into(), None),
+                    CommitFile {
+                        path: "nodepools/a.yaml".into(),
+                        content: Some(b"kind: NodePool\n".to_vec()),
+                        pos: Pos { line: 8, column: 9 },
+                    },
+                    CommitFile {
+                        path: "old.yaml".into(),
+                        content: None,
+                        pos: Pos {
+                            line: 10,
+                            column: 9
+                        },
+                    },
                 ],
                 prune: true,
+                scenario: "s.yaml".into(),
             })
         );
     }
