@@ -25,8 +25,8 @@ pub enum ImpactError {
     NoNodes,
     #[error("--replacement-time: {0}")]
     ReplacementTime(String),
-    #[error("snapshot {0}")]
-    Snapshot(#[source] ReadError),
+    #[error("snapshot: {0}")]
+    Snapshot(ReadError),
     #[error("{file}: {message}")]
     Nodes { file: String, message: String },
     #[error("catalog")]

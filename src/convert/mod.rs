@@ -20,19 +20,29 @@ pub use kinds::{
     daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
 };
 
+use crate::diag::Pos;
 use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
 use crate::scheduling::{NodePoolSpec, SolveInput};
-use crate::snapshot::{Located, Snapshot};
+use crate::snapshot::{Located, Origin, Snapshot};
 
-/// An object that cannot be converted, at its file and line.
+/// An object that cannot be converted, at its file and line (no file for
+/// objects read from a cluster, line 0 when unknown).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{line}: {object}: {message}")]
+#[error("{}{object}: {message}", where_(file, *line))]
 pub struct Invalid {
     pub file: String,
     pub line: usize,
     pub object: String,
     pub message: String,
+}
+
+fn where_(file: &str, line: usize) -> String {
+    match (file.is_empty(), line) {
+        (true, _) => String::new(),
+        (false, 0) => format!("{file}: "),
+        (false, l) => format!("{file}:{l}: "),
+    }
 }
 
 /// Karpenter documents of the config repository.
@@ -71,13 +81,13 @@ impl ConfigDocs {
 pub fn build_input(
     config: &ConfigDocs,
     catalog: &[InstanceType],
-    pods: &[(Located, Pod)],
+    pods: &[(Pos, Pod)],
     pods_file: &str,
-    snapshot: Option<&Snapshot>,
+    snapshot: Option<(&Snapshot, &Origin)>,
     now_ms: i64,
 ) -> Result<SolveInput, Invalid> {
     let nodepools = nodepool_specs(config, catalog)?;
-    build_input_with_pools(nodepools, catalog, pods, pods_file, snapshot, now_ms)
+    build_input_from(nodepools, catalog, pods, pods_file, snapshot, now_ms)
 }
 
 /// The core's NodePools from the repository's documents and a catalog.
@@ -116,13 +126,35 @@ pub fn nodepool_specs(
 
 /// Builds the core's input around NodePools already built: existing nodes,
 /// in-flight NodeClaims (sized from `catalog` until they report their own
-/// capacity), DaemonSets and pending pods of the snapshot, and `pods`.
+/// capacity), DaemonSets and pending pods of the snapshot (objects of a
+/// cluster, named without a file), and `pods`.
 pub fn build_input_with_pools(
     nodepools: Vec<NodePoolSpec>,
     catalog: &[InstanceType],
-    pods: &[(Located, Pod)],
+    pods: &[(Pos, Pod)],
     pods_file: &str,
     snapshot: Option<&Snapshot>,
+    now_ms: i64,
+) -> Result<SolveInput, Invalid> {
+    let origin = Origin::default();
+    build_input_from(
+        nodepools,
+        catalog,
+        pods,
+        pods_file,
+        snapshot.map(|s| (s, &origin)),
+        now_ms,
+    )
+}
+
+/// [`build_input_with_pools`] for a snapshot read from a file: a problem
+/// names the snapshot's file and the object's line.
+pub fn build_input_from(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    pods: &[(Pos, Pod)],
+    pods_file: &str,
+    snapshot: Option<(&Snapshot, &Origin)>,
     now_ms: i64,
 ) -> Result<SolveInput, Invalid> {
     let mut input = SolveInput {
@@ -130,7 +162,13 @@ pub fn build_input_with_pools(
         ..SolveInput::default()
     };
     let mut volumes = VolumeIndex::default();
-    if let Some(s) = snapshot {
+    if let Some((s, origin)) = snapshot {
+        let invalid = |object: String, message: String| Invalid {
+            file: origin.file.clone(),
+            line: origin.line(&object),
+            object,
+            message,
+        };
         for c in &s.persistent_volume_claims {
             let key = format!(
                 "{}/{}",
@@ -149,35 +187,31 @@ pub fn build_input_with_pools(
                 .storage_classes
                 .insert(sc.metadata.name.clone().unwrap_or_default(), (**sc).clone());
         }
-        input.nodes = existing_nodes(s, catalog).map_err(|message| Invalid {
-            file: "snapshot".into(),
-            line: 0,
-            object: "Node".into(),
-            message,
-        })?;
+        input.nodes =
+            existing_nodes(s, catalog).map_err(|(object, message)| invalid(object, message))?;
         for ds in &s.daemonsets {
             input
                 .daemonsets
-                .push(daemonset_spec(ds, now_ms).map_err(|message| Invalid {
-                    file: "snapshot".into(),
-                    line: 0,
-                    object: format!("DaemonSet/{}", ds.metadata.name.as_deref().unwrap_or("")),
-                    message,
+                .push(daemonset_spec(ds, now_ms).map_err(|message| {
+                    invalid(
+                        format!(
+                            "DaemonSet/{}/{}",
+                            ds.metadata.namespace.as_deref().unwrap_or("default"),
+                            ds.metadata.name.as_deref().unwrap_or("")
+                        ),
+                        message,
+                    )
                 })?);
         }
         for p in s.pods.iter().filter(|p| is_provisionable(p)) {
-            input
-                .pods
-                .push(pod_spec(p, &volumes, now_ms).map_err(|e| Invalid {
-                    file: "snapshot".into(),
-                    line: 0,
-                    object: format!("Pod/{}", e.pod),
-                    message: e.message,
-                })?);
+            input.pods.push(
+                pod_spec(p, &volumes, now_ms)
+                    .map_err(|e| invalid(format!("Pod/{}", e.pod), e.message))?,
+            );
         }
     }
     // Every pod of --pods that is not bound and not a DaemonSet's is pending.
-    for (o, p) in pods {
+    for (pos, p) in pods {
         let bound = p
             .spec
             .as_ref()
@@ -196,7 +230,7 @@ pub fn build_input_with_pools(
             .pods
             .push(pod_spec(p, &volumes, now_ms).map_err(|e| Invalid {
                 file: pods_file.to_string(),
-                line: o.line,
+                line: pos.line as usize,
                 object: format!("Pod/{}", e.pod),
                 message: e.message,
             })?);

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
 
 pub use report::{PlanNodeClaim, PlanPlacement, PlanReport, PlanUnschedulable};
 
 use crate::convert::{ConfigDocs, Invalid, build_input};
+use crate::diag::Pos;
 use crate::model::catalog::{CatalogError, read_catalog};
 use crate::scheduling::{Preferences, SolveError, SolveOptions, solve};
-use crate::snapshot::{Located, ReadError, read_objects, read_snapshot, typed};
+use crate::snapshot::{ReadError, items, read_snapshot_located, read_text};
 
 /// What `plan` reads.
 #[derive(Debug, Clone)]
@@ -51,26 +51,22 @@ pub enum PlanError {
 }
 
 /// Reads pod manifests: multi-document YAML, a v1/List, or JSON lines.
-pub fn read_pods(path: &Path) -> Result<Vec<(Located, Pod)>, PlanError> {
-    let file = path.display().to_string();
-    let objects = read_objects(path)?;
-    let mut out = Vec::with_capacity(objects.len());
-    for o in objects {
-        let kind = o
-            .object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("Pod");
-        if kind != "Pod" {
-            return Err(PlanError::Invalid(Invalid {
-                file,
-                line: o.line,
-                object: crate::snapshot::kind_name(&o.object),
-                message: "expected a Pod".into(),
-            }));
+/// JSON pods are deserialised straight from the text.
+pub fn read_pods(path: &Path) -> Result<Vec<(Pos, Pod)>, ReadError> {
+    let (file, text) = read_text(path)?;
+    let items = items(&file, &text)?;
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        if it.kind.as_deref().is_some_and(|k| k != "Pod") {
+            return Err(ReadError::Invalid(Box::new(
+                crate::diag::Diagnostic::error("object", "expected a Pod")
+                    .in_file(&file)
+                    .at(it.pos)
+                    .with_object(it.name.clone()),
+            )));
         }
-        let pod: Pod = typed(&file, &o)?;
-        out.push((o, pod));
+        let pod: Pod = it.decode(&file)?;
+        out.push((it.pos, pod));
     }
     Ok(out)
 }
@@ -101,13 +97,17 @@ pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     }
     let catalog = read_catalog(&opts.catalog)?;
     let pods = read_pods(&opts.pods)?;
-    let snapshot = opts.snapshot.as_deref().map(read_snapshot).transpose()?;
+    let snapshot = opts
+        .snapshot
+        .as_deref()
+        .map(read_snapshot_located)
+        .transpose()?;
     let input = build_input(
         &config,
         &catalog,
         &pods,
         &opts.pods.display().to_string(),
-        snapshot.as_ref(),
+        snapshot.as_ref().map(|(s, o)| (s, o)),
         opts.now_ms,
     )?;
     let solve_opts = SolveOptions {

@@ -330,7 +330,14 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         return Err(Box::new(d));
     }
     let ctx = Ctx { file, dir };
-    let root = match parsed.docs.as_slice() {
+    // Empty documents (a trailing `---`, or one with only comments) are
+    // skipped, as kubectl does.
+    let docs: Vec<&yaml::YamlDoc> = parsed
+        .docs
+        .iter()
+        .filter(|d| !matches!(d.root.value, Value::Null))
+        .collect();
+    let root = match docs.as_slice() {
         [doc] => &doc.root,
         [] => {
             return Err(Box::new(
@@ -492,22 +499,19 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
     if let Some(f) = node.get("file") {
         check_keys(ctx, node, &["file"], what)?;
         let path = ctx.path(f, "file")?;
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| ctx.err(f, format!("cannot read {shown}: {e}")))?;
-        let objects =
-            crate::snapshot::parse_objects(&shown, &text).map_err(|e| ctx.err(f, e.to_string()))?;
-        return Ok(objects
+        let (shown, text) =
+            crate::snapshot::read_text(&path).map_err(|e| ctx.err(f, e.to_string()))?;
+        let items = crate::snapshot::items(&shown, &text).map_err(|e| Box::new(e.diagnostic()))?;
+        return items
             .into_iter()
-            .map(|l| Manifest {
-                object: l.object,
-                file: shown.clone(),
-                pos: Pos {
-                    line: u32::try_from(l.line).unwrap_or(u32::MAX),
-                    column: 1,
-                },
+            .map(|it| {
+                Ok(Manifest {
+                    object: it.value(&shown).map_err(|e| Box::new(e.diagnostic()))?,
+                    file: shown.clone(),
+                    pos: it.pos,
+                })
             })
-            .collect());
+            .collect();
     }
     let items: Vec<&Node> = match &node.value {
         Value::Seq(items) => items.iter().collect(),
