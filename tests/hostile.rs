@@ -154,3 +154,229 @@ fn a_missing_config_and_a_missing_file_to_delete_name_the_scenario_line() {
     );
     assert!(Path::new(&sb.path("repo/config.yaml")).exists());
 }
+
+const BENCH: &str = "../shared/bench/karpenter-scheduling";
+
+fn bench(file: &str) -> String {
+    root().join(BENCH).join(file).display().to_string()
+}
+
+/// A copy of `examples-repo/` with the general NodePool's cpu limit set.
+fn repo_with_cpu_limit(dir: &Path, limit: &str) -> PathBuf {
+    let repo = dir.join("repo");
+    for sub in ["nodepools", "nodeclasses"] {
+        std::fs::create_dir_all(repo.join(sub)).unwrap();
+        for e in std::fs::read_dir(root().join("examples-repo").join(sub)).unwrap() {
+            let e = e.unwrap();
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            let text = text.replace("    cpu: \"1000\"\n", &format!("    cpu: \"{limit}\"\n"));
+            std::fs::write(repo.join(sub).join(e.file_name()), text).unwrap();
+        }
+    }
+    repo
+}
+
+/// `validate` accepted these limits, `plan` then exited 2 ("out of
+/// range") and the controller dropped the NodePool: now every layer reads
+/// them as unlimited, as Karpenter does.
+#[test]
+fn limits_beyond_i64_mean_unlimited_in_every_command() {
+    for limit in ["1E", "1e18", "9223372036854775807", "1e400"] {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = repo_with_cpu_limit(dir.path(), limit);
+        let repo_s = repo.to_str().unwrap();
+        let out = dovetail(&["validate", repo_s]);
+        assert_eq!(out.code, 0, "{limit}: {}{}", out.stdout, out.stderr);
+        let pods = dir.path().join("pods.yaml");
+        std::fs::write(
+            &pods,
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: default}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: '2', memory: 1Gi}}\n",
+        )
+        .unwrap();
+        let out = dovetail(&[
+            "plan",
+            repo_s,
+            "--catalog",
+            "src/cloud/sim/sim-catalog.json",
+            "--pods",
+            pods.to_str().unwrap(),
+            "-o",
+            "json",
+        ]);
+        assert_eq!(out.code, 0, "{limit}: {}{}", out.stdout, out.stderr);
+        let scenario = dir.path().join("s.yaml");
+        std::fs::write(
+            &scenario,
+            "config: repo\ntimeline:\n  - at: 0s\n    apply:\n      - apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: web, namespace: default}\n        spec:\n          replicas: 3\n          selector: {matchLabels: {app: web}}\n          template:\n            metadata: {labels: {app: web}}\n            spec:\n              containers:\n                - name: web\n                  image: example/web:1\n                  resources: {requests: {cpu: '1', memory: 1Gi}}\nuntil: 10m\n",
+        )
+        .unwrap();
+        let out = dovetail(&["simulate", scenario.to_str().unwrap(), "-o", "json"]);
+        assert_eq!(out.code, 0, "{limit}: {}", out.stderr);
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(report["summary"]["pods_pending"], 0, "{limit}: {report}");
+        let invalid = report["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "InvalidNodePool");
+        assert!(!invalid, "{limit}: the NodePool was dropped");
+    }
+}
+
+/// The API server rejects negative requests; `plan` printed
+/// `requests cpu=-85` and a nonsense ratio before.
+#[test]
+fn negative_requests_are_rejected_naming_the_pod_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let pods = dir.path().join("pods.yaml");
+    std::fs::write(
+        &pods,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: default}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: 1}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: neg, namespace: shop}\nspec:\n  containers:\n  - name: c\n    resources:\n      requests:\n        cpu: -85m\n",
+    )
+    .unwrap();
+    let plan = |pods: &Path, snapshot: Option<&Path>| {
+        let mut args = vec![
+            "plan".to_string(),
+            bench(""),
+            "--catalog".into(),
+            bench("instance-types.json"),
+            "--pods".into(),
+            pods.display().to_string(),
+        ];
+        if let Some(s) = snapshot {
+            args.extend(["--snapshot".into(), s.display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        dovetail(&args)
+    };
+    let out = plan(&pods, None);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert_eq!(
+        out.stderr.lines().next().unwrap(),
+        format!(
+            "{}:17:14: error: Pod/shop/neg: spec.containers[0].resources.requests.cpu: \"-85m\": must be greater than or equal to 0",
+            pods.display()
+        )
+    );
+    // The same pod in a JSON snapshot: named at its line.
+    let snapshot = dir.path().join("cluster.json");
+    std::fs::write(
+        &snapshot,
+        "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n{\"apiVersion\": \"v1\", \"kind\": \"Node\", \"metadata\": {\"name\": \"n\"}},\n{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"neg\", \"namespace\": \"shop\"}, \"spec\": {\"nodeName\": \"n\", \"containers\": [{\"name\": \"c\", \"resources\": {\"requests\": {\"memory\": \"-1Gi\"}}}]}}\n]}\n",
+    )
+    .unwrap();
+    let ok_pods = dir.path().join("ok.yaml");
+    std::fs::write(&ok_pods, "").unwrap();
+    let out = plan(&ok_pods, Some(&snapshot));
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert!(
+        out.stderr.starts_with(&format!(
+            "{}:3:1: error: Pod/shop/neg: spec.containers[0].resources.requests.memory: \"-1Gi\": must be greater than or equal to 0\n",
+            snapshot.display()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("error: error"), "{}", out.stderr);
+}
+
+/// A scenario's invalid quantities and unbounded counts and times are
+/// errors at their line, before anything runs: `cpu: lots` ran with exit
+/// 0, `replicas: 10000000` took 8 GB, and `until: 99999999999999h`
+/// simulated nothing and exited 0.
+#[test]
+fn scenario_values_are_checked_at_their_line_before_anything_runs() {
+    let sb = Sandbox::new();
+    let deployment = |replicas: &str, cpu: &str| {
+        format!(
+            "config: repo\ntimeline:\n  - at: 0s\n    apply:\n      - apiVersion: apps/v1\n        kind: Deployment\n        metadata: {{name: web, namespace: default}}\n        spec:\n          replicas: {replicas}\n          selector: {{matchLabels: {{app: web}}}}\n          template:\n            metadata: {{labels: {{app: web}}}}\n            spec:\n              containers:\n                - name: web\n                  image: example/web:1\n                  resources: {{requests: {{cpu: {cpu}, memory: 1Gi}}}}\nuntil: 10m\n"
+        )
+    };
+    let name = sb.scenario_name();
+    for (scenario, expected) in [
+        (
+            deployment("3", "lots"),
+            format!(
+                "{name}:17:47: error: Deployment/web: spec.template.spec.containers[0].resources.requests.cpu: invalid quantity \"lots\""
+            ),
+        ),
+        (
+            deployment("3", "-1"),
+            format!(
+                "{name}:17:47: error: Deployment/web: spec.template.spec.containers[0].resources.requests.cpu: \"-1\": must be greater than or equal to 0"
+            ),
+        ),
+        (
+            deployment("10000000", "1"),
+            format!(
+                "{name}:9:21: error: Deployment/web: spec.replicas: 10000000 is more than the simulation's limit of 100000 pods per workload"
+            ),
+        ),
+        (
+            "config: repo\nuntil: 99999999999999h\n".to_string(),
+            format!(
+                "{name}:2:8: error: until reaches 99999999999999h after the start, beyond the simulation's limit of 744h (31 days)"
+            ),
+        ),
+        (
+            "config: repo\ntimeline:\n  - advance: 700h\n  - advance: 100h\n".to_string(),
+            format!(
+                "{name}:4:14: error: advance reaches 800h after the start, beyond the simulation's limit of 744h"
+            ),
+        ),
+        (
+            "config: repo\ntimeline:\n  - at: 1m\n    scale: {deployment: web, replicas: 200000}\n"
+                .to_string(),
+            format!("{name}:4:40: error: replicas must be an integer from 0 to 100000"),
+        ),
+    ] {
+        let out = sb.simulate(&scenario);
+        assert_eq!(out.code, 2, "{scenario}: {}", out.stdout);
+        assert!(
+            out.stderr.starts_with(&expected),
+            "expected {expected}\n got {}",
+            out.stderr
+        );
+    }
+    // Three workloads of 100,000 pods: the third step goes over the total.
+    let mut three = String::from("config: repo\ntimeline:\n");
+    for n in ["a", "b", "c"] {
+        three.push_str(&format!("  - apply:\n      - {{apiVersion: apps/v1, kind: Deployment, metadata: {{name: {n}}}, spec: {{replicas: 100000}}}}\n"));
+    }
+    let out = sb.simulate(&three);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.starts_with(&format!("{name}:7:5: error: the workloads reach 300000 pods by this step, more than the simulation's limit of 200000")),
+        "{}",
+        out.stderr
+    );
+    // A manifest file with a bad quantity is named at its own line.
+    std::fs::write(
+        sb.path("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n      limits: {memory: 12 GB}\n",
+    )
+    .unwrap();
+    let out = sb.simulate("config: repo\ntimeline:\n  - apply: {file: pod.yaml}\n");
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.starts_with(&format!(
+            "{}:8:24: error: Pod/p: spec.containers[0].resources.limits.memory: invalid quantity \"12 GB\"",
+            sb.path("pod.yaml").display()
+        )),
+        "{}",
+        out.stderr
+    );
+    // --until is bounded too.
+    std::fs::write(sb.path("ok.yaml"), "config: repo\nuntil: 1m\n").unwrap();
+    let out = dovetail(&[
+        "simulate",
+        sb.path("ok.yaml").to_str().unwrap(),
+        "--until",
+        "9999999h",
+    ]);
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error: --until 9999999h is beyond the simulation's limit of 744h (31 days)\n"
+    );
+}

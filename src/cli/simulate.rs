@@ -38,7 +38,17 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
         .map(|u| crate::timing::parse_duration(u, crate::timing::DurationSyntax::Hms))
     {
         None => None,
-        Some(Ok(crate::timing::NillableDuration::After(d))) => Some(d),
+        Some(Ok(crate::timing::NillableDuration::After(d))) if d <= scenario::MAX_DURATION => {
+            Some(d)
+        }
+        Some(Ok(crate::timing::NillableDuration::After(_))) => {
+            io.log(&format!(
+                "error: --until {} is beyond the simulation's limit of {} (31 days)",
+                a.until.as_deref().unwrap_or_default(),
+                scenario::human(scenario::MAX_DURATION)
+            ));
+            return exit::ERROR;
+        }
         Some(_) => {
             io.log("error: --until takes a duration such as 90m or 24h");
             return exit::ERROR;

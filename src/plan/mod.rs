@@ -66,6 +66,7 @@ pub fn read_pods(path: &Path) -> Result<Vec<(Pos, Pod)>, ReadError> {
             )));
         }
         let pod: Pod = it.decode(&file)?;
+        crate::snapshot::check_pod(&file, &it, &pod)?;
         out.push((it.pos, pod));
     }
     Ok(out)

@@ -14,7 +14,7 @@ use serde_json::Value as Json;
 use crate::clock::{Timestamp, parse_rfc3339};
 use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 use crate::config::yaml::{self, Limits, Node, Value};
-use crate::diag::{Diagnostic, Pos};
+use crate::diag::{Diagnostic, JsonPath, Pos};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 
 /// Budget schedules depend on the weekday and hour, so the default start is
@@ -190,6 +190,21 @@ impl Ctx<'_> {
             Ok(NillableDuration::Never) => Err(self.err(node, format!("{what} cannot be Never"))),
             Err(e) => Err(self.err(node, format!("{what}: {e}"))),
         }
+    }
+
+    /// A point of the timeline must stay within [`MAX_DURATION`] of the start.
+    fn within_limit(&self, node: &Node, what: &str, t: Duration) -> Result<(), ScenarioError> {
+        if t > MAX_DURATION {
+            return Err(self.err(
+                node,
+                format!(
+                    "{what} reaches {} after the start, beyond the simulation's limit of {} (31 days)",
+                    human(t),
+                    human(MAX_DURATION)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn path(&self, node: &Node, what: &str) -> Result<PathBuf, ScenarioError> {
@@ -407,10 +422,12 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => timeline(&ctx, n)?,
         None => Vec::new(),
     };
+    check_pod_total(&ctx, &steps)?;
     let last = steps.last().map(|s| s.at).unwrap_or_default();
     let until = match root.get("until") {
         Some(n) => {
             let until = ctx.duration(n, "until")?;
+            ctx.within_limit(n, "until", until)?;
             if until < last {
                 return Err(ctx.err(
                     n,
@@ -505,8 +522,10 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
         return items
             .into_iter()
             .map(|it| {
+                let object = it.value(&shown).map_err(|e| Box::new(e.diagnostic()))?;
+                check_manifest(&shown, &object, |p| it.locate(p))?;
                 Ok(Manifest {
-                    object: it.value(&shown).map_err(|e| Box::new(e.diagnostic()))?,
+                    object,
                     file: shown.clone(),
                     pos: it.pos,
                 })
@@ -532,6 +551,7 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
             {
                 return Err(ctx.err(n, "a manifest needs apiVersion and kind"));
             }
+            check_manifest(ctx.file, &object, |p| n.locate_value(p))?;
             Ok(Manifest {
                 object,
                 file: ctx.file.to_string(),
@@ -539,6 +559,157 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
             })
         })
         .collect()
+}
+
+/// The most replicas (or Job completions, or parallelism) of one workload.
+pub const MAX_REPLICAS: i64 = 100_000;
+/// The most pods all the workloads of a scenario may ask for together (each
+/// workload counted at the most it reaches): the simulation keeps every pod
+/// in memory.
+pub const MAX_PODS: i64 = 200_000;
+/// The longest simulated run: 31 days of cluster time.
+pub const MAX_DURATION: Duration = Duration::from_secs(31 * 24 * 3600);
+
+/// The pods a workload manifest asks for, and the fields that say so.
+fn workload_pods(object: &Json) -> Option<(&'static str, Vec<&'static str>)> {
+    let kind = object.get("kind").and_then(Json::as_str)?;
+    match kind {
+        "Deployment" | "ReplicaSet" | "StatefulSet" => {
+            Some(("spec.template.spec", vec!["replicas"]))
+        }
+        "Job" => Some(("spec.template.spec", vec!["completions", "parallelism"])),
+        "DaemonSet" => Some(("spec.template.spec", vec![])),
+        "Pod" => Some(("spec", vec![])),
+        _ => None,
+    }
+}
+
+/// Checks a manifest before the simulation runs: the counts of a workload
+/// are integers within [`MAX_REPLICAS`], and its pod template's resource
+/// quantities are valid and not negative. `locate` finds a field's line.
+fn check_manifest(
+    file: &str,
+    object: &Json,
+    locate: impl Fn(&JsonPath) -> Pos,
+) -> Result<(), ScenarioError> {
+    let Some((template, counts)) = workload_pods(object) else {
+        return Ok(());
+    };
+    let err = |path: JsonPath, message: String| -> ScenarioError {
+        Box::new(
+            Diagnostic::error("scenario", message)
+                .in_file(file)
+                .at(locate(&path))
+                .with_object(crate::snapshot::kind_name(object))
+                .with_path(path),
+        )
+    };
+    for field in counts {
+        let path = JsonPath::root().key("spec").key(field);
+        let Some(v) = object.get("spec").and_then(|s| s.get(field)) else {
+            continue;
+        };
+        match v.as_i64() {
+            Some(n) if (0..=MAX_REPLICAS).contains(&n) => {}
+            Some(n) if n > MAX_REPLICAS => {
+                return Err(err(
+                    path,
+                    format!(
+                        "{n} is more than the simulation's limit of {MAX_REPLICAS} pods per workload"
+                    ),
+                ));
+            }
+            _ => {
+                return Err(err(
+                    path,
+                    format!("{field} must be an integer from 0 to {MAX_REPLICAS}, not {v}"),
+                ));
+            }
+        }
+    }
+    let at = JsonPath::parse(template);
+    let Some(spec) = at.0.iter().try_fold(object, |v, seg| match seg {
+        crate::diag::Seg::Key(k) => v.get(k),
+        crate::diag::Seg::Index(i) => v.get(i),
+    }) else {
+        return Ok(());
+    };
+    // A template that does not deserialise is reported when it is applied.
+    let Ok(spec) = serde_json::from_value::<k8s_openapi::api::core::v1::PodSpec>(spec.clone())
+    else {
+        return Ok(());
+    };
+    if let Some((path, message)) = crate::scheduling::pod::resource_problems(&spec)
+        .into_iter()
+        .next()
+    {
+        let mut full = at.clone();
+        full.0.extend(path.0);
+        return Err(err(full, message));
+    }
+    Ok(())
+}
+
+/// The most pods each workload reaches over the timeline, against
+/// [`MAX_PODS`]; an error names the step that goes over.
+fn check_pod_total(ctx: &Ctx, steps: &[Step]) -> Result<(), ScenarioError> {
+    let mut most: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    for step in steps {
+        match &step.action {
+            Action::Apply(ms) => {
+                for m in ms {
+                    let spec = m.object.get("spec");
+                    let n = match m.kind() {
+                        "Pod" => 1,
+                        "Deployment" | "ReplicaSet" | "StatefulSet" => spec
+                            .and_then(|s| s.get("replicas"))
+                            .and_then(Json::as_i64)
+                            .unwrap_or(1),
+                        "Job" => {
+                            let get = |f: &str| spec.and_then(|s| s.get(f)).and_then(Json::as_i64);
+                            get("completions").or(get("parallelism")).unwrap_or(1)
+                        }
+                        _ => continue,
+                    };
+                    let key = format!(
+                        "{}/{}/{}",
+                        m.kind(),
+                        m.object
+                            .pointer("/metadata/namespace")
+                            .and_then(Json::as_str)
+                            .unwrap_or("default"),
+                        m.object
+                            .pointer("/metadata/name")
+                            .and_then(Json::as_str)
+                            .unwrap_or("")
+                    );
+                    let e = most.entry(key).or_default();
+                    *e = (*e).max(n);
+                }
+            }
+            Action::Scale {
+                namespace,
+                name,
+                replicas,
+            } => {
+                let e = most
+                    .entry(format!("Deployment/{namespace}/{name}"))
+                    .or_default();
+                *e = (*e).max(i64::from(*replicas));
+            }
+            _ => continue,
+        }
+        let total: i64 = most.values().sum();
+        if total > MAX_PODS {
+            return Err(ctx.err_at(
+                step.pos,
+                format!(
+                    "the workloads reach {total} pods by this step, more than the simulation's limit of {MAX_PODS}"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
@@ -578,6 +749,7 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
         };
         if let Some(at) = item.get("at") {
             let t = ctx.duration(at, "at")?;
+            ctx.within_limit(at, "at", t)?;
             if t < now {
                 return Err(ctx.err(
                     at,
@@ -608,10 +780,18 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                     .get("replicas")
                     .ok_or_else(|| ctx.err(body, "scale needs `replicas`"))?;
                 let replicas = match &r.value {
-                    Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                    Value::Number(n) => n
+                        .as_u64()
+                        .filter(|n| i64::try_from(*n).is_ok_and(|n| n <= MAX_REPLICAS))
+                        .and_then(|n| u32::try_from(n).ok()),
                     _ => None,
                 }
-                .ok_or_else(|| ctx.err(r, "replicas must be a non-negative integer"))?;
+                .ok_or_else(|| {
+                    ctx.err(
+                        r,
+                        format!("replicas must be an integer from 0 to {MAX_REPLICAS} (the simulation's limit per workload)"),
+                    )
+                })?;
                 Action::Scale {
                     namespace,
                     name,
@@ -644,7 +824,8 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
             }
             "advance" => {
                 let d = ctx.duration(body, "advance")?;
-                now += d;
+                now = now.saturating_add(d);
+                ctx.within_limit(body, "advance", now)?;
                 Action::Advance(d)
             }
             "commit" => Action::Commit(commit_step(ctx, body)?),

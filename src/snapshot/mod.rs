@@ -11,6 +11,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
 
+use crate::diag::{JsonPath, Pos};
+
 mod read;
 
 pub use read::{Body, Item, ReadError, items, limits_for, read_text};
@@ -143,6 +145,8 @@ pub fn snapshot_from_objects(file: &str, objects: &[Located]) -> Result<Snapshot
 trait Source {
     fn kind(&self) -> &str;
     fn line(&self) -> usize;
+    /// Where `path` is inside the object (its start when unknown).
+    fn locate(&self, path: &JsonPath) -> Pos;
     fn decode<T: serde::de::DeserializeOwned>(&self, file: &str) -> Result<T, ReadError>;
     fn value(&self, file: &str) -> Result<Value, ReadError>;
 }
@@ -153,6 +157,9 @@ impl Source for Item<'_> {
     }
     fn line(&self) -> usize {
         self.pos.line as usize
+    }
+    fn locate(&self, path: &JsonPath) -> Pos {
+        Item::locate(self, path)
     }
     fn decode<T: serde::de::DeserializeOwned>(&self, file: &str) -> Result<T, ReadError> {
         Item::decode(self, file)
@@ -172,11 +179,64 @@ impl Source for Located {
     fn line(&self) -> usize {
         self.line
     }
+    fn locate(&self, _: &JsonPath) -> Pos {
+        Pos {
+            line: u32::try_from(self.line).unwrap_or(u32::MAX),
+            column: 1,
+        }
+    }
     fn decode<T: serde::de::DeserializeOwned>(&self, file: &str) -> Result<T, ReadError> {
         typed(file, self)
     }
     fn value(&self, _: &str) -> Result<Value, ReadError> {
         Ok(self.object.clone())
+    }
+}
+
+/// The first resource quantity of a pod spec at `at` that the API server
+/// would reject, at its line and field.
+fn check_resources<S: Source>(
+    file: &str,
+    o: &S,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    kind: &str,
+    at: &JsonPath,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<(), ReadError> {
+    let Some((path, message)) = crate::scheduling::pod::resource_problems(spec)
+        .into_iter()
+        .next()
+    else {
+        return Ok(());
+    };
+    let mut full = at.clone();
+    full.0.extend(path.0);
+    Err(ReadError::Invalid(Box::new(
+        crate::diag::Diagnostic::error("object", message)
+            .in_file(file)
+            .at(o.locate(&full))
+            .with_object(format!(
+                "{kind}/{}/{}",
+                meta.namespace.as_deref().unwrap_or("default"),
+                meta.name.as_deref().unwrap_or("")
+            ))
+            .with_path(full),
+    )))
+}
+
+/// Checks the resources of a pod read from a file, as [`build`] does for a
+/// snapshot's pods.
+pub fn check_pod(file: &str, item: &Item<'_>, pod: &Pod) -> Result<(), ReadError> {
+    match &pod.spec {
+        Some(spec) => check_resources(
+            file,
+            item,
+            &pod.metadata,
+            "Pod",
+            &JsonPath::root().key("spec"),
+            spec,
+        ),
+        None => Ok(()),
     }
 }
 
@@ -201,6 +261,16 @@ fn build<'a, S: Source + 'a>(
             }
             "Pod" => {
                 let p: Pod = o.decode(file)?;
+                if let Some(spec) = &p.spec {
+                    check_resources(
+                        file,
+                        o,
+                        &p.metadata,
+                        "Pod",
+                        &JsonPath::root().key("spec"),
+                        spec,
+                    )?;
+                }
                 note("Pod", &p.metadata);
                 s.pods.push(Arc::new(p));
             }
@@ -217,6 +287,10 @@ fn build<'a, S: Source + 'a>(
             "EC2NodeClass" => s.ec2nodeclasses.push(o.value(file)?),
             "DaemonSet" => {
                 let d: DaemonSet = o.decode(file)?;
+                if let Some(spec) = &d.spec.template.spec {
+                    let at = JsonPath::root().key("spec").key("template").key("spec");
+                    check_resources(file, o, &d.metadata, "DaemonSet", &at, spec)?;
+                }
                 note("DaemonSet", &d.metadata);
                 s.daemonsets.push(Arc::new(d));
             }
