@@ -380,3 +380,80 @@ fn scenario_values_are_checked_at_their_line_before_anything_runs() {
         "error: --until 9999999h is beyond the simulation's limit of 744h (31 days)\n"
     );
 }
+
+/// A NodePool the controller cannot use is never dropped silently: its
+/// Ready condition says why, beside the Event (before, only the Event).
+#[test]
+fn the_controller_marks_a_nodepool_it_cannot_use() {
+    use std::sync::Arc;
+
+    use dovetail::api::{EC2NodeClass, NodePool};
+    use dovetail::clock::{Clock, ManualClock, Timestamp};
+    use dovetail::cloud::sim::{SimConfig, SimEc2};
+    use dovetail::cluster::{MemoryCluster, ObjectKey};
+    use dovetail::controller::{BATCH_IDLE, Controller, Settings};
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
+        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+    let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+    let cloud = Arc::new(SimEc2::new(
+        SimConfig::new(SimEc2::builtin_catalog().unwrap()),
+        dyn_clock.clone(),
+    ));
+    let pool: NodePool = from_yaml(
+        &std::fs::read_to_string(root().join("examples-repo/nodepools/general.yaml")).unwrap(),
+    );
+    cluster.create(pool).unwrap();
+    let pod: Pod = from_yaml(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: default}\nspec: {containers: [{name: c, image: i, resources: {requests: {cpu: '1'}}}]}\nstatus: {phase: Pending, conditions: [{type: PodScheduled, status: 'False', reason: Unschedulable}]}\n",
+    );
+    cluster.create(pod).unwrap();
+    let mut controller = Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let pass = |controller: &mut Controller<MemoryCluster, SimEc2>| {
+        rt.block_on(controller.reconcile_provisioning());
+        clock.advance(BATCH_IDLE).unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+    };
+    pass(&mut controller);
+    let ready = |cluster: &MemoryCluster| {
+        let p = cluster
+            .get::<NodePool>(&ObjectKey::cluster("general"))
+            .unwrap();
+        let c = p.condition("Ready").cloned().unwrap();
+        (
+            c.is_true(),
+            c.reason.unwrap_or_default(),
+            c.message.unwrap_or_default(),
+        )
+    };
+    let (is_ready, reason, message) = ready(&cluster);
+    assert!(!is_ready);
+    assert_eq!(reason, "NodeClassNotFound");
+    assert_eq!(
+        message,
+        "EC2NodeClass \"default\" not found; the NodePool is skipped"
+    );
+    let events = controller.drain_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.object == "NodePool/general" && e.reason == "NodeClassNotFound"),
+        "{events:?}"
+    );
+    // Once the class exists, the provisioner clears the condition it set.
+    let class: EC2NodeClass = from_yaml(
+        &std::fs::read_to_string(root().join("examples-repo/nodeclasses/default.yaml")).unwrap(),
+    );
+    cluster.create(class).unwrap();
+    pass(&mut controller);
+    let (is_ready, reason, _) = ready(&cluster);
+    assert!(is_ready, "{reason}");
+}
