@@ -457,3 +457,38 @@ fn the_controller_marks_a_nodepool_it_cannot_use() {
     let (is_ready, reason, _) = ready(&cluster);
     assert!(is_ready, "{reason}");
 }
+
+/// An installed (`cargo install`) or copied binary runs the demo from any
+/// directory: the demo scenario and `examples-repo/` are compiled in.
+/// Before, the binary read them from the checkout's path, fixed at compile
+/// time, which is in the binary (and fails on any other machine).
+#[test]
+fn the_binary_runs_the_demo_from_an_empty_directory() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_dovetail"));
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("dovetail");
+    std::fs::copy(bin, &copy).unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = std::process::Command::new(&copy)
+        .args(["simulate", "-o", "json"])
+        .current_dir(&empty)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report["nodes"].as_array().unwrap().is_empty());
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    let bytes = std::fs::read(bin).unwrap();
+    let checkout = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios").as_bytes();
+    let found = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == checkout[0])
+        .any(|(i, _)| bytes[i..].starts_with(checkout));
+    assert!(!found, "the binary refers to the checkout's demo directory");
+}
