@@ -4,6 +4,7 @@
 mod conformance;
 mod deploy;
 mod diff;
+mod hostile;
 mod impact;
 mod plan;
 mod simulate;

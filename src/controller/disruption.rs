@@ -47,7 +47,7 @@ use crate::cluster::{Cluster, ObjectKey, Selector};
 use crate::disruption::{self, Candidate, Command, Options, Pass, Reason};
 use crate::drift::{self, DriftReason, NodeView};
 use crate::model::InstanceType;
-use crate::plan::build_input_with_pools;
+use crate::convert::build_input_with_pools;
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::scheduling::removal::Removals;
 use crate::scheduling::{NodePoolSpec, Preferences, SolveOptions};

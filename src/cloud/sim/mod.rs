@@ -108,6 +108,7 @@ use super::{
 };
 use crate::api::{self, EC2NodeClass, NodeClaim, NodePool, NodeSelectorRequirementWithMinValues};
 use crate::clock::{Clock, Timestamp};
+use crate::convert::kubelet_settings;
 use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
 use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, is_well_known};
@@ -115,7 +116,6 @@ use crate::model::requirements::RequirementError;
 use crate::model::{
     InstanceType, KubeletSettings, Offering, Operator, Requirement, Requirements, Resources,
 };
-use crate::plan::kubelet_settings;
 
 /// The region of the simulated EC2 unless configured otherwise.
 pub const DEFAULT_REGION: &str = "us-east-1";
