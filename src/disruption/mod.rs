@@ -314,7 +314,7 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
         });
     }
     let mut out = Outcome::default();
-    let removal = trial(removals, &current, &mut out);
+    let removal = consolidation_trial(removals, &current, &mut out);
     consolidation(pass, cmd.method, &current, removal)
 }
 
@@ -327,6 +327,25 @@ fn trial(removals: &mut Removals<'_>, cs: &[&Candidate], out: &mut Outcome) -> R
     let nodes = names(cs);
     let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
     removals.remove(&refs)
+}
+
+/// A removal trial for consolidation: the pods must fit the remaining
+/// nodes plus at most one NodeClaim. When a free placement needs more, the
+/// pods are placed again with one claim allowed, which then grows to hold
+/// them all if any type can.
+fn consolidation_trial(
+    removals: &mut Removals<'_>,
+    cs: &[&Candidate],
+    out: &mut Outcome,
+) -> Removal {
+    let removal = trial(removals, cs, out);
+    if removal.nodeclaims.len() <= 1 {
+        return removal;
+    }
+    out.trials += 1;
+    let nodes = names(cs);
+    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    removals.remove_with(&refs, Some(1))
 }
 
 fn price_of(cs: &[&Candidate]) -> f64 {
@@ -507,7 +526,7 @@ fn multi_node(
     let mut best: Option<Command> = None;
     while lo <= hi {
         let mid = lo + (hi - lo) / 2;
-        let removal = trial(removals, &cs[..mid], out);
+        let removal = consolidation_trial(removals, &cs[..mid], out);
         match consolidation(pass, Method::MultiNodeConsolidation, &cs[..mid], removal) {
             Some(cmd) => {
                 best = Some(cmd);
@@ -536,7 +555,7 @@ fn single_node(
         {
             continue;
         }
-        let removal = trial(removals, &[c], out);
+        let removal = consolidation_trial(removals, &[c], out);
         if let Some(cmd) = consolidation(pass, Method::SingleNodeConsolidation, &[c], removal)
             && best.as_ref().is_none_or(|b| cmd.savings > b.savings + EPS)
         {

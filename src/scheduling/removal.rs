@@ -120,6 +120,13 @@ impl<'a> Removals<'a> {
     /// Where the pods of `nodes` would go if those nodes went away: remaining
     /// nodes first, then new NodeClaims. Unknown names are ignored.
     pub fn remove(&mut self, nodes: &[&str]) -> Removal {
+        self.remove_with(nodes, None)
+    }
+
+    /// [`Removals::remove`] with at most `max_claims` new NodeClaims: pods
+    /// that find no room on the remaining nodes or on those claims are
+    /// unschedulable. Consolidation allows one replacement.
+    pub fn remove_with(&mut self, nodes: &[&str], max_claims: Option<usize>) -> Removal {
         let ids: Vec<usize> = nodes
             .iter()
             .filter_map(|n| self.node_ids.get(*n).copied())
@@ -128,7 +135,7 @@ impl<'a> Removals<'a> {
             .iter()
             .flat_map(|&n| self.pods_on[n].iter().copied())
             .collect();
-        let trial = self.solver.trial(&ids, &pods);
+        let trial = self.solver.trial(&ids, &pods, max_claims);
         let mut by_node: std::collections::BTreeMap<String, Vec<String>> = Default::default();
         for (p, n) in trial.on_nodes {
             by_node

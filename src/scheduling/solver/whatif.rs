@@ -25,9 +25,17 @@ pub(crate) struct Trial {
 
 impl Solver<'_> {
     /// Takes existing nodes `out` away and places `pods` (ids of pods not
-    /// placed yet), then restores the solver exactly as it was.
-    pub(crate) fn trial(&mut self, out: &[usize], pods: &[usize]) -> Trial {
+    /// placed yet) on the remaining nodes and at most `max_claims` new
+    /// claims (any number when `None`), then restores the solver exactly
+    /// as it was.
+    pub(crate) fn trial(
+        &mut self,
+        out: &[usize],
+        pods: &[usize],
+        max_claims: Option<usize>,
+    ) -> Trial {
         let base_claims = self.claims.len();
+        self.claim_cap = max_claims.map(|m| base_claims + m);
         let saved = self.save();
         for &n in out {
             self.node_index.remove(&(self.nodes[n].free[0], n));
@@ -75,6 +83,7 @@ impl Solver<'_> {
         }
         self.restore(saved);
         self.claims.truncate(base_claims);
+        self.claim_cap = None;
         Trial {
             failed,
             on_nodes,
