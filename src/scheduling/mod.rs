@@ -122,12 +122,12 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     let bound_types: Vec<BoundType> = s
         .allowed_types(&placed)
         .into_iter()
-        .filter_map(|(pool, t)| {
+        .map(|(pool, t, price)| {
             let ty = &s.pools[pool].types[t];
-            ty.offers.first().map(|(_, price)| BoundType {
+            BoundType {
                 alloc: ty.alloc.iter().map(|v| *v as f64).collect(),
-                price: *price,
-            })
+                price,
+            }
         })
         .collect();
     let needs_new = demand.iter().any(|d| *d > 0.0) || forced > 0;
