@@ -363,23 +363,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 return next;
             }
         };
-        if std::env::var_os("DOVETAIL_DEBUG_DISRUPTION").is_some() {
-            eprintln!(
-                "{} pass: candidates={} consolidation={} trials={} evaluated={} cmd={:?}",
-                crate::clock::format_rfc3339(now),
-                facts.candidates.len(),
-                facts.consolidation,
-                outcome.trials,
-                outcome.evaluated,
-                outcome.command.as_ref().map(|c| c.describe())
-            );
-            for c in &facts.candidates {
-                eprintln!(
-                    "   {} pods={} price={} cons={} under={} blocked={:?} drift={:?}",
-                    c.node, c.pods, c.price, c.consolidatable, c.underutilized, c.blocked, c.drift
-                );
-            }
-        }
+        tracing::debug!(
+            candidates = facts.candidates.len(),
+            consolidation = facts.consolidation,
+            trials = outcome.trials,
+            evaluated = outcome.evaluated,
+            decision = outcome.command.as_ref().map(Command::describe),
+            "disruption pass"
+        );
         if outcome.trials > 0 {
             self.metrics
                 .trials
