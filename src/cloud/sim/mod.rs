@@ -102,19 +102,20 @@ pub mod nodeclass;
 use std::collections::BTreeSet;
 
 use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
+use super::select::{
+    claim_requests, image_for, instance_constraints, nodepool_constraints, offering_key,
+    requirements_of, type_allowed,
+};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
     instance_drift,
 };
-use crate::api::{self, EC2NodeClass, NodeClaim, NodePool, NodeSelectorRequirementWithMinValues};
+use crate::api::{self, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp};
 use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
 use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, is_well_known};
-use crate::model::requirements::RequirementError;
-use crate::model::{
-    InstanceType, KubeletSettings, Offering, Operator, Requirement, Requirements, Resources,
-};
+use crate::model::{InstanceType, KubeletSettings, Offering, Requirement};
 use crate::plan::kubelet_settings;
 
 /// The region of the simulated EC2 unless configured otherwise.
@@ -130,10 +131,6 @@ const STANDARD_SPOT_FACTOR: (f64, f64) = (0.30, 0.45);
 /// Steps of the spot factor within its range (1001 values, 0.00015 apart).
 const SPOT_FACTOR_STEPS: u64 = 1000;
 
-/// Labels of instance-type properties. A type that does not carry one of
-/// them lacks the property (no GPU, no local NVMe), so a requirement on it
-/// is checked as against an absent label.
-const INSTANCE_PROPERTY_PREFIX: &str = "karpenter.k8s.aws/instance-";
 /// Labels whose positive value marks an accelerated type.
 const ACCELERATOR_COUNT_LABELS: [&str; 2] = [
     "karpenter.k8s.aws/instance-gpu-count",
@@ -561,7 +558,7 @@ impl SimEc2 {
             if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
                 continue;
             }
-            let has_image = Account::image_for(&resolution.amis, it).is_some();
+            let has_image = image_for(&resolution.amis, it).is_some();
             for o in &it.offerings {
                 if allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, &o.capacity_type) {
                     allowed_any = true;
@@ -650,7 +647,7 @@ impl SimEc2 {
             nodeclaim: claim.metadata.name.clone().unwrap_or_default(),
             nodepool,
             labels,
-            image_id: Account::image_for(&resolution.amis, it).map(|a| a.id.clone()),
+            image_id: image_for(&resolution.amis, it).map(|a| a.id.clone()),
             subnet_id: resolution
                 .subnets
                 .iter()
@@ -671,19 +668,7 @@ impl SimEc2 {
         nodepool: &NodePool,
         nodeclass: &EC2NodeClass,
     ) -> Result<Vec<InstanceType>, CloudError> {
-        let mut requirements = requirements_of(nodepool.requirements()).map_err(|e| {
-            CloudError::InvalidRequest(format!("spec.template.spec.requirements: {e}"))
-        })?;
-        let template_labels = nodepool
-            .spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.as_ref());
-        for (k, v) in template_labels.into_iter().flatten() {
-            requirements.add(k, Requirement::in_values([v.clone()]));
-        }
-        let constraints = instance_constraints(&requirements);
+        let constraints = nodepool_constraints(nodepool)?;
         let kubelet = nodeclass_kubelet(nodeclass)?;
         // Types no resolved image fits cannot launch from this node class.
         // Offerings inside an insufficient-capacity window are listed as
@@ -697,7 +682,7 @@ impl SimEc2 {
             .catalog_for(&kubelet)
             .iter()
             .filter(|it| type_allowed(it, &constraints))
-            .filter(|it| amis.is_empty() || Account::image_for(&amis, it).is_some())
+            .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
             .cloned()
             .collect())
     }
@@ -956,76 +941,6 @@ fn fmix64(mut k: u64) -> u64 {
     k ^ (k >> 33)
 }
 
-fn offering_key(it: &InstanceType, o: &Offering) -> OfferingKey {
-    OfferingKey {
-        instance_type: it.name.clone(),
-        zone: o.zone.clone(),
-        capacity_type: o.capacity_type.clone(),
-    }
-}
-
-/// The model's requirements of an API requirement list.
-fn requirements_of(
-    list: &[NodeSelectorRequirementWithMinValues],
-) -> Result<Requirements, RequirementError> {
-    let mut out = Requirements::new();
-    for r in list {
-        let op = match r.operator {
-            api::Operator::In => Operator::In,
-            api::Operator::NotIn => Operator::NotIn,
-            api::Operator::Exists => Operator::Exists,
-            api::Operator::DoesNotExist => Operator::DoesNotExist,
-            api::Operator::Gt => Operator::Gt,
-            api::Operator::Lt => Operator::Lt,
-            api::Operator::Gte => Operator::Gte,
-            api::Operator::Lte => Operator::Lte,
-        };
-        out.add(&r.key, Requirement::new(&r.key, op, r.values())?);
-    }
-    Ok(out)
-}
-
-/// The requirements that constrain instance types: those on well-known
-/// labels. Other labels (custom ones, the NodePool name's) are put on the
-/// node from the NodeClaim, whatever the instance type.
-fn instance_constraints(requirements: &Requirements) -> Requirements {
-    Requirements(
-        requirements
-            .0
-            .iter()
-            .filter(|(k, _)| is_well_known(k))
-            .map(|(k, r)| (k.clone(), r.clone()))
-            .collect(),
-    )
-}
-
-/// Does the instance type satisfy the constraints? A constraint on an
-/// instance property the type lacks must allow the label to be absent;
-/// other well-known labels it does not define (the NodePool's) do not
-/// constrain it.
-fn type_allowed(it: &InstanceType, constraints: &Requirements) -> bool {
-    it.requirements
-        .compatible(constraints, |key| {
-            is_well_known(key) && !key.starts_with(INSTANCE_PROPERTY_PREFIX)
-        })
-        .is_ok()
-}
-
-/// The NodeClaim's resource requests.
-fn claim_requests(claim: &NodeClaim) -> Result<Resources, CloudError> {
-    match claim
-        .spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-    {
-        Some(requests) => Resources::from_k8s(requests).map_err(|(name, e)| {
-            CloudError::InvalidRequest(format!("spec.resources.requests.{name}: {e}"))
-        }),
-        None => Ok(Resources::new()),
-    }
-}
-
 /// The kubelet settings of the node class.
 fn nodeclass_kubelet(nodeclass: &EC2NodeClass) -> Result<KubeletSettings, CloudError> {
     let not_ready = |reason: String| CloudError::NodeClassNotReady {
@@ -1041,6 +956,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::api::NodeSelectorRequirementWithMinValues;
     use crate::api::ec2nodeclass::KubeletConfiguration;
     use crate::api::nodeclaim::NodeClaimResources;
     use crate::api::nodepool::NodeClaimTemplateMetadata;

@@ -38,7 +38,6 @@ use crate::api::ec2nodeclass::{
     Ami, AmiSelectorTerm, EC2NodeClass, NodeSelectorRequirement, SecurityGroup, Subnet,
 };
 use crate::cloud::NodeClassResolution;
-use crate::model::InstanceType;
 use crate::model::labels::ARCH;
 
 /// The release every family has at the start of a simulation.
@@ -264,28 +263,6 @@ impl Account {
                 out.push(custom(&image.id, Some(&image.name), &image.arch));
             }
         }
-    }
-
-    /// The image an instance type launches with: the first resolved image
-    /// whose requirements the type meets.
-    pub fn image_for<'a>(amis: &'a [Ami], it: &InstanceType) -> Option<&'a Ami> {
-        amis.iter().find(|a| {
-            a.requirements.iter().all(|r| {
-                let value = it.requirements.single_value(&r.key).map(str::to_string);
-                let values = r.values.clone().unwrap_or_default();
-                let positive = value
-                    .as_deref()
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .is_none_or(|n| n > 0);
-                match r.operator.as_str() {
-                    "In" => value.is_some_and(|v| values.contains(&v)),
-                    "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-                    "Exists" => value.is_some() && positive,
-                    "DoesNotExist" => value.is_none() || !positive,
-                    _ => false,
-                }
-            })
-        })
     }
 }
 
