@@ -6,6 +6,7 @@
 //! the controller can react to each (insufficient capacity marks offerings
 //! unavailable and retries elsewhere; not-found means the instance is gone).
 
+pub mod aws;
 pub(crate) mod select;
 pub mod sim;
 
