@@ -8,6 +8,7 @@
 //! virtual clock, the in-cluster runtime on watch events and at that time.
 //! Time comes only from the injected [`Clock`].
 
+mod gc;
 mod lifecycle;
 mod provisioner;
 mod termination;
