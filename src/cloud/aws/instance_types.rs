@@ -128,17 +128,25 @@ fn kebab(s: &str) -> String {
 
 impl TypeInfo {
     /// The facts of a DescribeInstanceTypes entry, or `None` for a type
-    /// nodes cannot use: no vCPU, memory or network facts, or an
-    /// architecture other than x86_64 and arm64 (e.g. Mac instances).
+    /// nodes cannot use: no vCPU, memory or network facts, or neither
+    /// x86_64 nor arm64 among its architectures (Mac instances).
     pub fn from_sdk(info: &InstanceTypeInfo) -> Option<TypeInfo> {
         let name = info.instance_type()?.as_str().to_string();
         let vcpus = i64::from(info.v_cpu_info()?.default_v_cpus()?);
         let memory_mib = info.memory_info()?.size_in_mib()?;
         let processor = info.processor_info()?;
-        let arch = match processor.supported_architectures().first()?.as_str() {
-            "x86_64" => "amd64",
-            "arm64" => "arm64",
-            _ => return None,
+        // Older types list i386 beside x86_64; Mac types list only their own.
+        let archs: Vec<&str> = processor
+            .supported_architectures()
+            .iter()
+            .map(|a| a.as_str())
+            .collect();
+        let arch = if archs.contains(&"x86_64") {
+            "amd64"
+        } else if archs.contains(&"arm64") {
+            "arm64"
+        } else {
+            return None;
         };
         let network = info.network_info()?;
         let card = usize::try_from(network.default_network_card_index().unwrap_or(0)).ok()?;
@@ -931,5 +939,24 @@ pub(crate) mod tests {
             .set_network_info(info.network_info().cloned())
             .build();
         assert_eq!(TypeInfo::from_sdk(&mac), None);
+
+        // Regression: older types (t2, m1, c3) list i386 before x86_64 and
+        // were left out.
+        let t2 = InstanceTypeInfo::builder()
+            .instance_type(Ty::T2Micro)
+            .v_cpu_info(VCpuInfo::builder().default_v_cpus(1).build())
+            .memory_info(MemoryInfo::builder().size_in_mib(1024).build())
+            .processor_info(
+                ProcessorInfo::builder()
+                    .supported_architectures(ArchitectureType::I386)
+                    .supported_architectures(ArchitectureType::X8664)
+                    .build(),
+            )
+            .set_network_info(info.network_info().cloned())
+            .build();
+        assert_eq!(
+            TypeInfo::from_sdk(&t2).map(|t| t.arch),
+            Some("amd64".to_string())
+        );
     }
 }
