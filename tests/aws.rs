@@ -904,6 +904,37 @@ fn allocatable_matches_the_published_values_for_the_instance_types_moto_knows() 
     assert!(differ.is_empty(), "{differ:#?}");
     assert!(not_listed.is_empty(), "{not_listed:?}");
     assert!(parsed.len() >= matched);
+
+    // The well-known labels agree too, but those the reference takes from
+    // its own tables rather than from EC2 (bandwidths, clock speeds).
+    let labels_of = |doc: &serde_json::Value| -> BTreeMap<String, BTreeMap<String, String>> {
+        doc["instanceTypes"]
+            .as_array()
+            .expect("instanceTypes")
+            .iter()
+            .map(|t| {
+                let mut l: BTreeMap<String, String> =
+                    serde_json::from_value(t["labels"].clone()).expect("labels");
+                l.retain(|k, _| !k.ends_with("-bandwidth") && !k.ends_with("-clock-speed-mhz"));
+                (t["name"].as_str().expect("name").to_string(), l)
+            })
+            .collect()
+    };
+    let (ours, theirs) = (labels_of(&ours_doc), labels_of(&published));
+    let differ: Vec<String> = known
+        .iter()
+        .filter_map(|n| {
+            let (a, b) = (ours.get(n)?, theirs.get(n)?);
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            let wrong: Vec<String> = keys
+                .into_iter()
+                .filter(|k| a.get(*k) != b.get(*k))
+                .map(|k| format!("{k}: {:?} vs {:?}", a.get(k), b.get(k)))
+                .collect();
+            (!wrong.is_empty()).then(|| format!("{n}: {}", wrong.join(", ")))
+        })
+        .collect();
+    assert!(differ.is_empty(), "{differ:#?}");
 }
 
 #[test]

@@ -74,7 +74,7 @@ const CPU_TIERS: [(i64, i64, f64); 4] = [
 
 pub const LABEL_PREFIX: &str = "karpenter.k8s.aws/instance-";
 
-/// GPUs of one kind.
+/// GPUs of one kind (`count` 0 for a fraction of one).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gpus {
     pub name: String,
@@ -175,8 +175,7 @@ impl TypeInfo {
                         .and_then(|m| m.size_in_mib())
                         .map_or(0, i64::from),
                 })
-            })
-            .filter(|g| g.count > 0);
+            });
         let neuron = info
             .neuron_info()
             .and_then(|n| {
@@ -568,7 +567,9 @@ pub fn capacity(info: &TypeInfo, settings: &NodeClassSettings, o: &Overheads) ->
             "habana" => Some("habana.ai/gaudi"),
             _ => None,
         };
-        if let Some(r) = resource {
+        // Fractional GPUs (g6f: a share of one) report a count of 0: the
+        // labels describe them, but there is no whole device to request.
+        if let (Some(r), true) = (resource, g.count > 0) {
             c.set(r, g.count);
         }
     }
@@ -856,6 +857,19 @@ pub(crate) mod tests {
         let labels = it.requirements.labels();
         assert_eq!(labels["karpenter.k8s.aws/instance-gpu-name"], "a10g");
         assert_eq!(labels["karpenter.k8s.aws/instance-gpu-count"], "1");
+
+        // A fraction of a GPU (g6f) is labelled but not requestable.
+        info.gpus = Some(Gpus {
+            name: "l4".into(),
+            manufacturer: "nvidia".into(),
+            count: 0,
+            memory_mib: 2861,
+        });
+        let it = instance_type(&info, &settings(&class), &OVERHEADS, "us-east-1", vec![]);
+        assert_eq!(it.capacity.0.get("nvidia.com/gpu"), None);
+        let labels = it.requirements.labels();
+        assert_eq!(labels["karpenter.k8s.aws/instance-gpu-count"], "0");
+        assert_eq!(labels["karpenter.k8s.aws/instance-gpu-memory"], "2861");
     }
 
     #[test]
