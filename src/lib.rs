@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod diag;
+pub mod disruption;
 pub mod drift;
 pub mod model;
 pub mod par;

@@ -21,6 +21,7 @@ mod placement;
 mod reasons;
 mod repack;
 mod setup;
+mod whatif;
 
 use claims::{cheapest_holding, cheapest_type, filter_types, offered_domains};
 use reasons::short_key;
