@@ -3,10 +3,14 @@
 //! instance types, resource requests must fit allocatable, and an image's
 //! requirements pick the image a type launches with. Pure.
 
-use crate::api::ec2nodeclass::Ami;
+use std::collections::BTreeMap;
+
+use crate::api::ec2nodeclass::{Ami, NodeSelectorRequirement};
 use crate::api::{self, NodeClaim, NodePool, NodeSelectorRequirementWithMinValues};
 use crate::cloud::{CloudError, OfferingKey};
-use crate::model::labels::is_well_known;
+use crate::model::labels::{
+    ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, is_well_known,
+};
 use crate::model::requirements::RequirementError;
 use crate::model::{InstanceType, Offering, Operator, Requirement, Requirements, Resources};
 
@@ -122,4 +126,46 @@ pub(crate) fn image_for<'a>(amis: &'a [Ami], it: &InstanceType) -> Option<&'a Am
             }
         })
     })
+}
+
+/// The labels of an instance's node: its type's labels, then the zone,
+/// region, capacity type and instance type of the offering it runs on, and
+/// its NodePool (if it has one).
+pub(crate) fn instance_labels(
+    mut type_labels: BTreeMap<String, String>,
+    offering: &OfferingKey,
+    region: &str,
+    nodepool: &str,
+) -> BTreeMap<String, String> {
+    type_labels.insert(ZONE.to_string(), offering.zone.clone());
+    type_labels.insert(REGION.to_string(), region.to_string());
+    type_labels.insert(CAPACITY_TYPE.to_string(), offering.capacity_type.clone());
+    type_labels.insert(INSTANCE_TYPE.to_string(), offering.instance_type.clone());
+    if !nodepool.is_empty() {
+        type_labels.insert(NODEPOOL.to_string(), nodepool.to_string());
+    }
+    type_labels
+}
+
+/// The requirements the reference gives an image of a variant: the
+/// architecture, and which accelerators the instance type has (`nvidia`:
+/// GPUs, `neuron`: Neuron devices; standard images for types with neither).
+pub(crate) fn variant_requirements(arch: &str, variant: &str) -> Vec<NodeSelectorRequirement> {
+    const GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+    const ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
+    let req = |key: &str, operator: &str, values: Option<Vec<String>>| NodeSelectorRequirement {
+        key: key.to_string(),
+        operator: operator.to_string(),
+        values,
+    };
+    let mut out = vec![req(ARCH, "In", Some(vec![arch.to_string()]))];
+    match variant {
+        "nvidia" => out.push(req(GPU_COUNT, "Exists", None)),
+        "neuron" => out.push(req(ACCELERATOR_COUNT, "Exists", None)),
+        _ => {
+            out.push(req(GPU_COUNT, "DoesNotExist", None));
+            out.push(req(ACCELERATOR_COUNT, "DoesNotExist", None));
+        }
+    }
+    out
 }

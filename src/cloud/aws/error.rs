@@ -282,6 +282,33 @@ where
     }
 }
 
+/// Every item of a paginated operation: `op` sends the request for a page
+/// (given the previous page's token), `take` splits a page into its items
+/// and the next token. Each page goes through [`call`].
+pub async fn paginate<P, T, E, F, Fut>(
+    retry: &RetrySettings,
+    action: &'static str,
+    mut op: F,
+    mut take: impl FnMut(P) -> (Vec<T>, Option<String>),
+) -> Result<Vec<T>, AwsError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<P, SdkError<E, HttpResponse>>>,
+{
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = call(retry, action, || op(token.clone())).await?;
+        let (items, next) = take(page);
+        out.extend(items);
+        match next {
+            Some(t) if !t.is_empty() => token = Some(t),
+            _ => return Ok(out),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

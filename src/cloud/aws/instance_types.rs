@@ -941,33 +941,21 @@ pub(crate) mod tests {
         assert!(t.on_demand && t.spot);
         assert_eq!(t.gpus.as_ref().map(|g| g.name.as_str()), Some("a10g"));
 
-        let mac = InstanceTypeInfo::builder()
-            .instance_type(Ty::Mac2Metal)
-            .v_cpu_info(VCpuInfo::builder().default_v_cpus(12).build())
-            .memory_info(MemoryInfo::builder().size_in_mib(16384).build())
-            .processor_info(
-                ProcessorInfo::builder()
-                    .supported_architectures(ArchitectureType::Arm64Mac)
-                    .build(),
-            )
-            .set_network_info(info.network_info().cloned())
-            .build();
+        // The same type with other architectures.
+        let with_archs = |archs: &[ArchitectureType]| {
+            let mut processor = ProcessorInfo::builder();
+            for a in archs {
+                processor = processor.supported_architectures(a.clone());
+            }
+            let mut other = info.clone();
+            other.processor_info = Some(processor.build());
+            other
+        };
+        let mac = with_archs(&[ArchitectureType::Arm64Mac]);
         assert_eq!(TypeInfo::from_sdk(&mac), None);
-
         // Regression: older types (t2, m1, c3) list i386 before x86_64 and
         // were left out.
-        let t2 = InstanceTypeInfo::builder()
-            .instance_type(Ty::T2Micro)
-            .v_cpu_info(VCpuInfo::builder().default_v_cpus(1).build())
-            .memory_info(MemoryInfo::builder().size_in_mib(1024).build())
-            .processor_info(
-                ProcessorInfo::builder()
-                    .supported_architectures(ArchitectureType::I386)
-                    .supported_architectures(ArchitectureType::X8664)
-                    .build(),
-            )
-            .set_network_info(info.network_info().cloned())
-            .build();
+        let t2 = with_archs(&[ArchitectureType::I386, ArchitectureType::X8664]);
         assert_eq!(
             TypeInfo::from_sdk(&t2).map(|t| t.arch),
             Some("amd64".to_string())

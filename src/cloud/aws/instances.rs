@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::clock::Timestamp;
-use crate::cloud::{Instance, InstanceState};
-use crate::model::labels::{CAPACITY_TYPE, NODEPOOL, REGION, ZONE};
+use crate::cloud::select::instance_labels;
+use crate::cloud::{Instance, InstanceState, OfferingKey};
 
 use super::launch::{TAG_NODECLAIM, TAG_NODEPOOL};
 
@@ -69,13 +69,12 @@ pub fn convert(
         .copied()
         .unwrap_or_default()
         .to_string();
-    let mut labels = type_labels(&instance_type);
-    labels.insert(ZONE.to_string(), zone.clone());
-    labels.insert(REGION.to_string(), region.to_string());
-    labels.insert(CAPACITY_TYPE.to_string(), capacity_type.clone());
-    if !nodepool.is_empty() {
-        labels.insert(NODEPOOL.to_string(), nodepool.clone());
-    }
+    let offering = OfferingKey {
+        instance_type: instance_type.clone(),
+        zone: zone.clone(),
+        capacity_type: capacity_type.clone(),
+    };
+    let labels = instance_labels(type_labels(&instance_type), &offering, region, &nodepool);
     let mut security_group_ids: Vec<String> = i
         .security_groups()
         .iter()

@@ -122,12 +122,19 @@ impl Registration {
         Registration { labels, taints }
     }
 
-    fn labels_flag(&self) -> String {
-        self.labels
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",")
+    /// The kubelet's `--node-labels` (if any) and `--register-with-taints`.
+    fn kubelet_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if !self.labels.is_empty() {
+            let labels: Vec<String> = self
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            flags.push(format!("--node-labels={}", labels.join(",")));
+        }
+        flags.push(format!("--register-with-taints={}", self.taints.join(",")));
+        flags
     }
 }
 
@@ -320,13 +327,7 @@ pub fn user_data(
             if let Some(cidr) = &cluster.access.service_cidr {
                 spec_cluster["cidr"] = json!(cidr);
             }
-            let mut flags = vec![format!(
-                "--register-with-taints={}",
-                registration.taints.join(",")
-            )];
-            if !registration.labels.is_empty() {
-                flags.insert(0, format!("--node-labels={}", registration.labels_flag()));
-            }
+            let flags = registration.kubelet_flags();
             let config = json!({
                 "apiVersion": "node.eks.aws/v1alpha1",
                 "kind": "NodeConfig",
@@ -346,13 +347,7 @@ pub fn user_data(
         }
         Family::Al2 => {
             let (endpoint, ca) = cluster.require()?;
-            let mut extra = vec![format!(
-                "--register-with-taints={}",
-                registration.taints.join(",")
-            )];
-            if !registration.labels.is_empty() {
-                extra.insert(0, format!("--node-labels={}", registration.labels_flag()));
-            }
+            let mut extra = registration.kubelet_flags();
             let mut args = vec![
                 shell_quote(cluster.name),
                 "--apiserver-endpoint".into(),
@@ -387,13 +382,7 @@ pub fn user_data(
         }
         Family::Windows => {
             let (endpoint, ca) = cluster.require()?;
-            let mut extra = vec![format!(
-                "--register-with-taints={}",
-                registration.taints.join(",")
-            )];
-            if !registration.labels.is_empty() {
-                extra.insert(0, format!("--node-labels={}", registration.labels_flag()));
-            }
+            let mut extra = registration.kubelet_flags();
             if let Some(m) = kubelet.max_pods {
                 extra.push(format!("--max-pods={m}"));
             }

@@ -59,14 +59,14 @@ use aws_sdk_ec2::types::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use self::error::call;
+use self::error::{call, paginate};
 use self::instance_types::{Family, NodeClassSettings, Overheads, TypeInfo};
 use self::launch::{
     ClusterInfo, FleetInstance, LaunchPlan, PlanInput, TAG_IMAGE, TAG_NODECLAIM, TAG_NODECLASS,
     cluster_tag,
 };
 use self::pricing::{OnDemandPrices, SpotPrices};
-use super::select::{image_for, nodepool_constraints, type_allowed};
+use super::select::{image_for, instance_labels, nodepool_constraints, type_allowed};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
     instance_drift,
@@ -74,7 +74,7 @@ use super::{
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::Clock;
 use crate::drift::DriftReason;
-use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE};
+use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
 use crate::model::{InstanceType, Offering};
 
 /// Instance states `list` reports (terminated instances are gone).
@@ -309,45 +309,51 @@ impl AwsProvider {
     ) -> Result<(Vec<TypeInfo>, BTreeMap<String, BTreeSet<String>>), error::AwsError> {
         let retry = &self.config.retry;
         let ec2 = &self.ec2;
-        let mut types = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = call(retry, "ec2:DescribeInstanceTypes", || {
+        let mut types = paginate(
+            retry,
+            "ec2:DescribeInstanceTypes",
+            |token| {
                 ec2.describe_instance_types()
                     .max_results(100)
-                    .set_next_token(token.clone())
+                    .set_next_token(token)
                     .send()
-            })
-            .await?;
-            types.extend(page.instance_types().iter().filter_map(TypeInfo::from_sdk));
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
+            },
+            |page| {
+                let types = page
+                    .instance_types()
+                    .iter()
+                    .filter_map(TypeInfo::from_sdk)
+                    .collect();
+                (types, page.next_token().map(str::to_string))
+            },
+        )
+        .await?;
         types.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut zones: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = call(retry, "ec2:DescribeInstanceTypeOfferings", || {
+        let offerings = paginate(
+            retry,
+            "ec2:DescribeInstanceTypeOfferings",
+            |token| {
                 ec2.describe_instance_type_offerings()
                     .location_type(aws_sdk_ec2::types::LocationType::AvailabilityZone)
                     .max_results(1000)
-                    .set_next_token(token.clone())
+                    .set_next_token(token)
                     .send()
-            })
-            .await?;
-            for o in page.instance_type_offerings() {
-                if let (Some(t), Some(zone)) = (o.instance_type(), o.location()) {
-                    zones
-                        .entry(t.as_str().to_string())
-                        .or_default()
-                        .insert(zone.to_string());
-                }
-            }
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => break,
+            },
+            |page| {
+                (
+                    page.instance_type_offerings().to_vec(),
+                    page.next_token().map(str::to_string),
+                )
+            },
+        )
+        .await?;
+        let mut zones: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for o in &offerings {
+            if let (Some(t), Some(zone)) = (o.instance_type(), o.location()) {
+                zones
+                    .entry(t.as_str().to_string())
+                    .or_default()
+                    .insert(zone.to_string());
             }
         }
         Ok((types, zones))
@@ -525,6 +531,27 @@ impl AwsProvider {
         Ok(r)
     }
 
+    /// The id of the launch template named `name`, if it exists.
+    async fn template_id(&self, name: &str) -> Result<Option<String>, error::AwsError> {
+        let ec2 = &self.ec2;
+        let found = call(&self.config.retry, "ec2:DescribeLaunchTemplates", || {
+            ec2.describe_launch_templates()
+                .filters(
+                    Filter::builder()
+                        .name("launch-template-name")
+                        .values(name)
+                        .build(),
+                )
+                .send()
+        })
+        .await?;
+        Ok(found
+            .launch_templates()
+            .first()
+            .and_then(|t| t.launch_template_id())
+            .map(str::to_string))
+    }
+
     /// The id of the launch template for `spec`, creating it on first use.
     async fn ensure_template(&self, spec: &launch::TemplateSpec) -> Result<String, CloudError> {
         let name = spec.name(&self.config.cluster_name);
@@ -532,27 +559,12 @@ impl AwsProvider {
         if let Some(id) = cache.get(&name) {
             return Ok(id.clone());
         }
+        if let Some(id) = self.template_id(&name).await? {
+            cache.insert(name, id.clone());
+            return Ok(id);
+        }
         let retry = &self.config.retry;
         let ec2 = &self.ec2;
-        let found = call(retry, "ec2:DescribeLaunchTemplates", || {
-            ec2.describe_launch_templates()
-                .filters(
-                    Filter::builder()
-                        .name("launch-template-name")
-                        .values(&name)
-                        .build(),
-                )
-                .send()
-        })
-        .await?;
-        if let Some(id) = found
-            .launch_templates()
-            .first()
-            .and_then(|t| t.launch_template_id())
-        {
-            cache.insert(name, id.to_string());
-            return Ok(id.to_string());
-        }
         let tags = [
             (cluster_tag(&self.config.cluster_name), "owned".to_string()),
             (TAG_NODECLASS.to_string(), spec.nodeclass.clone()),
@@ -585,21 +597,7 @@ impl AwsProvider {
                 if e.code()
                     .is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.AlreadyExists")) =>
             {
-                call(retry, "ec2:DescribeLaunchTemplates", || {
-                    ec2.describe_launch_templates()
-                        .filters(
-                            Filter::builder()
-                                .name("launch-template-name")
-                                .values(&name)
-                                .build(),
-                        )
-                        .send()
-                })
-                .await?
-                .launch_templates()
-                .first()
-                .and_then(|t| t.launch_template_id())
-                .map(str::to_string)
+                self.template_id(&name).await?
             }
             Err(e) => return Err(e.into()),
         };
@@ -836,45 +834,49 @@ impl AwsProvider {
         ids: Vec<String>,
     ) -> Result<Vec<Instance>, CloudError> {
         let view = self.catalog().await?;
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
         let ec2 = &self.ec2;
-        loop {
-            let page = call(&self.config.retry, "ec2:DescribeInstances", || {
+        let listed = paginate(
+            &self.config.retry,
+            "ec2:DescribeInstances",
+            |token| {
                 ec2.describe_instances()
                     .set_filters((!filters.is_empty()).then(|| filters.clone()))
                     .set_instance_ids((!ids.is_empty()).then(|| ids.clone()))
-                    .set_next_token(token.clone())
+                    .set_next_token(token)
                     .send()
+            },
+            |page| {
+                let instances = page
+                    .reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .cloned()
+                    .collect();
+                (instances, page.next_token().map(str::to_string))
+            },
+        )
+        .await;
+        let listed = match listed {
+            Ok(l) => l,
+            // An id EC2 does not know (any more).
+            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidInstanceID")) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(listed
+            .iter()
+            .filter_map(|i| {
+                let os = match i.platform().map(|p| p.as_str()) {
+                    Some("windows" | "Windows") => "windows",
+                    _ => "linux",
+                };
+                instances::convert(
+                    i,
+                    &self.region,
+                    |t| self.labels_of(&view, t, os),
+                    |t, z, c| view.price(t, z, c),
+                )
             })
-            .await;
-            let page = match page {
-                Ok(p) => p,
-                Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidInstanceID")) => {
-                    return Ok(out);
-                }
-                Err(e) => return Err(e.into()),
-            };
-            for r in page.reservations() {
-                for i in r.instances() {
-                    let os = match i.platform().map(|p| p.as_str()) {
-                        Some("windows" | "Windows") => "windows",
-                        _ => "linux",
-                    };
-                    let converted = instances::convert(
-                        i,
-                        &self.region,
-                        |t| self.labels_of(&view, t, os),
-                        |t, z, c| view.price(t, z, c),
-                    );
-                    out.extend(converted);
-                }
-            }
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(out),
-            }
-        }
+            .collect())
     }
 
     /// Deletes the launch templates of this cluster that no node class
@@ -887,10 +889,10 @@ impl AwsProvider {
         let retry = &self.config.retry;
         let ec2 = &self.ec2;
         let tag = cluster_tag(&self.config.cluster_name);
-        let mut templates = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = call(retry, "ec2:DescribeLaunchTemplates", || {
+        let templates = paginate(
+            retry,
+            "ec2:DescribeLaunchTemplates",
+            |token| {
                 ec2.describe_launch_templates()
                     .filters(
                         Filter::builder()
@@ -898,16 +900,17 @@ impl AwsProvider {
                             .values("owned")
                             .build(),
                     )
-                    .set_next_token(token.clone())
+                    .set_next_token(token)
                     .send()
-            })
-            .await?;
-            templates.extend(page.launch_templates().iter().cloned());
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
+            },
+            |page| {
+                (
+                    page.launch_templates().to_vec(),
+                    page.next_token().map(str::to_string),
+                )
+            },
+        )
+        .await?;
         let classes: HashMap<&str, &EC2NodeClass> = nodeclasses
             .iter()
             .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
@@ -996,7 +999,13 @@ impl CloudProvider for AwsProvider {
             .find(|(_, o)| o.iter().any(|x| Some(x) == chosen))
             .map(|(t, _)| t.image_id.clone());
         let it = types.iter().find(|t| t.name == fleet.instance_type);
-        let mut labels: BTreeMap<String, String> = it
+        let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
+        let key = OfferingKey {
+            instance_type: fleet.instance_type.clone(),
+            zone: fleet.zone.clone(),
+            capacity_type: fleet.capacity_type.clone(),
+        };
+        let type_labels = it
             .map(|t| {
                 t.requirements
                     .labels()
@@ -1005,14 +1014,7 @@ impl CloudProvider for AwsProvider {
                     .collect()
             })
             .unwrap_or_default();
-        labels.insert(INSTANCE_TYPE.to_string(), fleet.instance_type.clone());
-        labels.insert(ZONE.to_string(), fleet.zone.clone());
-        labels.insert(REGION.to_string(), self.region.clone());
-        labels.insert(CAPACITY_TYPE.to_string(), fleet.capacity_type.clone());
-        let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
-        if !nodepool.is_empty() {
-            labels.insert(NODEPOOL.to_string(), nodepool.clone());
-        }
+        let labels = instance_labels(type_labels, &key, &self.region, &nodepool);
         let mut security_group_ids: Vec<String> = resolution
             .security_groups
             .iter()

@@ -27,17 +27,16 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::{Filter, Image};
 
-use super::error::{AwsError, RetrySettings, call};
+use super::error::{AwsError, RetrySettings, call, paginate};
 use crate::api::EC2NodeClass;
 use crate::api::ec2nodeclass::{
     Ami, AmiSelectorTerm, NodeSelectorRequirement, SecurityGroup, Subnet,
 };
 use crate::clock::{Clock, SystemClock, Timestamp, parse_rfc3339};
 use crate::cloud::NodeClassResolution;
+use crate::cloud::select::variant_requirements;
 use crate::model::labels::ARCH;
 
-const GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
-const ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
 /// GetParameters takes at most this many names.
 const SSM_BATCH: usize = 10;
 /// Owners of `name` terms that name none.
@@ -162,20 +161,6 @@ fn req(key: &str, operator: &str, values: Option<Vec<String>>) -> NodeSelectorRe
         operator: operator.to_string(),
         values,
     }
-}
-
-/// The requirements of an image of `variant` for `arch`.
-pub fn variant_requirements(arch: &str, variant: &str) -> Vec<NodeSelectorRequirement> {
-    let mut out = vec![req(ARCH, "In", Some(vec![arch.to_string()]))];
-    match variant {
-        "nvidia" => out.push(req(GPU_COUNT, "Exists", None)),
-        "neuron" => out.push(req(ACCELERATOR_COUNT, "Exists", None)),
-        _ => {
-            out.push(req(GPU_COUNT, "DoesNotExist", None));
-            out.push(req(ACCELERATOR_COUNT, "DoesNotExist", None));
-        }
-    }
-    out
 }
 
 /// The EC2 filters of a selector term's tags.
@@ -448,73 +433,74 @@ impl Resolver<'_> {
         &self,
         filters: Vec<Filter>,
     ) -> Result<Vec<aws_sdk_ec2::types::Subnet>, AwsError> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
         let ec2 = self.ec2;
-        loop {
-            let page = call(self.retry, "ec2:DescribeSubnets", || {
+        paginate(
+            self.retry,
+            "ec2:DescribeSubnets",
+            |token| {
                 ec2.describe_subnets()
                     .set_filters(Some(filters.clone()))
-                    .set_next_token(token.clone())
+                    .set_next_token(token)
                     .send()
-            })
-            .await?;
-            out.extend(page.subnets().iter().cloned());
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(out),
-            }
-        }
+            },
+            |page| {
+                (
+                    page.subnets().to_vec(),
+                    page.next_token().map(str::to_string),
+                )
+            },
+        )
+        .await
     }
 
     async fn describe_security_groups(
         &self,
         filters: Vec<Filter>,
     ) -> Result<Vec<aws_sdk_ec2::types::SecurityGroup>, AwsError> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
         let ec2 = self.ec2;
-        loop {
-            let page = call(self.retry, "ec2:DescribeSecurityGroups", || {
+        paginate(
+            self.retry,
+            "ec2:DescribeSecurityGroups",
+            |token| {
                 ec2.describe_security_groups()
                     .set_filters(Some(filters.clone()))
-                    .set_next_token(token.clone())
+                    .set_next_token(token)
                     .send()
-            })
-            .await?;
-            out.extend(page.security_groups().iter().cloned());
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(out),
-            }
-        }
+            },
+            |page| {
+                (
+                    page.security_groups().to_vec(),
+                    page.next_token().map(str::to_string),
+                )
+            },
+        )
+        .await
     }
 
     async fn describe_images(&self, filters: Vec<Filter>) -> Result<Vec<ImageFacts>, AwsError> {
         // Deprecation is a fact about the wall clock.
         let now = SystemClock.now();
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
         let ec2 = self.ec2;
-        loop {
-            let page = call(self.retry, "ec2:DescribeImages", || {
+        paginate(
+            self.retry,
+            "ec2:DescribeImages",
+            |token| {
                 ec2.describe_images()
                     .set_filters(Some(filters.clone()))
-                    .set_next_token(token.clone())
+                    .set_next_token(token)
                     .send()
-            })
-            .await?;
-            out.extend(
-                page.images()
+            },
+            |page| {
+                let images = page
+                    .images()
                     .iter()
                     .filter(|i| i.state().is_none_or(|s| s.as_str() == "available"))
-                    .filter_map(|i| ImageFacts::from_sdk(i, now)),
-            );
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(out),
-            }
-        }
+                    .filter_map(|i| ImageFacts::from_sdk(i, now))
+                    .collect();
+                (images, page.next_token().map(str::to_string))
+            },
+        )
+        .await
     }
 }
 
@@ -585,7 +571,7 @@ mod tests {
         assert_eq!(std.len(), 3);
         assert_eq!(std[1].operator, "DoesNotExist");
         let gpu = variant_requirements("amd64", "nvidia");
-        assert_eq!(gpu[1].key, GPU_COUNT);
+        assert_eq!(gpu[1].key, "karpenter.k8s.aws/instance-gpu-count");
         assert_eq!(gpu[1].operator, "Exists");
     }
 }

@@ -32,7 +32,7 @@ use aws_sdk_ec2::primitives::DateTime;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::error::{AwsError, RetrySettings, call};
+use super::error::{AwsError, RetrySettings, paginate};
 
 /// The GetProducts filters (`TERM_MATCH` field and value) besides the
 /// region's `regionCode`.
@@ -157,34 +157,31 @@ pub async fn fetch_on_demand(
             message: e.to_string(),
         })?);
     }
-    let mut out = OnDemandPrices::new();
-    let mut token: Option<String> = None;
-    loop {
-        let page = call(retry, "pricing:GetProducts", || {
+    let documents = paginate(
+        retry,
+        "pricing:GetProducts",
+        |token| {
             pricing
                 .get_products()
                 .service_code("AmazonEC2")
                 .format_version("aws_v1")
                 .set_filters(Some(filters.clone()))
                 .max_results(100)
-                .set_next_token(token.clone())
+                .set_next_token(token)
                 .send()
-        })
-        .await?;
-        let prices = parse_products(page.price_list()).map_err(|message| AwsError::Transport {
-            action: "pricing:GetProducts",
-            message,
-        })?;
-        for (name, price) in prices {
-            out.entry(name)
-                .and_modify(|p: &mut f64| *p = p.min(price))
-                .or_insert(price);
-        }
-        match page.next_token() {
-            Some(t) if !t.is_empty() => token = Some(t.to_string()),
-            _ => return Ok(out),
-        }
-    }
+        },
+        |page| {
+            (
+                page.price_list().to_vec(),
+                page.next_token().map(str::to_string),
+            )
+        },
+    )
+    .await?;
+    parse_products(&documents).map_err(|message| AwsError::Transport {
+        action: "pricing:GetProducts",
+        message,
+    })
 }
 
 /// Fetches the current Linux spot prices of every type and zone.
@@ -193,42 +190,42 @@ pub async fn fetch_spot(
     retry: &RetrySettings,
 ) -> Result<SpotPrices, AwsError> {
     let now = DateTime::from(std::time::SystemTime::now());
-    // (price, its timestamp in seconds) per (type, zone): the newest wins.
-    let mut newest: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
-    let mut token: Option<String> = None;
-    loop {
-        let page = call(retry, "ec2:DescribeSpotPriceHistory", || {
+    let history = paginate(
+        retry,
+        "ec2:DescribeSpotPriceHistory",
+        |token| {
             ec2.describe_spot_price_history()
                 .product_descriptions(SPOT_PRODUCT)
                 .start_time(now)
                 .max_results(1000)
-                .set_next_token(token.clone())
+                .set_next_token(token)
                 .send()
-        })
-        .await?;
-        for p in page.spot_price_history() {
-            let (Some(it), Some(zone), Some(price)) = (
-                p.instance_type(),
-                p.availability_zone(),
-                p.spot_price().and_then(|s| s.parse::<f64>().ok()),
-            ) else {
-                continue;
-            };
-            if !price.is_finite() || price <= 0.0 {
-                continue;
-            }
-            let at = p.timestamp().map_or(i64::MIN, DateTime::secs);
-            let key = (it.as_str().to_string(), zone.to_string());
-            match newest.get(&key) {
-                Some((_, seen)) if *seen > at => {}
-                _ => {
-                    newest.insert(key, (price, at));
-                }
-            }
+        },
+        |page| {
+            (
+                page.spot_price_history().to_vec(),
+                page.next_token().map(str::to_string),
+            )
+        },
+    )
+    .await?;
+    // (price, its timestamp in seconds) per (type, zone): the newest wins.
+    let mut newest: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
+    for p in &history {
+        let (Some(it), Some(zone), Some(price)) = (
+            p.instance_type(),
+            p.availability_zone(),
+            p.spot_price().and_then(|s| s.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        if !price.is_finite() || price <= 0.0 {
+            continue;
         }
-        match page.next_token() {
-            Some(t) if !t.is_empty() => token = Some(t.to_string()),
-            _ => break,
+        let at = p.timestamp().map_or(i64::MIN, DateTime::secs);
+        let key = (it.as_str().to_string(), zone.to_string());
+        if newest.get(&key).is_none_or(|(_, seen)| *seen <= at) {
+            newest.insert(key, (price, at));
         }
     }
     Ok(newest.into_iter().map(|(k, (p, _))| (k, p)).collect())

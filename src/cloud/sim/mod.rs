@@ -103,8 +103,8 @@ use std::collections::BTreeSet;
 
 use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
 use super::select::{
-    claim_requests, image_for, instance_constraints, nodepool_constraints, offering_key,
-    requirements_of, type_allowed,
+    claim_requests, image_for, instance_constraints, instance_labels, nodepool_constraints,
+    offering_key, requirements_of, type_allowed,
 };
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
@@ -114,7 +114,7 @@ use crate::api::{self, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp};
 use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
-use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, is_well_known};
+use crate::model::labels::{CAPACITY_TYPE, REGION, ZONE, is_well_known};
 use crate::model::{InstanceType, KubeletSettings, Offering, Requirement};
 use crate::plan::kubelet_settings;
 
@@ -616,19 +616,16 @@ impl SimEc2 {
         state.last_id += 1;
         let id = format!("i-{:017x}", state.last_id);
         let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
-        let mut labels: BTreeMap<String, String> = it
-            .requirements
-            .labels()
-            .into_iter()
-            .filter(|(k, _)| is_well_known(k))
-            .collect();
-        labels.insert(ZONE.to_string(), key.zone.clone());
-        labels.insert(REGION.to_string(), self.region.clone());
-        labels.insert(CAPACITY_TYPE.to_string(), key.capacity_type.clone());
-        labels.insert(INSTANCE_TYPE.to_string(), key.instance_type.clone());
-        if !nodepool.is_empty() {
-            labels.insert(NODEPOOL.to_string(), nodepool.clone());
-        }
+        let labels = instance_labels(
+            it.requirements
+                .labels()
+                .into_iter()
+                .filter(|(k, _)| is_well_known(k))
+                .collect(),
+            &key,
+            &self.region,
+            &nodepool,
+        );
         let mut security_group_ids: Vec<String> = resolution
             .security_groups
             .iter()
@@ -957,6 +954,7 @@ mod tests {
 
     use super::*;
     use crate::api::NodeSelectorRequirementWithMinValues;
+    use crate::model::labels::{INSTANCE_TYPE, NODEPOOL};
     use crate::api::ec2nodeclass::KubeletConfiguration;
     use crate::api::nodeclaim::NodeClaimResources;
     use crate::api::nodepool::NodeClaimTemplateMetadata;
