@@ -204,6 +204,13 @@ impl Env {
         c
     }
 
+    /// The node class with its status resolved by `aws`.
+    async fn resolved(&self, aws: &AwsProvider) -> EC2NodeClass {
+        let class = self.nodeclass();
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        with_status(class, &r)
+    }
+
     /// Tags of an instance, from EC2.
     async fn tags(&self, id: &str) -> BTreeMap<String, String> {
         let out = self
@@ -458,11 +465,7 @@ fn garbage_collection_terminates_an_instance_no_node_claim_owns() {
     rt.block_on(async {
         let env = Env::new(&moto.endpoint(), "us-west-2", "gc").await;
         let aws = Arc::new(env.provider(&moto.endpoint(), env.config()).await);
-        let r = aws
-            .resolve_node_class(&env.nodeclass())
-            .await
-            .expect("resolves");
-        let class = with_status(env.nodeclass(), &r);
+        let class = env.resolved(&aws).await;
         let owned = claim("owned", &["c5.large"]);
         let kept = aws
             .create(&owned, &class, &BTreeSet::new())
@@ -514,11 +517,7 @@ fn identical_concurrent_launches_share_one_create_fleet() {
         let proxy = aws_proxy::start(moto.addr).await;
         let env = Env::new(&proxy.endpoint(), "us-west-2", "batch").await;
         let aws = env.provider(&proxy.endpoint(), env.config()).await;
-        let r = aws
-            .resolve_node_class(&env.nodeclass())
-            .await
-            .expect("resolves");
-        let class = with_status(env.nodeclass(), &r);
+        let class = env.resolved(&aws).await;
         let claims: Vec<NodeClaim> = (0..3)
             .map(|n| claim(&format!("batch-{n}"), &["m5.large"]))
             .collect();
@@ -562,8 +561,7 @@ fn insufficient_capacity_marks_offerings_unavailable_and_the_next_solve_picks_an
         let proxy = aws_proxy::start(moto.addr).await;
         let env = Env::new(&proxy.endpoint(), "us-east-2", "ice").await;
         let aws = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
-        let r = aws.resolve_node_class(&env.nodeclass()).await.expect("resolves");
-        let class = with_status(env.nodeclass(), &r);
+        let class = env.resolved(&aws).await;
         proxy.faults.lock().unwrap().no_capacity.insert("c5.large".to_string());
 
         // The provider: a claim that allows only c5.large fails with the

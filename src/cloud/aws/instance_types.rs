@@ -706,6 +706,11 @@ pub(crate) mod tests {
         NodeClassSettings::of(class).expect("valid settings")
     }
 
+    /// The type as a node of `class` in us-east-1 sees it (no offerings).
+    fn node(info: &TypeInfo, class: &EC2NodeClass) -> InstanceType {
+        instance_type(info, &settings(class), &OVERHEADS, "us-east-1", vec![])
+    }
+
     fn alloc(it: &InstanceType, r: &str) -> i64 {
         it.allocatable.get(r)
     }
@@ -713,13 +718,7 @@ pub(crate) mod tests {
     #[test]
     fn m5_large_matches_the_published_al2023_allocatable() {
         let class = EC2NodeClass::test("default");
-        let it = instance_type(
-            &m5_large(),
-            &settings(&class),
-            &OVERHEADS,
-            "us-east-1",
-            vec![],
-        );
+        let it = node(&m5_large(), &class);
         assert_eq!(alloc(&it, CPU), 1930);
         assert_eq!(alloc(&it, MEMORY), 6903 * MIB);
         assert_eq!(alloc(&it, PODS), 29);
@@ -738,7 +737,7 @@ pub(crate) mod tests {
         info.name = "m6g.large".into();
         info.arch = "arm64".into();
         let class = EC2NodeClass::test("default");
-        let it = instance_type(&info, &settings(&class), &OVERHEADS, "us-east-1", vec![]);
+        let it = node(&info, &class);
         // (8192 - 64) - ceil(8128 * 0.075) - (11 * 29 + 255) - 100
         assert_eq!(alloc(&it, MEMORY), (8128 - 610 - 574 - 100) * MIB);
         assert_eq!(reserved_cpu(1000), 60);
@@ -762,13 +761,7 @@ pub(crate) mod tests {
             )])),
             ..KubeletConfiguration::default()
         });
-        let it = instance_type(
-            &m5_large(),
-            &settings(&class),
-            &OVERHEADS,
-            "us-east-1",
-            vec![],
-        );
+        let it = node(&m5_large(), &class);
         assert_eq!(alloc(&it, PODS), 110);
         assert_eq!(alloc(&it, CPU), 1800);
         // AL2023 counts the node's max pods in kube-reserved memory; the
@@ -780,26 +773,14 @@ pub(crate) mod tests {
         // AL2 counts the ENI-limited pods.
         class.spec.ami_family = Some(AmiFamily::AL2);
         class.spec.ami_selector_terms[0].alias = Some("al2@latest".into());
-        let it = instance_type(
-            &m5_large(),
-            &settings(&class),
-            &OVERHEADS,
-            "us-east-1",
-            vec![],
-        );
+        let it = node(&m5_large(), &class);
         assert_eq!(it.overhead.kube_reserved.get(MEMORY), (11 * 29 + 255) * MIB);
 
         class.spec.kubelet = Some(KubeletConfiguration {
             pods_per_core: Some(4),
             ..KubeletConfiguration::default()
         });
-        let it = instance_type(
-            &m5_large(),
-            &settings(&class),
-            &OVERHEADS,
-            "us-east-1",
-            vec![],
-        );
+        let it = node(&m5_large(), &class);
         assert_eq!(alloc(&it, PODS), 8);
     }
 
@@ -814,19 +795,13 @@ pub(crate) mod tests {
             }),
             root_volume: None,
         }]);
-        let it = instance_type(
-            &m5_large(),
-            &settings(&class),
-            &OVERHEADS,
-            "us-east-1",
-            vec![],
-        );
+        let it = node(&m5_large(), &class);
         assert_eq!(it.capacity.get(EPHEMERAL_STORAGE), 100 * GIB);
         assert_eq!(alloc(&it, EPHEMERAL_STORAGE), 89 * GIB);
         let mut info = m5_large();
         info.local_nvme_gb = Some(75);
         class.spec.instance_store_policy = Some(InstanceStorePolicy::RAID0);
-        let it = instance_type(&info, &settings(&class), &OVERHEADS, "us-east-1", vec![]);
+        let it = node(&info, &class);
         assert_eq!(it.capacity.get(EPHEMERAL_STORAGE), 75_000_000_000);
 
         class.spec.block_device_mappings.as_mut().unwrap()[0]
@@ -851,7 +826,7 @@ pub(crate) mod tests {
         });
         info.efa = 1;
         let class = EC2NodeClass::test("default");
-        let it = instance_type(&info, &settings(&class), &OVERHEADS, "us-east-1", vec![]);
+        let it = node(&info, &class);
         assert_eq!(alloc(&it, "nvidia.com/gpu"), 1);
         assert_eq!(alloc(&it, "vpc.amazonaws.com/efa"), 1);
         let labels = it.requirements.labels();
@@ -865,7 +840,7 @@ pub(crate) mod tests {
             count: 0,
             memory_mib: 2861,
         });
-        let it = instance_type(&info, &settings(&class), &OVERHEADS, "us-east-1", vec![]);
+        let it = node(&info, &class);
         assert_eq!(it.capacity.0.get("nvidia.com/gpu"), None);
         let labels = it.requirements.labels();
         assert_eq!(labels["karpenter.k8s.aws/instance-gpu-count"], "0");

@@ -954,11 +954,11 @@ mod tests {
 
     use super::*;
     use crate::api::NodeSelectorRequirementWithMinValues;
-    use crate::model::labels::{INSTANCE_TYPE, NODEPOOL};
     use crate::api::ec2nodeclass::KubeletConfiguration;
     use crate::api::nodeclaim::NodeClaimResources;
     use crate::api::nodepool::NodeClaimTemplateMetadata;
     use crate::clock::{ManualClock, parse_rfc3339};
+    use crate::model::labels::{INSTANCE_TYPE, NODEPOOL};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     /// Five real us-east-1 types (on-demand Linux prices) offered in zones
