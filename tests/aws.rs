@@ -622,6 +622,16 @@ fn insufficient_capacity_marks_offerings_unavailable_and_the_next_solve_picks_an
             .and_then(|l| l.get("node.kubernetes.io/instance-type"))
             .cloned();
         assert_eq!(launched_type.as_deref(), Some("m5.large"));
+        // The NodeClaim records what was launched.
+        let status = claim1.status.clone().unwrap_or_default();
+        let provider_id = status.provider_id.unwrap_or_default();
+        assert!(provider_id.starts_with("aws:///us-east-2"), "{provider_id}");
+        assert_eq!(status.image_id.as_deref(), Some(env.images[0].as_str()));
+        let labels = claim1.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+        assert!(labels["topology.kubernetes.io/zone"].starts_with("us-east-2"));
+        let instance = aws.get(&provider_id).await.expect("the instance exists");
+        assert_eq!(instance.nodeclaim, claim1.metadata.name.clone().unwrap_or_default());
         let now = clock.now();
         let marked: Vec<String> = controller
             .unavailable
@@ -903,6 +913,35 @@ fn allocatable_matches_the_published_values_for_the_instance_types_moto_knows() 
     assert!(not_listed.is_empty(), "{not_listed:?}");
     assert!(parsed.len() >= matched);
 
+    // The table, for a node class with a 50Gi root volume.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+        .args(["aws", "instance-types", "--isolated-vpc", "--pricing-file"])
+        .arg(&price_file)
+        .arg("--nodeclass")
+        .arg(root().join("examples-repo/nodeclasses/default.yaml"))
+        .envs(moto.sdk_env(region))
+        .output()
+        .expect("runs dovetail");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = String::from_utf8(output.stdout).expect("UTF-8");
+    assert!(table.starts_with("NAME "), "{table}");
+    let m5: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("m5.large "))
+        .expect("an m5.large row")
+        .split_whitespace()
+        .collect();
+    // name, cpu, memory, pods, allocatable cpu and memory, offerings, $/h
+    assert_eq!(
+        m5[..6],
+        ["m5.large", "2", "7577Mi", "29", "1930m", "6903Mi"]
+    );
+    assert_eq!(m5[7], "0.0960");
+
     // The well-known labels agree too, but those the reference takes from
     // its own tables rather than from EC2 (bandwidths, clock speeds).
     let labels_of = |doc: &serde_json::Value| -> BTreeMap<String, BTreeMap<String, String>> {
@@ -1034,4 +1073,27 @@ fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
+}
+
+#[test]
+fn aws_instance_types_rejects_bad_input_before_calling_aws() {
+    let out = crate::support::dovetail(&["aws", "instance-types", "--output", "markdown"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("--output text or json"),
+        "{}",
+        out.stderr
+    );
+    let out = crate::support::dovetail(&[
+        "aws",
+        "instance-types",
+        "--vm-memory-overhead-percent",
+        "150",
+    ]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("memory overhead"), "{}", out.stderr);
+    let out = crate::support::dovetail(&["aws", "instance-types", "--nodeclass", "no/such.yaml"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no/such.yaml"), "{}", out.stderr);
+    assert!(out.stderr.contains("hint: "), "{}", out.stderr);
 }

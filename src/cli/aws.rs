@@ -144,25 +144,32 @@ fn hint(e: &crate::cloud::CloudError) -> &'static str {
     }
 }
 
-/// One line per instance type, cheapest first.
+/// One line per instance type, cheapest on-demand first: capacity,
+/// allocatable, the number of offerings and the lowest on-demand and spot
+/// prices.
 fn table(types: &[InstanceType]) -> String {
-    let mut rows: Vec<(&InstanceType, f64)> = types
+    let lowest = |t: &InstanceType, ct: &str| {
+        t.cheapest_offering(|o| o.capacity_type == ct)
+            .map(|o| o.price)
+    };
+    let mut rows: Vec<(&InstanceType, Option<f64>, Option<f64>)> = types
         .iter()
-        .map(|t| {
-            let cheapest = t
-                .cheapest_offering(|_| true)
-                .map_or(f64::INFINITY, |o| o.price);
-            (t, cheapest)
-        })
+        .map(|t| (t, lowest(t, "on-demand"), lowest(t, "spot")))
         .collect();
-    rows.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.name.cmp(&b.0.name)));
+    rows.sort_by(|a, b| {
+        let key = |r: &(&InstanceType, Option<f64>, Option<f64>)| r.1.unwrap_or(f64::INFINITY);
+        key(a)
+            .total_cmp(&key(b))
+            .then_with(|| a.0.name.cmp(&b.0.name))
+    });
+    let price = |p: Option<f64>| p.map_or_else(|| "-".to_string(), |p| format!("{p:.4}"));
     let mut out = format!(
-        "{:<22} {:>6} {:>10} {:>5} {:>10} {:>10} {:>6} {:>9}\n",
-        "NAME", "CPU", "MEMORY", "PODS", "ALLOC-CPU", "ALLOC-MEM", "OFFERS", "$/H"
+        "{:<22} {:>6} {:>10} {:>5} {:>10} {:>10} {:>6} {:>10} {:>10}\n",
+        "NAME", "CPU", "MEMORY", "PODS", "ALLOC-CPU", "ALLOC-MEM", "OFFERS", "OD-$/H", "SPOT-$/H"
     );
-    for (t, price) in rows {
+    for (t, od, spot) in rows {
         out.push_str(&format!(
-            "{:<22} {:>6} {:>10} {:>5} {:>10} {:>10} {:>6} {:>9.4}\n",
+            "{:<22} {:>6} {:>10} {:>5} {:>10} {:>10} {:>6} {:>10} {:>10}\n",
             t.name,
             format_quantity(CPU, t.capacity.get(CPU)),
             format_quantity(MEMORY, t.capacity.get(MEMORY)),
@@ -170,7 +177,8 @@ fn table(types: &[InstanceType]) -> String {
             format_quantity(CPU, t.allocatable.get(CPU)),
             format_quantity(MEMORY, t.allocatable.get(MEMORY)),
             t.offerings.len(),
-            price
+            price(od),
+            price(spot),
         ));
     }
     out

@@ -1226,4 +1226,257 @@ mod tests {
         assert_eq!(gib("100G"), Some(94));
         assert_eq!(gib("1Ti"), Some(1024));
     }
+
+    /// Three types in two zones, priced; m6g.large is arm64, and the
+    /// resolution has an amd64 image only.
+    fn plan_input_types() -> Vec<InstanceType> {
+        use crate::cloud::aws::instance_types::{NodeClassSettings, Overheads, TypeInfo};
+        let base = crate::cloud::aws::instance_types::tests::m5_large();
+        let settings = NodeClassSettings::of(&EC2NodeClass::test("default")).expect("settings");
+        let o = Overheads {
+            vm_memory_overhead: 0.075,
+            reserved_enis: 0,
+        };
+        let offer = |zone: &str, ct: &str, price: f64| crate::model::Offering {
+            zone: zone.into(),
+            capacity_type: ct.into(),
+            price,
+            available: true,
+        };
+        let make = |name: &str, arch: &str, od: f64, spot: f64| {
+            let info = TypeInfo {
+                name: name.into(),
+                arch: arch.into(),
+                ..base.clone()
+            };
+            crate::cloud::aws::instance_types::instance_type(
+                &info,
+                &settings,
+                &o,
+                "us-east-1",
+                vec![
+                    offer("us-east-1a", "on-demand", od),
+                    offer("us-east-1b", "on-demand", od),
+                    offer("us-east-1a", "spot", spot),
+                    offer("us-east-1b", "spot", spot * 1.1),
+                ],
+            )
+        };
+        vec![
+            make("m5.large", "amd64", 0.096, 0.04),
+            make("c5.large", "amd64", 0.085, 0.035),
+            make("m6g.large", "arm64", 0.077, 0.03),
+        ]
+    }
+
+    fn resolution() -> NodeClassResolution {
+        use crate::api::ec2nodeclass::{SecurityGroup, Subnet};
+        NodeClassResolution {
+            amis: vec![Ami {
+                deprecated: None,
+                id: "ami-amd64".into(),
+                name: None,
+                requirements: crate::cloud::select::variant_requirements("amd64", "standard"),
+            }],
+            subnets: vec![
+                Subnet {
+                    id: "subnet-a".into(),
+                    zone: "us-east-1a".into(),
+                    zone_id: None,
+                },
+                Subnet {
+                    id: "subnet-b".into(),
+                    zone: "us-east-1b".into(),
+                    zone_id: None,
+                },
+            ],
+            security_groups: vec![SecurityGroup {
+                id: "sg-1".into(),
+                name: None,
+            }],
+            instance_profile: Some("profile".into()),
+            problems: Vec::new(),
+        }
+    }
+
+    fn claim_allowing(capacity_types: &[&str]) -> NodeClaim {
+        let mut c = claim();
+        c.spec.requirements = vec![crate::api::NodeSelectorRequirementWithMinValues::new(
+            "karpenter.sh/capacity-type",
+            crate::api::Operator::In,
+            capacity_types,
+        )];
+        c
+    }
+
+    #[test]
+    fn plans_prefer_spot_order_by_price_and_skip_what_cannot_launch() {
+        let types = plan_input_types();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let r = resolution();
+        let none = BTreeSet::new();
+        let input = |unavailable| PlanInput {
+            cluster: ClusterInfo {
+                name: "prod",
+                access: &a,
+            },
+            class: &class,
+            family: Family::Al2023,
+            resolution: &r,
+            types: &types,
+            unavailable,
+        };
+        let p = plan(&claim_allowing(&["spot", "on-demand"]), &input(&none)).expect("plans");
+        assert_eq!(p.capacity_type, "spot");
+        // One template (one image); the arm64 type has no image.
+        assert_eq!(p.configs.len(), 1);
+        let order: Vec<(&str, &str)> = p.configs[0]
+            .1
+            .iter()
+            .map(|o| (o.instance_type.as_str(), o.subnet_id.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("c5.large", "subnet-a"),
+                ("c5.large", "subnet-b"),
+                ("m5.large", "subnet-a"),
+                ("m5.large", "subnet-b"),
+            ]
+        );
+        assert_eq!(p.tags["kubernetes.io/cluster/prod"], "owned");
+        assert_eq!(p.tags["karpenter.sh/nodepool"], "default");
+        assert!(!p.tags.contains_key(TAG_NODECLAIM), "tagged per claim");
+        assert_eq!(p.configs[0].0.image_id, "ami-amd64");
+        assert_eq!(p.configs[0].0.instance_profile.as_deref(), Some("profile"));
+
+        // On demand only: lowest price first, on-demand offerings.
+        let p = plan(&claim_allowing(&["on-demand"]), &input(&none)).expect("plans");
+        assert_eq!(p.capacity_type, "on-demand");
+        assert_eq!(p.configs[0].1[0].price, 0.085);
+
+        // Offerings known to be out are skipped; none left is insufficient
+        // capacity naming them.
+        let out: BTreeSet<OfferingKey> = ["c5.large", "m5.large"]
+            .iter()
+            .flat_map(|t| {
+                ["us-east-1a", "us-east-1b"].map(|z| OfferingKey {
+                    instance_type: t.to_string(),
+                    zone: z.to_string(),
+                    capacity_type: "on-demand".to_string(),
+                })
+            })
+            .collect();
+        let mut partial = out.clone();
+        partial.retain(|o| o.instance_type == "c5.large");
+        let p = plan(&claim_allowing(&["on-demand"]), &input(&partial)).expect("plans");
+        assert!(p.configs[0].1.iter().all(|o| o.instance_type == "m5.large"));
+        let err = plan(&claim_allowing(&["on-demand"]), &input(&out)).unwrap_err();
+        assert_eq!(
+            err,
+            CloudError::InsufficientCapacity {
+                offerings: out.iter().cloned().collect()
+            }
+        );
+        // A requirement nothing meets is an invalid request.
+        let mut odd = claim_allowing(&["on-demand"]);
+        odd.spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                "node.kubernetes.io/instance-type",
+                crate::api::Operator::In,
+                &["x9.huge"],
+            ));
+        assert!(matches!(
+            plan(&odd, &input(&none)),
+            Err(CloudError::InvalidRequest(_))
+        ));
+    }
+
+    #[test]
+    fn fleet_answers_map_to_instances_refused_offerings_and_denials() {
+        use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
+        use aws_sdk_ec2::types::{
+            CreateFleetError, CreateFleetInstance, FleetLaunchTemplateOverrides, InstanceLifecycle,
+            InstanceType as Ty, LaunchTemplateAndOverridesResponse,
+        };
+        let overrides = |it: Ty, subnet: &str| {
+            LaunchTemplateAndOverridesResponse::builder()
+                .overrides(
+                    FleetLaunchTemplateOverrides::builder()
+                        .instance_type(it)
+                        .subnet_id(subnet)
+                        .build(),
+                )
+                .build()
+        };
+        let types = plan_input_types();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let r = resolution();
+        let none = BTreeSet::new();
+        let plan = plan(
+            &claim_allowing(&["on-demand"]),
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: "prod",
+                    access: &a,
+                },
+                class: &class,
+                family: Family::Al2023,
+                resolution: &r,
+                types: &types,
+                unavailable: &none,
+            },
+        )
+        .expect("plans");
+        let out = CreateFleetOutput::builder()
+            .instances(
+                CreateFleetInstance::builder()
+                    .instance_ids("i-1")
+                    .instance_type(Ty::M5Large)
+                    .lifecycle(InstanceLifecycle::OnDemand)
+                    .launch_template_and_overrides(overrides(Ty::M5Large, "subnet-b"))
+                    .build(),
+            )
+            .errors(
+                CreateFleetError::builder()
+                    .error_code("InsufficientInstanceCapacity")
+                    .lifecycle(InstanceLifecycle::OnDemand)
+                    .launch_template_and_overrides(overrides(Ty::C5Large, "subnet-a"))
+                    .build(),
+            )
+            .errors(
+                CreateFleetError::builder()
+                    .error_code("UnauthorizedOperation")
+                    .error_message("not authorized to perform iam:PassRole")
+                    .build(),
+            )
+            .build();
+        let o = outcome(&out, &plan);
+        assert_eq!(
+            o.instances,
+            [FleetInstance {
+                id: "i-1".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1b".into(),
+                subnet_id: Some("subnet-b".into()),
+                capacity_type: "on-demand".into(),
+            }]
+        );
+        assert_eq!(
+            o.refused,
+            [OfferingKey {
+                instance_type: "c5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: "on-demand".into(),
+            }]
+        );
+        assert_eq!(
+            o.denied.as_deref(),
+            Some("UnauthorizedOperation: not authorized to perform iam:PassRole")
+        );
+        assert!(!o.template_missing);
+    }
 }

@@ -209,9 +209,15 @@ pub async fn fetch_spot(
         },
     )
     .await?;
+    Ok(newest_spot_prices(&history))
+}
+
+/// The newest positive price per (instance type, zone) of a spot price
+/// history.
+pub fn newest_spot_prices(history: &[aws_sdk_ec2::types::SpotPrice]) -> SpotPrices {
     // (price, its timestamp in seconds) per (type, zone): the newest wins.
     let mut newest: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
-    for p in &history {
+    for p in history {
         let (Some(it), Some(zone), Some(price)) = (
             p.instance_type(),
             p.availability_zone(),
@@ -228,7 +234,7 @@ pub async fn fetch_spot(
             newest.insert(key, (price, at));
         }
     }
-    Ok(newest.into_iter().map(|(k, (p, _))| (k, p)).collect())
+    newest.into_iter().map(|(k, (p, _))| (k, p)).collect()
 }
 
 #[cfg(test)]
@@ -296,5 +302,30 @@ mod tests {
         );
         let e = parse_products(&["{".to_string()]).unwrap_err();
         assert!(e.starts_with("PriceList[0]"), "{e}");
+    }
+
+    #[test]
+    fn the_newest_spot_price_per_type_and_zone_wins() {
+        use aws_sdk_ec2::types::{InstanceType, SpotPrice};
+        let price = |zone: &str, price: &str, at: i64| {
+            SpotPrice::builder()
+                .instance_type(InstanceType::M5Large)
+                .availability_zone(zone)
+                .spot_price(price)
+                .timestamp(DateTime::from_secs(at))
+                .build()
+        };
+        let got = newest_spot_prices(&[
+            price("us-east-1a", "0.0350", 100),
+            price("us-east-1a", "0.0410", 200),
+            price("us-east-1a", "0.0300", 150),
+            price("us-east-1b", "0.0380", 100),
+            price("us-east-1c", "not a price", 100),
+            price("us-east-1d", "0", 100),
+        ]);
+        let key = |z: &str| ("m5.large".to_string(), z.to_string());
+        assert_eq!(got.get(&key("us-east-1a")), Some(&0.041));
+        assert_eq!(got.get(&key("us-east-1b")), Some(&0.038));
+        assert_eq!(got.len(), 2);
     }
 }
