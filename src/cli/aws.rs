@@ -106,7 +106,7 @@ fn instance_types(a: &AwsInstanceTypesArgs, io: &mut Io) -> u8 {
     };
     if !unpriced.is_empty() {
         io.log(&format!(
-            "note: {} instance types of {region} have no on-demand price and are left out (first: {})",
+            "note: {} instance types of {region} have no on-demand price: they are offered as spot only, or left out without a spot price either (first: {})",
             unpriced.len(),
             unpriced.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
         ));

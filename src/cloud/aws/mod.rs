@@ -470,8 +470,8 @@ impl AwsProvider {
         Ok(types)
     }
 
-    /// How many instance types the region lists that have no on-demand
-    /// price (so no offering): for `dovetail aws instance-types` to report.
+    /// The instance types of the region that have no on-demand price (so
+    /// no on-demand offering), for `dovetail aws instance-types` to report.
     pub async fn unpriced_types(&self) -> Result<Vec<String>, CloudError> {
         let view = self.catalog().await?;
         Ok(view
