@@ -274,7 +274,7 @@ fn bad_scenarios_name_the_file_and_line() {
         ),
         (
             "malformed.yaml",
-            "tests/scenarios/malformed.yaml:5:9: error: Deployment/broken:",
+            "tests/scenarios/malformed.yaml:9:21: error: Deployment/broken: spec.replicas: replicas must be an integer from 0 to 100000, not \"many\"",
         ),
     ] {
         let out = dovetail(&["simulate", &format!("tests/scenarios/{file}")]);

@@ -195,9 +195,12 @@ pub struct SimulateArgs {
 
 #[derive(Debug, Args)]
 pub struct SnapshotArgs {
-    /// Write to this file instead of stdout (YAML for .yaml/.yml, else JSON).
-    #[arg(long, short, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    /// Output format: yaml or json [default: from --out-file's extension, else json]. (Deprecated: a file name here, as before; use --out-file.)
+    #[arg(long, short, value_name = "FORMAT")]
+    pub output: Option<String>,
+    /// Write to this file instead of stdout (never through a symlink).
+    #[arg(long, value_name = "FILE")]
+    pub out_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -52,6 +52,22 @@ impl Io<'_> {
         let _ = writeln!(self.err, "{s}");
     }
 
+    /// Prints diagnostics as `validate` does (colour on a terminal).
+    pub fn diagnostics(&mut self, diags: &[crate::diag::Diagnostic]) {
+        let style = render::Style::for_stream(self.err_is_terminal);
+        let _ = self.err.write_all(render::text(diags, style).as_bytes());
+    }
+
+    /// Prints a problem reading a file of objects as a diagnostic at its
+    /// file and line, with `hint` unless the problem has a better one.
+    pub fn read_error(&mut self, e: &crate::snapshot::ReadError, hint: &str) {
+        let mut d = e.diagnostic();
+        if d.hint.is_none() {
+            d.hint = Some(hint.to_string());
+        }
+        self.diagnostics(&[d]);
+    }
+
     /// Prints an error, its causes, and a `hint:` line when there is a likely fix.
     pub fn error(&mut self, err: &dyn std::error::Error, hint: Option<&str>) {
         let style = render::Style::for_stream(self.err_is_terminal);

@@ -44,10 +44,10 @@ use crate::api::{ANNOTATION_DO_NOT_DISRUPT, EC2NodeClass, NodeClaim, NodePool, T
 use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey, Selector};
+use crate::convert::build_input_with_pools;
 use crate::disruption::{self, Candidate, Command, Options, Pass, Reason};
 use crate::drift::{self, DriftReason, NodeView};
 use crate::model::InstanceType;
-use crate::plan::build_input_with_pools;
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::scheduling::removal::Removals;
 use crate::scheduling::{NodePoolSpec, Preferences, SolveOptions};

@@ -28,8 +28,8 @@ use crate::api::{EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim,
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
+use crate::convert::{build_input_with_pools, nodepool_spec_with_types};
 use crate::model::{InstanceType, Requirement, Requirements};
-use crate::plan::{build_input_with_pools, nodepool_spec_with_types};
 use crate::scheduling::pod::is_provisionable;
 use crate::scheduling::{NewNodeClaim, NodePoolSpec, Preferences, SolveOptions, solve};
 use crate::snapshot::Snapshot;
@@ -159,6 +159,13 @@ fn as_pending(p: &Pod) -> Pod {
         ..Default::default()
     }]);
     p
+}
+
+fn name_of_pool(pool: &NodePool) -> String {
+    format!(
+        "NodePool/{}",
+        pool.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Marks offerings that recently failed with insufficient capacity.
@@ -413,47 +420,77 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut specs = Vec::new();
         let mut catalog: BTreeMap<String, InstanceType> = BTreeMap::new();
         for pool in &pools {
-            let pool_name = pool.metadata.name.clone().unwrap_or_default();
             let class_name = &pool.spec.template.spec.node_class_ref.name;
             let Some(class) = classes.get(class_name) else {
-                self.event(
-                    format!("NodePool/{pool_name}"),
-                    "NodeClassNotFound",
-                    format!("EC2NodeClass {class_name:?} not found; the NodePool is skipped"),
-                );
+                let message =
+                    format!("EC2NodeClass {class_name:?} not found; the NodePool is skipped");
+                self.pool_unusable(pool, "NodeClassNotFound", message).await;
                 continue;
             };
             let types = match self.cloud.instance_types(pool, class).await {
                 Ok(t) => without_unavailable(t, &self.unavailable, now),
                 Err(e) => {
-                    self.event(
-                        format!("NodePool/{pool_name}"),
-                        "InstanceTypesUnavailable",
-                        e.to_string(),
-                    );
+                    let message = format!("{e}; the NodePool is skipped");
+                    self.pool_unusable(pool, "InstanceTypesUnavailable", message)
+                        .await;
                     continue;
                 }
             };
             for t in &types {
                 catalog.entry(t.name.clone()).or_insert_with(|| t.clone());
             }
-            let doc = match serde_json::to_value(pool.as_ref()) {
-                Ok(d) => d,
-                Err(e) => {
-                    self.event(
-                        format!("NodePool/{pool_name}"),
-                        "InvalidNodePool",
-                        e.to_string(),
-                    );
-                    continue;
+            let spec = serde_json::to_value(pool.as_ref())
+                .map_err(|e| e.to_string())
+                .and_then(|doc| nodepool_spec_with_types(&doc, types));
+            match spec {
+                Ok(s) => {
+                    specs.push(s);
+                    self.pool_usable(pool).await;
                 }
-            };
-            match nodepool_spec_with_types(&doc, types) {
-                Ok(s) => specs.push(s),
-                Err(e) => self.event(format!("NodePool/{pool_name}"), "InvalidNodePool", e),
+                Err(e) => {
+                    let message = format!("{e}; the NodePool is skipped");
+                    self.pool_unusable(pool, "InvalidNodePool", message).await;
+                }
             }
         }
         (pools, specs, catalog.into_values().collect())
+    }
+
+    /// A NodePool the provisioner cannot use is never dropped silently: its
+    /// `Ready` condition turns False with the reason, and an Event says why.
+    async fn pool_unusable(&mut self, pool: &NodePool, reason: &str, message: String) {
+        self.set_pool_ready(pool, false, reason, &message).await;
+        self.event(name_of_pool(pool), reason, message);
+    }
+
+    /// Clears a `Ready=False` this provisioner set, once the pool is usable.
+    async fn pool_usable(&mut self, pool: &NodePool) {
+        let ours = [
+            "NodeClassNotFound",
+            "InstanceTypesUnavailable",
+            "InvalidNodePool",
+        ];
+        if pool
+            .condition(super::conditions::READY)
+            .is_some_and(|c| !c.is_true() && c.reason.as_deref().is_some_and(|r| ours.contains(&r)))
+        {
+            self.set_pool_ready(pool, true, "Ready", "").await;
+        }
+    }
+
+    async fn set_pool_ready(&mut self, pool: &NodePool, ready: bool, reason: &str, message: &str) {
+        let now = self.clock.now();
+        let mut updated = pool.clone();
+        let conds = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        if super::set_condition(conds, super::conditions::READY, ready, reason, message, now)
+            && let Err(e) = self.cluster.replace_status(updated).await
+        {
+            self.event(name_of_pool(pool), "StatusNotRecorded", e.to_string());
+        }
     }
 
     /// The cluster as the scheduling core's input builder reads it.

@@ -112,11 +112,11 @@ use super::{
 };
 use crate::api::{self, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp};
+use crate::convert::kubelet_settings;
 use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
 use crate::model::labels::{CAPACITY_TYPE, REGION, ZONE, is_well_known};
 use crate::model::{InstanceType, KubeletSettings, Offering, Requirement};
-use crate::plan::kubelet_settings;
 
 /// The region of the simulated EC2 unless configured otherwise.
 pub const DEFAULT_REGION: &str = "us-east-1";
