@@ -9,6 +9,7 @@
 //! Time comes only from the injected [`Clock`].
 
 mod disruption;
+mod gc;
 mod lifecycle;
 pub mod metrics;
 mod provisioner;
