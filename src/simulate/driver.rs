@@ -617,9 +617,10 @@ impl Simulation {
         self.recorder.fleet_point(end_at, lower_bound);
         let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
         let calls = self.cloud.calls().len();
+        let gap = super::report::gap(&self.cluster);
         Ok(self
             .recorder
-            .finish(self.clock.now(), lower_bound, unschedulable, calls))
+            .finish(self.clock.now(), lower_bound, unschedulable, calls, gap))
     }
 }
 
