@@ -404,3 +404,35 @@ fn a_restart_during_a_blocked_drain_resumes_it_and_forces_it_at_the_grace_period
     assert_nothing_leaked(&r);
     assert_nothing_leaked(&base);
 }
+
+/// Issue 16's adoption: Karpenter-launched NodeClaims and Nodes (its
+/// labels, hash annotations and finalizer, no dovetail stamps) are stamped
+/// with dovetail's drift hashes and kept as they are: no replacement, no
+/// eviction, no launch.
+#[test]
+fn nodes_karpenter_launched_are_adopted_stamped_and_left_unchanged() {
+    let r = report("tests/scenarios/adoption/adopt.yaml");
+    let claims = ["default-7xk2p", "default-m4q9z", "default-tr8wd"];
+    for c in claims {
+        assert!(
+            first_event(&r, &format!("NodeClaim/{c}"), "Stamped").is_some(),
+            "{c} not stamped"
+        );
+    }
+    assert!(array(&r["disruptions"]).is_empty(), "{}", r["disruptions"]);
+    assert_eq!(r["summary"]["evictions"], 0);
+    for reason in ["Provisioned", "Launched", "Disrupting", "Drifted"] {
+        assert!(
+            !array(&r["events"]).iter().any(|e| e["reason"] == reason),
+            "{reason}: {}",
+            r["events"]
+        );
+    }
+    let kept: BTreeSet<&str> = array(&r["nodes"])
+        .iter()
+        .filter(|n| n["deleted_at"].is_null())
+        .map(|n| n["nodeclaim"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept, claims.into_iter().collect());
+    assert_all_pods_run(&r);
+}
