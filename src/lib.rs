@@ -13,6 +13,7 @@ pub mod config;
 pub mod controller;
 pub mod diag;
 pub mod drift;
+pub mod interruption;
 pub mod model;
 pub mod par;
 pub mod plan;

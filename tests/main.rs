@@ -5,6 +5,7 @@ mod conformance;
 mod deploy;
 mod diff;
 mod impact;
+mod interruption;
 mod plan;
 mod simulate;
 mod support;
