@@ -524,7 +524,7 @@ fn claim(name: &str, instance_type: &str, zone: &str, capacity_type: &str) -> Cl
 
 /// Instances `i-0000000000000000{1,2}` back spot claims `a` and `b`;
 /// `i-0000000000000000{3}` backs on-demand claim `c`.
-fn index() -> HashMap<String, ClaimInfo> {
+pub fn index() -> HashMap<String, ClaimInfo> {
     HashMap::from([
         (
             "i-00000000000000001".into(),
@@ -546,7 +546,7 @@ fn decide_on(body: &str, options: &Options) -> Vec<Action> {
     decide(&message(body), &|id: &str| index.get(id).cloned(), options)
 }
 
-fn t0() -> Timestamp {
+pub fn t0() -> Timestamp {
     ts("2026-11-21T13:00:00Z")
 }
 

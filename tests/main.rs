@@ -6,6 +6,8 @@ mod deploy;
 mod diff;
 mod impact;
 mod interruption;
+mod interruption_sqs;
+mod moto;
 mod plan;
 mod simulate;
 mod support;
