@@ -275,13 +275,13 @@ fn a_missing_snapshot_is_an_error_with_a_hint() {
     assert_eq!(out.stdout, "");
     assert!(
         out.stderr
-            .starts_with("error: snapshot reading /nonexistent/cluster.yaml: "),
+            .starts_with("error: snapshot: cannot read /nonexistent/cluster.yaml: "),
         "{}",
         out.stderr
     );
     assert!(
         out.stderr
-            .contains("hint: write a snapshot with `dovetail snapshot --output FILE`"),
+            .contains("hint: write a snapshot with `dovetail snapshot --out-file FILE`"),
         "{}",
         out.stderr
     );
@@ -296,7 +296,7 @@ fn a_malformed_snapshot_is_an_error_at_its_file_and_line() {
     assert_eq!(out.stdout, "");
     assert!(
         out.stderr
-            .starts_with(&format!("error: snapshot {malformed}:6:")),
+            .starts_with(&format!("{malformed}:6:13: error: unclosed bracket '['\n")),
         "{}",
         out.stderr
     );
@@ -314,7 +314,7 @@ fn a_malformed_snapshot_is_an_error_at_its_file_and_line() {
     assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
     assert!(
         out.stderr
-            .starts_with(&format!("error: snapshot {bad}:6: NodeClaim/c: ")),
+            .starts_with(&format!("{bad}:6:1: error: NodeClaim/c: ")),
         "{}",
         out.stderr
     );

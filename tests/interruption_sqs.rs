@@ -17,10 +17,13 @@ use dovetail::interruption::{
 };
 
 use crate::interruption::{Recorder, index, t0};
-use crate::moto::Moto;
+use crate::moto;
 
 const REGION: &str = "us-east-1";
 const ACCOUNT: &str = "123456789012";
+/// The region of these tests' queues: moto's state is per region, shared
+/// by every suite of the process.
+const SQS_REGION: &str = "eu-west-3";
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -87,11 +90,11 @@ fn settings() -> PollSettings {
 
 #[test]
 fn messages_are_received_acted_on_and_deleted() {
-    let Some(moto) = Moto::start() else { return };
+    let Some(moto) = moto::server() else { return };
     let rt = runtime();
     rt.block_on(async {
-        let client = moto.sqs_client();
-        let url = create_queue(&client, "interruption", 30).await;
+        let client = moto::sqs_client(&moto.endpoint(), SQS_REGION).await;
+        let url = create_queue(&client, "interruption-acted-on", 30).await;
         let bodies = [
             events::spot_interruption("i-00000000000000001", REGION, ACCOUNT, t0()),
             events::state_change(
@@ -117,7 +120,7 @@ fn messages_are_received_acted_on_and_deleted() {
         // By name: the poller resolves the URL with GetQueueUrl.
         let poller = Poller::connect(
             client.clone(),
-            Queue::new("interruption"),
+            Queue::new("interruption-acted-on"),
             Recorder::new(index(), metrics.clone()),
             metrics.clone(),
             Arc::new(SystemClock),
@@ -183,11 +186,11 @@ fn messages_are_received_acted_on_and_deleted() {
 
 #[test]
 fn a_handler_error_leaves_the_message_for_redelivery() {
-    let Some(moto) = Moto::start() else { return };
+    let Some(moto) = moto::server() else { return };
     let rt = runtime();
     rt.block_on(async {
-        let client = moto.sqs_client();
-        let url = create_queue(&client, "interruption", 2).await;
+        let client = moto::sqs_client(&moto.endpoint(), SQS_REGION).await;
+        let url = create_queue(&client, "interruption-redelivery", 2).await;
         let metrics = Metrics::new();
         let recorder = Recorder::new(index(), metrics.clone());
         recorder.fail("i-00000000000000001", 1);
@@ -267,12 +270,12 @@ fn a_handler_error_leaves_the_message_for_redelivery() {
 
 #[test]
 fn a_missing_queue_is_an_error_naming_it() {
-    let Some(moto) = Moto::start() else { return };
+    let Some(moto) = moto::server() else { return };
     let rt = runtime();
     rt.block_on(async {
         let metrics = Metrics::new();
         let result = Poller::connect(
-            moto.sqs_client(),
+            moto::sqs_client(&moto.endpoint(), SQS_REGION).await,
             Queue::new("no-such-queue"),
             Recorder::new(index(), metrics.clone()),
             metrics,

@@ -1,9 +1,13 @@
 //! dovetail's integration tests: one test binary (each extra binary would
 //! link the whole dependency tree again), one module per suite.
 
+mod aws;
+mod aws_proxy;
 mod conformance;
 mod deploy;
 mod diff;
+mod disruption;
+mod hostile;
 mod impact;
 mod interruption;
 mod interruption_sqs;

@@ -85,11 +85,20 @@ pub fn crd_files() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes the CRD files into `dir`, creating it if needed.
-pub fn write_crds(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+/// Writes the CRD files into `dir`, creating it if needed. Nothing is
+/// written through a symlink: not at `dir` itself, nor at a file in it.
+pub fn write_crds(dir: &Path) -> Result<(), crate::fsutil::WriteError> {
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(crate::fsutil::WriteError::Symlink {
+            path: dir.to_path_buf(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|source| crate::fsutil::WriteError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     for (name, yaml) in crd_files() {
-        std::fs::write(dir.join(name), yaml)?;
+        crate::fsutil::write_file(&dir.join(name), yaml.as_bytes())?;
     }
     Ok(())
 }
@@ -259,6 +268,34 @@ mod tests {
                 yaml
             );
         }
+    }
+
+    /// A checked-out repository may hold a symlink where a CRD file goes
+    /// (`crds/karpenter.sh_nodepools.yaml -> ~/.bashrc`); `crds --out-dir`
+    /// refuses it and leaves the target alone. Today's code followed it.
+    #[cfg(unix)]
+    #[test]
+    fn write_crds_never_writes_through_a_symlink() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let out = dir.path().join("crds");
+        std::fs::create_dir(&out).unwrap();
+        let (name, _) = &crd_files()[1];
+        std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
+        let err = write_crds(&out).unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let linked = dir.path().join("linked");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &linked).unwrap();
+        std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+        assert!(write_crds(&linked).is_err());
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("elsewhere"))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 
     #[test]

@@ -89,11 +89,20 @@ pub fn schema_files() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes the JSON Schema files into `dir`, creating it if needed.
-pub fn write_schemas(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+/// Writes the JSON Schema files into `dir`, creating it if needed. Nothing is
+/// written through a symlink: not at `dir` itself, nor at a file in it.
+pub fn write_schemas(dir: &Path) -> Result<(), crate::fsutil::WriteError> {
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(crate::fsutil::WriteError::Symlink {
+            path: dir.to_path_buf(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|source| crate::fsutil::WriteError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     for (name, json) in schema_files() {
-        std::fs::write(dir.join(name), json)?;
+        crate::fsutil::write_file(&dir.join(name), json.as_bytes())?;
     }
     Ok(())
 }

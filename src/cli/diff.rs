@@ -86,7 +86,13 @@ pub(crate) fn impact_settings_for_tests(a: &DiffArgs) -> Option<Settings> {
 }
 
 fn impact_failed(e: &ImpactError, io: &mut Io) -> u8 {
-    io.error(e, e.hint());
+    match e {
+        ImpactError::Snapshot(read @ crate::snapshot::ReadError::Invalid(_)) => io.read_error(
+            read,
+            "--snapshot takes Kubernetes objects as kubectl prints them (-o yaml or -o json)",
+        ),
+        _ => io.error(e, e.hint()),
+    }
     exit::ERROR
 }
 

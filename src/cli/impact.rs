@@ -25,8 +25,8 @@ pub enum ImpactError {
     NoNodes,
     #[error("--replacement-time: {0}")]
     ReplacementTime(String),
-    #[error("snapshot {0}")]
-    Snapshot(#[source] ReadError),
+    #[error("snapshot: {0}")]
+    Snapshot(ReadError),
     #[error("{file}: {message}")]
     Nodes { file: String, message: String },
     #[error("catalog")]
@@ -39,7 +39,7 @@ impl ImpactError {
     pub fn hint(&self) -> Option<&'static str> {
         match self {
             ImpactError::NoNodes | ImpactError::Snapshot(ReadError::Io { .. }) => Some(
-                "write a snapshot with `dovetail snapshot --output FILE` (or `kubectl get nodes,nodeclaims -o yaml`)",
+                "write a snapshot with `dovetail snapshot --out-file FILE` (or `kubectl get nodes,nodeclaims -o yaml`)",
             ),
             ImpactError::ReplacementTime(_) => Some("use a duration such as 5m or 1h30m"),
             _ => None,

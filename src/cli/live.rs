@@ -365,23 +365,28 @@ pub(crate) mod tests {
         )
     }
 
+    /// `snapshot ARGS` against a cluster of one node and one pod.
+    fn snapshot_with(args: &[&str]) -> (u8, String, String) {
+        let argv: Vec<&str> = std::iter::once("snapshot")
+            .chain(args.iter().copied())
+            .collect();
+        run_against(&argv, |mut handle| {
+            Box::pin(async move {
+                serve_kinds(&mut handle, &SNAPSHOT_KINDS, |k| match k.kind {
+                    "Node" => vec![json!({"metadata": {"name": "ip-1", "labels": {"karpenter.sh/nodepool": "general"}}})],
+                    "Pod" => vec![json!({"metadata": {"name": "web", "namespace": "default"}, "spec": {"containers": []}})],
+                    _ => Vec::new(),
+                })
+                .await;
+            })
+        })
+    }
+
     #[test]
     fn snapshot_writes_a_list_the_reader_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("cluster.yaml");
-        let (code, out, err) = run_against(
-            &["snapshot", "--output", file.to_str().unwrap()],
-            |mut handle| {
-                Box::pin(async move {
-                    serve_kinds(&mut handle, &SNAPSHOT_KINDS, |k| match k.kind {
-                        "Node" => vec![json!({"metadata": {"name": "ip-1", "labels": {"karpenter.sh/nodepool": "general"}}})],
-                        "Pod" => vec![json!({"metadata": {"name": "web", "namespace": "default"}, "spec": {"containers": []}})],
-                        _ => Vec::new(),
-                    })
-                    .await;
-                })
-            },
-        );
+        let (code, out, err) = snapshot_with(&["--out-file", file.to_str().unwrap()]);
         assert_eq!(code, 0, "{out}{err}");
         assert_eq!(out, "");
         assert!(err.contains("snapshot: 2 objects written to"), "{err}");
@@ -392,6 +397,67 @@ pub(crate) mod tests {
         );
         let read = crate::snapshot::read_snapshot(&file).unwrap();
         assert_eq!((read.nodes.len(), read.pods.len()), (1, 1));
+    }
+
+    /// `-o` is the format, as everywhere else: `snapshot -o json` printed to
+    /// a file named `json` before.
+    #[test]
+    fn snapshot_output_is_a_format_and_the_old_file_form_is_deprecated() {
+        let dir = tempfile::tempdir().unwrap();
+        let (code, out, err) = snapshot_with(&["-o", "json"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.starts_with("{\n"), "JSON on stdout: {out}");
+        assert!(!std::path::Path::new("json").exists());
+        let (code, out, _) = snapshot_with(&["--output", "yaml"]);
+        assert_eq!(code, 0);
+        assert!(out.starts_with("apiVersion: v1\n"), "{out}");
+        let file = dir.path().join("c.data");
+        let (code, _, err) = snapshot_with(&["-o", "yaml", "--out-file", file.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            std::fs::read_to_string(&file)
+                .unwrap()
+                .starts_with("apiVersion: v1\n")
+        );
+        let old = dir.path().join("old.yaml");
+        let (code, out, err) = snapshot_with(&["--output", old.to_str().unwrap()]);
+        assert_eq!((code, out.as_str()), (0, ""), "{err}");
+        assert!(
+            err.starts_with("note: `--output FILE` is deprecated: --output is the format; use `--output yaml --out-file "),
+            "{err}"
+        );
+        assert!(
+            std::fs::read_to_string(&old)
+                .unwrap()
+                .starts_with("apiVersion: v1\n")
+        );
+        let (code, _, err) = snapshot_with(&["-o", "xml", "--out-file", old.to_str().unwrap()]);
+        assert_eq!(code, 2);
+        assert_eq!(
+            err,
+            "error: --output takes a format, yaml or json, not \"xml\"\n"
+        );
+    }
+
+    /// A snapshot never writes through a symlink at its file (a checked-out
+    /// `cluster.yaml -> ~/.bashrc`); today's code followed it.
+    #[cfg(unix)]
+    #[test]
+    fn snapshot_never_writes_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = dir.path().join("cluster.yaml");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        for args in [
+            vec!["--out-file", link.to_str().unwrap()],
+            vec!["--output", link.to_str().unwrap()],
+        ] {
+            let (code, _, err) = snapshot_with(&args);
+            assert_eq!(code, 2, "{err}");
+            assert!(err.contains("is a symlink"), "{err}");
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        }
     }
 
     /// A git repository with the EC2NodeClass `default` and NodePool

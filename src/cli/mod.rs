@@ -3,6 +3,7 @@
 //! tests run them in-process and capture both streams.
 
 pub mod args;
+mod aws;
 mod diff;
 mod impact;
 mod live;
@@ -49,6 +50,22 @@ impl Io<'_> {
     /// Writes a line to stderr.
     pub fn log(&mut self, s: &str) {
         let _ = writeln!(self.err, "{s}");
+    }
+
+    /// Prints diagnostics as `validate` does (colour on a terminal).
+    pub fn diagnostics(&mut self, diags: &[crate::diag::Diagnostic]) {
+        let style = render::Style::for_stream(self.err_is_terminal);
+        let _ = self.err.write_all(render::text(diags, style).as_bytes());
+    }
+
+    /// Prints a problem reading a file of objects as a diagnostic at its
+    /// file and line, with `hint` unless the problem has a better one.
+    pub fn read_error(&mut self, e: &crate::snapshot::ReadError, hint: &str) {
+        let mut d = e.diagnostic();
+        if d.hint.is_none() {
+            d.hint = Some(hint.to_string());
+        }
+        self.diagnostics(&[d]);
     }
 
     /// Prints an error, its causes, and a `hint:` line when there is a likely fix.
@@ -100,6 +117,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
         Command::Diff(a) => diff::run(&a, io),
         Command::Snapshot(a) => snapshot::run(&a, io),
         Command::Sync(a) => sync::run(&a, io),
+        Command::Aws(a) => aws::run(&a, io),
     }
 }
 

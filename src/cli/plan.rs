@@ -7,11 +7,12 @@ use super::validate::{display_prefix, load_repo};
 use super::{Io, exit, render};
 use crate::clock::{Clock, SystemClock};
 use crate::config::validate::{self, Options};
+use crate::convert::{ConfigDocs, build_input};
 use crate::diag::Severity;
 use crate::model::catalog::read_catalog;
-use crate::plan::{ConfigDocs, PlanReport, build_input, read_pods};
+use crate::plan::{PlanReport, read_pods};
 use crate::scheduling::{Preferences, SolveOptions, solve};
-use crate::snapshot::read_snapshot;
+use crate::snapshot::read_snapshot_located;
 
 pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
     if !matches!(a.output, OutputFormat::Text | OutputFormat::Json) {
@@ -60,17 +61,20 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
     let pods = match read_pods(&a.pods) {
         Ok(p) => p,
         Err(e) => {
-            io.error(
+            io.read_error(
                 &e,
-                Some("--pods takes Pod manifests: multi-document YAML, a v1/List, or JSON lines"),
+                "--pods takes Pod manifests: multi-document YAML, a v1/List, or JSON lines",
             );
             return exit::ERROR;
         }
     };
-    let snapshot = match a.snapshot.as_deref().map(read_snapshot).transpose() {
+    let snapshot = match a.snapshot.as_deref().map(read_snapshot_located).transpose() {
         Ok(s) => s,
         Err(e) => {
-            io.error(&e, Some("--snapshot takes Kubernetes objects as kubectl prints them (-o yaml or -o json)"));
+            io.read_error(
+                &e,
+                "--snapshot takes Kubernetes objects as kubectl prints them (-o yaml or -o json)",
+            );
             return exit::ERROR;
         }
     };
@@ -80,7 +84,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
         &catalog,
         &pods,
         &a.pods.display().to_string(),
-        snapshot.as_ref(),
+        snapshot.as_ref().map(|(s, o)| (s, o)),
         now_ms,
     ) {
         Ok(i) => i,
@@ -109,9 +113,16 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
         OutputFormat::Json => io.data(&format!("{}\n", plan.to_json())),
         _ => io.data(&format!("{plan}")),
     }
-    if plan.all_placed() {
+    let code = if plan.all_placed() {
         exit::OK
     } else {
         exit::PROBLEM
-    }
+    };
+    // The process exits next: freeing tens of thousands of pods, their
+    // requirements and the solver's result one by one would only add to
+    // the wall time (14% of it on 20,000 pods).
+    std::mem::forget((
+        pods, snapshot, input, result, plan, catalog, config, report, loaded,
+    ));
+    code
 }

@@ -7,10 +7,59 @@ use super::{Io, exit, render};
 use crate::simulate::driver::{SimError, Simulation};
 use crate::simulate::scenario;
 
-/// The bundled demo: its scenario is compiled in, and it runs against the
-/// checkout's `examples-repo/`.
+/// The bundled demo: its scenario and the configuration repository it runs
+/// against (`examples-repo/`) are compiled in, so an installed or copied
+/// binary runs it from any directory.
 const DEMO: &str = include_str!("../../tests/scenarios/demo.yaml");
-const DEMO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios");
+/// Where the demo scenario sits relative to its repository, as in the
+/// checkout: its `config` is `../../examples-repo`.
+const DEMO_AT: &str = "tests/scenarios";
+/// The files of `examples-repo/` (a test checks that none is missing).
+const DEMO_CONFIG: [(&str, &str); 6] = [
+    (
+        "examples-repo/nodeclasses/default.yaml",
+        include_str!("../../examples-repo/nodeclasses/default.yaml"),
+    ),
+    (
+        "examples-repo/nodeclasses/gpu.yaml",
+        include_str!("../../examples-repo/nodeclasses/gpu.yaml"),
+    ),
+    (
+        "examples-repo/nodepools/arm64.yaml",
+        include_str!("../../examples-repo/nodepools/arm64.yaml"),
+    ),
+    (
+        "examples-repo/nodepools/batch.yaml",
+        include_str!("../../examples-repo/nodepools/batch.yaml"),
+    ),
+    (
+        "examples-repo/nodepools/general.yaml",
+        include_str!("../../examples-repo/nodepools/general.yaml"),
+    ),
+    (
+        "examples-repo/nodepools/gpu.yaml",
+        include_str!("../../examples-repo/nodepools/gpu.yaml"),
+    ),
+];
+
+/// Lays the demo out in a temporary directory, as in the checkout, and
+/// parses it.
+fn demo() -> Result<(tempfile::TempDir, scenario::Scenario), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("dovetail-demo-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a directory for the bundled demo: {e}"))?;
+    for (path, text) in DEMO_CONFIG {
+        crate::fsutil::write_inside(dir.path(), Path::new(path), text.as_bytes())
+            .map_err(|e| format!("cannot lay out the bundled demo: {e}"))?;
+    }
+    let at = dir.path().join(DEMO_AT);
+    std::fs::create_dir_all(&at).map_err(|e| format!("cannot lay out the bundled demo: {e}"))?;
+    let s = scenario::parse("(bundled demo)", &at, DEMO.as_bytes())
+        .and_then(|s| scenario::check_on_disk(&s).map(|()| s))
+        .map_err(|d| d.to_string())?;
+    Ok((dir, s))
+}
 
 /// Events printed by the text output before it refers to the JSON report.
 const TEXT_EVENTS: usize = 200;
@@ -20,9 +69,20 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
         io.log("error: simulate prints --output text or json");
         return exit::ERROR;
     }
+    // The bundled demo's files live as long as the run.
+    let mut _demo_dir = None;
     let parsed = match &a.scenario {
         Some(path) => scenario::load(path),
-        None => scenario::parse("(bundled demo)", Path::new(DEMO_DIR), DEMO.as_bytes()),
+        None => match demo() {
+            Ok((dir, s)) => {
+                _demo_dir = Some(dir);
+                Ok(s)
+            }
+            Err(e) => {
+                io.log(&format!("error: {e}"));
+                return exit::ERROR;
+            }
+        },
     };
     let scenario = match parsed {
         Ok(s) => s,
@@ -38,7 +98,17 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
         .map(|u| crate::timing::parse_duration(u, crate::timing::DurationSyntax::Hms))
     {
         None => None,
-        Some(Ok(crate::timing::NillableDuration::After(d))) => Some(d),
+        Some(Ok(crate::timing::NillableDuration::After(d))) if d <= scenario::MAX_DURATION => {
+            Some(d)
+        }
+        Some(Ok(crate::timing::NillableDuration::After(_))) => {
+            io.log(&format!(
+                "error: --until {} is beyond the simulation's limit of {} (31 days)",
+                a.until.as_deref().unwrap_or_default(),
+                scenario::human(scenario::MAX_DURATION)
+            ));
+            return exit::ERROR;
+        }
         Some(_) => {
             io.log("error: --until takes a duration such as 90m or 24h");
             return exit::ERROR;
@@ -74,4 +144,34 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
         _ => io.data(&report.to_text(TEXT_EVENTS)),
     }
     exit::OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compiled-in demo repository is `examples-repo/`, file for file.
+    #[test]
+    fn the_embedded_demo_is_the_examples_repository() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut on_disk = Vec::new();
+        for sub in ["nodeclasses", "nodepools"] {
+            for e in std::fs::read_dir(root.join("examples-repo").join(sub)).unwrap() {
+                let e = e.unwrap();
+                on_disk.push(format!(
+                    "examples-repo/{sub}/{}",
+                    e.file_name().to_string_lossy()
+                ));
+            }
+        }
+        on_disk.sort();
+        let embedded: Vec<String> = DEMO_CONFIG.iter().map(|(p, _)| p.to_string()).collect();
+        assert_eq!(embedded, on_disk, "embed every file of examples-repo/");
+        for (path, text) in DEMO_CONFIG {
+            assert_eq!(std::fs::read_to_string(root.join(path)).unwrap(), text);
+        }
+        let (dir, s) = demo().unwrap();
+        assert!(s.config.starts_with(dir.path()), "{}", s.config.display());
+        assert!(s.config.join("nodepools/general.yaml").is_file());
+    }
 }

@@ -37,19 +37,27 @@ pub(crate) fn write_snapshot(
         }
     };
     let count = snapshot["items"].as_array().map_or(0, Vec::len);
-    let yaml = a.output.as_deref().is_some_and(is_yaml);
-    let text = if yaml {
-        crate::config::diff::normalise::to_yaml(&snapshot)
-    } else {
-        serde_json::to_string_pretty(&snapshot).unwrap_or_default() + "\n"
+    let (format, file) = match destination(a, io) {
+        Ok(d) => d,
+        Err(message) => {
+            io.log(&format!("error: {message}"));
+            return exit::ERROR;
+        }
     };
-    match &a.output {
+    let text = match format {
+        Format::Yaml => crate::config::diff::normalise::to_yaml(&snapshot),
+        Format::Json => serde_json::to_string_pretty(&snapshot).unwrap_or_default() + "\n",
+    };
+    match &file {
         None => io.data(&text),
         Some(path) => {
-            if let Err(e) = std::fs::write(path, text) {
+            if let Err(e) = crate::fsutil::write_file(path, text.as_bytes()) {
                 io.error(
                     &e,
-                    Some(&format!("check that `{}` can be written", path.display())),
+                    Some(&format!(
+                        "check that `{}` can be written and is not a symlink",
+                        path.display()
+                    )),
                 );
                 return exit::ERROR;
             }
@@ -60,6 +68,45 @@ pub(crate) fn write_snapshot(
         }
     }
     exit::OK
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Yaml,
+    Json,
+}
+
+/// The format and the file of `--output FORMAT [--out-file FILE]`, or of
+/// the deprecated `--output FILE` (which prints a note).
+fn destination(
+    a: &SnapshotArgs,
+    io: &mut Io,
+) -> Result<(Format, Option<std::path::PathBuf>), String> {
+    let by_extension = |p: &Path| {
+        if is_yaml(p) {
+            Format::Yaml
+        } else {
+            Format::Json
+        }
+    };
+    match (a.output.as_deref(), &a.out_file) {
+        (None, None) => Ok((Format::Json, None)),
+        (None, Some(f)) => Ok((by_extension(f), Some(f.clone()))),
+        (Some("yaml" | "yml"), f) => Ok((Format::Yaml, f.clone())),
+        (Some("json"), f) => Ok((Format::Json, f.clone())),
+        (Some(other), Some(_)) => Err(format!(
+            "--output takes a format, yaml or json, not {other:?}"
+        )),
+        (Some(old), None) => {
+            let f = std::path::PathBuf::from(old);
+            let format = by_extension(&f);
+            io.log(&format!(
+                "note: `--output FILE` is deprecated: --output is the format; use `--output {} --out-file {old}`",
+                if format == Format::Yaml { "yaml" } else { "json" }
+            ));
+            Ok((format, Some(f)))
+        }
+    }
 }
 
 fn is_yaml(path: &Path) -> bool {

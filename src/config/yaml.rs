@@ -396,6 +396,16 @@ impl<'a> Builder<'a> {
             .push(Diagnostic::error(code, message).in_file(self.file).at(pos));
     }
 
+    /// A budget breached: which limit, and what to do about it.
+    fn limit(&mut self, pos: Pos, message: String, hint: &str) {
+        self.out.diagnostics.push(
+            Diagnostic::error(codes::LIMIT, message)
+                .in_file(self.file)
+                .at(pos)
+                .with_hint(hint),
+        );
+    }
+
     fn scan_error(&mut self, err: &ScanError) -> Result<(), Stop> {
         let pos = marker_pos(err.marker());
         if matches!(err.kind(), ErrorKind::RecursionLimitExceeded) {
@@ -407,10 +417,14 @@ impl<'a> Builder<'a> {
 
     fn too_deep(&mut self, pos: Pos) -> Stop {
         let message = format!(
-            "nesting deeper than {} levels; the file is not parsed further",
+            "depth limit: nesting deeper than {} levels; the file is not parsed further",
             self.limits.max_depth
         );
-        self.error(codes::LIMIT, pos, message);
+        self.limit(
+            pos,
+            message,
+            "Kubernetes objects nest a few levels deep; check the indentation, or whether the file is really a manifest",
+        );
         Stop
     }
 
@@ -419,10 +433,14 @@ impl<'a> Builder<'a> {
             Event::DocumentStart(..) => {
                 if self.documents >= self.limits.max_documents {
                     let message = format!(
-                        "more than {} documents in one file; the rest is not parsed",
+                        "document limit: more than {} documents in one file; the rest is not parsed",
                         self.limits.max_documents
                     );
-                    self.error(codes::LIMIT, pos, message);
+                    self.limit(
+                        pos,
+                        message,
+                        "split the file into several files, or remove empty `---` documents",
+                    );
                     return Err(Stop);
                 }
                 self.documents += 1;
@@ -532,11 +550,15 @@ impl<'a> Builder<'a> {
             || self.alias_bytes > self.limits.max_file_bytes
         {
             let message = format!(
-                "aliases expand to more than {} nodes or {} bytes (a \"billion laughs\" \
+                "alias limit: aliases expand to more than {} nodes or {} bytes (a \"billion laughs\" \
                  document?); the file is not parsed further",
                 self.limits.max_alias_nodes, self.limits.max_file_bytes
             );
-            self.error(codes::LIMIT, pos, message);
+            self.limit(
+                pos,
+                message,
+                "write the repeated parts out instead of through `*alias` references",
+            );
             return Err(Stop);
         }
         let mut node = node.clone();

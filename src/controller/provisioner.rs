@@ -28,8 +28,8 @@ use crate::api::{EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim,
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
+use crate::convert::{build_input_with_pools, nodepool_spec_with_types};
 use crate::model::{InstanceType, Requirement, Requirements};
-use crate::plan::{build_input_with_pools, nodepool_spec_with_types};
 use crate::scheduling::pod::is_provisionable;
 use crate::scheduling::{NewNodeClaim, NodePoolSpec, Preferences, SolveOptions, solve};
 use crate::snapshot::Snapshot;
@@ -57,7 +57,11 @@ enum Planned {
     InFlight(String),
     /// On a ready node, until `until`: kube-scheduler should bind it by
     /// then. `grace` is the wait that gave `until`.
-    Ready { until: Timestamp, grace: Duration },
+    Ready {
+        node: String,
+        until: Timestamp,
+        grace: Duration,
+    },
     /// Nowhere, with a reason: holds until the configuration or the claims
     /// change, or the resync.
     Unplaced,
@@ -155,6 +159,13 @@ fn as_pending(p: &Pod) -> Pod {
         ..Default::default()
     }]);
     p
+}
+
+fn name_of_pool(pool: &NodePool) -> String {
+    format!(
+        "NodePool/{}",
+        pool.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Marks offerings that recently failed with insufficient capacity.
@@ -342,6 +353,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                                 _ => PLACED_GRACE,
                             };
                             Planned::Ready {
+                                node: node.clone(),
                                 until: now.checked_add(grace).unwrap_or(now),
                                 grace,
                             }
@@ -389,7 +401,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The NodePools as the scheduling core sees them, with their instance
     /// types from the cloud, and every instance type seen (for sizing
     /// in-flight claims).
-    async fn nodepool_specs(
+    pub(super) async fn nodepool_specs(
         &mut self,
     ) -> (Vec<Arc<NodePool>>, Vec<NodePoolSpec>, Vec<InstanceType>) {
         let now = self.clock.now();
@@ -408,51 +420,81 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut specs = Vec::new();
         let mut catalog: BTreeMap<String, InstanceType> = BTreeMap::new();
         for pool in &pools {
-            let pool_name = pool.metadata.name.clone().unwrap_or_default();
             let class_name = &pool.spec.template.spec.node_class_ref.name;
             let Some(class) = classes.get(class_name) else {
-                self.event(
-                    format!("NodePool/{pool_name}"),
-                    "NodeClassNotFound",
-                    format!("EC2NodeClass {class_name:?} not found; the NodePool is skipped"),
-                );
+                let message =
+                    format!("EC2NodeClass {class_name:?} not found; the NodePool is skipped");
+                self.pool_unusable(pool, "NodeClassNotFound", message).await;
                 continue;
             };
             let types = match self.cloud.instance_types(pool, class).await {
                 Ok(t) => without_unavailable(t, &self.unavailable, now),
                 Err(e) => {
-                    self.event(
-                        format!("NodePool/{pool_name}"),
-                        "InstanceTypesUnavailable",
-                        e.to_string(),
-                    );
+                    let message = format!("{e}; the NodePool is skipped");
+                    self.pool_unusable(pool, "InstanceTypesUnavailable", message)
+                        .await;
                     continue;
                 }
             };
             for t in &types {
                 catalog.entry(t.name.clone()).or_insert_with(|| t.clone());
             }
-            let doc = match serde_json::to_value(pool.as_ref()) {
-                Ok(d) => d,
-                Err(e) => {
-                    self.event(
-                        format!("NodePool/{pool_name}"),
-                        "InvalidNodePool",
-                        e.to_string(),
-                    );
-                    continue;
+            let spec = serde_json::to_value(pool.as_ref())
+                .map_err(|e| e.to_string())
+                .and_then(|doc| nodepool_spec_with_types(&doc, types));
+            match spec {
+                Ok(s) => {
+                    specs.push(s);
+                    self.pool_usable(pool).await;
                 }
-            };
-            match nodepool_spec_with_types(&doc, types) {
-                Ok(s) => specs.push(s),
-                Err(e) => self.event(format!("NodePool/{pool_name}"), "InvalidNodePool", e),
+                Err(e) => {
+                    let message = format!("{e}; the NodePool is skipped");
+                    self.pool_unusable(pool, "InvalidNodePool", message).await;
+                }
             }
         }
         (pools, specs, catalog.into_values().collect())
     }
 
+    /// A NodePool the provisioner cannot use is never dropped silently: its
+    /// `Ready` condition turns False with the reason, and an Event says why.
+    async fn pool_unusable(&mut self, pool: &NodePool, reason: &str, message: String) {
+        self.set_pool_ready(pool, false, reason, &message).await;
+        self.event(name_of_pool(pool), reason, message);
+    }
+
+    /// Clears a `Ready=False` this provisioner set, once the pool is usable.
+    async fn pool_usable(&mut self, pool: &NodePool) {
+        let ours = [
+            "NodeClassNotFound",
+            "InstanceTypesUnavailable",
+            "InvalidNodePool",
+        ];
+        if pool
+            .condition(super::conditions::READY)
+            .is_some_and(|c| !c.is_true() && c.reason.as_deref().is_some_and(|r| ours.contains(&r)))
+        {
+            self.set_pool_ready(pool, true, "Ready", "").await;
+        }
+    }
+
+    async fn set_pool_ready(&mut self, pool: &NodePool, ready: bool, reason: &str, message: &str) {
+        let now = self.clock.now();
+        let mut updated = pool.clone();
+        let conds = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        if super::set_condition(conds, super::conditions::READY, ready, reason, message, now)
+            && let Err(e) = self.cluster.replace_status(updated).await
+        {
+            self.event(name_of_pool(pool), "StatusNotRecorded", e.to_string());
+        }
+    }
+
     /// The cluster as the scheduling core's input builder reads it.
-    fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
+    pub(super) fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
         Snapshot {
             nodes: self.cluster.list::<Node>(),
             pods: pods.to_vec(),
@@ -567,7 +609,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let class = self.cluster.get::<EC2NodeClass>(&ObjectKey::cluster(
                 pool.spec.template.spec.node_class_ref.name.clone(),
             ));
-            let object = self.nodeclaim_for(pool, class.as_deref(), claim);
+            let name = self.next_claim_name(&claim.nodepool);
+            let object = self.nodeclaim_for(name, pool, class.as_deref(), claim);
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
@@ -598,17 +641,33 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         out
     }
 
+    /// A name for a new NodeClaim of a NodePool: `<pool>-<5 hex digits>`
+    /// from a sequence, skipping names in use (after a restart, or a
+    /// leader change, the sequence starts again).
+    pub(super) fn next_claim_name(&mut self, pool: &str) -> String {
+        loop {
+            self.sequence += 1;
+            let name = format!("{pool}-{:05x}", self.sequence & 0xfffff);
+            if self
+                .cluster
+                .get::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
+                .is_none()
+            {
+                return name;
+            }
+        }
+    }
+
     /// The NodeClaim object for a planned claim of a NodePool, stamped with
     /// the drift hashes of the NodePool and its EC2NodeClass.
-    fn nodeclaim_for(
+    pub(super) fn nodeclaim_for(
         &mut self,
+        name: String,
         pool: &NodePool,
         class: Option<&EC2NodeClass>,
         claim: &NewNodeClaim,
     ) -> NodeClaim {
-        self.sequence += 1;
         let pool_name = pool.metadata.name.clone().unwrap_or_default();
-        let name = format!("{pool_name}-{:05x}", self.sequence & 0xfffff);
         let template = &pool.spec.template;
         let mut labels: BTreeMap<String, String> = template
             .metadata
@@ -673,6 +732,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The pods the last solve could not place, with reasons.
     pub fn unschedulable(&self) -> &BTreeMap<String, String> {
         &self.unschedulable
+    }
+
+    /// Nodes the last solve planned the still `pending` pods on:
+    /// consolidation leaves them alone while those pods wait for them.
+    pub(super) fn nominated_nodes(&self, pending: &BTreeSet<String>) -> BTreeSet<String> {
+        self.batch
+            .planned
+            .iter()
+            .filter(|(pod, _)| pending.contains(*pod))
+            .filter_map(|(_, p)| match p {
+                Planned::Ready { node, .. } => Some(node.clone()),
+                Planned::InFlight(claim) => Some(claim.clone()),
+                Planned::Unplaced => None,
+            })
+            .collect()
     }
 }
 

@@ -25,9 +25,6 @@ use tokio::sync::watch;
 use super::{MessageHandler, Metrics, deliver};
 use crate::clock::{Clock, Timestamp};
 
-/// The IAM actions the poller calls, for the deployment's policy.
-pub const IAM_ACTIONS: [&str; 3] = ["sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:DeleteMessage"];
-
 /// SQS returns at most 10 messages per ReceiveMessage.
 const MAX_MESSAGES_LIMIT: i32 = 10;
 /// SQS long polls for at most 20 s.
@@ -116,7 +113,7 @@ pub struct Batch {
 
 /// Polls one queue and hands its messages to a handler.
 pub struct Poller<H> {
-    client: Client,
+    sqs: Client,
     queue_url: String,
     handler: H,
     metrics: Metrics,
@@ -142,7 +139,7 @@ impl<H: MessageHandler> Poller<H> {
     /// A poller for `queue` (its URL resolved now when given by name).
     /// `clock` stamps receipts (the wall clock in production).
     pub async fn connect(
-        client: Client,
+        sqs: Client,
         queue: Queue,
         handler: H,
         metrics: Metrics,
@@ -152,7 +149,7 @@ impl<H: MessageHandler> Poller<H> {
         let queue_url = match queue {
             Queue::Url(url) => url,
             Queue::Name(name) => {
-                let out = client
+                let out = sqs
                     .get_queue_url()
                     .queue_name(&name)
                     .send()
@@ -167,7 +164,7 @@ impl<H: MessageHandler> Poller<H> {
             }
         };
         Ok(Poller {
-            client,
+            sqs,
             queue_url,
             handler,
             metrics,
@@ -191,7 +188,7 @@ impl<H: MessageHandler> Poller<H> {
     async fn receive(&self) -> Result<Vec<aws_sdk_sqs::types::Message>, SqsError> {
         let s = &self.settings;
         let mut request = self
-            .client
+            .sqs
             .receive_message()
             .queue_url(&self.queue_url)
             .max_number_of_messages(s.max_messages.clamp(1, MAX_MESSAGES_LIMIT))
@@ -251,7 +248,7 @@ impl<H: MessageHandler> Poller<H> {
         }
         let requested = entries.len();
         match self
-            .client
+            .sqs
             .delete_message_batch()
             .queue_url(&self.queue_url)
             .set_entries(Some(entries))

@@ -167,7 +167,9 @@ impl InstanceType {
                     && cap >= alloc
                 {
                     self.capacity.set(key, cap);
-                    self.overhead.kube_reserved.set(key, cap - alloc);
+                    self.overhead
+                        .kube_reserved
+                        .set(key, cap.saturating_sub(alloc));
                 }
             }
         }
@@ -179,7 +181,7 @@ impl InstanceType {
         }
         for k in [CPU, MEMORY, PODS] {
             if !self.allocatable.0.contains_key(k) {
-                let v = (self.capacity.get(k) - total.get(k)).max(0);
+                let v = self.capacity.get(k).saturating_sub(total.get(k)).max(0);
                 self.allocatable.set(k, v);
             }
         }

@@ -4,6 +4,15 @@
 //! rounded up, as kube does, to an integer in the resource's canonical unit:
 //! millicores for `cpu`, whole units (bytes, pods, devices) for everything
 //! else. Formatting goes the other way and picks the shortest exact suffix.
+//!
+//! # One rule for values beyond `i64`
+//!
+//! Kubernetes keeps any quantity the syntax allows (`1E` cpu, `1e400`), so
+//! Karpenter accepts them, e.g. as a NodePool limit meaning "unlimited".
+//! dovetail represents every such value by saturating to [`i64::MAX`] (or
+//! [`i64::MIN`]) in the canonical unit: a limit that large never binds, and a
+//! request that large fits no instance type. `validate`, `plan`, `simulate`
+//! and the controller all read quantities here, so all agree.
 
 use std::fmt;
 
@@ -18,10 +27,10 @@ pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 pub enum QuantityError {
     #[error("empty quantity")]
     Empty,
-    #[error("invalid quantity {0:?}")]
+    #[error(
+        "invalid quantity {0:?}; a quantity is a number with an optional suffix, such as 500m, 2, 1.5Gi or 1e3"
+    )]
     Invalid(String),
-    #[error("quantity {0:?} is out of range")]
-    OutOfRange(String),
 }
 
 /// Is this resource counted in thousandths (millicores)?
@@ -30,20 +39,25 @@ pub fn is_milli(resource: &str) -> bool {
 }
 
 /// Parses a quantity for `resource` into its canonical integer unit,
-/// rounding up like `Quantity.MilliValue()` / `Quantity.Value()`.
+/// rounding up like `Quantity.MilliValue()` / `Quantity.Value()`, and
+/// saturating beyond `i64` (see the module documentation).
 pub fn parse_quantity(resource: &str, s: &str) -> Result<i64, QuantityError> {
     let scale = if is_milli(resource) { 3 } else { 0 };
     parse_scaled(s, scale)
 }
 
-/// Parses `s` and returns `ceil(value * 10^scale)`.
+/// Significant digits kept exactly; further integer digits only scale the
+/// value, further fraction digits only decide the rounding.
+const DIGITS: u32 = 36;
+
+/// Parses `s` and returns `ceil(value * 10^scale)` (towards zero for a
+/// negative value), saturating at the bounds of `i64`.
 pub fn parse_scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
     let s = s.trim();
     if s.is_empty() {
         return Err(QuantityError::Empty);
     }
     let invalid = || QuantityError::Invalid(s.to_string());
-    let range = || QuantityError::OutOfRange(s.to_string());
     let (negative, body) = match s.as_bytes()[0] {
         b'-' => (true, &s[1..]),
         b'+' => (false, &s[1..]),
@@ -56,9 +70,11 @@ pub fn parse_scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
     if number.is_empty() || number == "." || number.matches('.').count() > 1 {
         return Err(invalid());
     }
-    // mantissa / 10^frac_digits
+    // value = mantissa * 10^exp10 (+ a dropped non-zero remainder)
     let mut mantissa: i128 = 0;
-    let mut frac_digits: i32 = 0;
+    let mut digits = 0u32;
+    let mut exp10: i64 = 0;
+    let mut remainder = false;
     let mut seen_dot = false;
     for c in number.chars() {
         if c == '.' {
@@ -66,16 +82,22 @@ pub fn parse_scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
             continue;
         }
         let d = i128::from(c as u8 - b'0');
-        mantissa = mantissa
-            .checked_mul(10)
-            .and_then(|m| m.checked_add(d))
-            .ok_or_else(range)?;
-        if seen_dot {
-            frac_digits += 1;
+        if digits < DIGITS {
+            if mantissa > 0 || d > 0 {
+                digits += 1;
+            }
+            mantissa = mantissa * 10 + d;
+            if seen_dot {
+                exp10 -= 1;
+            }
+        } else if seen_dot {
+            remainder |= d > 0;
+        } else {
+            exp10 += 1;
+            remainder |= d > 0;
         }
     }
-    // value = mantissa * 2^bin * 10^dec / 10^frac_digits
-    let (bin, dec): (u32, i32) = match suffix {
+    let (bin, dec): (u32, i64) = match suffix {
         "" => (0, 0),
         "Ki" => (10, 0),
         "Mi" => (20, 0),
@@ -93,40 +115,61 @@ pub fn parse_scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
         "P" => (0, 15),
         "E" => (0, 18),
         e if e.starts_with(['e', 'E']) => {
-            let exp: i32 = e[1..].parse().map_err(|_| invalid())?;
-            if !(-30..=30).contains(&exp) {
-                return Err(range());
+            let exp = &e[1..];
+            let digits_only = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+            if digits_only.is_empty() || !digits_only.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(invalid());
             }
-            (0, exp)
+            // Any exponent is valid; beyond i64 it only saturates.
+            let big = exp.parse::<i64>().unwrap_or(if exp.starts_with('-') {
+                i64::MIN / 2
+            } else {
+                i64::MAX / 2
+            });
+            (0, big.clamp(i64::MIN / 2, i64::MAX / 2))
         }
         _ => return Err(invalid()),
     };
-    let mut num = mantissa.checked_shl(bin).ok_or_else(range)?;
-    if bin > 0 && num >> bin != mantissa {
-        return Err(range());
+    let saturated = if negative { i64::MIN } else { i64::MAX };
+    if mantissa == 0 {
+        return Ok(if remainder && !negative { 1 } else { 0 });
     }
-    let exp10 = dec + scale - frac_digits;
-    let mut den: i128 = 1;
-    if exp10 >= 0 {
-        num = num
-            .checked_mul(pow10(exp10).ok_or_else(range)?)
-            .ok_or_else(range)?;
+    let exp10 = exp10 + dec + i64::from(scale);
+    // The magnitude, rounded up.
+    let magnitude: Option<i128> = if exp10 >= 0 {
+        u32::try_from(exp10)
+            .ok()
+            .and_then(|e| 10i128.checked_pow(e))
+            .and_then(|p| mantissa.checked_mul(p))
+            .and_then(|v| v.checked_mul(1i128 << bin))
     } else {
-        den = pow10(-exp10).ok_or_else(range)?;
-    }
-    let mut v = num / den;
-    if num % den != 0 {
-        v += 1; // round up, like kube
-    }
-    if negative {
-        // Rounding "up" of a negative number goes toward zero.
-        v = -(num / den);
-    }
-    i64::try_from(v).map_err(|_| range())
-}
-
-fn pow10(e: i32) -> Option<i128> {
-    10i128.checked_pow(u32::try_from(e).ok()?)
+        let num = mantissa.checked_mul(1i128 << bin);
+        match (
+            num,
+            u32::try_from(-exp10)
+                .ok()
+                .and_then(|e| 10i128.checked_pow(e)),
+        ) {
+            (Some(num), Some(den)) => {
+                let exact = num % den == 0 && !remainder;
+                Some(num / den + i128::from(!exact && !negative))
+            }
+            // Below one unit: rounds up to 1, or towards zero if negative.
+            (Some(_), None) => Some(i128::from(!negative)),
+            (None, _) => None,
+        }
+    };
+    let Some(magnitude) = magnitude else {
+        return Ok(saturated);
+    };
+    // A dropped integer digit only matters for the rounding of exact values.
+    let magnitude = if exp10 >= 0 && remainder && !negative {
+        magnitude.saturating_add(1)
+    } else {
+        magnitude
+    };
+    let v = if negative { -magnitude } else { magnitude };
+    Ok(i64::try_from(v).unwrap_or(saturated))
 }
 
 /// Formats a canonical integer of `resource` back to a quantity string.
@@ -196,7 +239,52 @@ mod tests {
         assert!(parse_quantity(CPU, "abc").is_err());
         assert!(parse_quantity(CPU, "1.2.3").is_err());
         assert!(parse_quantity(CPU, "1Qi").is_err());
-        assert!(parse_quantity(MEMORY, "99999999999Ei").is_err());
+        assert!(parse_quantity(CPU, "lots").is_err());
+        assert!(parse_quantity(CPU, "1e").is_err());
+        assert!(parse_quantity(CPU, "1ex").is_err());
+    }
+
+    /// One rule for every layer: values beyond i64 saturate ("unlimited" as
+    /// a limit, "fits nowhere" as a request). Each was an error before, so
+    /// `plan` exited 2 and the controller dropped a NodePool that
+    /// `validate` accepted.
+    #[test]
+    fn values_beyond_i64_saturate() {
+        for s in [
+            "1E",
+            "1e18",
+            "9223372036854775807",
+            "1e400",
+            "99999999999Ei",
+            "1e99999999999999999999",
+        ] {
+            assert_eq!(parse_quantity(CPU, s), Ok(i64::MAX), "{s}");
+        }
+        assert_eq!(parse_quantity(MEMORY, "9223372036854775807"), Ok(i64::MAX));
+        assert_eq!(parse_quantity(MEMORY, "9223372036854775808"), Ok(i64::MAX));
+        assert_eq!(parse_quantity(MEMORY, "8Ei"), Ok(i64::MAX));
+        assert_eq!(parse_quantity(MEMORY, "7Ei"), Ok(7i64 << 60));
+        assert_eq!(
+            parse_quantity(CPU, "9223372036854775m"),
+            Ok(9_223_372_036_854_775)
+        );
+        assert_eq!(parse_quantity(CPU, "-1e400"), Ok(i64::MIN));
+        // Tiny values still round up to one unit.
+        assert_eq!(parse_quantity(CPU, "1e-400"), Ok(1));
+        assert_eq!(
+            parse_quantity(CPU, "0.000000000000000000000000000000000000000000001"),
+            Ok(1)
+        );
+        assert_eq!(parse_quantity(CPU, "-1e-400"), Ok(0));
+        assert_eq!(parse_quantity(CPU, "0"), Ok(0));
+        assert_eq!(parse_quantity(CPU, "0e400"), Ok(0));
+        // More digits than are kept exactly: still rounded up.
+        assert_eq!(
+            parse_quantity(MEMORY, "1.0000000000000000000000000000000000000001"),
+            Ok(2)
+        );
+        assert_eq!(parse_quantity(MEMORY, "1.5e1"), Ok(15));
+        assert_eq!(parse_quantity(MEMORY, "1e+3"), Ok(1000));
     }
 
     #[test]

@@ -1,30 +1,22 @@
 //! `dovetail plan`: reads the config repository's NodePools and
 //! EC2NodeClasses, a catalog, pending pods and optionally a cluster snapshot,
 //! runs the scheduling core once and reports the NodeClaims it would launch.
-//!
-//! The conversions from Karpenter documents are one small function per kind
-//! ([`nodepool_spec`], [`kubelet_settings`]) so they can later take
-//! `crate::api` types instead of JSON values.
+//! The conversion of its inputs to the core's domain is [`crate::convert`].
 
-mod convert;
 mod report;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
 
-pub use convert::{
-    daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
-};
 pub use report::{PlanNodeClaim, PlanPlacement, PlanReport, PlanUnschedulable};
 
-use crate::model::InstanceType;
+use crate::convert::{ConfigDocs, Invalid, build_input};
+use crate::diag::Pos;
 use crate::model::catalog::{CatalogError, read_catalog};
-use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
-use crate::scheduling::{NodePoolSpec, Preferences, SolveError, SolveInput, SolveOptions, solve};
-use crate::snapshot::{Located, ReadError, Snapshot, read_objects, read_snapshot, typed};
+use crate::scheduling::{Preferences, SolveError, SolveOptions, solve};
+use crate::snapshot::{ReadError, items, read_snapshot_located, read_text};
 
 /// What `plan` reads.
 #[derive(Debug, Clone)]
@@ -50,13 +42,8 @@ pub enum PlanError {
     Source(#[from] crate::config::source::SourceError),
     #[error("the configuration is invalid: {}", .0.first().map(ToString::to_string).unwrap_or_default())]
     InvalidConfig(Vec<crate::diag::Diagnostic>),
-    #[error("{file}:{line}: {object}: {message}")]
-    Invalid {
-        file: String,
-        line: usize,
-        object: String,
-        message: String,
-    },
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
     #[error("no NodePool found in {0}")]
     NoNodePools(String),
     #[error(transparent)]
@@ -64,59 +51,25 @@ pub enum PlanError {
 }
 
 /// Reads pod manifests: multi-document YAML, a v1/List, or JSON lines.
-pub fn read_pods(path: &Path) -> Result<Vec<(Located, Pod)>, PlanError> {
-    let file = path.display().to_string();
-    let objects = read_objects(path)?;
-    let mut out = Vec::with_capacity(objects.len());
-    for o in objects {
-        let kind = o
-            .object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("Pod");
-        if kind != "Pod" {
-            return Err(PlanError::Invalid {
-                file,
-                line: o.line,
-                object: crate::snapshot::kind_name(&o.object),
-                message: "expected a Pod".into(),
-            });
+/// JSON pods are deserialised straight from the text.
+pub fn read_pods(path: &Path) -> Result<Vec<(Pos, Pod)>, ReadError> {
+    let (file, text) = read_text(path)?;
+    let items = items(&file, &text)?;
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        if it.kind.as_deref().is_some_and(|k| k != "Pod") {
+            return Err(ReadError::Invalid(Box::new(
+                crate::diag::Diagnostic::error("object", "expected a Pod")
+                    .in_file(&file)
+                    .at(it.pos)
+                    .with_object(it.name.clone()),
+            )));
         }
-        let pod: Pod = typed(&file, &o)?;
-        out.push((o, pod));
+        let pod: Pod = it.decode(&file)?;
+        crate::snapshot::check_pod(&file, &it, &pod)?;
+        out.push((it.pos, pod));
     }
     Ok(out)
-}
-
-/// Karpenter documents of the config repository.
-#[derive(Debug, Clone, Default)]
-pub struct ConfigDocs {
-    /// (file, object) of each NodePool.
-    pub nodepools: Vec<(String, Located)>,
-    pub nodeclasses: Vec<(String, Located)>,
-}
-
-impl ConfigDocs {
-    /// The NodePools and EC2NodeClasses of a validated repository.
-    pub fn from_report(report: &crate::config::validate::Report) -> Self {
-        use crate::api::ApiKind;
-        let located = |o: &crate::config::validate::Object| {
-            (
-                o.file.clone(),
-                Located {
-                    line: o.pos.line as usize,
-                    object: o.value.clone(),
-                },
-            )
-        };
-        ConfigDocs {
-            nodepools: report.objects_of(ApiKind::NodePool).map(located).collect(),
-            nodeclasses: report
-                .objects_of(ApiKind::EC2NodeClass)
-                .map(located)
-                .collect(),
-        }
-    }
 }
 
 /// Reads and validates the configuration files on disk under `dir`, as
@@ -137,146 +90,6 @@ pub fn read_config(dir: &Path) -> Result<ConfigDocs, PlanError> {
     Ok(ConfigDocs::from_report(&report))
 }
 
-/// Builds the core's input from already-read documents: NodePools see the
-/// catalog as their EC2NodeClass configures the kubelet.
-pub fn build_input(
-    config: &ConfigDocs,
-    catalog: &[InstanceType],
-    pods: &[(Located, Pod)],
-    pods_file: &str,
-    snapshot: Option<&Snapshot>,
-    now_ms: i64,
-) -> Result<SolveInput, PlanError> {
-    let nodepools = nodepool_specs(config, catalog)?;
-    build_input_with_pools(nodepools, catalog, pods, pods_file, snapshot, now_ms)
-}
-
-/// The core's NodePools from the repository's documents and a catalog.
-pub fn nodepool_specs(
-    config: &ConfigDocs,
-    catalog: &[InstanceType],
-) -> Result<Vec<NodePoolSpec>, PlanError> {
-    let mut classes = Vec::new();
-    for (file, o) in &config.nodeclasses {
-        let name = o
-            .object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let k = kubelet_settings(&o.object).map_err(|message| PlanError::Invalid {
-            file: file.clone(),
-            line: o.line,
-            object: crate::snapshot::kind_name(&o.object),
-            message,
-        })?;
-        classes.push((name.to_string(), k));
-    }
-    config
-        .nodepools
-        .iter()
-        .map(|(file, o)| {
-            nodepool_spec(&o.object, &classes, catalog).map_err(|message| PlanError::Invalid {
-                file: file.clone(),
-                line: o.line,
-                object: crate::snapshot::kind_name(&o.object),
-                message,
-            })
-        })
-        .collect()
-}
-
-/// Builds the core's input around NodePools already built: existing nodes,
-/// in-flight NodeClaims (sized from `catalog` until they report their own
-/// capacity), DaemonSets and pending pods of the snapshot, and `pods`.
-pub fn build_input_with_pools(
-    nodepools: Vec<NodePoolSpec>,
-    catalog: &[InstanceType],
-    pods: &[(Located, Pod)],
-    pods_file: &str,
-    snapshot: Option<&Snapshot>,
-    now_ms: i64,
-) -> Result<SolveInput, PlanError> {
-    let mut input = SolveInput {
-        nodepools,
-        ..SolveInput::default()
-    };
-    let mut volumes = VolumeIndex::default();
-    if let Some(s) = snapshot {
-        for c in &s.persistent_volume_claims {
-            let key = format!(
-                "{}/{}",
-                c.metadata.namespace.as_deref().unwrap_or("default"),
-                c.metadata.name.as_deref().unwrap_or("")
-            );
-            volumes.claims.insert(key, (**c).clone());
-        }
-        for v in &s.persistent_volumes {
-            volumes
-                .volumes
-                .insert(v.metadata.name.clone().unwrap_or_default(), (**v).clone());
-        }
-        for sc in &s.storage_classes {
-            volumes
-                .storage_classes
-                .insert(sc.metadata.name.clone().unwrap_or_default(), (**sc).clone());
-        }
-        input.nodes = existing_nodes(s, catalog).map_err(|message| PlanError::Invalid {
-            file: "snapshot".into(),
-            line: 0,
-            object: "Node".into(),
-            message,
-        })?;
-        for ds in &s.daemonsets {
-            input
-                .daemonsets
-                .push(
-                    daemonset_spec(ds, now_ms).map_err(|message| PlanError::Invalid {
-                        file: "snapshot".into(),
-                        line: 0,
-                        object: format!("DaemonSet/{}", ds.metadata.name.as_deref().unwrap_or("")),
-                        message,
-                    })?,
-                );
-        }
-        for p in s.pods.iter().filter(|p| is_provisionable(p)) {
-            input.pods.push(
-                pod_spec(p, &volumes, now_ms).map_err(|e| PlanError::Invalid {
-                    file: "snapshot".into(),
-                    line: 0,
-                    object: format!("Pod/{}", e.pod),
-                    message: e.message,
-                })?,
-            );
-        }
-    }
-    // Every pod of --pods that is not bound and not a DaemonSet's is pending.
-    for (o, p) in pods {
-        let bound = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty());
-        let daemon = p
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|r| r.kind == "DaemonSet");
-        if bound || daemon {
-            continue;
-        }
-        input.pods.push(
-            pod_spec(p, &volumes, now_ms).map_err(|e| PlanError::Invalid {
-                file: pods_file.to_string(),
-                line: o.line,
-                object: format!("Pod/{}", e.pod),
-                message: e.message,
-            })?,
-        );
-    }
-    Ok(input)
-}
-
 /// Runs `plan`: loads the inputs, solves once, reports.
 pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     let config = read_config(&opts.config)?;
@@ -285,13 +98,17 @@ pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     }
     let catalog = read_catalog(&opts.catalog)?;
     let pods = read_pods(&opts.pods)?;
-    let snapshot = opts.snapshot.as_deref().map(read_snapshot).transpose()?;
+    let snapshot = opts
+        .snapshot
+        .as_deref()
+        .map(read_snapshot_located)
+        .transpose()?;
     let input = build_input(
         &config,
         &catalog,
         &pods,
         &opts.pods.display().to_string(),
-        snapshot.as_ref(),
+        snapshot.as_ref().map(|(s, o)| (s, o)),
         opts.now_ms,
     )?;
     let solve_opts = SolveOptions {

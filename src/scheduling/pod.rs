@@ -11,8 +11,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::types::{HostPort, Namespaces, PodAffinityTerm, PodSpec, TopologySpread, Unsatisfiable};
+use crate::diag::JsonPath;
 use crate::model::labels::{LabelSelector, normalize_key};
-use crate::model::quantity::PODS;
+use crate::model::quantity::{PODS, parse_quantity};
 use crate::model::{Requirement, Requirements, Resources, Toleration};
 
 /// Why a pod could not be converted.
@@ -72,6 +73,35 @@ pub struct VolumeIndex {
 }
 
 impl VolumeIndex {
+    /// The index of a cluster's claims, volumes and storage classes.
+    pub fn new<C, V, S>(claims: &[C], volumes: &[V], storage_classes: &[S]) -> Self
+    where
+        C: std::ops::Deref<Target = PersistentVolumeClaim>,
+        V: std::ops::Deref<Target = PersistentVolume>,
+        S: std::ops::Deref<Target = StorageClass>,
+    {
+        let mut index = VolumeIndex::default();
+        for c in claims {
+            let key = format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap_or("default"),
+                c.metadata.name.as_deref().unwrap_or("")
+            );
+            index.claims.insert(key, (**c).clone());
+        }
+        for v in volumes {
+            index
+                .volumes
+                .insert(v.metadata.name.clone().unwrap_or_default(), (**v).clone());
+        }
+        for sc in storage_classes {
+            index
+                .storage_classes
+                .insert(sc.metadata.name.clone().unwrap_or_default(), (**sc).clone());
+        }
+        index
+    }
+
     /// Zonal requirements of a pod's volumes: node affinity of bound
     /// PersistentVolumes, and allowedTopologies of WaitForFirstConsumer
     /// StorageClasses for unbound claims.
@@ -145,6 +175,58 @@ fn term_requirements(term: &NodeSelectorTerm) -> Result<Requirements, String> {
     Ok(r)
 }
 
+/// The resource quantities of a pod spec the API server would reject: each
+/// container's (and init container's) requests and limits and the pod's
+/// overhead must be quantities, and none may be negative. Paths are
+/// relative to the pod spec (`containers[0].resources.requests.cpu`).
+pub fn resource_problems(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<(JsonPath, String)> {
+    let mut out = Vec::new();
+    // Negative by its sign and a non-zero digit: `-1m` of memory rounds
+    // to zero bytes but is still negative.
+    let negative = |q: &str| {
+        let t = q.trim();
+        t.starts_with('-')
+            && t[1..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .any(|c| matches!(c, '1'..='9'))
+    };
+    let mut check = |path: JsonPath, name: &str, q: &str| match parse_quantity(name, q) {
+        Err(e) => out.push((path, e.to_string())),
+        Ok(_) if negative(q) => {
+            out.push((path, format!("{q:?}: must be greater than or equal to 0")))
+        }
+        Ok(_) => {}
+    };
+    for (field, list) in [
+        ("containers", Some(&spec.containers)),
+        ("initContainers", spec.init_containers.as_ref()),
+    ] {
+        for (i, c) in list.into_iter().flatten().enumerate() {
+            let Some(res) = &c.resources else { continue };
+            for (kind, map) in [("requests", &res.requests), ("limits", &res.limits)] {
+                for (name, q) in map.iter().flatten() {
+                    let path = JsonPath::root()
+                        .key(field)
+                        .index(i)
+                        .key("resources")
+                        .key(kind)
+                        .key(name.clone());
+                    check(path, name, &q.0);
+                }
+            }
+        }
+    }
+    for (name, q) in spec.overhead.iter().flatten() {
+        check(
+            JsonPath::root().key("overhead").key(name.clone()),
+            name,
+            &q.0,
+        );
+    }
+    out
+}
+
 /// Effective requests of containers as kube computes them: the larger of the
 /// sum of containers (plus restartable sidecars) and each init container
 /// (plus the sidecars started before it), plus pod overhead, plus one `pods`.
@@ -160,6 +242,9 @@ pub fn pod_requests_with_defaults(pod: &Pod, missing: &Resources) -> Result<Reso
     let Some(spec) = &pod.spec else {
         return Ok(Resources::new().with(PODS, 1));
     };
+    if let Some((path, message)) = resource_problems(spec).into_iter().next() {
+        return Err(format!("spec.{path}: {message}"));
+    }
     let req = |c: &Container| -> Result<Resources, String> {
         let mut out = match &c.resources {
             Some(res) => {
@@ -402,6 +487,49 @@ mod tests {
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
+    }
+
+    /// The API server rejects negative requests and limits, and quantities
+    /// that do not parse; `plan` printed `requests cpu=-85` before.
+    #[test]
+    fn negative_and_invalid_quantities_are_rejected_at_their_field() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {
+                "overhead": {"memory": "-1m"},
+                "initContainers": [{"name": "i", "resources": {"limits": {"cpu": "lots"}}}],
+                "containers": [
+                    {"name": "ok", "resources": {"requests": {"cpu": "-0", "memory": "1Gi"}}},
+                    {"name": "bad", "resources": {"requests": {"cpu": "-85m"}}}
+                ]
+            }
+        }));
+        let problems: Vec<(String, String)> = resource_problems(p.spec.as_ref().unwrap())
+            .into_iter()
+            .map(|(path, m)| (path.to_string(), m))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                (
+                    "containers[1].resources.requests.cpu".to_string(),
+                    "\"-85m\": must be greater than or equal to 0".to_string()
+                ),
+                (
+                    "initContainers[0].resources.limits.cpu".to_string(),
+                    "invalid quantity \"lots\"; a quantity is a number with an optional suffix, such as 500m, 2, 1.5Gi or 1e3".to_string()
+                ),
+                (
+                    "overhead.memory".to_string(),
+                    "\"-1m\": must be greater than or equal to 0".to_string()
+                ),
+            ]
+        );
+        let e = pod_requests(&p).unwrap_err();
+        assert!(
+            e.starts_with("spec.containers[1].resources.requests.cpu: "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -16,9 +16,10 @@ use std::sync::Arc;
 
 use git2::{IndexAddOption, Repository, RepositoryInitOptions, Signature, Time};
 
-use super::scenario::CommitStep;
+use super::scenario::{CommitFile, CommitStep};
 use crate::clock::{Clock, Timestamp};
 use crate::cluster::MemoryCluster;
+use crate::fsutil::{self, WriteError};
 use crate::sync::{Outcome, Settings, SyncEngine};
 
 /// The identity of simulated commits.
@@ -89,27 +90,8 @@ impl ConfigRepo {
             events.extend(event(&outcome));
             self.adopted = true;
         }
-        for (path, content) in &step.files {
-            let full = self.dir.path().join(path);
-            match content {
-                Some(bytes) => {
-                    if let Some(parent) = full.parent() {
-                        std::fs::create_dir_all(parent)
-                            .map_err(|e| format!("commit: cannot create {path}: {e}"))?;
-                    }
-                    std::fs::write(&full, bytes)
-                        .map_err(|e| format!("commit: cannot write {path}: {e}"))?;
-                }
-                None => match std::fs::remove_file(&full) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        return Err(format!(
-                            "commit: cannot delete {path}: it is not in the configuration repository"
-                        ));
-                    }
-                    Err(e) => return Err(format!("commit: cannot delete {path}: {e}")),
-                },
-            }
+        for f in &step.files {
+            write_step_file(self.dir.path(), step, f)?;
         }
         commit(&self.git, &step.message, now)?;
         self.engine.settings_mut().prune = step.prune;
@@ -126,6 +108,33 @@ impl ConfigRepo {
         events.extend(event(&outcome));
         Ok(events)
     }
+}
+
+/// Writes or deletes one file of a step in the private repository, never
+/// through a symlink; an error names the scenario's file, line and column.
+fn write_step_file(root: &Path, step: &CommitStep, f: &CommitFile) -> Result<(), String> {
+    let at = format!("{}:{}:{}", step.scenario, f.pos.line, f.pos.column);
+    let rel = Path::new(&f.path);
+    let result = match &f.content {
+        Some(bytes) => fsutil::write_inside(root, rel, bytes),
+        None => fsutil::remove_inside(root, rel),
+    };
+    result.map_err(|e| {
+        let why = match e {
+            WriteError::Symlink { .. } => {
+                "it passes through a symlink in the configuration repository, and a commit step never writes through a symlink".to_string()
+            }
+            WriteError::Missing { .. } => "it is not in the configuration repository".to_string(),
+            WriteError::Directory { .. } => "it is a directory".to_string(),
+            WriteError::NotADirectory { path } => format!(
+                "{} is a file",
+                path.strip_prefix(root).unwrap_or(&path).display()
+            ),
+            other => other.to_string(),
+        };
+        let verb = if f.content.is_some() { "write" } else { "delete" };
+        format!("{at}: commit: cannot {verb} {}: {why}", f.path)
+    })
 }
 
 /// Commits everything in the work tree on `main` at `at`.
@@ -153,7 +162,9 @@ fn commit(git: &Repository, message: &str, at: Timestamp) -> Result<(), String> 
     Ok(())
 }
 
-/// Copies a directory tree, leaving out `.git`; symlinks stay symlinks.
+/// Copies a directory tree, leaving out `.git`. Symlinks are copied as
+/// symlinks, never followed: the repository reader resolves them inside the
+/// repository or refuses them, and writes never pass through them.
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(from)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(std::fs::DirEntry::file_name);
@@ -266,4 +277,44 @@ fn event(outcome: &Outcome) -> Option<CommitEvent> {
             return None;
         }
     })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use crate::diag::Pos;
+
+    /// Should a symlink appear after the scenario was checked, the write is
+    /// still refused, naming the scenario's line.
+    #[test]
+    fn a_step_file_is_never_written_through_a_symlink() {
+        let outside = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("linkdir")).unwrap();
+        let file = |path: &str, content: Option<&str>| CommitFile {
+            path: path.into(),
+            content: content.map(|c| c.as_bytes().to_vec()),
+            pos: Pos { line: 7, column: 9 },
+        };
+        let step = CommitStep {
+            message: "m".into(),
+            files: Vec::new(),
+            prune: false,
+            scenario: "s.yaml".into(),
+        };
+        let err =
+            write_step_file(root.path(), &step, &file("linkdir/w.yaml", Some("x"))).unwrap_err();
+        assert_eq!(
+            err,
+            "s.yaml:7:9: commit: cannot write linkdir/w.yaml: it passes through a symlink in the configuration repository, and a commit step never writes through a symlink"
+        );
+        let err = write_step_file(root.path(), &step, &file("gone.yaml", None)).unwrap_err();
+        assert_eq!(
+            err,
+            "s.yaml:7:9: commit: cannot delete gone.yaml: it is not in the configuration repository"
+        );
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        write_step_file(root.path(), &step, &file("pools/a.yaml", Some("a"))).unwrap();
+        assert!(root.path().join("pools/a.yaml").is_file());
+    }
 }

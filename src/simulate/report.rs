@@ -13,7 +13,7 @@ use super::kubelet::KubeletReport;
 use crate::clock::{Timestamp, format_rfc3339};
 use crate::cloud::{Instance, InstanceState};
 use crate::cluster::{EventType, MemoryCluster, Selector};
-use crate::controller::Event;
+use crate::controller::{Decision, Event};
 
 /// The reason given for a pod pending at the end of a run that the last
 /// solve did not call unschedulable: capacity was planned for it.
@@ -45,13 +45,16 @@ pub struct NodeRecord {
     pub launched_at: String,
     pub deleted_at: Option<String>,
     pub disruption_reason: Option<String>,
+    /// When the node was tainted `karpenter.sh/disrupted` for a disruption.
+    pub disruption_started_at: Option<String>,
+    /// The NodeClaims launched to replace it (empty for a delete).
+    pub replaced_by: Vec<String>,
+    pub nodeclaim: String,
     pub pods: Vec<String>,
     #[serde(skip)]
     launched: Option<Timestamp>,
     #[serde(skip)]
     deleted: Option<Timestamp>,
-    #[serde(skip)]
-    nodeclaim: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +98,152 @@ pub struct Summary {
     pub price_per_hour: f64,
     pub lower_bound_price_per_hour: Option<f64>,
     pub cloud_calls: usize,
+    /// What separates the final fleet from the lower bound.
+    pub gap: Gap,
+}
+
+/// What separates a fleet from the lower bound of its workload: the bound
+/// buys exactly the resources the pods request, at the best price per
+/// unit, with no DaemonSet on each node and no topology to respect.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Gap {
+    /// Share of the fleet's allocatable cpu and memory no pod requests:
+    /// nodes come in whole instance types.
+    pub idle_cpu_share: f64,
+    pub idle_memory_share: f64,
+    /// Share of the fleet's allocatable cpu and memory DaemonSet pods take
+    /// (once per node).
+    pub daemonset_cpu_share: f64,
+    pub daemonset_memory_share: f64,
+    /// Workloads spread over zones (a `DoNotSchedule` zone topology
+    /// spread): each zone they use needs a node of its own.
+    pub zone_spread: Vec<ZoneSpread>,
+}
+
+/// A workload spread over zones, and the zones its pods run in.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZoneSpread {
+    /// `Deployment/namespace/name` (or the pods' owner), else `namespace/pod`.
+    pub workload: String,
+    pub zones: usize,
+}
+
+/// The gap between the cluster's fleet and its workload now.
+pub fn gap(cluster: &MemoryCluster) -> Gap {
+    use crate::model::Resources;
+    use crate::model::quantity::{CPU, MEMORY};
+    let nodes = cluster.list::<Node>(None, &Selector::everything()).items;
+    let zone_of: BTreeMap<String, String> = nodes
+        .iter()
+        .filter_map(|n| {
+            Some((
+                n.metadata.name.clone()?,
+                n.metadata
+                    .labels
+                    .as_ref()?
+                    .get(crate::api::LABEL_ZONE)?
+                    .clone(),
+            ))
+        })
+        .collect();
+    let mut alloc = Resources::new();
+    for n in &nodes {
+        if let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref())
+            && let Ok(r) = Resources::from_k8s(a)
+        {
+            alloc.add(&r);
+        }
+    }
+    let mut used = Resources::new();
+    let mut daemon = Resources::new();
+    let mut spread: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for p in cluster.list::<Pod>(None, &Selector::everything()).items {
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        if terminal(&phase(&p)) || p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Ok(r) = crate::scheduling::pod::pod_requests(&p) else {
+            continue;
+        };
+        used.add(&r);
+        let owner = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true));
+        if owner.is_some_and(|o| o.kind == "DaemonSet") {
+            daemon.add(&r);
+        }
+        let zonal = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.topology_key == crate::api::LABEL_ZONE
+                        && c.when_unsatisfiable == "DoNotSchedule"
+                })
+            });
+        if zonal && let Some(zone) = zone_of.get(node) {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            // Deployment pods are named after it by the stand-in controller.
+            let workload = match owner {
+                Some(o) => format!("{}/{ns}/{}", o.kind, o.name),
+                None => format!("{ns}/{}", p.metadata.name.as_deref().unwrap_or_default()),
+            };
+            spread.entry(workload).or_default().insert(zone.clone());
+        }
+    }
+    let share = |part: &Resources, key: &str| -> f64 {
+        let total = alloc.get(key);
+        if total <= 0 {
+            return 0.0;
+        }
+        ((part.get(key) as f64 / total as f64) * 1e4).round() / 1e4
+    };
+    let mut idle = alloc.clone();
+    idle.sub(&used);
+    Gap {
+        idle_cpu_share: share(&idle, CPU).max(0.0),
+        idle_memory_share: share(&idle, MEMORY).max(0.0),
+        daemonset_cpu_share: share(&daemon, CPU),
+        daemonset_memory_share: share(&daemon, MEMORY),
+        zone_spread: spread
+            .into_iter()
+            .map(|(workload, zones)| ZoneSpread {
+                workload,
+                zones: zones.len(),
+            })
+            .collect(),
+    }
+}
+
+/// A disruption decision carried out.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionRecord {
+    /// Seconds since the start.
+    pub t: f64,
+    pub reason: String,
+    pub decision: String,
+    pub consolidation_type: String,
+    pub nodeclaims: Vec<String>,
+    pub replacements: Vec<String>,
+    pub replacement_types: Vec<Vec<String>>,
+    pub savings_per_hour: f64,
+}
+
+/// The fleet at one time: its nodes and hourly price, and the lower bound
+/// on the price of capacity for the workload then.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetPoint {
+    /// Seconds since the start.
+    pub t: f64,
+    pub nodes: usize,
+    pub price_per_hour: f64,
+    pub lower_bound_price_per_hour: Option<f64>,
 }
 
 /// The JSON report.
@@ -106,6 +255,10 @@ pub struct Report {
     pub nodes: Vec<NodeRecord>,
     pub pods: Vec<PodRecord>,
     pub events: Vec<ReportEvent>,
+    /// Disruption decisions carried out, with their savings.
+    pub disruptions: Vec<DecisionRecord>,
+    /// The fleet's price against the workload's lower bound over time.
+    pub fleet: Vec<FleetPoint>,
     pub unschedulable: Vec<Unschedulable>,
     pub summary: Summary,
 }
@@ -119,6 +272,8 @@ pub struct Recorder {
     nodes: BTreeMap<String, NodeRecord>,
     pod_version: u64,
     evictions: usize,
+    decisions: Vec<DecisionRecord>,
+    fleet: Vec<FleetPoint>,
     /// Active pods owned by Jobs: their completions are due on their own.
     active_jobs: usize,
 }
@@ -147,6 +302,8 @@ impl Recorder {
             nodes: BTreeMap::new(),
             pod_version: 0,
             evictions: 0,
+            decisions: Vec::new(),
+            fleet: Vec::new(),
             active_jobs: 0,
         }
     }
@@ -171,17 +328,64 @@ impl Recorder {
             if e.reason == "Evicted" {
                 self.evictions += 1;
             }
-            if let Some(claim) = e.object.strip_prefix("NodeClaim/")
-                && matches!(
-                    e.reason.as_str(),
-                    "RegistrationTimeout" | "NodeDeleted" | "InstanceGone"
-                )
+            let claim = e.object.strip_prefix("NodeClaim/");
+            if let Some(claim) = claim
+                && (e.kind == "Disruption"
+                    || matches!(
+                        e.reason.as_str(),
+                        "RegistrationTimeout" | "NodeDeleted" | "InstanceGone"
+                    ))
                 && let Some(n) = self.nodes.values_mut().find(|n| n.nodeclaim == claim)
             {
                 n.disruption_reason.get_or_insert_with(|| e.reason.clone());
+                if e.kind == "Disruption" {
+                    n.disruption_started_at
+                        .get_or_insert_with(|| format_rfc3339(e.t));
+                    n.replaced_by.clone_from(&e.related);
+                }
             }
-            self.event(e.t, e.object, &e.reason, e.message);
+            self.events.push(ReportEvent {
+                t: secs(self.start, e.t),
+                kind: e.kind,
+                object: e.object,
+                reason: e.reason,
+                message: e.message,
+            });
         }
+    }
+
+    /// Disruption decisions carried out.
+    pub fn decisions(&mut self, decisions: Vec<Decision>) {
+        for d in decisions {
+            self.decisions.push(DecisionRecord {
+                t: secs(self.start, d.t),
+                reason: d.reason,
+                decision: d.decision,
+                consolidation_type: d.consolidation_type,
+                nodeclaims: d.nodeclaims,
+                replacements: d.replacements,
+                replacement_types: d.replacement_types,
+                savings_per_hour: (d.savings_per_hour * 1e6).round() / 1e6,
+            });
+        }
+    }
+
+    /// A point of the fleet's price against the workload's lower bound.
+    pub fn fleet_point(&mut self, t: Timestamp, lower_bound: Option<f64>) {
+        let price: f64 = self
+            .nodes
+            .values()
+            .filter(|n| n.deleted.is_none())
+            .map(|n| n.price_per_hour)
+            .sum();
+        let nodes = self.nodes.values().filter(|n| n.deleted.is_none()).count();
+        let round = |x: f64| (x * 1e6).round() / 1e6;
+        self.fleet.push(FleetPoint {
+            t: secs(self.start, t),
+            nodes,
+            price_per_hour: round(price),
+            lower_bound_price_per_hour: lower_bound.map(round),
+        });
     }
 
     pub fn kubelet(&mut self, now: Timestamp, k: &KubeletReport) {
@@ -193,12 +397,20 @@ impl Recorder {
                 "kubelet registered the node".into(),
             );
         }
-        for n in k.deleted.iter().chain(&k.orphans_deleted) {
+        for n in &k.deleted {
             self.event(
                 now,
                 format!("Node/{n}"),
                 "NodeRemoved",
                 "the instance is gone".into(),
+            );
+        }
+        for p in &k.orphans_deleted {
+            self.event(
+                now,
+                format!("Pod/{p}"),
+                "PodGarbageCollected",
+                "its node is gone".into(),
             );
         }
         for p in &k.completed {
@@ -310,10 +522,12 @@ impl Recorder {
                     launched_at: format_rfc3339(i.launched_at),
                     deleted_at: None,
                     disruption_reason: None,
+                    disruption_started_at: None,
+                    replaced_by: Vec::new(),
+                    nodeclaim: i.nodeclaim.clone(),
                     pods: Vec::new(),
                     launched: Some(i.launched_at),
                     deleted: None,
-                    nodeclaim: i.nodeclaim.clone(),
                 });
             if let Some(n) = node_names.get(&i.provider_id) {
                 rec.name = n.clone();
@@ -334,6 +548,7 @@ impl Recorder {
         lower_bound: Option<f64>,
         unschedulable: BTreeMap<String, String>,
         cloud_calls: usize,
+        gap: Gap,
     ) -> Report {
         // A pod is pending from its creation until it is bound, deleted,
         // or the run ends.
@@ -418,6 +633,7 @@ impl Recorder {
             price_per_hour: round(fleet),
             lower_bound_price_per_hour: lower_bound.map(round),
             cloud_calls,
+            gap,
         };
         Report {
             schema_version: 1,
@@ -426,6 +642,8 @@ impl Recorder {
             nodes: self.nodes.into_values().collect(),
             pods: self.pods.into_values().collect(),
             events: self.events,
+            disruptions: self.decisions,
+            fleet: self.fleet,
             unschedulable: unschedulable
                 .into_iter()
                 .map(|(pod, reason)| Unschedulable { pod, reason })
@@ -502,6 +720,23 @@ impl Report {
                     lb,
                     s.price_per_hour / lb
                 );
+                let g = &s.gap;
+                let pct = |x: f64| (x * 100.0).round();
+                let _ = writeln!(
+                    out,
+                    "  what the bound leaves out:\n    idle allocatable    {}% of cpu, {}% of memory (nodes come in whole instance types)\n    DaemonSet pods      {}% of cpu, {}% of memory (once per node)",
+                    pct(g.idle_cpu_share),
+                    pct(g.idle_memory_share),
+                    pct(g.daemonset_cpu_share),
+                    pct(g.daemonset_memory_share),
+                );
+                for z in &g.zone_spread {
+                    let _ = writeln!(
+                        out,
+                        "    zone spread         {} over {} zones (a node in each)",
+                        z.workload, z.zones
+                    );
+                }
             }
             _ => {
                 let _ = writeln!(out, "  final fleet         ${:.4}/h", s.price_per_hour);

@@ -12,9 +12,12 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use crate::clock::{Timestamp, parse_rfc3339};
+use crate::cloud::sim::nodeclass::{
+    DEFAULT_KUBERNETES_VERSION, FAMILIES, SimImage, SimSecurityGroup, SimSubnet,
+};
 use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 use crate::config::yaml::{self, Limits, Node, Value};
-use crate::diag::{Diagnostic, Pos};
+use crate::diag::{Diagnostic, JsonPath, Pos};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 
 /// Budget schedules depend on the weekday and hour, so the default start is
@@ -31,6 +34,8 @@ pub struct Scenario {
     pub start: Timestamp,
     /// The configuration repository, resolved against the scenario's folder.
     pub config: PathBuf,
+    /// Where `config` is written in the scenario.
+    pub config_pos: Pos,
     pub catalog: Option<PathBuf>,
     pub region: String,
     pub zones: Vec<String>,
@@ -65,6 +70,14 @@ pub struct CloudSettings {
     /// From `RunInstances` to the node registering with the cluster.
     pub launch_delay: Duration,
     pub insufficient_capacity: Vec<CapacityWindow>,
+    /// The cluster's Kubernetes version: AMI aliases resolve for it.
+    pub kubernetes_version: String,
+    /// Images of the account, for `amiSelectorTerms` by id, name or tags.
+    pub images: Vec<SimImage>,
+    /// The VPC's subnets; unset: one per zone, selected by every term.
+    pub subnets: Option<Vec<SimSubnet>>,
+    /// The VPC's security groups; unset: one, selected by every term.
+    pub security_groups: Option<Vec<SimSecurityGroup>>,
 }
 
 impl Default for CloudSettings {
@@ -72,6 +85,10 @@ impl Default for CloudSettings {
         CloudSettings {
             launch_delay: DEFAULT_LAUNCH_DELAY,
             insufficient_capacity: Vec::new(),
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_string(),
+            images: Vec::new(),
+            subnets: None,
+            security_groups: None,
         }
     }
 }
@@ -119,6 +136,15 @@ pub enum Action {
     Advance(Duration),
     /// A commit to the configuration repository, applied by git-driven sync.
     Commit(CommitStep),
+    /// A new release of an AMI family is published: `family@latest`
+    /// resolves to it from now on.
+    PublishImage { family: String, release: String },
+    /// The cluster's Kubernetes version is upgraded: AMI aliases resolve to
+    /// the new version's images.
+    UpgradeKubernetes { version: String },
+    /// dovetail's controller is stopped and started again: everything it
+    /// holds only in memory is lost; the cluster and the cloud remain.
+    Restart,
 }
 
 /// The `commit` step: files written or deleted in the configuration
@@ -126,13 +152,36 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommitStep {
     pub message: String,
-    /// Repository-relative paths, in the scenario's order; `None` deletes.
-    pub files: Vec<(String, Option<Vec<u8>>)>,
+    /// The files written or deleted, in the scenario's order.
+    pub files: Vec<CommitFile>,
     /// Prune managed objects no longer in the repository.
     pub prune: bool,
+    /// The scenario file, for messages.
+    pub scenario: String,
 }
 
-const STEP_KINDS: [&str; 6] = ["apply", "scale", "delete", "commit", "interrupt", "advance"];
+/// One file of a `commit` step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitFile {
+    /// Repository-relative path with `/` separators.
+    pub path: String,
+    /// The new content; `None` deletes the file.
+    pub content: Option<Vec<u8>>,
+    /// Where the path is written in the scenario.
+    pub pos: Pos,
+}
+
+const STEP_KINDS: [&str; 9] = [
+    "apply",
+    "scale",
+    "delete",
+    "commit",
+    "interrupt",
+    "advance",
+    "publishImage",
+    "upgradeKubernetes",
+    "restart",
+];
 
 /// A problem in a scenario: always a diagnostic with file and position.
 pub type ScenarioError = Box<Diagnostic>;
@@ -177,6 +226,21 @@ impl Ctx<'_> {
         }
     }
 
+    /// A point of the timeline must stay within [`MAX_DURATION`] of the start.
+    fn within_limit(&self, node: &Node, what: &str, t: Duration) -> Result<(), ScenarioError> {
+        if t > MAX_DURATION {
+            return Err(self.err(
+                node,
+                format!(
+                    "{what} reaches {} after the start, beyond the simulation's limit of {} (31 days)",
+                    human(t),
+                    human(MAX_DURATION)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn path(&self, node: &Node, what: &str) -> Result<PathBuf, ScenarioError> {
         Ok(self.dir.join(self.str(node, what)?))
     }
@@ -217,7 +281,95 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         )
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    parse(&file, dir, &bytes)
+    let scenario = parse(&file, dir, &bytes)?;
+    check_on_disk(&scenario)?;
+    Ok(scenario)
+}
+
+/// Checks what a scenario names on disk before anything runs: the
+/// configuration repository is a directory, and every `commit` step writes
+/// only inside it, never through a symlink, and deletes only files that
+/// exist at that step.
+pub fn check_on_disk(s: &Scenario) -> Result<(), ScenarioError> {
+    let err = |pos: Pos, message: String| -> ScenarioError {
+        Box::new(
+            Diagnostic::error("scenario", message)
+                .in_file(&s.file)
+                .at(pos),
+        )
+    };
+    match std::fs::metadata(&s.config) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(err(
+                s.config_pos,
+                format!(
+                    "config: {} is not a directory; it names the configuration repository",
+                    s.config.display()
+                ),
+            ));
+        }
+        Err(e) => {
+            let mut d = err(
+                s.config_pos,
+                format!(
+                    "config: cannot read the configuration repository {}: {e}",
+                    s.config.display()
+                ),
+            );
+            d.hint = Some("`config` is relative to the scenario file".into());
+            return Err(d);
+        }
+    }
+    // Whether each path is a file at the current step, where a step changed it.
+    let mut present: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
+    for step in &s.steps {
+        let Action::Commit(c) = &step.action else {
+            continue;
+        };
+        for f in &c.files {
+            let rel = Path::new(&f.path);
+            if let Some(blocked) = crate::fsutil::blocked_inside(&s.config, rel) {
+                let why = match blocked {
+                    crate::fsutil::WriteError::Symlink { path } => format!(
+                        "{} is a symlink, and a commit step never writes through a symlink",
+                        path.strip_prefix(&s.config).unwrap_or(&path).display()
+                    ),
+                    crate::fsutil::WriteError::NotADirectory { path } => format!(
+                        "{} is a file, not a directory",
+                        path.strip_prefix(&s.config).unwrap_or(&path).display()
+                    ),
+                    other => other.to_string(),
+                };
+                return Err(err(f.pos, format!("commit: {:?}: {why}", f.path)));
+            }
+            let on_disk = std::fs::symlink_metadata(s.config.join(rel)).ok();
+            if f.content.is_some() && on_disk.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+                return Err(err(
+                    f.pos,
+                    format!(
+                        "commit: {:?}: it is a symlink in the configuration repository, and a commit step never writes through a symlink",
+                        f.path
+                    ),
+                ));
+            }
+            let exists = *present
+                .entry(f.path.as_str())
+                .or_insert_with(|| on_disk.is_some_and(|m| !m.is_dir()));
+            if f.content.is_none() && !exists {
+                return Err(err(
+                    f.pos,
+                    format!(
+                        "commit: cannot delete {:?}: it is not in the configuration repository {} at this step",
+                        f.path,
+                        s.config.display()
+                    ),
+                ));
+            }
+            present.insert(f.path.as_str(), f.content.is_some());
+        }
+    }
+    Ok(())
 }
 
 /// Parses a scenario held in memory; relative paths resolve against `dir`.
@@ -227,7 +379,14 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         return Err(Box::new(d));
     }
     let ctx = Ctx { file, dir };
-    let root = match parsed.docs.as_slice() {
+    // Empty documents (a trailing `---`, or one with only comments) are
+    // skipped, as kubectl does.
+    let docs: Vec<&yaml::YamlDoc> = parsed
+        .docs
+        .iter()
+        .filter(|d| !matches!(d.root.value, Value::Null))
+        .collect();
+    let root = match docs.as_slice() {
         [doc] => &doc.root,
         [] => {
             return Err(Box::new(
@@ -257,6 +416,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         })?,
         None => parse_rfc3339(DEFAULT_START).expect("valid default"),
     };
+    let config_pos = root.get("config").map_or(root.pos, |n| n.pos);
     let config = match root.get("config") {
         Some(n) => ctx.path(n, "config")?,
         None => {
@@ -296,10 +456,12 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => timeline(&ctx, n)?,
         None => Vec::new(),
     };
+    check_pod_total(&ctx, &steps)?;
     let last = steps.last().map(|s| s.at).unwrap_or_default();
     let until = match root.get("until") {
         Some(n) => {
             let until = ctx.duration(n, "until")?;
+            ctx.within_limit(n, "until", until)?;
             if until < last {
                 return Err(ctx.err(
                     n,
@@ -318,6 +480,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         file: file.to_string(),
         start,
         config,
+        config_pos,
         catalog,
         region,
         zones,
@@ -328,9 +491,107 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
     })
 }
 
+/// A map of string tags (`tags:`), empty when unset.
+fn tags(
+    ctx: &Ctx,
+    node: &Node,
+) -> Result<std::collections::BTreeMap<String, String>, ScenarioError> {
+    let Some(t) = node.get("tags") else {
+        return Ok(Default::default());
+    };
+    if !matches!(t.value, Value::Map(_)) {
+        return Err(ctx.err(t, "tags must be a mapping of strings"));
+    }
+    entries(t)
+        .iter()
+        .map(|(k, v)| Ok((k.name.clone(), ctx.str(v, "a tag value")?.to_string())))
+        .collect()
+}
+
+/// A required string field of a mapping.
+fn required(ctx: &Ctx, node: &Node, key: &str, what: &str) -> Result<String, ScenarioError> {
+    node.get(key)
+        .ok_or_else(|| ctx.err(node, format!("{what} needs `{key}`")))
+        .and_then(|n| ctx.str(n, key))
+        .map(str::to_string)
+}
+
+fn list<'n>(ctx: &Ctx, node: &'n Node, what: &str) -> Result<&'n [Node], ScenarioError> {
+    match &node.value {
+        Value::Seq(items) => Ok(items),
+        _ => Err(ctx.err(node, format!("{what} must be a list"))),
+    }
+}
+
 fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError> {
-    check_keys(ctx, node, &["launchDelay", "insufficientCapacity"], "cloud")?;
+    check_keys(
+        ctx,
+        node,
+        &[
+            "launchDelay",
+            "insufficientCapacity",
+            "kubernetesVersion",
+            "images",
+            "subnets",
+            "securityGroups",
+        ],
+        "cloud",
+    )?;
     let mut c = CloudSettings::default();
+    if let Some(n) = node.get("kubernetesVersion") {
+        c.kubernetes_version = kubernetes_version(ctx, n)?;
+    }
+    if let Some(n) = node.get("images") {
+        for i in list(ctx, n, "images")? {
+            check_keys(ctx, i, &["id", "name", "arch", "tags"], "an image")?;
+            let arch = i
+                .get("arch")
+                .map(|a| ctx.str(a, "arch").map(str::to_string))
+                .transpose()?
+                .unwrap_or_else(|| "amd64".into());
+            if !["amd64", "arm64"].contains(&arch.as_str()) {
+                return Err(ctx.err(i, format!("arch {arch:?} is not amd64 or arm64")));
+            }
+            c.images.push(SimImage {
+                id: required(ctx, i, "id", "an image")?,
+                name: i
+                    .get("name")
+                    .map(|n| ctx.str(n, "name").map(str::to_string))
+                    .transpose()?
+                    .unwrap_or_default(),
+                arch,
+                tags: tags(ctx, i)?,
+            });
+        }
+    }
+    if let Some(n) = node.get("subnets") {
+        let mut subnets = Vec::new();
+        for sn in list(ctx, n, "subnets")? {
+            check_keys(ctx, sn, &["id", "zone", "tags"], "a subnet")?;
+            subnets.push(SimSubnet {
+                id: required(ctx, sn, "id", "a subnet")?,
+                zone: required(ctx, sn, "zone", "a subnet")?,
+                tags: tags(ctx, sn)?,
+            });
+        }
+        c.subnets = Some(subnets);
+    }
+    if let Some(n) = node.get("securityGroups") {
+        let mut groups = Vec::new();
+        for g in list(ctx, n, "securityGroups")? {
+            check_keys(ctx, g, &["id", "name", "tags"], "a security group")?;
+            groups.push(SimSecurityGroup {
+                id: required(ctx, g, "id", "a security group")?,
+                name: g
+                    .get("name")
+                    .map(|n| ctx.str(n, "name").map(str::to_string))
+                    .transpose()?
+                    .unwrap_or_default(),
+                tags: tags(ctx, g)?,
+            });
+        }
+        c.security_groups = Some(groups);
+    }
     if let Some(n) = node.get("launchDelay") {
         c.launch_delay = ctx.duration(n, "launchDelay")?;
     }
@@ -382,27 +643,50 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
     Ok(c)
 }
 
+/// A Kubernetes minor version such as `"1.34"`.
+fn kubernetes_version(ctx: &Ctx, node: &Node) -> Result<String, ScenarioError> {
+    // A number would lose its trailing zero (1.30 is 1.3): only strings.
+    let v = match &node.value {
+        Value::Str(s) => s.clone(),
+        _ => {
+            return Err(ctx.err(
+                node,
+                "a Kubernetes version is a string such as \"1.34\" (quote it in YAML)",
+            ));
+        }
+    };
+    let valid = v
+        .split_once('.')
+        .is_some_and(|(a, b)| a.parse::<u16>().is_ok() && b.parse::<u16>().is_ok());
+    if !valid {
+        return Err(ctx.err(
+            node,
+            format!("{v:?} is not a Kubernetes version such as \"1.34\" (quote it in YAML)"),
+        ));
+    }
+    Ok(v)
+}
+
 /// Objects given inline (a list, or one object) or as `{file: path}`.
 fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, ScenarioError> {
     if let Some(f) = node.get("file") {
         check_keys(ctx, node, &["file"], what)?;
         let path = ctx.path(f, "file")?;
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| ctx.err(f, format!("cannot read {shown}: {e}")))?;
-        let objects =
-            crate::snapshot::parse_objects(&shown, &text).map_err(|e| ctx.err(f, e.to_string()))?;
-        return Ok(objects
+        let (shown, text) =
+            crate::snapshot::read_text(&path).map_err(|e| ctx.err(f, e.to_string()))?;
+        let items = crate::snapshot::items(&shown, &text).map_err(|e| Box::new(e.diagnostic()))?;
+        return items
             .into_iter()
-            .map(|l| Manifest {
-                object: l.object,
-                file: shown.clone(),
-                pos: Pos {
-                    line: u32::try_from(l.line).unwrap_or(u32::MAX),
-                    column: 1,
-                },
+            .map(|it| {
+                let object = it.value(&shown).map_err(|e| Box::new(e.diagnostic()))?;
+                check_manifest(&shown, &object, |p| it.locate(p))?;
+                Ok(Manifest {
+                    object,
+                    file: shown.clone(),
+                    pos: it.pos,
+                })
             })
-            .collect());
+            .collect();
     }
     let items: Vec<&Node> = match &node.value {
         Value::Seq(items) => items.iter().collect(),
@@ -423,6 +707,7 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
             {
                 return Err(ctx.err(n, "a manifest needs apiVersion and kind"));
             }
+            check_manifest(ctx.file, &object, |p| n.locate_value(p))?;
             Ok(Manifest {
                 object,
                 file: ctx.file.to_string(),
@@ -430,6 +715,157 @@ fn manifests(ctx: &Ctx, node: &Node, what: &str) -> Result<Vec<Manifest>, Scenar
             })
         })
         .collect()
+}
+
+/// The most replicas (or Job completions, or parallelism) of one workload.
+pub const MAX_REPLICAS: i64 = 100_000;
+/// The most pods all the workloads of a scenario may ask for together (each
+/// workload counted at the most it reaches): the simulation keeps every pod
+/// in memory.
+pub const MAX_PODS: i64 = 200_000;
+/// The longest simulated run: 31 days of cluster time.
+pub const MAX_DURATION: Duration = Duration::from_secs(31 * 24 * 3600);
+
+/// The pods a workload manifest asks for, and the fields that say so.
+fn workload_pods(object: &Json) -> Option<(&'static str, Vec<&'static str>)> {
+    let kind = object.get("kind").and_then(Json::as_str)?;
+    match kind {
+        "Deployment" | "ReplicaSet" | "StatefulSet" => {
+            Some(("spec.template.spec", vec!["replicas"]))
+        }
+        "Job" => Some(("spec.template.spec", vec!["completions", "parallelism"])),
+        "DaemonSet" => Some(("spec.template.spec", vec![])),
+        "Pod" => Some(("spec", vec![])),
+        _ => None,
+    }
+}
+
+/// Checks a manifest before the simulation runs: the counts of a workload
+/// are integers within [`MAX_REPLICAS`], and its pod template's resource
+/// quantities are valid and not negative. `locate` finds a field's line.
+fn check_manifest(
+    file: &str,
+    object: &Json,
+    locate: impl Fn(&JsonPath) -> Pos,
+) -> Result<(), ScenarioError> {
+    let Some((template, counts)) = workload_pods(object) else {
+        return Ok(());
+    };
+    let err = |path: JsonPath, message: String| -> ScenarioError {
+        Box::new(
+            Diagnostic::error("scenario", message)
+                .in_file(file)
+                .at(locate(&path))
+                .with_object(crate::snapshot::kind_name(object))
+                .with_path(path),
+        )
+    };
+    for field in counts {
+        let path = JsonPath::root().key("spec").key(field);
+        let Some(v) = object.get("spec").and_then(|s| s.get(field)) else {
+            continue;
+        };
+        match v.as_i64() {
+            Some(n) if (0..=MAX_REPLICAS).contains(&n) => {}
+            Some(n) if n > MAX_REPLICAS => {
+                return Err(err(
+                    path,
+                    format!(
+                        "{n} is more than the simulation's limit of {MAX_REPLICAS} pods per workload"
+                    ),
+                ));
+            }
+            _ => {
+                return Err(err(
+                    path,
+                    format!("{field} must be an integer from 0 to {MAX_REPLICAS}, not {v}"),
+                ));
+            }
+        }
+    }
+    let at = JsonPath::parse(template);
+    let Some(spec) = at.0.iter().try_fold(object, |v, seg| match seg {
+        crate::diag::Seg::Key(k) => v.get(k),
+        crate::diag::Seg::Index(i) => v.get(i),
+    }) else {
+        return Ok(());
+    };
+    // A template that does not deserialise is reported when it is applied.
+    let Ok(spec) = serde_json::from_value::<k8s_openapi::api::core::v1::PodSpec>(spec.clone())
+    else {
+        return Ok(());
+    };
+    if let Some((path, message)) = crate::scheduling::pod::resource_problems(&spec)
+        .into_iter()
+        .next()
+    {
+        let mut full = at.clone();
+        full.0.extend(path.0);
+        return Err(err(full, message));
+    }
+    Ok(())
+}
+
+/// The most pods each workload reaches over the timeline, against
+/// [`MAX_PODS`]; an error names the step that goes over.
+fn check_pod_total(ctx: &Ctx, steps: &[Step]) -> Result<(), ScenarioError> {
+    let mut most: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    for step in steps {
+        match &step.action {
+            Action::Apply(ms) => {
+                for m in ms {
+                    let spec = m.object.get("spec");
+                    let n = match m.kind() {
+                        "Pod" => 1,
+                        "Deployment" | "ReplicaSet" | "StatefulSet" => spec
+                            .and_then(|s| s.get("replicas"))
+                            .and_then(Json::as_i64)
+                            .unwrap_or(1),
+                        "Job" => {
+                            let get = |f: &str| spec.and_then(|s| s.get(f)).and_then(Json::as_i64);
+                            get("completions").or(get("parallelism")).unwrap_or(1)
+                        }
+                        _ => continue,
+                    };
+                    let key = format!(
+                        "{}/{}/{}",
+                        m.kind(),
+                        m.object
+                            .pointer("/metadata/namespace")
+                            .and_then(Json::as_str)
+                            .unwrap_or("default"),
+                        m.object
+                            .pointer("/metadata/name")
+                            .and_then(Json::as_str)
+                            .unwrap_or("")
+                    );
+                    let e = most.entry(key).or_default();
+                    *e = (*e).max(n);
+                }
+            }
+            Action::Scale {
+                namespace,
+                name,
+                replicas,
+            } => {
+                let e = most
+                    .entry(format!("Deployment/{namespace}/{name}"))
+                    .or_default();
+                *e = (*e).max(i64::from(*replicas));
+            }
+            _ => continue,
+        }
+        let total: i64 = most.values().sum();
+        if total > MAX_PODS {
+            return Err(ctx.err_at(
+                step.pos,
+                format!(
+                    "the workloads reach {total} pods by this step, more than the simulation's limit of {MAX_PODS}"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
@@ -469,6 +905,7 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
         };
         if let Some(at) = item.get("at") {
             let t = ctx.duration(at, "at")?;
+            ctx.within_limit(at, "at", t)?;
             if t < now {
                 return Err(ctx.err(
                     at,
@@ -499,10 +936,18 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                     .get("replicas")
                     .ok_or_else(|| ctx.err(body, "scale needs `replicas`"))?;
                 let replicas = match &r.value {
-                    Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                    Value::Number(n) => n
+                        .as_u64()
+                        .filter(|n| i64::try_from(*n).is_ok_and(|n| n <= MAX_REPLICAS))
+                        .and_then(|n| u32::try_from(n).ok()),
                     _ => None,
                 }
-                .ok_or_else(|| ctx.err(r, "replicas must be a non-negative integer"))?;
+                .ok_or_else(|| {
+                    ctx.err(
+                        r,
+                        format!("replicas must be an integer from 0 to {MAX_REPLICAS} (the simulation's limit per workload)"),
+                    )
+                })?;
                 Action::Scale {
                     namespace,
                     name,
@@ -535,10 +980,44 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
             }
             "advance" => {
                 let d = ctx.duration(body, "advance")?;
-                now += d;
+                now = now.saturating_add(d);
+                ctx.within_limit(body, "advance", now)?;
                 Action::Advance(d)
             }
             "commit" => Action::Commit(commit_step(ctx, body)?),
+            "publishImage" => {
+                check_keys(ctx, body, &["family", "release"], "publishImage")?;
+                let family = required(ctx, body, "family", "publishImage")?;
+                if !FAMILIES.contains(&family.as_str()) {
+                    return Err(ctx.err(
+                        body.get("family").unwrap_or(body),
+                        format!(
+                            "unknown AMI family {family:?}; expected one of {}",
+                            FAMILIES.join(", ")
+                        ),
+                    ));
+                }
+                let release = match body.get("release") {
+                    Some(r) => ctx.str(r, "release")?.to_string(),
+                    None => String::new(),
+                };
+                Action::PublishImage { family, release }
+            }
+            "upgradeKubernetes" => {
+                check_keys(ctx, body, &["version"], "upgradeKubernetes")?;
+                let v = body
+                    .get("version")
+                    .ok_or_else(|| ctx.err(body, "upgradeKubernetes needs `version`"))?;
+                Action::UpgradeKubernetes {
+                    version: kubernetes_version(ctx, v)?,
+                }
+            }
+            "restart" => {
+                if ctx.str(body, "restart")? != "controller" {
+                    return Err(ctx.err(body, "restart takes `controller`"));
+                }
+                Action::Restart
+            }
             "interrupt" => {
                 return Err(ctx.err_at(key.pos, "the `interrupt` step needs interruption handling, which this build of dovetail does not have yet"));
             }
@@ -622,12 +1101,17 @@ fn commit_step(ctx: &Ctx, body: &Node) -> Result<CommitStep, ScenarioError> {
                 ));
             }
         };
-        files.push((path.to_string(), content));
+        files.push(CommitFile {
+            path: path.to_string(),
+            content,
+            pos: key.pos,
+        });
     }
     Ok(CommitStep {
         message,
         files,
         prune,
+        scenario: ctx.file.to_string(),
     })
 }
 
@@ -680,7 +1164,7 @@ mod tests {
     fn bad_input_names_the_line() {
         assert_eq!(
             err("config: r\ntimeline:\n  - at: 1m\n    launch: {}\n"),
-            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance"
+            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance, publishImage, upgradeKubernetes, restart"
         );
         assert_eq!(
             err(
@@ -725,13 +1209,22 @@ mod tests {
             Action::Commit(CommitStep {
                 message: "raise".into(),
                 files: vec![
-                    (
-                        "nodepools/a.yaml".into(),
-                        Some(b"kind: NodePool\n".to_vec())
-                    ),
-                    ("old.yaml".into(), None),
+                    CommitFile {
+                        path: "nodepools/a.yaml".into(),
+                        content: Some(b"kind: NodePool\n".to_vec()),
+                        pos: Pos { line: 8, column: 9 },
+                    },
+                    CommitFile {
+                        path: "old.yaml".into(),
+                        content: None,
+                        pos: Pos {
+                            line: 10,
+                            column: 9
+                        },
+                    },
                 ],
                 prune: true,
+                scenario: "s.yaml".into(),
             })
         );
     }

@@ -11,22 +11,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
 
-/// Why a file of objects could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("reading {file}")]
-    Io {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{file}:{line}: {message}")]
-    Parse {
-        file: String,
-        line: usize,
-        message: String,
-    },
-}
+use crate::diag::{JsonPath, Pos};
+
+mod read;
+
+pub use read::{Body, Item, ReadError, items, limits_for, read_text};
 
 /// One object of a file with the line it starts on (1-based).
 #[derive(Debug, Clone, PartialEq)]
@@ -37,117 +26,35 @@ pub struct Located {
 
 /// Reads every object of a file (List items are flattened).
 pub fn read_objects(path: &Path) -> Result<Vec<Located>, ReadError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ReadError::Io {
-        file: file.clone(),
-        source,
-    })?;
+    let (file, text) = read_text(path)?;
     parse_objects(&file, &text)
 }
 
 /// Parses objects from text; `file` names it in errors.
 pub fn parse_objects(file: &str, text: &str) -> Result<Vec<Located>, ReadError> {
-    let err = |line: usize, message: String| ReadError::Parse {
-        file: file.to_string(),
-        line,
-        message,
-    };
-    let trimmed = text.trim_start();
-    let mut docs: Vec<Located> = Vec::new();
-    if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        // One JSON document, or JSON lines.
-        match serde_json::from_str::<Value>(text) {
-            Ok(v) => docs.push(Located { line: 1, object: v }),
-            Err(whole) => {
-                let many = text.lines().filter(|l| !l.trim().is_empty()).count() > 1;
-                if !many {
-                    return Err(err(whole.line(), whole.to_string()));
-                }
-                for (i, l) in text.lines().enumerate() {
-                    if l.trim().is_empty() {
-                        continue;
-                    }
-                    let v =
-                        serde_json::from_str::<Value>(l).map_err(|e| err(i + 1, e.to_string()))?;
-                    docs.push(Located {
-                        line: i + 1,
-                        object: v,
-                    });
-                }
-            }
-        }
-    } else {
-        let parsed: Vec<serde_saphyr::Spanned<Value>> =
-            serde_saphyr::from_multiple(text).map_err(|e| {
-                let line = e.location().map_or(0, |l| l.line() as usize);
-                err(line, e.to_string())
-            })?;
-        for d in parsed {
-            if d.value.is_null() {
-                continue;
-            }
-            docs.push(Located {
-                line: d.referenced.line() as usize,
-                object: d.value,
-            });
-        }
-    }
-    let mut out = Vec::new();
-    for d in docs {
-        flatten(d, &mut out, file)?;
-    }
-    Ok(out)
-}
-
-fn flatten(d: Located, out: &mut Vec<Located>, file: &str) -> Result<(), ReadError> {
-    match &d.object {
-        Value::Array(items) => {
-            for o in items {
-                flatten(
-                    Located {
-                        line: d.line,
-                        object: o.clone(),
-                    },
-                    out,
-                    file,
-                )?;
-            }
-        }
-        Value::Object(m)
-            if m.get("kind")
-                .and_then(Value::as_str)
-                .is_some_and(|k| k.ends_with("List")) =>
-        {
-            for o in m
-                .get("items")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                out.push(Located {
-                    line: d.line,
-                    object: o.clone(),
-                });
-            }
-        }
-        Value::Object(_) => out.push(d),
-        _ => {
-            return Err(ReadError::Parse {
-                file: file.to_string(),
-                line: d.line,
-                message: "expected a Kubernetes object".into(),
-            });
-        }
-    }
-    Ok(())
+    items(file, text)?
+        .into_iter()
+        .map(|it| {
+            Ok(Located {
+                line: it.pos.line as usize,
+                object: it.value(file)?,
+            })
+        })
+        .collect()
 }
 
 /// Converts a located object into a typed Kubernetes object.
 pub fn typed<T: serde::de::DeserializeOwned>(file: &str, o: &Located) -> Result<T, ReadError> {
-    serde_json::from_value(o.object.clone()).map_err(|e| ReadError::Parse {
-        file: file.to_string(),
-        line: o.line,
-        message: format!("{}: {e}", kind_name(&o.object)),
+    serde_json::from_value(o.object.clone()).map_err(|e| {
+        ReadError::Invalid(Box::new(
+            crate::diag::Diagnostic::error("object", e.to_string())
+                .in_file(file)
+                .at(crate::diag::Pos {
+                    line: u32::try_from(o.line).unwrap_or(u32::MAX),
+                    column: 1,
+                })
+                .with_object(kind_name(&o.object)),
+        ))
     })
 }
 
@@ -180,32 +87,228 @@ pub struct Snapshot {
 
 /// Reads a snapshot file.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot, ReadError> {
-    let file = path.display().to_string();
-    let objects = read_objects(path)?;
-    snapshot_from_objects(&file, &objects)
+    read_snapshot_located(path).map(|(s, _)| s)
+}
+
+/// Reads a snapshot file, with where each object is in it.
+pub fn read_snapshot_located(path: &Path) -> Result<(Snapshot, Origin), ReadError> {
+    let (file, text) = read_text(path)?;
+    let items = items(&file, &text)?;
+    let mut origin = Origin {
+        file: file.clone(),
+        lines: std::collections::HashMap::with_capacity(items.len()),
+    };
+    let snapshot = build(&file, items.iter(), Some(&mut origin))?;
+    Ok((snapshot, origin))
+}
+
+/// Where the objects of a snapshot are: its file, and the line of each
+/// object by `Kind/name` (`Kind/namespace/name` for namespaced kinds).
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// Empty for objects read from a cluster.
+    pub file: String,
+    lines: std::collections::HashMap<String, usize>,
+}
+
+impl Origin {
+    /// The line of an object (0 when unknown).
+    pub fn line(&self, object: &str) -> usize {
+        self.lines.get(object).copied().unwrap_or(0)
+    }
+
+    fn record(
+        &mut self,
+        kind: &str,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        line: usize,
+    ) {
+        let name = meta.name.as_deref().unwrap_or("");
+        let key = match kind {
+            "Node" | "NodeClaim" | "PersistentVolume" | "StorageClass" => format!("{kind}/{name}"),
+            _ => format!(
+                "{kind}/{}/{name}",
+                meta.namespace.as_deref().unwrap_or("default")
+            ),
+        };
+        self.lines.insert(key, line);
+    }
 }
 
 /// Sorts objects into a snapshot; unknown kinds are an error.
 pub fn snapshot_from_objects(file: &str, objects: &[Located]) -> Result<Snapshot, ReadError> {
+    build(file, objects.iter(), None)
+}
+
+/// An object on its way into a [`Snapshot`]: from a file ([`Item`]) or
+/// already a JSON value ([`Located`]).
+trait Source {
+    fn kind(&self) -> &str;
+    fn line(&self) -> usize;
+    /// Where `path` is inside the object (its start when unknown).
+    fn locate(&self, path: &JsonPath) -> Pos;
+    fn decode<T: serde::de::DeserializeOwned>(&self, file: &str) -> Result<T, ReadError>;
+    fn value(&self, file: &str) -> Result<Value, ReadError>;
+}
+
+impl Source for Item<'_> {
+    fn kind(&self) -> &str {
+        self.kind.as_deref().unwrap_or("")
+    }
+    fn line(&self) -> usize {
+        self.pos.line as usize
+    }
+    fn locate(&self, path: &JsonPath) -> Pos {
+        Item::locate(self, path)
+    }
+    fn decode<T: serde::de::DeserializeOwned>(&self, file: &str) -> Result<T, ReadError> {
+        Item::decode(self, file)
+    }
+    fn value(&self, file: &str) -> Result<Value, ReadError> {
+        Item::value(self, file)
+    }
+}
+
+impl Source for Located {
+    fn kind(&self) -> &str {
+        self.object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+    fn line(&self) -> usize {
+        self.line
+    }
+    fn locate(&self, _: &JsonPath) -> Pos {
+        Pos {
+            line: u32::try_from(self.line).unwrap_or(u32::MAX),
+            column: 1,
+        }
+    }
+    fn decode<T: serde::de::DeserializeOwned>(&self, file: &str) -> Result<T, ReadError> {
+        typed(file, self)
+    }
+    fn value(&self, _: &str) -> Result<Value, ReadError> {
+        Ok(self.object.clone())
+    }
+}
+
+/// The first resource quantity of a pod spec at `at` that the API server
+/// would reject, at its line and field.
+fn check_resources<S: Source>(
+    file: &str,
+    o: &S,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    kind: &str,
+    at: &JsonPath,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<(), ReadError> {
+    let Some((path, message)) = crate::scheduling::pod::resource_problems(spec)
+        .into_iter()
+        .next()
+    else {
+        return Ok(());
+    };
+    let mut full = at.clone();
+    full.0.extend(path.0);
+    Err(ReadError::Invalid(Box::new(
+        crate::diag::Diagnostic::error("object", message)
+            .in_file(file)
+            .at(o.locate(&full))
+            .with_object(format!(
+                "{kind}/{}/{}",
+                meta.namespace.as_deref().unwrap_or("default"),
+                meta.name.as_deref().unwrap_or("")
+            ))
+            .with_path(full),
+    )))
+}
+
+/// Checks the resources of a pod read from a file, as [`build`] does for a
+/// snapshot's pods.
+pub fn check_pod(file: &str, item: &Item<'_>, pod: &Pod) -> Result<(), ReadError> {
+    match &pod.spec {
+        Some(spec) => check_resources(
+            file,
+            item,
+            &pod.metadata,
+            "Pod",
+            &JsonPath::root().key("spec"),
+            spec,
+        ),
+        None => Ok(()),
+    }
+}
+
+fn build<'a, S: Source + 'a>(
+    file: &str,
+    objects: impl Iterator<Item = &'a S>,
+    mut origin: Option<&mut Origin>,
+) -> Result<Snapshot, ReadError> {
     let mut s = Snapshot::default();
     for o in objects {
-        match o.object.get("kind").and_then(Value::as_str).unwrap_or("") {
-            "Node" => s.nodes.push(Arc::new(typed(file, o)?)),
-            "Pod" => s.pods.push(Arc::new(typed(file, o)?)),
-            "NodeClaim" => s.nodeclaims.push(o.object.clone()),
-            "NodePool" => s.nodepools.push(o.object.clone()),
-            "EC2NodeClass" => s.ec2nodeclasses.push(o.object.clone()),
-            "DaemonSet" => s.daemonsets.push(Arc::new(typed(file, o)?)),
-            "PodDisruptionBudget" => s.pdbs.push(Arc::new(typed(file, o)?)),
-            "PersistentVolume" => s.persistent_volumes.push(Arc::new(typed(file, o)?)),
-            "PersistentVolumeClaim" => s.persistent_volume_claims.push(Arc::new(typed(file, o)?)),
-            "StorageClass" => s.storage_classes.push(Arc::new(typed(file, o)?)),
+        let mut note =
+            |kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+                if let Some(origin) = origin.as_deref_mut() {
+                    origin.record(kind, meta, o.line());
+                }
+            };
+        match o.kind() {
+            "Node" => {
+                let n: Node = o.decode(file)?;
+                note("Node", &n.metadata);
+                s.nodes.push(Arc::new(n));
+            }
+            "Pod" => {
+                let p: Pod = o.decode(file)?;
+                if let Some(spec) = &p.spec {
+                    check_resources(
+                        file,
+                        o,
+                        &p.metadata,
+                        "Pod",
+                        &JsonPath::root().key("spec"),
+                        spec,
+                    )?;
+                }
+                note("Pod", &p.metadata);
+                s.pods.push(Arc::new(p));
+            }
+            "NodeClaim" => {
+                let v = o.value(file)?;
+                if let Ok(meta) =
+                    serde_json::from_value(v.get("metadata").cloned().unwrap_or_default())
+                {
+                    note("NodeClaim", &meta);
+                }
+                s.nodeclaims.push(v);
+            }
+            "NodePool" => s.nodepools.push(o.value(file)?),
+            "EC2NodeClass" => s.ec2nodeclasses.push(o.value(file)?),
+            "DaemonSet" => {
+                let d: DaemonSet = o.decode(file)?;
+                if let Some(spec) = &d.spec.template.spec {
+                    let at = JsonPath::root().key("spec").key("template").key("spec");
+                    check_resources(file, o, &d.metadata, "DaemonSet", &at, spec)?;
+                }
+                note("DaemonSet", &d.metadata);
+                s.daemonsets.push(Arc::new(d));
+            }
+            "PodDisruptionBudget" => s.pdbs.push(Arc::new(o.decode(file)?)),
+            "PersistentVolume" => s.persistent_volumes.push(Arc::new(o.decode(file)?)),
+            "PersistentVolumeClaim" => s.persistent_volume_claims.push(Arc::new(o.decode(file)?)),
+            "StorageClass" => s.storage_classes.push(Arc::new(o.decode(file)?)),
             other => {
-                return Err(ReadError::Parse {
-                    file: file.to_string(),
-                    line: o.line,
-                    message: format!("unsupported kind {other:?} in a snapshot"),
-                });
+                return Err(ReadError::at(
+                    file,
+                    crate::diag::Pos {
+                        line: u32::try_from(o.line()).unwrap_or(u32::MAX),
+                        column: 1,
+                    },
+                    format!(
+                        "unsupported kind {other:?} in a snapshot; a snapshot holds Node, Pod, NodeClaim, NodePool, EC2NodeClass, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim and StorageClass objects"
+                    ),
+                ));
             }
         }
     }
@@ -253,5 +356,135 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("s.yaml:1:") && e.contains("Secret"), "{e}");
+    }
+
+    /// A pod as kubectl prints it, with the fields a real one has (about
+    /// 120 YAML nodes).
+    fn kubectl_pod(i: usize) -> String {
+        format!(
+            "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: web-{i}\n    namespace: shop\n    uid: 6f1c2a4e-{i:08}\n    resourceVersion: \"{i}\"\n    creationTimestamp: 2026-01-05T00:00:00Z\n    generateName: web-7d9f8c6b5-\n    labels:\n      app: web\n      pod-template-hash: 7d9f8c6b5\n      tier: frontend\n    annotations:\n      kubectl.kubernetes.io/restartedAt: \"2026-01-01T00:00:00Z\"\n      prometheus.io/scrape: \"true\"\n    ownerReferences:\n    - apiVersion: apps/v1\n      kind: ReplicaSet\n      name: web-7d9f8c6b5\n      uid: 0b3e\n      controller: true\n      blockOwnerDeletion: true\n  spec:\n    nodeName: node-{n}\n    schedulerName: default-scheduler\n    restartPolicy: Always\n    terminationGracePeriodSeconds: 30\n    dnsPolicy: ClusterFirst\n    serviceAccountName: default\n    containers:\n    - name: web\n      image: example/web:1.4\n      imagePullPolicy: IfNotPresent\n      ports:\n      - containerPort: 8080\n        name: http\n        protocol: TCP\n      env:\n      - name: MODE\n        value: production\n      - name: POD_NAME\n        valueFrom:\n          fieldRef:\n            apiVersion: v1\n            fieldPath: metadata.name\n      resources:\n        requests:\n          cpu: 250m\n          memory: 512Mi\n        limits:\n          memory: 512Mi\n      volumeMounts:\n      - mountPath: /var/run/secrets/kubernetes.io/serviceaccount\n        name: kube-api-access\n        readOnly: true\n      readinessProbe:\n        httpGet:\n          path: /healthz\n          port: 8080\n          scheme: HTTP\n        periodSeconds: 10\n    tolerations:\n    - effect: NoExecute\n      key: node.kubernetes.io/not-ready\n      operator: Exists\n      tolerationSeconds: 300\n    - effect: NoExecute\n      key: node.kubernetes.io/unreachable\n      operator: Exists\n      tolerationSeconds: 300\n    volumes:\n    - name: kube-api-access\n      projected:\n        defaultMode: 420\n        sources:\n        - serviceAccountToken:\n            expirationSeconds: 3607\n            path: token\n  status:\n    phase: Running\n    podIP: 10.0.{a}.{b}\n    qosClass: Burstable\n    conditions:\n    - type: Ready\n      status: \"True\"\n      lastTransitionTime: 2026-01-05T00:01:00Z\n    - type: PodScheduled\n      status: \"True\"\n      lastTransitionTime: 2026-01-05T00:00:01Z\n",
+            n = i / 50,
+            a = i / 256 % 256,
+            b = i % 256
+        )
+    }
+
+    /// The YAML library's default budgets (1,024 documents, 250,000 nodes)
+    /// refused a mid-size cluster that reads as JSON: budgets now scale
+    /// with the file's size.
+    #[test]
+    fn a_yaml_list_of_1500_pods_reads_as_its_json_does() {
+        let pods: String = (0..1500).map(kubectl_pod).collect();
+        let yaml = format!("apiVersion: v1\nkind: List\nitems:\n{pods}");
+        let from_yaml = parse_objects("big.yaml", &yaml).unwrap();
+        assert_eq!(from_yaml.len(), 1500);
+        let json = serde_json::to_string_pretty(&serde_json::json!({
+            "apiVersion": "v1", "kind": "List",
+            "items": from_yaml.iter().map(|o| o.object.clone()).collect::<Vec<_>>(),
+        }))
+        .unwrap();
+        let from_json = parse_objects("big.json", &json).unwrap();
+        assert_eq!(
+            from_yaml.iter().map(|o| &o.object).collect::<Vec<_>>(),
+            from_json.iter().map(|o| &o.object).collect::<Vec<_>>()
+        );
+        let (s, _) = {
+            let dir = tempfile::tempdir().unwrap();
+            let f = dir.path().join("big.yaml");
+            std::fs::write(&f, &yaml).unwrap();
+            read_snapshot_located(&f).unwrap()
+        };
+        assert_eq!(s.pods.len(), 1500);
+        // 1,100 documents of one pod each: over the old 1,024-document budget.
+        let docs: String = (0..1100)
+            .map(|i| {
+                format!(
+                    "---\n{}",
+                    kubectl_pod(i)
+                        .replace("\n  ", "\n")
+                        .trim_start_matches("- ")
+                )
+            })
+            .collect();
+        assert_eq!(parse_objects("docs.yaml", &docs).unwrap().len(), 1100);
+    }
+
+    /// Every item of a List is at its own line, in JSON as in YAML (they
+    /// were all reported at the List's line).
+    #[test]
+    fn list_items_keep_their_own_lines() {
+        let json = "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n  {\"kind\": \"Pod\", \"metadata\": {\"name\": \"a\"}},\n  {\"kind\": \"Pod\", \"metadata\": {\"name\": \"b\"}}\n]}\n";
+        let lines: Vec<usize> = parse_objects("l.json", json)
+            .unwrap()
+            .iter()
+            .map(|o| o.line)
+            .collect();
+        assert_eq!(lines, [2, 3]);
+        let yaml = "apiVersion: v1\nkind: List\nitems:\n- kind: Pod\n  metadata: {name: a}\n- kind: Pod\n  metadata: {name: b}\n";
+        let lines: Vec<usize> = parse_objects("l.yaml", yaml)
+            .unwrap()
+            .iter()
+            .map(|o| o.line)
+            .collect();
+        assert_eq!(lines, [4, 6]);
+        // A typed error inside the second item names its line and column.
+        let bad = "{\"kind\": \"List\", \"items\": [\n  {\"kind\": \"Pod\", \"metadata\": {\"name\": \"a\"}},\n  {\"kind\": \"Pod\", \"metadata\": {\"name\": \"b\", \"labels\": 7}}\n]}\n";
+        let items = items("l.json", bad).unwrap();
+        let e = items[1].decode::<Pod>("l.json").unwrap_err().to_string();
+        assert!(e.starts_with("l.json:3:"), "{e}");
+        assert!(e.contains("Pod/b: invalid type"), "{e}");
+        assert!(!e.contains("error:"), "the caller prints the severity: {e}");
+    }
+
+    /// kubectl skips empty documents; a trailing `---` was a hard error.
+    #[test]
+    fn empty_documents_are_skipped() {
+        let yaml = "---\nkind: Pod\nmetadata: {name: a}\n--- # only a comment\n---\nkind: Pod\nmetadata: {name: b}\n---\n";
+        let o = parse_objects("e.yaml", yaml).unwrap();
+        assert_eq!(o.len(), 2);
+        assert_eq!(o[1].line, 6);
+    }
+
+    /// A budget error says which limit, at its line, with a hint; YAML
+    /// bombs are still stopped.
+    #[test]
+    fn budget_errors_name_the_limit_and_give_a_hint() {
+        let deep = format!("kind: Pod\nspec: {}{}\n", "[".repeat(100), "]".repeat(100));
+        let d = match parse_objects("deep.yaml", &deep).unwrap_err() {
+            ReadError::Invalid(d) => d,
+            other => panic!("{other}"),
+        };
+        assert!(
+            d.message
+                .starts_with("depth limit: nesting deeper than 64 levels"),
+            "{}",
+            d.message
+        );
+        assert_eq!(d.line, 2);
+        assert!(d.hint.is_some());
+        let mut laughs = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (i, prev) in ["b", "c", "d", "e", "f", "g"]
+            .iter()
+            .zip(["a", "b", "c", "d", "e", "f"])
+        {
+            laughs.push_str(&format!("{i}: &{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        let d = parse_objects("laughs.yaml", &laughs)
+            .unwrap_err()
+            .diagnostic();
+        assert!(d.message.starts_with("alias limit: "), "{}", d.message);
+        assert!(d.hint.as_deref().is_some_and(|h| h.contains("alias")));
+    }
+
+    /// `1e400` is a quantity string in YAML (it overflows a float), not a
+    /// "non-finite float" error.
+    #[test]
+    fn a_huge_unquoted_number_stays_a_string() {
+        let o = parse_objects(
+            "p.yaml",
+            "kind: Pod\nmetadata: {name: a}\nspec:\n  overhead: {cpu: 1e400}\n",
+        )
+        .unwrap();
+        assert_eq!(o[0].object["spec"]["overhead"]["cpu"], "1e400");
     }
 }

@@ -253,23 +253,27 @@ fn classify_and_check_schema(doc: &Doc) -> Classification {
     let root = JsonPath::root();
     let what = match &doc.yaml.root.value {
         yaml::Value::Map(_) => None,
-        yaml::Value::Null => Some("an empty document"),
+        // An empty document (a trailing `---`, or `---` followed only by a
+        // comment) is skipped, as kubectl, kubeconform and kubectl-validate
+        // skip it.
+        yaml::Value::Null => {
+            return Classification {
+                class: None,
+                diagnostics,
+            };
+        }
         yaml::Value::Seq(_) => Some("a list"),
         yaml::Value::Str(_) => Some("a string"),
         yaml::Value::Number(_) => Some("a number"),
         yaml::Value::Bool(_) => Some("a boolean"),
     };
     if let Some(what) = what {
-        let message = if what == "an empty document" {
-            format!("document {} is empty", doc.yaml.index + 1)
-        } else {
-            format!("document {} is {what}, not an object", doc.yaml.index + 1)
-        };
+        let message = format!("document {} is {what}, not an object", doc.yaml.index + 1);
         diagnostics.push(
             Diagnostic::error("document", message)
                 .in_file(doc.file)
                 .at(doc.yaml.root.pos)
-                .with_hint("remove the stray `---` separator or the non-object content"),
+                .with_hint("each document is one Kubernetes object: a mapping with apiVersion, kind and metadata"),
         );
         return Classification {
             class: None,

@@ -1,5 +1,5 @@
-//! Conversions from Karpenter and Kubernetes documents to the core's domain
-//! types: one small function per kind.
+//! One small function per kind: Karpenter and Kubernetes documents to the
+//! core's domain types.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -221,13 +221,16 @@ pub fn daemonset_spec(ds: &DaemonSet, now_ms: i64) -> Result<DaemonSetSpec, Stri
         .map_err(|e| e.message)
 }
 
-fn bound_pod(p: &Pod) -> Result<BoundPod, String> {
-    let spec = pod_spec(p, &VolumeIndex::default(), 0).map_err(|e| e.to_string())?;
+fn bound_pod(p: &Pod) -> Result<BoundPod, ObjectError> {
+    let spec = pod_spec(p, &VolumeIndex::default(), 0)
+        .map_err(|e| (format!("Pod/{}", e.pod), e.message))?;
+    let requests =
+        pod_requests(p).map_err(|e| (format!("Pod/{}/{}", spec.namespace, spec.name), e))?;
     Ok(BoundPod {
         namespace: spec.namespace,
         name: spec.name,
         labels: spec.labels,
-        requests: pod_requests(p)?,
+        requests,
         host_ports: spec.host_ports,
         anti_affinity: spec.anti_affinity,
     })
@@ -250,8 +253,15 @@ fn largest_capacity(reqs: &Requirements, catalog: &[InstanceType]) -> Option<Res
     out
 }
 
+/// An object that cannot be converted: `Kind/name` (`Kind/namespace/name`
+/// for namespaced kinds) and the problem.
+pub type ObjectError = (String, String);
+
 /// Existing nodes and in-flight NodeClaims of a snapshot, with their pods.
-pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<ExistingNode>, String> {
+pub fn existing_nodes(
+    s: &Snapshot,
+    catalog: &[InstanceType],
+) -> Result<Vec<ExistingNode>, ObjectError> {
     let mut pods_by_node: HashMap<&str, Vec<BoundPod>> = HashMap::new();
     for p in &s.pods {
         let node = p
@@ -277,13 +287,13 @@ pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<Exis
             .and_then(|s| s.allocatable.as_ref())
             .map(Resources::from_k8s)
             .transpose()
-            .map_err(|(k, e)| format!("Node/{name}: allocatable {k}: {e}"))?
+            .map_err(|(k, e)| (format!("Node/{name}"), format!("allocatable {k}: {e}")))?
             .unwrap_or_default();
         let capacity = status
             .and_then(|s| s.capacity.as_ref())
             .map(Resources::from_k8s)
             .transpose()
-            .map_err(|(k, e)| format!("Node/{name}: capacity {k}: {e}"))?
+            .map_err(|(k, e)| (format!("Node/{name}"), format!("capacity {k}: {e}")))?
             .unwrap_or_else(|| allocatable.clone());
         let mut node_taints: Vec<Taint> = n
             .spec
@@ -293,7 +303,7 @@ pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<Exis
             .flatten()
             .map(Taint::from_k8s)
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("Node/{name}: {e}"))?;
+            .map_err(|e| (format!("Node/{name}"), e))?;
         if n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
             node_taints.push(Taint::new(
                 "node.kubernetes.io/unschedulable",
@@ -335,14 +345,14 @@ pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<Exis
         }
         let reqs_doc: Vec<NodeSelectorRequirement> =
             from(get(c, "/spec/requirements"), "spec.requirements")
-                .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+                .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
                 .unwrap_or_default();
         let reqs = Requirements::from_node_selector(&reqs_doc)
-            .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
+            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
         let mut labels = reqs.labels();
         let meta_labels: BTreeMap<String, String> =
             from(get(c, "/metadata/labels"), "metadata.labels")
-                .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+                .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
                 .unwrap_or_default();
         labels.extend(normalize_labels(&meta_labels));
         let it = labels
@@ -354,23 +364,23 @@ pub fn existing_nodes(s: &Snapshot, catalog: &[InstanceType]) -> Result<Vec<Exis
             get(c, "/spec/resources/requests"),
             "spec.resources.requests",
         )
-        .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
+        .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
         let allocatable = resources(get(c, "/status/allocatable"), "status.allocatable")
-            .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
             .or_else(|| it.map(|i| i.allocatable.clone()))
             .or(requested)
             .unwrap_or_default();
         // Until it launches, a claim counts against its NodePool's limits
         // with the largest capacity among the types it may launch.
         let capacity = resources(get(c, "/status/capacity"), "status.capacity")
-            .map_err(|e| format!("NodeClaim/{name}: {e}"))?
+            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
             .or_else(|| it.map(|i| i.capacity.clone()))
             .or_else(|| largest_capacity(&reqs, catalog))
             .unwrap_or_else(|| allocatable.clone());
         let mut claim_taints = taints(get(c, "/spec/taints"), "spec.taints")
-            .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
+            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
         let startup = taints(get(c, "/spec/startupTaints"), "spec.startupTaints")
-            .map_err(|e| format!("NodeClaim/{name}: {e}"))?;
+            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
         claim_taints.retain(|t| !startup.contains(t));
         out.push(ExistingNode {
             nodepool: labels.get(NODEPOOL).cloned(),

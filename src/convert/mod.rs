@@ -1,0 +1,239 @@
+//! Kubernetes objects → the scheduling core's domain.
+//!
+//! Karpenter documents (NodePool, EC2NodeClass, NodeClaim) and Kubernetes
+//! objects (Pod, Node, DaemonSet, volumes) become the pure values the
+//! scheduling core solves over: [`NodePoolSpec`], [`ExistingNode`],
+//! [`DaemonSetSpec`](crate::scheduling::DaemonSetSpec) and
+//! [`PodSpec`](crate::scheduling::PodSpec). `plan`, the controller's
+//! provisioner and the simulated EC2 all convert through here.
+//!
+//! The conversions are one small function per kind ([`nodepool_spec`],
+//! [`kubelet_settings`], ...) so they can later take `crate::api` types
+//! instead of JSON values.
+
+mod kinds;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+pub use kinds::{
+    daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
+};
+
+use crate::diag::Pos;
+use crate::model::InstanceType;
+use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
+use crate::scheduling::{NodePoolSpec, SolveInput};
+use crate::snapshot::{Located, Origin, Snapshot};
+
+/// An object that cannot be converted, at its file and line (no file for
+/// objects read from a cluster, line 0 when unknown).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{object}: {message}", where_(file, *line))]
+pub struct Invalid {
+    pub file: String,
+    pub line: usize,
+    pub object: String,
+    pub message: String,
+}
+
+fn where_(file: &str, line: usize) -> String {
+    match (file.is_empty(), line) {
+        (true, _) => String::new(),
+        (false, 0) => format!("{file}: "),
+        (false, l) => format!("{file}:{l}: "),
+    }
+}
+
+/// Karpenter documents of the config repository.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigDocs {
+    /// (file, object) of each NodePool.
+    pub nodepools: Vec<(String, Located)>,
+    pub nodeclasses: Vec<(String, Located)>,
+}
+
+impl ConfigDocs {
+    /// The NodePools and EC2NodeClasses of a validated repository.
+    pub fn from_report(report: &crate::config::validate::Report) -> Self {
+        use crate::api::ApiKind;
+        let located = |o: &crate::config::validate::Object| {
+            (
+                o.file.clone(),
+                Located {
+                    line: o.pos.line as usize,
+                    object: o.value.clone(),
+                },
+            )
+        };
+        ConfigDocs {
+            nodepools: report.objects_of(ApiKind::NodePool).map(located).collect(),
+            nodeclasses: report
+                .objects_of(ApiKind::EC2NodeClass)
+                .map(located)
+                .collect(),
+        }
+    }
+}
+
+/// Builds the core's input from already-read documents: NodePools see the
+/// catalog as their EC2NodeClass configures the kubelet.
+pub fn build_input(
+    config: &ConfigDocs,
+    catalog: &[InstanceType],
+    pods: &[(Pos, Pod)],
+    pods_file: &str,
+    snapshot: Option<(&Snapshot, &Origin)>,
+    now_ms: i64,
+) -> Result<SolveInput, Invalid> {
+    let nodepools = nodepool_specs(config, catalog)?;
+    build_input_from(nodepools, catalog, pods, pods_file, snapshot, now_ms)
+}
+
+/// The core's NodePools from the repository's documents and a catalog.
+pub fn nodepool_specs(
+    config: &ConfigDocs,
+    catalog: &[InstanceType],
+) -> Result<Vec<NodePoolSpec>, Invalid> {
+    let mut classes = Vec::new();
+    for (file, o) in &config.nodeclasses {
+        let name = o
+            .object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let k = kubelet_settings(&o.object).map_err(|message| Invalid {
+            file: file.clone(),
+            line: o.line,
+            object: crate::snapshot::kind_name(&o.object),
+            message,
+        })?;
+        classes.push((name.to_string(), k));
+    }
+    config
+        .nodepools
+        .iter()
+        .map(|(file, o)| {
+            nodepool_spec(&o.object, &classes, catalog).map_err(|message| Invalid {
+                file: file.clone(),
+                line: o.line,
+                object: crate::snapshot::kind_name(&o.object),
+                message,
+            })
+        })
+        .collect()
+}
+
+/// Builds the core's input around NodePools already built: existing nodes,
+/// in-flight NodeClaims (sized from `catalog` until they report their own
+/// capacity), DaemonSets and pending pods of the snapshot (objects of a
+/// cluster, named without a file), and `pods`.
+pub fn build_input_with_pools(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    pods: &[(Pos, Pod)],
+    pods_file: &str,
+    snapshot: Option<&Snapshot>,
+    now_ms: i64,
+) -> Result<SolveInput, Invalid> {
+    let origin = Origin::default();
+    build_input_from(
+        nodepools,
+        catalog,
+        pods,
+        pods_file,
+        snapshot.map(|s| (s, &origin)),
+        now_ms,
+    )
+}
+
+/// [`build_input_with_pools`] for a snapshot read from a file: a problem
+/// names the snapshot's file and the object's line.
+pub fn build_input_from(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    pods: &[(Pos, Pod)],
+    pods_file: &str,
+    snapshot: Option<(&Snapshot, &Origin)>,
+    now_ms: i64,
+) -> Result<SolveInput, Invalid> {
+    let mut input = SolveInput {
+        nodepools,
+        ..SolveInput::default()
+    };
+    let mut volumes = VolumeIndex::default();
+    if let Some((s, origin)) = snapshot {
+        let invalid = |object: String, message: String| Invalid {
+            file: origin.file.clone(),
+            line: origin.line(&object),
+            object,
+            message,
+        };
+        for c in &s.persistent_volume_claims {
+            let key = format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap_or("default"),
+                c.metadata.name.as_deref().unwrap_or("")
+            );
+            volumes.claims.insert(key, (**c).clone());
+        }
+        for v in &s.persistent_volumes {
+            volumes
+                .volumes
+                .insert(v.metadata.name.clone().unwrap_or_default(), (**v).clone());
+        }
+        for sc in &s.storage_classes {
+            volumes
+                .storage_classes
+                .insert(sc.metadata.name.clone().unwrap_or_default(), (**sc).clone());
+        }
+        input.nodes =
+            existing_nodes(s, catalog).map_err(|(object, message)| invalid(object, message))?;
+        for ds in &s.daemonsets {
+            input
+                .daemonsets
+                .push(daemonset_spec(ds, now_ms).map_err(|message| {
+                    invalid(
+                        format!(
+                            "DaemonSet/{}/{}",
+                            ds.metadata.namespace.as_deref().unwrap_or("default"),
+                            ds.metadata.name.as_deref().unwrap_or("")
+                        ),
+                        message,
+                    )
+                })?);
+        }
+        for p in s.pods.iter().filter(|p| is_provisionable(p)) {
+            input.pods.push(
+                pod_spec(p, &volumes, now_ms)
+                    .map_err(|e| invalid(format!("Pod/{}", e.pod), e.message))?,
+            );
+        }
+    }
+    // Every pod of --pods that is not bound and not a DaemonSet's is pending.
+    for (pos, p) in pods {
+        let bound = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        let daemon = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.kind == "DaemonSet");
+        if bound || daemon {
+            continue;
+        }
+        input
+            .pods
+            .push(pod_spec(p, &volumes, now_ms).map_err(|e| Invalid {
+                file: pods_file.to_string(),
+                line: pos.line as usize,
+                object: format!("Pod/{}", e.pod),
+                message: e.message,
+            })?);
+    }
+    Ok(input)
+}
