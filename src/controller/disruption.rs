@@ -1032,7 +1032,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// Marks a candidate NodeClaim as being disrupted; the stored claim, or
     /// `None` when it changed or went away meanwhile.
-    async fn mark(
+    pub(super) async fn mark(
         &mut self,
         claim: &NodeClaim,
         reason: Reason,
@@ -1150,7 +1150,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// Deletes a disrupted NodeClaim: termination drains its node.
-    async fn finish(&mut self, claim: &NodeClaim) {
+    pub(super) async fn finish(&mut self, claim: &NodeClaim) {
         let reason = annotation(claim, ANNOTATION_DISRUPTION_REASON)
             .unwrap_or("Drifted")
             .to_string();
@@ -1228,7 +1228,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// Records a disruption decision for a NodeClaim: an Event, and the
     /// simulation's `Disruption` timeline entry.
-    fn disruption_event(
+    pub(super) fn disruption_event(
         &mut self,
         nodeclaim: &str,
         reason: Reason,

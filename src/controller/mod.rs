@@ -10,6 +10,7 @@
 
 mod disruption;
 mod gc;
+pub mod interruption;
 mod lifecycle;
 pub mod metrics;
 mod provisioner;
@@ -53,6 +54,9 @@ pub struct Settings {
     /// Whether a spot node may be replaced by spot capacity (at least 15
     /// cheaper types, as the reference requires).
     pub spot_to_spot_consolidation: bool,
+    /// Whether a rebalance recommendation deletes its NodeClaim like a spot
+    /// interruption (off: it is only recorded).
+    pub rebalance_as_interruption: bool,
 }
 
 impl Default for Settings {
@@ -65,6 +69,7 @@ impl Default for Settings {
             replacement_timeout: Duration::from_secs(10 * 60),
             disruption_resync: Duration::from_secs(5 * 60),
             spot_to_spot_consolidation: true,
+            rebalance_as_interruption: false,
         }
     }
 }
@@ -95,7 +100,7 @@ fn rfc3339<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error>
 pub struct Decision {
     #[serde(serialize_with = "crate::controller::rfc3339")]
     pub t: Timestamp,
-    /// `Empty`, `Underutilized`, `Drifted`, `Expired`.
+    /// `Empty`, `Underutilized`, `Drifted`, `Expired`, `Interrupted`.
     pub reason: String,
     /// `delete` or `replace`.
     pub decision: String,
@@ -161,6 +166,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     drains: std::collections::HashMap<String, termination::DrainBackoff>,
     /// The controller's metrics registry (served on `/metrics`).
     pub metrics: metrics::Metrics,
+    /// The interruption metrics: messages received, in the queue, handled.
+    pub interruption_metrics: crate::interruption::Metrics,
+    /// Instance id → NodeClaim, for interruption messages.
+    provider_index: interruption::ProviderIndex,
     /// Pods the last solve could not place, with the reason.
     unschedulable: BTreeMap<String, String>,
     /// Names new NodeClaims deterministically.
@@ -182,6 +191,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             drains: std::collections::HashMap::new(),
             gc_due: None,
             metrics: metrics::Metrics::new(),
+            interruption_metrics: crate::interruption::Metrics::new(),
+            provider_index: interruption::ProviderIndex::default(),
             unschedulable: BTreeMap::new(),
             sequence: 0,
         }

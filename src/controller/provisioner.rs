@@ -194,7 +194,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// it next needs to run.
     pub async fn reconcile_provisioning(&mut self) -> Duration {
         let now = self.clock.now();
-        let pods = self.cluster.list::<Pod>();
+        let pods = self.with_interrupted_as_pending(self.cluster.list::<Pod>());
         let pending: BTreeSet<String> = pods
             .iter()
             .filter(|p| is_provisionable(p))
@@ -263,6 +263,44 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         }
         next
+    }
+
+    /// The pods, with those still on the node of an interrupted NodeClaim
+    /// being deleted (and that would have to move) as if they were
+    /// pending: the capacity they need is launched at once, not after
+    /// their eviction, since the instance is going away regardless.
+    fn with_interrupted_as_pending(&self, pods: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
+        let nodes: BTreeSet<String> = self
+            .cluster
+            .list::<NodeClaim>()
+            .iter()
+            .filter(|c| {
+                c.metadata.deletion_timestamp.is_some()
+                    && c.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(super::ANNOTATION_DISRUPTION_REASON))
+                        .is_some_and(|r| r == crate::disruption::Reason::Interrupted.as_str())
+            })
+            .filter_map(|c| c.status.as_ref()?.node_name.clone())
+            .collect();
+        if nodes.is_empty() {
+            return pods;
+        }
+        pods.into_iter()
+            .map(|p| {
+                let on_interrupted = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| nodes.contains(n));
+                if on_interrupted && super::disruption::is_movable(&p) {
+                    Arc::new(as_pending(&p))
+                } else {
+                    p
+                }
+            })
+            .collect()
     }
 
     /// Whether some pending pod is unseen by the last solve, or its fact no
