@@ -10,6 +10,7 @@ mod disruption;
 mod hostile;
 mod impact;
 mod interruption;
+mod interruption_sim;
 mod interruption_sqs;
 mod moto;
 mod plan;
