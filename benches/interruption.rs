@@ -15,9 +15,16 @@
 //!      call, so its cost per message grows with the queue and 15,000
 //!      queued messages take it hours.
 //!
+//! 3. in `dovetail simulate`: a message's receipt to its NodeClaim marked
+//!    for deletion, on the wall clock, for spot interruptions delivered by
+//!    the simulated EC2 through `interruption::deliver` to the controller
+//!    (parse, index lookup, the offering marked, the NodeClaim annotated,
+//!    its node tainted, the NodeClaim deleted), in a cluster of
+//!    [`SIM_NODES`] spot nodes, in waves of [`SIM_WAVE`] interruptions.
+//!
 //! Run: `cargo bench --bench interruption` (release; the moto part needs
 //! python3 with moto: `python3 -m pip install 'moto[server]'`). Prints the
-//! median of several runs of each.
+//! median of several runs of each. `-- sim` runs only the simulation part.
 
 #[path = "../tests/moto.rs"]
 #[allow(dead_code)] // the bench uses part of the test harness
@@ -515,7 +522,89 @@ async fn bench_moto(moto: &moto::Moto, bodies: &[String], index: &Arc<HashMap<St
     }
 }
 
+// ---------------------------------------------------------------------
+// The simulation
+
+/// Spot nodes in the simulated cluster (one pod each).
+const SIM_NODES: usize = 600;
+/// Interruptions per wave, and waves (ten minutes apart).
+const SIM_WAVE: usize = 100;
+const SIM_WAVES: usize = 4;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn bench_simulation() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // The scenarios' node class, and a NodePool of spot capacity large
+    // enough for the whole cluster.
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).expect("the repository directory");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/scenarios/interruption/repo/nodeclass.yaml"),
+        repo.join("nodeclass.yaml"),
+    )
+    .expect("the node class is copied");
+    std::fs::write(
+        repo.join("nodepool.yaml"),
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: default\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n        - key: kubernetes.io/arch\n          operator: In\n          values: [\"amd64\"]\n        - key: karpenter.sh/capacity-type\n          operator: In\n          values: [\"spot\"]\n        - key: karpenter.k8s.aws/instance-category\n          operator: In\n          values: [\"c\", \"m\"]\n  limits:\n    cpu: \"100000\"\n  disruption:\n    consolidationPolicy: WhenEmpty\n    consolidateAfter: 5m\n",
+    )
+    .expect("the node pool is written");
+    let mut timeline = format!(
+        "config: repo\ntimeline:\n  - at: 0s\n    apply:\n      - apiVersion: apps/v1\n        kind: Deployment\n        metadata: {{name: web, namespace: default}}\n        spec:\n          replicas: {SIM_NODES}\n          selector: {{matchLabels: {{app: web}}}}\n          template:\n            metadata: {{labels: {{app: web}}}}\n            spec:\n              affinity:\n                podAntiAffinity:\n                  requiredDuringSchedulingIgnoredDuringExecution:\n                    - labelSelector: {{matchLabels: {{app: web}}}}\n                      topologyKey: kubernetes.io/hostname\n              containers:\n                - name: web\n                  image: example/web:1\n                  resources: {{requests: {{cpu: \"1\", memory: 2Gi}}}}\n"
+    );
+    for wave in 0..SIM_WAVES {
+        timeline.push_str(&format!(
+            "  - at: {}m\n    interrupt: {{kind: spot-interruption, selector: karpenter.sh/capacity-type=spot, count: {SIM_WAVE}}}\n",
+            10 * (wave + 1)
+        ));
+    }
+    timeline.push_str(&format!("until: {}m\n", 10 * (SIM_WAVES + 1)));
+    let path = dir.path().join("interruptions.yaml");
+    std::fs::write(&path, timeline).expect("the scenario is written");
+    let mut all = Vec::new();
+    let mut marked = 0;
+    for _ in 0..3 {
+        let scenario = dovetail::simulate::scenario::load(&path).expect("the scenario loads");
+        let started = Instant::now();
+        let report = dovetail::simulate::driver::Simulation::new(scenario, None)
+            .expect("the simulation starts")
+            .run(None)
+            .expect("the simulation runs");
+        let took = started.elapsed();
+        let metrics = report.interruption_metrics.as_ref().expect("metrics");
+        marked = metrics.handling().0;
+        assert_eq!(report.interruption_handling.len(), SIM_WAVE * SIM_WAVES);
+        assert_eq!(marked as usize, SIM_WAVE * SIM_WAVES);
+        assert_eq!(report.summary.pods_pending, 0);
+        println!(
+            "  simulation: {} nodes launched, {} messages in {:.1} s",
+            report.summary.nodes_launched,
+            report.interruption_handling.len(),
+            took.as_secs_f64()
+        );
+        all.extend(report.interruption_handling);
+    }
+    all.sort_unstable();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "simulation: receipt to NodeClaim marked for deletion over {} spot interruptions ({SIM_NODES} spot nodes, {SIM_WAVES} waves of {SIM_WAVE}, 3 runs; {marked} marked per run): p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        all.len(),
+        ms(percentile(&all, 0.50)),
+        ms(percentile(&all, 0.90)),
+        ms(percentile(&all, 0.99)),
+        ms(percentile(&all, 1.0)),
+    );
+}
+
 fn main() {
+    bench_simulation();
+    if std::env::args().any(|a| a == "sim") {
+        return;
+    }
     let time = parse_rfc3339("2026-11-21T13:00:00Z").expect("a time");
     let bodies = bodies(MESSAGES, time);
     let index = Arc::new(index());
