@@ -44,6 +44,7 @@ mod kube_cluster;
 mod memory;
 mod pdb;
 mod selector;
+pub mod slim;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -59,7 +60,7 @@ use serde::de::DeserializeOwned;
 pub use apply::ApplyParams;
 pub use client::Cluster;
 pub use error::ApiError;
-pub use kube_cluster::KubeCluster;
+pub use kube_cluster::{KubeCluster, OVERLAY_TTL, WatchOptions};
 pub use memory::MemoryCluster;
 pub use pdb::{BudgetPods, BudgetStatus, budget_status, healthy_pods_needed, is_pod_healthy};
 pub use selector::{Selector, SelectorError};
