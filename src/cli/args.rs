@@ -39,7 +39,7 @@ pub enum Command {
     /// Inspect what the AWS provider sees: instance types with their allocatable resources and prices.
     Aws(AwsArgs),
     /// Run the autoscaler in a cluster: kube-rs watches, the AWS provider, config sync, leader election, metrics.
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
 }
 
 /// Where the configuration is read from.
@@ -443,7 +443,7 @@ mod tests {
     #[test]
     fn controller_flags_default_and_read_their_environment_variables() {
         let parse = |args: &[&str]| match super::Cli::try_parse_from(args).unwrap().command {
-            super::Command::Controller(a) => a,
+            super::Command::Controller(a) => *a,
             other => panic!("{other:?}"),
         };
         let a = parse(&["dovetail", "controller", "--cluster-name", "prod"]);
