@@ -643,7 +643,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         ),
                     )
                 }
-                Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
+                Err(e) => {
+                    // Planned on a claim that does not exist: the next pass
+                    // finds it lost and solves again once the batch window
+                    // closes, instead of waiting for the resync.
+                    for pod in &claim.pods {
+                        out.placed.insert(pod.clone(), Target::Claim(name.clone()));
+                    }
+                    self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string())
+                }
             }
         }
         out
