@@ -24,6 +24,7 @@ pub use disruption::{
 };
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
+#[cfg(test)]
 pub(crate) use disruption::taint_disrupted;
 
 use std::collections::BTreeMap;
