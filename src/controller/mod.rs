@@ -11,9 +11,12 @@
 mod disruption;
 mod gc;
 pub mod interruption;
+pub mod http;
+pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod provisioner;
+pub mod runtime;
 mod termination;
 
 pub use disruption::{
@@ -21,6 +24,9 @@ pub use disruption::{
     ANNOTATION_REPLACES, CONDITION_DISRUPTION_REASON, DISRUPTION_POLL, DisruptionState,
 };
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
+
+#[cfg(test)]
+pub(crate) use disruption::taint_disrupted;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,6 +63,11 @@ pub struct Settings {
     /// Whether a rebalance recommendation deletes its NodeClaim like a spot
     /// interruption (off: it is only recorded).
     pub rebalance_as_interruption: bool,
+    /// A provisioning batch closes when no new pending pod arrived for
+    /// this long...
+    pub batch_idle: Duration,
+    /// ...or when it has been open this long.
+    pub batch_max: Duration,
 }
 
 impl Default for Settings {
@@ -70,6 +81,8 @@ impl Default for Settings {
             disruption_resync: Duration::from_secs(5 * 60),
             spot_to_spot_consolidation: true,
             rebalance_as_interruption: false,
+            batch_idle: BATCH_IDLE,
+            batch_max: BATCH_MAX,
         }
     }
 }
@@ -174,6 +187,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     unschedulable: BTreeMap<String, String>,
     /// Names new NodeClaims deterministically.
     sequence: u64,
+    /// Instances launched for NodeClaims whose status does not name them
+    /// yet, by NodeClaim; read from the provider at the first launch.
+    unrecorded: Option<std::collections::HashMap<String, crate::cloud::Instance>>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -195,6 +211,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             provider_index: interruption::ProviderIndex::default(),
             unschedulable: BTreeMap::new(),
             sequence: 0,
+            unrecorded: None,
         }
     }
 

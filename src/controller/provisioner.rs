@@ -233,8 +233,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let idle = since(self.batch.changed.unwrap_or(now), now);
         let open = since(self.batch.opened.unwrap_or(now), now);
-        if idle < BATCH_IDLE && open < BATCH_MAX {
-            return (BATCH_IDLE - idle).min(BATCH_MAX - open);
+        let (batch_idle, batch_max) = (self.settings.batch_idle, self.settings.batch_max);
+        if idle < batch_idle && open < batch_max {
+            return (batch_idle - idle).min(batch_max - open);
         }
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
@@ -609,13 +610,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 return out;
             }
         };
-        let result = match solve(
+        let timer = self.metrics.scheduling_duration.start_timer();
+        let solved = solve(
             &input,
             &SolveOptions {
                 preferences: Preferences::Respect,
                 now_ms,
             },
-        ) {
+        );
+        timer.observe_duration();
+        let result = match solved {
             Ok(r) => r,
             Err(e) => {
                 self.event("Provisioner".into(), "SolveFailed", e.to_string());
@@ -652,6 +656,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
+                    self.metrics
+                        .nodeclaims_created
+                        .with_label_values(&["provisioning", claim.nodepool.as_str()])
+                        .inc();
                     out.created.insert(name.clone());
                     for pod in &claim.pods {
                         out.placed.insert(pod.clone(), Target::Claim(name.clone()));
@@ -673,16 +681,35 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         ),
                     )
                 }
-                Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
+                Err(e) => {
+                    // Planned on a claim that does not exist: the next pass
+                    // finds it lost and solves again once the batch window
+                    // closes, instead of waiting for the resync.
+                    for pod in &claim.pods {
+                        out.placed.insert(pod.clone(), Target::Claim(name.clone()));
+                    }
+                    self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string())
+                }
             }
         }
         out
     }
 
     /// A name for a new NodeClaim of a NodePool: `<pool>-<5 hex digits>`
-    /// from a sequence, skipping names in use (after a restart, or a
-    /// leader change, the sequence starts again).
+    /// from a sequence, skipping names in use. A controller that starts
+    /// (after a restart, or a leader change) continues the sequence past
+    /// the highest suffix among the NodeClaims it finds, so that it does
+    /// not hand out again the names of claims deleted moments ago.
     pub(super) fn next_claim_name(&mut self, pool: &str) -> String {
+        if self.sequence == 0 {
+            self.sequence = self
+                .cluster
+                .list::<NodeClaim>()
+                .iter()
+                .filter_map(|c| claim_suffix(c.metadata.name.as_deref()?))
+                .max()
+                .unwrap_or(0);
+        }
         loop {
             self.sequence += 1;
             let name = format!("{pool}-{:05x}", self.sequence & 0xfffff);
@@ -786,6 +813,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             })
             .collect()
     }
+}
+
+/// The sequence number of a NodeClaim name `<pool>-<5 hex digits>`.
+fn claim_suffix(name: &str) -> Option<u64> {
+    let (_, suffix) = name.rsplit_once('-')?;
+    if suffix.len() != 5 {
+        return None;
+    }
+    u64::from_str_radix(suffix, 16).ok()
 }
 
 #[cfg(test)]
