@@ -355,7 +355,7 @@ pub struct ControllerArgs {
     pub cluster: AwsClusterArgs,
     #[command(flatten)]
     pub aws: AwsCommonArgs,
-    /// The SQS queue EC2 interruption events arrive on (spot interruptions, rebalance recommendations, scheduled changes, state changes).
+    /// The SQS queue (name or URL) EventBridge routes EC2 interruption events to (spot interruption warnings, rebalance recommendations, scheduled changes, state changes); polled while leading. Karpenter's interruptionQueue setting.
     #[arg(long, value_name = "NAME", env = "DOVETAIL_INTERRUPTION_QUEUE")]
     pub interruption_queue: Option<String>,
     /// The configuration repository to sync NodePools and EC2NodeClasses from (e.g. git-sync's --link); without it, nothing is synced.
@@ -455,6 +455,8 @@ mod tests {
         assert_eq!(a.batch_idle_duration, std::time::Duration::from_secs(1));
         assert_eq!(a.batch_max_duration, std::time::Duration::from_secs(10));
         assert_eq!(a.log_format, super::LogFormat::Text);
+        assert_eq!(a.interruption_queue, None);
+        assert!(!crate::cli::controller::settings(&a).rebalance_as_interruption);
         let a = parse(&[
             "dovetail",
             "controller",
@@ -463,9 +465,12 @@ mod tests {
             "--feature-rebalance",
             "--log-format=json",
             "--batch-max-duration=30s",
+            "--interruption-queue=dovetail-prod",
         ]);
         assert!(!a.feature_spot_to_spot);
         assert!(a.feature_rebalance);
+        assert!(crate::cli::controller::settings(&a).rebalance_as_interruption);
+        assert_eq!(a.interruption_queue.as_deref(), Some("dovetail-prod"));
         assert_eq!(a.log_format, super::LogFormat::Json);
         assert_eq!(a.batch_max_duration, std::time::Duration::from_secs(30));
         // Every controller flag names its DOVETAIL_* variable.

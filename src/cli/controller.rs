@@ -34,12 +34,14 @@ use crate::controller::http::{Endpoints, Health, serve};
 use crate::controller::leader::{Elector, LeaseConfig};
 use crate::controller::metrics::{Metered, Metrics};
 use crate::controller::runtime::{EventRecorder, Interruption, Runtime, gather_metrics};
+use crate::interruption::{Metrics as InterruptionMetrics, PollSettings};
 use crate::sync::{STATUS_CONFIGMAP, SyncEngine, resolve_head};
 
 /// The controller's settings from its flags.
 pub fn settings(a: &ControllerArgs) -> Settings {
     Settings {
         spot_to_spot_consolidation: a.feature_spot_to_spot,
+        rebalance_as_interruption: a.feature_rebalance,
         batch_idle: a.batch_idle_duration,
         batch_max: a.batch_max_duration,
         ..Settings::default()
@@ -189,14 +191,19 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         // The endpoints answer from the start; /readyz once synced.
         let health = Arc::new(Health::default());
         let metrics = Metrics::new();
+        let interruption_metrics = InterruptionMetrics::new();
         let sync_registry: Arc<OnceLock<Registry>> = Arc::new(OnceLock::new());
         let endpoints = {
-            let (cluster, registry, sync_registry) =
-                (cluster.clone(), metrics.registry().clone(), sync_registry.clone());
+            let (cluster, registry, interruption_registry, sync_registry) = (
+                cluster.clone(),
+                metrics.registry().clone(),
+                interruption_metrics.registry().clone(),
+                sync_registry.clone(),
+            );
             Arc::new(Endpoints {
                 health: health.clone(),
                 metrics: Box::new(move || {
-                    let mut registries = vec![&registry];
+                    let mut registries = vec![&registry, &interruption_registry];
                     if let Some(r) = sync_registry.get() {
                         registries.push(r);
                     }
@@ -244,7 +251,14 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         tracing::info!("caches synced");
 
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let provider = match AwsProvider::new(aws, clock.clone()).await {
+        let sdk = aws.sdk_config().await;
+        // The interruption queue, in the provider's region and endpoint.
+        let interruption = a.interruption_queue.clone().map(|queue| Interruption {
+            queue,
+            sqs: aws_sdk_sqs::Client::new(&sdk),
+            poll: PollSettings::default(),
+        });
+        let provider = match AwsProvider::from_sdk_config(aws, &sdk, clock.clone()) {
             Ok(p) => p,
             Err(e) => {
                 io.error(&e, Some("check the region and the credentials (EKS Pod Identity or IRSA)"));
@@ -282,13 +296,11 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             clock,
             settings: settings(a),
             metrics,
+            interruption_metrics,
             health: health.clone(),
             events: EventRecorder::new(&identity),
             sync,
-            interruption: a.interruption_queue.clone().map(|queue| Interruption {
-                queue,
-                rebalance: a.feature_rebalance,
-            }),
+            interruption,
         };
         rt.run(cluster.changes(), leading, stopped(stop.clone())).await;
         // The loops have stopped writing: now the Lease may go.

@@ -237,20 +237,43 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 /// The controller as a [`MessageHandler`]: messages are handled one at a
 /// time, each with the controller to itself.
 pub struct Handler<'a, C: Cluster, P: CloudProvider> {
-    controller: tokio::sync::Mutex<&'a mut Controller<C, P>>,
+    controller: Lock<'a, C, P>,
+}
+
+enum Lock<'a, C: Cluster, P: CloudProvider> {
+    /// The controller lent for a delivery (the simulation).
+    Lent(tokio::sync::Mutex<&'a mut Controller<C, P>>),
+    /// The controller shared with its passes (`dovetail controller`).
+    Shared(&'a tokio::sync::Mutex<Controller<C, P>>),
 }
 
 impl<'a, C: Cluster, P: CloudProvider> Handler<'a, C, P> {
     pub fn new(controller: &'a mut Controller<C, P>) -> Self {
         Handler {
-            controller: tokio::sync::Mutex::new(controller),
+            controller: Lock::Lent(tokio::sync::Mutex::new(controller)),
+        }
+    }
+
+    /// A handler that takes the controller's lock for each message, between
+    /// the passes that hold it too.
+    pub fn shared(controller: &'a tokio::sync::Mutex<Controller<C, P>>) -> Self {
+        Handler {
+            controller: Lock::Shared(controller),
         }
     }
 }
 
 impl<C: Cluster, P: CloudProvider> MessageHandler for Handler<'_, C, P> {
     async fn handle(&self, message: Message, received_at: Timestamp) -> Result<(), HandlerError> {
-        let mut controller = self.controller.lock().await;
-        controller.handle_interruption(&message, received_at).await
+        match &self.controller {
+            Lock::Lent(lock) => {
+                let mut controller = lock.lock().await;
+                controller.handle_interruption(&message, received_at).await
+            }
+            Lock::Shared(lock) => {
+                let mut controller = lock.lock().await;
+                controller.handle_interruption(&message, received_at).await
+            }
+        }
     }
 }

@@ -10,8 +10,8 @@
 
 mod disruption;
 mod gc;
-pub mod interruption;
 pub mod http;
+pub mod interruption;
 pub mod leader;
 mod lifecycle;
 pub mod metrics;

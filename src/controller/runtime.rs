@@ -4,15 +4,16 @@
 //!
 //! - [`Runtime::run`] waits for leadership, then runs the controller's
 //!   reconciles (provisioning, the NodeClaim lifecycle and termination,
-//!   disruption) and the config sync side by side until leadership is
-//!   lost or the process shuts down. Each term starts a new
+//!   disruption), the config sync and, with a queue, the interruption
+//!   poller ([`run_interruption`]) side by side until leadership is lost
+//!   or the process shuts down. Each term starts a new
 //!   [`Controller`]: everything it needs is read back from the cluster, as
 //!   after a restart.
 //! - The controller's decisions become Kubernetes Events
 //!   ([`EventRecorder`]) on the NodePools, NodeClaims, Nodes and Pods they
 //!   concern, written through the [`Cluster`] trait.
-//! - [`gather_metrics`] renders `/metrics`: the controller's and the sync
-//!   engine's registries, and `karpenter_pods_state` computed from the
+//! - [`gather_metrics`] renders `/metrics`: the controller's, the
+//!   interruption poller's and the sync engine's registries, and `karpenter_pods_state` computed from the
 //!   cache at scrape time (no per-pod series is kept between scrapes).
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +28,7 @@ use prometheus::{IntGaugeVec, Opts, Registry, TextEncoder};
 use tokio::sync::watch;
 
 use super::http::Health;
+use super::interruption::Handler;
 use super::metrics::Metrics;
 use super::{Controller, Event, Settings};
 use crate::api::{
@@ -36,6 +38,7 @@ use crate::api::{
 use crate::clock::{Clock, Timestamp};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, Object, ObjectKey};
+use crate::interruption::{Metrics as InterruptionMetrics, PollSettings, Poller, Queue};
 use crate::sync::SyncEngine;
 
 /// The shortest time between two passes: watch events arrive in bursts,
@@ -48,31 +51,68 @@ pub const EVENT_DEDUPE: Duration = Duration::from_secs(10 * 60);
 /// Where Events about cluster-scoped objects go, as kubectl looks for them.
 pub const CLUSTER_EVENTS_NAMESPACE: &str = "default";
 
-/// What the controller hears about interruptions.
-///
-/// SEAM: the SQS poller (`src/interruption`, on the `interruption` branch)
-/// is not part of this build yet. [`Runtime::run`] starts
-/// [`run_interruption`] for every leadership term; wiring the poller means
-/// replacing its body with the poller's loop over this queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The interruption queue of `--interruption-queue`: EC2 and AWS Health
+/// events that EventBridge routes to SQS (see `src/interruption`).
+#[derive(Debug, Clone)]
 pub struct Interruption {
-    /// The SQS queue EventBridge delivers EC2 interruption events to.
+    /// The queue's name (resolved with GetQueueUrl) or URL.
     pub queue: String,
-    /// Whether rebalance recommendations cordon and replace nodes.
-    pub rebalance: bool,
+    pub sqs: aws_sdk_sqs::Client,
+    pub poll: PollSettings,
 }
 
-/// Runs interruption handling for one leadership term (see
-/// [`Interruption`]): today it says, once per term, that it is not wired.
-pub async fn run_interruption(interruption: Option<&Interruption>) {
-    if let Some(i) = interruption {
-        tracing::warn!(
-            queue = %i.queue,
-            rebalance = i.rebalance,
-            "interruption handling is not part of this build: the queue is not polled, spot interruptions are seen only when the instance is gone"
-        );
-    }
-    std::future::pending::<()>().await;
+/// The first wait after the queue's URL could not be resolved; it doubles
+/// up to [`QUEUE_RETRY_MAX`].
+const QUEUE_RETRY_MIN: Duration = Duration::from_secs(1);
+const QUEUE_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Interruption handling for one leadership term: the SQS poller of
+/// [`crate::interruption::Poller`] long-polls the queue and delivers each
+/// message to the term's controller (the [`MessageHandler`] the
+/// simulation delivers to as well), which it shares with the passes. Never
+/// returns; without a queue it does nothing. When the term ends, long
+/// polls in flight and messages not yet deleted are abandoned: SQS
+/// delivers them again after their visibility timeout, to the next leader.
+pub async fn run_interruption<C: Cluster + 'static, P: CloudProvider + 'static>(
+    interruption: Option<&Interruption>,
+    controller: &tokio::sync::Mutex<Controller<C, P>>,
+    metrics: &InterruptionMetrics,
+    clock: Arc<dyn Clock>,
+) {
+    let Some(i) = interruption else {
+        return std::future::pending().await;
+    };
+    let mut retry = QUEUE_RETRY_MIN;
+    let poller = loop {
+        match Poller::connect(
+            i.sqs.clone(),
+            Queue::new(&i.queue),
+            Handler::shared(controller),
+            metrics.clone(),
+            clock.clone(),
+            i.poll.clone(),
+        )
+        .await
+        {
+            Ok(poller) => break poller,
+            Err(e) => {
+                metrics.count_sqs_error("get_queue_url", 1);
+                tracing::warn!(
+                    queue = %i.queue,
+                    error = %aws_sdk_sqs::error::DisplayErrorContext(&e),
+                    retry_in = ?retry,
+                    "cannot resolve the interruption queue"
+                );
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(QUEUE_RETRY_MAX);
+            }
+        }
+    };
+    tracing::info!(
+        queue_url = poller.queue_url(),
+        "polling the interruption queue"
+    );
+    poller.run(std::future::pending()).await;
 }
 
 /// The controller's Events as Kubernetes Events.
@@ -327,6 +367,9 @@ pub struct Runtime<C: Cluster + 'static, P: CloudProvider + 'static> {
     pub settings: Settings,
     /// Shared by every term's controller (served on `/metrics`).
     pub metrics: Metrics,
+    /// The interruption poller's and handler's metrics, shared by every
+    /// term (served on `/metrics`).
+    pub interruption_metrics: InterruptionMetrics,
     pub health: Arc<Health>,
     pub events: EventRecorder,
     /// The config sync and its fallback poll, if a repository is configured.
@@ -344,6 +387,7 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
             self.settings.clone(),
         );
         c.metrics = self.metrics.clone();
+        c.interruption_metrics = self.interruption_metrics.clone();
         c
     }
 
@@ -386,7 +430,7 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
             }
             self.health.leading.store(true, Ordering::Relaxed);
             tracing::info!("leading: the controller runs");
-            let mut controller = self.controller();
+            let controller = tokio::sync::Mutex::new(self.controller());
             let lost = async {
                 while *leading.borrow_and_update() {
                     if leading.changed().await.is_err() {
@@ -397,12 +441,14 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
             };
             let mut sync = self.sync.take();
             let interruption = self.interruption.clone();
+            let (interruption_metrics, clock) =
+                (self.interruption_metrics.clone(), self.clock.clone());
             let stop = tokio::select! {
                 () = &mut shutdown => true,
                 () = lost => false,
-                () = run_interruption(interruption.as_ref()) => false,
+                () = run_interruption(interruption.as_ref(), &controller, &interruption_metrics, clock) => false,
                 () = run_sync(sync.as_mut()) => false,
-                () = self.passes(&mut controller, &mut changes) => false,
+                () = self.passes(&controller, &mut changes) => false,
             };
             self.sync = sync;
             self.health.leading.store(false, Ordering::Relaxed);
@@ -413,16 +459,21 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
         }
     }
 
-    /// The controller's passes, forever.
+    /// The controller's passes, forever. A pass holds the controller, so an
+    /// interruption message waits for the pass in progress.
     async fn passes(
         &mut self,
-        controller: &mut Controller<C, P>,
+        controller: &tokio::sync::Mutex<Controller<C, P>>,
         changes: &mut watch::Receiver<u64>,
     ) {
         loop {
             let started = tokio::time::Instant::now();
             changes.borrow_and_update();
-            let wait = self.pass(controller).await.max(Duration::from_millis(10));
+            let wait = {
+                let mut controller = controller.lock().await;
+                self.pass(&mut controller).await
+            }
+            .max(Duration::from_millis(10));
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 changed = changes.changed() => {
@@ -498,6 +549,7 @@ mod tests {
             clock: dyn_clock,
             settings: Settings::default(),
             metrics: Metrics::new(),
+            interruption_metrics: InterruptionMetrics::new(),
             health: Arc::new(Health::default()),
             events: EventRecorder::new("replica-a"),
             sync: None,

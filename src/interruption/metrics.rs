@@ -109,7 +109,7 @@ impl Metrics {
         let sqs_errors = IntCounterVec::new(
             Opts::new(
                 "dovetail_interruption_sqs_errors_total",
-                "Failed SQS calls, by operation: receive, delete (per message).",
+                "Failed SQS calls, by operation: get_queue_url, receive, delete (per message).",
             ),
             &["operation"],
         )
@@ -189,7 +189,7 @@ impl Metrics {
         self.deleted.inc_by(u64::try_from(n).unwrap_or(u64::MAX));
     }
 
-    pub(super) fn count_sqs_error(&self, operation: &'static str, n: usize) {
+    pub fn count_sqs_error(&self, operation: &'static str, n: usize) {
         self.sqs_errors
             .with_label_values(&[operation])
             .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
