@@ -16,6 +16,7 @@ pub mod diag;
 pub mod disruption;
 pub mod drift;
 pub mod fsutil;
+pub mod interruption;
 pub mod model;
 pub mod par;
 pub mod plan;

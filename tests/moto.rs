@@ -91,6 +91,11 @@ pub async fn sdk_config(endpoint: &str, region: &str) -> aws_config::SdkConfig {
         .await
 }
 
+/// An SQS client for `endpoint` in `region` (see [`sdk_config`]).
+pub async fn sqs_client(endpoint: &str, region: &str) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::new(&sdk_config(endpoint, region).await)
+}
+
 static SERVER: OnceLock<Option<Moto>> = OnceLock::new();
 
 /// The moto server, started on first use; `None` (after a loud message)

@@ -164,6 +164,64 @@ fn demo_consolidates_replaces_drifted_nodes_and_ends_within_twice_the_bound() {
 }
 
 #[test]
+fn demo_interrupts_a_spot_node_and_replaces_it_before_ec2_reclaims_it() {
+    let r = report(&[]);
+    let events = r["events"].as_array().unwrap();
+    let warning = events
+        .iter()
+        .find(|e| e["reason"] == "SpotInterruptionWarning")
+        .expect("a spot interruption warning");
+    let warned = warning["t"].as_f64().unwrap();
+    let id = warning["object"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("Instance/")
+        .unwrap();
+    let nodes = r["nodes"].as_array().unwrap();
+    let node = nodes.iter().find(|n| n["instance_id"] == id).unwrap();
+    assert_eq!(node["nodepool"], "batch");
+    assert_eq!(node["disruption_reason"], "Interrupted");
+    // EC2 reclaims it two minutes after the warning; dovetail has drained
+    // and terminated it by then.
+    let reclaimed = warned + 120.0;
+    let claim = format!("NodeClaim/{}", node["nodeclaim"].as_str().unwrap());
+    let terminated = first_event(&r, &claim, "InstanceTerminated").unwrap();
+    assert!(
+        warned <= terminated && terminated < reclaimed,
+        "{terminated}"
+    );
+    let interrupted: Vec<&Value> = r["disruptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["reason"] == "Interrupted")
+        .collect();
+    assert_eq!(interrupted.len(), 1, "{interrupted:?}");
+    assert_eq!(interrupted[0]["nodeclaims"][0], node["nodeclaim"]);
+    // Another batch node is launched before the reclaim.
+    let start: jiff::Timestamp = r["start"].as_str().unwrap().parse().unwrap();
+    let launched_between = nodes.iter().any(|n| {
+        let t: jiff::Timestamp = n["launched_at"].as_str().unwrap().parse().unwrap();
+        let t = t.duration_since(start).as_secs_f64();
+        n["nodepool"] == "batch" && t >= warned && t < reclaimed
+    });
+    assert!(
+        launched_between,
+        "no batch node launched between {warned} and {reclaimed}"
+    );
+    // No pod is lost with the instance: the drain finished first (only
+    // the node's DaemonSet pod goes with its node; finished Job pods go
+    // with empty nodes later).
+    let lost: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "PodGarbageCollected")
+        .filter(|e| e["t"].as_f64().unwrap() <= reclaimed)
+        .filter(|e| !e["object"].as_str().unwrap().starts_with("Pod/monitoring/"))
+        .collect();
+    assert!(lost.is_empty(), "{lost:?}");
+}
+
+#[test]
 fn gpu_pods_land_only_on_gpu_nodes_and_others_never_do() {
     let r = report(&[]);
     for p in r["pods"].as_array().unwrap() {
@@ -300,6 +358,8 @@ fn scenario_schema_accepts_the_valid_scenarios() {
         "pending-end.yaml",
         "too-big.yaml",
         "backwards.yaml",
+        "interruption/spot.yaml",
+        "interruption/kinds.yaml",
     ] {
         let text = std::fs::read_to_string(format!("tests/scenarios/{file}")).unwrap();
         let parsed =

@@ -1,14 +1,29 @@
 //! [`KubeCluster`]: the [`Cluster`] of a real API server, through kube-rs.
 //!
 //! Reads come from caches, writes go to the API server. Each kind the
-//! controller reads is registered with [`KubeCluster::watch`], which spawns a
-//! watcher feeding a reflector store: an initial list, then a watch resumed
-//! from the last resource version, relisting after a desync and backing off
+//! controller reads is registered with [`KubeCluster::watch`] (or
+//! [`KubeCluster::watch_with`], to watch one namespace, select by field, or
+//! slim objects before they are stored), which spawns a watcher feeding a
+//! reflector store: an initial list, then a watch resumed from the last
+//! resource version, relisting after a desync (410 Gone) and backing off
 //! exponentially on errors. Reads are then lock-and-copy lookups that never
 //! touch the network, so the controller decides from what it has seen (as
 //! every Kubernetes controller does) and can read as often as it likes.
 //! [`KubeCluster::wait_until_synced`] holds the controller back until every
-//! cache has completed its first list.
+//! cache has completed its first list, and [`KubeCluster::changes`] wakes a
+//! loop on every watch event.
+//!
+//! **Reads see the writes that succeeded.** A cache lags the API server by
+//! the time a watch event takes to arrive, and a controller that reads its
+//! own write's old state acts twice: launches a second instance for a
+//! NodeClaim whose status it has just written, say. So every write of a
+//! watched kind that the server accepted is kept in an overlay over the
+//! store (the object the server answered with, or a tombstone for a
+//! delete) until the watch delivers that version or a later one, or a
+//! relist shows the object gone, or [`OVERLAY_TTL`] passes. Versions are
+//! compared as numbers, as etcd-backed API servers issue them; a version
+//! that is not a number ends the overlay's entry at the next event for
+//! that object.
 //!
 //! Writes are single requests (POST, PUT, DELETE, and the `status` and
 //! `eviction` subresources); their failures become [`ApiError`]s with the
@@ -26,6 +41,7 @@ use std::fmt::Debug;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -39,10 +55,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use tokio::runtime::TryCurrentError;
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{ApiError, ApplyParams, Cluster, DeleteOutcome, KindScope, Object, ObjectKey};
+
+/// The longest a write shadows the cache: by then its watch event has long
+/// arrived, or the watch has relisted.
+pub const OVERLAY_TTL: Duration = Duration::from_secs(60);
 
 /// A [`Cluster`] backed by a Kubernetes API server.
 ///
@@ -53,25 +75,156 @@ pub struct KubeCluster {
     watches: Vec<AbortHandle>,
     /// Unwatched kinds that have been read, so each is warned about once.
     warned: Mutex<HashSet<TypeId>>,
+    /// Counts watch events of every kind: [`KubeCluster::changes`].
+    changes: Arc<watch::Sender<u64>>,
 }
 
-/// A registered kind's reflector store.
+/// A registered kind's cache.
 struct Cache {
     kind: String,
-    store: Box<dyn ErasedStore>,
-    /// Bumped on every watch event: [`Cluster::revision`].
+    typed: Box<dyn ErasedCache>,
+    /// Bumped on every watch event and accepted write: [`Cluster::revision`].
     revision: Arc<AtomicU64>,
 }
 
-/// A [`Store`] of any kind: waits for its initial list, downcasts back.
-trait ErasedStore: Any + Send + Sync {
+/// The cache of kind `K`: the reflector's store and the writes it has not
+/// caught up with yet.
+struct KindCache<K: Object> {
+    store: Store<K>,
+    overlay: Arc<Overlay<K>>,
+}
+
+/// A [`KindCache`] of any kind: waits for its initial list, downcasts back.
+trait ErasedCache: Any + Send + Sync {
     fn wait_until_ready(&self) -> BoxFuture<'_, Result<(), WriterDropped>>;
 }
 
-impl<K: Object> ErasedStore for Store<K> {
+impl<K: Object> ErasedCache for KindCache<K> {
     fn wait_until_ready(&self) -> BoxFuture<'_, Result<(), WriterDropped>> {
-        Box::pin(Store::wait_until_ready(self))
+        Box::pin(self.store.wait_until_ready())
     }
+}
+
+/// How a kind is watched: which objects, and what of each object is
+/// kept. The default watches every object and keeps it whole.
+pub struct WatchOptions<K> {
+    fields: Option<String>,
+    transform: Option<fn(&mut K)>,
+}
+
+impl<K> Default for WatchOptions<K> {
+    fn default() -> Self {
+        WatchOptions {
+            fields: None,
+            transform: None,
+        }
+    }
+}
+
+impl<K> WatchOptions<K> {
+    /// Only objects matching a field selector (`metadata.name=x`).
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.fields = Some(selector.into());
+        self
+    }
+
+    /// Changes each object before it is stored (see [`super::slim`]).
+    pub fn transform(mut self, f: fn(&mut K)) -> Self {
+        self.transform = Some(f);
+        self
+    }
+}
+
+/// Writes of one kind that the cache has not caught up with, by object.
+struct Overlay<K> {
+    entries: Mutex<HashMap<ObjectKey, Written<K>>>,
+}
+
+/// An accepted write: the object the server answered with (`None` for a
+/// delete) and its resource version.
+struct Written<K> {
+    object: Option<Arc<K>>,
+    version: Option<u64>,
+    at: Instant,
+}
+
+impl<K: Object> Overlay<K> {
+    fn new() -> Self {
+        Overlay {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Written<K>>> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if !entries.is_empty() {
+            let now = Instant::now();
+            entries.retain(|_, w| now.duration_since(w.at) < OVERLAY_TTL);
+        }
+        entries
+    }
+
+    /// Records a write the server accepted: `object` is its answer, or
+    /// `None` for a delete.
+    fn record(&self, key: ObjectKey, object: Option<Arc<K>>, version: Option<u64>) {
+        self.lock().insert(
+            key,
+            Written {
+                object,
+                version,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// What a read of `key` sees if a write shadows the store: `Some(None)`
+    /// for a deleted object.
+    fn get(&self, key: &ObjectKey) -> Option<Option<Arc<K>>> {
+        self.lock().get(key).map(|w| w.object.clone())
+    }
+
+    /// `objects` (the store's) with the writes laid over them.
+    fn merge(&self, objects: &mut Vec<Arc<K>>) {
+        let entries = self.lock();
+        if entries.is_empty() {
+            return;
+        }
+        objects.retain(|o| !entries.contains_key(&ObjectKey::of(&**o)));
+        objects.extend(entries.values().filter_map(|w| w.object.clone()));
+    }
+
+    /// The watch delivered `key` at `version`: a write it has caught up
+    /// with no longer shadows the store.
+    fn observed(&self, key: &ObjectKey, version: Option<u64>) {
+        let mut entries = self.lock();
+        if let Some(w) = entries.get(key) {
+            let caught_up = match (w.version, version) {
+                (Some(written), Some(seen)) => seen >= written,
+                _ => true,
+            };
+            if caught_up {
+                entries.remove(key);
+            }
+        }
+    }
+
+    /// A relist that started at `started` completed with the objects
+    /// `listed`: writes to objects it does not hold are gone, unless they
+    /// came after the list began (their events are still to come).
+    fn relisted(&self, listed: &HashSet<ObjectKey>, started: Instant) {
+        self.lock()
+            .retain(|key, w| listed.contains(key) || (w.object.is_some() && w.at > started));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// The resource version of an object, as a number.
+fn version_of(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -94,7 +247,13 @@ impl KubeCluster {
             caches: HashMap::new(),
             watches: Vec::new(),
             warned: Mutex::new(HashSet::new()),
+            changes: Arc::new(watch::channel(0).0),
         }
+    }
+
+    /// The client the cluster talks through.
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 
     /// Starts caching kind `K`, in all namespaces: spawns a watcher task on
@@ -102,28 +261,86 @@ impl KubeCluster {
     /// with exponential backoff on errors. Watching a kind again does
     /// nothing. Fails outside a tokio runtime.
     pub fn watch<K: Object + Debug>(&mut self) -> Result<&mut Self, TryCurrentError> {
+        self.watch_with::<K>(WatchOptions::default())
+    }
+
+    /// [`KubeCluster::watch`] with options: a field selector, a transform
+    /// applied to each object before it is stored.
+    pub fn watch_with<K: Object + Debug>(
+        &mut self,
+        options: WatchOptions<K>,
+    ) -> Result<&mut Self, TryCurrentError> {
+        let api = Api::<K>::all(self.client.clone());
+        self.spawn_watch(api, options)
+    }
+
+    /// [`KubeCluster::watch_with`] in one namespace only, which needs
+    /// permission in that namespace only. Reads find only its objects.
+    pub fn watch_in<K>(
+        &mut self,
+        namespace: &str,
+        options: WatchOptions<K>,
+    ) -> Result<&mut Self, TryCurrentError>
+    where
+        K: Object + Debug + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        let api = Api::<K>::namespaced(self.client.clone(), namespace);
+        self.spawn_watch(api, options)
+    }
+
+    fn spawn_watch<K: Object + Debug>(
+        &mut self,
+        api: Api<K>,
+        options: WatchOptions<K>,
+    ) -> Result<&mut Self, TryCurrentError> {
         if self.caches.contains_key(&TypeId::of::<K>()) {
             return Ok(self);
         }
         let runtime = tokio::runtime::Handle::try_current()?;
         let kind = K::kind(&()).into_owned();
         let (store, writer) = reflector::store::<K>();
-        let events = watcher(
-            Api::<K>::all(self.client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer);
+        let mut config = watcher::Config::default();
+        if let Some(fields) = &options.fields {
+            config = config.fields(fields);
+        }
+        let transform = options.transform;
+        let events = watcher(api, config)
+            .default_backoff()
+            .modify(move |obj: &mut K| {
+                if let Some(f) = transform {
+                    f(obj);
+                }
+            })
+            .reflect(writer);
         let span = tracing::info_span!("watch", kind = %kind);
         let revision = Arc::new(AtomicU64::new(0));
-        let bump = revision.clone();
+        let overlay = Arc::new(Overlay::<K>::new());
+        let (bump, changes, shadow) = (revision.clone(), self.changes.clone(), overlay.clone());
         let task = runtime.spawn(
             async move {
                 let mut events = pin!(events);
+                // Objects of a relist in progress, and when it started.
+                let mut relist: (HashSet<ObjectKey>, Instant) = (HashSet::new(), Instant::now());
                 while let Some(event) = events.next().await {
                     match event {
-                        Ok(_) => {
+                        Ok(event) => {
+                            match &event {
+                                watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                                    shadow.observed(&ObjectKey::of(o), version_of(o.meta()));
+                                }
+                                watcher::Event::Init => relist = (HashSet::new(), Instant::now()),
+                                watcher::Event::InitApply(o) => {
+                                    let key = ObjectKey::of(o);
+                                    shadow.observed(&key, version_of(o.meta()));
+                                    relist.0.insert(key);
+                                }
+                                watcher::Event::InitDone => {
+                                    shadow.relisted(&relist.0, relist.1);
+                                    relist.0 = HashSet::new();
+                                }
+                            }
                             bump.fetch_add(1, Ordering::Relaxed);
+                            changes.send_modify(|n| *n = n.wrapping_add(1));
                         }
                         Err(error) => tracing::warn!(%error, "watch failed; retrying"),
                     }
@@ -136,18 +353,24 @@ impl KubeCluster {
             TypeId::of::<K>(),
             Cache {
                 kind,
-                store: Box::new(store),
+                typed: Box::new(KindCache { store, overlay }),
                 revision,
             },
         );
         Ok(self)
     }
 
+    /// A receiver that changes on every watch event of every watched kind,
+    /// for a loop to wait on.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// Resolves once every watched kind has completed its initial list.
     /// Fails only if a watch task died (panicked) before that.
     pub async fn wait_until_synced(&self) -> Result<(), WriterDropped> {
         for cache in self.caches.values() {
-            if let Err(e) = cache.store.wait_until_ready().await {
+            if let Err(e) = cache.typed.wait_until_ready().await {
                 tracing::error!(kind = %cache.kind, "watch stopped before its initial list");
                 return Err(e);
             }
@@ -155,13 +378,42 @@ impl KubeCluster {
         Ok(())
     }
 
-    /// The store of `K`; warns (once per kind) when `K` is not watched.
-    fn store<K: Object>(&self) -> Option<&Store<K>> {
-        let store = self
-            .caches
+    /// Whether every watched kind has completed its initial list.
+    pub fn is_synced(&self) -> bool {
+        use futures::FutureExt;
+        self.caches
+            .values()
+            .all(|c| matches!(c.typed.wait_until_ready().now_or_never(), Some(Ok(()))))
+    }
+
+    /// The cache of `K`, if `K` is watched.
+    fn cache<K: Object>(&self) -> Option<&KindCache<K>> {
+        self.caches
             .get(&TypeId::of::<K>())
-            .and_then(|cache| (&*cache.store as &dyn Any).downcast_ref::<Store<K>>());
-        if store.is_none() {
+            .and_then(|cache| (&*cache.typed as &dyn Any).downcast_ref::<KindCache<K>>())
+    }
+
+    /// Lays an accepted write over the cache of `K` (if watched).
+    fn record<K: Object>(&self, key: ObjectKey, object: Option<Arc<K>>, version: Option<u64>) {
+        if let (Some(cache), Some(c)) = (self.cache::<K>(), self.caches.get(&TypeId::of::<K>())) {
+            cache.overlay.record(key, object, version);
+            c.revision.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records an object the server answered a write with.
+    fn record_object<K: Object>(&self, obj: &Arc<K>) {
+        self.record(
+            ObjectKey::of(&**obj),
+            Some(obj.clone()),
+            version_of(obj.meta()),
+        );
+    }
+
+    /// The cache of `K`; warns (once per kind) when `K` is not watched.
+    fn watched<K: Object>(&self) -> Option<&KindCache<K>> {
+        let cache = self.cache::<K>();
+        if cache.is_none() {
             let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
             if warned.insert(TypeId::of::<K>()) {
                 tracing::warn!(
@@ -170,7 +422,7 @@ impl KubeCluster {
                 );
             }
         }
-        store
+        cache
     }
 
     /// Where an object is written: its namespace (the client's default if
@@ -207,10 +459,12 @@ impl KubeCluster {
             request.extensions_mut().insert(write.operation());
             self.client.request::<K>(request).await
         };
-        result
+        let stored = result
             .await
             .map(Arc::new)
-            .map_err(|e| api_error(e, &resource::<K>(), &key))
+            .map_err(|e| api_error(e, &super::resource_name::<K>(), &key))?;
+        self.record_object(&stored);
+        Ok(stored)
     }
 }
 
@@ -242,10 +496,11 @@ impl Drop for KubeCluster {
 
 impl Cluster for KubeCluster {
     fn list<K: Object>(&self) -> Vec<Arc<K>> {
-        let Some(store) = self.store::<K>() else {
+        let Some(cache) = self.watched::<K>() else {
             return Vec::new();
         };
-        let mut objects = store.state();
+        let mut objects = cache.store.state();
+        cache.overlay.merge(&mut objects);
         objects.sort_unstable_by(|a, b| {
             let (a, b) = (a.meta(), b.meta());
             (a.namespace.as_deref(), a.name.as_deref())
@@ -265,7 +520,11 @@ impl Cluster for KubeCluster {
         if !key.namespace.is_empty() {
             object = object.within(&key.namespace);
         }
-        self.store::<K>()?.get(&object)
+        let cache = self.watched::<K>()?;
+        match cache.overlay.get(key) {
+            Some(written) => written,
+            None => cache.store.get(&object),
+        }
     }
 
     async fn create<K: Object>(&self, obj: K) -> Result<Arc<K>, ApiError> {
@@ -293,21 +552,25 @@ impl Cluster for KubeCluster {
             request.extensions_mut().insert("delete");
             self.client.request_status::<K>(request).await
         };
-        let resource = resource::<K>();
+        let resource = super::resource_name::<K>();
         let response = response.await.map_err(|e| api_error(e, &resource, &key))?;
         // The object when it still exists or the kind returns deleted
         // objects, else a success `Status`.
         response.either(
             |obj| {
+                let obj = Arc::new(obj);
                 Ok(if obj.meta().deletion_timestamp.is_some() {
-                    DeleteOutcome::Terminating(Arc::new(obj))
+                    self.record_object(&obj);
+                    DeleteOutcome::Terminating(obj)
                 } else {
-                    DeleteOutcome::Deleted(Arc::new(obj))
+                    self.record::<K>(key.clone(), None, version_of(obj.meta()));
+                    DeleteOutcome::Deleted(obj)
                 })
             },
             |status| {
-                self.last_state::<K>(&key, &status)
-                    .map(DeleteOutcome::Deleted)
+                let last = self.last_state::<K>(&key, &status);
+                self.record::<K>(key.clone(), None, None);
+                last.map(DeleteOutcome::Deleted)
                     .ok_or_else(|| ApiError::Internal {
                         message: format!(
                             "{resource} {:?} was deleted, but the server returned no object and none is cached",
@@ -333,10 +596,14 @@ impl Cluster for KubeCluster {
             request.extensions_mut().insert("apply");
             self.client.request::<K>(request).await
         };
-        result
+        let applied = result
             .await
             .map(Arc::new)
-            .map_err(|e| api_error(e, &resource::<K>(), &key))
+            .map_err(|e| api_error(e, &super::resource_name::<K>(), &key))?;
+        if !params.dry_run {
+            self.record_object(&applied);
+        }
+        Ok(applied)
     }
 
     async fn evict(&self, namespace: &str, name: &str) -> Result<(), ApiError> {
@@ -390,17 +657,6 @@ impl KubeCluster {
 fn collection<K: Object>(key: &ObjectKey) -> Request {
     let namespace = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
     Request::new(K::url_path(&(), namespace))
-}
-
-/// `plural` or `plural.group`, as the API server names resources in its
-/// messages.
-fn resource<K: Object>() -> String {
-    let (plural, group) = (K::plural(&()), K::group(&()));
-    if group.is_empty() {
-        plural.into_owned()
-    } else {
-        format!("{plural}.{group}")
-    }
 }
 
 /// The [`ApiError`] for a failed request on the object at `key`, from the

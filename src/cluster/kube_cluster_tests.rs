@@ -614,7 +614,8 @@ async fn synced(cluster: &KubeCluster) {
 
 /// Polls `done` (yielding virtual time to the watch tasks) until it holds.
 async fn eventually(mut done: impl FnMut() -> bool) {
-    for _ in 0..100 {
+    // Long enough for a backoff and a relist (virtual time).
+    for _ in 0..1000 {
         if done() {
             return;
         }
@@ -940,4 +941,590 @@ async fn apply_patches_server_side_as_the_field_manager_and_dry_runs_with_dry_ru
         applied.unwrap().metadata.resource_version.as_deref(),
         Some("9")
     );
+}
+
+// ---------------------------------------------------- reading own writes
+
+/// The resource version the cache holds for a NodeClaim, if any.
+fn cached_version(cluster: &KubeCluster, name: &str) -> Option<String> {
+    cluster
+        .get::<NodeClaim>(&ObjectKey::cluster(name))
+        .and_then(|c| c.metadata.resource_version.clone())
+}
+
+fn overlay_len<K: Object>(cluster: &KubeCluster) -> usize {
+    cluster.cache::<K>().map_or(0, |c| c.overlay.len())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_is_read_back_before_its_watch_event_arrives() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let (go, went) = tokio::sync::oneshot::channel::<()>();
+    let (sent_event, event_sent) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut watch = api
+            .serve_list(NODECLAIMS, "10", vec![nodeclaim("a", "1")])
+            .await;
+        let mut launched = nodeclaim("a", "11");
+        launched["status"] = json!({ "providerID": "aws:///us-east-1a/i-1" });
+        let exchange = api
+            .expect(Method::PUT, &format!("{NODECLAIMS}/a/status?"))
+            .await;
+        exchange.respond(200, launched.clone());
+        went.await.unwrap();
+        // The event of the write, then a later change by someone else.
+        watch.send("MODIFIED", launched).await;
+        let mut labelled = nodeclaim("a", "12");
+        labelled["status"] = json!({ "providerID": "aws:///us-east-1a/i-1" });
+        labelled["metadata"]["labels"] = json!({ "team": "x" });
+        watch.send("MODIFIED", labelled).await;
+        sent_event.send(()).unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    });
+    synced(&cluster).await;
+    let mut claim = (*cluster.get::<NodeClaim>(&ObjectKey::cluster("a")).unwrap()).clone();
+    claim.status = Some(from_json(json!({ "providerID": "aws:///us-east-1a/i-1" })));
+    let revision = cluster.revision::<NodeClaim>();
+    cluster.replace_status(claim).await.unwrap();
+    // The watch has not delivered the write, yet reads see it.
+    assert_eq!(cached_version(&cluster, "a").as_deref(), Some("11"));
+    let listed = cluster.list::<NodeClaim>();
+    assert_eq!(
+        listed[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref()),
+        Some("aws:///us-east-1a/i-1")
+    );
+    assert!(cluster.revision::<NodeClaim>() > revision);
+    assert_eq!(overlay_len::<NodeClaim>(&cluster), 1);
+    go.send(()).unwrap();
+    event_sent.await.unwrap();
+    eventually(|| cached_version(&cluster, "a").as_deref() == Some("12")).await;
+    assert_eq!(overlay_len::<NodeClaim>(&cluster), 0);
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_older_than_a_write_does_not_hide_it() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let (go, went) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut watch = api
+            .serve_list(NODECLAIMS, "10", vec![nodeclaim("a", "1")])
+            .await;
+        api.expect(Method::PUT, &format!("{NODECLAIMS}/a?"))
+            .await
+            .respond(200, nodeclaim("a", "15"));
+        went.await.unwrap();
+        // A change made before the write reaches the watch after it.
+        watch.send("MODIFIED", nodeclaim("a", "13")).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    });
+    synced(&cluster).await;
+    let claim = (*cluster.get::<NodeClaim>(&ObjectKey::cluster("a")).unwrap()).clone();
+    cluster.replace(claim).await.unwrap();
+    let written = cluster.revision::<NodeClaim>();
+    go.send(()).unwrap();
+    eventually(|| cluster.revision::<NodeClaim>() > written).await;
+    assert_eq!(cached_version(&cluster, "a").as_deref(), Some("15"));
+    // Nothing newer arrives: the write stops shadowing the cache after the TTL.
+    tokio::time::sleep(OVERLAY_TTL).await;
+    assert_eq!(cached_version(&cluster, "a").as_deref(), Some("13"));
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn created_and_deleted_objects_are_read_as_such_at_once() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let (go, went) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut watch = api
+            .serve_list(NODECLAIMS, "10", vec![nodeclaim("a", "1")])
+            .await;
+        api.expect(Method::POST, &format!("{NODECLAIMS}?"))
+            .await
+            .respond(201, nodeclaim("b", "11"));
+        api.expect(Method::DELETE, &format!("{NODECLAIMS}/a?"))
+            .await
+            .respond(200, status(200, "Success", "", json!({ "name": "a" })));
+        went.await.unwrap();
+        watch.send("ADDED", nodeclaim("b", "11")).await;
+        watch.send("DELETED", nodeclaim("a", "12")).await;
+        // Someone creates `a` again.
+        watch.send("ADDED", nodeclaim("a", "13")).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    });
+    synced(&cluster).await;
+    cluster
+        .create::<NodeClaim>(from_json(nodeclaim("b", "")))
+        .await
+        .unwrap();
+    let deleted = cluster
+        .delete::<NodeClaim>(&ObjectKey::cluster("a"))
+        .await
+        .unwrap();
+    assert!(deleted.is_deleted());
+    assert_eq!(keys(&cluster.list::<NodeClaim>()), ["b"]);
+    assert!(cluster.get::<NodeClaim>(&ObjectKey::cluster("a")).is_none());
+    go.send(()).unwrap();
+    eventually(|| keys(&cluster.list::<NodeClaim>()) == ["a", "b"]).await;
+    assert_eq!(cached_version(&cluster, "a").as_deref(), Some("13"));
+    assert_eq!(overlay_len::<NodeClaim>(&cluster), 0);
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_of_unwatched_kinds_and_dry_runs_are_not_cached() {
+    let (cluster, mut api) = mock_cluster();
+    let server = tokio::spawn(async move {
+        api.expect(Method::POST, &format!("{NODECLAIMS}?"))
+            .await
+            .respond(201, nodeclaim("b", "11"));
+    });
+    cluster
+        .create::<NodeClaim>(from_json(nodeclaim("b", "")))
+        .await
+        .unwrap();
+    server.await.unwrap();
+    assert!(cluster.get::<NodeClaim>(&ObjectKey::cluster("b")).is_none());
+
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let server = tokio::spawn(async move {
+        let watch = api.serve_list(NODECLAIMS, "10", Vec::new()).await;
+        api.expect(
+            Method::PATCH,
+            &format!("{NODECLAIMS}/b?&dryRun=All&force=true&fieldManager=dovetail"),
+        )
+        .await
+        .respond(200, nodeclaim("b", "11"));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(watch);
+    });
+    synced(&cluster).await;
+    let params = ApplyParams::new("dovetail").dry_run();
+    cluster
+        .apply::<NodeClaim>(from_json(nodeclaim("b", "")), &params)
+        .await
+        .unwrap();
+    assert!(cluster.list::<NodeClaim>().is_empty());
+    server.await.unwrap();
+}
+
+// ------------------------------------------------ watch errors, options
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_answered_with_410_relists_and_drops_what_is_gone() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let mut changes = cluster.changes();
+    let server = tokio::spawn(async move {
+        let mut watch = api
+            .serve_list(
+                NODECLAIMS,
+                "10",
+                vec![nodeclaim("a", "1"), nodeclaim("b", "2")],
+            )
+            .await;
+        // The server compacted its history while the watch was away.
+        let gone = status(
+            410,
+            "Expired",
+            "too old resource version: 10 (200)",
+            json!(null),
+        );
+        watch.send("ERROR", gone).await;
+        drop(watch);
+        let relist = api
+            .expect(Method::GET, &format!("{NODECLAIMS}{LIST}"))
+            .await;
+        relist.respond(
+            200,
+            list("300", vec![nodeclaim("b", "250"), nodeclaim("c", "260")]),
+        );
+        let watch = api
+            .expect(Method::GET, &format!("{NODECLAIMS}{WATCH}300"))
+            .await
+            .respond_watch();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(watch);
+    });
+    synced(&cluster).await;
+    assert_eq!(keys(&cluster.list::<NodeClaim>()), ["a", "b"]);
+    changes.borrow_and_update();
+    eventually(|| keys(&cluster.list::<NodeClaim>()) == ["b", "c"]).await;
+    assert_eq!(cached_version(&cluster, "b").as_deref(), Some("250"));
+    assert!(changes.has_changed().unwrap(), "the relist woke the loop");
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_ends_writes_to_objects_that_are_gone() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let (go, went) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut watch = api
+            .serve_list(NODECLAIMS, "10", vec![nodeclaim("a", "1")])
+            .await;
+        api.expect(Method::PUT, &format!("{NODECLAIMS}/a?"))
+            .await
+            .respond(200, nodeclaim("a", "11"));
+        went.await.unwrap();
+        // `a` was deleted meanwhile; the event was compacted away.
+        watch
+            .send(
+                "ERROR",
+                status(410, "Expired", "too old resource version", json!(null)),
+            )
+            .await;
+        drop(watch);
+        api.expect(Method::GET, &format!("{NODECLAIMS}{LIST}"))
+            .await
+            .respond(200, list("40", Vec::new()));
+        let watch = api
+            .expect(Method::GET, &format!("{NODECLAIMS}{WATCH}40"))
+            .await
+            .respond_watch();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(watch);
+    });
+    synced(&cluster).await;
+    let claim = (*cluster.get::<NodeClaim>(&ObjectKey::cluster("a")).unwrap()).clone();
+    cluster.replace(claim).await.unwrap();
+    assert_eq!(cached_version(&cluster, "a").as_deref(), Some("11"));
+    go.send(()).unwrap();
+    eventually(|| cluster.list::<NodeClaim>().is_empty()).await;
+    assert!(cluster.get::<NodeClaim>(&ObjectKey::cluster("a")).is_none());
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transform_slims_each_pod_before_it_is_stored() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster
+        .watch_with::<Pod>(WatchOptions::default().transform(crate::cluster::slim::pod))
+        .unwrap();
+    let server = tokio::spawn(async move {
+        let mut listed = pod("web", "a", "1");
+        listed["metadata"]["managedFields"] = json!([{ "manager": "kubelet" }]);
+        listed["status"] = json!({ "phase": "Running", "podIP": "10.0.0.1" });
+        let mut watch = api.serve_list("/api/v1/pods", "10", vec![listed]).await;
+        let mut added = pod("web", "b", "11");
+        added["spec"]["containers"][0]["env"] = json!([{ "name": "A", "value": "1" }]);
+        watch.send("ADDED", added).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    });
+    synced(&cluster).await;
+    eventually(|| cluster.list::<Pod>().len() == 2).await;
+    let a = cluster.get::<Pod>(&ObjectKey::new("web", "a")).unwrap();
+    assert!(a.metadata.managed_fields.is_none());
+    let status = a.status.as_ref().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert!(status.pod_ip.is_none());
+    let b = cluster.get::<Pod>(&ObjectKey::new("web", "b")).unwrap();
+    let c = &b.spec.as_ref().unwrap().containers[0];
+    assert!(c.env.is_none() && c.image.is_none());
+    assert_eq!(c.name, "app");
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_in_lists_one_namespace_by_field() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (mut cluster, mut api) = mock_cluster();
+    cluster
+        .watch_in::<Lease>(
+            "dovetail",
+            WatchOptions::default().fields("metadata.name=dovetail-controller"),
+        )
+        .unwrap();
+    let server = tokio::spawn(async move {
+        let path = "/apis/coordination.k8s.io/v1/namespaces/dovetail/leases";
+        let selector = "fieldSelector=metadata.name%3Ddovetail-controller";
+        api.expect(Method::GET, &format!("{path}?&{selector}&limit=500"))
+            .await
+            .respond(200, list("5", Vec::new()));
+        let watch = api
+            .expect(
+                Method::GET,
+                &format!(
+                    "{path}?&watch=true&timeoutSeconds=290&{selector}&allowWatchBookmarks=true&resourceVersion=5"
+                ),
+            )
+            .await
+            .respond_watch();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(watch);
+    });
+    synced(&cluster).await;
+    assert!(cluster.is_synced());
+    assert!(cluster.list::<Lease>().is_empty());
+    server.await.unwrap();
+}
+
+// ------------------------------------------ the controller's own requests
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/dovetail/leases";
+
+fn lease(holder: Option<&str>, resource_version: &str, transitions: i32) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": { "name": "dovetail-leader", "namespace": "dovetail", "resourceVersion": resource_version },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2026-11-21T12:00:00.000000Z",
+            "renewTime": "2026-11-21T12:00:00.000000Z",
+            "leaseTransitions": transitions,
+        },
+    })
+}
+
+/// A cluster watching the election's Lease, synced with `items`.
+async fn lease_cluster(items: Vec<Value>) -> (Arc<KubeCluster>, ApiServer, WatchStream) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (mut cluster, mut api) = mock_cluster();
+    cluster
+        .watch_in::<Lease>(
+            "dovetail",
+            WatchOptions::default().fields("metadata.name=dovetail-leader"),
+        )
+        .unwrap();
+    let selector = "fieldSelector=metadata.name%3Ddovetail-leader";
+    let serve = async {
+        api.expect(Method::GET, &format!("{LEASES}?&{selector}&limit=500"))
+            .await
+            .respond(200, list("5", items));
+        api.expect(
+            Method::GET,
+            &format!(
+                "{LEASES}?&watch=true&timeoutSeconds=290&{selector}&allowWatchBookmarks=true&resourceVersion=5"
+            ),
+        )
+        .await
+        .respond_watch()
+    };
+    let (watch, ()) = tokio::join!(serve, synced(&cluster));
+    (Arc::new(cluster), api, watch)
+}
+
+fn elector(
+    cluster: &Arc<KubeCluster>,
+    identity: &str,
+) -> crate::controller::leader::Elector<KubeCluster> {
+    use crate::clock::{ManualClock, Timestamp};
+    crate::controller::leader::Elector::new(
+        cluster.clone(),
+        Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)),
+        crate::controller::leader::LeaseConfig::new("dovetail", "dovetail-leader", identity),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_election_creates_renews_and_releases_its_lease() {
+    let (cluster, mut api, _watch) = lease_cluster(Vec::new()).await;
+    let mut a = elector(&cluster, "a");
+    let server = tokio::spawn(async move {
+        // Acquire: the Lease does not exist, so it is created.
+        let x = api.expect(Method::POST, &format!("{LEASES}?")).await;
+        assert_eq!(x.body["metadata"]["name"], "dovetail-leader");
+        assert_eq!(x.body["spec"]["holderIdentity"], "a");
+        assert_eq!(x.body["spec"]["leaseDurationSeconds"], 15);
+        assert_eq!(x.body["spec"]["leaseTransitions"], 0);
+        x.respond(201, lease(Some("a"), "6", 0));
+        // Renew: an update of the version it wrote, read back from the
+        // cache before the watch delivers it.
+        let x = api
+            .expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await;
+        assert_eq!(x.body["metadata"]["resourceVersion"], "6");
+        assert_eq!(x.body["spec"]["holderIdentity"], "a");
+        x.respond(200, lease(Some("a"), "7", 0));
+        // A renewal the server fails (500) is an error, not a lost lease.
+        api.expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await
+            .respond(
+                500,
+                status(500, "InternalError", "etcd timeout", json!(null)),
+            );
+        // Release: no holder, a one-second lease.
+        let x = api
+            .expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await;
+        assert_eq!(x.body["metadata"]["resourceVersion"], "7");
+        assert_eq!(x.body["spec"].get("holderIdentity"), None);
+        assert_eq!(x.body["spec"]["leaseDurationSeconds"], 1);
+        x.respond(200, lease(None, "8", 0));
+    });
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    let e = a.try_acquire_or_renew().await.unwrap_err();
+    assert_eq!(e.code(), 500);
+    assert!(a.is_leader());
+    a.release().await.unwrap();
+    assert!(!a.is_leader());
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_election_stands_by_when_it_loses_the_race_to_create_or_take_the_lease() {
+    let (cluster, mut api, mut watch) = lease_cluster(Vec::new()).await;
+    let mut b = elector(&cluster, "b");
+    let server = tokio::spawn(async move {
+        // Another replica created it first: 409 AlreadyExists.
+        api.expect(Method::POST, &format!("{LEASES}?"))
+            .await
+            .respond(
+                409,
+                status(
+                    409,
+                    "AlreadyExists",
+                    "leases.coordination.k8s.io \"dovetail-leader\" already exists",
+                    details(
+                        "dovetail-leader",
+                        "leases",
+                        "coordination.k8s.io",
+                        json!(null),
+                    ),
+                ),
+            );
+        // It sees the winner's lease; once that lease is released, its
+        // update races another standby's and conflicts (409).
+        watch.send("ADDED", lease(Some("a"), "6", 0)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        watch.send("MODIFIED", lease(None, "7", 0)).await;
+        let x = api
+            .expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await;
+        assert_eq!(x.body["spec"]["holderIdentity"], "b");
+        assert_eq!(x.body["spec"]["leaseTransitions"], 1);
+        x.respond(
+            409,
+            status(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your changes to the latest version and try again",
+                details("dovetail-leader", "leases", "coordination.k8s.io", json!(null)),
+            ),
+        );
+        watch
+    });
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    eventually(|| {
+        cluster
+            .get::<k8s_openapi::api::coordination::v1::Lease>(&ObjectKey::new(
+                "dovetail",
+                "dovetail-leader",
+            ))
+            .is_some()
+    })
+    .await;
+    // A fresh lease held by a: no request at all.
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    eventually(|| {
+        cluster
+            .get::<k8s_openapi::api::coordination::v1::Lease>(&ObjectKey::new(
+                "dovetail",
+                "dovetail-leader",
+            ))
+            .is_some_and(|l| l.spec.as_ref().unwrap().holder_identity.is_none())
+    })
+    .await;
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    assert!(!b.is_leader());
+    let _watch = server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn tainting_a_node_puts_it_with_the_taint_and_its_resource_version() {
+    use k8s_openapi::api::core::v1::Node;
+    let (cluster, mut api) = mock_cluster();
+    let node: Node = from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": "n1", "resourceVersion": "11", "labels": { "karpenter.sh/nodepool": "general" } },
+        "spec": { "providerID": "aws:///us-east-1a/i-1", "taints": [{ "key": "dedicated", "value": "gpu", "effect": "NoSchedule" }] },
+    }));
+    let server = tokio::spawn(async move {
+        let x = api.expect(Method::PUT, "/api/v1/nodes/n1?").await;
+        assert_eq!(x.body["metadata"]["resourceVersion"], "11");
+        assert_eq!(
+            x.body["spec"]["taints"],
+            json!([
+                { "key": "dedicated", "value": "gpu", "effect": "NoSchedule" },
+                { "key": "karpenter.sh/disrupted", "effect": "NoSchedule" },
+            ])
+        );
+        assert_eq!(
+            x.body["metadata"]["labels"]["karpenter.sh/nodepool"],
+            "general"
+        );
+        let answer = x.body.clone();
+        x.respond(200, answer);
+    });
+    crate::controller::taint_disrupted(&cluster, &node).await;
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn decisions_are_posted_as_events_in_the_objects_namespace() {
+    use crate::controller::Event;
+    use crate::controller::runtime::EventRecorder;
+    let (cluster, mut api) = mock_cluster();
+    let t = crate::clock::Timestamp::UNIX_EPOCH;
+    let event = |object: &str, reason: &str| Event {
+        t,
+        kind: object.split('/').next().unwrap().into(),
+        object: object.into(),
+        reason: reason.into(),
+        message: "why".into(),
+        related: Vec::new(),
+    };
+    let server = tokio::spawn(async move {
+        let x = api
+            .expect(Method::POST, "/api/v1/namespaces/default/events?")
+            .await;
+        assert_eq!(x.body["metadata"]["generateName"], "general-1.");
+        assert_eq!(
+            x.body["involvedObject"],
+            json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "general-1" })
+        );
+        assert_eq!(x.body["reason"], "LaunchFailed");
+        assert_eq!(x.body["type"], "Warning");
+        assert_eq!(x.body["reportingComponent"], "dovetail.dev/controller");
+        let answer = x.body.clone();
+        x.respond(201, answer);
+        let x = api
+            .expect(Method::POST, "/api/v1/namespaces/web/events?")
+            .await;
+        assert_eq!(
+            x.body["involvedObject"],
+            json!({ "apiVersion": "v1", "kind": "Pod", "namespace": "web", "name": "p" })
+        );
+        assert_eq!(x.body["reason"], "FailedProvisioning");
+        // Events are best effort: a failure is logged, not retried.
+        x.respond(
+            500,
+            status(500, "InternalError", "etcd timeout", json!(null)),
+        );
+    });
+    let mut recorder = EventRecorder::new("replica-a");
+    let written = recorder
+        .record(
+            &cluster,
+            &[
+                event("NodeClaim/general-1", "LaunchFailed"),
+                event("Pod/web/p", "FailedProvisioning"),
+            ],
+            t,
+        )
+        .await;
+    server.await.unwrap();
+    assert_eq!(written, 1);
 }

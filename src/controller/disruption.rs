@@ -990,7 +990,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .annotations
                 .get_or_insert_with(BTreeMap::new)
                 .insert(ANNOTATION_REPLACES.into(), candidate_names.join(","));
-            match self.cluster.create(object).await {
+            let created = self.cluster.create(object).await;
+            if created.is_ok() {
+                self.metrics
+                    .nodeclaims_created
+                    .with_label_values(&["disruption", replacement.nodepool.as_str()])
+                    .inc();
+            }
+            match created {
                 Ok(_) => self.event(
                     format!("NodeClaim/{name}"),
                     "Provisioned",
@@ -1032,7 +1039,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// Marks a candidate NodeClaim as being disrupted; the stored claim, or
     /// `None` when it changed or went away meanwhile.
-    async fn mark(
+    pub(super) async fn mark(
         &mut self,
         claim: &NodeClaim,
         reason: Reason,
@@ -1150,7 +1157,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// Deletes a disrupted NodeClaim: termination drains its node.
-    async fn finish(&mut self, claim: &NodeClaim) {
+    pub(super) async fn finish(&mut self, claim: &NodeClaim) {
         let reason = annotation(claim, ANNOTATION_DISRUPTION_REASON)
             .unwrap_or("Drifted")
             .to_string();
@@ -1228,7 +1235,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// Records a disruption decision for a NodeClaim: an Event, and the
     /// simulation's `Disruption` timeline entry.
-    fn disruption_event(
+    pub(super) fn disruption_event(
         &mut self,
         nodeclaim: &str,
         reason: Reason,
@@ -1249,7 +1256,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 }
 
 /// Taints a node `karpenter.sh/disrupted:NoSchedule`, if it is not yet.
-pub(super) async fn taint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
+pub(crate) async fn taint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
     if has_taint(node, TAINT_DISRUPTED) {
         return;
     }

@@ -10,9 +10,13 @@
 
 mod disruption;
 mod gc;
+pub mod http;
+pub mod interruption;
+pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod provisioner;
+pub mod runtime;
 mod termination;
 
 pub use disruption::{
@@ -20,6 +24,9 @@ pub use disruption::{
     ANNOTATION_REPLACES, CONDITION_DISRUPTION_REASON, DISRUPTION_POLL, DisruptionState,
 };
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
+
+#[cfg(test)]
+pub(crate) use disruption::taint_disrupted;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,6 +60,14 @@ pub struct Settings {
     /// Whether a spot node may be replaced by spot capacity (at least 15
     /// cheaper types, as the reference requires).
     pub spot_to_spot_consolidation: bool,
+    /// Whether a rebalance recommendation deletes its NodeClaim like a spot
+    /// interruption (off: it is only recorded).
+    pub rebalance_as_interruption: bool,
+    /// A provisioning batch closes when no new pending pod arrived for
+    /// this long...
+    pub batch_idle: Duration,
+    /// ...or when it has been open this long.
+    pub batch_max: Duration,
 }
 
 impl Default for Settings {
@@ -65,6 +80,9 @@ impl Default for Settings {
             replacement_timeout: Duration::from_secs(10 * 60),
             disruption_resync: Duration::from_secs(5 * 60),
             spot_to_spot_consolidation: true,
+            rebalance_as_interruption: false,
+            batch_idle: BATCH_IDLE,
+            batch_max: BATCH_MAX,
         }
     }
 }
@@ -95,7 +113,7 @@ fn rfc3339<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error>
 pub struct Decision {
     #[serde(serialize_with = "crate::controller::rfc3339")]
     pub t: Timestamp,
-    /// `Empty`, `Underutilized`, `Drifted`, `Expired`.
+    /// `Empty`, `Underutilized`, `Drifted`, `Expired`, `Interrupted`.
     pub reason: String,
     /// `delete` or `replace`.
     pub decision: String,
@@ -161,6 +179,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     drains: std::collections::HashMap<String, termination::DrainBackoff>,
     /// The controller's metrics registry (served on `/metrics`).
     pub metrics: metrics::Metrics,
+    /// The interruption metrics: messages received, in the queue, handled.
+    pub interruption_metrics: crate::interruption::Metrics,
+    /// Instance id → NodeClaim, for interruption messages.
+    provider_index: interruption::ProviderIndex,
     /// Pods the last solve could not place, with the reason.
     unschedulable: BTreeMap<String, String>,
     /// Names new NodeClaims deterministically.
@@ -185,6 +207,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             drains: std::collections::HashMap::new(),
             gc_due: None,
             metrics: metrics::Metrics::new(),
+            interruption_metrics: crate::interruption::Metrics::new(),
+            provider_index: interruption::ProviderIndex::default(),
             unschedulable: BTreeMap::new(),
             sequence: 0,
             unrecorded: None,

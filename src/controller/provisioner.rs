@@ -194,7 +194,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// it next needs to run.
     pub async fn reconcile_provisioning(&mut self) -> Duration {
         let now = self.clock.now();
-        let pods = self.cluster.list::<Pod>();
+        let pods = self.with_interrupted_as_pending(self.cluster.list::<Pod>());
         let pending: BTreeSet<String> = pods
             .iter()
             .filter(|p| is_provisionable(p))
@@ -233,8 +233,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let idle = since(self.batch.changed.unwrap_or(now), now);
         let open = since(self.batch.opened.unwrap_or(now), now);
-        if idle < BATCH_IDLE && open < BATCH_MAX {
-            return (BATCH_IDLE - idle).min(BATCH_MAX - open);
+        let (batch_idle, batch_max) = (self.settings.batch_idle, self.settings.batch_max);
+        if idle < batch_idle && open < batch_max {
+            return (batch_idle - idle).min(batch_max - open);
         }
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
@@ -263,6 +264,44 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         }
         next
+    }
+
+    /// The pods, with those still on the node of an interrupted NodeClaim
+    /// being deleted (and that would have to move) as if they were
+    /// pending: the capacity they need is launched at once, not after
+    /// their eviction, since the instance is going away regardless.
+    fn with_interrupted_as_pending(&self, pods: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
+        let nodes: BTreeSet<String> = self
+            .cluster
+            .list::<NodeClaim>()
+            .iter()
+            .filter(|c| {
+                c.metadata.deletion_timestamp.is_some()
+                    && c.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(super::ANNOTATION_DISRUPTION_REASON))
+                        .is_some_and(|r| r == crate::disruption::Reason::Interrupted.as_str())
+            })
+            .filter_map(|c| c.status.as_ref()?.node_name.clone())
+            .collect();
+        if nodes.is_empty() {
+            return pods;
+        }
+        pods.into_iter()
+            .map(|p| {
+                let on_interrupted = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| nodes.contains(n));
+                if on_interrupted && super::disruption::is_movable(&p) {
+                    Arc::new(as_pending(&p))
+                } else {
+                    p
+                }
+            })
+            .collect()
     }
 
     /// Whether some pending pod is unseen by the last solve, or its fact no
@@ -571,13 +610,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 return out;
             }
         };
-        let result = match solve(
+        let timer = self.metrics.scheduling_duration.start_timer();
+        let solved = solve(
             &input,
             &SolveOptions {
                 preferences: Preferences::Respect,
                 now_ms,
             },
-        ) {
+        );
+        timer.observe_duration();
+        let result = match solved {
             Ok(r) => r,
             Err(e) => {
                 self.event("Provisioner".into(), "SolveFailed", e.to_string());
@@ -614,6 +656,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
+                    self.metrics
+                        .nodeclaims_created
+                        .with_label_values(&["provisioning", claim.nodepool.as_str()])
+                        .inc();
                     out.created.insert(name.clone());
                     for pod in &claim.pods {
                         out.placed.insert(pod.clone(), Target::Claim(name.clone()));
@@ -635,7 +681,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         ),
                     )
                 }
-                Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
+                Err(e) => {
+                    // Planned on a claim that does not exist: the next pass
+                    // finds it lost and solves again once the batch window
+                    // closes, instead of waiting for the resync.
+                    for pod in &claim.pods {
+                        out.placed.insert(pod.clone(), Target::Claim(name.clone()));
+                    }
+                    self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string())
+                }
             }
         }
         out

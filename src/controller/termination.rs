@@ -12,7 +12,9 @@
 //! pods that tolerate the disrupted taint (they would be scheduled straight
 //! back) are not evicted, and pods annotated `karpenter.sh/do-not-disrupt`
 //! are left until the NodeClaim's `terminationGracePeriod` runs out. Once it
-//! has, every pod left is deleted regardless of its budget.
+//! has, every pod left is deleted regardless of its budget. A drain stops
+//! when the instance is already gone (EC2 reclaimed or stopped it): the
+//! pods left are lost with it, and the node is released.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -153,7 +155,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .copied()
                     .filter(|p| evictable(p))
                     .collect();
-                if !draining.is_empty() {
+                if !draining.is_empty() && !self.instance_gone(claim).await {
                     super::disruption::taint_disrupted(&*self.cluster, node).await;
                     let wait = self.drain(claim, &draining).await;
                     next = next.min(wait);
@@ -259,6 +261,26 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             },
         );
         wait
+    }
+
+    /// Whether the claim's instance is already gone (EC2 reclaimed or
+    /// stopped it): draining is then pointless, the pods left on the node
+    /// are lost, and termination goes on to release the node.
+    async fn instance_gone(&mut self, claim: &NodeClaim) -> bool {
+        let Some(pid) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) else {
+            return false;
+        };
+        if !matches!(self.cloud.get(&pid).await, Err(CloudError::NotFound(_))) {
+            return false;
+        }
+        let name = claim_name(claim);
+        self.drains.remove(&name);
+        self.event(
+            format!("NodeClaim/{name}"),
+            "DrainSkipped",
+            format!("{pid} is gone; the pods left on its node are lost"),
+        );
+        true
     }
 
     /// Terminates the claim's instance; true once it is gone.

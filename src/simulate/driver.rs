@@ -19,7 +19,7 @@ use super::commit::ConfigRepo;
 use super::kubelet::Kubelet;
 use super::kubescheduler::KubeScheduler;
 use super::report::{Recorder, Report};
-use super::scenario::{Action, Manifest, Scenario};
+use super::scenario::{Action, InterruptStep, InterruptTarget, Manifest, Scenario};
 use super::workloads::Workloads;
 use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
@@ -157,6 +157,9 @@ pub struct Simulation {
     /// pods' revision it was computed for.
     last_sample: Option<Timestamp>,
     bound: Option<(u64, Option<f64>)>,
+    /// Wall-clock time from the receipt of each interruption message to
+    /// its handling done (its NodeClaims marked for deletion).
+    interruption_handling: Vec<std::time::Duration>,
 }
 
 /// The initial state's nodes run on instances the simulated EC2 did not
@@ -346,6 +349,7 @@ impl Simulation {
             config_repo: None,
             last_sample: None,
             bound: None,
+            interruption_handling: Vec::new(),
         })
     }
 
@@ -448,6 +452,7 @@ impl Simulation {
                     "the controller restarted; its in-memory state is gone".into(),
                 );
             }
+            Action::Interrupt(step) => self.interrupt(step)?,
             Action::Commit(step) => {
                 let repo = match self.config_repo.as_mut() {
                     Some(repo) => repo,
@@ -468,6 +473,119 @@ impl Simulation {
                 for (object, reason, message) in events {
                     self.recorder.event(now, object, reason, message);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The instances an `interrupt` step is about, by id.
+    fn interrupt_targets(&self, step: &InterruptStep) -> Result<Vec<String>, SimError> {
+        let instance_of = |node: &Node| {
+            node.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(crate::interruption::instance_id_of)
+                .map(str::to_string)
+        };
+        match &step.target {
+            InterruptTarget::Instance(id) => Ok(vec![id.clone()]),
+            InterruptTarget::Node(name) => {
+                let node = self
+                    .cluster
+                    .get_opt::<Node>(&ObjectKey::cluster(name.as_str()))
+                    .ok_or_else(|| {
+                        SimError::Setup(format!("interrupt: node {name:?} does not exist"))
+                    })?;
+                instance_of(&node).map(|id| vec![id]).ok_or_else(|| {
+                    SimError::Setup(format!("interrupt: node {name:?} has no EC2 instance"))
+                })
+            }
+            InterruptTarget::Selector(s) => {
+                let sel = parse_selector(s)
+                    .map_err(|e| SimError::Setup(format!("interrupt: selector {s:?}: {e}")))?;
+                let mut nodes = self.cluster.list::<Node>(None, &sel).items;
+                nodes.retain(|n| n.metadata.deletion_timestamp.is_none());
+                nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                Ok(nodes
+                    .iter()
+                    .filter_map(|n| instance_of(n))
+                    .take(step.count.unwrap_or(usize::MAX))
+                    .collect())
+            }
+        }
+    }
+
+    /// The `interrupt` step: the simulated EC2 sends the event, and it is
+    /// delivered to the controller through the same code as a message
+    /// from the interruption queue.
+    fn interrupt(&mut self, step: &InterruptStep) -> Result<(), SimError> {
+        use crate::interruption::{Kind, Outcome, deliver};
+        let now = self.clock.now();
+        let ids = self.interrupt_targets(step)?;
+        let kind = step.kind;
+        if ids.is_empty() {
+            self.recorder.event(
+                now,
+                "Interruption/step".into(),
+                "NoInstance",
+                format!("{kind}: no node matches; nothing sent"),
+            );
+            return Ok(());
+        }
+        let bodies = self
+            .cloud
+            .interrupt(kind, &ids, step.state)
+            .map_err(|e| SimError::Setup(format!("interrupt ({kind}): {e}")))?;
+        for id in &ids {
+            let (reason, message) = match kind {
+                Kind::SpotInterruption => (
+                    "SpotInterruptionWarning",
+                    format!(
+                        "EC2 will reclaim spot instance {id} in {}s",
+                        crate::cloud::sim::SPOT_RECLAIM_NOTICE.as_secs()
+                    ),
+                ),
+                Kind::Rebalance => (
+                    "RebalanceRecommendation",
+                    format!("EC2 recommends rebalancing away from {id}"),
+                ),
+                Kind::ScheduledChange => (
+                    "ScheduledChange",
+                    format!("AWS Health schedules the retirement of {id}"),
+                ),
+                Kind::StateChange => (
+                    "StateChange",
+                    format!(
+                        "instance {id} is {}",
+                        step.state
+                            .unwrap_or(crate::interruption::InstanceState::Terminated)
+                    ),
+                ),
+            };
+            self.recorder
+                .event(now, format!("Instance/{id}"), reason, message);
+        }
+        let metrics = self.controller.interruption_metrics.clone();
+        for body in &bodies {
+            let received = std::time::Instant::now();
+            let handler = crate::controller::interruption::Handler::new(&mut self.controller);
+            let outcome = self
+                .runtime
+                .block_on(deliver(body, Some(now), now, &handler, &metrics));
+            self.interruption_handling.push(received.elapsed());
+            match outcome {
+                Outcome::Handled(_) | Outcome::Ignored(_) => {}
+                Outcome::Undecodable(e) => {
+                    return Err(SimError::Setup(format!(
+                        "interrupt: the simulated EC2 sent an event the controller cannot read: {e}"
+                    )));
+                }
+                Outcome::Failed(e) => self.recorder.event(
+                    now,
+                    "Interruption/handler".into(),
+                    "HandlerFailed",
+                    e.to_string(),
+                ),
             }
         }
         Ok(())
@@ -497,6 +615,15 @@ impl Simulation {
     /// One pass of every actor at the current time; whether anything changed.
     fn tick(&mut self) -> (bool, Duration) {
         let now = self.clock.now();
+        let reclaimed = self.cloud.take_reclaimed();
+        for (t, id) in &reclaimed {
+            self.recorder.event(
+                *t,
+                format!("Instance/{id}"),
+                "SpotReclaimed",
+                "EC2 reclaimed the spot instance two minutes after its interruption warning".into(),
+            );
+        }
         let w = self.workloads.sync(&self.cluster, now);
         let s = self.scheduler.schedule(&self.cluster, now);
         let wake_p = self
@@ -520,6 +647,7 @@ impl Simulation {
             || !s.bound.is_empty()
             || !k.is_empty()
             || !events.is_empty()
+            || !reclaimed.is_empty()
             || budgets > 0;
         self.recorder.controller_events(events);
         self.recorder.decisions(decisions);
@@ -533,6 +661,10 @@ impl Simulation {
             {
                 wake = wake.min(Duration::try_from(ready.duration_since(now)).unwrap_or_default());
             }
+        }
+        // EC2 reclaims interrupted spot instances on its own schedule.
+        if let Some(t) = self.cloud.next_reclaim() {
+            wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());
         }
         // Job pods complete on their own schedule; poll while any runs.
         if self.recorder.active_job_pods() > 0 {
@@ -618,9 +750,12 @@ impl Simulation {
         let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
         let calls = self.cloud.calls().len();
         let gap = super::report::gap(&self.cluster);
-        Ok(self
-            .recorder
-            .finish(self.clock.now(), lower_bound, unschedulable, calls, gap))
+        let mut report =
+            self.recorder
+                .finish(self.clock.now(), lower_bound, unschedulable, calls, gap);
+        report.interruption_handling = std::mem::take(&mut self.interruption_handling);
+        report.interruption_metrics = Some(self.controller.interruption_metrics.clone());
+        Ok(report)
     }
 }
 

@@ -261,6 +261,15 @@ pub struct Report {
     pub fleet: Vec<FleetPoint>,
     pub unschedulable: Vec<Unschedulable>,
     pub summary: Summary,
+    /// Wall-clock time from the receipt of each interruption message to
+    /// its handling done (NodeClaims marked for deletion), in delivery
+    /// order. A measurement of this run, so not in the JSON (which is the
+    /// same on every run).
+    #[serde(skip)]
+    pub interruption_handling: Vec<std::time::Duration>,
+    /// The controller's interruption metrics at the end of the run.
+    #[serde(skip)]
+    pub interruption_metrics: Option<crate::interruption::Metrics>,
 }
 
 /// Collects what happens during a run.
@@ -649,6 +658,8 @@ impl Recorder {
                 .map(|(pod, reason)| Unschedulable { pod, reason })
                 .collect(),
             summary,
+            interruption_handling: Vec::new(),
+            interruption_metrics: None,
         }
     }
 }

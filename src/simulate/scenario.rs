@@ -145,6 +145,31 @@ pub enum Action {
     /// dovetail's controller is stopped and started again: everything it
     /// holds only in memory is lost; the cluster and the cloud remain.
     Restart,
+    /// EC2 or AWS Health sends an event about instances: the simulated EC2
+    /// delivers it to the controller as EventBridge JSON.
+    Interrupt(InterruptStep),
+}
+
+/// The `interrupt` step: which event, about which instances.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterruptStep {
+    pub kind: crate::interruption::Kind,
+    pub target: InterruptTarget,
+    /// With a selector: the first `count` matching nodes by name.
+    pub count: Option<usize>,
+    /// For `state-change`: the state the instance enters.
+    pub state: Option<crate::interruption::InstanceState>,
+}
+
+/// The instances an `interrupt` step is about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InterruptTarget {
+    /// The instance behind a node, by the node's name.
+    Node(String),
+    /// An instance by id.
+    Instance(String),
+    /// Every node matching an equality-based label selector.
+    Selector(String),
 }
 
 /// The `commit` step: files written or deleted in the configuration
@@ -1018,9 +1043,7 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                 }
                 Action::Restart
             }
-            "interrupt" => {
-                return Err(ctx.err_at(key.pos, "the `interrupt` step needs interruption handling, which this build of dovetail does not have yet"));
-            }
+            "interrupt" => Action::Interrupt(interrupt_step(ctx, body)?),
             other => {
                 return Err(ctx.err_at(
                     key.pos,
@@ -1038,6 +1061,140 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
         });
     }
     Ok(steps)
+}
+
+/// The states a `state-change` step may name: those in which EC2 takes the
+/// instance away.
+const LEAVING_STATES: [&str; 4] = ["stopping", "stopped", "shutting-down", "terminated"];
+/// The largest `count` of an `interrupt` step.
+const MAX_INTERRUPT_COUNT: u64 = 100_000;
+
+fn interrupt_step(ctx: &Ctx, body: &Node) -> Result<InterruptStep, ScenarioError> {
+    use crate::interruption::{InstanceState, Kind};
+    check_keys(
+        ctx,
+        body,
+        &["kind", "node", "instance", "selector", "count", "state"],
+        "interrupt",
+    )?;
+    let kinds: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+    let kind_node = body.get("kind").ok_or_else(|| {
+        ctx.err(
+            body,
+            format!("interrupt needs `kind`: one of {}", kinds.join(", ")),
+        )
+    })?;
+    let kind_name = ctx.str(kind_node, "kind")?;
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == kind_name)
+        .ok_or_else(|| {
+            ctx.err(
+                kind_node,
+                format!(
+                    "unknown interruption kind {kind_name:?}; expected one of {}",
+                    kinds.join(", ")
+                ),
+            )
+        })?;
+    let named: Vec<(&str, &Node)> = ["node", "instance", "selector"]
+        .into_iter()
+        .filter_map(|k| body.get(k).map(|n| (k, n)))
+        .collect();
+    let target = match named.as_slice() {
+        [] => {
+            return Err(ctx.err(
+                body,
+                "interrupt needs one of `node` (a node's name), `instance` (an instance id) or `selector` (label=value,...)",
+            ));
+        }
+        [(field, n)] => {
+            let value = ctx.str(n, field)?.to_string();
+            match *field {
+                "node" if value.is_empty() => {
+                    return Err(ctx.err(n, "node must name a node"));
+                }
+                "node" => InterruptTarget::Node(value),
+                "instance" if !crate::interruption::message::is_instance_id(&value) => {
+                    return Err(ctx.err(
+                        n,
+                        format!("{value:?} is not an EC2 instance id such as i-0123456789abcdef0"),
+                    ));
+                }
+                "instance" => InterruptTarget::Instance(value),
+                _ => {
+                    if let Err(e) = super::driver::parse_selector(&value) {
+                        return Err(ctx.err(n, format!("selector {value:?}: {e}")));
+                    }
+                    InterruptTarget::Selector(value)
+                }
+            }
+        }
+        [_, (second, n), ..] => {
+            return Err(ctx.err(
+                n,
+                format!(
+                    "interrupt names its instances one way: `{second}` cannot go with `{}`",
+                    named[0].0
+                ),
+            ));
+        }
+    };
+    let count = match body.get("count") {
+        None => None,
+        Some(n) => {
+            if !matches!(target, InterruptTarget::Selector(_)) {
+                return Err(ctx.err(n, "count goes with `selector`"));
+            }
+            let c = match &n.value {
+                Value::Number(x) => x
+                    .as_u64()
+                    .filter(|c| (1..=MAX_INTERRUPT_COUNT).contains(c))
+                    .and_then(|c| usize::try_from(c).ok()),
+                _ => None,
+            };
+            Some(c.ok_or_else(|| {
+                ctx.err(
+                    n,
+                    format!("count must be an integer from 1 to {MAX_INTERRUPT_COUNT}"),
+                )
+            })?)
+        }
+    };
+    let state = match (kind, body.get("state")) {
+        (Kind::StateChange, Some(n)) => {
+            let s = ctx.str(n, "state")?;
+            let state = InstanceState::parse(s)
+                .filter(|st| st.is_leaving())
+                .ok_or_else(|| {
+                    ctx.err(
+                        n,
+                        format!(
+                            "unknown state {s:?}; expected one of {}",
+                            LEAVING_STATES.join(", ")
+                        ),
+                    )
+                })?;
+            Some(state)
+        }
+        (Kind::StateChange, None) => {
+            return Err(ctx.err(
+                body,
+                format!(
+                    "a state-change needs `state`: one of {}",
+                    LEAVING_STATES.join(", ")
+                ),
+            ));
+        }
+        (_, Some(n)) => return Err(ctx.err(n, "state goes with kind: state-change")),
+        (_, None) => None,
+    };
+    Ok(InterruptStep {
+        kind,
+        target,
+        count,
+        state,
+    })
 }
 
 fn commit_step(ctx: &Ctx, body: &Node) -> Result<CommitStep, ScenarioError> {
@@ -1227,6 +1384,102 @@ mod tests {
                 scenario: "s.yaml".into(),
             })
         );
+    }
+
+    #[test]
+    fn interrupt_steps_parse() {
+        use crate::interruption::{InstanceState, Kind};
+        let s = parse_str(
+            "config: r\ntimeline:\n  - at: 5m\n    interrupt: {kind: spot-interruption, node: n1}\n  - interrupt: {kind: state-change, instance: i-0123456789abcdef0, state: stopped}\n  - interrupt: {kind: rebalance, selector: \"karpenter.sh/capacity-type=spot\", count: 2}\n",
+        )
+        .unwrap();
+        let steps: Vec<&Action> = s.steps.iter().map(|s| &s.action).collect();
+        assert_eq!(
+            steps,
+            [
+                &Action::Interrupt(InterruptStep {
+                    kind: Kind::SpotInterruption,
+                    target: InterruptTarget::Node("n1".into()),
+                    count: None,
+                    state: None,
+                }),
+                &Action::Interrupt(InterruptStep {
+                    kind: Kind::StateChange,
+                    target: InterruptTarget::Instance("i-0123456789abcdef0".into()),
+                    count: None,
+                    state: Some(InstanceState::Stopped),
+                }),
+                &Action::Interrupt(InterruptStep {
+                    kind: Kind::Rebalance,
+                    target: InterruptTarget::Selector("karpenter.sh/capacity-type=spot".into()),
+                    count: Some(2),
+                    state: None,
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_interrupt_steps_name_the_field() {
+        let step = |body: &str| err(&format!("config: r\ntimeline:\n  - interrupt: {body}\n"));
+        let cases = [
+            (
+                "{node: a}",
+                "3:16: interrupt needs `kind`: one of spot-interruption, rebalance, scheduled-change, state-change",
+            ),
+            (
+                "{kind: spot, node: a}",
+                "3:23: unknown interruption kind \"spot\"; expected one of spot-interruption, rebalance, scheduled-change, state-change",
+            ),
+            (
+                "{kind: rebalance}",
+                "3:16: interrupt needs one of `node` (a node's name), `instance` (an instance id) or `selector` (label=value,...)",
+            ),
+            (
+                "{kind: rebalance, node: a, instance: i-0123456789abcdef0}",
+                "3:53: interrupt names its instances one way: `instance` cannot go with `node`",
+            ),
+            (
+                "{kind: rebalance, instance: web-1}",
+                "3:44: \"web-1\" is not an EC2 instance id such as i-0123456789abcdef0",
+            ),
+            (
+                "{kind: rebalance, selector: \"a\"}",
+                "3:44: selector \"a\": \"a\" is not `key=value` or `key!=value`",
+            ),
+            (
+                "{kind: rebalance, node: a, count: 2}",
+                "3:50: count goes with `selector`",
+            ),
+            (
+                "{kind: rebalance, selector: \"a=b\", count: 0}",
+                "3:58: count must be an integer from 1 to 100000",
+            ),
+            (
+                "{kind: state-change, node: a}",
+                "3:16: a state-change needs `state`: one of stopping, stopped, shutting-down, terminated",
+            ),
+            (
+                "{kind: state-change, node: a, state: running}",
+                "3:53: unknown state \"running\"; expected one of stopping, stopped, shutting-down, terminated",
+            ),
+            (
+                "{kind: rebalance, node: a, state: stopped}",
+                "3:50: state goes with kind: state-change",
+            ),
+            (
+                "{kind: rebalance, node: a, zone: x}",
+                "3:43: unknown field `zone` in interrupt; expected one of kind, node, instance, selector, count, state",
+            ),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter_map(|(body, want)| {
+                let got = step(body);
+                (got != *want).then(|| format!("{body}: got {got:?}, want {want:?}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub const ACTIONS: &[&str] = &[
     "ec2:DescribeSubnets",
     "ec2:TerminateInstances",
     "pricing:GetProducts",
+    "sqs:DeleteMessage",
+    "sqs:GetQueueUrl",
+    "sqs:ReceiveMessage",
     "ssm:GetParameters",
 ];
 

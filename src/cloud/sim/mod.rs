@@ -78,6 +78,23 @@
 //! through `ShuttingDown` to `Terminated` instantly: the instance is gone at
 //! once, and later `get`s and `delete`s of it are `NotFound`.
 //!
+//! # Interruptions
+//!
+//! [`SimEc2::interrupt`] sends what EC2 and AWS Health send about
+//! instances, as the EventBridge JSON of [`crate::interruption::events`]
+//! (account [`SIM_ACCOUNT`]), for the caller to deliver to the controller:
+//! - a spot interruption warning per spot instance; EC2 reclaims the
+//!   instance [`SPOT_RECLAIM_NOTICE`] (two minutes) later, whatever the
+//!   controller did meanwhile ([`SimEc2::take_reclaimed`],
+//!   [`SimEc2::next_reclaim`]);
+//! - a rebalance recommendation per instance; nothing else happens;
+//! - one AWS Health scheduled change for all the instances (a retirement
+//!   two weeks away); nothing else happens in the run;
+//! - a state-change notification per instance, which leaves at once: the
+//!   simulated EC2 has no stopped state, and a stopped instance runs
+//!   nothing, so stopping, stopped, shutting-down and terminated all take
+//!   the instance away.
+//!
 //! # Call log
 //!
 //! Every provider call, and every [`SimEc2::terminate_externally`], is
@@ -117,6 +134,11 @@ use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
 use crate::model::labels::{CAPACITY_TYPE, REGION, ZONE, is_well_known};
 use crate::model::{InstanceType, KubeletSettings, Offering, Requirement};
+
+/// The account id in the simulated EC2's event JSON and ARNs.
+pub const SIM_ACCOUNT: &str = "111122223333";
+/// How long after a spot interruption warning EC2 reclaims the instance.
+pub const SPOT_RECLAIM_NOTICE: Duration = Duration::from_secs(120);
 
 /// The region of the simulated EC2 unless configured otherwise.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -325,6 +347,40 @@ struct State {
     next_error: Option<CloudError>,
     /// Images, network and the cluster's version.
     account: Option<Account>,
+    /// Spot instances warned of interruption, and when EC2 reclaims them.
+    reclaims: BTreeMap<String, Timestamp>,
+    /// Instances reclaimed that [`SimEc2::take_reclaimed`] has not handed
+    /// out yet, with when.
+    reclaimed: Vec<(Timestamp, String)>,
+}
+
+/// Reclaims the spot instances whose two minutes are up at `now`, each at
+/// its own time.
+fn apply_reclaims(state: &mut State, now: Timestamp) {
+    let due: Vec<(String, Timestamp)> = state
+        .reclaims
+        .iter()
+        .filter(|(_, at)| **at <= now)
+        .map(|(id, at)| (id.clone(), *at))
+        .collect();
+    for (id, at) in due {
+        state.reclaims.remove(&id);
+        let result = match state.instances.remove(&id) {
+            Some(_) => {
+                state.reclaimed.push((at, id.clone()));
+                Ok(())
+            }
+            None => Err(CloudError::NotFound(id.clone())),
+        };
+        state.calls.push(CallRecord {
+            at,
+            call: Call::TerminateExternally {
+                instance_id: id,
+                reason: "spot reclaim".into(),
+                result,
+            },
+        });
+    }
 }
 
 /// The simulated EC2. See the module documentation.
@@ -492,6 +548,8 @@ impl SimEc2 {
     pub fn terminate_externally(&self, instance_id: &str, reason: &str) -> Result<(), CloudError> {
         let now = self.clock.now();
         let mut state = self.lock();
+        apply_reclaims(&mut state, now);
+        state.reclaims.remove(instance_id);
         let result = match state.instances.remove(instance_id) {
             Some(_) => Ok(()),
             None => Err(CloudError::NotFound(instance_id.to_string())),
@@ -505,6 +563,92 @@ impl SimEc2 {
             },
         });
         result
+    }
+
+    /// EC2 or AWS Health sends an event of `kind` about instances (see the
+    /// module documentation): the event JSON, one body per event, in the
+    /// order of `instance_ids`. `state` is the state a state change enters
+    /// (one of those that take the instance away). Unknown instances are
+    /// `NotFound`; a spot interruption of an on-demand instance is
+    /// `InvalidRequest`, as EC2 interrupts only spot instances. Nothing
+    /// happens unless every instance can take the event.
+    pub fn interrupt(
+        &self,
+        kind: crate::interruption::Kind,
+        instance_ids: &[String],
+        state: Option<crate::interruption::InstanceState>,
+    ) -> Result<Vec<String>, CloudError> {
+        use crate::interruption::{Kind, events};
+        let now = self.clock.now();
+        let mut st = self.lock();
+        apply_reclaims(&mut st, now);
+        for id in instance_ids {
+            let instance = st
+                .instances
+                .get(id)
+                .ok_or_else(|| CloudError::NotFound(id.clone()))?;
+            if kind == Kind::SpotInterruption && instance.capacity_type != api::CAPACITY_TYPE_SPOT {
+                return Err(CloudError::InvalidRequest(format!(
+                    "instance {id} is {}: EC2 sends spot interruption warnings only for spot instances",
+                    instance.capacity_type
+                )));
+            }
+        }
+        let region = self.region.as_str();
+        let bodies = match kind {
+            Kind::SpotInterruption => instance_ids
+                .iter()
+                .map(|id| {
+                    let at = now.checked_add(SPOT_RECLAIM_NOTICE).unwrap_or(now);
+                    let due = st.reclaims.entry(id.clone()).or_insert(at);
+                    *due = (*due).min(at);
+                    events::spot_interruption(id, region, SIM_ACCOUNT, now)
+                })
+                .collect(),
+            Kind::Rebalance => instance_ids
+                .iter()
+                .map(|id| events::rebalance_recommendation(id, region, SIM_ACCOUNT, now))
+                .collect(),
+            Kind::ScheduledChange if instance_ids.is_empty() => Vec::new(),
+            Kind::ScheduledChange => {
+                let ids: Vec<&str> = instance_ids.iter().map(String::as_str).collect();
+                vec![events::scheduled_change(&ids, region, SIM_ACCOUNT, now)]
+            }
+            Kind::StateChange => {
+                let to = state.unwrap_or(crate::interruption::InstanceState::Terminated);
+                instance_ids
+                    .iter()
+                    .map(|id| {
+                        st.instances.remove(id);
+                        st.reclaims.remove(id);
+                        st.calls.push(CallRecord {
+                            at: now,
+                            call: Call::TerminateExternally {
+                                instance_id: id.clone(),
+                                reason: format!("state change: {to}"),
+                                result: Ok(()),
+                            },
+                        });
+                        events::state_change(id, to, region, SIM_ACCOUNT, now)
+                    })
+                    .collect()
+            }
+        };
+        Ok(bodies)
+    }
+
+    /// The instances EC2 reclaimed after a spot interruption warning since
+    /// the last call, each with the time it was reclaimed.
+    pub fn take_reclaimed(&self) -> Vec<(Timestamp, String)> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        apply_reclaims(&mut st, now);
+        std::mem::take(&mut st.reclaimed)
+    }
+
+    /// When EC2 next reclaims a spot instance it warned about.
+    pub fn next_reclaim(&self) -> Option<Timestamp> {
+        self.lock().reclaims.values().min().copied()
     }
 
     /// The catalog with allocatable as `kubelet` configures it. Called with
@@ -537,6 +681,7 @@ impl SimEc2 {
     ) -> Result<T, CloudError> {
         let now = self.clock.now();
         let mut state = self.lock();
+        apply_reclaims(&mut state, now);
         let result = match state.next_error.take() {
             Some(error) => Err(error),
             None => op(&mut state, now),
@@ -1735,6 +1880,114 @@ mod tests {
                 result: Err(CloudError::NotFound(i.id.clone())),
             }
         );
+    }
+
+    #[tokio::test]
+    async fn a_spot_interruption_reclaims_the_instance_two_minutes_after_the_warning() {
+        use crate::interruption::{Detail, Kind, Parsed, parse};
+        let (sim, clock) = new_sim();
+        let spot = sim
+            .create(&claim("a", &[spot_or_on_demand()]), &nodeclass(), &none())
+            .await
+            .expect("launches")
+            .instance;
+        let on_demand = sim
+            .create(
+                &claim("b", &[capacity(&["on-demand"])]),
+                &nodeclass(),
+                &none(),
+            )
+            .await
+            .expect("launches")
+            .instance;
+        assert_eq!(spot.capacity_type, "spot");
+        // EC2 interrupts only spot instances, and knows its instances.
+        assert!(matches!(
+            sim.interrupt(
+                Kind::SpotInterruption,
+                std::slice::from_ref(&on_demand.id),
+                None
+            ),
+            Err(CloudError::InvalidRequest(_))
+        ));
+        assert_eq!(
+            sim.interrupt(Kind::Rebalance, &["i-00000000000000fff".to_string()], None),
+            Err(CloudError::NotFound("i-00000000000000fff".into()))
+        );
+        assert_eq!(sim.next_reclaim(), None);
+
+        clock.set(at(10)).expect("forward");
+        let bodies = sim
+            .interrupt(Kind::SpotInterruption, std::slice::from_ref(&spot.id), None)
+            .expect("sent");
+        let [body] = bodies.as_slice() else {
+            panic!("one event per instance: {bodies:?}");
+        };
+        let Ok(Parsed::Message(m)) = parse(body) else {
+            panic!("the event parses: {body}");
+        };
+        assert_eq!(m.kind(), Kind::SpotInterruption);
+        assert!(
+            matches!(&m.detail, Detail::SpotInterruption { instance_id, .. } if *instance_id == spot.id)
+        );
+        assert_eq!(m.time, at(10));
+        assert_eq!(sim.next_reclaim(), Some(at(130)));
+
+        clock.set(at(129)).expect("forward");
+        assert!(sim.take_reclaimed().is_empty());
+        assert!(sim.get(&spot.provider_id).await.is_ok());
+        clock.set(at(200)).expect("forward");
+        // Reclaimed at its own time, whenever it is next looked at.
+        let listed = sim.list().await.expect("lists");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(sim.take_reclaimed(), vec![(at(130), spot.id.clone())]);
+        assert!(sim.take_reclaimed().is_empty());
+        assert_eq!(sim.next_reclaim(), None);
+        assert!(sim.calls().iter().any(|c| c.at == at(130)
+            && c.call
+                == Call::TerminateExternally {
+                    instance_id: spot.id.clone(),
+                    reason: "spot reclaim".into(),
+                    result: Ok(()),
+                }));
+    }
+
+    #[tokio::test]
+    async fn other_events_leave_instances_running_except_a_state_change() {
+        use crate::interruption::{InstanceState, Kind, Parsed, parse};
+        let (sim, _) = new_sim();
+        let mut ids = Vec::new();
+        for name in ["a", "b"] {
+            ids.push(
+                sim.create(&claim(name, &[]), &nodeclass(), &none())
+                    .await
+                    .expect("launches")
+                    .instance
+                    .id,
+            );
+        }
+        let rebalance = sim.interrupt(Kind::Rebalance, &ids, None).expect("sent");
+        assert_eq!(rebalance.len(), 2);
+        let health = sim
+            .interrupt(Kind::ScheduledChange, &ids, None)
+            .expect("sent");
+        let [health] = health.as_slice() else {
+            panic!("one AWS Health event for every instance");
+        };
+        let Ok(Parsed::Message(m)) = parse(health) else {
+            panic!("the event parses");
+        };
+        assert_eq!(m.detail.instance_ids(), ids.as_slice());
+        assert_eq!(sim.list().await.expect("lists").len(), 2);
+        assert_eq!(sim.next_reclaim(), None);
+
+        let stopped = sim
+            .interrupt(Kind::StateChange, &ids[..1], Some(InstanceState::Stopped))
+            .expect("sent");
+        assert_eq!(stopped.len(), 1);
+        let listed = sim.list().await.expect("lists");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id, ids[1]);
     }
 
     #[tokio::test]
