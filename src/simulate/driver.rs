@@ -542,9 +542,33 @@ impl Simulation {
     }
 
     /// The lower bound of the workload now, computed again only when the
-    /// pods changed.
+    /// set of pods or the configuration changed: binding a pod or its
+    /// status does not change the bound, and the bound is a whole solve.
     fn lower_bound(&mut self) -> Option<f64> {
-        let revision = self.cluster.kind_revision::<Pod>();
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for p in self
+            .cluster
+            .list::<Pod>(None, &Selector::everything())
+            .items
+        {
+            let finished = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+            if !finished && p.metadata.deletion_timestamp.is_none() {
+                p.metadata.uid.hash(&mut h);
+                p.metadata.name.hash(&mut h);
+            }
+        }
+        self.cluster.kind_revision::<NodePool>().hash(&mut h);
+        self.cluster.kind_revision::<EC2NodeClass>().hash(&mut h);
+        self.controller
+            .unavailable
+            .active(self.clock.now())
+            .hash(&mut h);
+        let revision = h.finish();
         if let Some((r, b)) = self.bound
             && r == revision
         {
