@@ -777,39 +777,49 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
 
         // The scheduling input: the cluster, and the pods of every
-        // candidate as the pods that may move.
-        let snapshot = self.snapshot(&pods);
+        // candidate as the pods that may move. A pass that cannot simulate
+        // a removal does without it: converting every pod of a large
+        // cluster is most of a pass's cost.
         let now_ms = now.as_millisecond();
-        let mut input =
-            match build_input_with_pools(specs.clone(), &catalog, &[], "", Some(&snapshot), now_ms)
-            {
-                Ok(i) => i,
-                Err(e) => {
-                    self.event("Disruption".into(), "InputInvalid", e.to_string());
-                    return None;
-                }
-            };
-        let volumes = VolumeIndex::new(
-            &snapshot.persistent_volume_claims,
-            &snapshot.persistent_volumes,
-            &snapshot.storage_classes,
-        );
+        let needs_removals = disruption::needs_removals(&candidates, consolidation);
+        let snapshot = needs_removals.then(|| self.snapshot(&pods));
+        let mut input = match build_input_with_pools(
+            specs.clone(),
+            &catalog,
+            &[],
+            "",
+            snapshot.as_ref(),
+            now_ms,
+        ) {
+            Ok(i) => i,
+            Err(e) => {
+                self.event("Disruption".into(), "InputInvalid", e.to_string());
+                return None;
+            }
+        };
         input.pods.clear();
         let mut homes = Vec::new();
-        for c in &candidates {
-            for p in pods_by_node
-                .get(c.node.as_str())
-                .into_iter()
-                .flatten()
-                .filter(|p| is_movable(p))
-            {
-                match pod_spec(p, &volumes, now_ms) {
-                    Ok(spec) => {
-                        input.pods.push(spec);
-                        homes.push(c.node.clone());
-                    }
-                    Err(e) => {
-                        self.event(format!("Pod/{}", pod_key(p)), "InputInvalid", e.to_string())
+        if let Some(snapshot) = &snapshot {
+            let volumes = VolumeIndex::new(
+                &snapshot.persistent_volume_claims,
+                &snapshot.persistent_volumes,
+                &snapshot.storage_classes,
+            );
+            for c in &candidates {
+                for p in pods_by_node
+                    .get(c.node.as_str())
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| is_movable(p))
+                {
+                    match pod_spec(p, &volumes, now_ms) {
+                        Ok(spec) => {
+                            input.pods.push(spec);
+                            homes.push(c.node.clone());
+                        }
+                        Err(e) => {
+                            self.event(format!("Pod/{}", pod_key(p)), "InputInvalid", e.to_string())
+                        }
                     }
                 }
             }

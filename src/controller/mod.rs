@@ -190,6 +190,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// Instances launched for NodeClaims whose status does not name them
     /// yet, by NodeClaim; read from the provider at the first launch.
     unrecorded: Option<std::collections::HashMap<String, crate::cloud::Instance>>,
+    /// The provisionable pods, with the pod and NodeClaim revisions they
+    /// were read at.
+    provisionable: Option<((u64, u64), std::collections::BTreeSet<String>)>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -212,6 +215,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             unschedulable: BTreeMap::new(),
             sequence: 0,
             unrecorded: None,
+            provisionable: None,
         }
     }
 

@@ -30,7 +30,7 @@ use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
 use crate::convert::{build_input_with_pools, nodepool_spec_with_types};
 use crate::model::{InstanceType, Requirement, Requirements};
-use crate::scheduling::pod::is_provisionable;
+use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
 use crate::scheduling::{NewNodeClaim, NodePoolSpec, Preferences, SolveOptions, solve};
 use crate::snapshot::Snapshot;
 
@@ -194,12 +194,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// it next needs to run.
     pub async fn reconcile_provisioning(&mut self) -> Duration {
         let now = self.clock.now();
-        let pods = self.with_interrupted_as_pending(self.cluster.list::<Pod>());
-        let pending: BTreeSet<String> = pods
-            .iter()
-            .filter(|p| is_provisionable(p))
-            .map(|p| pod_key(p))
-            .collect();
+        let pending = self.provisionable_pods();
         if pending.is_empty() {
             self.batch = Batch::default();
             self.unschedulable.clear();
@@ -240,6 +235,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
         let previous = std::mem::take(&mut self.batch.planned);
+        let pods = self.with_interrupted_as_pending(self.cluster.list::<Pod>());
         let outcome = self.provision(&pods).await;
         let mut solved_claims = outcome.created.clone();
         solved_claims.extend(
@@ -302,6 +298,29 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
             })
             .collect()
+    }
+
+    /// The provisionable pods by key (with those of interrupted nodes),
+    /// read again only when a pod or a NodeClaim changed: this runs at
+    /// every reconcile, over every pod of the cluster.
+    fn provisionable_pods(&mut self) -> BTreeSet<String> {
+        let revision = (
+            self.cluster.revision::<Pod>(),
+            self.cluster.revision::<NodeClaim>(),
+        );
+        if let Some((r, pending)) = &self.provisionable
+            && *r == revision
+        {
+            return pending.clone();
+        }
+        let pending: BTreeSet<String> = self
+            .with_interrupted_as_pending(self.cluster.list::<Pod>())
+            .iter()
+            .filter(|p| is_provisionable(p))
+            .map(|p| pod_key(p))
+            .collect();
+        self.provisionable = Some((revision, pending.clone()));
+        pending
     }
 
     /// Whether some pending pod is unseen by the last solve, or its fact no
@@ -534,15 +553,30 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// The cluster as the scheduling core's input builder reads it.
     pub(super) fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
+        let nodes = self.cluster.list::<Node>();
+        let registered: BTreeSet<&str> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        // Only claims without their node are converted: a registered one is
+        // its node (as the conversion reads them), and a NodeClaim as JSON
+        // is not cheap in a large cluster.
+        let nodeclaims = self
+            .cluster
+            .list::<NodeClaim>()
+            .iter()
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_none_or(|n| !registered.contains(n))
+            })
+            .filter_map(|c| serde_json::to_value(c.as_ref()).ok())
+            .collect();
         Snapshot {
-            nodes: self.cluster.list::<Node>(),
             pods: pods.to_vec(),
-            nodeclaims: self
-                .cluster
-                .list::<NodeClaim>()
-                .iter()
-                .filter_map(|c| serde_json::to_value(c.as_ref()).ok())
-                .collect(),
+            nodes,
+            nodeclaims,
             nodepools: Vec::new(),
             ec2nodeclasses: Vec::new(),
             daemonsets: self.cluster.list::<DaemonSet>(),
@@ -558,7 +592,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     pub async fn workload_lower_bound(&mut self) -> Option<f64> {
         let now = self.clock.now();
         let (_, specs, catalog) = self.nodepool_specs().await;
-        let pods: Vec<Arc<Pod>> = self
+        // The cluster without its nodes, claims and pods; every pod is
+        // converted as the pod that needs capacity.
+        let snapshot = Snapshot {
+            daemonsets: self.cluster.list::<DaemonSet>(),
+            pdbs: self.cluster.list::<PodDisruptionBudget>(),
+            persistent_volumes: self.cluster.list::<PersistentVolume>(),
+            persistent_volume_claims: self.cluster.list::<PersistentVolumeClaim>(),
+            storage_classes: self.cluster.list::<StorageClass>(),
+            ..Snapshot::default()
+        };
+        let now_ms = now.as_millisecond();
+        let mut input =
+            build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms).ok()?;
+        let volumes = VolumeIndex::new(
+            &snapshot.persistent_volume_claims,
+            &snapshot.persistent_volumes,
+            &snapshot.storage_classes,
+        );
+        input.pods = self
             .cluster
             .list::<Pod>()
             .iter()
@@ -574,15 +626,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .flatten()
                     .any(|o| o.kind == "DaemonSet")
             })
-            .map(|p| Arc::new(as_pending(p)))
+            .filter_map(|p| pod_spec(p, &volumes, now_ms).ok())
             .collect();
-        let mut snapshot = self.snapshot(&[]);
-        snapshot.nodes.clear();
-        snapshot.nodeclaims.clear();
-        snapshot.pods = pods;
-        let now_ms = now.as_millisecond();
-        let input =
-            build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms).ok()?;
         let result = solve(
             &input,
             &SolveOptions {

@@ -329,6 +329,8 @@ pub fn existing_nodes(
         });
     }
     // In-flight NodeClaims: launched or launching, no Node yet.
+    let node_names: std::collections::HashSet<String> =
+        out.iter().map(|n| n.name.clone()).collect();
     for c in &s.nodeclaims {
         let name = get(c, "/metadata/name")
             .and_then(Value::as_str)
@@ -337,7 +339,7 @@ pub fn existing_nodes(
         let node_name = get(c, "/status/nodeName")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if !node_name.is_empty() && out.iter().any(|n| n.name == node_name) {
+        if !node_name.is_empty() && node_names.contains(node_name) {
             continue;
         }
         if get(c, "/metadata/deletionTimestamp").is_some() {

@@ -272,6 +272,24 @@ pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
     out
 }
 
+/// Whether a pass over `candidates` can need the scheduling simulation:
+/// some candidate is expired, drifted with pods to move, or (when
+/// consolidation may run) a consolidation candidate with pods. A pass where
+/// none is decides from the candidates alone (emptiness, empty drifted
+/// nodes), so its caller can skip building the cluster's scheduling input.
+/// [`decide`] and [`revalidate`] call [`Removals`] only in these cases.
+pub fn needs_removals(candidates: &[Candidate], consolidation: bool) -> bool {
+    candidates.iter().any(|c| {
+        c.expired
+            || (!c.drift.is_empty() && c.blocked.is_none() && c.pods > 0)
+            || (consolidation
+                && c.consolidatable
+                && c.underutilized
+                && c.blocked.is_none()
+                && c.pods > 0)
+    })
+}
+
 /// A consolidation decided a delay ago, checked on the cluster as it is
 /// now: the same candidates must still be candidates for it (not blocked,
 /// consolidatable, within budget), and their removal must still be a

@@ -325,3 +325,45 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+    /// A pass `needs_removals` calls unneeded decides the same with no
+    /// scheduling input at all: the controller skips building it then.
+    #[test]
+    fn a_pass_that_needs_no_removals_decides_without_the_cluster(
+        nodes in arb_cluster(),
+        flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
+        consolidation in any::<bool>(),
+    ) {
+        let spec: Vec<(&str, &str, &[i64])> = nodes
+            .iter()
+            .map(|(n, t, p)| (n.as_str(), *t, p.as_slice()))
+            .collect();
+        let mut f = cluster(&spec);
+        for (c, (expired, drifted, blocked, consolidatable)) in f.candidates.iter_mut().zip(flags) {
+            c.expired = expired == 0;
+            if drifted {
+                c.drift.push(DriftReason::InstanceType {
+                    instance_type: c.instance_type.clone(),
+                    why: "no longer exists".into(),
+                });
+            }
+            c.blocked = blocked.then(|| "a PodDisruptionBudget".to_string());
+            c.consolidatable = consolidatable;
+        }
+        prop_assume!(!needs_removals(&f.candidates, consolidation));
+        let full = run(&f, unbounded(), consolidation);
+        let bare = Fixture {
+            input: SolveInput {
+                nodepools: f.input.nodepools.clone(),
+                ..SolveInput::default()
+            },
+            homes: Vec::new(),
+            candidates: f.candidates.clone(),
+        };
+        let without = run(&bare, unbounded(), consolidation);
+        prop_assert_eq!(full.trials, 0);
+        prop_assert_eq!(full.command, without.command);
+    }
+}

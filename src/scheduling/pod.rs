@@ -29,25 +29,31 @@ pub struct PodError {
 /// nodeName, no nominatedNodeName, not owned by a DaemonSet or a Node, and
 /// not terminating or finished.
 pub fn is_provisionable(pod: &Pod) -> bool {
-    let spec_ok = pod
+    // Most pods of a cluster are bound: that answers first.
+    let unbound = pod
         .spec
         .as_ref()
         .is_some_and(|s| s.node_name.as_deref().unwrap_or("").is_empty());
-    let status = pod.status.as_ref();
+    if !unbound || pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
     let nominated = status
-        .and_then(|s| s.nominated_node_name.as_deref())
+        .nominated_node_name
+        .as_deref()
         .is_some_and(|n| !n.is_empty());
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        });
+    let unschedulable = status.conditions.as_ref().is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+    });
     let finished = status
-        .and_then(|s| s.phase.as_deref())
+        .phase
+        .as_deref()
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
     let owned_by_ds_or_node = pod
         .metadata
@@ -55,12 +61,7 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         .iter()
         .flatten()
         .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
-    spec_ok
-        && !nominated
-        && unschedulable
-        && !finished
-        && pod.metadata.deletion_timestamp.is_none()
-        && !owned_by_ds_or_node
+    !nominated && unschedulable && !finished && !owned_by_ds_or_node
 }
 
 /// Persistent volume objects used to derive volume topology requirements.
@@ -191,10 +192,13 @@ pub fn resource_problems(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<(Jso
                 .take_while(|c| c.is_ascii_digit() || *c == '.')
                 .any(|c| matches!(c, '1'..='9'))
     };
-    let mut check = |path: JsonPath, name: &str, q: &str| match parse_quantity(name, q) {
-        Err(e) => out.push((path, e.to_string())),
+    // The path is built only for a quantity that fails: this runs for every
+    // pod the controller converts.
+    let mut check = |path: &dyn Fn() -> JsonPath, name: &str, q: &str| match parse_quantity(name, q)
+    {
+        Err(e) => out.push((path(), e.to_string())),
         Ok(_) if negative(q) => {
-            out.push((path, format!("{q:?}: must be greater than or equal to 0")))
+            out.push((path(), format!("{q:?}: must be greater than or equal to 0")))
         }
         Ok(_) => {}
     };
@@ -206,20 +210,22 @@ pub fn resource_problems(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<(Jso
             let Some(res) = &c.resources else { continue };
             for (kind, map) in [("requests", &res.requests), ("limits", &res.limits)] {
                 for (name, q) in map.iter().flatten() {
-                    let path = JsonPath::root()
-                        .key(field)
-                        .index(i)
-                        .key("resources")
-                        .key(kind)
-                        .key(name.clone());
-                    check(path, name, &q.0);
+                    let path = || {
+                        JsonPath::root()
+                            .key(field)
+                            .index(i)
+                            .key("resources")
+                            .key(kind)
+                            .key(name.clone())
+                    };
+                    check(&path, name, &q.0);
                 }
             }
         }
     }
     for (name, q) in spec.overhead.iter().flatten() {
         check(
-            JsonPath::root().key("overhead").key(name.clone()),
+            &|| JsonPath::root().key("overhead").key(name.clone()),
             name,
             &q.0,
         );
@@ -248,10 +254,15 @@ pub fn pod_requests_with_defaults(pod: &Pod, missing: &Resources) -> Result<Reso
     let req = |c: &Container| -> Result<Resources, String> {
         let mut out = match &c.resources {
             Some(res) => {
-                // A limit without a request defaults the request.
-                let mut merged = res.limits.clone().unwrap_or_default();
-                merged.extend(res.requests.clone().unwrap_or_default());
-                Resources::from_k8s(&merged)
+                // A limit without a request defaults the request: limits
+                // first, requests over them.
+                let pairs = res
+                    .limits
+                    .iter()
+                    .chain(res.requests.iter())
+                    .flatten()
+                    .map(|(k, v)| (k.as_str(), v.0.as_str()));
+                Resources::parse(pairs)
                     .map_err(|(n, e)| format!("container {}: {n}: {e}", c.name))?
             }
             None => Resources::new(),

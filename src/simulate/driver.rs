@@ -23,7 +23,6 @@ use super::scenario::{Action, InterruptStep, InterruptTarget, Manifest, Scenario
 use super::workloads::Workloads;
 use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
-use crate::cloud::CloudProvider;
 use crate::cloud::sim::{CapacityWindow, SimConfig, SimEc2};
 use crate::cluster::{MemoryCluster, Object, ObjectKey, Selector};
 use crate::config::load;
@@ -636,7 +635,7 @@ impl Simulation {
             .runtime
             .block_on(self.controller.reconcile_disruption());
         let budgets = self.workloads.disruption_budgets(&self.cluster);
-        let instances = self.runtime.block_on(self.cloud.list()).unwrap_or_default();
+        let instances = self.cloud.instances_now();
         let k = self
             .kubelet
             .sync(&self.cluster, &instances, &self.catalog, now);
@@ -655,7 +654,7 @@ impl Simulation {
         self.recorder.observe(&self.cluster, &instances, now);
         // The next time something is due on its own.
         let mut wake = wake_p.min(wake_n).min(wake_d);
-        for i in &instances {
+        for i in instances.iter() {
             if let Some(ready) = self.kubelet.ready_at(i)
                 && ready > now
             {
@@ -674,9 +673,33 @@ impl Simulation {
     }
 
     /// The lower bound of the workload now, computed again only when the
-    /// pods changed.
+    /// set of pods or the configuration changed: binding a pod or its
+    /// status does not change the bound, and the bound is a whole solve.
     fn lower_bound(&mut self) -> Option<f64> {
-        let revision = self.cluster.kind_revision::<Pod>();
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for p in self
+            .cluster
+            .list::<Pod>(None, &Selector::everything())
+            .items
+        {
+            let finished = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+            if !finished && p.metadata.deletion_timestamp.is_none() {
+                p.metadata.uid.hash(&mut h);
+                p.metadata.name.hash(&mut h);
+            }
+        }
+        self.cluster.kind_revision::<NodePool>().hash(&mut h);
+        self.cluster.kind_revision::<EC2NodeClass>().hash(&mut h);
+        self.controller
+            .unavailable
+            .active(self.clock.now())
+            .hash(&mut h);
+        let revision = h.finish();
         if let Some((r, b)) = self.bound
             && r == revision
         {

@@ -352,6 +352,12 @@ struct State {
     /// Instances reclaimed that [`SimEc2::take_reclaimed`] has not handed
     /// out yet, with when.
     reclaimed: Vec<(Timestamp, String)>,
+    /// Bumped whenever an instance is added or removed.
+    generation: u64,
+    /// What [`SimEc2::instances_now`] last returned: the generation it
+    /// was built at, until when it holds (the next pending instance's start),
+    /// and the instances.
+    view: Option<(u64, Option<Timestamp>, Arc<Vec<Instance>>)>,
 }
 
 /// Reclaims the spot instances whose two minutes are up at `now`, each at
@@ -365,6 +371,7 @@ fn apply_reclaims(state: &mut State, now: Timestamp) {
         .collect();
     for (id, at) in due {
         state.reclaims.remove(&id);
+        state.generation += 1;
         let result = match state.instances.remove(&id) {
             Some(_) => {
                 state.reclaimed.push((at, id.clone()));
@@ -539,6 +546,7 @@ impl SimEc2 {
             )));
         }
         state.instances.insert(id, instance);
+        state.generation += 1;
         Ok(())
     }
 
@@ -550,6 +558,7 @@ impl SimEc2 {
         let mut state = self.lock();
         apply_reclaims(&mut state, now);
         state.reclaims.remove(instance_id);
+        state.generation += 1;
         let result = match state.instances.remove(instance_id) {
             Some(_) => Ok(()),
             None => Err(CloudError::NotFound(instance_id.to_string())),
@@ -620,6 +629,7 @@ impl SimEc2 {
                     .iter()
                     .map(|id| {
                         st.instances.remove(id);
+                        st.generation += 1;
                         st.reclaims.remove(id);
                         st.calls.push(CallRecord {
                             at: now,
@@ -689,6 +699,37 @@ impl SimEc2 {
         let call = record(&result);
         state.calls.push(CallRecord { at: now, call });
         result
+    }
+
+    /// Every live instance as it is now, as the simulation's kubelet and
+    /// report see EC2: not a provider call (nothing is recorded, no injected
+    /// error is taken), and shared until an instance is added, removed or
+    /// starts running.
+    pub fn instances_now(&self) -> Arc<Vec<Instance>> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        apply_reclaims(&mut state, now);
+        if let Some((generation, until, view)) = &state.view
+            && *generation == state.generation
+            && until.is_none_or(|t| now < t)
+        {
+            return view.clone();
+        }
+        let view: Arc<Vec<Instance>> = Arc::new(
+            state
+                .instances
+                .values()
+                .map(|i| self.observe(i, now))
+                .collect(),
+        );
+        let until = state
+            .instances
+            .values()
+            .filter_map(|i| self.running_since(i))
+            .filter(|t| *t > now)
+            .min();
+        state.view = Some((state.generation, until, view.clone()));
+        view
     }
 
     /// An instance as it is at `now`.
@@ -837,6 +878,7 @@ impl SimEc2 {
             security_group_ids,
         };
         state.instances.insert(id, instance.clone());
+        state.generation += 1;
         Ok(Launched {
             instance: self.observe(&instance, now),
             refused,
@@ -915,6 +957,7 @@ impl CloudProvider for SimEc2 {
             |state, _| {
                 let id = find(state, provider_id)?.id.clone();
                 state.instances.remove(&id);
+                state.generation += 1;
                 Ok(())
             },
             |result| Call::Delete {
