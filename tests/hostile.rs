@@ -492,3 +492,29 @@ fn the_binary_runs_the_demo_from_an_empty_directory() {
         .any(|(i, _)| bytes[i..].starts_with(checkout));
     assert!(!found, "the binary refers to the checkout's demo directory");
 }
+
+/// The kube client's error said its cause three times in one line.
+#[test]
+fn the_kubeconfig_error_says_its_cause_once() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+        .arg("snapshot")
+        .env("KUBECONFIG", "/nonexistent/dovetail-test/config")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let first = stderr.lines().next().unwrap();
+    assert!(
+        first.starts_with("error: cannot configure a Kubernetes client: "),
+        "{first}"
+    );
+    for part in [
+        "/nonexistent/dovetail-test/config",
+        "No such file or directory",
+    ] {
+        assert_eq!(first.matches(part).count(), 1, "{part} in {first}");
+    }
+    assert!(stderr.contains("\nhint: set KUBECONFIG"), "{stderr}");
+}
