@@ -6,6 +6,7 @@ mod deploy;
 mod diff;
 mod hostile;
 mod impact;
+mod newcomer;
 mod plan;
 mod simulate;
 mod support;

@@ -30,6 +30,9 @@ pub mod exit {
     pub const ERROR: u8 = 2;
 }
 
+/// The hint for a catalog that cannot be read.
+pub(crate) const CATALOG_HINT: &str = "--catalog takes the instance-type catalog format, {\"instanceTypes\": [...]} with allocatable and offerings; docs/catalog.md describes it and how to capture one";
+
 /// The streams a command writes to: data to `out`, logs and errors to `err`.
 pub struct Io<'a> {
     pub out: &'a mut dyn Write,
@@ -144,13 +147,14 @@ where
 {
     match Cli::try_parse_from(args) {
         Ok(cli) => run(cli, io),
+        // `--help` and `--version` go to stdout, as the binary prints them.
+        Err(e) if !e.use_stderr() => {
+            io.data(&e.to_string());
+            exit::OK
+        }
         Err(e) => {
             let _ = write!(io.err, "{e}");
-            if e.use_stderr() {
-                exit::ERROR
-            } else {
-                exit::OK
-            }
+            exit::ERROR
         }
     }
 }

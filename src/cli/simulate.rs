@@ -65,10 +65,6 @@ fn demo() -> Result<(tempfile::TempDir, scenario::Scenario), String> {
 const TEXT_EVENTS: usize = 200;
 
 pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
-    if !matches!(a.output, OutputFormat::Text | OutputFormat::Json) {
-        io.log("error: simulate prints --output text or json");
-        return exit::ERROR;
-    }
     // The bundled demo's files live as long as the run.
     let mut _demo_dir = None;
     let parsed = match &a.scenario {
@@ -114,6 +110,10 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
             return exit::ERROR;
         }
     };
+    if let Some(d) = zones_mismatch(&scenario, a.catalog.as_deref()) {
+        io.diagnostics(&[d]);
+        return exit::ERROR;
+    }
     let sim = Simulation::new(scenario, a.catalog.as_deref());
     let report = match sim.and_then(|s| s.run(until)) {
         Ok(r) => r,
@@ -144,6 +144,42 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
         _ => io.data(&report.to_text(TEXT_EVENTS)),
     }
     exit::OK
+}
+
+/// The simulated EC2 offers only the catalog's offerings in the scenario's
+/// zones: when none of the catalog's zones is among them, nothing could
+/// ever launch, and every pod would only say "no instance type matches".
+fn zones_mismatch(
+    scenario: &scenario::Scenario,
+    catalog: Option<&Path>,
+) -> Option<crate::diag::Diagnostic> {
+    use crate::cloud::sim::SimEc2;
+    let types = match catalog.or(scenario.catalog.as_deref()) {
+        Some(p) => SimEc2::load_catalog(p),
+        None => SimEc2::builtin_catalog(),
+    }
+    // An unreadable catalog is reported when the simulation loads it.
+    .ok()?;
+    let zones: std::collections::BTreeSet<&str> = types
+        .iter()
+        .flat_map(|t| t.offerings.iter().map(|o| o.zone.as_str()))
+        .collect();
+    if zones.is_empty() || zones.iter().any(|z| scenario.zones.iter().any(|s| s == z)) {
+        return None;
+    }
+    Some(
+        crate::diag::Diagnostic::error(
+            "scenario",
+            format!(
+                "none of the catalog's zones ({}) is among the simulation's zones ({}): no instance type could launch",
+                zones.into_iter().collect::<Vec<_>>().join(", "),
+                scenario.zones.join(", ")
+            ),
+        )
+        .in_file(&scenario.file)
+        .at(scenario.zones_pos)
+        .with_hint("set `zones` (or `region`) to the catalog's, or give a catalog of this region"),
+    )
 }
 
 #[cfg(test)]
