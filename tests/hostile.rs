@@ -518,3 +518,26 @@ fn the_kubeconfig_error_says_its_cause_once() {
     }
     assert!(stderr.contains("\nhint: set KUBECONFIG"), "{stderr}");
 }
+
+/// No committed file names a path of the machine it was written on (the
+/// benches read the shared catalog from an absolute path): paths are
+/// relative to the crate, resolved through CARGO_MANIFEST_DIR.
+#[test]
+fn no_committed_file_names_this_machines_paths() {
+    let repo = git2::Repository::discover(root()).unwrap();
+    let index = repo.index().unwrap();
+    let needles = [["/wo", "rk/"].concat(), ["/ro", "ot/"].concat()];
+    let mut found = Vec::new();
+    for e in index.iter() {
+        let path = String::from_utf8_lossy(&e.path).to_string();
+        let Ok(text) = std::fs::read_to_string(repo.workdir().unwrap().join(&path)) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if needles.iter().any(|n| line.contains(n.as_str())) {
+                found.push(format!("{path}:{}: {line}", i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
