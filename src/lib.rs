@@ -13,6 +13,7 @@ pub mod config;
 pub mod controller;
 pub mod convert;
 pub mod diag;
+pub mod disruption;
 pub mod drift;
 pub mod fsutil;
 pub mod model;

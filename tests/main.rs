@@ -1,11 +1,14 @@
 //! dovetail's integration tests: one test binary (each extra binary would
 //! link the whole dependency tree again), one module per suite.
 
+mod aws;
+mod aws_proxy;
 mod conformance;
 mod deploy;
 mod diff;
 mod hostile;
 mod impact;
+mod moto;
 mod newcomer;
 mod plan;
 mod simulate;

@@ -53,7 +53,7 @@ fn demo_goes_from_pending_pods_to_bound_pods() {
     for c in &claims {
         let reasons = reasons_for(&r, c);
         assert_eq!(
-            reasons,
+            reasons[..4],
             ["Provisioned", "Launched", "Registered", "Initialized"],
             "{c}"
         );
@@ -91,6 +91,78 @@ fn demo_goes_from_pending_pods_to_bound_pods() {
     assert!(s["max_pending_seconds"].as_f64().unwrap() < 120.0, "{s}");
 }
 
+/// The first time an event with this object and reason is in the report.
+fn first_event(r: &Value, object: &str, reason: &str) -> Option<f64> {
+    r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["object"] == object && e["reason"] == reason)
+        .map(|e| e["t"].as_f64().unwrap())
+}
+
+/// Every replacement of a disruption is initialized before the node it
+/// replaces starts to drain.
+fn assert_replacements_initialized_first(r: &Value) {
+    for d in r["disruptions"].as_array().unwrap() {
+        for c in d["nodeclaims"].as_array().unwrap() {
+            let drained = first_event(
+                r,
+                &format!("NodeClaim/{}", c.as_str().unwrap()),
+                "Disrupting",
+            );
+            for rep in d["replacements"].as_array().unwrap() {
+                let ready = first_event(
+                    r,
+                    &format!("NodeClaim/{}", rep.as_str().unwrap()),
+                    "Initialized",
+                );
+                match (ready, drained) {
+                    (Some(ready), Some(drained)) => assert!(ready <= drained, "{d}"),
+                    (None, Some(_)) => panic!("{c} drained without its replacement {rep}: {d}"),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn demo_consolidates_replaces_drifted_nodes_and_ends_within_twice_the_bound() {
+    let r = report(&[]);
+    let reasons: BTreeSet<&str> = r["disruptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    for want in ["Empty", "Underutilized", "Drifted"] {
+        assert!(reasons.contains(want), "{reasons:?}");
+    }
+    assert!(
+        r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "Disruption" && e["reason"] == "Drifted")
+    );
+    assert_replacements_initialized_first(&r);
+    // Every pod that is still there runs; none waits.
+    let s = &r["summary"];
+    assert_eq!(s["pods_pending"], 0, "{s}");
+    for p in r["pods"].as_array().unwrap() {
+        if p["deleted_at"].is_null() {
+            assert!(
+                matches!(p["phase"].as_str(), Some("Running" | "Succeeded")),
+                "{p}"
+            );
+        }
+    }
+    let price = s["price_per_hour"].as_f64().unwrap();
+    let bound = s["lower_bound_price_per_hour"].as_f64().unwrap();
+    assert!(price <= 2.0 * bound, "fleet {price} vs bound {bound}");
+}
+
 #[test]
 fn gpu_pods_land_only_on_gpu_nodes_and_others_never_do() {
     let r = report(&[]);
@@ -113,7 +185,8 @@ fn zone_spread_is_honoured() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| p["namespace"] == "shop")
+        .filter(|p| p["namespace"] == "shop" && p["name"].as_str().unwrap().starts_with("web-"))
+        .filter(|p| p["deleted_at"].is_null())
     {
         let node = node_of(&r, p["node"].as_str().unwrap());
         *per_zone
@@ -322,12 +395,13 @@ fn insufficient_capacity_is_learnt_by_failing_and_skipped_for_three_minutes() {
         }
     }
     // Within three minutes of the failure, nothing launches on it, though
-    // its window has closed; after them, it is the cheapest again.
+    // its window has closed; after them, it is the cheapest again (for the
+    // third pod, and for the consolidation of the larger nodes).
     assert!(
         large.iter().all(|t| *t >= t_failed + 180.0),
         "m7i.large launched at {large:?}, failure at {t_failed}"
     );
-    assert_eq!(large.len(), 1, "{large:?}");
+    assert!(!large.is_empty());
 }
 
 /// Regression: a pod deleted while pending counted as pending until the end

@@ -595,6 +595,10 @@ impl Cluster for Flaky {
         Cluster::get(&self.inner, key)
     }
 
+    fn revision<K: Object>(&self) -> u64 {
+        Cluster::revision::<K>(&self.inner)
+    }
+
     fn create<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
         Cluster::create(&self.inner, obj)
     }

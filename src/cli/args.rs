@@ -36,6 +36,8 @@ pub enum Command {
     Snapshot(SnapshotArgs),
     /// Apply each new commit of a ref to the cluster: validate, dry-run, apply in order, optionally prune.
     Sync(SyncArgs),
+    /// Inspect what the AWS provider sees: instance types with their allocatable resources and prices.
+    Aws(AwsArgs),
 }
 
 /// Where the configuration is read from.
@@ -253,6 +255,77 @@ pub struct CrdsArgs {
     /// Write one file per CRD into this directory instead of printing them.
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct AwsArgs {
+    #[command(subcommand)]
+    pub command: AwsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AwsCommand {
+    /// Print the instance types dovetail can launch, as the controller sees them: labels, capacity, overhead, allocatable and priced offerings (--output json: a catalog for simulate --catalog and plan --catalog).
+    InstanceTypes(AwsInstanceTypesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AwsInstanceTypesArgs {
+    #[command(flatten)]
+    pub aws: AwsCommonArgs,
+    /// An EC2NodeClass (YAML) whose kubelet settings, AMI family and block devices apply, offered in the zones of its status.subnets if it has them.
+    #[arg(long, value_name = "FILE")]
+    pub nodeclass: Option<PathBuf>,
+    /// Output format: a table (text) or a catalog (json).
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// How dovetail reaches AWS and computes instance types.
+#[derive(Debug, Clone, Args)]
+pub struct AwsCommonArgs {
+    /// The AWS region [default: AWS_REGION or the profile's].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// Send AWS calls to this endpoint, e.g. an emulator or a VPC endpoint [default: AWS_ENDPOINT_URL, else the service's].
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+    /// On-demand prices (see docs/aws.md) for types the Pricing API does not price, or for every type when it cannot be reached.
+    #[arg(long, value_name = "FILE")]
+    pub pricing_file: Option<PathBuf>,
+    /// Do not call the Pricing API (isolated VPCs): on-demand prices come from --pricing-file alone.
+    #[arg(long)]
+    pub isolated_vpc: bool,
+    /// The share of each instance's memory the hypervisor keeps, in percent.
+    #[arg(long, value_name = "PERCENT", default_value_t = 7.5)]
+    pub vm_memory_overhead_percent: f64,
+    /// Network interfaces left out of the ENI-limited max pods.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub reserved_enis: i64,
+}
+
+/// What the AWS provider needs to launch nodes for a cluster; for the
+/// controller's command line, with [`AwsCommonArgs`].
+#[derive(Debug, Clone, Args)]
+pub struct AwsClusterArgs {
+    /// The EKS cluster's name: instances are tagged kubernetes.io/cluster/NAME.
+    #[arg(long, value_name = "NAME")]
+    pub cluster_name: String,
+    /// The cluster's Kubernetes version (e.g. 1.34), for AMI aliases [default: the API server's].
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes_version: Option<String>,
+    /// Where AMI alias parameters are read in SSM.
+    #[arg(long, value_name = "PATH", default_value = "/aws/service")]
+    pub ssm_parameter_root: String,
+    /// The cluster's API server endpoint, for nodes to join.
+    #[arg(long, value_name = "URL")]
+    pub cluster_endpoint: Option<String>,
+    /// The cluster's certificate authority (base64), for nodes to join.
+    #[arg(long, value_name = "BASE64")]
+    pub cluster_ca_bundle: Option<String>,
+    /// The cluster's service CIDR (the nodes' cluster DNS is its .10 address).
+    #[arg(long, value_name = "CIDR")]
+    pub service_cidr: Option<String>,
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! tests run them in-process and capture both streams.
 
 pub mod args;
+mod aws;
 mod diff;
 mod impact;
 mod live;
@@ -135,6 +136,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
         Command::Diff(a) => diff::run(&a, io),
         Command::Snapshot(a) => snapshot::run(&a, io),
         Command::Sync(a) => sync::run(&a, io),
+        Command::Aws(a) => aws::run(&a, io),
     }
 }
 

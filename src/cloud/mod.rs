@@ -6,6 +6,8 @@
 //! the controller can react to each (insufficient capacity marks offerings
 //! unavailable and retries elsewhere; not-found means the instance is gone).
 
+pub mod aws;
+pub(crate) mod select;
 pub mod sim;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -165,6 +167,14 @@ pub enum CloudError {
     /// Any other provider failure; retried with backoff.
     #[error("cloud provider error: {0}")]
     Api(String),
+    /// The cloud kept throttling the call (`action`, the IAM action such
+    /// as `ec2:CreateFleet`) through every retry.
+    #[error("{action} throttled after {attempts} attempts")]
+    Throttled { action: String, attempts: u32 },
+    /// The controller's credentials may not call `action` (the IAM action
+    /// its policy must allow).
+    #[error("access denied: the controller's IAM policy must allow {action} ({message})")]
+    AccessDenied { action: String, message: String },
 }
 
 impl CloudError {
@@ -176,6 +186,8 @@ impl CloudError {
             CloudError::NodeClassNotReady { .. } => "nodeclass_not_ready",
             CloudError::InvalidRequest(_) => "invalid_request",
             CloudError::Api(_) => "api",
+            CloudError::Throttled { .. } => "throttled",
+            CloudError::AccessDenied { .. } => "access_denied",
         }
     }
 }

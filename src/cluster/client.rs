@@ -18,6 +18,10 @@ pub trait Cluster: Send + Sync {
     /// One object from the cache.
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>>;
 
+    /// A number that changes whenever an object of kind `K` changes in the
+    /// cache, for skipping work when nothing changed; cheap to read.
+    fn revision<K: Object>(&self) -> u64;
+
     fn create<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
 
     /// Replaces an object (not its status); fails with a conflict when the
@@ -61,6 +65,10 @@ impl Cluster for MemoryCluster {
 
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
         self.get_opt(key)
+    }
+
+    fn revision<K: Object>(&self) -> u64 {
+        self.kind_revision::<K>()
     }
 
     fn create<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {

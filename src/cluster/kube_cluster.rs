@@ -24,6 +24,7 @@ use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
@@ -58,6 +59,8 @@ pub struct KubeCluster {
 struct Cache {
     kind: String,
     store: Box<dyn ErasedStore>,
+    /// Bumped on every watch event: [`Cluster::revision`].
+    revision: Arc<AtomicU64>,
 }
 
 /// A [`Store`] of any kind: waits for its initial list, downcasts back.
@@ -112,12 +115,17 @@ impl KubeCluster {
         .default_backoff()
         .reflect(writer);
         let span = tracing::info_span!("watch", kind = %kind);
+        let revision = Arc::new(AtomicU64::new(0));
+        let bump = revision.clone();
         let task = runtime.spawn(
             async move {
                 let mut events = pin!(events);
                 while let Some(event) = events.next().await {
-                    if let Err(error) = event {
-                        tracing::warn!(%error, "watch failed; retrying");
+                    match event {
+                        Ok(_) => {
+                            bump.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(error) => tracing::warn!(%error, "watch failed; retrying"),
                     }
                 }
             }
@@ -129,6 +137,7 @@ impl KubeCluster {
             Cache {
                 kind,
                 store: Box::new(store),
+                revision,
             },
         );
         Ok(self)
@@ -243,6 +252,12 @@ impl Cluster for KubeCluster {
                 .cmp(&(b.namespace.as_deref(), b.name.as_deref()))
         });
         objects
+    }
+
+    fn revision<K: Object>(&self) -> u64 {
+        self.caches
+            .get(&TypeId::of::<K>())
+            .map_or(0, |c| c.revision.load(Ordering::Relaxed))
     }
 
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {

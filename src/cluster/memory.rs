@@ -280,6 +280,28 @@ impl MemoryCluster {
         }
     }
 
+    /// The resource version of the last change to an object of kind `K`
+    /// (0 if none was ever stored).
+    pub fn kind_revision<K: Object>(&self) -> u64 {
+        self.read()
+            .store::<K>()
+            .map_or(0, |store| *store.subscribe().borrow())
+    }
+
+    /// The status the disruption controller would write for a budget now:
+    /// computed from the current pods as the eviction subresource does.
+    pub fn disruption_budget_status(
+        &self,
+        budget: &PodDisruptionBudget,
+    ) -> Result<pdb::BudgetStatus, String> {
+        let spec = budget.spec.as_ref().ok_or("no spec")?;
+        let selector =
+            Selector::from_optional(spec.selector.as_ref()).map_err(|e| e.to_string())?;
+        let namespace = budget.metadata.namespace.as_deref().unwrap_or_default();
+        let state = self.read();
+        pdb::budget_status(spec, budget_pods(&state, namespace, &selector))
+    }
+
     /// A receiver that changes to the latest event's resource version
     /// whenever an object of kind `K` changes; an async watcher awaits
     /// `changed()` and then calls [`MemoryCluster::watch_from`].
@@ -443,6 +465,29 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
             "Cannot evict pod as it would violate the pod's disruption budget: the disruption budget {budget_name} {detail}"
         ),
     };
+    let counts = budget_pods(state, namespace, &selector);
+    let status =
+        pdb::budget_status(spec, counts).map_err(|e| refuse(format!("cannot be computed: {e}")))?;
+    if !pdb::is_pod_ready(pod) {
+        if spec.unhealthy_pod_eviction_policy.as_deref() == Some(ALWAYS_ALLOW) {
+            return Ok(());
+        }
+        if status.current_healthy >= status.desired_healthy && status.desired_healthy > 0 {
+            return Ok(());
+        }
+    }
+    if status.disruptions_allowed <= 0 {
+        return Err(refuse(format!(
+            "needs {} healthy pods and has {} currently",
+            status.desired_healthy, status.current_healthy
+        )));
+    }
+    Ok(())
+}
+
+/// The pods a budget's selector matches in `namespace`, counted as the
+/// disruption controller counts them.
+fn budget_pods(state: &State, namespace: &str, selector: &Selector) -> BudgetPods {
     let mut counts = BudgetPods::default();
     let mut controllers = BTreeMap::new();
     if let Some(pods) = state.store::<Pod>() {
@@ -470,23 +515,7 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
     counts.scale = controllers
         .values()
         .fold(counts.scale, |sum, replicas| sum.saturating_add(*replicas));
-    let status =
-        pdb::budget_status(spec, counts).map_err(|e| refuse(format!("cannot be computed: {e}")))?;
-    if !pdb::is_pod_ready(pod) {
-        if spec.unhealthy_pod_eviction_policy.as_deref() == Some(ALWAYS_ALLOW) {
-            return Ok(());
-        }
-        if status.current_healthy >= status.desired_healthy && status.desired_healthy > 0 {
-            return Ok(());
-        }
-    }
-    if status.disruptions_allowed <= 0 {
-        return Err(refuse(format!(
-            "needs {} healthy pods and has {} currently",
-            status.desired_healthy, status.current_healthy
-        )));
-    }
-    Ok(())
+    counts
 }
 
 /// The uid of the pod's controller, from its owner references.

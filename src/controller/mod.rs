@@ -8,10 +8,17 @@
 //! virtual clock, the in-cluster runtime on watch events and at that time.
 //! Time comes only from the injected [`Clock`].
 
+mod disruption;
+mod gc;
 mod lifecycle;
+pub mod metrics;
 mod provisioner;
 mod termination;
 
+pub use disruption::{
+    ANNOTATION_DISRUPTION_DECIDED, ANNOTATION_DISRUPTION_REASON, ANNOTATION_REPLACED_BY,
+    ANNOTATION_REPLACES, CONDITION_DISRUPTION_REASON, DISRUPTION_POLL, DisruptionState,
+};
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
 use std::collections::BTreeMap;
@@ -34,6 +41,18 @@ pub struct Settings {
     pub unavailable_offering_ttl: Duration,
     /// How soon a loop with nothing to wait for runs again.
     pub resync: Duration,
+    /// How long a consolidation waits before it is validated again and
+    /// carried out.
+    pub consolidation_validation: Duration,
+    /// How long replacements have to be initialized before a disruption is
+    /// rolled back.
+    pub replacement_timeout: Duration,
+    /// How often a disruption pass runs when nothing it depends on changed
+    /// (prices and offerings move on their own).
+    pub disruption_resync: Duration,
+    /// Whether a spot node may be replaced by spot capacity (at least 15
+    /// cheaper types, as the reference requires).
+    pub spot_to_spot_consolidation: bool,
 }
 
 impl Default for Settings {
@@ -42,6 +61,10 @@ impl Default for Settings {
             registration_ttl: Duration::from_secs(15 * 60),
             unavailable_offering_ttl: Duration::from_secs(3 * 60),
             resync: Duration::from_secs(60),
+            consolidation_validation: Duration::from_secs(15),
+            replacement_timeout: Duration::from_secs(10 * 60),
+            disruption_resync: Duration::from_secs(5 * 60),
+            spot_to_spot_consolidation: true,
         }
     }
 }
@@ -52,14 +75,40 @@ impl Default for Settings {
 pub struct Event {
     #[serde(serialize_with = "crate::controller::rfc3339")]
     pub t: Timestamp,
+    /// What it records: the kind of the object, or `Disruption` for a
+    /// disruption decision.
+    pub kind: String,
     /// `Kind/name` of the object it is about.
     pub object: String,
     pub reason: String,
     pub message: String,
+    /// Objects it relates to (a disruption's replacements).
+    pub related: Vec<String>,
 }
 
 fn rfc3339<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::clock::format_rfc3339(*t))
+}
+
+/// A disruption decision carried out, for the simulation's report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Decision {
+    #[serde(serialize_with = "crate::controller::rfc3339")]
+    pub t: Timestamp,
+    /// `Empty`, `Underutilized`, `Drifted`, `Expired`.
+    pub reason: String,
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// `empty`, `single`, `multi`, or empty for drift and expiration.
+    pub consolidation_type: String,
+    /// The NodeClaims disrupted.
+    pub nodeclaims: Vec<String>,
+    /// The NodeClaims launched to replace them.
+    pub replacements: Vec<String>,
+    /// The replacements' instance types, cheapest first, per replacement.
+    pub replacement_types: Vec<Vec<String>>,
+    /// USD/h: the disrupted nodes' price minus the replacements'.
+    pub savings_per_hour: f64,
 }
 
 /// Offerings that recently failed with insufficient capacity, and until when
@@ -102,8 +151,14 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
     pub unavailable: UnavailableOfferings,
-    events: Vec<Event>,
+    pub(crate) events: Vec<Event>,
+    decisions: Vec<Decision>,
     batch: Batch,
+    disruption: DisruptionState,
+    /// Drains in progress, by NodeClaim: when to evict again.
+    drains: std::collections::HashMap<String, termination::DrainBackoff>,
+    /// The controller's metrics registry (served on `/metrics`).
+    pub metrics: metrics::Metrics,
     /// Pods the last solve could not place, with the reason.
     unschedulable: BTreeMap<String, String>,
     /// Names new NodeClaims deterministically.
@@ -119,7 +174,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             settings,
             unavailable: UnavailableOfferings::default(),
             events: Vec::new(),
+            decisions: Vec::new(),
             batch: Batch::default(),
+            disruption: DisruptionState::default(),
+            drains: std::collections::HashMap::new(),
+            metrics: metrics::Metrics::new(),
             unschedulable: BTreeMap::new(),
             sequence: 0,
         }
@@ -131,15 +190,22 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let t = self.clock.now();
         self.events.push(Event {
             t,
+            kind: object.split('/').next().unwrap_or_default().to_string(),
             object,
             reason: reason.to_string(),
             message,
+            related: Vec::new(),
         });
     }
 
     /// Takes the events recorded since the last call.
     pub fn drain_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
+    }
+
+    /// Takes the disruption decisions carried out since the last call.
+    pub fn drain_decisions(&mut self) -> Vec<Decision> {
+        std::mem::take(&mut self.decisions)
     }
 
     /// One pass of every loop that does not need the scheduler: the NodeClaim

@@ -57,7 +57,11 @@ enum Planned {
     InFlight(String),
     /// On a ready node, until `until`: kube-scheduler should bind it by
     /// then. `grace` is the wait that gave `until`.
-    Ready { until: Timestamp, grace: Duration },
+    Ready {
+        node: String,
+        until: Timestamp,
+        grace: Duration,
+    },
     /// Nowhere, with a reason: holds until the configuration or the claims
     /// change, or the resync.
     Unplaced,
@@ -349,6 +353,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                                 _ => PLACED_GRACE,
                             };
                             Planned::Ready {
+                                node: node.clone(),
                                 until: now.checked_add(grace).unwrap_or(now),
                                 grace,
                             }
@@ -396,7 +401,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The NodePools as the scheduling core sees them, with their instance
     /// types from the cloud, and every instance type seen (for sizing
     /// in-flight claims).
-    async fn nodepool_specs(
+    pub(super) async fn nodepool_specs(
         &mut self,
     ) -> (Vec<Arc<NodePool>>, Vec<NodePoolSpec>, Vec<InstanceType>) {
         let now = self.clock.now();
@@ -489,7 +494,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// The cluster as the scheduling core's input builder reads it.
-    fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
+    pub(super) fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
         Snapshot {
             nodes: self.cluster.list::<Node>(),
             pods: pods.to_vec(),
@@ -604,7 +609,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let class = self.cluster.get::<EC2NodeClass>(&ObjectKey::cluster(
                 pool.spec.template.spec.node_class_ref.name.clone(),
             ));
-            let object = self.nodeclaim_for(pool, class.as_deref(), claim);
+            let name = self.next_claim_name(&claim.nodepool);
+            let object = self.nodeclaim_for(name, pool, class.as_deref(), claim);
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
@@ -635,17 +641,33 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         out
     }
 
+    /// A name for a new NodeClaim of a NodePool: `<pool>-<5 hex digits>`
+    /// from a sequence, skipping names in use (after a restart, or a
+    /// leader change, the sequence starts again).
+    pub(super) fn next_claim_name(&mut self, pool: &str) -> String {
+        loop {
+            self.sequence += 1;
+            let name = format!("{pool}-{:05x}", self.sequence & 0xfffff);
+            if self
+                .cluster
+                .get::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
+                .is_none()
+            {
+                return name;
+            }
+        }
+    }
+
     /// The NodeClaim object for a planned claim of a NodePool, stamped with
     /// the drift hashes of the NodePool and its EC2NodeClass.
-    fn nodeclaim_for(
+    pub(super) fn nodeclaim_for(
         &mut self,
+        name: String,
         pool: &NodePool,
         class: Option<&EC2NodeClass>,
         claim: &NewNodeClaim,
     ) -> NodeClaim {
-        self.sequence += 1;
         let pool_name = pool.metadata.name.clone().unwrap_or_default();
-        let name = format!("{pool_name}-{:05x}", self.sequence & 0xfffff);
         let template = &pool.spec.template;
         let mut labels: BTreeMap<String, String> = template
             .metadata
@@ -710,6 +732,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The pods the last solve could not place, with reasons.
     pub fn unschedulable(&self) -> &BTreeMap<String, String> {
         &self.unschedulable
+    }
+
+    /// Nodes the last solve planned the still `pending` pods on:
+    /// consolidation leaves them alone while those pods wait for them.
+    pub(super) fn nominated_nodes(&self, pending: &BTreeSet<String>) -> BTreeSet<String> {
+        self.batch
+            .planned
+            .iter()
+            .filter(|(pod, _)| pending.contains(*pod))
+            .filter_map(|(_, p)| match p {
+                Planned::Ready { node, .. } => Some(node.clone()),
+                Planned::InFlight(claim) => Some(claim.clone()),
+                Planned::Unplaced => None,
+            })
+            .collect()
     }
 }
 

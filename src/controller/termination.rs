@@ -1,21 +1,66 @@
 //! Termination: a NodeClaim being deleted keeps the termination finalizer
-//! until its node is drained (pods evicted through the eviction API, so
-//! PodDisruptionBudgets hold), its instance is terminated and its node is
+//! until its node is drained, its instance is terminated and its node is
 //! gone. A node deleted directly takes its NodeClaim with it.
+//!
+//! The drain taints the node `karpenter.sh/disrupted:NoSchedule` and evicts
+//! its pods through the eviction API, so PodDisruptionBudgets hold (a 429
+//! is retried with a backoff that doubles up to [`DRAIN_BACKOFF_MAX`]), in
+//! the reference's order: non-critical pods, then non-critical DaemonSet
+//! pods, then critical pods, then critical DaemonSet pods, each group only
+//! once the one before is gone. Critical means the `system-cluster-critical`
+//! or `system-node-critical` priority class. Mirror pods, finished pods and
+//! pods that tolerate the disrupted taint (they would be scheduled straight
+//! back) are not evicted, and pods annotated `karpenter.sh/do-not-disrupt`
+//! are left until the NodeClaim's `terminationGracePeriod` runs out. Once it
+//! has, every pod left is deleted regardless of its budget.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint as NodeTaint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::Controller;
-use crate::api::{FINALIZER_TERMINATION, NodeClaim, TAINT_DISRUPTED};
+use crate::api::{FINALIZER_TERMINATION, NodeClaim};
+use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::cluster::{Cluster, ObjectKey};
 
 /// How soon to look again while pods are still draining.
 const DRAIN_POLL: Duration = Duration::from_secs(5);
+/// The longest wait between evictions of a node refused by budgets.
+pub const DRAIN_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// Priority classes the reference drains last.
+const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
+
+/// The drain group of a pod: lower groups are evicted first.
+fn drain_group(pod: &Pod) -> u8 {
+    let critical = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref())
+        .is_some_and(|c| CRITICAL_CLASSES.contains(&c));
+    let daemon = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet");
+    u8::from(critical) * 2 + u8::from(daemon)
+}
+
+fn do_not_disrupt(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::api::ANNOTATION_DO_NOT_DISRUPT))
+        .is_some_and(|v| v == "true")
+}
+
+fn claim_name(claim: &NodeClaim) -> String {
+    claim.metadata.name.clone().unwrap_or_default()
+}
 
 fn has_finalizer(meta: &kube::api::ObjectMeta) -> bool {
     meta.finalizers
@@ -24,8 +69,8 @@ fn has_finalizer(meta: &kube::api::ObjectMeta) -> bool {
         .any(|f| f == FINALIZER_TERMINATION)
 }
 
-/// Pods a drain must evict: not finished, not already going, not owned by a
-/// DaemonSet (its controller would recreate it) and not a static pod.
+/// Pods a drain must see gone: not finished, not already going, not mirror
+/// pods, and not pods that tolerate the disrupted taint.
 fn evictable(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some() {
@@ -36,13 +81,15 @@ fn evictable(pod: &Pod) -> bool {
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    !mirror && !daemon
+    !mirror && !super::disruption::tolerates_disrupted(pod)
+}
+
+/// A drain's retry state, in memory: losing it after a restart only means
+/// an eviction is retried sooner.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DrainBackoff {
+    next: Timestamp,
+    wait: Duration,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -107,10 +154,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .filter(|p| evictable(p))
                     .collect();
                 if !draining.is_empty() {
-                    self.taint_disrupted(node).await;
-                    self.evict_all(claim, &draining).await;
-                    next = next.min(DRAIN_POLL);
+                    super::disruption::taint_disrupted(&*self.cluster, node).await;
+                    let wait = self.drain(claim, &draining).await;
+                    next = next.min(wait);
                     continue;
+                }
+                if self.drains.remove(&claim_name(claim)).is_some() {
+                    self.metrics.nodes_drained.inc();
                 }
             }
             if !self.terminate_instance(claim).await {
@@ -127,51 +177,88 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         next
     }
 
-    async fn taint_disrupted(&mut self, node: &Node) {
-        let tainted = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|ts| ts.iter().any(|t| t.key == TAINT_DISRUPTED));
-        if tainted {
-            return;
+    /// One step of a drain: evicts the first group of pods still there (or,
+    /// past the terminationGracePeriod, deletes every pod left). Returns
+    /// when to look again.
+    async fn drain(&mut self, claim: &NodeClaim, pods: &[&Arc<Pod>]) -> Duration {
+        let now = self.clock.now();
+        let name = claim_name(claim);
+        let object = format!("NodeClaim/{name}");
+        let backoff = self.drains.get(&name).copied();
+        if let Some(b) = backoff
+            && b.next > now
+        {
+            return Duration::try_from(b.next.duration_since(now)).unwrap_or(DRAIN_POLL);
         }
-        let mut n = node.clone();
-        n.spec
-            .get_or_insert_with(Default::default)
-            .taints
-            .get_or_insert_with(Vec::new)
-            .push(NodeTaint {
-                key: TAINT_DISRUPTED.into(),
-                value: None,
-                effect: "NoSchedule".into(),
-                time_added: None,
+        let grace_over = claim
+            .spec
+            .termination_grace_period
+            .as_deref()
+            .and_then(|g| {
+                match crate::timing::parse_duration(g, crate::timing::DurationSyntax::Hms) {
+                    Ok(crate::timing::NillableDuration::After(d)) => Some(d),
+                    _ => None,
+                }
+            })
+            .zip(claim.metadata.deletion_timestamp.as_ref())
+            .is_some_and(|(grace, deleted)| {
+                Duration::try_from(now.duration_since(deleted.0)).unwrap_or_default() >= grace
             });
-        let _ = self.cluster.replace(n).await;
-    }
-
-    async fn evict_all(&mut self, claim: &NodeClaim, pods: &[&Arc<Pod>]) {
-        let claim_name = format!(
-            "NodeClaim/{}",
-            claim.metadata.name.as_deref().unwrap_or_default()
-        );
-        for pod in pods {
+        if grace_over {
+            for pod in pods {
+                let key = ObjectKey::of(pod.as_ref());
+                if self.cluster.delete::<Pod>(&key).await.is_ok() {
+                    self.metrics.pods_drained.inc();
+                    self.event(
+                        format!("Pod/{key}"),
+                        "Deleted",
+                        format!("terminationGracePeriod of {object} elapsed"),
+                    );
+                }
+            }
+            return DRAIN_POLL;
+        }
+        let group = pods.iter().map(|p| drain_group(p)).min().unwrap_or(0);
+        let mut refused = false;
+        for pod in pods
+            .iter()
+            .filter(|p| drain_group(p) == group && !do_not_disrupt(p))
+        {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            let name = pod.metadata.name.as_deref().unwrap_or_default();
-            match self.cluster.evict(ns, name).await {
-                Ok(()) => self.event(
-                    format!("Pod/{ns}/{name}"),
-                    "Evicted",
-                    format!("evicted to drain {claim_name}"),
-                ),
+            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+            match self.cluster.evict(ns, pod_name).await {
+                Ok(()) => {
+                    self.metrics.pods_drained.inc();
+                    self.event(
+                        format!("Pod/{ns}/{pod_name}"),
+                        "Evicted",
+                        format!("evicted to drain {object}"),
+                    );
+                }
                 Err(e) if e.is_not_found() => {}
-                Err(e) => self.event(
-                    claim_name.clone(),
-                    "EvictionBlocked",
-                    format!("pod {ns}/{name}: {e}"),
-                ),
+                Err(e) => {
+                    refused = true;
+                    self.event(
+                        object.clone(),
+                        "EvictionBlocked",
+                        format!("pod {ns}/{pod_name}: {e}"),
+                    );
+                }
             }
         }
+        let wait = if refused {
+            backoff.map_or(DRAIN_POLL, |b| (b.wait * 2).min(DRAIN_BACKOFF_MAX))
+        } else {
+            DRAIN_POLL
+        };
+        self.drains.insert(
+            name,
+            DrainBackoff {
+                next: now.checked_add(wait).unwrap_or(now),
+                wait,
+            },
+        );
+        wait
     }
 
     /// Terminates the claim's instance; true once it is gone.

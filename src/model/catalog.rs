@@ -171,6 +171,67 @@ fn convert(t: TypeDoc) -> Result<InstanceType, String> {
     Ok(it)
 }
 
+/// The catalog document of `types` (the format [`parse_catalog`] reads):
+/// labels from single-valued requirements, other requirements as such,
+/// capacity, overhead, allocatable and offerings. Zones and capacity types
+/// are left to the offerings, as the reader fills them in from there.
+pub fn catalog_json(types: &[InstanceType]) -> serde_json::Value {
+    use super::labels::{CAPACITY_TYPE, ZONE};
+    use serde_json::json;
+    let quantities = |r: &Resources| json!(r.to_strings());
+    let docs: Vec<serde_json::Value> = types
+        .iter()
+        .map(|it| {
+            let mut labels = BTreeMap::new();
+            let mut requirements = Vec::new();
+            for (key, req) in &it.requirements.0 {
+                if key == ZONE || key == CAPACITY_TYPE {
+                    continue;
+                }
+                if let Some(v) = it.requirements.single_value(key) {
+                    labels.insert(key.clone(), v.to_string());
+                    continue;
+                }
+                let (operator, values): (&str, Vec<String>) = match req.operator() {
+                    Operator::In => ("In", req.values.iter().cloned().collect()),
+                    Operator::NotIn => ("NotIn", req.values.iter().cloned().collect()),
+                    Operator::Exists => ("Exists", Vec::new()),
+                    Operator::DoesNotExist => ("DoesNotExist", Vec::new()),
+                    Operator::Gt | Operator::Gte => {
+                        ("Gt", req.greater_than.iter().map(i64::to_string).collect())
+                    }
+                    Operator::Lt | Operator::Lte => {
+                        ("Lt", req.less_than.iter().map(i64::to_string).collect())
+                    }
+                };
+                requirements.push(json!({"key": key, "operator": operator, "values": values}));
+            }
+            let mut doc = json!({
+                "name": it.name,
+                "labels": labels,
+                "capacity": quantities(&it.capacity),
+                "overhead": {
+                    "kubeReserved": quantities(&it.overhead.kube_reserved),
+                    "systemReserved": quantities(&it.overhead.system_reserved),
+                    "evictionThreshold": quantities(&it.overhead.eviction_threshold),
+                },
+                "allocatable": quantities(&it.allocatable),
+                "offerings": it.offerings.iter().map(|o| json!({
+                    "zone": o.zone,
+                    "capacityType": o.capacity_type,
+                    "price": o.price,
+                    "available": o.available,
+                })).collect::<Vec<_>>(),
+            });
+            if !requirements.is_empty() {
+                doc["requirements"] = json!(requirements);
+            }
+            doc
+        })
+        .collect();
+    serde_json::Value::Array(docs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +251,23 @@ mod tests {
                 .single_value("node.kubernetes.io/instance-type"),
             Some("m5.large")
         );
+    }
+
+    #[test]
+    fn written_catalogs_read_back_the_same() {
+        let text = r#"{"instanceTypes":[{"name":"m5.large",
+            "labels":{"kubernetes.io/arch":"amd64"},
+            "capacity":{"cpu":"2","memory":"7577Mi","pods":"29"},
+            "overhead":{"kubeReserved":{"cpu":"70m","memory":"574Mi"},
+                        "evictionThreshold":{"memory":"100Mi"}},
+            "requirements":[{"key":"example.com/tier","operator":"In","values":["a","b"]}],
+            "offerings":[{"zone":"us-east-1a","capacityType":"on-demand","price":0.096},
+                         {"zone":"us-east-1b","capacityType":"spot","price":0.035,"available":false}]}]}"#;
+        let types = parse_catalog("c.json", text).unwrap();
+        let written = serde_json::json!({"instanceTypes": catalog_json(&types)});
+        let again = parse_catalog("again.json", &written.to_string()).unwrap();
+        assert_eq!(again, types);
+        assert_eq!(again[0].allocatable.get("memory"), 6903 << 20);
     }
 
     #[test]

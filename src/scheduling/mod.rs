@@ -9,19 +9,18 @@ mod bits;
 pub mod explain;
 pub mod lower_bound;
 pub mod pod;
+pub mod removal;
 mod solver;
 mod topology;
 pub mod types;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use solver::SolveError;
 pub use types::*;
 
-use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
 use crate::model::quantity::{CPU, MEMORY};
-use crate::model::{Requirement, Resources};
 use lower_bound::BoundType;
 use solver::Solver;
 
@@ -30,7 +29,7 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 
 /// The order pods are tried in: cpu desc, memory desc, creation time, then
 /// namespace/name so the result does not depend on input order.
-fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
+pub(crate) fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..pods.len()).collect();
     let size: Vec<(i64, i64)> = pods
         .iter()
@@ -63,61 +62,11 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     s.refill();
     s.improve();
 
-    let ncts = s.cts.len().max(1);
-    let mut nodeclaims = Vec::with_capacity(s.claims.len());
-    // Per pool, the part of its limits that neither nodes nor claims have
-    // reserved: claims may list larger types only within it.
-    let mut headroom: Vec<Vec<i64>> = s
-        .pools
-        .iter()
-        .map(|p| {
-            p.lim
-                .iter()
-                .zip(&p.lim_used)
-                .map(|(l, u)| l.saturating_sub(*u))
-                .collect()
-        })
+    let mut headroom = s.headroom();
+    let nodeclaims: Vec<NewNodeClaim> = (0..s.claims.len())
+        .filter(|&ci| !s.claims[ci].pods.is_empty())
+        .map(|ci| s.new_nodeclaim(ci, &mut headroom))
         .collect();
-    for (ci, claim) in s.claims.iter().enumerate() {
-        if claim.pods.is_empty() {
-            continue;
-        }
-        let pool = &s.pools[claim.pool];
-        let types = s.launch_list(ci, &mut headroom[claim.pool]);
-        let offered = claim.offered;
-        let zones: Vec<String> = (0..s.zones.len())
-            .filter(|zi| (offered >> (zi * ncts)) & ((1u128 << ncts) - 1) != 0)
-            .map(|zi| s.zones[zi].clone())
-            .collect();
-        let capacity_types: Vec<String> = (0..s.cts.len())
-            .filter(|ci| (0..s.zones.len()).any(|zi| offered & (1u128 << (zi * ncts + ci)) != 0))
-            .map(|ci| s.cts[ci].clone())
-            .collect();
-        let names: Vec<String> = types.iter().map(|t| pool.types[t.1].name.clone()).collect();
-        let mut requirements = claim.reqs.clone();
-        requirements.add(INSTANCE_TYPE, Requirement::in_values(names.iter().cloned()));
-        requirements.add(ZONE, Requirement::in_values(zones.iter().cloned()));
-        requirements.add(
-            CAPACITY_TYPE,
-            Requirement::in_values(capacity_types.iter().cloned()),
-        );
-        let mut requests = Resources::new();
-        for (d, name) in s.dims.iter().enumerate() {
-            requests.set(name, claim.used[d]);
-        }
-        let mut pods: Vec<String> = claim.pods.iter().map(|&p| s.pods[p].key()).collect();
-        pods.sort();
-        nodeclaims.push(NewNodeClaim {
-            nodepool: pool.name.clone(),
-            requirements,
-            instance_types: names,
-            zones,
-            capacity_types,
-            pods,
-            requests,
-            price: types.first().map_or(0.0, |t| t.0),
-        });
-    }
 
     let mut by_node: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for (pod, n) in s.placed_node.iter().enumerate() {
@@ -174,12 +123,12 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     let bound_types: Vec<BoundType> = s
         .allowed_types(&placed)
         .into_iter()
-        .filter_map(|(pool, t)| {
+        .map(|(pool, t, price)| {
             let ty = &s.pools[pool].types[t];
-            ty.offers.first().map(|(_, price)| BoundType {
+            BoundType {
                 alloc: ty.alloc.iter().map(|v| *v as f64).collect(),
-                price: *price,
-            })
+                price,
+            }
         })
         .collect();
     let needs_new = demand.iter().any(|d| *d > 0.0) || forced > 0;

@@ -73,6 +73,35 @@ pub struct VolumeIndex {
 }
 
 impl VolumeIndex {
+    /// The index of a cluster's claims, volumes and storage classes.
+    pub fn new<C, V, S>(claims: &[C], volumes: &[V], storage_classes: &[S]) -> Self
+    where
+        C: std::ops::Deref<Target = PersistentVolumeClaim>,
+        V: std::ops::Deref<Target = PersistentVolume>,
+        S: std::ops::Deref<Target = StorageClass>,
+    {
+        let mut index = VolumeIndex::default();
+        for c in claims {
+            let key = format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap_or("default"),
+                c.metadata.name.as_deref().unwrap_or("")
+            );
+            index.claims.insert(key, (**c).clone());
+        }
+        for v in volumes {
+            index
+                .volumes
+                .insert(v.metadata.name.clone().unwrap_or_default(), (**v).clone());
+        }
+        for sc in storage_classes {
+            index
+                .storage_classes
+                .insert(sc.metadata.name.clone().unwrap_or_default(), (**sc).clone());
+        }
+        index
+    }
+
     /// Zonal requirements of a pod's volumes: node affinity of bound
     /// PersistentVolumes, and allowedTopologies of WaitForFirstConsumer
     /// StorageClasses for unbound claims.

@@ -56,7 +56,7 @@ fn itype(name: &str, cpu: i64, mem_gi: i64, gpus: i64, price: f64) -> InstanceTy
     it
 }
 
-fn catalog() -> Vec<InstanceType> {
+pub(crate) fn catalog() -> Vec<InstanceType> {
     vec![
         itype("small", 2, 4, 0, 0.1),
         itype("medium", 4, 16, 0, 0.2),

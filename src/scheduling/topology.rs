@@ -124,6 +124,22 @@ impl Counter {
         }
     }
 
+    /// Removes one pod recorded on target `t` with `value` (the inverse of
+    /// [`Counter::record`]).
+    pub fn remove(&mut self, t: usize, value: Option<u32>) {
+        match self.key {
+            TopoKey::Hostname => self.unrecord(t),
+            TopoKey::Key(_) => {
+                if let Some(c) = value.and_then(|v| self.by_value.get_mut(v as usize))
+                    && *c > 0
+                {
+                    *c -= 1;
+                    self.total = self.total.saturating_sub(1);
+                }
+            }
+        }
+    }
+
     /// Removes one pod recorded on hostname target `t`.
     pub fn unrecord(&mut self, t: usize) {
         if let Some(c) = self.by_target.get_mut(t)

@@ -42,6 +42,9 @@ pub const MAX_STEP: Duration = Duration::from_secs(30);
 /// timeouts, batch windows) reports its own wake-up, so the safety resync a
 /// real cluster needs against missed watch events can be long here.
 pub const SIM_RESYNC: Duration = Duration::from_secs(15 * 60);
+/// How often the fleet's price is sampled against the workload's lower
+/// bound for the report's `fleet[]` series.
+pub const FLEET_SAMPLE: Duration = Duration::from_secs(15 * 60);
 /// The step after anything changed, to let the loops settle.
 pub const SETTLE_STEP: Duration = Duration::from_secs(1);
 /// Watch history kept by the simulated API server: enough for a burst of
@@ -150,6 +153,30 @@ pub struct Simulation {
     changed_ticks: u64,
     /// The git copy of the configuration, from the first `commit` step on.
     config_repo: Option<ConfigRepo>,
+    /// When the fleet was last sampled, and the lower bound then with the
+    /// pods' revision it was computed for.
+    last_sample: Option<Timestamp>,
+    bound: Option<(u64, Option<f64>)>,
+}
+
+/// dovetail's controller as the simulation runs it.
+fn new_controller(
+    cluster: &Arc<MemoryCluster>,
+    cloud: &Arc<SimEc2>,
+    clock: Arc<dyn Clock>,
+) -> Controller<MemoryCluster, SimEc2> {
+    Controller::new(
+        cluster.clone(),
+        cloud.clone(),
+        clock,
+        Settings {
+            resync: SIM_RESYNC,
+            // Prices and offerings of the simulated EC2 change only
+            // through what the passes see change.
+            disruption_resync: SIM_RESYNC,
+            ..Settings::default()
+        },
+    )
 }
 
 fn at(start: Timestamp, offset: Duration) -> Timestamp {
@@ -184,6 +211,10 @@ impl Simulation {
         config.region = scenario.region.clone();
         config.zones = scenario.zones.clone();
         config.launch_delay = scenario.cloud.launch_delay;
+        config.kubernetes_version = scenario.cloud.kubernetes_version.clone();
+        config.images = scenario.cloud.images.clone();
+        config.subnets = scenario.cloud.subnets.clone();
+        config.security_groups = scenario.cloud.security_groups.clone();
         config.insufficient_capacity = scenario
             .cloud
             .insufficient_capacity
@@ -233,15 +264,7 @@ impl Simulation {
             apply(&cluster, m)?;
         }
 
-        let controller = Controller::new(
-            cluster.clone(),
-            cloud.clone(),
-            dyn_clock,
-            Settings {
-                resync: SIM_RESYNC,
-                ..Settings::default()
-            },
-        );
+        let controller = new_controller(&cluster, &cloud, dyn_clock);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .map_err(|e| SimError::Setup(e.to_string()))?;
@@ -260,6 +283,8 @@ impl Simulation {
             ticks: 0,
             changed_ticks: 0,
             config_repo: None,
+            last_sample: None,
+            bound: None,
         })
     }
 
@@ -326,6 +351,42 @@ impl Simulation {
                     .event(now, kind.clone(), "Deleted", format!("{n} object(s)"));
             }
             Action::Advance(_) => {}
+            Action::PublishImage { family, release } => {
+                let release = if release.is_empty() {
+                    self.next_release(family)
+                } else {
+                    release.clone()
+                };
+                self.cloud
+                    .publish_image(family, &release)
+                    .map_err(SimError::Setup)?;
+                self.recorder.event(
+                    now,
+                    format!("Image/{family}"),
+                    "ImagePublished",
+                    format!("{family}@latest is now {release}"),
+                );
+            }
+            Action::UpgradeKubernetes { version } => {
+                let before = self.cloud.account().kubernetes_version;
+                self.cloud.upgrade_kubernetes(version);
+                self.recorder.event(
+                    now,
+                    "Cluster/kubernetes".into(),
+                    "KubernetesUpgraded",
+                    format!("from {before} to {version}"),
+                );
+            }
+            Action::Restart => {
+                let clock: Arc<dyn Clock> = self.clock.clone();
+                self.controller = new_controller(&self.cluster, &self.cloud, clock);
+                self.recorder.event(
+                    now,
+                    "Controller/dovetail".into(),
+                    "Restarted",
+                    "the controller restarted; its in-memory state is gone".into(),
+                );
+            }
             Action::Commit(step) => {
                 let repo = match self.config_repo.as_mut() {
                     Some(repo) => repo,
@@ -351,6 +412,27 @@ impl Simulation {
         Ok(())
     }
 
+    /// A release name for an image published without one: `v` and the
+    /// virtual date, with a counter if that day already has one.
+    fn next_release(&self, family: &str) -> String {
+        let date = crate::clock::format_rfc3339(self.clock.now());
+        let base = format!("v{}", date.get(..10).unwrap_or_default().replace('-', ""));
+        let existing = self
+            .cloud
+            .account()
+            .releases
+            .get(family)
+            .cloned()
+            .unwrap_or_default();
+        let mut release = base.clone();
+        let mut n = 1;
+        while existing.contains(&release) {
+            n += 1;
+            release = format!("{base}.{n}");
+        }
+        release
+    }
+
     /// One pass of every actor at the current time; whether anything changed.
     fn tick(&mut self) -> (bool, Duration) {
         let now = self.clock.now();
@@ -362,21 +444,28 @@ impl Simulation {
         let wake_n = self
             .runtime
             .block_on(self.controller.reconcile_nodeclaims());
+        let wake_d = self
+            .runtime
+            .block_on(self.controller.reconcile_disruption());
+        let budgets = self.workloads.disruption_budgets(&self.cluster);
         let instances = self.runtime.block_on(self.cloud.list()).unwrap_or_default();
         let k = self
             .kubelet
             .sync(&self.cluster, &instances, &self.catalog, now);
         let events = self.controller.drain_events();
+        let decisions = self.controller.drain_decisions();
         let changed = !w.created.is_empty()
             || !w.deleted.is_empty()
             || !s.bound.is_empty()
             || !k.is_empty()
-            || !events.is_empty();
+            || !events.is_empty()
+            || budgets > 0;
         self.recorder.controller_events(events);
+        self.recorder.decisions(decisions);
         self.recorder.kubelet(now, &k);
         self.recorder.observe(&self.cluster, &instances, now);
         // The next time something is due on its own.
-        let mut wake = wake_p.min(wake_n);
+        let mut wake = wake_p.min(wake_n).min(wake_d);
         for i in &instances {
             if let Some(ready) = self.kubelet.ready_at(i)
                 && ready > now
@@ -389,6 +478,34 @@ impl Simulation {
             wake = wake.min(MAX_STEP);
         }
         (changed, wake)
+    }
+
+    /// The lower bound of the workload now, computed again only when the
+    /// pods changed.
+    fn lower_bound(&mut self) -> Option<f64> {
+        let revision = self.cluster.kind_revision::<Pod>();
+        if let Some((r, b)) = self.bound
+            && r == revision
+        {
+            return b;
+        }
+        let b = self
+            .runtime
+            .block_on(self.controller.workload_lower_bound());
+        self.bound = Some((revision, b));
+        b
+    }
+
+    /// Samples the fleet for the report every [`FLEET_SAMPLE`].
+    fn sample_fleet(&mut self, now: Timestamp) {
+        if self.last_sample.is_some_and(|t| {
+            Duration::try_from(now.duration_since(t)).unwrap_or_default() < FLEET_SAMPLE
+        }) {
+            return;
+        }
+        self.last_sample = Some(now);
+        let bound = self.lower_bound();
+        self.recorder.fleet_point(now, bound);
     }
 
     /// Runs the whole scenario and returns the report.
@@ -405,6 +522,7 @@ impl Simulation {
                 next_step += 1;
             }
             let (changed, wake) = self.tick();
+            self.sample_fleet(now);
             self.ticks += 1;
             if changed {
                 self.changed_ticks += 1;
@@ -433,9 +551,9 @@ impl Simulation {
             changed_ticks = self.changed_ticks,
             "simulation loop finished"
         );
-        let lower_bound = self
-            .runtime
-            .block_on(self.controller.workload_lower_bound());
+        let lower_bound = self.lower_bound();
+        let end_at = self.clock.now();
+        self.recorder.fleet_point(end_at, lower_bound);
         let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
         let calls = self.cloud.calls().len();
         Ok(self

@@ -13,7 +13,7 @@ use super::kubelet::KubeletReport;
 use crate::clock::{Timestamp, format_rfc3339};
 use crate::cloud::{Instance, InstanceState};
 use crate::cluster::{EventType, MemoryCluster, Selector};
-use crate::controller::Event;
+use crate::controller::{Decision, Event};
 
 /// The reason given for a pod pending at the end of a run that the last
 /// solve did not call unschedulable: capacity was planned for it.
@@ -45,13 +45,16 @@ pub struct NodeRecord {
     pub launched_at: String,
     pub deleted_at: Option<String>,
     pub disruption_reason: Option<String>,
+    /// When the node was tainted `karpenter.sh/disrupted` for a disruption.
+    pub disruption_started_at: Option<String>,
+    /// The NodeClaims launched to replace it (empty for a delete).
+    pub replaced_by: Vec<String>,
+    pub nodeclaim: String,
     pub pods: Vec<String>,
     #[serde(skip)]
     launched: Option<Timestamp>,
     #[serde(skip)]
     deleted: Option<Timestamp>,
-    #[serde(skip)]
-    nodeclaim: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -97,6 +100,31 @@ pub struct Summary {
     pub cloud_calls: usize,
 }
 
+/// A disruption decision carried out.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionRecord {
+    /// Seconds since the start.
+    pub t: f64,
+    pub reason: String,
+    pub decision: String,
+    pub consolidation_type: String,
+    pub nodeclaims: Vec<String>,
+    pub replacements: Vec<String>,
+    pub replacement_types: Vec<Vec<String>>,
+    pub savings_per_hour: f64,
+}
+
+/// The fleet at one time: its nodes and hourly price, and the lower bound
+/// on the price of capacity for the workload then.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetPoint {
+    /// Seconds since the start.
+    pub t: f64,
+    pub nodes: usize,
+    pub price_per_hour: f64,
+    pub lower_bound_price_per_hour: Option<f64>,
+}
+
 /// The JSON report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -106,6 +134,10 @@ pub struct Report {
     pub nodes: Vec<NodeRecord>,
     pub pods: Vec<PodRecord>,
     pub events: Vec<ReportEvent>,
+    /// Disruption decisions carried out, with their savings.
+    pub disruptions: Vec<DecisionRecord>,
+    /// The fleet's price against the workload's lower bound over time.
+    pub fleet: Vec<FleetPoint>,
     pub unschedulable: Vec<Unschedulable>,
     pub summary: Summary,
 }
@@ -119,6 +151,8 @@ pub struct Recorder {
     nodes: BTreeMap<String, NodeRecord>,
     pod_version: u64,
     evictions: usize,
+    decisions: Vec<DecisionRecord>,
+    fleet: Vec<FleetPoint>,
     /// Active pods owned by Jobs: their completions are due on their own.
     active_jobs: usize,
 }
@@ -147,6 +181,8 @@ impl Recorder {
             nodes: BTreeMap::new(),
             pod_version: 0,
             evictions: 0,
+            decisions: Vec::new(),
+            fleet: Vec::new(),
             active_jobs: 0,
         }
     }
@@ -171,17 +207,64 @@ impl Recorder {
             if e.reason == "Evicted" {
                 self.evictions += 1;
             }
-            if let Some(claim) = e.object.strip_prefix("NodeClaim/")
-                && matches!(
-                    e.reason.as_str(),
-                    "RegistrationTimeout" | "NodeDeleted" | "InstanceGone"
-                )
+            let claim = e.object.strip_prefix("NodeClaim/");
+            if let Some(claim) = claim
+                && (e.kind == "Disruption"
+                    || matches!(
+                        e.reason.as_str(),
+                        "RegistrationTimeout" | "NodeDeleted" | "InstanceGone"
+                    ))
                 && let Some(n) = self.nodes.values_mut().find(|n| n.nodeclaim == claim)
             {
                 n.disruption_reason.get_or_insert_with(|| e.reason.clone());
+                if e.kind == "Disruption" {
+                    n.disruption_started_at
+                        .get_or_insert_with(|| format_rfc3339(e.t));
+                    n.replaced_by.clone_from(&e.related);
+                }
             }
-            self.event(e.t, e.object, &e.reason, e.message);
+            self.events.push(ReportEvent {
+                t: secs(self.start, e.t),
+                kind: e.kind,
+                object: e.object,
+                reason: e.reason,
+                message: e.message,
+            });
         }
+    }
+
+    /// Disruption decisions carried out.
+    pub fn decisions(&mut self, decisions: Vec<Decision>) {
+        for d in decisions {
+            self.decisions.push(DecisionRecord {
+                t: secs(self.start, d.t),
+                reason: d.reason,
+                decision: d.decision,
+                consolidation_type: d.consolidation_type,
+                nodeclaims: d.nodeclaims,
+                replacements: d.replacements,
+                replacement_types: d.replacement_types,
+                savings_per_hour: (d.savings_per_hour * 1e6).round() / 1e6,
+            });
+        }
+    }
+
+    /// A point of the fleet's price against the workload's lower bound.
+    pub fn fleet_point(&mut self, t: Timestamp, lower_bound: Option<f64>) {
+        let price: f64 = self
+            .nodes
+            .values()
+            .filter(|n| n.deleted.is_none())
+            .map(|n| n.price_per_hour)
+            .sum();
+        let nodes = self.nodes.values().filter(|n| n.deleted.is_none()).count();
+        let round = |x: f64| (x * 1e6).round() / 1e6;
+        self.fleet.push(FleetPoint {
+            t: secs(self.start, t),
+            nodes,
+            price_per_hour: round(price),
+            lower_bound_price_per_hour: lower_bound.map(round),
+        });
     }
 
     pub fn kubelet(&mut self, now: Timestamp, k: &KubeletReport) {
@@ -193,12 +276,20 @@ impl Recorder {
                 "kubelet registered the node".into(),
             );
         }
-        for n in k.deleted.iter().chain(&k.orphans_deleted) {
+        for n in &k.deleted {
             self.event(
                 now,
                 format!("Node/{n}"),
                 "NodeRemoved",
                 "the instance is gone".into(),
+            );
+        }
+        for p in &k.orphans_deleted {
+            self.event(
+                now,
+                format!("Pod/{p}"),
+                "PodGarbageCollected",
+                "its node is gone".into(),
             );
         }
         for p in &k.completed {
@@ -310,10 +401,12 @@ impl Recorder {
                     launched_at: format_rfc3339(i.launched_at),
                     deleted_at: None,
                     disruption_reason: None,
+                    disruption_started_at: None,
+                    replaced_by: Vec::new(),
+                    nodeclaim: i.nodeclaim.clone(),
                     pods: Vec::new(),
                     launched: Some(i.launched_at),
                     deleted: None,
-                    nodeclaim: i.nodeclaim.clone(),
                 });
             if let Some(n) = node_names.get(&i.provider_id) {
                 rec.name = n.clone();
@@ -426,6 +519,8 @@ impl Recorder {
             nodes: self.nodes.into_values().collect(),
             pods: self.pods.into_values().collect(),
             events: self.events,
+            disruptions: self.decisions,
+            fleet: self.fleet,
             unschedulable: unschedulable
                 .into_iter()
                 .map(|(pod, reason)| Unschedulable { pod, reason })

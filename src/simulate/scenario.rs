@@ -12,6 +12,9 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use crate::clock::{Timestamp, parse_rfc3339};
+use crate::cloud::sim::nodeclass::{
+    DEFAULT_KUBERNETES_VERSION, FAMILIES, SimImage, SimSecurityGroup, SimSubnet,
+};
 use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 use crate::config::yaml::{self, Limits, Node, Value};
 use crate::diag::{Diagnostic, JsonPath, Pos};
@@ -69,6 +72,14 @@ pub struct CloudSettings {
     /// From `RunInstances` to the node registering with the cluster.
     pub launch_delay: Duration,
     pub insufficient_capacity: Vec<CapacityWindow>,
+    /// The cluster's Kubernetes version: AMI aliases resolve for it.
+    pub kubernetes_version: String,
+    /// Images of the account, for `amiSelectorTerms` by id, name or tags.
+    pub images: Vec<SimImage>,
+    /// The VPC's subnets; unset: one per zone, selected by every term.
+    pub subnets: Option<Vec<SimSubnet>>,
+    /// The VPC's security groups; unset: one, selected by every term.
+    pub security_groups: Option<Vec<SimSecurityGroup>>,
 }
 
 impl Default for CloudSettings {
@@ -76,6 +87,10 @@ impl Default for CloudSettings {
         CloudSettings {
             launch_delay: DEFAULT_LAUNCH_DELAY,
             insufficient_capacity: Vec::new(),
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_string(),
+            images: Vec::new(),
+            subnets: None,
+            security_groups: None,
         }
     }
 }
@@ -123,6 +138,15 @@ pub enum Action {
     Advance(Duration),
     /// A commit to the configuration repository, applied by git-driven sync.
     Commit(CommitStep),
+    /// A new release of an AMI family is published: `family@latest`
+    /// resolves to it from now on.
+    PublishImage { family: String, release: String },
+    /// The cluster's Kubernetes version is upgraded: AMI aliases resolve to
+    /// the new version's images.
+    UpgradeKubernetes { version: String },
+    /// dovetail's controller is stopped and started again: everything it
+    /// holds only in memory is lost; the cluster and the cloud remain.
+    Restart,
 }
 
 /// The `commit` step: files written or deleted in the configuration
@@ -149,7 +173,17 @@ pub struct CommitFile {
     pub pos: Pos,
 }
 
-const STEP_KINDS: [&str; 6] = ["apply", "scale", "delete", "commit", "interrupt", "advance"];
+const STEP_KINDS: [&str; 9] = [
+    "apply",
+    "scale",
+    "delete",
+    "commit",
+    "interrupt",
+    "advance",
+    "publishImage",
+    "upgradeKubernetes",
+    "restart",
+];
 
 /// A problem in a scenario: always a diagnostic with file and position.
 pub type ScenarioError = Box<Diagnostic>;
@@ -464,9 +498,107 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
     })
 }
 
+/// A map of string tags (`tags:`), empty when unset.
+fn tags(
+    ctx: &Ctx,
+    node: &Node,
+) -> Result<std::collections::BTreeMap<String, String>, ScenarioError> {
+    let Some(t) = node.get("tags") else {
+        return Ok(Default::default());
+    };
+    if !matches!(t.value, Value::Map(_)) {
+        return Err(ctx.err(t, "tags must be a mapping of strings"));
+    }
+    entries(t)
+        .iter()
+        .map(|(k, v)| Ok((k.name.clone(), ctx.str(v, "a tag value")?.to_string())))
+        .collect()
+}
+
+/// A required string field of a mapping.
+fn required(ctx: &Ctx, node: &Node, key: &str, what: &str) -> Result<String, ScenarioError> {
+    node.get(key)
+        .ok_or_else(|| ctx.err(node, format!("{what} needs `{key}`")))
+        .and_then(|n| ctx.str(n, key))
+        .map(str::to_string)
+}
+
+fn list<'n>(ctx: &Ctx, node: &'n Node, what: &str) -> Result<&'n [Node], ScenarioError> {
+    match &node.value {
+        Value::Seq(items) => Ok(items),
+        _ => Err(ctx.err(node, format!("{what} must be a list"))),
+    }
+}
+
 fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError> {
-    check_keys(ctx, node, &["launchDelay", "insufficientCapacity"], "cloud")?;
+    check_keys(
+        ctx,
+        node,
+        &[
+            "launchDelay",
+            "insufficientCapacity",
+            "kubernetesVersion",
+            "images",
+            "subnets",
+            "securityGroups",
+        ],
+        "cloud",
+    )?;
     let mut c = CloudSettings::default();
+    if let Some(n) = node.get("kubernetesVersion") {
+        c.kubernetes_version = kubernetes_version(ctx, n)?;
+    }
+    if let Some(n) = node.get("images") {
+        for i in list(ctx, n, "images")? {
+            check_keys(ctx, i, &["id", "name", "arch", "tags"], "an image")?;
+            let arch = i
+                .get("arch")
+                .map(|a| ctx.str(a, "arch").map(str::to_string))
+                .transpose()?
+                .unwrap_or_else(|| "amd64".into());
+            if !["amd64", "arm64"].contains(&arch.as_str()) {
+                return Err(ctx.err(i, format!("arch {arch:?} is not amd64 or arm64")));
+            }
+            c.images.push(SimImage {
+                id: required(ctx, i, "id", "an image")?,
+                name: i
+                    .get("name")
+                    .map(|n| ctx.str(n, "name").map(str::to_string))
+                    .transpose()?
+                    .unwrap_or_default(),
+                arch,
+                tags: tags(ctx, i)?,
+            });
+        }
+    }
+    if let Some(n) = node.get("subnets") {
+        let mut subnets = Vec::new();
+        for sn in list(ctx, n, "subnets")? {
+            check_keys(ctx, sn, &["id", "zone", "tags"], "a subnet")?;
+            subnets.push(SimSubnet {
+                id: required(ctx, sn, "id", "a subnet")?,
+                zone: required(ctx, sn, "zone", "a subnet")?,
+                tags: tags(ctx, sn)?,
+            });
+        }
+        c.subnets = Some(subnets);
+    }
+    if let Some(n) = node.get("securityGroups") {
+        let mut groups = Vec::new();
+        for g in list(ctx, n, "securityGroups")? {
+            check_keys(ctx, g, &["id", "name", "tags"], "a security group")?;
+            groups.push(SimSecurityGroup {
+                id: required(ctx, g, "id", "a security group")?,
+                name: g
+                    .get("name")
+                    .map(|n| ctx.str(n, "name").map(str::to_string))
+                    .transpose()?
+                    .unwrap_or_default(),
+                tags: tags(ctx, g)?,
+            });
+        }
+        c.security_groups = Some(groups);
+    }
     if let Some(n) = node.get("launchDelay") {
         c.launch_delay = ctx.duration(n, "launchDelay")?;
     }
@@ -516,6 +648,30 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
         }
     }
     Ok(c)
+}
+
+/// A Kubernetes minor version such as `"1.34"`.
+fn kubernetes_version(ctx: &Ctx, node: &Node) -> Result<String, ScenarioError> {
+    // A number would lose its trailing zero (1.30 is 1.3): only strings.
+    let v = match &node.value {
+        Value::Str(s) => s.clone(),
+        _ => {
+            return Err(ctx.err(
+                node,
+                "a Kubernetes version is a string such as \"1.34\" (quote it in YAML)",
+            ));
+        }
+    };
+    let valid = v
+        .split_once('.')
+        .is_some_and(|(a, b)| a.parse::<u16>().is_ok() && b.parse::<u16>().is_ok());
+    if !valid {
+        return Err(ctx.err(
+            node,
+            format!("{v:?} is not a Kubernetes version such as \"1.34\" (quote it in YAML)"),
+        ));
+    }
+    Ok(v)
 }
 
 /// Objects given inline (a list, or one object) or as `{file: path}`.
@@ -836,6 +992,39 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                 Action::Advance(d)
             }
             "commit" => Action::Commit(commit_step(ctx, body)?),
+            "publishImage" => {
+                check_keys(ctx, body, &["family", "release"], "publishImage")?;
+                let family = required(ctx, body, "family", "publishImage")?;
+                if !FAMILIES.contains(&family.as_str()) {
+                    return Err(ctx.err(
+                        body.get("family").unwrap_or(body),
+                        format!(
+                            "unknown AMI family {family:?}; expected one of {}",
+                            FAMILIES.join(", ")
+                        ),
+                    ));
+                }
+                let release = match body.get("release") {
+                    Some(r) => ctx.str(r, "release")?.to_string(),
+                    None => String::new(),
+                };
+                Action::PublishImage { family, release }
+            }
+            "upgradeKubernetes" => {
+                check_keys(ctx, body, &["version"], "upgradeKubernetes")?;
+                let v = body
+                    .get("version")
+                    .ok_or_else(|| ctx.err(body, "upgradeKubernetes needs `version`"))?;
+                Action::UpgradeKubernetes {
+                    version: kubernetes_version(ctx, v)?,
+                }
+            }
+            "restart" => {
+                if ctx.str(body, "restart")? != "controller" {
+                    return Err(ctx.err(body, "restart takes `controller`"));
+                }
+                Action::Restart
+            }
             "interrupt" => {
                 return Err(ctx.err_at(key.pos, "the `interrupt` step needs interruption handling, which this build of dovetail does not have yet"));
             }
@@ -982,7 +1171,7 @@ mod tests {
     fn bad_input_names_the_line() {
         assert_eq!(
             err("config: r\ntimeline:\n  - at: 1m\n    launch: {}\n"),
-            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance"
+            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance, publishImage, upgradeKubernetes, restart"
         );
         assert_eq!(
             err(

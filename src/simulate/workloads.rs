@@ -10,6 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, PodTemplateSpec};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::Resource;
 use kube::api::ObjectMeta;
@@ -33,6 +34,13 @@ pub struct Workloads {
     /// The cluster's resourceVersion after the last pass: the controllers
     /// act on state alone, so with no change since there is nothing to do.
     seen: Option<u64>,
+    /// The Pod and PodDisruptionBudget revisions the budgets' status was
+    /// last written for.
+    budgets_seen: Option<(u64, u64)>,
+    /// Per Job uid, the uids of its pods counted as succeeded: a completion
+    /// stays counted when the pod is deleted afterwards (with its node), as
+    /// the Job controller's pod-tracking finalizers ensure.
+    succeeded: HashMap<String, std::collections::HashSet<String>>,
 }
 
 fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Option<OwnerReference> {
@@ -56,6 +64,50 @@ fn phase(pod: &Pod) -> &str {
 
 impl Workloads {
     /// Brings Deployments and Jobs to their desired pods.
+    /// The disruption controller's part: writes each PodDisruptionBudget's
+    /// status (expected, desired and current healthy pods, disruptions
+    /// allowed) from the current pods, as kube-controller-manager does, so
+    /// that what dovetail reads is what a real cluster reports. Returns the
+    /// number of budgets whose status changed.
+    pub fn disruption_budgets(&mut self, cluster: &MemoryCluster) -> usize {
+        let seen = (
+            cluster.kind_revision::<Pod>(),
+            cluster.kind_revision::<PodDisruptionBudget>(),
+        );
+        if self.budgets_seen == Some(seen) {
+            return 0;
+        }
+        let mut changed = 0;
+        for b in cluster
+            .list::<PodDisruptionBudget>(None, &Selector::everything())
+            .items
+        {
+            let Ok(s) = cluster.disruption_budget_status(&b) else {
+                continue;
+            };
+            let status = PodDisruptionBudgetStatus {
+                current_healthy: Some(s.current_healthy),
+                desired_healthy: Some(s.desired_healthy),
+                disruptions_allowed: Some(s.disruptions_allowed),
+                expected_pods: Some(s.expected_pods),
+                observed_generation: b.metadata.generation,
+                ..b.status.clone().unwrap_or_default()
+            };
+            if b.status.as_ref() != Some(&status) {
+                let mut updated = (*b).clone();
+                updated.status = Some(status);
+                if cluster.update_status(updated).is_ok() {
+                    changed += 1;
+                }
+            }
+        }
+        self.budgets_seen = Some((
+            cluster.kind_revision::<Pod>(),
+            cluster.kind_revision::<PodDisruptionBudget>(),
+        ));
+        changed
+    }
+
     pub fn sync(&mut self, cluster: &MemoryCluster, now: Timestamp) -> WorkloadReport {
         let mut report = WorkloadReport::default();
         if self.seen == Some(cluster.resource_version()) {
@@ -164,7 +216,14 @@ impl Workloads {
             return;
         };
         let Some(spec) = j.spec.as_ref() else { return };
-        let succeeded = mine.iter().filter(|p| phase(p) == "Succeeded").count();
+        let counted = self
+            .succeeded
+            .entry(j.metadata.uid.clone().unwrap_or_default())
+            .or_default();
+        for p in mine.iter().filter(|p| phase(p) == "Succeeded") {
+            counted.insert(p.metadata.uid.clone().unwrap_or_default());
+        }
+        let succeeded = counted.len();
         let active = mine
             .iter()
             .filter(|p| {
@@ -182,6 +241,15 @@ impl Workloads {
             .clone()
             .unwrap_or_else(|| "default".into());
         let base = j.metadata.name.clone().unwrap_or_default();
+        let reported = j.status.as_ref().and_then(|s| s.succeeded);
+        let total = i32::try_from(succeeded).unwrap_or(i32::MAX);
+        if reported != Some(total) {
+            let mut updated = j.clone();
+            let status = updated.status.get_or_insert_with(Default::default);
+            status.succeeded = Some(total);
+            status.active = Some(i32::try_from(active).unwrap_or(i32::MAX));
+            let _ = cluster.update_status(updated);
+        }
         for _ in active..want_active {
             self.create_pod(
                 cluster,

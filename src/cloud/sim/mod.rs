@@ -102,20 +102,21 @@ pub mod nodeclass;
 use std::collections::BTreeSet;
 
 use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
+use super::select::{
+    claim_requests, image_for, instance_constraints, instance_labels, nodepool_constraints,
+    offering_key, requirements_of, type_allowed,
+};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
     instance_drift,
 };
-use crate::api::{self, EC2NodeClass, NodeClaim, NodePool, NodeSelectorRequirementWithMinValues};
+use crate::api::{self, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp};
 use crate::convert::kubelet_settings;
 use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};
-use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, is_well_known};
-use crate::model::requirements::RequirementError;
-use crate::model::{
-    InstanceType, KubeletSettings, Offering, Operator, Requirement, Requirements, Resources,
-};
+use crate::model::labels::{CAPACITY_TYPE, REGION, ZONE, is_well_known};
+use crate::model::{InstanceType, KubeletSettings, Offering, Requirement};
 
 /// The region of the simulated EC2 unless configured otherwise.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -130,10 +131,6 @@ const STANDARD_SPOT_FACTOR: (f64, f64) = (0.30, 0.45);
 /// Steps of the spot factor within its range (1001 values, 0.00015 apart).
 const SPOT_FACTOR_STEPS: u64 = 1000;
 
-/// Labels of instance-type properties. A type that does not carry one of
-/// them lacks the property (no GPU, no local NVMe), so a requirement on it
-/// is checked as against an absent label.
-const INSTANCE_PROPERTY_PREFIX: &str = "karpenter.k8s.aws/instance-";
 /// Labels whose positive value marks an accelerated type.
 const ACCELERATOR_COUNT_LABELS: [&str; 2] = [
     "karpenter.k8s.aws/instance-gpu-count",
@@ -561,7 +558,7 @@ impl SimEc2 {
             if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
                 continue;
             }
-            let has_image = Account::image_for(&resolution.amis, it).is_some();
+            let has_image = image_for(&resolution.amis, it).is_some();
             for o in &it.offerings {
                 if allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, &o.capacity_type) {
                     allowed_any = true;
@@ -619,19 +616,16 @@ impl SimEc2 {
         state.last_id += 1;
         let id = format!("i-{:017x}", state.last_id);
         let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
-        let mut labels: BTreeMap<String, String> = it
-            .requirements
-            .labels()
-            .into_iter()
-            .filter(|(k, _)| is_well_known(k))
-            .collect();
-        labels.insert(ZONE.to_string(), key.zone.clone());
-        labels.insert(REGION.to_string(), self.region.clone());
-        labels.insert(CAPACITY_TYPE.to_string(), key.capacity_type.clone());
-        labels.insert(INSTANCE_TYPE.to_string(), key.instance_type.clone());
-        if !nodepool.is_empty() {
-            labels.insert(NODEPOOL.to_string(), nodepool.clone());
-        }
+        let labels = instance_labels(
+            it.requirements
+                .labels()
+                .into_iter()
+                .filter(|(k, _)| is_well_known(k))
+                .collect(),
+            &key,
+            &self.region,
+            &nodepool,
+        );
         let mut security_group_ids: Vec<String> = resolution
             .security_groups
             .iter()
@@ -650,7 +644,7 @@ impl SimEc2 {
             nodeclaim: claim.metadata.name.clone().unwrap_or_default(),
             nodepool,
             labels,
-            image_id: Account::image_for(&resolution.amis, it).map(|a| a.id.clone()),
+            image_id: image_for(&resolution.amis, it).map(|a| a.id.clone()),
             subnet_id: resolution
                 .subnets
                 .iter()
@@ -671,19 +665,7 @@ impl SimEc2 {
         nodepool: &NodePool,
         nodeclass: &EC2NodeClass,
     ) -> Result<Vec<InstanceType>, CloudError> {
-        let mut requirements = requirements_of(nodepool.requirements()).map_err(|e| {
-            CloudError::InvalidRequest(format!("spec.template.spec.requirements: {e}"))
-        })?;
-        let template_labels = nodepool
-            .spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.as_ref());
-        for (k, v) in template_labels.into_iter().flatten() {
-            requirements.add(k, Requirement::in_values([v.clone()]));
-        }
-        let constraints = instance_constraints(&requirements);
+        let constraints = nodepool_constraints(nodepool)?;
         let kubelet = nodeclass_kubelet(nodeclass)?;
         // Types no resolved image fits cannot launch from this node class.
         // Offerings inside an insufficient-capacity window are listed as
@@ -697,7 +679,7 @@ impl SimEc2 {
             .catalog_for(&kubelet)
             .iter()
             .filter(|it| type_allowed(it, &constraints))
-            .filter(|it| amis.is_empty() || Account::image_for(&amis, it).is_some())
+            .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
             .cloned()
             .collect())
     }
@@ -956,76 +938,6 @@ fn fmix64(mut k: u64) -> u64 {
     k ^ (k >> 33)
 }
 
-fn offering_key(it: &InstanceType, o: &Offering) -> OfferingKey {
-    OfferingKey {
-        instance_type: it.name.clone(),
-        zone: o.zone.clone(),
-        capacity_type: o.capacity_type.clone(),
-    }
-}
-
-/// The model's requirements of an API requirement list.
-fn requirements_of(
-    list: &[NodeSelectorRequirementWithMinValues],
-) -> Result<Requirements, RequirementError> {
-    let mut out = Requirements::new();
-    for r in list {
-        let op = match r.operator {
-            api::Operator::In => Operator::In,
-            api::Operator::NotIn => Operator::NotIn,
-            api::Operator::Exists => Operator::Exists,
-            api::Operator::DoesNotExist => Operator::DoesNotExist,
-            api::Operator::Gt => Operator::Gt,
-            api::Operator::Lt => Operator::Lt,
-            api::Operator::Gte => Operator::Gte,
-            api::Operator::Lte => Operator::Lte,
-        };
-        out.add(&r.key, Requirement::new(&r.key, op, r.values())?);
-    }
-    Ok(out)
-}
-
-/// The requirements that constrain instance types: those on well-known
-/// labels. Other labels (custom ones, the NodePool name's) are put on the
-/// node from the NodeClaim, whatever the instance type.
-fn instance_constraints(requirements: &Requirements) -> Requirements {
-    Requirements(
-        requirements
-            .0
-            .iter()
-            .filter(|(k, _)| is_well_known(k))
-            .map(|(k, r)| (k.clone(), r.clone()))
-            .collect(),
-    )
-}
-
-/// Does the instance type satisfy the constraints? A constraint on an
-/// instance property the type lacks must allow the label to be absent;
-/// other well-known labels it does not define (the NodePool's) do not
-/// constrain it.
-fn type_allowed(it: &InstanceType, constraints: &Requirements) -> bool {
-    it.requirements
-        .compatible(constraints, |key| {
-            is_well_known(key) && !key.starts_with(INSTANCE_PROPERTY_PREFIX)
-        })
-        .is_ok()
-}
-
-/// The NodeClaim's resource requests.
-fn claim_requests(claim: &NodeClaim) -> Result<Resources, CloudError> {
-    match claim
-        .spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-    {
-        Some(requests) => Resources::from_k8s(requests).map_err(|(name, e)| {
-            CloudError::InvalidRequest(format!("spec.resources.requests.{name}: {e}"))
-        }),
-        None => Ok(Resources::new()),
-    }
-}
-
 /// The kubelet settings of the node class.
 fn nodeclass_kubelet(nodeclass: &EC2NodeClass) -> Result<KubeletSettings, CloudError> {
     let not_ready = |reason: String| CloudError::NodeClassNotReady {
@@ -1041,10 +953,12 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::api::NodeSelectorRequirementWithMinValues;
     use crate::api::ec2nodeclass::KubeletConfiguration;
     use crate::api::nodeclaim::NodeClaimResources;
     use crate::api::nodepool::NodeClaimTemplateMetadata;
     use crate::clock::{ManualClock, parse_rfc3339};
+    use crate::model::labels::{INSTANCE_TYPE, NODEPOOL};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     /// Five real us-east-1 types (on-demand Linux prices) offered in zones

@@ -38,7 +38,7 @@ use crate::api::ec2nodeclass::{
     Ami, AmiSelectorTerm, EC2NodeClass, NodeSelectorRequirement, SecurityGroup, Subnet,
 };
 use crate::cloud::NodeClassResolution;
-use crate::model::InstanceType;
+use crate::cloud::select::variant_requirements;
 use crate::model::labels::ARCH;
 
 /// The release every family has at the start of a simulation.
@@ -47,9 +47,6 @@ pub const INITIAL_RELEASE: &str = "v20251201";
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.34";
 /// The instance profile every node class gets when it names a role.
 const PROFILE_PREFIX: &str = "dovetail-sim-";
-
-const GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
-const ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
 
 /// An image registered in the simulated account (`cloud.images`), for
 /// `amiSelectorTerms` by id, name or tags.
@@ -265,28 +262,6 @@ impl Account {
             }
         }
     }
-
-    /// The image an instance type launches with: the first resolved image
-    /// whose requirements the type meets.
-    pub fn image_for<'a>(amis: &'a [Ami], it: &InstanceType) -> Option<&'a Ami> {
-        amis.iter().find(|a| {
-            a.requirements.iter().all(|r| {
-                let value = it.requirements.single_value(&r.key).map(str::to_string);
-                let values = r.values.clone().unwrap_or_default();
-                let positive = value
-                    .as_deref()
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .is_none_or(|n| n > 0);
-                match r.operator.as_str() {
-                    "In" => value.is_some_and(|v| values.contains(&v)),
-                    "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-                    "Exists" => value.is_some() && positive,
-                    "DoesNotExist" => value.is_none() || !positive,
-                    _ => false,
-                }
-            })
-        })
-    }
 }
 
 fn custom(id: &str, name: Option<&str>, arch: &str) -> Ami {
@@ -321,27 +296,6 @@ fn variants(family: &str) -> &'static [(&'static str, &'static str)] {
         f if f.starts_with("windows") => &[("amd64", "standard")],
         _ => &[],
     }
-}
-
-/// The requirements the reference gives an image of a variant: the
-/// architecture, and which accelerators the instance type has (standard
-/// images for types without GPUs or accelerators).
-fn variant_requirements(arch: &str, variant: &str) -> Vec<NodeSelectorRequirement> {
-    let req = |key: &str, operator: &str, values: Option<Vec<String>>| NodeSelectorRequirement {
-        key: key.to_string(),
-        operator: operator.to_string(),
-        values,
-    };
-    let mut out = vec![req(ARCH, "In", Some(vec![arch.to_string()]))];
-    match variant {
-        "nvidia" => out.push(req(GPU_COUNT, "Exists", None)),
-        "neuron" => out.push(req(ACCELERATOR_COUNT, "Exists", None)),
-        _ => {
-            out.push(req(GPU_COUNT, "DoesNotExist", None));
-            out.push(req(ACCELERATOR_COUNT, "DoesNotExist", None));
-        }
-    }
-    out
 }
 
 /// Whether every tag of a selector term is on the object (`*` matches any

@@ -5,7 +5,8 @@
 //! remaining type.
 
 use super::*;
-use crate::scheduling::MAX_INSTANCE_TYPES;
+use crate::model::labels::INSTANCE_TYPE;
+use crate::scheduling::{MAX_INSTANCE_TYPES, NewNodeClaim};
 
 /// The offering domains within `combos` of a set of types.
 pub(super) fn offered_domains(p: &Pool, types: &Bits, combos: u128) -> u128 {
@@ -439,6 +440,64 @@ impl Solver<'_> {
             *h -= (largest - claim.reserve[i]).max(0);
         }
         types
+    }
+
+    /// Per pool, the part of its limits that neither nodes nor claims have
+    /// reserved: claims may list larger types only within it.
+    pub(crate) fn headroom(&self) -> Vec<Vec<i64>> {
+        self.pools
+            .iter()
+            .map(|p| {
+                p.lim
+                    .iter()
+                    .zip(&p.lim_used)
+                    .map(|(l, u)| l.saturating_sub(*u))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The NodeClaim to launch for claim `ci`: its launch list (taking from
+    /// `headroom`, indexed by pool), zones, capacity types, requirements,
+    /// pods and summed requests.
+    pub(crate) fn new_nodeclaim(&self, ci: usize, headroom: &mut [Vec<i64>]) -> NewNodeClaim {
+        let claim = &self.claims[ci];
+        let pool = &self.pools[claim.pool];
+        let ncts = self.cts.len().max(1);
+        let types = self.launch_list(ci, &mut headroom[claim.pool]);
+        let offered = claim.offered;
+        let zones: Vec<String> = (0..self.zones.len())
+            .filter(|zi| (offered >> (zi * ncts)) & ((1u128 << ncts) - 1) != 0)
+            .map(|zi| self.zones[zi].clone())
+            .collect();
+        let capacity_types: Vec<String> = (0..self.cts.len())
+            .filter(|c| (0..self.zones.len()).any(|zi| offered & (1u128 << (zi * ncts + c)) != 0))
+            .map(|c| self.cts[c].clone())
+            .collect();
+        let names: Vec<String> = types.iter().map(|t| pool.types[t.1].name.clone()).collect();
+        let mut requirements = claim.reqs.clone();
+        requirements.add(INSTANCE_TYPE, Requirement::in_values(names.iter().cloned()));
+        requirements.add(ZONE, Requirement::in_values(zones.iter().cloned()));
+        requirements.add(
+            CAPACITY_TYPE,
+            Requirement::in_values(capacity_types.iter().cloned()),
+        );
+        let mut requests = crate::model::Resources::new();
+        for (d, name) in self.dims.iter().enumerate() {
+            requests.set(name, claim.used[d]);
+        }
+        let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.pods[p].key()).collect();
+        pods.sort();
+        NewNodeClaim {
+            nodepool: pool.name.clone(),
+            requirements,
+            instance_types: names,
+            zones,
+            capacity_types,
+            pods,
+            requests,
+            price: types.first().map_or(0.0, |t| t.0),
+        }
     }
 
     /// Types a claim's pods and offering domains allow, before resources.

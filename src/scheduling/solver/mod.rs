@@ -21,6 +21,7 @@ mod placement;
 mod reasons;
 mod repack;
 mod setup;
+mod whatif;
 
 use claims::{cheapest_holding, cheapest_type, filter_types, offered_domains};
 use reasons::short_key;
@@ -332,6 +333,9 @@ pub(crate) struct Solver<'a> {
     class_free: Vec<bool>,
     /// Claims changed in the current round of `repack::improve`.
     touched: Vec<bool>,
+    /// At most this many claims may exist (removal trials that allow only
+    /// one replacement); `None` in a solve.
+    claim_cap: Option<usize>,
 }
 
 fn add_into(a: &mut [i64], b: &[i64]) {
@@ -419,22 +423,37 @@ impl Solver<'_> {
 impl Solver<'_> {
     /// (pool, type) pairs some placed pod could use: the union of the type
     /// sets of the requirement variants pods were placed with.
-    pub fn allowed_types(&self, placed: &[usize]) -> Vec<(usize, usize)> {
-        let mut variants: Vec<usize> = placed
+    pub fn allowed_types(&self, placed: &[usize]) -> Vec<(usize, usize, f64)> {
+        // (class, variant) pairs placed pods used: the class says which
+        // pools' taints the pods tolerate, the variant which types and
+        // offering domains their requirements allow.
+        let mut used: Vec<(usize, usize)> = placed
             .iter()
-            .filter_map(|&p| self.pod_relax[p].map(|r| r.0))
+            .filter_map(|&p| self.pod_relax[p].map(|r| (self.pod_class[p], r.0)))
             .collect();
-        variants.sort_unstable();
-        variants.dedup();
+        used.sort_unstable();
+        used.dedup();
         let mut out = Vec::new();
         for (pi, pool) in self.pools.iter().enumerate() {
             let mut union = Bits::new(pool.types.len());
-            for &v in &variants {
-                for t in self.variants[v].per_pool[pi].types.iter() {
+            let mut combos = 0u128;
+            for &(class, v) in &used {
+                let (strict, soft) = self.classes[class].pool_taints[pi];
+                if !(strict || soft) {
+                    continue;
+                }
+                let pv = &self.variants[v].per_pool[pi];
+                combos |= pv.combos;
+                for t in pv.types.iter() {
                     union.set(t);
                 }
             }
-            out.extend(union.iter().map(|t| (pi, t)));
+            // Each type at its cheapest offering in the domains allowed.
+            out.extend(
+                union
+                    .iter()
+                    .filter_map(|t| pool.types[t].price(combos).map(|price| (pi, t, price))),
+            );
         }
         out
     }

@@ -179,8 +179,16 @@ impl Solver<'_> {
             }
             self.cands = cands;
         }
-        // 3. A new claim from the first NodePool, in weight order, that can hold it.
+        // 3. A new claim from the first NodePool, in weight order, that can
+        // hold it, unless the claims are capped (a removal trial that may
+        // open at most so many).
         let mut errors = Vec::new();
+        if self.claim_cap.is_some_and(|cap| self.claims.len() >= cap) {
+            if let Some((_, ci)) = best {
+                return Ok(Choice::Claim(ci));
+            }
+            return Err("no room on the remaining nodes or the replacement".into());
+        }
         for pool in 0..self.pools.len() {
             match self.check_new(pod, a, pool) {
                 Ok((per_pod, n)) => {

@@ -430,6 +430,7 @@ impl<'a> Solver<'a> {
             class_free: Vec::new(),
             touched: Vec::new(),
             mean_alloc: Vec::new(),
+            claim_cap: None,
         };
         let n_types: usize = s.pools.iter().map(|p| p.types.len()).sum();
         s.mean_alloc = (0..s.dims.len())

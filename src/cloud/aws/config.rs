@@ -1,0 +1,279 @@
+//! The AWS provider's configuration, and the SDK clients built from it.
+//!
+//! Credentials, region and endpoint come from the SDK's usual chain
+//! (environment, `~/.aws` profiles, IRSA web identity, EKS Pod Identity,
+//! instance metadata); `region` and `endpoint_url` override them. The SDK's
+//! own retries are disabled: [`super::error::call`] retries throttling and
+//! transient failures with backoff and jitter, once, in one place.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+
+use super::error::RetrySettings;
+
+/// The SSM prefix of the public EKS, Bottlerocket and Windows AMI
+/// parameters.
+pub const DEFAULT_SSM_PARAMETER_ROOT: &str = "/aws/service";
+/// The share of an instance's memory the hypervisor and firmware keep
+/// (`VM_MEMORY_OVERHEAD_PERCENT` of the reference, as a fraction).
+pub const DEFAULT_VM_MEMORY_OVERHEAD: f64 = 0.075;
+
+/// How long the instance types and their zones are kept before they are
+/// read again (the reference refreshes them as often).
+const INSTANCE_TYPES_TTL: Duration = Duration::from_secs(5 * 60);
+/// On-demand prices change rarely; the reference refreshes them twice a day.
+const ON_DEMAND_PRICES_TTL: Duration = Duration::from_secs(12 * 60 * 60);
+/// Spot prices move during the day.
+const SPOT_PRICES_TTL: Duration = Duration::from_secs(60 * 60);
+/// A node class's subnets, security groups and images, for launches that
+/// find no resolution in the node class's status.
+const RESOLUTION_TTL: Duration = Duration::from_secs(60);
+/// The instance list behind `is_drifted`: one DescribeInstances serves every
+/// NodeClaim checked within this time.
+const INSTANCE_CACHE_TTL: Duration = Duration::from_secs(30);
+/// CreateFleet batching: a launch waits this long for identical ones...
+const LAUNCH_BATCH_IDLE: Duration = Duration::from_millis(35);
+/// ...but never longer than this in all (the reference's windows).
+const LAUNCH_BATCH_MAX: Duration = Duration::from_secs(1);
+/// No AWS call takes longer than this, retries aside.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The cluster's API server, as nodes need it to join (user data).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterAccess {
+    /// `https://...`, the EKS cluster endpoint.
+    pub endpoint: Option<String>,
+    /// The base64 certificate authority bundle.
+    pub ca_bundle: Option<String>,
+    /// The service CIDR (the kubelet's cluster DNS is its `.10`).
+    pub service_cidr: Option<String>,
+}
+
+/// How the AWS provider behaves. [`AwsConfig::new`] gives the defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AwsConfig {
+    /// The EKS cluster: instances are tagged `kubernetes.io/cluster/<name>`.
+    pub cluster_name: String,
+    /// The region; `None` reads it from the environment or profile.
+    pub region: Option<String>,
+    /// Send every call to this endpoint (e.g. an emulator, or a VPC
+    /// endpoint); `None` uses `AWS_ENDPOINT_URL` or the service's own.
+    pub endpoint_url: Option<String>,
+    /// The cluster's Kubernetes version (`1.34`); AMI aliases resolve for
+    /// it. See [`kubernetes_version`] to read it from the API server.
+    pub kubernetes_version: Option<String>,
+    /// Where AMI alias parameters live (`/aws/service`).
+    pub ssm_parameter_root: String,
+    /// The fraction of memory the VM keeps (`0.075`).
+    pub vm_memory_overhead: f64,
+    /// Network interfaces kept out of the max-pods computation.
+    pub reserved_enis: i64,
+    /// On-demand prices when the Pricing API cannot be used or lacks a type.
+    pub pricing_file: Option<PathBuf>,
+    /// No Pricing API (isolated VPCs, partitions without it): prices come
+    /// from `pricing_file` only.
+    pub isolated_vpc: bool,
+    pub cluster: ClusterAccess,
+    pub retry: RetrySettings,
+    pub instance_types_ttl: Duration,
+    pub on_demand_prices_ttl: Duration,
+    pub spot_prices_ttl: Duration,
+    pub resolution_ttl: Duration,
+    pub instance_cache_ttl: Duration,
+    pub launch_batch_idle: Duration,
+    pub launch_batch_max: Duration,
+}
+
+impl AwsConfig {
+    /// The defaults for a cluster.
+    pub fn new(cluster_name: impl Into<String>) -> Self {
+        AwsConfig {
+            cluster_name: cluster_name.into(),
+            region: None,
+            endpoint_url: None,
+            kubernetes_version: None,
+            ssm_parameter_root: DEFAULT_SSM_PARAMETER_ROOT.to_string(),
+            vm_memory_overhead: DEFAULT_VM_MEMORY_OVERHEAD,
+            reserved_enis: 0,
+            pricing_file: None,
+            isolated_vpc: false,
+            cluster: ClusterAccess::default(),
+            retry: RetrySettings::default(),
+            instance_types_ttl: INSTANCE_TYPES_TTL,
+            on_demand_prices_ttl: ON_DEMAND_PRICES_TTL,
+            spot_prices_ttl: SPOT_PRICES_TTL,
+            resolution_ttl: RESOLUTION_TTL,
+            instance_cache_ttl: INSTANCE_CACHE_TTL,
+            launch_batch_idle: LAUNCH_BATCH_IDLE,
+            launch_batch_max: LAUNCH_BATCH_MAX,
+        }
+    }
+
+    /// Checks the values a user sets; the error names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.cluster_name.is_empty() {
+            return Err("the cluster name is empty".into());
+        }
+        if !(0.0..1.0).contains(&self.vm_memory_overhead) || self.vm_memory_overhead.is_nan() {
+            return Err(format!(
+                "the VM memory overhead {} is not a fraction in [0, 1)",
+                self.vm_memory_overhead
+            ));
+        }
+        if self.reserved_enis < 0 {
+            return Err(format!("reserved ENIs {} is negative", self.reserved_enis));
+        }
+        let root = &self.ssm_parameter_root;
+        if !root.starts_with('/') || root.ends_with('/') || root.len() < 2 {
+            return Err(format!(
+                "the SSM parameter root {root:?} must start with '/' and not end with one (e.g. /aws/service)"
+            ));
+        }
+        if let Some(v) = &self.kubernetes_version
+            && parse_minor(v).is_none()
+        {
+            return Err(format!(
+                "the Kubernetes version {v:?} is not MAJOR.MINOR (e.g. 1.34)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The SDK configuration: the usual chain with this config's region
+    /// and endpoint overrides, SDK retries disabled, bounded timeouts.
+    pub async fn sdk_config(&self) -> SdkConfig {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .operation_timeout(OPERATION_TIMEOUT)
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .build(),
+            );
+        if let Some(region) = &self.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(url) = &self.endpoint_url {
+            loader = loader.endpoint_url(url.clone());
+        }
+        loader.load().await
+    }
+}
+
+/// `MAJOR.MINOR` of a version string (`1.34`, `v1.34.2-eks-abc`), or `None`.
+pub fn parse_minor(version: &str) -> Option<(u32, u32)> {
+    let v = version.trim().trim_start_matches('v');
+    let mut parts = v.split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor: String = parts
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((major, minor.parse().ok()?))
+}
+
+/// The Kubernetes version of the API server `client` talks to, as
+/// `MAJOR.MINOR` (EKS reports minors like `34+`).
+pub async fn kubernetes_version(client: &kube::Client) -> Result<String, String> {
+    let info = client
+        .apiserver_version()
+        .await
+        .map_err(|e| format!("reading the API server's version: {e}"))?;
+    let minor: String = info
+        .minor
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let text = format!("{}.{minor}", info.major);
+    parse_minor(&text)
+        .map(|(a, b)| format!("{a}.{b}"))
+        .ok_or_else(|| format!("the API server reports version {text:?}"))
+}
+
+/// The region whose Pricing API endpoint serves `region`'s prices: the
+/// API is only in us-east-1, eu-central-1 and ap-south-1 (and
+/// cn-northwest-1 for the China partition).
+pub fn pricing_region(region: &str) -> &'static str {
+    if region.starts_with("cn-") {
+        "cn-northwest-1"
+    } else if region.starts_with("ap-") {
+        "ap-south-1"
+    } else if ["eu-", "me-", "af-", "il-"]
+        .iter()
+        .any(|p| region.starts_with(p))
+    {
+        "eu-central-1"
+    } else {
+        "us-east-1"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_as_major_minor() {
+        assert_eq!(parse_minor("1.34"), Some((1, 34)));
+        assert_eq!(parse_minor("v1.33.4-eks-1234"), Some((1, 33)));
+        assert_eq!(parse_minor("1.30+"), Some((1, 30)));
+        assert_eq!(parse_minor("latest"), None);
+        assert_eq!(parse_minor("1"), None);
+    }
+
+    #[test]
+    fn validation_names_the_bad_setting() {
+        let ok = AwsConfig::new("prod");
+        assert_eq!(ok.validate(), Ok(()));
+        let mut c = ok.clone();
+        c.vm_memory_overhead = 1.5;
+        assert!(c.validate().unwrap_err().contains("memory overhead"));
+        let mut c = ok.clone();
+        c.ssm_parameter_root = "aws/service/".into();
+        assert!(c.validate().unwrap_err().contains("SSM parameter root"));
+        let mut c = ok.clone();
+        c.kubernetes_version = Some("one".into());
+        assert!(c.validate().unwrap_err().contains("Kubernetes version"));
+        let mut c = ok;
+        c.cluster_name.clear();
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn pricing_endpoints_by_partition_and_geography() {
+        assert_eq!(pricing_region("us-west-2"), "us-east-1");
+        assert_eq!(pricing_region("eu-west-1"), "eu-central-1");
+        assert_eq!(pricing_region("ap-northeast-1"), "ap-south-1");
+        assert_eq!(pricing_region("cn-north-1"), "cn-northwest-1");
+    }
+
+    #[tokio::test]
+    async fn the_kubernetes_version_comes_from_the_api_server() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(svc, "default");
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("a request");
+            assert_eq!(req.uri().path(), "/version");
+            let body = serde_json::json!({
+                "major": "1", "minor": "33+", "gitVersion": "v1.33.4-eks-e386d34",
+                "gitCommit": "", "gitTreeState": "", "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"
+            });
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&body).expect("json")))
+                    .expect("response"),
+            );
+        });
+        assert_eq!(kubernetes_version(&client).await, Ok("1.33".to_string()));
+        server.await.expect("server");
+    }
+}

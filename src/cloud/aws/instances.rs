@@ -1,0 +1,168 @@
+//! EC2 instances as the controller sees them ([`Instance`]).
+
+use std::collections::BTreeMap;
+
+use crate::clock::Timestamp;
+use crate::cloud::select::instance_labels;
+use crate::cloud::{Instance, InstanceState, OfferingKey};
+
+use super::launch::{TAG_NODECLAIM, TAG_NODEPOOL};
+
+/// `aws:///<zone>/<id>`, as the kubelet sets `spec.providerID`.
+pub fn provider_id(zone: &str, id: &str) -> String {
+    format!("aws:///{zone}/{id}")
+}
+
+/// The instance id of a provider id (`aws:///us-east-1a/i-0abc` ->
+/// `i-0abc`), or `None` if it is not one.
+pub fn instance_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws:///")?;
+    let id = rest.rsplit('/').next()?;
+    (id.starts_with("i-") && id.len() > 2).then_some(id)
+}
+
+/// The capacity type of an instance: `spot` for spot instances, else
+/// `on-demand`.
+pub fn capacity_type(i: &aws_sdk_ec2::types::Instance) -> &'static str {
+    match i.instance_lifecycle().map(|l| l.as_str()) {
+        Some("spot") => crate::api::CAPACITY_TYPE_SPOT,
+        _ => crate::api::CAPACITY_TYPE_ON_DEMAND,
+    }
+}
+
+/// The lifecycle state of an instance (stopping and stopped count as
+/// shutting down: such an instance runs no node).
+pub fn state(i: &aws_sdk_ec2::types::Instance) -> InstanceState {
+    match i.state().and_then(|s| s.name()).map(|n| n.as_str()) {
+        Some("running") => InstanceState::Running,
+        Some("terminated") => InstanceState::Terminated,
+        Some("shutting-down" | "stopping" | "stopped") => InstanceState::ShuttingDown,
+        _ => InstanceState::Pending,
+    }
+}
+
+fn timestamp(t: &aws_sdk_ec2::primitives::DateTime) -> Option<Timestamp> {
+    Timestamp::new(t.secs(), i32::try_from(t.subsec_nanos()).ok()?).ok()
+}
+
+/// An EC2 instance as an [`Instance`]. `type_labels` gives the well-known
+/// labels of its instance type, `price` the hourly price of its offering
+/// (type, zone, capacity type). `None` when EC2 left out its id, type or
+/// zone.
+pub fn convert(
+    i: &aws_sdk_ec2::types::Instance,
+    region: &str,
+    type_labels: impl Fn(&str) -> BTreeMap<String, String>,
+    price: impl Fn(&str, &str, &str) -> Option<f64>,
+) -> Option<Instance> {
+    let id = i.instance_id()?.to_string();
+    let instance_type = i.instance_type()?.as_str().to_string();
+    let zone = i.placement()?.availability_zone()?.to_string();
+    let capacity_type = capacity_type(i).to_string();
+    let tags: BTreeMap<&str, &str> = i
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?, t.value().unwrap_or_default())))
+        .collect();
+    let nodepool = tags
+        .get(TAG_NODEPOOL)
+        .copied()
+        .unwrap_or_default()
+        .to_string();
+    let offering = OfferingKey {
+        instance_type: instance_type.clone(),
+        zone: zone.clone(),
+        capacity_type: capacity_type.clone(),
+    };
+    let labels = instance_labels(type_labels(&instance_type), &offering, region, &nodepool);
+    let mut security_group_ids: Vec<String> = i
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id().map(str::to_string))
+        .collect();
+    security_group_ids.sort();
+    Some(Instance {
+        provider_id: provider_id(&zone, &id),
+        price: price(&instance_type, &zone, &capacity_type).unwrap_or(0.0),
+        launched_at: i
+            .launch_time()
+            .and_then(timestamp)
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+        state: state(i),
+        nodeclaim: tags
+            .get(TAG_NODECLAIM)
+            .copied()
+            .unwrap_or_default()
+            .to_string(),
+        nodepool,
+        labels,
+        image_id: i.image_id().map(str::to_string),
+        subnet_id: i.subnet_id().map(str::to_string),
+        security_group_ids,
+        id,
+        instance_type,
+        zone,
+        capacity_type,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::primitives::DateTime;
+    use aws_sdk_ec2::types::{
+        GroupIdentifier, InstanceLifecycleType, InstanceState as Ec2State, InstanceStateName,
+        InstanceType, Placement, Tag,
+    };
+
+    #[test]
+    fn provider_ids_round_trip() {
+        let pid = provider_id("us-east-1a", "i-0123456789abcdef0");
+        assert_eq!(pid, "aws:///us-east-1a/i-0123456789abcdef0");
+        assert_eq!(instance_id(&pid), Some("i-0123456789abcdef0"));
+        assert_eq!(instance_id("kind://x/y"), None);
+        assert_eq!(instance_id("aws:///us-east-1a/"), None);
+    }
+
+    #[test]
+    fn instances_convert_with_tags_state_and_price() {
+        let i = aws_sdk_ec2::types::Instance::builder()
+            .instance_id("i-1")
+            .instance_type(InstanceType::M5Large)
+            .placement(Placement::builder().availability_zone("us-east-1b").build())
+            .instance_lifecycle(InstanceLifecycleType::Spot)
+            .state(Ec2State::builder().name(InstanceStateName::Running).build())
+            .image_id("ami-1")
+            .subnet_id("subnet-1")
+            .security_groups(GroupIdentifier::builder().group_id("sg-2").build())
+            .security_groups(GroupIdentifier::builder().group_id("sg-1").build())
+            .tags(Tag::builder().key(TAG_NODEPOOL).value("default").build())
+            .tags(
+                Tag::builder()
+                    .key(TAG_NODECLAIM)
+                    .value("default-abc")
+                    .build(),
+            )
+            .launch_time(DateTime::from_secs(1_767_225_600))
+            .build();
+        let got = convert(
+            &i,
+            "us-east-1",
+            |_| BTreeMap::from([("kubernetes.io/arch".to_string(), "amd64".to_string())]),
+            |t, z, c| (t == "m5.large" && z == "us-east-1b" && c == "spot").then_some(0.035),
+        )
+        .expect("converts");
+        assert_eq!(got.provider_id, "aws:///us-east-1b/i-1");
+        assert_eq!(got.capacity_type, "spot");
+        assert_eq!(got.state, InstanceState::Running);
+        assert_eq!(got.price, 0.035);
+        assert_eq!(got.nodeclaim, "default-abc");
+        assert_eq!(got.security_group_ids, ["sg-1", "sg-2"]);
+        assert_eq!(got.labels["karpenter.sh/nodepool"], "default");
+        assert_eq!(got.labels["topology.kubernetes.io/zone"], "us-east-1b");
+        assert_eq!(
+            crate::clock::format_rfc3339(got.launched_at),
+            "2026-01-01T00:00:00Z"
+        );
+    }
+}

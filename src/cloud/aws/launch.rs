@@ -1,0 +1,1482 @@
+//! What a launch sends to EC2, as pure values: the user data per AMI
+//! family, the launch templates, the CreateFleet overrides, and how
+//! CreateFleet's answer maps back to instances and refused offerings.
+//!
+//! # User data
+//! - AL2023: a MIME multi-part document for nodeadm: the user's parts
+//!   first (a `NodeConfig` or a shell script, or their own MIME parts),
+//!   then dovetail's `NodeConfig` (cluster name, endpoint, certificate
+//!   authority, service CIDR; the kubelet settings the node class sets;
+//!   node labels and the registration taints). nodeadm merges them.
+//! - Bottlerocket: the user's TOML with dovetail's `settings.kubernetes`
+//!   keys set over it (cluster, labels and taints merged).
+//! - AL2: the user's parts, then a script calling `/etc/eks/bootstrap.sh`.
+//! - Windows: the user's script, then `Start-EKSBootstrap.ps1`.
+//! - Custom: the user's user data unchanged.
+//!
+//! The kubelet settings go into user data only when the node class sets
+//! them; otherwise the node's bootstrap computes the same defaults the
+//! scheduler assumes (see [`super::instance_types`]). Every node registers
+//! with the `karpenter.sh/unregistered:NoExecute` taint, which the
+//! controller removes when it adopts the node.
+//!
+//! # Launch templates
+//! One per distinct (image, user data, block devices, metadata options,
+//! security groups, instance profile, monitoring, public IP), named
+//! `dovetail/<cluster>/<16 hex digits of an FNV-1a hash of those>`, so
+//! identical launches share one and a change makes a new one. Defaults:
+//! IMDSv2 required with hop limit 1 (the node class's `metadataOptions`),
+//! an encrypted 20Gi gp3 root volume (Bottlerocket: 4Gi root and a 20Gi
+//! data volume; Windows: 50Gi).
+//!
+//! # CreateFleet
+//! `Type=instant`, one launch template config per image, with an override
+//! for every (instance type, zone) the NodeClaim allows whose type fits its
+//! requests and has an image, through the first subnet of the zone (the
+//! one with the most free addresses), cheapest first, at most
+//! [`MAX_INSTANCE_TYPES`] types. Spot when the NodeClaim allows it and a
+//! spot offering is left, with `price-capacity-optimized`; otherwise
+//! on-demand with `lowest-price`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::Hasher;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::config::ClusterAccess;
+use super::instance_types::Family;
+use crate::api::ec2nodeclass::{
+    Ami, BlockDevice, BlockDeviceMapping, EnabledDisabled, HttpTokens, KubeletConfiguration,
+    MetadataOptions, VolumeType,
+};
+use crate::api::{EC2NodeClass, NodeClaim, TAINT_UNREGISTERED};
+use crate::cloud::select::{
+    claim_requests, image_for, instance_constraints, offering_key, requirements_of, type_allowed,
+};
+use crate::cloud::{CloudError, NodeClassResolution, OfferingKey};
+use crate::model::InstanceType;
+use crate::model::labels::{CAPACITY_TYPE, NODEPOOL, ZONE, is_well_known};
+
+/// The reference's cap on instance types per CreateFleet call.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+/// CreateFleet errors that mean an offering has no capacity now.
+pub const CAPACITY_ERRORS: [&str; 5] = [
+    "InsufficientInstanceCapacity",
+    "MaxSpotInstanceCountExceeded",
+    "VcpuLimitExceeded",
+    "UnfulfillableCapacity",
+    "Unsupported",
+];
+/// Tags dovetail puts on what it creates.
+pub const TAG_NODEPOOL: &str = "karpenter.sh/nodepool";
+pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
+pub const TAG_NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+pub const TAG_EKS_CLUSTER: &str = "eks:eks-cluster-name";
+/// On launch templates: the image they launch (for clean-up).
+pub const TAG_IMAGE: &str = "dovetail.dev/image-id";
+const MIME_BOUNDARY: &str = "//";
+
+/// `kubernetes.io/cluster/<name>`, valued `owned`.
+pub fn cluster_tag(cluster: &str) -> String {
+    format!("kubernetes.io/cluster/{cluster}")
+}
+
+/// A NodeClaim's labels and taints as the kubelet registers them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Registration {
+    pub labels: BTreeMap<String, String>,
+    /// `key=value:Effect` or `key:Effect`.
+    pub taints: Vec<String>,
+}
+
+impl Registration {
+    /// The labels the NodeClaim sets that are not facts of the instance
+    /// type (those the node gets from the cloud), and its taints and
+    /// startup taints, plus the unregistered taint.
+    pub fn of(claim: &NodeClaim) -> Registration {
+        let labels = claim
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.as_str() == NODEPOOL || !is_well_known(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut taints = vec![format!("{TAINT_UNREGISTERED}:NoExecute")];
+        for t in claim
+            .spec
+            .taints
+            .iter()
+            .flatten()
+            .chain(claim.spec.startup_taints.iter().flatten())
+        {
+            let s = match &t.value {
+                Some(v) => format!("{}={v}:{}", t.key, t.effect.as_str()),
+                None => format!("{}:{}", t.key, t.effect.as_str()),
+            };
+            if !taints.contains(&s) {
+                taints.push(s);
+            }
+        }
+        Registration { labels, taints }
+    }
+
+    /// The kubelet's `--node-labels` (if any) and `--register-with-taints`.
+    fn kubelet_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if !self.labels.is_empty() {
+            let labels: Vec<String> = self
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            flags.push(format!("--node-labels={}", labels.join(",")));
+        }
+        flags.push(format!("--register-with-taints={}", self.taints.join(",")));
+        flags
+    }
+}
+
+/// What user data needs to know about the cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterInfo<'a> {
+    pub name: &'a str,
+    pub access: &'a ClusterAccess,
+}
+
+impl ClusterInfo<'_> {
+    /// The cluster DNS address: the service CIDR's `.10`.
+    fn dns_ip(&self) -> Option<String> {
+        let cidr = self.access.service_cidr.as_deref()?;
+        let (net, _) = cidr.split_once('/')?;
+        let mut octets: Vec<u8> = net
+            .split('.')
+            .map(|o| o.parse().ok())
+            .collect::<Option<_>>()?;
+        if octets.len() != 4 {
+            return None;
+        }
+        octets[3] = 10;
+        Some(
+            octets
+                .iter()
+                .map(u8::to_string)
+                .collect::<Vec<_>>()
+                .join("."),
+        )
+    }
+
+    fn require(&self) -> Result<(&str, &str), String> {
+        match (&self.access.endpoint, &self.access.ca_bundle) {
+            (Some(e), Some(ca)) => Ok((e, ca)),
+            _ => Err(
+                "the cluster endpoint and certificate authority are not configured (needed in user data)"
+                    .to_string(),
+            ),
+        }
+    }
+}
+
+/// One part of a MIME multi-part user data document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Part {
+    content_type: String,
+    body: String,
+}
+
+/// The parts of the user's user data: its own MIME parts, or the whole
+/// text as one part of the type its first line suggests.
+fn user_parts(user_data: Option<&str>, default_type: &str) -> Vec<Part> {
+    let Some(text) = user_data.filter(|t| !t.trim().is_empty()) else {
+        return Vec::new();
+    };
+    if let Some(parts) = parse_mime(text) {
+        return parts;
+    }
+    let content_type = if text.trim_start().starts_with("#!") {
+        "text/x-shellscript"
+    } else {
+        default_type
+    };
+    vec![Part {
+        content_type: content_type.to_string(),
+        body: text.to_string(),
+    }]
+}
+
+/// Parses a MIME multi-part document, or `None` if `text` is not one.
+fn parse_mime(text: &str) -> Option<Vec<Part>> {
+    let text = text.replace("\r\n", "\n");
+    let (head, body) = text.split_once("\n\n")?;
+    let content_type = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("content-type:"))?;
+    if !content_type.to_ascii_lowercase().contains("multipart/") {
+        return None;
+    }
+    let boundary = content_type.split(';').find_map(|p| {
+        let p = p.trim();
+        p.strip_prefix("boundary=")
+            .map(|b| b.trim_matches('"').to_string())
+    })?;
+    let delimiter = format!("--{boundary}");
+    let mut parts = Vec::new();
+    for chunk in body.split(&delimiter).skip(1) {
+        if chunk.starts_with("--") {
+            break;
+        }
+        let chunk = chunk.strip_prefix('\n').unwrap_or(chunk);
+        let (headers, content) = chunk.split_once("\n\n").unwrap_or(("", chunk));
+        let ct = headers
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case("content-type")
+                    .then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "text/x-shellscript".to_string());
+        parts.push(Part {
+            content_type: ct,
+            body: content.trim_end_matches('\n').to_string(),
+        });
+    }
+    Some(parts)
+}
+
+fn render_mime(parts: &[Part]) -> String {
+    let mut out = format!(
+        "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\n\n"
+    );
+    for p in parts {
+        out.push_str(&format!(
+            "--{MIME_BOUNDARY}\nContent-Type: {}\n\n{}\n",
+            p.content_type,
+            p.body.trim_end_matches('\n')
+        ));
+    }
+    out.push_str(&format!("--{MIME_BOUNDARY}--\n"));
+    out
+}
+
+/// The kubelet settings the node class sets, as kubelet configuration keys.
+fn kubelet_config(k: &KubeletConfiguration, dns: Option<String>) -> serde_json::Map<String, Value> {
+    let mut c = serde_json::Map::new();
+    let mut put = |key: &str, v: Value| {
+        c.insert(key.to_string(), v);
+    };
+    if let Some(dns) = k
+        .cluster_dns
+        .clone()
+        .map(Value::from)
+        .or(dns.map(|d| json!([d])))
+    {
+        put("clusterDNS", dns);
+    }
+    if let Some(v) = k.max_pods {
+        put("maxPods", json!(v));
+    }
+    if let Some(v) = k.pods_per_core {
+        put("podsPerCore", json!(v));
+    }
+    for (key, map) in [
+        ("kubeReserved", &k.kube_reserved),
+        ("systemReserved", &k.system_reserved),
+        ("evictionHard", &k.eviction_hard),
+        ("evictionSoft", &k.eviction_soft),
+        ("evictionSoftGracePeriod", &k.eviction_soft_grace_period),
+    ] {
+        if let Some(m) = map {
+            put(key, json!(m));
+        }
+    }
+    if let Some(v) = k.eviction_max_pod_grace_period {
+        put("evictionMaxPodGracePeriod", json!(v));
+    }
+    if let Some(v) = k.image_gc_high_threshold_percent {
+        put("imageGCHighThresholdPercent", json!(v));
+    }
+    if let Some(v) = k.image_gc_low_threshold_percent {
+        put("imageGCLowThresholdPercent", json!(v));
+    }
+    if let Some(v) = k.cpu_cfs_quota {
+        put("cpuCFSQuota", json!(v));
+    }
+    c
+}
+
+/// Renders the user data of a launch (see the module documentation).
+pub fn user_data(
+    family: Family,
+    class: &EC2NodeClass,
+    cluster: ClusterInfo<'_>,
+    registration: &Registration,
+) -> Result<String, String> {
+    let user = class.spec.user_data.as_deref();
+    let kubelet = class.spec.kubelet.clone().unwrap_or_default();
+    match family {
+        Family::Custom => Ok(user.unwrap_or_default().to_string()),
+        Family::Al2023 => {
+            let (endpoint, ca) = cluster.require()?;
+            let mut spec_cluster = json!({
+                "name": cluster.name,
+                "apiServerEndpoint": endpoint,
+                "certificateAuthority": ca,
+            });
+            if let Some(cidr) = &cluster.access.service_cidr {
+                spec_cluster["cidr"] = json!(cidr);
+            }
+            let flags = registration.kubelet_flags();
+            let config = json!({
+                "apiVersion": "node.eks.aws/v1alpha1",
+                "kind": "NodeConfig",
+                "spec": {
+                    "cluster": spec_cluster,
+                    "kubelet": {"config": kubelet_config(&kubelet, cluster.dns_ip()), "flags": flags},
+                },
+            });
+            // JSON is YAML: nodeadm reads it as a NodeConfig document.
+            let body = serde_json::to_string_pretty(&config).map_err(|e| e.to_string())?;
+            let mut parts = user_parts(user, "application/node.eks.aws");
+            parts.push(Part {
+                content_type: "application/node.eks.aws".to_string(),
+                body,
+            });
+            Ok(render_mime(&parts))
+        }
+        Family::Al2 => {
+            let (endpoint, ca) = cluster.require()?;
+            let mut extra = registration.kubelet_flags();
+            let mut args = vec![
+                shell_quote(cluster.name),
+                "--apiserver-endpoint".into(),
+                shell_quote(endpoint),
+                "--b64-cluster-ca".into(),
+                shell_quote(ca),
+            ];
+            if let Some(dns) = cluster.dns_ip() {
+                args.push("--dns-cluster-ip".into());
+                args.push(shell_quote(&dns));
+            }
+            if let Some(m) = kubelet.max_pods {
+                args.push("--use-max-pods false".into());
+                extra.push(format!("--max-pods={m}"));
+            }
+            args.push("--kubelet-extra-args".into());
+            args.push(shell_quote(&extra.join(" ")));
+            let script = format!(
+                "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n/etc/eks/bootstrap.sh {}\n",
+                args.join(" ")
+            );
+            let mut parts = user_parts(user, "text/x-shellscript");
+            parts.push(Part {
+                content_type: "text/x-shellscript; charset=\"us-ascii\"".to_string(),
+                body: script,
+            });
+            Ok(render_mime(&parts))
+        }
+        Family::Bottlerocket => {
+            let (endpoint, ca) = cluster.require()?;
+            bottlerocket(user, cluster, endpoint, ca, &kubelet, registration)
+        }
+        Family::Windows => {
+            let (endpoint, ca) = cluster.require()?;
+            let mut extra = registration.kubelet_flags();
+            if let Some(m) = kubelet.max_pods {
+                extra.push(format!("--max-pods={m}"));
+            }
+            let mut args = format!(
+                "-EKSClusterName '{}' -APIServerEndpoint '{endpoint}' -Base64ClusterCA '{ca}' -KubeletExtraArgs '{}'",
+                cluster.name,
+                extra.join(" ")
+            );
+            if let Some(dns) = cluster.dns_ip() {
+                args.push_str(&format!(" -DNSClusterIP '{dns}'"));
+            }
+            let user_script = user
+                .map(|u| {
+                    u.trim()
+                        .trim_start_matches("<powershell>")
+                        .trim_end_matches("</powershell>")
+                        .trim()
+                        .to_string()
+                })
+                .filter(|u| !u.is_empty())
+                .map(|u| format!("{u}\n"))
+                .unwrap_or_default();
+            Ok(format!(
+                "<powershell>\n{user_script}[string]$EKSBootstrapScriptFile = \"$env:ProgramFiles\\Amazon\\EKS\\Start-EKSBootstrap.ps1\"\n& $EKSBootstrapScriptFile {args}\n</powershell>\n"
+            ))
+        }
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+fn bottlerocket(
+    user: Option<&str>,
+    cluster: ClusterInfo<'_>,
+    endpoint: &str,
+    ca: &str,
+    kubelet: &KubeletConfiguration,
+    registration: &Registration,
+) -> Result<String, String> {
+    use toml_edit::{Array, DocumentMut, Item, Table, value};
+    let mut doc: DocumentMut = user
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| format!("spec.userData is not TOML: {e}"))?;
+    let settings = doc
+        .entry("settings")
+        .or_insert(Item::Table(Table::new()))
+        .as_table_mut()
+        .ok_or("spec.userData: settings is not a table")?;
+    settings.set_implicit(true);
+    let k8s = settings
+        .entry("kubernetes")
+        .or_insert(Item::Table(Table::new()))
+        .as_table_mut()
+        .ok_or("spec.userData: settings.kubernetes is not a table")?;
+    k8s["cluster-name"] = value(cluster.name);
+    k8s["api-server"] = value(endpoint);
+    k8s["cluster-certificate"] = value(ca);
+    if let Some(dns) = kubelet
+        .cluster_dns
+        .as_ref()
+        .and_then(|d| d.first().cloned())
+        .or_else(|| cluster.dns_ip())
+    {
+        k8s["cluster-dns-ip"] = value(dns);
+    }
+    if let Some(m) = kubelet.max_pods {
+        k8s["max-pods"] = value(i64::from(m));
+    }
+    if let Some(p) = kubelet.pods_per_core {
+        k8s["pods-per-core"] = value(i64::from(p));
+    }
+    let mut merge_map = |key: &str, items: Vec<(String, Item)>| -> Result<(), String> {
+        let table = k8s
+            .entry(key)
+            .or_insert(Item::Table(Table::new()))
+            .as_table_like_mut()
+            .ok_or(format!(
+                "spec.userData: settings.kubernetes.{key} is not a table"
+            ))?;
+        for (k, v) in items {
+            table.insert(&k, v);
+        }
+        Ok(())
+    };
+    merge_map(
+        "node-labels",
+        registration
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), value(v.as_str())))
+            .collect(),
+    )?;
+    // Bottlerocket: key = ["value:Effect", ...].
+    let mut taints: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for t in &registration.taints {
+        let (kv, effect) = t.rsplit_once(':').unwrap_or((t, ""));
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        taints
+            .entry(k.to_string())
+            .or_default()
+            .push(format!("{v}:{effect}"));
+    }
+    merge_map(
+        "node-taints",
+        taints
+            .into_iter()
+            .map(|(k, vs)| (k, value(vs.into_iter().collect::<Array>())))
+            .collect(),
+    )?;
+    for (key, map) in [
+        ("kube-reserved", &kubelet.kube_reserved),
+        ("system-reserved", &kubelet.system_reserved),
+        ("eviction-hard", &kubelet.eviction_hard),
+    ] {
+        if let Some(m) = map {
+            merge_map(
+                key,
+                m.iter()
+                    .map(|(k, v)| (k.clone(), value(v.as_str())))
+                    .collect(),
+            )?;
+        }
+    }
+    Ok(doc.to_string())
+}
+
+/// The block device mappings of a launch: the node class's, or the
+/// family's defaults.
+pub fn block_devices(family: Family, class: &EC2NodeClass) -> Vec<BlockDeviceMapping> {
+    if let Some(m) = &class.spec.block_device_mappings {
+        return m.clone();
+    }
+    let volume = |device: &str, size: &str, root: bool| BlockDeviceMapping {
+        device_name: Some(device.to_string()),
+        ebs: Some(BlockDevice {
+            encrypted: Some(true),
+            volume_size: Some(size.to_string()),
+            volume_type: Some(VolumeType::Gp3),
+            ..BlockDevice::default()
+        }),
+        root_volume: root.then_some(true),
+    };
+    match family {
+        Family::Al2 | Family::Al2023 => vec![volume("/dev/xvda", "20Gi", true)],
+        Family::Bottlerocket => vec![
+            volume("/dev/xvda", "4Gi", false),
+            volume("/dev/xvdb", "20Gi", true),
+        ],
+        Family::Windows => vec![volume("/dev/sda1", "50Gi", true)],
+        Family::Custom => Vec::new(),
+    }
+}
+
+/// Everything a launch template holds; its name is a hash of the rest.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TemplateSpec {
+    pub image_id: String,
+    pub user_data: String,
+    pub block_devices: Vec<BlockDeviceMapping>,
+    pub metadata: MetadataOptions,
+    pub security_group_ids: Vec<String>,
+    pub instance_profile: Option<String>,
+    pub monitoring: bool,
+    pub public_ip: Option<bool>,
+    pub nodeclass: String,
+}
+
+impl TemplateSpec {
+    /// `dovetail/<cluster>/<hash>`.
+    pub fn name(&self, cluster: &str) -> String {
+        let canonical = serde_json::to_string(self).unwrap_or_default();
+        let mut h = fnv::FnvHasher::default();
+        h.write(cluster.as_bytes());
+        h.write(&[0]);
+        h.write(canonical.as_bytes());
+        format!("dovetail/{cluster}/{:016x}", h.finish())
+    }
+
+    /// The CreateLaunchTemplate data.
+    pub fn request_data(&self) -> aws_sdk_ec2::types::RequestLaunchTemplateData {
+        use aws_sdk_ec2::types::{
+            LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+            LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+            LaunchTemplateInstanceMetadataEndpointState,
+            LaunchTemplateInstanceMetadataOptionsRequest,
+            LaunchTemplateInstanceMetadataProtocolIpv6,
+            LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+            LaunchTemplatesMonitoringRequest, RequestLaunchTemplateData,
+        };
+        let m = &self.metadata;
+        let enabled = |v: Option<EnabledDisabled>, default: bool| {
+            v.map_or(default, |v| v == EnabledDisabled::Enabled)
+        };
+        let metadata = LaunchTemplateInstanceMetadataOptionsRequest::builder()
+            .http_endpoint(if enabled(m.http_endpoint, true) {
+                LaunchTemplateInstanceMetadataEndpointState::Enabled
+            } else {
+                LaunchTemplateInstanceMetadataEndpointState::Disabled
+            })
+            .http_protocol_ipv6(if enabled(m.http_protocol_ipv6, false) {
+                LaunchTemplateInstanceMetadataProtocolIpv6::Enabled
+            } else {
+                LaunchTemplateInstanceMetadataProtocolIpv6::Disabled
+            })
+            .http_put_response_hop_limit(
+                i32::try_from(m.http_put_response_hop_limit.unwrap_or(1)).unwrap_or(1),
+            )
+            .http_tokens(match m.http_tokens {
+                Some(HttpTokens::Optional) => LaunchTemplateHttpTokensState::Optional,
+                _ => LaunchTemplateHttpTokensState::Required,
+            })
+            .build();
+        let devices = self
+            .block_devices
+            .iter()
+            .map(|b| {
+                let ebs = b.ebs.as_ref().map(|e| {
+                    LaunchTemplateEbsBlockDeviceRequest::builder()
+                        .set_encrypted(e.encrypted)
+                        .set_delete_on_termination(Some(e.delete_on_termination.unwrap_or(true)))
+                        .set_iops(e.iops.and_then(|v| i32::try_from(v).ok()))
+                        .set_throughput(e.throughput.and_then(|v| i32::try_from(v).ok()))
+                        .set_kms_key_id(e.kms_key_id.clone())
+                        .set_snapshot_id(e.snapshot_id.clone())
+                        .set_volume_size(e.volume_size.as_deref().and_then(gib))
+                        .set_volume_type(
+                            e.volume_type
+                                .map(|t| aws_sdk_ec2::types::VolumeType::from(volume_type(t))),
+                        )
+                        .build()
+                });
+                LaunchTemplateBlockDeviceMappingRequest::builder()
+                    .set_device_name(b.device_name.clone())
+                    .set_ebs(ebs)
+                    .build()
+            })
+            .collect();
+        let mut data = RequestLaunchTemplateData::builder()
+            .image_id(&self.image_id)
+            .user_data(base64::engine::general_purpose::STANDARD.encode(&self.user_data))
+            .metadata_options(metadata)
+            .set_block_device_mappings(Some(devices))
+            .monitoring(
+                LaunchTemplatesMonitoringRequest::builder()
+                    .enabled(self.monitoring)
+                    .build(),
+            );
+        if let Some(profile) = &self.instance_profile {
+            data = data.iam_instance_profile(
+                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                    .name(profile)
+                    .build(),
+            );
+        }
+        match self.public_ip {
+            // A public address is set on the primary interface, which then
+            // carries the security groups.
+            Some(public) => {
+                data = data.network_interfaces(
+                    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                        .device_index(0)
+                        .associate_public_ip_address(public)
+                        .set_groups(Some(self.security_group_ids.clone()))
+                        .build(),
+                );
+            }
+            None => data = data.set_security_group_ids(Some(self.security_group_ids.clone())),
+        }
+        data.build()
+    }
+}
+
+fn volume_type(t: VolumeType) -> &'static str {
+    match t {
+        VolumeType::Standard => "standard",
+        VolumeType::Io1 => "io1",
+        VolumeType::Io2 => "io2",
+        VolumeType::Gp2 => "gp2",
+        VolumeType::Sc1 => "sc1",
+        VolumeType::St1 => "st1",
+        VolumeType::Gp3 => "gp3",
+    }
+}
+
+/// A volume size in whole GiB, rounded up (`100Gi`, `100G`, `1Ti`).
+fn gib(size: &str) -> Option<i32> {
+    let bytes = crate::model::quantity::parse_quantity("ephemeral-storage", size).ok()?;
+    i32::try_from((bytes + (1 << 30) - 1) >> 30).ok()
+}
+
+/// One CreateFleet override.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Override {
+    pub instance_type: String,
+    pub zone: String,
+    pub subnet_id: String,
+    pub price: f64,
+}
+
+/// A launch, ready to send: the capacity type, the launch template per
+/// image with its overrides (cheapest first, the config with the cheapest
+/// override first), the instance tags but the NodeClaim's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchPlan {
+    pub capacity_type: String,
+    pub configs: Vec<(TemplateSpec, Vec<Override>)>,
+    pub tags: BTreeMap<String, String>,
+    pub context: Option<String>,
+}
+
+impl LaunchPlan {
+    /// Launches with the same key may share one CreateFleet call.
+    pub fn batch_key(&self) -> String {
+        format!("{self:?}")
+    }
+
+    /// The override an instance was launched from, by type and subnet or
+    /// zone.
+    pub fn find(
+        &self,
+        instance_type: &str,
+        subnet: Option<&str>,
+        zone: Option<&str>,
+    ) -> Option<&Override> {
+        self.configs.iter().flat_map(|(_, o)| o).find(|o| {
+            o.instance_type == instance_type
+                && (subnet.is_some_and(|s| s == o.subnet_id) || zone.is_some_and(|z| z == o.zone))
+        })
+    }
+
+    /// The zone of a subnet the plan launches into.
+    pub fn zone_of(&self, subnet: &str) -> Option<&str> {
+        self.configs
+            .iter()
+            .flat_map(|(_, o)| o)
+            .find(|o| o.subnet_id == subnet)
+            .map(|o| o.zone.as_str())
+    }
+}
+
+/// What a launch needs besides the NodeClaim.
+pub struct PlanInput<'a> {
+    pub cluster: ClusterInfo<'a>,
+    pub class: &'a EC2NodeClass,
+    pub family: Family,
+    pub resolution: &'a NodeClassResolution,
+    /// Every instance type of the node class (offerings priced).
+    pub types: &'a [InstanceType],
+    pub unavailable: &'a BTreeSet<OfferingKey>,
+}
+
+/// Plans the launch of a NodeClaim (see the module documentation).
+pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, CloudError> {
+    let class_name = input.class.metadata.name.clone().unwrap_or_default();
+    let not_ready = |reason: String| CloudError::NodeClassNotReady {
+        name: class_name.clone(),
+        reason,
+    };
+    let requirements = requirements_of(&claim.spec.requirements)
+        .map_err(|e| CloudError::InvalidRequest(format!("spec.requirements: {e}")))?;
+    let requests = claim_requests(claim)?;
+    let constraints = instance_constraints(&requirements);
+    let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
+    let mut subnet_of_zone: BTreeMap<&str, &str> = BTreeMap::new();
+    for s in &input.resolution.subnets {
+        subnet_of_zone
+            .entry(s.zone.as_str())
+            .or_insert(s.id.as_str());
+    }
+
+    let mut allowed_any = false;
+    let mut known_out = Vec::new();
+    // (price, type, zone, capacity type, subnet, image)
+    let mut candidates: Vec<(f64, &str, &str, &str, &str, &Ami)> = Vec::new();
+    for it in input.types {
+        if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
+            continue;
+        }
+        let image = image_for(&input.resolution.amis, it);
+        for o in &it.offerings {
+            if !allows(ZONE, &o.zone) || !allows(CAPACITY_TYPE, &o.capacity_type) {
+                continue;
+            }
+            allowed_any = true;
+            let key = offering_key(it, o);
+            if input.unavailable.contains(&key) {
+                known_out.push(key);
+                continue;
+            }
+            let (Some(image), Some(subnet)) = (image, subnet_of_zone.get(o.zone.as_str())) else {
+                continue;
+            };
+            if o.available {
+                candidates.push((o.price, &it.name, &o.zone, &o.capacity_type, subnet, image));
+            }
+        }
+    }
+    if !allowed_any {
+        return Err(CloudError::InvalidRequest(
+            "no offering of any instance type satisfies the NodeClaim's requirements and resource requests"
+                .to_string(),
+        ));
+    }
+    if candidates.is_empty() {
+        if known_out.is_empty() {
+            return Err(not_ready(
+                "no allowed instance type has an image, a subnet in its zones, and a price"
+                    .to_string(),
+            ));
+        }
+        known_out.sort();
+        return Err(CloudError::InsufficientCapacity {
+            offerings: known_out,
+        });
+    }
+    let spot = candidates
+        .iter()
+        .any(|c| c.3 == crate::api::CAPACITY_TYPE_SPOT);
+    let capacity_type = if spot {
+        crate::api::CAPACITY_TYPE_SPOT
+    } else {
+        crate::api::CAPACITY_TYPE_ON_DEMAND
+    };
+    candidates.retain(|c| c.3 == capacity_type);
+    candidates.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then_with(|| a.1.cmp(b.1))
+            .then_with(|| a.2.cmp(b.2))
+    });
+    let mut kept_types: BTreeSet<&str> = BTreeSet::new();
+    candidates.retain(|c| {
+        if kept_types.contains(c.1) {
+            return true;
+        }
+        if kept_types.len() >= MAX_INSTANCE_TYPES {
+            return false;
+        }
+        kept_types.insert(c.1);
+        true
+    });
+
+    let registration = Registration::of(claim);
+    let user_data =
+        user_data(input.family, input.class, input.cluster, &registration).map_err(&not_ready)?;
+    let spec = &input.class.spec;
+    let mut security_group_ids: Vec<String> = input
+        .resolution
+        .security_groups
+        .iter()
+        .map(|g| g.id.clone())
+        .collect();
+    security_group_ids.sort();
+    let block_devices = block_devices(input.family, input.class);
+    let metadata = spec
+        .metadata_options
+        .clone()
+        .unwrap_or_else(MetadataOptions::defaulted);
+    let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
+    for (price, it, zone, _, subnet, image) in candidates {
+        let o = Override {
+            instance_type: it.to_string(),
+            zone: zone.to_string(),
+            subnet_id: subnet.to_string(),
+            price,
+        };
+        match configs.iter_mut().find(|(t, _)| t.image_id == image.id) {
+            Some((_, overrides)) => overrides.push(o),
+            None => configs.push((
+                TemplateSpec {
+                    image_id: image.id.clone(),
+                    user_data: user_data.clone(),
+                    block_devices: block_devices.clone(),
+                    metadata: metadata.clone(),
+                    security_group_ids: security_group_ids.clone(),
+                    instance_profile: input.resolution.instance_profile.clone(),
+                    monitoring: spec.detailed_monitoring.unwrap_or(false),
+                    public_ip: spec.associate_public_ip_address,
+                    nodeclass: class_name.clone(),
+                },
+                vec![o],
+            )),
+        }
+    }
+
+    let mut tags: BTreeMap<String, String> = spec.tags.clone().unwrap_or_default();
+    tags.insert(cluster_tag(input.cluster.name), "owned".to_string());
+    tags.insert(TAG_EKS_CLUSTER.to_string(), input.cluster.name.to_string());
+    tags.insert(TAG_NODECLASS.to_string(), class_name.clone());
+    if let Some(pool) = claim.nodepool_name() {
+        tags.insert(TAG_NODEPOOL.to_string(), pool.to_string());
+    }
+    Ok(LaunchPlan {
+        capacity_type: capacity_type.to_string(),
+        configs,
+        tags,
+        context: spec.context.clone(),
+    })
+}
+
+/// An instance CreateFleet launched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetInstance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub subnet_id: Option<String>,
+    pub capacity_type: String,
+}
+
+/// CreateFleet's answer, read against the plan that asked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FleetOutcome {
+    pub instances: Vec<FleetInstance>,
+    /// Offerings that had no capacity.
+    pub refused: Vec<OfferingKey>,
+    /// Other errors, `code: message`.
+    pub errors: Vec<String>,
+    /// An access-denied error's message.
+    pub denied: Option<String>,
+    /// A launch template was missing (deleted under us).
+    pub template_missing: bool,
+}
+
+/// Reads CreateFleet's output.
+pub fn outcome(
+    out: &aws_sdk_ec2::operation::create_fleet::CreateFleetOutput,
+    plan: &LaunchPlan,
+) -> FleetOutcome {
+    let mut o = FleetOutcome::default();
+    for i in out.instances() {
+        let overrides = i
+            .launch_template_and_overrides()
+            .and_then(|l| l.overrides());
+        let subnet = i
+            .subnet_id()
+            .or_else(|| overrides.and_then(|x| x.subnet_id()))
+            .map(str::to_string);
+        let Some(it) = i.instance_type().map(|t| t.as_str()).or_else(|| {
+            overrides
+                .and_then(|x| x.instance_type())
+                .map(|t| t.as_str())
+        }) else {
+            continue;
+        };
+        let zone = i
+            .availability_zone()
+            .or_else(|| overrides.and_then(|x| x.availability_zone()))
+            .or_else(|| subnet.as_deref().and_then(|s| plan.zone_of(s)))
+            .unwrap_or_default()
+            .to_string();
+        let capacity_type = match i.lifecycle().map(|l| l.as_str()) {
+            Some("spot") => "spot".to_string(),
+            Some(_) => "on-demand".to_string(),
+            None => plan.capacity_type.clone(),
+        };
+        for id in i.instance_ids() {
+            o.instances.push(FleetInstance {
+                id: id.clone(),
+                instance_type: it.to_string(),
+                zone: zone.clone(),
+                subnet_id: subnet.clone(),
+                capacity_type: capacity_type.clone(),
+            });
+        }
+    }
+    for e in out.errors() {
+        let code = e.error_code().unwrap_or_default();
+        let message = e.error_message().unwrap_or_default();
+        if CAPACITY_ERRORS.contains(&code) {
+            let overrides = e
+                .launch_template_and_overrides()
+                .and_then(|l| l.overrides());
+            let it = overrides
+                .and_then(|x| x.instance_type())
+                .map(|t| t.as_str().to_string());
+            let zone = overrides.and_then(|x| x.availability_zone()).or_else(|| {
+                overrides
+                    .and_then(|x| x.subnet_id())
+                    .and_then(|s| plan.zone_of(s))
+            });
+            if let (Some(it), Some(zone)) = (it, zone) {
+                let key = OfferingKey {
+                    instance_type: it,
+                    zone: zone.to_string(),
+                    capacity_type: match e.lifecycle().map(|l| l.as_str()) {
+                        Some("spot") => "spot".to_string(),
+                        Some(_) => "on-demand".to_string(),
+                        None => plan.capacity_type.clone(),
+                    },
+                };
+                if !o.refused.contains(&key) {
+                    o.refused.push(key);
+                }
+            }
+        } else if code == "UnauthorizedOperation" || code.starts_with("AccessDenied") {
+            o.denied = Some(format!("{code}: {message}"));
+        } else if code.starts_with("InvalidLaunchTemplateName.NotFound")
+            || code.starts_with("InvalidLaunchTemplateId.NotFound")
+        {
+            o.template_missing = true;
+        } else {
+            let e = format!("{code}: {message}");
+            if !o.errors.contains(&e) {
+                o.errors.push(e);
+            }
+        }
+    }
+    o.refused.sort();
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::{Taint, TaintEffect};
+
+    fn access() -> ClusterAccess {
+        ClusterAccess {
+            endpoint: Some("https://ABC.gr7.us-east-1.eks.amazonaws.com".into()),
+            ca_bundle: Some("Q0EK".into()),
+            service_cidr: Some("10.100.0.0/16".into()),
+        }
+    }
+
+    fn claim() -> NodeClaim {
+        let mut c = NodeClaim::test("default-abc");
+        c.metadata.labels = Some(BTreeMap::from([
+            ("karpenter.sh/nodepool".into(), "default".into()),
+            ("team".into(), "a".into()),
+            ("node.kubernetes.io/instance-type".into(), "m5.large".into()),
+        ]));
+        c.spec.taints = Some(vec![Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: TaintEffect::NoSchedule,
+            time_added: None,
+        }]);
+        c
+    }
+
+    #[test]
+    fn registration_keeps_pool_and_custom_labels_and_adds_the_unregistered_taint() {
+        let r = Registration::of(&claim());
+        assert_eq!(
+            r.labels.keys().collect::<Vec<_>>(),
+            ["karpenter.sh/nodepool", "team"]
+        );
+        assert_eq!(
+            r.taints,
+            [
+                "karpenter.sh/unregistered:NoExecute",
+                "dedicated=gpu:NoSchedule"
+            ]
+        );
+    }
+
+    #[test]
+    fn al2023_user_data_merges_the_users_node_config_first() {
+        let mut class = EC2NodeClass::test("default");
+        class.spec.user_data = Some(
+            "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      shutdownGracePeriod: 30s\n"
+                .into(),
+        );
+        class.spec.kubelet = Some(KubeletConfiguration {
+            max_pods: Some(110),
+            ..KubeletConfiguration::default()
+        });
+        let a = access();
+        let cluster = ClusterInfo {
+            name: "prod",
+            access: &a,
+        };
+        let ud = user_data(Family::Al2023, &class, cluster, &Registration::of(&claim()))
+            .expect("renders");
+        let parts = parse_mime(&ud).expect("MIME");
+        assert_eq!(parts.len(), 2);
+        assert!(parts[0].body.contains("shutdownGracePeriod"));
+        let ours: Value = serde_json::from_str(&parts[1].body).expect("JSON NodeConfig");
+        assert_eq!(ours["spec"]["cluster"]["name"], "prod");
+        assert_eq!(ours["spec"]["cluster"]["cidr"], "10.100.0.0/16");
+        assert_eq!(ours["spec"]["kubelet"]["config"]["maxPods"], 110);
+        assert_eq!(
+            ours["spec"]["kubelet"]["config"]["clusterDNS"],
+            json!(["10.100.0.10"])
+        );
+        let flags = ours["spec"]["kubelet"]["flags"].to_string();
+        assert!(
+            flags.contains("--node-labels=karpenter.sh/nodepool=default,team=a"),
+            "{flags}"
+        );
+        assert!(
+            flags.contains("karpenter.sh/unregistered:NoExecute"),
+            "{flags}"
+        );
+
+        // A MIME document keeps its parts.
+        class.spec.user_data = Some(render_mime(&[Part {
+            content_type: "text/x-shellscript".into(),
+            body: "#!/bin/bash\necho hi".into(),
+        }]));
+        let ud =
+            user_data(Family::Al2023, &class, cluster, &Registration::default()).expect("renders");
+        let parts = parse_mime(&ud).expect("MIME");
+        assert_eq!(parts[0].content_type, "text/x-shellscript");
+        assert_eq!(parts[0].body, "#!/bin/bash\necho hi");
+
+        let none = ClusterAccess::default();
+        let e = user_data(
+            Family::Al2023,
+            &class,
+            ClusterInfo {
+                name: "prod",
+                access: &none,
+            },
+            &Registration::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("cluster endpoint"), "{e}");
+    }
+
+    #[test]
+    fn bottlerocket_settings_merge_into_the_users_toml() {
+        let mut class = EC2NodeClass::test("default");
+        class.spec.ami_family = Some(crate::api::ec2nodeclass::AmiFamily::Bottlerocket);
+        class.spec.user_data = Some(
+            "[settings.kubernetes]\ncluster-name = \"wrong\"\n[settings.kubernetes.node-labels]\nowner = \"me\"\n[settings.host-containers.admin]\nenabled = true\n".into(),
+        );
+        let a = access();
+        let ud = user_data(
+            Family::Bottlerocket,
+            &class,
+            ClusterInfo {
+                name: "prod",
+                access: &a,
+            },
+            &Registration::of(&claim()),
+        )
+        .expect("renders");
+        let doc: toml_edit::DocumentMut = ud.parse().expect("TOML");
+        let k = &doc["settings"]["kubernetes"];
+        assert_eq!(k["cluster-name"].as_str(), Some("prod"));
+        assert_eq!(k["cluster-dns-ip"].as_str(), Some("10.100.0.10"));
+        assert_eq!(k["node-labels"]["owner"].as_str(), Some("me"));
+        assert_eq!(k["node-labels"]["team"].as_str(), Some("a"));
+        assert_eq!(
+            k["node-taints"]["karpenter.sh/unregistered"]
+                .as_array()
+                .and_then(|a| a.get(0))
+                .and_then(|v| v.as_str()),
+            Some(":NoExecute")
+        );
+        assert_eq!(
+            doc["settings"]["host-containers"]["admin"]["enabled"].as_bool(),
+            Some(true)
+        );
+        class.spec.user_data = Some("not = [toml".into());
+        assert!(
+            user_data(
+                Family::Bottlerocket,
+                &class,
+                ClusterInfo {
+                    name: "p",
+                    access: &a
+                },
+                &Registration::default()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn al2_and_windows_bootstrap_and_custom_passes_through() {
+        let mut class = EC2NodeClass::test("default");
+        class.spec.kubelet = Some(KubeletConfiguration {
+            max_pods: Some(20),
+            ..KubeletConfiguration::default()
+        });
+        let a = access();
+        let cluster = ClusterInfo {
+            name: "prod",
+            access: &a,
+        };
+        let ud =
+            user_data(Family::Al2, &class, cluster, &Registration::of(&claim())).expect("renders");
+        assert!(
+            ud.contains("/etc/eks/bootstrap.sh 'prod' --apiserver-endpoint"),
+            "{ud}"
+        );
+        assert!(ud.contains("--use-max-pods false"), "{ud}");
+        assert!(ud.contains("--max-pods=20"), "{ud}");
+        let win =
+            user_data(Family::Windows, &class, cluster, &Registration::default()).expect("renders");
+        assert!(
+            win.starts_with("<powershell>") && win.contains("-EKSClusterName 'prod'"),
+            "{win}"
+        );
+        class.spec.user_data = Some("anything".into());
+        assert_eq!(
+            user_data(Family::Custom, &class, cluster, &Registration::default()).as_deref(),
+            Ok("anything")
+        );
+    }
+
+    #[test]
+    fn template_names_are_stable_and_change_with_any_input() {
+        let t = TemplateSpec {
+            image_id: "ami-1".into(),
+            user_data: "x".into(),
+            block_devices: block_devices(Family::Al2023, &EC2NodeClass::test("d")),
+            metadata: MetadataOptions::defaulted(),
+            security_group_ids: vec!["sg-1".into()],
+            instance_profile: Some("p".into()),
+            monitoring: false,
+            public_ip: None,
+            nodeclass: "default".into(),
+        };
+        let name = t.name("prod");
+        assert!(name.starts_with("dovetail/prod/") && name.len() == "dovetail/prod/".len() + 16);
+        assert_eq!(name, t.clone().name("prod"));
+        let mut other = t.clone();
+        other.image_id = "ami-2".into();
+        assert_ne!(other.name("prod"), name);
+        assert_ne!(t.name("staging"), name);
+        let data = t.request_data();
+        assert_eq!(data.image_id(), Some("ami-1"));
+        assert_eq!(
+            data.metadata_options()
+                .and_then(|m| m.http_tokens())
+                .map(|t| t.as_str()),
+            Some("required")
+        );
+        assert_eq!(
+            data.block_device_mappings()[0]
+                .ebs()
+                .and_then(|e| e.volume_size()),
+            Some(20)
+        );
+        assert_eq!(gib("100G"), Some(94));
+        assert_eq!(gib("1Ti"), Some(1024));
+    }
+
+    /// Three types in two zones, priced; m6g.large is arm64, and the
+    /// resolution has an amd64 image only.
+    fn plan_input_types() -> Vec<InstanceType> {
+        use crate::cloud::aws::instance_types::{NodeClassSettings, Overheads, TypeInfo};
+        let base = crate::cloud::aws::instance_types::tests::m5_large();
+        let settings = NodeClassSettings::of(&EC2NodeClass::test("default")).expect("settings");
+        let o = Overheads {
+            vm_memory_overhead: 0.075,
+            reserved_enis: 0,
+        };
+        let offer = |zone: &str, ct: &str, price: f64| crate::model::Offering {
+            zone: zone.into(),
+            capacity_type: ct.into(),
+            price,
+            available: true,
+        };
+        let make = |name: &str, arch: &str, od: f64, spot: f64| {
+            let info = TypeInfo {
+                name: name.into(),
+                arch: arch.into(),
+                ..base.clone()
+            };
+            crate::cloud::aws::instance_types::instance_type(
+                &info,
+                &settings,
+                &o,
+                "us-east-1",
+                vec![
+                    offer("us-east-1a", "on-demand", od),
+                    offer("us-east-1b", "on-demand", od),
+                    offer("us-east-1a", "spot", spot),
+                    offer("us-east-1b", "spot", spot * 1.1),
+                ],
+            )
+        };
+        vec![
+            make("m5.large", "amd64", 0.096, 0.04),
+            make("c5.large", "amd64", 0.085, 0.035),
+            make("m6g.large", "arm64", 0.077, 0.03),
+        ]
+    }
+
+    fn resolution() -> NodeClassResolution {
+        use crate::api::ec2nodeclass::{SecurityGroup, Subnet};
+        NodeClassResolution {
+            amis: vec![Ami {
+                deprecated: None,
+                id: "ami-amd64".into(),
+                name: None,
+                requirements: crate::cloud::select::variant_requirements("amd64", "standard"),
+            }],
+            subnets: vec![
+                Subnet {
+                    id: "subnet-a".into(),
+                    zone: "us-east-1a".into(),
+                    zone_id: None,
+                },
+                Subnet {
+                    id: "subnet-b".into(),
+                    zone: "us-east-1b".into(),
+                    zone_id: None,
+                },
+            ],
+            security_groups: vec![SecurityGroup {
+                id: "sg-1".into(),
+                name: None,
+            }],
+            instance_profile: Some("profile".into()),
+            problems: Vec::new(),
+        }
+    }
+
+    fn claim_allowing(capacity_types: &[&str]) -> NodeClaim {
+        let mut c = claim();
+        c.spec.requirements = vec![crate::api::NodeSelectorRequirementWithMinValues::new(
+            "karpenter.sh/capacity-type",
+            crate::api::Operator::In,
+            capacity_types,
+        )];
+        c
+    }
+
+    #[test]
+    fn plans_prefer_spot_order_by_price_and_skip_what_cannot_launch() {
+        let types = plan_input_types();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let r = resolution();
+        let none = BTreeSet::new();
+        let input = |unavailable| PlanInput {
+            cluster: ClusterInfo {
+                name: "prod",
+                access: &a,
+            },
+            class: &class,
+            family: Family::Al2023,
+            resolution: &r,
+            types: &types,
+            unavailable,
+        };
+        let p = plan(&claim_allowing(&["spot", "on-demand"]), &input(&none)).expect("plans");
+        assert_eq!(p.capacity_type, "spot");
+        // One template (one image); the arm64 type has no image.
+        assert_eq!(p.configs.len(), 1);
+        let order: Vec<(&str, &str)> = p.configs[0]
+            .1
+            .iter()
+            .map(|o| (o.instance_type.as_str(), o.subnet_id.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("c5.large", "subnet-a"),
+                ("c5.large", "subnet-b"),
+                ("m5.large", "subnet-a"),
+                ("m5.large", "subnet-b"),
+            ]
+        );
+        assert_eq!(p.tags["kubernetes.io/cluster/prod"], "owned");
+        assert_eq!(p.tags["karpenter.sh/nodepool"], "default");
+        assert!(!p.tags.contains_key(TAG_NODECLAIM), "tagged per claim");
+        assert_eq!(p.configs[0].0.image_id, "ami-amd64");
+        assert_eq!(p.configs[0].0.instance_profile.as_deref(), Some("profile"));
+
+        // On demand only: lowest price first, on-demand offerings.
+        let p = plan(&claim_allowing(&["on-demand"]), &input(&none)).expect("plans");
+        assert_eq!(p.capacity_type, "on-demand");
+        assert_eq!(p.configs[0].1[0].price, 0.085);
+
+        // Offerings known to be out are skipped; none left is insufficient
+        // capacity naming them.
+        let out: BTreeSet<OfferingKey> = ["c5.large", "m5.large"]
+            .iter()
+            .flat_map(|t| {
+                ["us-east-1a", "us-east-1b"].map(|z| OfferingKey {
+                    instance_type: t.to_string(),
+                    zone: z.to_string(),
+                    capacity_type: "on-demand".to_string(),
+                })
+            })
+            .collect();
+        let mut partial = out.clone();
+        partial.retain(|o| o.instance_type == "c5.large");
+        let p = plan(&claim_allowing(&["on-demand"]), &input(&partial)).expect("plans");
+        assert!(p.configs[0].1.iter().all(|o| o.instance_type == "m5.large"));
+        let err = plan(&claim_allowing(&["on-demand"]), &input(&out)).unwrap_err();
+        assert_eq!(
+            err,
+            CloudError::InsufficientCapacity {
+                offerings: out.iter().cloned().collect()
+            }
+        );
+        // A requirement nothing meets is an invalid request.
+        let mut odd = claim_allowing(&["on-demand"]);
+        odd.spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                "node.kubernetes.io/instance-type",
+                crate::api::Operator::In,
+                &["x9.huge"],
+            ));
+        assert!(matches!(
+            plan(&odd, &input(&none)),
+            Err(CloudError::InvalidRequest(_))
+        ));
+    }
+
+    #[test]
+    fn fleet_answers_map_to_instances_refused_offerings_and_denials() {
+        use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
+        use aws_sdk_ec2::types::{
+            CreateFleetError, CreateFleetInstance, FleetLaunchTemplateOverrides, InstanceLifecycle,
+            InstanceType as Ty, LaunchTemplateAndOverridesResponse,
+        };
+        let overrides = |it: Ty, subnet: &str| {
+            LaunchTemplateAndOverridesResponse::builder()
+                .overrides(
+                    FleetLaunchTemplateOverrides::builder()
+                        .instance_type(it)
+                        .subnet_id(subnet)
+                        .build(),
+                )
+                .build()
+        };
+        let types = plan_input_types();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let r = resolution();
+        let none = BTreeSet::new();
+        let plan = plan(
+            &claim_allowing(&["on-demand"]),
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: "prod",
+                    access: &a,
+                },
+                class: &class,
+                family: Family::Al2023,
+                resolution: &r,
+                types: &types,
+                unavailable: &none,
+            },
+        )
+        .expect("plans");
+        let out = CreateFleetOutput::builder()
+            .instances(
+                CreateFleetInstance::builder()
+                    .instance_ids("i-1")
+                    .instance_type(Ty::M5Large)
+                    .lifecycle(InstanceLifecycle::OnDemand)
+                    .launch_template_and_overrides(overrides(Ty::M5Large, "subnet-b"))
+                    .build(),
+            )
+            .errors(
+                CreateFleetError::builder()
+                    .error_code("InsufficientInstanceCapacity")
+                    .lifecycle(InstanceLifecycle::OnDemand)
+                    .launch_template_and_overrides(overrides(Ty::C5Large, "subnet-a"))
+                    .build(),
+            )
+            .errors(
+                CreateFleetError::builder()
+                    .error_code("UnauthorizedOperation")
+                    .error_message("not authorized to perform iam:PassRole")
+                    .build(),
+            )
+            .build();
+        let o = outcome(&out, &plan);
+        assert_eq!(
+            o.instances,
+            [FleetInstance {
+                id: "i-1".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1b".into(),
+                subnet_id: Some("subnet-b".into()),
+                capacity_type: "on-demand".into(),
+            }]
+        );
+        assert_eq!(
+            o.refused,
+            [OfferingKey {
+                instance_type: "c5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: "on-demand".into(),
+            }]
+        );
+        assert_eq!(
+            o.denied.as_deref(),
+            Some("UnauthorizedOperation: not authorized to perform iam:PassRole")
+        );
+        assert!(!o.template_missing);
+    }
+}

@@ -1,0 +1,1193 @@
+//! The AWS cloud provider: [`AwsProvider`] implements [`CloudProvider`]
+//! with EC2, SSM and the Pricing API (aws-sdk-ec2, aws-sdk-ssm,
+//! aws-sdk-pricing).
+//!
+//! - **Instance types** ([`instance_types`]): DescribeInstanceTypes and
+//!   DescribeInstanceTypeOfferings (by zone), kept for
+//!   [`AwsConfig::instance_types_ttl`]; prices ([`pricing`]) for their own
+//!   TTLs. Per node class (its kubelet settings, AMI family, block devices,
+//!   and the zones of its subnets) the types are computed once per data
+//!   refresh and cached. An offering without a price is not listed.
+//! - **Node classes** ([`nodeclass`]): [`CloudProvider::resolve_node_class`]
+//!   resolves subnets, security groups and images afresh; launches use the
+//!   node class's status when it reports all three, else a resolution
+//!   cached for [`AwsConfig::resolution_ttl`].
+//! - **Launches** ([`launch`]): a launch template per distinct template
+//!   input, created on first use and reused, then CreateFleet. Launches
+//!   with identical plans that arrive within
+//!   [`AwsConfig::launch_batch_idle`] of each other (at most
+//!   [`AwsConfig::launch_batch_max`] in all) share one CreateFleet call
+//!   asking for as many instances; then each instance is tagged with its
+//!   NodeClaim (a lone launch carries the tag from the start). Callers must
+//!   launch concurrently to benefit; a lone launch waits the idle window
+//!   (35 ms by default) first.
+//! - **Instances** ([`instances`]): `list` is DescribeInstances filtered by
+//!   the cluster tag and `karpenter.sh/nodepool`; `get` and `delete` go by
+//!   instance id; [`CloudProvider::is_drifted`] reads a list kept for
+//!   [`AwsConfig::instance_cache_ttl`], so one DescribeInstances serves a
+//!   whole drift pass.
+//! - **Errors** ([`error`]): throttling is retried with backoff and jitter;
+//!   access denied names the IAM action ([`iam::ACTIONS`] lists them all,
+//!   `deploy/iam-policy.json` grants them).
+//! - **Launch templates** are deleted by
+//!   [`AwsProvider::cleanup_launch_templates`] once their node class is gone
+//!   or no longer resolves to their image.
+
+pub mod config;
+pub mod error;
+pub mod iam;
+pub mod instance_types;
+pub mod instances;
+pub mod launch;
+pub mod nodeclass;
+pub mod pricing;
+
+pub use config::{AwsConfig, ClusterAccess, kubernetes_version};
+pub use error::{AwsError, RetrySettings};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use aws_config::SdkConfig;
+use aws_sdk_ec2::types::{
+    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, OnDemandOptionsRequest, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
+    TargetCapacitySpecificationRequest,
+};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use self::error::{call, paginate};
+use self::instance_types::{Family, NodeClassSettings, Overheads, TypeInfo};
+use self::launch::{
+    ClusterInfo, FleetInstance, LaunchPlan, PlanInput, TAG_IMAGE, TAG_NODECLAIM, TAG_NODECLASS,
+    cluster_tag,
+};
+use self::pricing::{OnDemandPrices, SpotPrices};
+use super::select::{image_for, instance_labels, nodepool_constraints, type_allowed};
+use super::{
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
+    instance_drift,
+};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::clock::Clock;
+use crate::drift::DriftReason;
+use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
+use crate::model::{InstanceType, Offering};
+
+/// Instance states `list` reports (terminated instances are gone).
+const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
+
+/// The instance types, their zones and prices, as last read.
+#[derive(Default)]
+struct Catalog {
+    types: Arc<Vec<TypeInfo>>,
+    /// Instance type -> the zones that offer it.
+    zones: Arc<BTreeMap<String, BTreeSet<String>>>,
+    types_at: Option<Instant>,
+    on_demand: Arc<OnDemandPrices>,
+    on_demand_at: Option<Instant>,
+    spot: Arc<SpotPrices>,
+    spot_at: Option<Instant>,
+    /// Bumped whenever anything above changes.
+    version: u64,
+}
+
+/// One consistent reading of the catalog.
+#[derive(Clone)]
+struct CatalogView {
+    types: Arc<Vec<TypeInfo>>,
+    zones: Arc<BTreeMap<String, BTreeSet<String>>>,
+    on_demand: Arc<OnDemandPrices>,
+    spot: Arc<SpotPrices>,
+    version: u64,
+}
+
+impl CatalogView {
+    fn price(&self, instance_type: &str, zone: &str, capacity_type: &str) -> Option<f64> {
+        let od = self.on_demand.get(instance_type).copied();
+        if capacity_type == crate::api::CAPACITY_TYPE_SPOT {
+            self.spot
+                .get(&(instance_type.to_string(), zone.to_string()))
+                .copied()
+                .or(od)
+        } else {
+            od
+        }
+    }
+
+    fn info(&self, name: &str) -> Option<&TypeInfo> {
+        self.types.iter().find(|t| t.name == name)
+    }
+}
+
+/// Instance types computed for one node class.
+struct Computed {
+    version: u64,
+    settings: NodeClassSettings,
+    zones: Option<BTreeSet<String>>,
+    types: Arc<Vec<InstanceType>>,
+}
+
+type LaunchResult = Result<(FleetInstance, Vec<OfferingKey>), CloudError>;
+
+/// Launches waiting to share a CreateFleet call.
+#[derive(Default)]
+struct Pending {
+    claims: Vec<(String, oneshot::Sender<LaunchResult>)>,
+}
+
+/// Removes an open batch if its leader goes away before sending it, so
+/// the others waiting on it fail instead of waiting forever.
+struct BatchGuard<'a> {
+    batches: &'a Mutex<HashMap<String, Pending>>,
+    key: Option<String>,
+}
+
+impl Drop for BatchGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            lock(self.batches).remove(&key);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The AWS cloud provider. See the module documentation.
+pub struct AwsProvider {
+    config: AwsConfig,
+    region: String,
+    ec2: aws_sdk_ec2::Client,
+    ssm: aws_sdk_ssm::Client,
+    pricing: aws_sdk_pricing::Client,
+    clock: Arc<dyn Clock>,
+    catalog: tokio::sync::Mutex<Catalog>,
+    computed: Mutex<HashMap<String, Computed>>,
+    resolutions: tokio::sync::Mutex<HashMap<String, (Instant, String, NodeClassResolution)>>,
+    /// Launch template name -> id.
+    templates: tokio::sync::Mutex<BTreeMap<String, String>>,
+    batches: Mutex<HashMap<String, Pending>>,
+    /// Instance id -> instance, for drift checks.
+    instances: tokio::sync::Mutex<Option<(Instant, HashMap<String, Instance>)>>,
+}
+
+impl std::fmt::Debug for AwsProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsProvider")
+            .field("cluster", &self.config.cluster_name)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AwsProvider {
+    /// Builds the provider from the usual AWS configuration chain with
+    /// `config`'s overrides. Fails on an invalid config or an unknown
+    /// region.
+    pub async fn new(config: AwsConfig, clock: Arc<dyn Clock>) -> Result<Self, CloudError> {
+        config.validate().map_err(CloudError::InvalidRequest)?;
+        let sdk = config.sdk_config().await;
+        Self::from_sdk_config(config, &sdk, clock)
+    }
+
+    /// Builds the provider from an SDK configuration (region, credentials,
+    /// endpoint), e.g. one made for an emulator. `config.region` and
+    /// `config.endpoint_url` are not applied again.
+    pub fn from_sdk_config(
+        config: AwsConfig,
+        sdk: &SdkConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CloudError> {
+        config.validate().map_err(CloudError::InvalidRequest)?;
+        let region = sdk
+            .region()
+            .map(|r| r.to_string())
+            .or_else(|| config.region.clone())
+            .ok_or_else(|| {
+                CloudError::InvalidRequest("no AWS region: set --region or AWS_REGION".to_string())
+            })?;
+        let ec2 = aws_sdk_ec2::Client::new(sdk);
+        let ssm = aws_sdk_ssm::Client::new(sdk);
+        let pricing = aws_sdk_pricing::Client::from_conf(
+            aws_sdk_pricing::config::Builder::from(sdk)
+                .region(aws_config::Region::new(config::pricing_region(&region)))
+                .build(),
+        );
+        Ok(AwsProvider {
+            config,
+            region,
+            ec2,
+            ssm,
+            pricing,
+            clock,
+            catalog: tokio::sync::Mutex::new(Catalog::default()),
+            computed: Mutex::new(HashMap::new()),
+            resolutions: tokio::sync::Mutex::new(HashMap::new()),
+            templates: tokio::sync::Mutex::new(BTreeMap::new()),
+            batches: Mutex::new(HashMap::new()),
+            instances: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    pub fn config(&self) -> &AwsConfig {
+        &self.config
+    }
+
+    fn overheads(&self) -> Overheads {
+        Overheads {
+            vm_memory_overhead: self.config.vm_memory_overhead,
+            reserved_enis: self.config.reserved_enis,
+        }
+    }
+
+    /// The catalog, refreshing what is older than its TTL. A refresh that
+    /// fails keeps the previous data (logged); with no data at all it is
+    /// an error.
+    async fn catalog(&self) -> Result<CatalogView, CloudError> {
+        let mut c = self.catalog.lock().await;
+        let now = Instant::now();
+        let stale = |at: Option<Instant>, ttl| at.is_none_or(|t| now.duration_since(t) >= ttl);
+        if stale(c.types_at, self.config.instance_types_ttl) {
+            match self.fetch_types().await {
+                Ok((types, zones)) => {
+                    c.types = Arc::new(types);
+                    c.zones = Arc::new(zones);
+                    c.types_at = Some(now);
+                    c.version += 1;
+                }
+                Err(e) if c.types_at.is_some() => {
+                    tracing::warn!(error = %e, "refreshing instance types; keeping the previous ones");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if stale(c.on_demand_at, self.config.on_demand_prices_ttl) {
+            match self.fetch_on_demand().await {
+                Ok(prices) => {
+                    c.on_demand = Arc::new(prices);
+                    c.on_demand_at = Some(now);
+                    c.version += 1;
+                }
+                Err(e) if c.on_demand_at.is_some() => {
+                    tracing::warn!(error = %e, "refreshing on-demand prices; keeping the previous ones");
+                }
+                Err(e) => return Err(CloudError::Api(e)),
+            }
+        }
+        if stale(c.spot_at, self.config.spot_prices_ttl) {
+            match pricing::fetch_spot(&self.ec2, &self.config.retry).await {
+                Ok(prices) => {
+                    c.spot = Arc::new(prices);
+                    c.version += 1;
+                }
+                // Until spot prices are known, on-demand prices stand in.
+                Err(e) => tracing::warn!(error = %e, "reading spot prices"),
+            }
+            c.spot_at = Some(now);
+        }
+        Ok(CatalogView {
+            types: Arc::clone(&c.types),
+            zones: Arc::clone(&c.zones),
+            on_demand: Arc::clone(&c.on_demand),
+            spot: Arc::clone(&c.spot),
+            version: c.version,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn fetch_types(
+        &self,
+    ) -> Result<(Vec<TypeInfo>, BTreeMap<String, BTreeSet<String>>), error::AwsError> {
+        let retry = &self.config.retry;
+        let ec2 = &self.ec2;
+        let mut types = paginate(
+            retry,
+            "ec2:DescribeInstanceTypes",
+            |token| {
+                ec2.describe_instance_types()
+                    .max_results(100)
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| {
+                let types = page
+                    .instance_types()
+                    .iter()
+                    .filter_map(TypeInfo::from_sdk)
+                    .collect();
+                (types, page.next_token().map(str::to_string))
+            },
+        )
+        .await?;
+        types.sort_by(|a, b| a.name.cmp(&b.name));
+        let offerings = paginate(
+            retry,
+            "ec2:DescribeInstanceTypeOfferings",
+            |token| {
+                ec2.describe_instance_type_offerings()
+                    .location_type(aws_sdk_ec2::types::LocationType::AvailabilityZone)
+                    .max_results(1000)
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| {
+                (
+                    page.instance_type_offerings().to_vec(),
+                    page.next_token().map(str::to_string),
+                )
+            },
+        )
+        .await?;
+        let mut zones: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for o in &offerings {
+            if let (Some(t), Some(zone)) = (o.instance_type(), o.location()) {
+                zones
+                    .entry(t.as_str().to_string())
+                    .or_default()
+                    .insert(zone.to_string());
+            }
+        }
+        Ok((types, zones))
+    }
+
+    /// On-demand prices: the Pricing API (unless in an isolated VPC), with
+    /// the price file filling the gaps or standing in when the API fails.
+    async fn fetch_on_demand(&self) -> Result<OnDemandPrices, String> {
+        let file = match &self.config.pricing_file {
+            Some(path) => Some(pricing::read_price_file(path, &self.region)?),
+            None => None,
+        };
+        if self.config.isolated_vpc {
+            return file.ok_or_else(|| {
+                "no on-demand prices: in an isolated VPC the price file (--pricing-file) is required"
+                    .to_string()
+            });
+        }
+        match pricing::fetch_on_demand(&self.pricing, &self.config.retry, &self.region).await {
+            Ok(mut api) => {
+                for (k, v) in file.unwrap_or_default() {
+                    api.entry(k).or_insert(v);
+                }
+                Ok(api)
+            }
+            Err(e) => match file {
+                Some(f) => {
+                    tracing::warn!(error = %e, "the Pricing API failed; using the price file");
+                    Ok(f)
+                }
+                None => Err(format!(
+                    "no on-demand prices: {e} (a price file, --pricing-file, can stand in)"
+                )),
+            },
+        }
+    }
+
+    /// Every instance type a node class can launch, with its allocatable
+    /// and its priced offerings in the zones of the node class's subnets
+    /// (every zone when its status reports none). This is what
+    /// `dovetail aws instance-types` prints.
+    pub async fn instance_types_for(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+        let name = nodeclass.metadata.name.clone().unwrap_or_default();
+        let settings =
+            NodeClassSettings::of(nodeclass).map_err(|reason| CloudError::NodeClassNotReady {
+                name: name.clone(),
+                reason,
+            })?;
+        let zones: Option<BTreeSet<String>> = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.subnets.as_ref())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.iter().map(|s| s.zone.clone()).collect());
+        let view = self.catalog().await?;
+        {
+            let computed = lock(&self.computed);
+            if let Some(c) = computed.get(&name)
+                && c.version == view.version
+                && c.settings == settings
+                && c.zones == zones
+            {
+                return Ok(Arc::clone(&c.types));
+            }
+        }
+        let overheads = self.overheads();
+        let mut types = Vec::new();
+        for info in view.types.iter() {
+            let mut offerings = Vec::new();
+            for zone in view.zones.get(&info.name).into_iter().flatten() {
+                if zones.as_ref().is_some_and(|z| !z.contains(zone)) {
+                    continue;
+                }
+                for (offered, capacity_type) in [
+                    (info.on_demand, crate::api::CAPACITY_TYPE_ON_DEMAND),
+                    (info.spot, crate::api::CAPACITY_TYPE_SPOT),
+                ] {
+                    if let (true, Some(price)) =
+                        (offered, view.price(&info.name, zone, capacity_type))
+                    {
+                        offerings.push(Offering {
+                            zone: zone.clone(),
+                            capacity_type: capacity_type.to_string(),
+                            price,
+                            available: true,
+                        });
+                    }
+                }
+            }
+            if offerings.is_empty() {
+                continue;
+            }
+            types.push(instance_types::instance_type(
+                info,
+                &settings,
+                &overheads,
+                &self.region,
+                offerings,
+            ));
+        }
+        let types = Arc::new(types);
+        lock(&self.computed).insert(
+            name,
+            Computed {
+                version: view.version,
+                settings,
+                zones,
+                types: Arc::clone(&types),
+            },
+        );
+        Ok(types)
+    }
+
+    /// The instance types of the region that have no on-demand price (so
+    /// no on-demand offering), for `dovetail aws instance-types` to report.
+    pub async fn unpriced_types(&self) -> Result<Vec<String>, CloudError> {
+        let view = self.catalog().await?;
+        Ok(view
+            .types
+            .iter()
+            .filter(|t| !view.on_demand.contains_key(&t.name))
+            .map(|t| t.name.clone())
+            .collect())
+    }
+
+    fn resolver(&self) -> nodeclass::Resolver<'_> {
+        nodeclass::Resolver {
+            ec2: &self.ec2,
+            ssm: &self.ssm,
+            retry: &self.config.retry,
+            ssm_root: &self.config.ssm_parameter_root,
+            kubernetes_version: self.config.kubernetes_version.as_deref(),
+        }
+    }
+
+    /// What a launch from the node class uses: its status when that
+    /// reports images, subnets and security groups, else a resolution at
+    /// most [`AwsConfig::resolution_ttl`] old.
+    async fn resolution_for(
+        &self,
+        class: &EC2NodeClass,
+    ) -> Result<NodeClassResolution, CloudError> {
+        if let Some(status) = &class.status {
+            let amis = status.amis.clone().unwrap_or_default();
+            let subnets = status.subnets.clone().unwrap_or_default();
+            let groups = status.security_groups.clone().unwrap_or_default();
+            if !amis.is_empty() && !subnets.is_empty() && !groups.is_empty() {
+                return Ok(NodeClassResolution {
+                    amis,
+                    subnets,
+                    security_groups: groups,
+                    instance_profile: status
+                        .instance_profile
+                        .clone()
+                        .or_else(|| class.spec.instance_profile.clone())
+                        .or_else(|| class.spec.role.clone()),
+                    problems: Vec::new(),
+                });
+            }
+        }
+        let name = class.metadata.name.clone().unwrap_or_default();
+        let spec = serde_json::to_string(&class.spec).unwrap_or_default();
+        let mut cache = self.resolutions.lock().await;
+        if let Some((at, s, r)) = cache.get(&name)
+            && *s == spec
+            && at.elapsed() < self.config.resolution_ttl
+        {
+            return Ok(r.clone());
+        }
+        let r = self.resolver().resolve(class).await?;
+        cache.insert(name, (Instant::now(), spec, r.clone()));
+        Ok(r)
+    }
+
+    /// The id of the launch template named `name`, if it exists.
+    async fn template_id(&self, name: &str) -> Result<Option<String>, error::AwsError> {
+        let ec2 = &self.ec2;
+        let found = call(&self.config.retry, "ec2:DescribeLaunchTemplates", || {
+            ec2.describe_launch_templates()
+                .filters(
+                    Filter::builder()
+                        .name("launch-template-name")
+                        .values(name)
+                        .build(),
+                )
+                .send()
+        })
+        .await?;
+        Ok(found
+            .launch_templates()
+            .first()
+            .and_then(|t| t.launch_template_id())
+            .map(str::to_string))
+    }
+
+    /// The id of the launch template for `spec`, creating it on first use.
+    async fn ensure_template(&self, spec: &launch::TemplateSpec) -> Result<String, CloudError> {
+        let name = spec.name(&self.config.cluster_name);
+        let mut cache = self.templates.lock().await;
+        if let Some(id) = cache.get(&name) {
+            return Ok(id.clone());
+        }
+        if let Some(id) = self.template_id(&name).await? {
+            cache.insert(name, id.clone());
+            return Ok(id);
+        }
+        let retry = &self.config.retry;
+        let ec2 = &self.ec2;
+        let tags = [
+            (cluster_tag(&self.config.cluster_name), "owned".to_string()),
+            (TAG_NODECLASS.to_string(), spec.nodeclass.clone()),
+            (TAG_IMAGE.to_string(), spec.image_id.clone()),
+        ];
+        let created = call(retry, "ec2:CreateLaunchTemplate", || {
+            ec2.create_launch_template()
+                .launch_template_name(&name)
+                .launch_template_data(spec.request_data())
+                .tag_specifications(
+                    TagSpecification::builder()
+                        .resource_type(ResourceType::LaunchTemplate)
+                        .set_tags(Some(
+                            tags.iter()
+                                .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                                .collect(),
+                        ))
+                        .build(),
+                )
+                .send()
+        })
+        .await;
+        let id = match created {
+            Ok(out) => out
+                .launch_template()
+                .and_then(|t| t.launch_template_id())
+                .map(str::to_string),
+            // Created meanwhile by another replica: read it.
+            Err(e)
+                if e.code()
+                    .is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.AlreadyExists")) =>
+            {
+                self.template_id(&name).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let id = id.ok_or_else(|| {
+            CloudError::Api(format!("launch template {name} has no id after creation"))
+        })?;
+        tracing::info!(template = %name, id = %id, "created launch template");
+        cache.insert(name, id.clone());
+        Ok(id)
+    }
+
+    /// Sends one CreateFleet for `claims` (one instance each) and hands
+    /// each its instance or error.
+    async fn launch_fleet(&self, plan: &LaunchPlan, claims: &[String]) -> Vec<LaunchResult> {
+        let n = claims.len();
+        let mut outcome = None;
+        for attempt in 0..2 {
+            match self.create_fleet(plan, claims).await {
+                Ok(o) if o.template_missing && o.instances.len() < n && attempt == 0 => {
+                    // A template was deleted under us: forget them, retry.
+                    self.templates.lock().await.clear();
+                }
+                Ok(o) => {
+                    outcome = Some(o);
+                    break;
+                }
+                Err(e) => return vec![Err(e); n],
+            }
+        }
+        let Some(o) = outcome else {
+            return vec![Err(CloudError::Api("launch templates kept disappearing".into())); n];
+        };
+        if n > 1 {
+            for (instance, claim) in o.instances.iter().zip(claims) {
+                let ec2 = &self.ec2;
+                let tagged = call(&self.config.retry, "ec2:CreateTags", || {
+                    ec2.create_tags()
+                        .resources(&instance.id)
+                        .tags(Tag::builder().key(TAG_NODECLAIM).value(claim).build())
+                        .send()
+                })
+                .await;
+                if let Err(e) = tagged {
+                    tracing::warn!(instance = %instance.id, nodeclaim = %claim, error = %e, "tagging a launched instance");
+                }
+            }
+        }
+        let failure = || {
+            if let Some(m) = &o.denied {
+                CloudError::AccessDenied {
+                    action: "ec2:RunInstances".to_string(),
+                    message: format!(
+                        "{m} (CreateFleet also needs ec2:CreateTags, and iam:PassRole for the node role)"
+                    ),
+                }
+            } else if !o.refused.is_empty() {
+                CloudError::InsufficientCapacity {
+                    offerings: o.refused.clone(),
+                }
+            } else if !o.errors.is_empty() {
+                CloudError::Api(format!("CreateFleet: {}", o.errors.join("; ")))
+            } else {
+                CloudError::Api("CreateFleet launched no instance".to_string())
+            }
+        };
+        (0..n)
+            .map(|i| match o.instances.get(i) {
+                Some(instance) => Ok((instance.clone(), o.refused.clone())),
+                None => Err(failure()),
+            })
+            .collect()
+    }
+
+    async fn create_fleet(
+        &self,
+        plan: &LaunchPlan,
+        claims: &[String],
+    ) -> Result<launch::FleetOutcome, CloudError> {
+        let mut configs = Vec::new();
+        for (spec, overrides) in &plan.configs {
+            let id = self.ensure_template(spec).await?;
+            configs.push(
+                FleetLaunchTemplateConfigRequest::builder()
+                    .launch_template_specification(
+                        FleetLaunchTemplateSpecificationRequest::builder()
+                            .launch_template_id(id)
+                            .version("$Latest")
+                            .build(),
+                    )
+                    .set_overrides(Some(
+                        overrides
+                            .iter()
+                            .map(|o| {
+                                FleetLaunchTemplateOverridesRequest::builder()
+                                    .instance_type(o.instance_type.as_str().into())
+                                    .subnet_id(&o.subnet_id)
+                                    .availability_zone(&o.zone)
+                                    .build()
+                            })
+                            .collect(),
+                    ))
+                    .build(),
+            );
+        }
+        let mut tags: Vec<Tag> = plan
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        if let [claim] = claims {
+            tags.push(Tag::builder().key(TAG_NODECLAIM).value(claim).build());
+        }
+        let tag_specs: Vec<TagSpecification> = [ResourceType::Instance, ResourceType::Volume]
+            .into_iter()
+            .map(|r| {
+                TagSpecification::builder()
+                    .resource_type(r)
+                    .set_tags(Some(tags.clone()))
+                    .build()
+            })
+            .collect();
+        let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
+        let total = i32::try_from(claims.len()).unwrap_or(i32::MAX);
+        let ec2 = &self.ec2;
+        let out = call(&self.config.retry, "ec2:CreateFleet", || {
+            ec2.create_fleet()
+                .r#type(FleetType::Instant)
+                .target_capacity_specification(
+                    TargetCapacitySpecificationRequest::builder()
+                        .total_target_capacity(total)
+                        .default_target_capacity_type(if spot {
+                            DefaultTargetCapacityType::Spot
+                        } else {
+                            DefaultTargetCapacityType::OnDemand
+                        })
+                        .build(),
+                )
+                .on_demand_options(
+                    OnDemandOptionsRequest::builder()
+                        .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                        .build(),
+                )
+                .spot_options(
+                    SpotOptionsRequest::builder()
+                        .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                        .build(),
+                )
+                .set_launch_template_configs(Some(configs.clone()))
+                .set_tag_specifications(Some(tag_specs.clone()))
+                .set_context(plan.context.clone())
+                .send()
+        })
+        .await?;
+        Ok(launch::outcome(&out, plan))
+    }
+
+    /// Joins or opens the batch of launches with `plan`'s key and returns
+    /// this claim's share.
+    async fn launch_batched(&self, plan: &LaunchPlan, claim: &str) -> LaunchResult {
+        let key = plan.batch_key();
+        let (tx, rx) = oneshot::channel();
+        let leader = {
+            let mut batches = lock(&self.batches);
+            match batches.get_mut(&key) {
+                Some(p) => {
+                    p.claims.push((claim.to_string(), tx));
+                    false
+                }
+                None => {
+                    batches.insert(
+                        key.clone(),
+                        Pending {
+                            claims: vec![(claim.to_string(), tx)],
+                        },
+                    );
+                    true
+                }
+            }
+        };
+        if !leader {
+            return rx.await.unwrap_or_else(|_| {
+                Err(CloudError::Api(
+                    "the launch this one was batched with was cancelled".to_string(),
+                ))
+            });
+        }
+        let mut guard = BatchGuard {
+            batches: &self.batches,
+            key: Some(key.clone()),
+        };
+        let start = Instant::now();
+        let mut seen = 1;
+        loop {
+            tokio::time::sleep(self.config.launch_batch_idle).await;
+            let now = lock(&self.batches).get(&key).map_or(0, |p| p.claims.len());
+            if now == seen || start.elapsed() >= self.config.launch_batch_max {
+                break;
+            }
+            seen = now;
+        }
+        guard.key = None;
+        let pending = lock(&self.batches).remove(&key).unwrap_or_default();
+        let names: Vec<String> = pending.claims.iter().map(|(c, _)| c.clone()).collect();
+        if names.len() > 1 {
+            tracing::info!(
+                launches = names.len(),
+                "batching launches into one CreateFleet"
+            );
+        }
+        let results = self.launch_fleet(plan, &names).await;
+        for ((_, sender), result) in pending.claims.into_iter().zip(results) {
+            let _ = sender.send(result);
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(CloudError::Api("the launch's result was lost".to_string())))
+    }
+
+    fn labels_of(
+        &self,
+        view: &CatalogView,
+        instance_type: &str,
+        os: &str,
+    ) -> BTreeMap<String, String> {
+        view.info(instance_type)
+            .map(|i| i.labels(&self.region, os))
+            .unwrap_or_else(|| {
+                BTreeMap::from([(INSTANCE_TYPE.to_string(), instance_type.to_string())])
+            })
+    }
+
+    async fn describe(
+        &self,
+        filters: Vec<Filter>,
+        ids: Vec<String>,
+    ) -> Result<Vec<Instance>, CloudError> {
+        let view = self.catalog().await?;
+        let ec2 = &self.ec2;
+        let listed = paginate(
+            &self.config.retry,
+            "ec2:DescribeInstances",
+            |token| {
+                ec2.describe_instances()
+                    .set_filters((!filters.is_empty()).then(|| filters.clone()))
+                    .set_instance_ids((!ids.is_empty()).then(|| ids.clone()))
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| {
+                let instances = page
+                    .reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .cloned()
+                    .collect();
+                (instances, page.next_token().map(str::to_string))
+            },
+        )
+        .await;
+        let listed = match listed {
+            Ok(l) => l,
+            // An id EC2 does not know (any more).
+            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidInstanceID")) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(listed
+            .iter()
+            .filter_map(|i| {
+                let os = match i.platform().map(|p| p.as_str()) {
+                    Some("windows" | "Windows") => "windows",
+                    _ => "linux",
+                };
+                instances::convert(
+                    i,
+                    &self.region,
+                    |t| self.labels_of(&view, t, os),
+                    |t, z, c| view.price(t, z, c),
+                )
+            })
+            .collect())
+    }
+
+    /// Deletes the launch templates of this cluster that no node class
+    /// uses: their node class is not among `nodeclasses`, or its status
+    /// no longer lists their image. Returns the deleted templates' names.
+    pub async fn cleanup_launch_templates(
+        &self,
+        nodeclasses: &[EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        let retry = &self.config.retry;
+        let ec2 = &self.ec2;
+        let tag = cluster_tag(&self.config.cluster_name);
+        let templates = paginate(
+            retry,
+            "ec2:DescribeLaunchTemplates",
+            |token| {
+                ec2.describe_launch_templates()
+                    .filters(
+                        Filter::builder()
+                            .name(format!("tag:{tag}"))
+                            .values("owned")
+                            .build(),
+                    )
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| {
+                (
+                    page.launch_templates().to_vec(),
+                    page.next_token().map(str::to_string),
+                )
+            },
+        )
+        .await?;
+        let classes: HashMap<&str, &EC2NodeClass> = nodeclasses
+            .iter()
+            .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+            .collect();
+        let mut deleted = Vec::new();
+        for t in templates {
+            let tags: BTreeMap<&str, &str> = t
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?, t.value().unwrap_or_default())))
+                .collect();
+            let (Some(id), Some(name)) = (t.launch_template_id(), t.launch_template_name()) else {
+                continue;
+            };
+            let class = tags.get(TAG_NODECLASS).and_then(|n| classes.get(n));
+            let stale = match class {
+                None => true,
+                Some(c) => match (
+                    c.status.as_ref().and_then(|s| s.amis.as_ref()),
+                    tags.get(TAG_IMAGE),
+                ) {
+                    (Some(amis), Some(image)) if !amis.is_empty() => {
+                        !amis.iter().any(|a| a.id == *image)
+                    }
+                    _ => false,
+                },
+            };
+            if !stale {
+                continue;
+            }
+            let result = call(retry, "ec2:DeleteLaunchTemplate", || {
+                ec2.delete_launch_template().launch_template_id(id).send()
+            })
+            .await;
+            match result {
+                Ok(_) => deleted.push(name.to_string()),
+                Err(e) if e.code().is_some_and(|c| c.contains("NotFound")) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.templates.lock().await.remove(name);
+        }
+        Ok(deleted)
+    }
+}
+
+impl CloudProvider for AwsProvider {
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+        unavailable: &BTreeSet<OfferingKey>,
+    ) -> Result<Launched, CloudError> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let resolution = self.resolution_for(nodeclass).await?;
+        if !resolution.is_ready() {
+            return Err(CloudError::NodeClassNotReady {
+                name: nodeclass.metadata.name.clone().unwrap_or_default(),
+                reason: resolution.problems.join("; "),
+            });
+        }
+        let types = self.instance_types_for(nodeclass).await?;
+        let family = Family::of(nodeclass);
+        let plan = launch::plan(
+            claim,
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: &self.config.cluster_name,
+                    access: &self.config.cluster,
+                },
+                class: nodeclass,
+                family,
+                resolution: &resolution,
+                types: &types,
+                unavailable,
+            },
+        )?;
+        let (fleet, refused) = self.launch_batched(&plan, &name).await?;
+        let chosen = plan.find(
+            &fleet.instance_type,
+            fleet.subnet_id.as_deref(),
+            Some(&fleet.zone),
+        );
+        let image = plan
+            .configs
+            .iter()
+            .find(|(_, o)| o.iter().any(|x| Some(x) == chosen))
+            .map(|(t, _)| t.image_id.clone());
+        let it = types.iter().find(|t| t.name == fleet.instance_type);
+        let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
+        let key = OfferingKey {
+            instance_type: fleet.instance_type.clone(),
+            zone: fleet.zone.clone(),
+            capacity_type: fleet.capacity_type.clone(),
+        };
+        let type_labels = it
+            .map(|t| {
+                t.requirements
+                    .labels()
+                    .into_iter()
+                    .filter(|(k, _)| k != ZONE && k != CAPACITY_TYPE)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let labels = instance_labels(type_labels, &key, &self.region, &nodepool);
+        let mut security_group_ids: Vec<String> = resolution
+            .security_groups
+            .iter()
+            .map(|g| g.id.clone())
+            .collect();
+        security_group_ids.sort();
+        let price = it
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .find(|o| o.zone == fleet.zone && o.capacity_type == fleet.capacity_type)
+            })
+            .map(|o| o.price)
+            .or(chosen.map(|o| o.price))
+            .unwrap_or(0.0);
+        let instance = Instance {
+            provider_id: instances::provider_id(&fleet.zone, &fleet.id),
+            id: fleet.id.clone(),
+            instance_type: fleet.instance_type.clone(),
+            zone: fleet.zone.clone(),
+            capacity_type: fleet.capacity_type.clone(),
+            price,
+            launched_at: self.clock.now(),
+            state: InstanceState::Pending,
+            nodeclaim: name,
+            nodepool,
+            labels,
+            image_id: image,
+            subnet_id: fleet.subnet_id.clone(),
+            security_group_ids,
+        };
+        if let Some((_, cache)) = self.instances.lock().await.as_mut() {
+            cache.insert(instance.id.clone(), instance.clone());
+        }
+        Ok(Launched { instance, refused })
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
+        let not_found = || CloudError::NotFound(provider_id.to_string());
+        let id = instances::instance_id(provider_id).ok_or_else(not_found)?;
+        let ec2 = &self.ec2;
+        let out = call(&self.config.retry, "ec2:TerminateInstances", || {
+            ec2.terminate_instances().instance_ids(id).send()
+        })
+        .await;
+        let out = match out {
+            Ok(o) => o,
+            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidInstanceID")) => {
+                return Err(not_found());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some((_, cache)) = self.instances.lock().await.as_mut() {
+            cache.remove(id);
+        }
+        let previous = out
+            .terminating_instances()
+            .first()
+            .and_then(|c| c.previous_state())
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_string());
+        match previous.as_deref() {
+            Some("terminated" | "shutting-down") => Err(not_found()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        let not_found = || CloudError::NotFound(provider_id.to_string());
+        let id = instances::instance_id(provider_id).ok_or_else(not_found)?;
+        self.describe(Vec::new(), vec![id.to_string()])
+            .await?
+            .into_iter()
+            .find(|i| i.id == id && i.state != InstanceState::Terminated)
+            .ok_or_else(not_found)
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
+                .values("owned")
+                .build(),
+            Filter::builder()
+                .name("tag-key")
+                .values(launch::TAG_NODEPOOL)
+                .build(),
+            Filter::builder()
+                .name("instance-state-name")
+                .set_values(Some(LIVE_STATES.iter().map(|s| s.to_string()).collect()))
+                .build(),
+        ];
+        let mut listed = self.describe(filters, Vec::new()).await?;
+        listed.retain(|i| i.state != InstanceState::Terminated);
+        listed.sort_by(|a, b| a.id.cmp(&b.id));
+        *self.instances.lock().await = Some((
+            Instant::now(),
+            listed.iter().map(|i| (i.id.clone(), i.clone())).collect(),
+        ));
+        Ok(listed)
+    }
+
+    async fn instance_types(
+        &self,
+        nodepool: &NodePool,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<InstanceType>, CloudError> {
+        let constraints = nodepool_constraints(nodepool)?;
+        let types = self.instance_types_for(nodeclass).await?;
+        // Types no resolved image fits cannot launch from this class.
+        let amis = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.amis.clone())
+            .unwrap_or_default();
+        Ok(types
+            .iter()
+            .filter(|it| type_allowed(it, &constraints))
+            .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
+            .cloned()
+            .collect())
+    }
+
+    async fn resolve_node_class(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<NodeClassResolution, CloudError> {
+        let r = self.resolver().resolve(nodeclass).await?;
+        let name = nodeclass.metadata.name.clone().unwrap_or_default();
+        let spec = serde_json::to_string(&nodeclass.spec).unwrap_or_default();
+        self.resolutions
+            .lock()
+            .await
+            .insert(name, (Instant::now(), spec, r.clone()));
+        Ok(r)
+    }
+
+    async fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<DriftReason>, CloudError> {
+        let provider_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        let id = instances::instance_id(&provider_id)
+            .ok_or_else(|| CloudError::NotFound(provider_id.clone()))?
+            .to_string();
+        let fresh = {
+            let cache = self.instances.lock().await;
+            cache
+                .as_ref()
+                .is_some_and(|(at, _)| at.elapsed() < self.config.instance_cache_ttl)
+        };
+        if !fresh {
+            self.list().await?;
+        }
+        let cached = self
+            .instances
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|(_, m)| m.get(&id).cloned());
+        let instance = match cached {
+            Some(i) => i,
+            None => self.get(&provider_id).await?,
+        };
+        Ok(nodeclass
+            .status
+            .as_ref()
+            .map(|status| instance_drift(&instance, status))
+            .unwrap_or_default())
+    }
+}

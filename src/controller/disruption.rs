@@ -1,0 +1,1279 @@
+//! Disruption in the controller: describing the cluster to the pure
+//! decisions of [`crate::disruption`], and carrying out their commands
+//! through a queue that lives in the cluster's state, so a restart resumes
+//! it.
+//!
+//! A pass (at most every [`DISRUPTION_POLL`], skipped when nothing it
+//! depends on changed since a pass that found nothing) builds the
+//! candidates, the budgets and one [`Removals`] over the cluster, and asks
+//! [`disruption::decide`]. A consolidation is validated again after
+//! [`Settings::consolidation_validation`]; drift and expiration are carried
+//! out at once.
+//!
+//! Carrying out a command:
+//! 1. each candidate NodeClaim is marked (`dovetail.dev/disruption-reason`,
+//!    `dovetail.dev/disruption-decided-at`, `dovetail.dev/replaced-by`, and
+//!    the `DisruptionReason` condition), then its node is tainted
+//!    `karpenter.sh/disrupted:NoSchedule`;
+//! 2. the replacements are created (each annotated
+//!    `dovetail.dev/replaces`);
+//! 3. once every replacement is initialized, the candidates are deleted and
+//!    termination drains them. A replacement that fails or is not
+//!    initialized within [`Settings::replacement_timeout`] rolls the
+//!    candidates back (taint, marks, and replacements not yet initialized
+//!    removed), except for expiration, which goes ahead.
+//!
+//! Every step reads the marks from the cluster, so a controller restarted
+//! at any point continues where the last one stopped; a disrupted taint
+//! without marks (a crash before marking, or another autoscaler's) is
+//! removed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint as NodeTaint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+
+use super::{Controller, conditions, is_true, set_condition};
+use crate::api::nodepool::ConsolidationPolicy;
+use crate::api::{ANNOTATION_DO_NOT_DISRUPT, EC2NodeClass, NodeClaim, NodePool, TAINT_DISRUPTED};
+use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
+use crate::cloud::CloudProvider;
+use crate::cluster::{Cluster, ObjectKey, Selector};
+use crate::convert::build_input_with_pools;
+use crate::disruption::{self, Candidate, Command, Options, Pass, Reason};
+use crate::drift::{self, DriftReason, NodeView};
+use crate::model::InstanceType;
+use crate::scheduling::pod::{VolumeIndex, pod_spec};
+use crate::scheduling::removal::Removals;
+use crate::scheduling::{NodePoolSpec, Preferences, SolveOptions};
+use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
+
+/// A disruption pass runs at most this often, as the reference's.
+pub const DISRUPTION_POLL: Duration = Duration::from_secs(10);
+/// Node classes are resolved again at least this often.
+const NODECLASS_REFRESH: Duration = Duration::from_secs(60);
+
+/// Marks a NodeClaim being disrupted, with the reason.
+pub const ANNOTATION_DISRUPTION_REASON: &str = "dovetail.dev/disruption-reason";
+/// When the disruption was decided (for the replacement timeout).
+pub const ANNOTATION_DISRUPTION_DECIDED: &str = "dovetail.dev/disruption-decided-at";
+/// The NodeClaims launched to replace a disrupted one, comma-separated.
+pub const ANNOTATION_REPLACED_BY: &str = "dovetail.dev/replaced-by";
+/// On a replacement: the NodeClaims it replaces, comma-separated.
+pub const ANNOTATION_REPLACES: &str = "dovetail.dev/replaces";
+/// The NodeClaim condition the reference sets on disrupted NodeClaims.
+pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
+/// The annotation that exempts pods and nodes from voluntary disruption.
+const DO_NOT_DISRUPT: &str = ANNOTATION_DO_NOT_DISRUPT;
+
+/// The disruption loop's state across reconciles. Nothing here matters
+/// after a restart: the queue is in the cluster.
+#[derive(Debug, Default)]
+pub struct DisruptionState {
+    last_pass: Option<Timestamp>,
+    /// What the last pass that found nothing depended on, and until when
+    /// its answer stands (the next time threshold: a node becoming
+    /// consolidatable or expiring, a budget window, the resync).
+    quiet: Option<(u64, Timestamp)>,
+    /// A consolidation awaiting validation, and when.
+    pending: Option<(Command, Timestamp)>,
+    /// Per node, a hash of its movable pods at the last pass.
+    pod_marks: HashMap<String, u64>,
+    /// Per EC2NodeClass: the generation resolved and when.
+    resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
+    /// USD/h saved by the consolidations carried out.
+    savings: f64,
+}
+
+/// What a pass is built from.
+struct Facts {
+    candidates: Vec<Candidate>,
+    budgets: BTreeMap<String, disruption::Allowed>,
+    consolidation: bool,
+    specs: Vec<NodePoolSpec>,
+    input: crate::scheduling::SolveInput,
+    homes: Vec<String>,
+    /// The next time a candidate becomes consolidatable or expires, or a
+    /// budget window opens or closes.
+    next_threshold: Option<Timestamp>,
+}
+
+fn since(t: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(t)).unwrap_or_default()
+}
+
+fn until(t: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(t.duration_since(now)).unwrap_or_default()
+}
+
+fn duration_or_never(s: Option<&str>, default: Option<Duration>) -> Option<Duration> {
+    match s.map(|s| parse_duration(s, DurationSyntax::HmsOrNever)) {
+        None => default,
+        Some(Ok(NillableDuration::After(d))) => Some(d),
+        Some(Ok(NillableDuration::Never)) => None,
+        Some(Err(_)) => default,
+    }
+}
+
+fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
+    obj.meta()
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn claim_name(claim: &NodeClaim) -> String {
+    claim.metadata.name.clone().unwrap_or_default()
+}
+
+fn pod_key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Whether a pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be
+/// scheduled straight back, so drains and consolidation ignore it).
+pub(super) fn tolerates_disrupted(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            let key_ok = match t.key.as_deref() {
+                None | Some("") => t.operator.as_deref() == Some("Exists"),
+                Some(k) => k == TAINT_DISRUPTED,
+            };
+            let effect_ok = t
+                .effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+            key_ok && effect_ok
+        })
+}
+
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+fn is_daemon(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet")
+}
+
+fn is_finished(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Pods that would have to move if their node went away: not finished or
+/// going, not DaemonSet or mirror pods, not pods that tolerate the
+/// disrupted taint.
+pub(super) fn is_movable(pod: &Pod) -> bool {
+    !is_finished(pod)
+        && pod.metadata.deletion_timestamp.is_none()
+        && !is_mirror(pod)
+        && !is_daemon(pod)
+        && !tolerates_disrupted(pod)
+}
+
+/// The cost of evicting one pod, as the reference weighs it: 1, plus its
+/// `controller.kubernetes.io/pod-deletion-cost` over 2^27, plus its
+/// priority over 2^25, within [-10, 10].
+fn eviction_cost(pod: &Pod) -> f64 {
+    let mut cost = 1.0;
+    if let Some(c) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+        .and_then(|v| v.parse::<i32>().ok())
+    {
+        cost += f64::from(c) / 2f64.powi(27);
+    }
+    if let Some(p) = pod.spec.as_ref().and_then(|s| s.priority) {
+        cost += f64::from(p) / 2f64.powi(25);
+    }
+    cost.clamp(-10.0, 10.0)
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The price of an offering among the NodePools' instance types.
+fn offering_price(types: &[&InstanceType], name: &str, zone: &str, ct: &str) -> Option<f64> {
+    types
+        .iter()
+        .filter(|t| t.name == name)
+        .flat_map(|t| t.offerings.iter())
+        .find(|o| o.zone == zone && o.capacity_type == ct)
+        .map(|o| o.price)
+}
+
+/// The allowances of PodDisruptionBudgets, as their status reports them
+/// (the disruption controller's count; none before it has observed them).
+struct Budgets {
+    pdbs: Vec<(String, Selector, String, i32)>,
+}
+
+impl Budgets {
+    fn new(pdbs: &[Arc<PodDisruptionBudget>]) -> Self {
+        Budgets {
+            pdbs: pdbs
+                .iter()
+                .filter_map(|b| {
+                    let spec = b.spec.as_ref()?;
+                    let selector = Selector::from_optional(spec.selector.as_ref()).ok()?;
+                    let allowed = b
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.disruptions_allowed)
+                        .unwrap_or(0);
+                    Some((
+                        b.metadata.namespace.clone().unwrap_or_default(),
+                        selector,
+                        format!(
+                            "{}/{}",
+                            b.metadata.namespace.as_deref().unwrap_or_default(),
+                            b.metadata.name.as_deref().unwrap_or_default()
+                        ),
+                        allowed,
+                    ))
+                })
+                .collect(),
+        }
+    }
+
+    /// Why the pods cannot all be evicted now, if they cannot.
+    fn blocks(&self, pods: &[&Arc<Pod>]) -> Option<String> {
+        let mut used: HashMap<usize, i32> = HashMap::new();
+        for p in pods {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            let matching: Vec<usize> = self
+                .pdbs
+                .iter()
+                .enumerate()
+                .filter(|(_, (bns, sel, _, _))| {
+                    bns == ns && sel.matches_opt(p.metadata.labels.as_ref())
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if matching.len() > 1 {
+                return Some(format!(
+                    "pod {} has more than one PodDisruptionBudget",
+                    pod_key(p)
+                ));
+            }
+            if let Some(&i) = matching.first() {
+                let n = used.entry(i).or_default();
+                *n += 1;
+                let (_, _, name, allowed) = &self.pdbs[i];
+                if *n > *allowed {
+                    return Some(format!(
+                        "PodDisruptionBudget {name} allows {allowed} disruption(s) now"
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    /// The disruption loop: node-class status, the disruption queue, the
+    /// validation of a pending consolidation, and a new pass when one is
+    /// due. Returns when it next needs to run.
+    pub async fn reconcile_disruption(&mut self) -> Duration {
+        let now = self.clock.now();
+        let mut next = self.settings.resync;
+        next = next.min(self.refresh_nodeclasses().await);
+        next = next.min(self.progress_disruptions().await);
+        if let Some((_, at)) = &self.disruption.pending {
+            let at = *at;
+            if now >= at {
+                self.validate_pending().await;
+            } else {
+                return next.min(until(at, now));
+            }
+        }
+        if let Some(last) = self.disruption.last_pass
+            && since(last, now) < DISRUPTION_POLL
+        {
+            return next.min(DISRUPTION_POLL - since(last, now));
+        }
+        let fingerprint = self.fingerprint();
+        if let Some((quiet, until_t)) = self.disruption.quiet
+            && quiet == fingerprint
+            && now < until_t
+        {
+            return next.min(until(until_t, now));
+        }
+        self.disruption.last_pass = Some(now);
+        let Some(facts) = self.disruption_facts(now).await else {
+            return next.min(DISRUPTION_POLL);
+        };
+        let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
+        let opts = SolveOptions {
+            preferences: Preferences::Respect,
+            now_ms: now.as_millisecond(),
+        };
+        let outcome = match Removals::new(&facts.input, &homes, &opts) {
+            Ok(mut removals) => disruption::decide(
+                &Pass {
+                    candidates: facts.candidates.clone(),
+                    budgets: facts.budgets.clone(),
+                    consolidation: facts.consolidation,
+                    pools: &facts.specs,
+                    options: self.disruption_options(),
+                },
+                &mut removals,
+            ),
+            Err(e) => {
+                self.event("Disruption".into(), "DisruptionFailed", e.to_string());
+                return next;
+            }
+        };
+        tracing::debug!(
+            candidates = facts.candidates.len(),
+            consolidation = facts.consolidation,
+            trials = outcome.trials,
+            evaluated = outcome.evaluated,
+            decision = outcome.command.as_ref().map(Command::describe),
+            "disruption pass"
+        );
+        if outcome.trials > 0 {
+            self.metrics
+                .trials
+                .with_label_values(&["all"])
+                .inc_by(outcome.trials as f64);
+        }
+        match outcome.command {
+            None => {
+                // The fingerprint after this pass's own writes (pod event
+                // times, stamps): the next pass skips unless something else
+                // changes or a threshold passes.
+                let mut horizon = now
+                    .checked_add(self.settings.disruption_resync)
+                    .unwrap_or(now);
+                if let Some(t) = facts.next_threshold {
+                    horizon = horizon.min(t);
+                }
+                self.disruption.quiet = Some((self.fingerprint(), horizon));
+                next.min(until(horizon, now).max(DISRUPTION_POLL))
+            }
+            Some(cmd) if cmd.method.is_consolidation() => {
+                let at = now
+                    .checked_add(self.settings.consolidation_validation)
+                    .unwrap_or(now);
+                self.disruption.pending = Some((cmd, at));
+                next.min(self.settings.consolidation_validation)
+            }
+            Some(cmd) => {
+                self.execute(cmd).await;
+                Duration::ZERO
+            }
+        }
+    }
+
+    fn disruption_options(&self) -> Options {
+        Options {
+            spot_to_spot: self.settings.spot_to_spot_consolidation,
+        }
+    }
+
+    /// A hash of what a pass depends on in the cluster: every kind it reads,
+    /// and the offerings known to be out of capacity.
+    fn fingerprint(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.cluster.revision::<Pod>().hash(&mut h);
+        self.cluster.revision::<Node>().hash(&mut h);
+        self.cluster.revision::<NodeClaim>().hash(&mut h);
+        self.cluster.revision::<NodePool>().hash(&mut h);
+        self.cluster.revision::<EC2NodeClass>().hash(&mut h);
+        self.cluster.revision::<PodDisruptionBudget>().hash(&mut h);
+        for (k, _) in self.unavailable.iter() {
+            k.hash(&mut h);
+        }
+        h.finish()
+    }
+
+    /// Validates the consolidation decided a delay ago on the cluster as it
+    /// is now, and carries it out if it still holds.
+    async fn validate_pending(&mut self) {
+        let Some((cmd, _)) = self.disruption.pending.take() else {
+            return;
+        };
+        let now = self.clock.now();
+        let Some(facts) = self.disruption_facts(now).await else {
+            return;
+        };
+        let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
+        let opts = SolveOptions {
+            preferences: Preferences::Respect,
+            now_ms: now.as_millisecond(),
+        };
+        let pass = Pass {
+            candidates: facts.candidates.clone(),
+            budgets: facts.budgets.clone(),
+            consolidation: facts.consolidation,
+            pools: &facts.specs,
+            options: self.disruption_options(),
+        };
+        let revalidated = Removals::new(&facts.input, &homes, &opts)
+            .ok()
+            .and_then(|mut removals| disruption::revalidate(&pass, &cmd, &mut removals));
+        match revalidated {
+            Some(fresh) => self.execute(fresh).await,
+            None => {
+                let names: Vec<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
+                self.event(
+                    "Disruption".into(),
+                    "DisruptionCancelled",
+                    format!(
+                        "{} of {} no longer holds after the validation delay",
+                        cmd.reason,
+                        names.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The candidates, budgets and scheduling input of a pass; writes pod
+    /// event times and drift stamps as it goes. `None` when the NodePools'
+    /// instance types cannot be read.
+    async fn disruption_facts(&mut self, now: Timestamp) -> Option<Facts> {
+        let (pools, specs, catalog) = self.nodepool_specs().await;
+        let pools_by_name: BTreeMap<String, Arc<NodePool>> = pools
+            .iter()
+            .filter_map(|p| {
+                let mut p = (**p).clone();
+                p.apply_defaults();
+                Some((p.metadata.name.clone()?, Arc::new(p)))
+            })
+            .collect();
+        let classes: BTreeMap<String, Arc<EC2NodeClass>> = self
+            .cluster
+            .list::<EC2NodeClass>()
+            .into_iter()
+            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+            .collect();
+        let all_types: Vec<&InstanceType> =
+            specs.iter().flat_map(|s| s.instance_types.iter()).collect();
+        let nodes = self.cluster.list::<Node>();
+        let nodes_by_name: HashMap<&str, &Arc<Node>> = nodes
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+            .collect();
+        let pods = self.cluster.list::<Pod>();
+        let mut pods_by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+        let mut pending: BTreeSet<String> = BTreeSet::new();
+        for p in &pods {
+            match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                Some(n) if !n.is_empty() => {
+                    if !is_finished(p) {
+                        pods_by_node.entry(n).or_default().push(p);
+                    }
+                }
+                _ => {
+                    if crate::scheduling::pod::is_provisionable(p) {
+                        pending.insert(pod_key(p));
+                    }
+                }
+            }
+        }
+        // Consolidation waits while pods wait for capacity (those the last
+        // solve found no place for excepted).
+        let consolidation = pending.iter().all(|p| self.unschedulable.contains_key(p));
+        let nominated = self.nominated_nodes(&pending);
+        let pdbs = Budgets::new(&self.cluster.list::<PodDisruptionBudget>());
+        let claims = self.cluster.list::<NodeClaim>();
+
+        let mut candidates = Vec::new();
+        let mut per_pool: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        let mut next_threshold: Option<Timestamp> = None;
+        let mut threshold = |t: Timestamp| {
+            if t > now && next_threshold.is_none_or(|n| t < n) {
+                next_threshold = Some(t);
+            }
+        };
+        let mut marks: HashMap<String, u64> = HashMap::new();
+        for claim in &claims {
+            let Some(pool_name) = claim.nodepool_name().map(str::to_string) else {
+                continue;
+            };
+            let node = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|n| nodes_by_name.get(n).copied());
+            let entry = per_pool.entry(pool_name.clone()).or_default();
+            entry.0 += 1;
+            let conds = claim.status.as_ref().and_then(|s| s.conditions.as_ref());
+            let deleting = claim.metadata.deletion_timestamp.is_some()
+                || node.is_some_and(|n| n.metadata.deletion_timestamp.is_some());
+            let marked = annotation(claim.as_ref(), ANNOTATION_DISRUPTION_REASON).is_some();
+            let not_ready = node.is_some_and(|n| !is_ready(n));
+            if deleting || marked || not_ready {
+                entry.1 += 1;
+            }
+            if deleting || marked || !is_true(conds, conditions::INITIALIZED) {
+                continue;
+            }
+            let (Some(node), Some(pool)) = (node, pools_by_name.get(&pool_name)) else {
+                continue;
+            };
+            if has_taint(node, TAINT_DISRUPTED) {
+                continue;
+            }
+            let node_name = node.metadata.name.clone().unwrap_or_default();
+            let on_node: Vec<&Arc<Pod>> = pods_by_node
+                .get(node_name.as_str())
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|p| is_movable(p))
+                .collect();
+
+            // The last pod event: a change in the node's movable pods.
+            let mark = {
+                let mut keys: Vec<String> = on_node.iter().map(|p| pod_key(p)).collect();
+                keys.sort();
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                keys.hash(&mut h);
+                h.finish()
+            };
+            marks.insert(node_name.clone(), mark);
+            let initialized_at = crate::api::common::find_condition(
+                conds.map(Vec::as_slice),
+                conditions::INITIALIZED,
+            )
+            .map(|c| c.last_transition_time.0);
+            let mut last_event = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.last_pod_event_time.as_ref())
+                .map(|t| t.0)
+                .or(initialized_at)
+                .unwrap_or(now);
+            if self
+                .disruption
+                .pod_marks
+                .get(&node_name)
+                .is_some_and(|m| *m != mark)
+            {
+                last_event = now;
+                self.write_pod_event_time(claim, now).await;
+            }
+
+            // Drift: the hashes and requirements, the cloud's view (image,
+            // subnet, security groups), and the instance type.
+            let class = classes.get(&claim.spec.node_class_ref.name);
+            let mut drift_reasons: Vec<DriftReason> = Vec::new();
+            if let Some(class) = class {
+                let mut view = NodeView::from_nodeclaim(claim);
+                view.labels.extend(crate::model::labels::normalize_labels(
+                    &node.metadata.labels.clone().unwrap_or_default(),
+                ));
+                match drift::check(&view, pool, class) {
+                    Ok(verdict) => {
+                        if verdict.needs_stamping() {
+                            self.stamp(claim, verdict.stamp.clone()).await;
+                        }
+                        drift_reasons.extend(verdict.reasons);
+                    }
+                    Err(e) => self.event(
+                        format!("NodePool/{pool_name}"),
+                        "InvalidNodePool",
+                        e.to_string(),
+                    ),
+                }
+                match self.cloud.is_drifted(claim, class).await {
+                    Ok(reasons) => {
+                        for r in reasons {
+                            if !drift_reasons.iter().any(|d| d.code() == r.code()) {
+                                drift_reasons.push(r);
+                            }
+                        }
+                    }
+                    Err(crate::cloud::CloudError::NotFound(_)) => {}
+                    Err(e) => self.event(
+                        format!("NodeClaim/{}", claim_name(claim)),
+                        "DriftCheckFailed",
+                        e.to_string(),
+                    ),
+                }
+            }
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            let instance_type = labels
+                .get(crate::api::LABEL_INSTANCE_TYPE)
+                .cloned()
+                .unwrap_or_default();
+            let zone = labels
+                .get(crate::api::LABEL_ZONE)
+                .cloned()
+                .unwrap_or_default();
+            let capacity_type = labels
+                .get(crate::api::LABEL_CAPACITY_TYPE)
+                .cloned()
+                .unwrap_or_default();
+            let pool_types: Vec<&InstanceType> = specs
+                .iter()
+                .filter(|s| s.name == pool_name)
+                .flat_map(|s| s.instance_types.iter())
+                .collect();
+            if !instance_type.is_empty() {
+                match pool_types.iter().find(|t| t.name == instance_type) {
+                    None if !catalog.iter().any(|t| t.name == instance_type) => {
+                        drift_reasons.push(DriftReason::InstanceType {
+                            instance_type: instance_type.clone(),
+                            why: "no longer exists".into(),
+                        })
+                    }
+                    Some(t)
+                        if !t
+                            .offerings
+                            .iter()
+                            .any(|o| o.zone == zone && o.capacity_type == capacity_type) =>
+                    {
+                        drift_reasons.push(DriftReason::InstanceType {
+                            instance_type: instance_type.clone(),
+                            why: format!("has no {capacity_type} offering in {zone}"),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            let price = offering_price(&all_types, &instance_type, &zone, &capacity_type)
+                .or_else(|| {
+                    catalog
+                        .iter()
+                        .filter(|t| t.name == instance_type)
+                        .flat_map(|t| t.offerings.iter())
+                        .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+                        .map(|o| o.price)
+                })
+                .unwrap_or(0.0);
+
+            // Expiry and consolidateAfter.
+            let created = claim
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .unwrap_or(now);
+            let expire_after = duration_or_never(
+                claim.spec.expire_after.as_deref(),
+                Some(Duration::from_secs(720 * 3600)),
+            );
+            let expires_at = expire_after.and_then(|d| created.checked_add(d).ok());
+            let expired = expires_at.is_some_and(|t| t <= now);
+            if let Some(t) = expires_at {
+                threshold(t);
+            }
+            let disruption = pool.spec.disruption.as_ref();
+            let consolidate_after = duration_or_never(
+                disruption.map(|d| d.consolidate_after.as_str()),
+                Some(Duration::ZERO),
+            );
+            let consolidatable_at = consolidate_after.and_then(|d| last_event.checked_add(d).ok());
+            let consolidatable = consolidatable_at.is_some_and(|t| t <= now);
+            if let Some(t) = consolidatable_at {
+                threshold(t);
+            }
+            let underutilized = disruption.and_then(|d| d.consolidation_policy)
+                != Some(ConsolidationPolicy::WhenEmpty);
+
+            // What blocks voluntary disruption.
+            let blocked = if annotation(node.as_ref(), DO_NOT_DISRUPT) == Some("true")
+                || annotation(claim.as_ref(), DO_NOT_DISRUPT) == Some("true")
+            {
+                Some(format!("node {node_name} has {DO_NOT_DISRUPT}: \"true\""))
+            } else if let Some(p) = on_node
+                .iter()
+                .find(|p| annotation(p.as_ref(), DO_NOT_DISRUPT) == Some("true"))
+            {
+                Some(format!("pod {} has {DO_NOT_DISRUPT}: \"true\"", pod_key(p)))
+            } else if nominated.contains(&node_name) {
+                Some("pending pods are planned on it".into())
+            } else {
+                pdbs.blocks(&on_node)
+            };
+
+            let lifetime = match (expire_after, expires_at) {
+                (Some(d), Some(t)) if !d.is_zero() => {
+                    (until(t, now).as_secs_f64() / d.as_secs_f64()).clamp(0.0, 1.0)
+                }
+                _ => 1.0,
+            };
+            let cost: f64 = on_node.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime;
+            candidates.push(Candidate {
+                node: node_name,
+                nodeclaim: claim_name(claim),
+                nodepool: pool_name,
+                instance_type,
+                zone,
+                capacity_type,
+                price,
+                pods: on_node.len(),
+                disruption_cost: cost,
+                drift: drift_reasons,
+                expired,
+                consolidatable,
+                underutilized,
+                blocked,
+            });
+        }
+        self.disruption.pod_marks = marks;
+
+        // Budgets, and the gauge of what they allow.
+        let mut budgets = BTreeMap::new();
+        for (name, (total, disrupting)) in &per_pool {
+            let Some(pool) = pools_by_name.get(name) else {
+                continue;
+            };
+            let allowed = disruption::budgets::allowed_now(pool, *total, *disrupting, now);
+            for reason in Reason::VOLUNTARY {
+                let n = allowed.remaining(reason).min(*total);
+                self.metrics
+                    .allowed_disruptions
+                    .with_label_values(&[name.as_str(), reason.as_str()])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            if let Some(t) = disruption::budgets::next_change(pool, now) {
+                threshold(t);
+            }
+            budgets.insert(name.clone(), allowed);
+        }
+
+        // The scheduling input: the cluster, and the pods of every
+        // candidate as the pods that may move.
+        let snapshot = self.snapshot(&pods);
+        let now_ms = now.as_millisecond();
+        let mut input =
+            match build_input_with_pools(specs.clone(), &catalog, &[], "", Some(&snapshot), now_ms)
+            {
+                Ok(i) => i,
+                Err(e) => {
+                    self.event("Disruption".into(), "InputInvalid", e.to_string());
+                    return None;
+                }
+            };
+        let volumes = VolumeIndex::new(
+            &snapshot.persistent_volume_claims,
+            &snapshot.persistent_volumes,
+            &snapshot.storage_classes,
+        );
+        input.pods.clear();
+        let mut homes = Vec::new();
+        for c in &candidates {
+            for p in pods_by_node
+                .get(c.node.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|p| is_movable(p))
+            {
+                match pod_spec(p, &volumes, now_ms) {
+                    Ok(spec) => {
+                        input.pods.push(spec);
+                        homes.push(c.node.clone());
+                    }
+                    Err(e) => {
+                        self.event(format!("Pod/{}", pod_key(p)), "InputInvalid", e.to_string())
+                    }
+                }
+            }
+        }
+        Some(Facts {
+            candidates,
+            budgets,
+            consolidation,
+            specs,
+            input,
+            homes,
+            next_threshold,
+        })
+    }
+
+    /// Writes `status.lastPodEventTime` of a NodeClaim.
+    async fn write_pod_event_time(&mut self, claim: &NodeClaim, now: Timestamp) {
+        let mut updated = claim.clone();
+        updated
+            .status
+            .get_or_insert_with(Default::default)
+            .last_pod_event_time = Some(Time(crate::clock::truncate_to_second(now)));
+        if let Err(e) = self.cluster.replace_status(updated).await
+            && !e.is_not_found()
+        {
+            tracing::debug!(nodeclaim = %claim_name(claim), error = %e, "lastPodEventTime not written");
+        }
+    }
+
+    /// Stamps a NodeClaim with the drift hashes it lacks (an adopted one, or
+    /// one stamped under another hash version).
+    async fn stamp(&mut self, claim: &NodeClaim, stamp: BTreeMap<String, String>) {
+        let mut updated = claim.clone();
+        updated
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(stamp);
+        match self.cluster.replace(updated).await {
+            Ok(_) => self.event(
+                format!("NodeClaim/{}", claim_name(claim)),
+                "Stamped",
+                "drift hashes of its NodePool and EC2NodeClass recorded".into(),
+            ),
+            Err(e) => tracing::debug!(nodeclaim = %claim_name(claim), error = %e, "not stamped"),
+        }
+    }
+
+    /// Resolves every EC2NodeClass whose spec changed or whose resolution
+    /// is older than [`NODECLASS_REFRESH`], and writes its status
+    /// (images, subnets, security groups, instance profile, `Ready`).
+    pub(super) async fn refresh_nodeclasses(&mut self) -> Duration {
+        let now = self.clock.now();
+        let mut next = NODECLASS_REFRESH;
+        for class in self.cluster.list::<EC2NodeClass>() {
+            let name = class.metadata.name.clone().unwrap_or_default();
+            let generation = class.metadata.generation;
+            if let Some((g, at)) = self.disruption.resolved.get(&name)
+                && *g == generation
+                && since(*at, now) < NODECLASS_REFRESH
+            {
+                next = next.min(NODECLASS_REFRESH - since(*at, now));
+                continue;
+            }
+            let resolution = match self.cloud.resolve_node_class(&class).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.event(
+                        format!("EC2NodeClass/{name}"),
+                        "ResolutionFailed",
+                        e.to_string(),
+                    );
+                    continue;
+                }
+            };
+            self.disruption
+                .resolved
+                .insert(name.clone(), (generation, now));
+            let mut updated = (*class).clone();
+            let status = updated.status.get_or_insert_with(Default::default);
+            resolution.apply_to(status);
+            let conds = status.conditions.get_or_insert_with(Vec::new);
+            let message = resolution.problems.join("; ");
+            let (reason, ready) = if resolution.is_ready() {
+                ("Ready", true)
+            } else {
+                ("NotReady", false)
+            };
+            set_condition(conds, conditions::READY, ready, reason, &message, now);
+            if updated.status != class.status {
+                match self.cluster.replace_status(updated).await {
+                    Ok(_) if !ready => {
+                        self.event(format!("EC2NodeClass/{name}"), "NotReady", message)
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.event(
+                        format!("EC2NodeClass/{name}"),
+                        "StatusNotWritten",
+                        e.to_string(),
+                    ),
+                }
+            }
+        }
+        next
+    }
+
+    /// Carries out a command: marks and taints the candidates, launches the
+    /// replacements, and deletes the candidates at once when there are
+    /// none.
+    async fn execute(&mut self, cmd: Command) {
+        let now = self.clock.now();
+        let names: Vec<String> = cmd
+            .replacements
+            .iter()
+            .map(|r| self.next_claim_name(&r.nodepool))
+            .collect();
+        let mut marked: Vec<Arc<NodeClaim>> = Vec::new();
+        for c in &cmd.candidates {
+            let Some(claim) = self
+                .cluster
+                .get::<NodeClaim>(&ObjectKey::cluster(c.nodeclaim.as_str()))
+            else {
+                continue;
+            };
+            match self.mark(&claim, cmd.reason, &names, now).await {
+                Some(m) => marked.push(m),
+                None => {
+                    // Another writer got there first: undo, decide again.
+                    for m in &marked {
+                        self.rollback(m, "the disruption could not be recorded")
+                            .await;
+                    }
+                    return;
+                }
+            }
+        }
+        for c in &cmd.candidates {
+            if let Some(node) = self
+                .cluster
+                .get::<Node>(&ObjectKey::cluster(c.node.as_str()))
+            {
+                taint_disrupted(&*self.cluster, &node).await;
+            }
+        }
+        let message = cmd.describe();
+        for c in &cmd.candidates {
+            self.disruption_event(&c.nodeclaim, cmd.reason, message.clone(), names.clone());
+        }
+        self.decisions.push(super::Decision {
+            t: now,
+            reason: cmd.reason.as_str().into(),
+            decision: cmd.decision().into(),
+            consolidation_type: cmd.method.consolidation_type().into(),
+            nodeclaims: cmd.candidates.iter().map(|c| c.nodeclaim.clone()).collect(),
+            replacements: names.clone(),
+            replacement_types: cmd
+                .replacements
+                .iter()
+                .map(|r| r.instance_types.clone())
+                .collect(),
+            savings_per_hour: cmd.savings,
+        });
+        let candidate_names: Vec<String> =
+            cmd.candidates.iter().map(|c| c.nodeclaim.clone()).collect();
+        for (replacement, name) in cmd.replacements.iter().zip(&names) {
+            let Some(pool) = self
+                .cluster
+                .get::<NodePool>(&ObjectKey::cluster(replacement.nodepool.as_str()))
+            else {
+                continue;
+            };
+            let class = self.cluster.get::<EC2NodeClass>(&ObjectKey::cluster(
+                pool.spec.template.spec.node_class_ref.name.clone(),
+            ));
+            let mut object = self.nodeclaim_for(name.clone(), &pool, class.as_deref(), replacement);
+            object
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(ANNOTATION_REPLACES.into(), candidate_names.join(","));
+            match self.cluster.create(object).await {
+                Ok(_) => self.event(
+                    format!("NodeClaim/{name}"),
+                    "Provisioned",
+                    format!(
+                        "to replace {} ({}): {} type(s) from {} at ${:.4}/h",
+                        candidate_names.join(", "),
+                        cmd.reason,
+                        replacement.instance_types.len(),
+                        replacement
+                            .instance_types
+                            .first()
+                            .map(String::as_str)
+                            .unwrap_or("-"),
+                        replacement.price
+                    ),
+                ),
+                Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
+            }
+        }
+        self.metrics
+            .decisions
+            .with_label_values(&[
+                cmd.decision(),
+                cmd.reason.as_str(),
+                cmd.method.consolidation_type(),
+            ])
+            .inc();
+        if cmd.method.is_consolidation() {
+            self.disruption.savings += cmd.savings;
+            self.metrics.savings.set(self.disruption.savings);
+        }
+        self.disruption.quiet = None;
+        if cmd.replacements.is_empty() {
+            for m in &marked {
+                self.finish(m).await;
+            }
+        }
+    }
+
+    /// Marks a candidate NodeClaim as being disrupted; the stored claim, or
+    /// `None` when it changed or went away meanwhile.
+    async fn mark(
+        &mut self,
+        claim: &NodeClaim,
+        reason: Reason,
+        replacements: &[String],
+        now: Timestamp,
+    ) -> Option<Arc<NodeClaim>> {
+        let mut updated = claim.clone();
+        let a = updated
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new);
+        a.insert(ANNOTATION_DISRUPTION_REASON.into(), reason.as_str().into());
+        a.insert(ANNOTATION_DISRUPTION_DECIDED.into(), format_rfc3339(now));
+        a.insert(ANNOTATION_REPLACED_BY.into(), replacements.join(","));
+        let stored = self.cluster.replace(updated).await.ok()?;
+        let mut with_condition = (*stored).clone();
+        let conds = with_condition
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        set_condition(
+            conds,
+            CONDITION_DISRUPTION_REASON,
+            true,
+            reason.as_str(),
+            "",
+            now,
+        );
+        match self.cluster.replace_status(with_condition).await {
+            Ok(s) => Some(s),
+            Err(_) => Some(stored),
+        }
+    }
+
+    /// Disruptions in progress, from the cluster's state: deletes the
+    /// candidates whose replacements are all initialized, rolls back those
+    /// whose replacements failed or timed out, and untaints nodes tainted
+    /// without a disruption behind them.
+    pub(super) async fn progress_disruptions(&mut self) -> Duration {
+        let now = self.clock.now();
+        let mut next = self.settings.resync;
+        let claims = self.cluster.list::<NodeClaim>();
+        let by_name: HashMap<&str, &Arc<NodeClaim>> = claims
+            .iter()
+            .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+            .collect();
+        let mut in_progress: BTreeSet<String> = BTreeSet::new();
+        for claim in &claims {
+            let Some(reason) = annotation(claim.as_ref(), ANNOTATION_DISRUPTION_REASON) else {
+                continue;
+            };
+            if let Some(n) = claim.status.as_ref().and_then(|s| s.node_name.clone()) {
+                in_progress.insert(n);
+            }
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let reason = Reason::parse(reason).unwrap_or(Reason::Drifted);
+            let replacements: Vec<&str> = annotation(claim.as_ref(), ANNOTATION_REPLACED_BY)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .collect();
+            let mut ready = 0;
+            let mut failed: Option<String> = None;
+            for r in &replacements {
+                match by_name.get(r) {
+                    None => failed = Some(format!("replacement {r} is gone")),
+                    Some(c) if c.metadata.deletion_timestamp.is_some() => {
+                        failed = Some(format!("replacement {r} is being deleted"))
+                    }
+                    Some(c) => {
+                        let conds = c.status.as_ref().and_then(|s| s.conditions.as_ref());
+                        if is_true(conds, conditions::INITIALIZED) {
+                            ready += 1;
+                        }
+                    }
+                }
+            }
+            let decided = annotation(claim.as_ref(), ANNOTATION_DISRUPTION_DECIDED)
+                .and_then(|t| parse_rfc3339(t).ok())
+                .unwrap_or(now);
+            let timed_out = since(decided, now) >= self.settings.replacement_timeout;
+            if ready == replacements.len() {
+                self.finish(claim).await;
+            } else if reason == Reason::Expired && (failed.is_some() || timed_out) {
+                // Expiration is a deadline: it goes ahead without them.
+                self.finish(claim).await;
+            } else if let Some(why) = failed {
+                self.rollback(claim, &why).await;
+            } else if timed_out {
+                self.rollback(claim, "its replacements were not initialized in time")
+                    .await;
+            } else {
+                next = next.min(self.settings.replacement_timeout - since(decided, now));
+            }
+        }
+        // A disrupted taint with no disruption behind it.
+        for node in self.cluster.list::<Node>() {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            if node.metadata.deletion_timestamp.is_none()
+                && has_taint(&node, TAINT_DISRUPTED)
+                && !in_progress.contains(&name)
+                && !claims.iter().any(|c| {
+                    c.metadata.deletion_timestamp.is_some()
+                        && c.status.as_ref().and_then(|s| s.node_name.as_deref())
+                            == Some(name.as_str())
+                })
+            {
+                untaint_disrupted(&*self.cluster, &node).await;
+            }
+        }
+        next
+    }
+
+    /// Deletes a disrupted NodeClaim: termination drains its node.
+    async fn finish(&mut self, claim: &NodeClaim) {
+        let reason = annotation(claim, ANNOTATION_DISRUPTION_REASON)
+            .unwrap_or("Drifted")
+            .to_string();
+        let pool = claim.nodepool_name().unwrap_or_default().to_string();
+        self.metrics
+            .nodeclaims_disrupted
+            .with_label_values(&[reason.as_str(), pool.as_str()])
+            .inc();
+        self.delete_claim(
+            claim,
+            "Disrupting",
+            format!("{reason}: draining the node and terminating its instance"),
+        )
+        .await;
+    }
+
+    /// Undoes a disruption that cannot go ahead: the marks, the taint, and
+    /// the replacements not yet initialized.
+    async fn rollback(&mut self, claim: &NodeClaim, why: &str) {
+        let name = claim_name(claim);
+        let replacements: Vec<String> = annotation(claim, ANNOTATION_REPLACED_BY)
+            .unwrap_or_default()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if let Some(current) = self
+            .cluster
+            .get::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
+        {
+            let mut updated = (*current).clone();
+            if let Some(a) = updated.metadata.annotations.as_mut() {
+                a.remove(ANNOTATION_DISRUPTION_REASON);
+                a.remove(ANNOTATION_DISRUPTION_DECIDED);
+                a.remove(ANNOTATION_REPLACED_BY);
+            }
+            if let Ok(stored) = self.cluster.replace(updated).await {
+                let mut s = (*stored).clone();
+                if let Some(conds) = s.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                    conds.retain(|c| c.type_ != CONDITION_DISRUPTION_REASON);
+                }
+                let _ = self.cluster.replace_status(s).await;
+            }
+            if let Some(node) = current
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|n| self.cluster.get::<Node>(&ObjectKey::cluster(n)))
+            {
+                untaint_disrupted(&*self.cluster, &node).await;
+            }
+        }
+        for r in replacements {
+            if let Some(rc) = self
+                .cluster
+                .get::<NodeClaim>(&ObjectKey::cluster(r.as_str()))
+            {
+                let conds = rc.status.as_ref().and_then(|s| s.conditions.as_ref());
+                if !is_true(conds, conditions::INITIALIZED) {
+                    self.delete_claim(
+                        &rc,
+                        "ReplacementAbandoned",
+                        format!("{name} is no longer disrupted"),
+                    )
+                    .await;
+                }
+            }
+        }
+        self.event(
+            format!("NodeClaim/{name}"),
+            "DisruptionRolledBack",
+            why.to_string(),
+        );
+    }
+
+    /// Records a disruption decision for a NodeClaim: an Event, and the
+    /// simulation's `Disruption` timeline entry.
+    fn disruption_event(
+        &mut self,
+        nodeclaim: &str,
+        reason: Reason,
+        message: String,
+        related: Vec<String>,
+    ) {
+        let t = self.clock.now();
+        tracing::info!(nodeclaim, reason = reason.as_str(), "{message}");
+        self.events.push(super::Event {
+            t,
+            kind: "Disruption".into(),
+            object: format!("NodeClaim/{nodeclaim}"),
+            reason: reason.as_str().into(),
+            message,
+            related,
+        });
+    }
+}
+
+/// Taints a node `karpenter.sh/disrupted:NoSchedule`, if it is not yet.
+pub(super) async fn taint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
+    if has_taint(node, TAINT_DISRUPTED) {
+        return;
+    }
+    let mut n = node.clone();
+    n.spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new)
+        .push(NodeTaint {
+            key: TAINT_DISRUPTED.into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+    let _ = cluster.replace(n).await;
+}
+
+async fn untaint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
+    if !has_taint(node, TAINT_DISRUPTED) {
+        return;
+    }
+    let mut n = node.clone();
+    if let Some(ts) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+        ts.retain(|t| t.key != TAINT_DISRUPTED);
+    }
+    let _ = cluster.replace(n).await;
+}

@@ -1,0 +1,626 @@
+//! Disruption decisions: which nodes to take away, and what to launch in
+//! their place. Pure: the controller describes the cluster
+//! ([`Candidate`]s, budgets, a [`Removals`] over the cluster) and carries
+//! out the [`Command`] returned; nothing here reads the clock or the
+//! cluster.
+//!
+//! Methods run in order, the first that decides something wins a pass:
+//! 1. **expiration**: nodes older than their `expireAfter`, all at once and
+//!    outside budgets (the reference's v1 semantics), with replacements for
+//!    the pods that have nowhere else to go;
+//! 2. **emptiness**: consolidatable nodes with no pod to move, within the
+//!    `Empty` budgets;
+//! 3. **drift**: drifted nodes within the `Drifted` budgets; empty ones are
+//!    deleted together, otherwise the cheapest to disrupt whose pods can be
+//!    placed is replaced by whatever they need;
+//! 4. **multi-node consolidation**: the largest prefix of the consolidatable
+//!    candidates (cheapest to disrupt first, within the `Underutilized`
+//!    budgets) whose pods fit the remaining nodes plus at most one strictly
+//!    cheaper NodeClaim, found by binary search over the prefix length;
+//! 5. **single-node consolidation**: every candidate is tried (never a
+//!    timeout); the one saving most per hour wins.
+//!
+//! A replacement is strictly cheaper than what it replaces: its instance
+//! types are limited to those whose cheapest allowed offering costs less,
+//! so the same type at the same price is never launched again. A spot node
+//! is replaced by spot capacity only with spot-to-spot consolidation
+//! enabled and at least [`MIN_SPOT_TO_SPOT_TYPES`] cheaper types to choose
+//! from; the list is then cut to those cheapest types, as the reference
+//! does, so consolidation does not chase the spot market.
+
+pub mod budgets;
+
+use std::collections::BTreeMap;
+
+use crate::api::CAPACITY_TYPE_SPOT;
+use crate::drift::DriftReason;
+use crate::model::labels::INSTANCE_TYPE;
+use crate::model::{Requirement, Requirements};
+use crate::scheduling::removal::{Floor, Removal, Removals};
+use crate::scheduling::{NewNodeClaim, NodePoolSpec};
+
+pub use budgets::Allowed;
+
+/// A spot node is replaced by spot capacity only when at least this many
+/// cheaper instance types can hold its pods (the reference's rule).
+pub const MIN_SPOT_TO_SPOT_TYPES: usize = 15;
+/// Prices closer than this are equal.
+const EPS: f64 = 1e-9;
+
+/// Why a node is disrupted, spelled as the reference spells it (Events,
+/// metric labels and the simulation report share these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum Reason {
+    Empty,
+    Underutilized,
+    Drifted,
+    Expired,
+    Interrupted,
+}
+
+impl Reason {
+    /// The reasons governed by budgets.
+    pub const VOLUNTARY: [Reason; 3] = [Reason::Empty, Reason::Underutilized, Reason::Drifted];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Empty => "Empty",
+            Reason::Underutilized => "Underutilized",
+            Reason::Drifted => "Drifted",
+            Reason::Expired => "Expired",
+            Reason::Interrupted => "Interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Reason> {
+        [
+            Reason::Empty,
+            Reason::Underutilized,
+            Reason::Drifted,
+            Reason::Expired,
+            Reason::Interrupted,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The method that decided a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Expiration,
+    Emptiness,
+    Drift,
+    MultiNodeConsolidation,
+    SingleNodeConsolidation,
+}
+
+impl Method {
+    /// The `consolidation_type` label of the reference's decision metric:
+    /// `empty`, `multi` or `single`; empty for other methods.
+    pub fn consolidation_type(self) -> &'static str {
+        match self {
+            Method::Emptiness => "empty",
+            Method::MultiNodeConsolidation => "multi",
+            Method::SingleNodeConsolidation => "single",
+            Method::Expiration | Method::Drift => "",
+        }
+    }
+
+    /// Whether the decision is validated again after a delay before it is
+    /// carried out (consolidation, as the reference does).
+    pub fn is_consolidation(self) -> bool {
+        !self.consolidation_type().is_empty()
+    }
+}
+
+/// A node that may be disrupted, as the controller sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub node: String,
+    pub nodeclaim: String,
+    pub nodepool: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    /// USD per hour of its offering; 0 when unknown.
+    pub price: f64,
+    /// Pods that would have to move: not DaemonSet or mirror pods, not
+    /// pods that tolerate the disrupted taint, not finished.
+    pub pods: usize,
+    /// How costly disrupting it is (pod priorities and deletion costs, pod
+    /// count, remaining lifetime): the cheapest go first.
+    pub disruption_cost: f64,
+    /// Why it drifted; empty when it did not.
+    pub drift: Vec<DriftReason>,
+    /// Older than its `expireAfter`.
+    pub expired: bool,
+    /// Its NodePool's `consolidateAfter` has passed since its last pod
+    /// event (never with `Never`).
+    pub consolidatable: bool,
+    /// Its NodePool consolidates underused nodes (`WhenEmptyOrUnderutilized`).
+    pub underutilized: bool,
+    /// Why voluntary disruption may not touch it (`do-not-disrupt`, a
+    /// PodDisruptionBudget); expiration still does.
+    pub blocked: Option<String>,
+}
+
+/// What to do with which nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub method: Method,
+    pub reason: Reason,
+    /// The nodes taken away, cheapest to disrupt first.
+    pub candidates: Vec<Candidate>,
+    /// NodeClaims to launch (and see initialized) before the candidates are
+    /// drained; empty for a delete.
+    pub replacements: Vec<NewNodeClaim>,
+    /// The candidates' hourly price minus the replacements'.
+    pub savings: f64,
+}
+
+impl Command {
+    /// `delete` or `replace`, as the reference's decision metric labels.
+    pub fn decision(&self) -> &'static str {
+        if self.replacements.is_empty() {
+            "delete"
+        } else {
+            "replace"
+        }
+    }
+
+    /// A one-line description for Events and the simulation report.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.candidates.iter().map(|c| c.node.as_str()).collect();
+        let mut s = format!(
+            "{} {} node(s) ({}): {}, saving ${:.4}/h",
+            self.decision(),
+            self.candidates.len(),
+            names.join(", "),
+            self.reason,
+            self.savings
+        );
+        if !self.replacements.is_empty() {
+            let types: Vec<String> = self
+                .replacements
+                .iter()
+                .map(|r| {
+                    let shown: Vec<&str> = r
+                        .instance_types
+                        .iter()
+                        .take(3)
+                        .map(String::as_str)
+                        .collect();
+                    let more = r.instance_types.len().saturating_sub(3);
+                    if more > 0 {
+                        format!("{} (+{more} more)", shown.join("|"))
+                    } else {
+                        shown.join("|")
+                    }
+                })
+                .collect();
+            s.push_str(&format!("; replacement(s): {}", types.join(", ")));
+        }
+        s
+    }
+}
+
+/// Switches of the decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Whether a spot node may be replaced by spot capacity.
+    pub spot_to_spot: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { spot_to_spot: true }
+    }
+}
+
+/// Everything a pass decides from.
+pub struct Pass<'a> {
+    pub candidates: Vec<Candidate>,
+    /// Per NodePool, what its budgets allow now.
+    pub budgets: BTreeMap<String, Allowed>,
+    /// Whether consolidation may run (no pods waiting for capacity).
+    pub consolidation: bool,
+    /// The NodePools, with their instance types, for pricing replacements.
+    pub pools: &'a [NodePoolSpec],
+    pub options: Options,
+}
+
+/// What a pass found, and how much it looked at.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub command: Option<Command>,
+    /// Removal trials run (each a placement of a candidate set's pods).
+    pub trials: usize,
+    /// Candidates considered by consolidation.
+    pub evaluated: usize,
+}
+
+/// Decides one pass. `removals` is prepared over the cluster with every
+/// candidate's pods.
+pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let mut sorted: Vec<&Candidate> = pass.candidates.iter().collect();
+    sorted.sort_by(|a, b| {
+        a.disruption_cost
+            .total_cmp(&b.disruption_cost)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    out.command = expiration(&sorted, removals, &mut out)
+        .or_else(|| emptiness(pass, &sorted))
+        .or_else(|| drift(pass, &sorted, removals, &mut out))
+        .or_else(|| {
+            pass.consolidation
+                .then(|| multi_node(pass, &sorted, removals, &mut out))
+                .flatten()
+        })
+        .or_else(|| {
+            pass.consolidation
+                .then(|| single_node(pass, &sorted, removals, &mut out))
+                .flatten()
+        });
+    out
+}
+
+/// A consolidation decided a delay ago, checked on the cluster as it is
+/// now: the same candidates must still be candidates for it (not blocked,
+/// consolidatable, within budget), and their removal must still be a
+/// valid consolidation. Returns the command to carry out, with fresh
+/// replacements, or `None`. Other commands are returned unchanged.
+pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -> Option<Command> {
+    if !cmd.method.is_consolidation() {
+        return Some(cmd.clone());
+    }
+    if !pass.consolidation {
+        return None;
+    }
+    let current: Vec<&Candidate> = cmd
+        .candidates
+        .iter()
+        .map(|c| {
+            pass.candidates
+                .iter()
+                .find(|x| x.nodeclaim == c.nodeclaim && x.node == c.node)
+        })
+        .collect::<Option<_>>()?;
+    let eligible = |c: &&Candidate| {
+        c.consolidatable
+            && c.blocked.is_none()
+            && match cmd.method {
+                Method::Emptiness => c.pods == 0,
+                _ => c.underutilized && c.pods > 0,
+            }
+    };
+    if !current.iter().all(eligible)
+        || within_budget(pass, cmd.reason, current.iter().copied()).len() != current.len()
+    {
+        return None;
+    }
+    if cmd.method == Method::Emptiness {
+        return Some(Command {
+            savings: price_of(&current),
+            candidates: current.into_iter().cloned().collect(),
+            ..cmd.clone()
+        });
+    }
+    let mut out = Outcome::default();
+    let removal = consolidation_trial(removals, &current, &mut out);
+    consolidation(pass, cmd.method, &current, removal)
+}
+
+fn names(cs: &[&Candidate]) -> Vec<String> {
+    cs.iter().map(|c| c.node.clone()).collect()
+}
+
+fn trial(removals: &mut Removals<'_>, cs: &[&Candidate], out: &mut Outcome) -> Removal {
+    out.trials += 1;
+    let nodes = names(cs);
+    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    removals.remove(&refs)
+}
+
+/// A removal trial for consolidation: the pods must fit the remaining
+/// nodes plus at most one NodeClaim. When a free placement needs more, the
+/// pods are placed again with one claim allowed, which then grows to hold
+/// them all if any type can.
+fn consolidation_trial(
+    removals: &mut Removals<'_>,
+    cs: &[&Candidate],
+    out: &mut Outcome,
+) -> Removal {
+    let removal = trial(removals, cs, out);
+    if removal.nodeclaims.len() <= 1 {
+        return removal;
+    }
+    out.trials += 1;
+    let nodes = names(cs);
+    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    removals.remove_with(&refs, Some(1))
+}
+
+fn price_of(cs: &[&Candidate]) -> f64 {
+    cs.iter().map(|c| c.price).sum()
+}
+
+/// Takes candidates in order while their pool's budget for `reason` has
+/// room.
+fn within_budget<'c>(
+    pass: &Pass<'_>,
+    reason: Reason,
+    cs: impl IntoIterator<Item = &'c Candidate>,
+) -> Vec<&'c Candidate> {
+    let mut used: BTreeMap<&str, usize> = BTreeMap::new();
+    cs.into_iter()
+        .filter(|c| {
+            let room = pass
+                .budgets
+                .get(&c.nodepool)
+                .map_or(usize::MAX, |b| b.remaining(reason));
+            let n = used.entry(c.nodepool.as_str()).or_default();
+            if *n < room {
+                *n += 1;
+                true
+            } else {
+                false
+            }
+        })
+        .collect()
+}
+
+fn expiration(
+    sorted: &[&Candidate],
+    removals: &mut Removals<'_>,
+    out: &mut Outcome,
+) -> Option<Command> {
+    let expired: Vec<&Candidate> = sorted.iter().copied().filter(|c| c.expired).collect();
+    if expired.is_empty() {
+        return None;
+    }
+    let removal = trial(removals, &expired, out);
+    let savings = price_of(&expired) - removal.price();
+    Some(Command {
+        method: Method::Expiration,
+        reason: Reason::Expired,
+        candidates: expired.into_iter().cloned().collect(),
+        replacements: removal.nodeclaims,
+        savings,
+    })
+}
+
+fn emptiness(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
+    if !pass.consolidation {
+        return None;
+    }
+    let empty = within_budget(
+        pass,
+        Reason::Empty,
+        sorted
+            .iter()
+            .copied()
+            .filter(|c| c.pods == 0 && c.consolidatable && c.blocked.is_none()),
+    );
+    if empty.is_empty() {
+        return None;
+    }
+    Some(Command {
+        method: Method::Emptiness,
+        reason: Reason::Empty,
+        savings: price_of(&empty),
+        candidates: empty.into_iter().cloned().collect(),
+        replacements: Vec::new(),
+    })
+}
+
+fn drift(
+    pass: &Pass<'_>,
+    sorted: &[&Candidate],
+    removals: &mut Removals<'_>,
+    out: &mut Outcome,
+) -> Option<Command> {
+    let drifted = within_budget(
+        pass,
+        Reason::Drifted,
+        sorted
+            .iter()
+            .copied()
+            .filter(|c| !c.drift.is_empty() && c.blocked.is_none()),
+    );
+    let empty: Vec<&Candidate> = drifted.iter().copied().filter(|c| c.pods == 0).collect();
+    if !empty.is_empty() {
+        return Some(Command {
+            method: Method::Drift,
+            reason: Reason::Drifted,
+            savings: price_of(&empty),
+            candidates: empty.into_iter().cloned().collect(),
+            replacements: Vec::new(),
+        });
+    }
+    for c in drifted {
+        let removal = trial(removals, &[c], out);
+        if removal.is_feasible() {
+            return Some(Command {
+                method: Method::Drift,
+                reason: Reason::Drifted,
+                savings: c.price - removal.price(),
+                candidates: vec![c.clone()],
+                replacements: removal.nodeclaims,
+            });
+        }
+    }
+    None
+}
+
+/// Consolidation candidates: consolidatable, not blocked, in pools that
+/// consolidate underused nodes, within the `Underutilized` budgets.
+fn underutilized<'c>(pass: &Pass<'_>, sorted: &[&'c Candidate]) -> Vec<&'c Candidate> {
+    within_budget(
+        pass,
+        Reason::Underutilized,
+        sorted
+            .iter()
+            .copied()
+            .filter(|c| c.consolidatable && c.underutilized && c.blocked.is_none() && c.pods > 0),
+    )
+}
+
+/// A consolidation of `cs` from a removal trial: a delete when the pods fit
+/// the remaining nodes, a replace when they need exactly one NodeClaim that
+/// can be made strictly cheaper than `cs`.
+fn consolidation(
+    pass: &Pass<'_>,
+    method: Method,
+    cs: &[&Candidate],
+    removal: Removal,
+) -> Option<Command> {
+    if !removal.is_feasible() || removal.nodeclaims.len() > 1 {
+        return None;
+    }
+    let total = price_of(cs);
+    let candidates: Vec<Candidate> = cs.iter().map(|c| (*c).clone()).collect();
+    match removal.nodeclaims.into_iter().next() {
+        None => Some(Command {
+            method,
+            reason: Reason::Underutilized,
+            candidates,
+            replacements: Vec::new(),
+            savings: total,
+        }),
+        Some(claim) => {
+            let all_spot = cs.iter().all(|c| c.capacity_type == CAPACITY_TYPE_SPOT);
+            let cheaper = cheaper_replacement(pass, claim, total, all_spot)?;
+            Some(Command {
+                method,
+                reason: Reason::Underutilized,
+                candidates,
+                savings: total - cheaper.price,
+                replacements: vec![cheaper],
+            })
+        }
+    }
+}
+
+fn multi_node(
+    pass: &Pass<'_>,
+    sorted: &[&Candidate],
+    removals: &mut Removals<'_>,
+    out: &mut Outcome,
+) -> Option<Command> {
+    let cs = underutilized(pass, sorted);
+    if cs.len() < 2 {
+        return None;
+    }
+    out.evaluated = out.evaluated.max(cs.len());
+    // The largest prefix that consolidates, by binary search over its
+    // length, as the reference does (without its cap of 100 candidates).
+    let (mut lo, mut hi) = (2usize, cs.len());
+    let mut best: Option<Command> = None;
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        let removal = consolidation_trial(removals, &cs[..mid], out);
+        match consolidation(pass, Method::MultiNodeConsolidation, &cs[..mid], removal) {
+            Some(cmd) => {
+                best = Some(cmd);
+                lo = mid + 1;
+            }
+            None => hi = mid - 1,
+        }
+    }
+    best
+}
+
+fn single_node(
+    pass: &Pass<'_>,
+    sorted: &[&Candidate],
+    removals: &mut Removals<'_>,
+    out: &mut Outcome,
+) -> Option<Command> {
+    let cs = underutilized(pass, sorted);
+    out.evaluated = out.evaluated.max(cs.len());
+    let mut best: Option<Command> = None;
+    for c in cs {
+        // Pods that fit no other node need a new NodeClaim costing at least
+        // the floor: not cheaper than the node itself, no trial needed.
+        if let Floor::NewCapacity(floor) = removals.floor(&c.node)
+            && floor >= c.price - EPS
+        {
+            continue;
+        }
+        let removal = consolidation_trial(removals, &[c], out);
+        if let Some(cmd) = consolidation(pass, Method::SingleNodeConsolidation, &[c], removal)
+            && best.as_ref().is_none_or(|b| cmd.savings > b.savings + EPS)
+        {
+            best = Some(cmd);
+        }
+    }
+    best
+}
+
+/// The replacement limited to instance types strictly cheaper than
+/// `price`, cheapest first; `None` when none is, or when the spot rules
+/// forbid it.
+fn cheaper_replacement(
+    pass: &Pass<'_>,
+    mut claim: NewNodeClaim,
+    price: f64,
+    all_spot: bool,
+) -> Option<NewNodeClaim> {
+    let pool = pass.pools.iter().find(|p| p.name == claim.nodepool)?;
+    let spot_allowed = claim.capacity_types.iter().any(|c| c == CAPACITY_TYPE_SPOT);
+    // A spot node is replaced by spot capacity only with spot-to-spot
+    // consolidation; without it, only by on-demand capacity.
+    let mut capacity_types = claim.capacity_types.clone();
+    if all_spot && spot_allowed && !pass.options.spot_to_spot {
+        capacity_types.retain(|c| c != CAPACITY_TYPE_SPOT);
+    }
+    let offer = |name: &str| -> Option<(f64, bool)> {
+        let it = pool.instance_types.iter().find(|t| t.name == name)?;
+        it.offerings
+            .iter()
+            .filter(|o| o.available && claim.zones.contains(&o.zone))
+            .filter(|o| capacity_types.contains(&o.capacity_type))
+            .map(|o| (o.price, o.capacity_type == CAPACITY_TYPE_SPOT))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let mut kept: Vec<(f64, bool, String)> = claim
+        .instance_types
+        .iter()
+        .filter_map(|t| offer(t).map(|(p, spot)| (p, spot, t.clone())))
+        .filter(|(p, _, _)| *p < price - EPS)
+        .collect();
+    kept.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
+    let launches_spot = kept.first().is_some_and(|k| k.1);
+    if all_spot && launches_spot {
+        if kept.len() < MIN_SPOT_TO_SPOT_TYPES {
+            return None;
+        }
+        kept.truncate(MIN_SPOT_TO_SPOT_TYPES);
+    }
+    let first = kept.first()?;
+    claim.price = first.0;
+    claim.instance_types = kept.iter().map(|k| k.2.clone()).collect();
+    claim.capacity_types = capacity_types.clone();
+    let mut reqs: Requirements = claim.requirements.clone();
+    reqs.add(
+        INSTANCE_TYPE,
+        Requirement::in_values(claim.instance_types.iter().cloned()),
+    );
+    reqs.0.insert(
+        crate::model::labels::CAPACITY_TYPE.to_string(),
+        Requirement::in_values(capacity_types),
+    );
+    claim.requirements = reqs;
+    Some(claim)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! Decisions on small clusters, and the property that consolidation never
+//! raises the price.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::Resources;
+use crate::scheduling::removal::Removals;
+use crate::scheduling::types::{BoundPod, ExistingNode, PodSpec, SolveInput};
+use crate::scheduling::{Preferences, SolveOptions};
+
+/// Prices of the test catalog's on-demand offerings (spot is 70% of it in
+/// z1 and z2): small 2 cpu, medium 4, large 8.
+fn price(t: &str) -> f64 {
+    match t {
+        "small" => 0.1,
+        "medium" => 0.2,
+        "large" => 0.4,
+        _ => 1.5,
+    }
+}
+
+fn cpu_of(t: &str) -> i64 {
+    match t {
+        "small" => 2000,
+        "medium" => 4000,
+        _ => 8000,
+    }
+}
+
+struct Fixture {
+    input: SolveInput,
+    homes: Vec<String>,
+    candidates: Vec<Candidate>,
+}
+
+/// A cluster of on-demand nodes in z1, each `(name, type, [pod cpu in m])`.
+fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
+    let mut input = SolveInput {
+        nodepools: vec![crate::scheduling::NodePoolSpec {
+            name: "general".into(),
+            weight: 0,
+            requirements: crate::model::Requirements::new(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            limits: Resources::new(),
+            instance_types: crate::scheduling::tests::catalog(),
+        }],
+        ..SolveInput::default()
+    };
+    let mut homes = Vec::new();
+    let mut candidates = Vec::new();
+    for (name, it, pods) in nodes {
+        let labels: BTreeMap<String, String> = [
+            ("kubernetes.io/hostname", *name),
+            ("topology.kubernetes.io/zone", "z1"),
+            ("karpenter.sh/nodepool", "general"),
+            ("karpenter.sh/capacity-type", "on-demand"),
+            ("node.kubernetes.io/instance-type", it),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let alloc = Resources::new()
+            .with("cpu", cpu_of(it) - 100)
+            .with("memory", (cpu_of(it) / 1000) << 32)
+            .with("pods", 110);
+        let mut bound = Vec::new();
+        for (i, cpu) in pods.iter().enumerate() {
+            let pod_name = format!("{name}-p{i}");
+            let req = Resources::new()
+                .with("cpu", *cpu)
+                .with("memory", 256 << 20)
+                .with("pods", 1);
+            bound.push(BoundPod {
+                namespace: "default".into(),
+                name: pod_name.clone(),
+                labels: BTreeMap::new(),
+                requests: req.clone(),
+                host_ports: Vec::new(),
+                anti_affinity: Vec::new(),
+            });
+            input.pods.push(PodSpec::new("default", &pod_name, req));
+            homes.push(name.to_string());
+        }
+        input.nodes.push(ExistingNode {
+            name: name.to_string(),
+            nodepool: Some("general".into()),
+            labels,
+            taints: Vec::new(),
+            initialized: true,
+            allocatable: alloc.clone(),
+            capacity: alloc,
+            pods: bound,
+            price: Some(price(it)),
+        });
+        candidates.push(Candidate {
+            node: name.to_string(),
+            nodeclaim: format!("{name}-claim"),
+            nodepool: "general".into(),
+            instance_type: it.to_string(),
+            zone: "z1".into(),
+            capacity_type: "on-demand".into(),
+            price: price(it),
+            pods: pods.len(),
+            disruption_cost: pods.len() as f64,
+            drift: Vec::new(),
+            expired: false,
+            consolidatable: true,
+            underutilized: true,
+            blocked: None,
+        });
+    }
+    Fixture {
+        input,
+        homes,
+        candidates,
+    }
+}
+
+fn opts() -> SolveOptions {
+    SolveOptions {
+        preferences: Preferences::Respect,
+        now_ms: 0,
+    }
+}
+
+fn run(f: &Fixture, budgets: BTreeMap<String, Allowed>, consolidation: bool) -> Outcome {
+    let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
+    let mut removals = Removals::new(&f.input, &homes, &opts()).unwrap();
+    let pass = Pass {
+        candidates: f.candidates.clone(),
+        budgets,
+        consolidation,
+        pools: &f.input.nodepools,
+        options: Options::default(),
+    };
+    decide(&pass, &mut removals)
+}
+
+fn unbounded() -> BTreeMap<String, Allowed> {
+    BTreeMap::new()
+}
+
+fn budget(reason: Reason, n: usize) -> BTreeMap<String, Allowed> {
+    let mut a = Allowed {
+        total: 10,
+        disrupting: 0,
+        limit: BTreeMap::new(),
+    };
+    for r in Reason::VOLUNTARY {
+        a.limit.insert(r, None);
+    }
+    a.limit.insert(reason, Some(n));
+    BTreeMap::from([("general".to_string(), a)])
+}
+
+fn nodes_of(cmd: &Command) -> Vec<&str> {
+    cmd.candidates.iter().map(|c| c.node.as_str()).collect()
+}
+
+#[test]
+fn empty_nodes_are_deleted_within_the_empty_budget() {
+    let f = cluster(&[
+        ("a", "medium", &[]),
+        ("b", "medium", &[]),
+        ("c", "medium", &[1000]),
+    ]);
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.method, Method::Emptiness);
+    assert_eq!(nodes_of(&cmd), ["a", "b"]);
+    assert_eq!(cmd.decision(), "delete");
+    assert!((cmd.savings - 0.4).abs() < 1e-9);
+    let one = run(&f, budget(Reason::Empty, 1), true).command.unwrap();
+    assert_eq!(nodes_of(&one), ["a"]);
+    // Consolidation off (pods waiting for capacity): nothing.
+    assert!(run(&f, unbounded(), false).command.is_none());
+}
+
+#[test]
+fn underused_nodes_are_consolidated_together() {
+    // Three medium nodes at 1 cpu each: two can go, their pods fit the third.
+    let f = cluster(&[
+        ("a", "medium", &[1000]),
+        ("b", "medium", &[1000]),
+        ("c", "medium", &[1000]),
+    ]);
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.method, Method::MultiNodeConsolidation);
+    // All three go: their 3 cpu fit one medium node, at its spot price
+    // (0.14/h), which saves more than deleting two (0.4/h).
+    assert_eq!(cmd.decision(), "replace");
+    assert_eq!(cmd.candidates.len(), 3);
+    assert!((cmd.savings - (0.6 - 0.14)).abs() < 1e-9, "{}", cmd.savings);
+    // A budget of one leaves it to single-node consolidation, one at a time.
+    let one = run(&f, budget(Reason::Underutilized, 1), true)
+        .command
+        .unwrap();
+    assert_eq!(one.method, Method::SingleNodeConsolidation);
+    assert_eq!(one.candidates.len(), 1);
+    // A budget of zero blocks consolidation.
+    assert!(
+        run(&f, budget(Reason::Underutilized, 0), true)
+            .command
+            .is_none()
+    );
+}
+
+#[test]
+fn a_node_is_replaced_by_a_strictly_cheaper_one() {
+    // A large node (0.4/h) holding 1.5 cpu: a small one (0.1/h, or spot) holds it.
+    let f = cluster(&[("a", "large", &[1500])]);
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.method, Method::SingleNodeConsolidation);
+    assert_eq!(cmd.decision(), "replace");
+    let r = &cmd.replacements[0];
+    // Every type listed has an offering strictly cheaper than the node's
+    // (large itself only as spot), cheapest first.
+    assert_eq!(r.instance_types, ["small", "medium", "large"]);
+    assert!((r.price - 0.07).abs() < 1e-9, "{r:?}");
+    assert!((cmd.savings - 0.33).abs() < 1e-9);
+    // In an on-demand pool, a small node is already the cheapest that
+    // holds its pod: the same type at the same price is never launched.
+    let mut g = cluster(&[("a", "small", &[1500])]);
+    g.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    assert!(run(&g, unbounded(), true).command.is_none());
+}
+
+#[test]
+fn blocked_nodes_are_left_alone_and_drift_replaces_within_budget() {
+    let mut f = cluster(&[("a", "medium", &[1000]), ("b", "medium", &[1000])]);
+    for c in &mut f.candidates {
+        c.blocked = Some("pod default/x has karpenter.sh/do-not-disrupt".into());
+        c.drift = vec![DriftReason::NodePoolTemplate { fields: vec![] }];
+    }
+    assert!(run(&f, unbounded(), true).command.is_none());
+    for c in &mut f.candidates {
+        c.blocked = None;
+    }
+    let cmd = run(&f, budget(Reason::Drifted, 1), true).command.unwrap();
+    assert_eq!(cmd.method, Method::Drift);
+    assert_eq!(cmd.candidates.len(), 1);
+    // Its pod fits the other node: no replacement needed.
+    assert_eq!(cmd.decision(), "delete");
+    assert!(run(&f, budget(Reason::Drifted, 0), false).command.is_none());
+}
+
+#[test]
+fn expired_nodes_are_replaced_outside_budgets() {
+    let mut f = cluster(&[("a", "medium", &[3000]), ("b", "medium", &[3000])]);
+    f.candidates[0].expired = true;
+    f.candidates[0].blocked = Some("do-not-disrupt".into());
+    let cmd = run(&f, budget(Reason::Drifted, 0), false).command.unwrap();
+    assert_eq!(cmd.method, Method::Expiration);
+    assert_eq!(nodes_of(&cmd), ["a"]);
+    // 3 cpu fit no other node: a replacement is launched first.
+    assert_eq!(cmd.replacements.len(), 1);
+}
+
+#[test]
+fn spot_is_replaced_by_spot_only_with_enough_cheaper_types() {
+    let mut f = cluster(&[("a", "large", &[1500])]);
+    f.candidates[0].capacity_type = "spot".into();
+    f.candidates[0].price = 0.28;
+    // The test catalog has 4 types: fewer than 15 cheaper spot types.
+    let cmd = run(&f, unbounded(), true).command;
+    assert!(cmd.is_none(), "{cmd:?}");
+}
+
+/// Every command a pass returns for consolidation lowers the fleet's price:
+/// the candidates' price is above what replaces them.
+fn arb_cluster() -> impl Strategy<Value = Vec<(String, &'static str, Vec<i64>)>> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec!["small", "medium", "large"]),
+            prop::collection::vec(250i64..3000, 0..4),
+        ),
+        1..7,
+    )
+    .prop_map(|nodes| {
+        nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (t, pods))| {
+                // Keep each node's pods within its allocatable.
+                let cap = cpu_of(t) - 100;
+                let mut sum = 0;
+                let pods = pods
+                    .into_iter()
+                    .filter(|p| {
+                        sum += p;
+                        sum <= cap
+                    })
+                    .collect();
+                (format!("n{i}"), t, pods)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn consolidation_never_raises_the_price(nodes in arb_cluster()) {
+        let spec: Vec<(&str, &str, &[i64])> = nodes
+            .iter()
+            .map(|(n, t, p)| (n.as_str(), *t, p.as_slice()))
+            .collect();
+        let f = cluster(&spec);
+        let out = run(&f, unbounded(), true);
+        if let Some(cmd) = out.command {
+            let before: f64 = cmd.candidates.iter().map(|c| c.price).sum();
+            let after: f64 = cmd.replacements.iter().map(|r| r.price).sum();
+            prop_assert!(after < before - 1e-9, "{cmd:?}");
+            prop_assert!(cmd.savings > 0.0);
+            if cmd.method != Method::Emptiness {
+                prop_assert!(cmd.replacements.len() <= 1);
+            }
+        }
+    }
+}

@@ -1,0 +1,1099 @@
+//! The AWS provider against moto (a real EC2/SSM emulator, see
+//! `tests/moto.rs`), with the faults moto never produces injected by a
+//! proxy (`tests/aws_proxy.rs`); and the IAM policy's coverage of the code.
+//!
+//! moto's gaps, and how the tests stand in for them:
+//! - no Pricing API: prices come from `tests/fixtures/aws/prices.json`, and
+//!   GetProducts answers from recorded pages served by the proxy;
+//! - no `/aws/...` SSM parameters: AMI aliases are seeded under a test
+//!   root (`--ssm-parameter-root`);
+//! - CreateFleet never fails for capacity, nor does anything throttle or
+//!   deny: the proxy does;
+//! - instances launched by CreateFleet carry no security groups of the
+//!   launch template (on-demand) or the VPC's default group (spot), so the
+//!   tests launch on-demand and check drift by image.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+use dovetail::api::ec2nodeclass::EC2NodeClassStatus;
+use dovetail::api::{EC2NodeClass, NodeClaim, NodePool};
+use dovetail::clock::{Clock, ManualClock, SystemClock};
+use dovetail::cloud::aws::{AwsConfig, AwsProvider, ClusterAccess, RetrySettings};
+use dovetail::cloud::{CloudError, CloudProvider, InstanceState};
+use dovetail::cluster::{Cluster, MemoryCluster};
+use dovetail::controller::{BATCH_IDLE, Controller, Settings};
+use dovetail::drift::DriftReason;
+
+use crate::aws_proxy;
+use crate::moto;
+use crate::support::root;
+
+const K8S: &str = "1.34";
+
+fn from_yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
+    serde_saphyr::from_str(s).expect("valid test YAML")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A VPC of one test in moto: subnets in two zones and a security group
+/// tagged for the test's cluster, and two images published in turn under
+/// the test's SSM root as the AL2023 alias.
+struct Env {
+    region: String,
+    cluster: String,
+    ec2: aws_sdk_ec2::Client,
+    ssm: aws_sdk_ssm::Client,
+    subnets: Vec<(String, String)>,
+    security_group: String,
+    images: [String; 2],
+    ssm_root: String,
+}
+
+impl Env {
+    async fn new(endpoint: &str, region: &str, cluster: &str) -> Env {
+        let sdk = moto::sdk_config(endpoint, region).await;
+        let ec2 = aws_sdk_ec2::Client::new(&sdk);
+        let ssm = aws_sdk_ssm::Client::new(&sdk);
+        let discovery = |r: ResourceType| {
+            TagSpecification::builder()
+                .resource_type(r)
+                .tags(
+                    Tag::builder()
+                        .key("karpenter.sh/discovery")
+                        .value(cluster)
+                        .build(),
+                )
+                .build()
+        };
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .send()
+            .await
+            .expect("CreateVpc")
+            .vpc()
+            .and_then(|v| v.vpc_id().map(str::to_string))
+            .expect("a VPC id");
+        let mut subnets = Vec::new();
+        for (i, suffix) in ["a", "b"].iter().enumerate() {
+            let zone = format!("{region}{suffix}");
+            let s = ec2
+                .create_subnet()
+                .vpc_id(&vpc)
+                .cidr_block(format!("10.0.{i}.0/24"))
+                .availability_zone(&zone)
+                .tag_specifications(discovery(ResourceType::Subnet))
+                .send()
+                .await
+                .expect("CreateSubnet");
+            subnets.push((
+                s.subnet()
+                    .and_then(|s| s.subnet_id())
+                    .expect("id")
+                    .to_string(),
+                zone,
+            ));
+        }
+        let security_group = ec2
+            .create_security_group()
+            .group_name(format!("{cluster}-nodes"))
+            .description("nodes")
+            .vpc_id(&vpc)
+            .tag_specifications(discovery(ResourceType::SecurityGroup))
+            .send()
+            .await
+            .expect("CreateSecurityGroup")
+            .group_id()
+            .expect("id")
+            .to_string();
+        let amis = ec2
+            .describe_images()
+            .owners("amazon")
+            .filters(
+                Filter::builder()
+                    .name("architecture")
+                    .values("x86_64")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("DescribeImages");
+        let mut ids: Vec<String> = amis
+            .images()
+            .iter()
+            .filter(|i| i.platform().is_none())
+            .filter_map(|i| i.image_id().map(str::to_string))
+            .collect();
+        ids.sort();
+        assert!(ids.len() >= 2, "moto has Linux images in {region}");
+        let env = Env {
+            region: region.to_string(),
+            cluster: cluster.to_string(),
+            ec2,
+            ssm,
+            subnets,
+            security_group,
+            images: [ids[0].clone(), ids[1].clone()],
+            ssm_root: format!("/dovetail-test/{cluster}/service"),
+        };
+        env.publish(0).await;
+        env
+    }
+
+    /// Publishes image 0 or 1 as the AL2023 standard x86_64 image.
+    async fn publish(&self, which: usize) {
+        self.ssm
+            .put_parameter()
+            .name(format!(
+                "{}/eks/optimized-ami/{K8S}/amazon-linux-2023/x86_64/standard/recommended/image_id",
+                self.ssm_root
+            ))
+            .value(&self.images[which])
+            .r#type(aws_sdk_ssm::types::ParameterType::String)
+            .overwrite(true)
+            .send()
+            .await
+            .expect("PutParameter");
+    }
+
+    fn config(&self) -> AwsConfig {
+        let mut c = AwsConfig::new(&self.cluster);
+        c.kubernetes_version = Some(K8S.to_string());
+        c.ssm_parameter_root = self.ssm_root.clone();
+        c.pricing_file = Some(root().join("tests/fixtures/aws/prices.json"));
+        c.isolated_vpc = true;
+        c.cluster = ClusterAccess {
+            endpoint: Some("https://example.eks.amazonaws.com".to_string()),
+            ca_bundle: Some("Q0E=".to_string()),
+            service_cidr: Some("10.100.0.0/16".to_string()),
+        };
+        c.retry = RetrySettings {
+            max_attempts: 4,
+            base: Duration::from_millis(2),
+            cap: Duration::from_millis(20),
+        };
+        c
+    }
+
+    async fn provider(&self, endpoint: &str, config: AwsConfig) -> AwsProvider {
+        let sdk = moto::sdk_config(endpoint, &self.region).await;
+        AwsProvider::from_sdk_config(config, &sdk, Arc::new(SystemClock)).expect("provider")
+    }
+
+    fn nodeclass(&self) -> EC2NodeClass {
+        let mut c: EC2NodeClass = from_yaml(&format!(
+            "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\n\
+             spec:\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  role: KarpenterNodeRole-{0}\n  \
+             subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]\n  \
+             securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]\n  \
+             tags: {{team: platform}}\n",
+            self.cluster
+        ));
+        c.apply_defaults();
+        c
+    }
+
+    /// The node class with its status resolved by `aws`.
+    async fn resolved(&self, aws: &AwsProvider) -> EC2NodeClass {
+        let class = self.nodeclass();
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        with_status(class, &r)
+    }
+
+    /// Tags of an instance, from EC2.
+    async fn tags(&self, id: &str) -> BTreeMap<String, String> {
+        let out = self
+            .ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .expect("DescribeInstances");
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .flat_map(|i| i.tags())
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect()
+    }
+
+    async fn launch_templates(&self) -> Vec<String> {
+        let out = self
+            .ec2
+            .describe_launch_templates()
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:kubernetes.io/cluster/{}", self.cluster))
+                    .values("owned")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("DescribeLaunchTemplates");
+        let mut names: Vec<String> = out
+            .launch_templates()
+            .iter()
+            .filter_map(|t| t.launch_template_name().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// A NodeClaim of pool `default` for the node class `default`, allowing
+/// the given instance types on demand.
+fn claim(name: &str, types: &[&str]) -> NodeClaim {
+    let types = types.join(", ");
+    from_yaml(&format!(
+        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: {name}\n  labels: {{karpenter.sh/nodepool: default}}\n\
+         spec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  \
+         requirements:\n  - {{key: node.kubernetes.io/instance-type, operator: In, values: [{types}]}}\n  \
+         - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n  \
+         resources: {{requests: {{cpu: 500m, memory: 1Gi}}}}\n"
+    ))
+}
+
+fn with_status(
+    mut class: EC2NodeClass,
+    resolution: &dovetail::cloud::NodeClassResolution,
+) -> EC2NodeClass {
+    let mut status = EC2NodeClassStatus::default();
+    resolution.apply_to(&mut status);
+    class.status = Some(status);
+    class
+}
+
+fn recorded(claim: &NodeClaim, provider_id: &str) -> NodeClaim {
+    let mut c = claim.clone();
+    c.status.get_or_insert_with(Default::default).provider_id = Some(provider_id.to_string());
+    c
+}
+
+#[test]
+fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "resolve").await;
+        let aws = env.provider(&moto.endpoint(), env.config()).await;
+
+        // Resolution: both subnets, the group, the alias's image.
+        let class = env.nodeclass();
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert!(r.is_ready(), "{:?}", r.problems);
+        let mut subnets: Vec<(String, String)> = r
+            .subnets
+            .iter()
+            .map(|s| (s.id.clone(), s.zone.clone()))
+            .collect();
+        subnets.sort();
+        let mut want = env.subnets.clone();
+        want.sort();
+        assert_eq!(subnets, want);
+        assert_eq!(r.security_groups.len(), 1);
+        assert_eq!(r.security_groups[0].id, env.security_group);
+        assert_eq!(r.amis.len(), 1, "{:?}", r.amis);
+        assert_eq!(r.amis[0].id, env.images[0]);
+        assert_eq!(
+            r.instance_profile.as_deref(),
+            Some("KarpenterNodeRole-resolve")
+        );
+        // What is missing is named.
+        let mut lost = class.clone();
+        lost.spec.subnet_selector_terms[0].tags = Some(BTreeMap::from([(
+            "karpenter.sh/discovery".into(),
+            "nobody".into(),
+        )]));
+        lost.spec.ami_selector_terms[0].alias = Some("bottlerocket@latest".into());
+        let r2 = aws.resolve_node_class(&lost).await.expect("resolves");
+        assert!(!r2.is_ready());
+        assert!(
+            r2.problems
+                .contains(&"no subnet matched subnetSelectorTerms".to_string()),
+            "{:?}",
+            r2.problems
+        );
+        assert!(
+            r2.problems
+                .iter()
+                .any(|p| p.starts_with("no AMI matched amiSelectorTerms")),
+            "{:?}",
+            r2.problems
+        );
+
+        // A launch: the cheapest allowed type (c5.large at $0.085 against
+        // m5.large at $0.096), tagged, from a launch template.
+        let class = with_status(class, &r);
+        let a = claim("default-a", &["m5.large", "c5.large"]);
+        let launched = aws
+            .create(&a, &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        assert!(launched.refused.is_empty());
+        let i = &launched.instance;
+        assert_eq!(i.instance_type, "c5.large");
+        assert_eq!(i.capacity_type, "on-demand");
+        assert_eq!(i.price, 0.085);
+        assert_eq!(i.image_id.as_deref(), Some(env.images[0].as_str()));
+        assert!(
+            env.subnets
+                .iter()
+                .any(|(id, zone)| Some(id) == i.subnet_id.as_ref() && *zone == i.zone)
+        );
+        assert_eq!(i.provider_id, format!("aws:///{}/{}", i.zone, i.id));
+        assert_eq!(i.labels["karpenter.k8s.aws/instance-family"], "c5");
+        let tags = env.tags(&i.id).await;
+        for (k, v) in [
+            ("kubernetes.io/cluster/resolve", "owned"),
+            ("karpenter.sh/nodepool", "default"),
+            ("karpenter.sh/nodeclaim", "default-a"),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ("eks:eks-cluster-name", "resolve"),
+            ("team", "platform"),
+        ] {
+            assert_eq!(
+                tags.get(k).map(String::as_str),
+                Some(v),
+                "tag {k}: {tags:?}"
+            );
+        }
+        let templates = env.launch_templates().await;
+        assert_eq!(templates.len(), 1, "{templates:?}");
+        assert!(templates[0].starts_with("dovetail/resolve/"));
+
+        // A second launch reuses the template.
+        let b = claim("default-b", &["m5.large"]);
+        let second = aws
+            .create(&b, &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        assert_eq!(second.instance_type, "m5.large");
+        assert_eq!(env.launch_templates().await, templates);
+
+        // get, list, and no drift while the alias names the same image.
+        let listed = aws.list().await.expect("lists");
+        let ids: BTreeSet<&str> = listed.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, BTreeSet::from([i.id.as_str(), second.id.as_str()]));
+        assert_eq!(
+            aws.get(&i.provider_id).await.expect("exists").state,
+            InstanceState::Running
+        );
+        let a = recorded(&a, &i.provider_id);
+        assert_eq!(
+            aws.is_drifted(&a, &class).await.expect("checks"),
+            Vec::<DriftReason>::new()
+        );
+
+        // A new image under the alias: the node class resolves to it, and
+        // the running instance is drifted.
+        env.publish(1).await;
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert_eq!(r.amis[0].id, env.images[1]);
+        let class = with_status(class, &r);
+        assert_eq!(
+            aws.is_drifted(&a, &class).await.expect("checks"),
+            vec![DriftReason::Ami {
+                image: env.images[0].clone()
+            }]
+        );
+
+        // The old image's template is cleaned up; the next launch makes one
+        // for the new image.
+        let deleted = aws
+            .cleanup_launch_templates(std::slice::from_ref(&class))
+            .await
+            .expect("cleans");
+        assert_eq!(deleted, templates);
+        assert!(env.launch_templates().await.is_empty());
+        let c = claim("default-c", &["m5.large"]);
+        let third = aws
+            .create(&c, &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        assert_eq!(third.image_id.as_deref(), Some(env.images[1].as_str()));
+        let now = env.launch_templates().await;
+        assert_eq!(now.len(), 1);
+        assert_ne!(now, templates);
+        // A node class that is gone takes its templates with it.
+        assert_eq!(
+            aws.cleanup_launch_templates(&[]).await.expect("cleans"),
+            now
+        );
+
+        // Delete: gone, then not found.
+        aws.delete(&i.provider_id).await.expect("terminates");
+        assert!(matches!(
+            aws.delete(&i.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
+        assert!(matches!(
+            aws.get(&i.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
+        let left: BTreeSet<String> = aws
+            .list()
+            .await
+            .expect("lists")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(left, BTreeSet::from([second.id.clone(), third.id.clone()]));
+        assert!(matches!(
+            aws.get("aws:///us-west-2a/i-00000000000000000").await,
+            Err(CloudError::NotFound(_))
+        ));
+    });
+}
+
+#[test]
+fn garbage_collection_terminates_an_instance_no_node_claim_owns() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "gc").await;
+        let aws = Arc::new(env.provider(&moto.endpoint(), env.config()).await);
+        let class = env.resolved(&aws).await;
+        let owned = claim("owned", &["c5.large"]);
+        let kept = aws
+            .create(&owned, &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        // A launch whose NodeClaim never recorded it (a crash in between).
+        let orphan = aws
+            .create(&claim("crashed", &["c5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+
+        let clock = Arc::new(ManualClock::new(SystemClock.now()));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        cluster
+            .create(recorded(&owned, &kept.provider_id))
+            .expect("created");
+        let mut controller = Controller::new(cluster, aws.clone(), dyn_clock, Settings::default());
+        // Within the grace, nothing happens.
+        controller.reconcile_garbage().await;
+        assert_eq!(aws.list().await.expect("lists").len(), 2);
+        clock.advance(Duration::from_secs(6 * 60)).expect("forward");
+        controller.reconcile_garbage().await;
+        let left: Vec<String> = aws
+            .list()
+            .await
+            .expect("lists")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(left, std::slice::from_ref(&kept.id));
+        assert!(matches!(
+            aws.get(&orphan.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
+        let events = controller.drain_events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].reason, "GarbageCollected");
+    });
+}
+
+#[test]
+fn identical_concurrent_launches_share_one_create_fleet() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "batch").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        let claims: Vec<NodeClaim> = (0..3)
+            .map(|n| claim(&format!("batch-{n}"), &["m5.large"]))
+            .collect();
+        let none = BTreeSet::new();
+        let launched =
+            futures::future::join_all(claims.iter().map(|c| aws.create(c, &class, &none))).await;
+        let instances: Vec<_> = launched
+            .into_iter()
+            .map(|l| l.expect("launches").instance)
+            .collect();
+        let ids: BTreeSet<&str> = instances.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids.len(), 3, "three distinct instances");
+        assert_eq!(
+            proxy.count("CreateFleet"),
+            1,
+            "one CreateFleet for the three"
+        );
+        let body = &proxy.bodies("CreateFleet")[0];
+        assert!(body.contains("TotalTargetCapacity=3"), "{body}");
+        // Each instance carries its own NodeClaim's tag.
+        for i in &instances {
+            assert_eq!(
+                env.tags(&i.id).await.get("karpenter.sh/nodeclaim"),
+                Some(&i.nodeclaim)
+            );
+        }
+        // A lone launch is not batched with anything and tags at launch.
+        aws.create(&claim("alone", &["m5.large"]), &class, &none)
+            .await
+            .expect("launches");
+        assert_eq!(proxy.count("CreateFleet"), 2);
+        assert_eq!(proxy.count("CreateTags"), 3);
+    });
+}
+
+#[test]
+fn insufficient_capacity_marks_offerings_unavailable_and_the_next_solve_picks_another() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "ice").await;
+        let aws = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
+        let class = env.resolved(&aws).await;
+        proxy.faults.lock().unwrap().no_capacity.insert("c5.large".to_string());
+
+        // The provider: a claim that allows only c5.large fails with the
+        // refused offerings...
+        let only = claim("only-c5", &["c5.large"]);
+        let err = aws.create(&only, &class, &BTreeSet::new()).await.unwrap_err();
+        let CloudError::InsufficientCapacity { offerings } = err else {
+            panic!("expected insufficient capacity, got {err}");
+        };
+        let zones: Vec<&str> = offerings.iter().map(|o| o.zone.as_str()).collect();
+        assert_eq!(zones, ["us-east-2a", "us-east-2b"]);
+        assert!(offerings.iter().all(|o| o.instance_type == "c5.large" && o.capacity_type == "on-demand"));
+        // ...and with them known to be out, it does not even ask.
+        let fleets = proxy.count("CreateFleet");
+        let unavailable: BTreeSet<_> = offerings.into_iter().collect();
+        assert!(matches!(
+            aws.create(&only, &class, &unavailable).await,
+            Err(CloudError::InsufficientCapacity { .. })
+        ));
+        assert_eq!(proxy.count("CreateFleet"), fleets);
+
+        // The controller: the cheapest type (c5.large) is refused within the
+        // fleet, marked unavailable, and the launch lands on m5.large.
+        let clock = Arc::new(ManualClock::new(SystemClock.now()));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let stored = cluster.create(env.nodeclass()).expect("created");
+        let mut with = (*stored).clone();
+        with.status = class.status.clone();
+        Cluster::replace_status(cluster.as_ref(), with).await.expect("status");
+        let pool: NodePool = from_yaml(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      \
+             nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      \
+             - {key: node.kubernetes.io/instance-type, operator: In, values: [c5.large, m5.large]}\n      \
+             - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n",
+        );
+        cluster.create(pool).expect("created");
+        let mut controller = Controller::new(cluster.clone(), aws.clone(), dyn_clock, Settings::default());
+        let pending = |name: &str| -> k8s_openapi::api::core::v1::Pod {
+            from_yaml(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+                 spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
+                 status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
+            ))
+        };
+        cluster.create(pending("first")).expect("created");
+        controller.reconcile_provisioning().await;
+        clock.advance(BATCH_IDLE).expect("forward");
+        controller.reconcile_provisioning().await;
+        let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+        assert_eq!(claims.len(), 1);
+        controller.reconcile_nodeclaims().await;
+        let claim1 = Cluster::list::<NodeClaim>(cluster.as_ref()).remove(0);
+        let launched_type = claim1
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("node.kubernetes.io/instance-type"))
+            .cloned();
+        assert_eq!(launched_type.as_deref(), Some("m5.large"));
+        // The NodeClaim records what was launched.
+        let status = claim1.status.clone().unwrap_or_default();
+        let provider_id = status.provider_id.unwrap_or_default();
+        assert!(provider_id.starts_with("aws:///us-east-2"), "{provider_id}");
+        assert_eq!(status.image_id.as_deref(), Some(env.images[0].as_str()));
+        let labels = claim1.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+        assert!(labels["topology.kubernetes.io/zone"].starts_with("us-east-2"));
+        let instance = aws.get(&provider_id).await.expect("the instance exists");
+        assert_eq!(instance.nodeclaim, claim1.metadata.name.clone().unwrap_or_default());
+        let now = clock.now();
+        let marked: Vec<String> = controller
+            .unavailable
+            .active(now)
+            .into_iter()
+            .map(|o| format!("{}/{}", o.instance_type, o.zone))
+            .collect();
+        assert_eq!(marked, ["c5.large/us-east-2a", "c5.large/us-east-2b"]);
+        let events = controller.drain_events();
+        assert!(events.iter().any(|e| e.reason == "InsufficientCapacity"), "{events:?}");
+
+        // The next solve knows: its claim's launch no longer offers c5.large
+        // to the fleet at all.
+        cluster.create(pending("second")).expect("created");
+        clock.advance(Duration::from_secs(1)).expect("forward");
+        controller.reconcile_provisioning().await;
+        clock.advance(BATCH_IDLE).expect("forward");
+        controller.reconcile_provisioning().await;
+        assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 2);
+        controller.reconcile_nodeclaims().await;
+        let last = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");
+        assert!(!last.contains("c5.large"), "{last}");
+        assert!(last.contains("m5.large"), "{last}");
+        // Three minutes later c5.large is offered again.
+        clock.advance(Duration::from_secs(181)).expect("forward");
+        assert!(controller.unavailable.active(clock.now()).is_empty());
+    });
+}
+
+#[test]
+fn throttling_is_retried_with_backoff_and_access_denied_names_the_iam_action() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "faults").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        // Two throttled answers, then success: three calls, one result.
+        proxy.faults.lock().unwrap().throttle.insert("DescribeInstances".into(), 2);
+        aws.list().await.expect("lists after retries");
+        assert_eq!(proxy.count("DescribeInstances"), 3);
+        // Throttled past the attempts: a typed error naming the action.
+        proxy.faults.lock().unwrap().throttle.insert("DescribeInstances".into(), 100);
+        let err = aws.list().await.unwrap_err();
+        assert_eq!(
+            err,
+            CloudError::Throttled { action: "ec2:DescribeInstances".into(), attempts: 4 }
+        );
+        // JSON protocols (SSM) are retried too.
+        proxy.faults.lock().unwrap().throttle.insert("GetParameters".into(), 1);
+        assert!(aws.resolve_node_class(&env.nodeclass()).await.expect("resolves").is_ready());
+
+        proxy.faults.lock().unwrap().deny.insert("TerminateInstances".into());
+        let err = aws.delete("aws:///us-west-2a/i-0123456789abcdef0").await.unwrap_err();
+        let CloudError::AccessDenied { action, message } = &err else {
+            panic!("expected access denied, got {err}");
+        };
+        assert_eq!(action, "ec2:TerminateInstances");
+        assert!(message.starts_with("UnauthorizedOperation"), "{message}");
+        assert!(err.to_string().contains("must allow ec2:TerminateInstances"), "{err}");
+        proxy.faults.lock().unwrap().deny.insert("GetParameters".into());
+        let err = aws.resolve_node_class(&env.nodeclass()).await.unwrap_err();
+        assert!(
+            matches!(&err, CloudError::AccessDenied { action, .. } if action == "ssm:GetParameters"),
+            "{err}"
+        );
+    });
+}
+
+#[test]
+fn on_demand_prices_come_from_the_pricing_api() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let pages: Vec<serde_json::Value> = serde_json::from_str(
+            &std::fs::read_to_string(root().join("tests/fixtures/aws/get-products-us-east-2.json"))
+                .expect("fixture"),
+        )
+        .expect("JSON");
+        proxy.faults.lock().unwrap().pricing_pages = pages.iter().map(|p| p.to_string()).collect();
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "pricing").await;
+        let mut config = env.config();
+        config.isolated_vpc = false;
+        config.pricing_file = None;
+        let aws = env.provider(&proxy.endpoint(), config).await;
+        let types = aws
+            .instance_types_for(&env.nodeclass())
+            .await
+            .expect("lists");
+        let price = |name: &str| {
+            types
+                .iter()
+                .find(|t| t.name == name)
+                .and_then(|t| t.offerings.iter().find(|o| o.capacity_type == "on-demand"))
+                .map(|o| o.price)
+        };
+        assert_eq!(price("c5.large"), Some(0.085));
+        assert_eq!(price("m5.xlarge"), Some(0.192), "the second page is read");
+        assert_eq!(price("t3.medium"), Some(0.0416));
+        // No on-demand price, no on-demand offering (moto's placeholder spot
+        // prices still offer spot).
+        assert_eq!(price("r5.large"), None);
+        let on_demand: Vec<&str> = types
+            .iter()
+            .filter(|t| t.offerings.iter().any(|o| o.capacity_type == "on-demand"))
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(
+            on_demand,
+            ["c5.large", "m5.large", "m5.xlarge", "t3.medium"]
+        );
+        let bodies = proxy.bodies("GetProducts");
+        assert_eq!(bodies.len(), 2);
+        let first: serde_json::Value = serde_json::from_str(&bodies[0]).expect("JSON request");
+        assert_eq!(first["ServiceCode"], "AmazonEC2");
+        let filters = first["Filters"].to_string();
+        for f in [
+            "regionCode",
+            "us-east-2",
+            "operatingSystem",
+            "Linux",
+            "tenancy",
+            "Shared",
+            "capacitystatus",
+            "Used",
+        ] {
+            assert!(filters.contains(f), "{filters}");
+        }
+        assert!(bodies[1].contains("page-2"), "{}", bodies[1]);
+    });
+}
+
+/// The published catalog, beside the repository or in an ancestor of it.
+fn shared_catalog() -> PathBuf {
+    let manifest = root();
+    manifest
+        .ancestors()
+        .map(|dir| dir.join("shared/data/aws-catalog.json"))
+        .chain(std::iter::once(
+            manifest.join("../shared/data/aws-catalog.json"),
+        ))
+        .find(|p| p.is_file())
+        .expect("../shared/data/aws-catalog.json (CI checks it out beside the repository)")
+}
+
+/// Allocatable as strings per type, without `vpc.amazonaws.com/pod-eni`
+/// (trunk interfaces for security groups per pod: a VPC CNI limit table,
+/// not an EC2 fact; dovetail does not advertise it).
+fn allocatable_of(catalog: &serde_json::Value) -> BTreeMap<String, BTreeMap<String, String>> {
+    catalog["instanceTypes"]
+        .as_array()
+        .expect("instanceTypes")
+        .iter()
+        .map(|t| {
+            let mut a: BTreeMap<String, String> =
+                serde_json::from_value(t["allocatable"].clone()).expect("allocatable");
+            a.remove("vpc.amazonaws.com/pod-eni");
+            (t["name"].as_str().expect("name").to_string(), a)
+        })
+        .collect()
+}
+
+#[test]
+fn allocatable_matches_the_published_values_for_the_instance_types_moto_knows() {
+    let Some(moto) = moto::server() else { return };
+    let region = "us-east-1";
+    let published_path = shared_catalog();
+    let published: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&published_path).expect("catalog"))
+            .expect("JSON");
+    // A price file with the published on-demand prices, so every type has
+    // an offering (moto has no Pricing API).
+    let mut prices = BTreeMap::new();
+    for t in published["instanceTypes"].as_array().expect("types") {
+        if let Some(p) = t["offerings"]
+            .as_array()
+            .and_then(|o| o.first())
+            .and_then(|o| o["price"].as_f64())
+        {
+            prices.insert(t["name"].as_str().expect("name").to_string(), p);
+        }
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let price_file = dir.path().join("prices.json");
+    std::fs::write(
+        &price_file,
+        serde_json::json!({"schema_version": 1, "regions": {region: {"on_demand": prices}}})
+            .to_string(),
+    )
+    .expect("write");
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+        .args([
+            "aws",
+            "instance-types",
+            "--output",
+            "json",
+            "--isolated-vpc",
+            "--pricing-file",
+        ])
+        .arg(&price_file)
+        .envs(moto.sdk_env(region))
+        .output()
+        .expect("runs dovetail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "dovetail aws instance-types failed: {stderr}"
+    );
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+    // The output is a catalog `simulate --catalog` and `plan --catalog` read.
+    let ours_path = dir.path().join("catalog.json");
+    std::fs::write(&ours_path, &stdout).expect("write");
+    let parsed = dovetail::model::catalog::read_catalog(&ours_path).expect("a valid catalog");
+    let ours_doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(ours_doc["schema_version"], 1);
+    assert_eq!(ours_doc["region"], region);
+    let ours = allocatable_of(&ours_doc);
+    let theirs = allocatable_of(&published);
+
+    // The types moto offers in the region, straight from moto.
+    let known: BTreeSet<String> = runtime().block_on(async {
+        let sdk = moto::sdk_config(&moto.endpoint(), region).await;
+        let ec2 = aws_sdk_ec2::Client::new(&sdk);
+        let mut out = BTreeSet::new();
+        let mut token = None;
+        loop {
+            let page = ec2
+                .describe_instance_type_offerings()
+                .location_type(aws_sdk_ec2::types::LocationType::AvailabilityZone)
+                .set_next_token(token)
+                .send()
+                .await
+                .expect("offerings");
+            out.extend(
+                page.instance_type_offerings()
+                    .iter()
+                    .filter_map(|o| o.instance_type())
+                    .map(|t| t.as_str().to_string()),
+            );
+            token = page.next_token().map(str::to_string);
+            if token.is_none() {
+                break out;
+            }
+        }
+    });
+    assert!(known.len() > 1000, "moto knows {} types", known.len());
+    let mut matched = 0;
+    let mut not_published = Vec::new();
+    let mut not_listed = Vec::new();
+    let mut differ = Vec::new();
+    for name in &known {
+        match (ours.get(name), theirs.get(name)) {
+            (Some(a), Some(b)) if a == b => matched += 1,
+            (Some(a), Some(b)) => differ.push(format!("{name}: ours {a:?}, published {b:?}")),
+            (_, None) => not_published.push(name.clone()),
+            (None, Some(_)) => not_listed.push(name.clone()),
+        }
+    }
+    let share = matched as f64 / known.len() as f64;
+    eprintln!(
+        "allocatable: {matched} of {} types moto offers in {region} match ({:.1}%); \
+         not in the published catalog: {not_published:?}; not listed by dovetail: {not_listed:?}; differ: {}",
+        known.len(),
+        share * 100.0,
+        differ.len()
+    );
+    assert!(
+        share >= 0.95,
+        "only {:.1}% match: {differ:#?}",
+        share * 100.0
+    );
+    // Every difference is explained: no computed value differs, dovetail
+    // lists every type both know, and the rest are types the published
+    // catalog (EKS Linux nodes) does not have: with moto 5.2, the Mac
+    // types (macOS only; dovetail leaves them out too) and dl1.24xlarge.
+    assert!(differ.is_empty(), "{differ:#?}");
+    assert!(not_listed.is_empty(), "{not_listed:?}");
+    assert!(parsed.len() >= matched);
+
+    // The table, for a node class with a 50Gi root volume.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+        .args(["aws", "instance-types", "--isolated-vpc", "--pricing-file"])
+        .arg(&price_file)
+        .arg("--nodeclass")
+        .arg(root().join("examples-repo/nodeclasses/default.yaml"))
+        .envs(moto.sdk_env(region))
+        .output()
+        .expect("runs dovetail");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = String::from_utf8(output.stdout).expect("UTF-8");
+    assert!(table.starts_with("NAME "), "{table}");
+    let m5: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("m5.large "))
+        .expect("an m5.large row")
+        .split_whitespace()
+        .collect();
+    // name, cpu, memory, pods, allocatable cpu and memory, offerings, $/h
+    assert_eq!(
+        m5[..6],
+        ["m5.large", "2", "7577Mi", "29", "1930m", "6903Mi"]
+    );
+    assert_eq!(m5[7], "0.0960");
+
+    // The well-known labels agree too, but those the reference takes from
+    // its own tables rather than from EC2 (bandwidths, clock speeds).
+    let labels_of = |doc: &serde_json::Value| -> BTreeMap<String, BTreeMap<String, String>> {
+        doc["instanceTypes"]
+            .as_array()
+            .expect("instanceTypes")
+            .iter()
+            .map(|t| {
+                let mut l: BTreeMap<String, String> =
+                    serde_json::from_value(t["labels"].clone()).expect("labels");
+                l.retain(|k, _| !k.ends_with("-bandwidth") && !k.ends_with("-clock-speed-mhz"));
+                (t["name"].as_str().expect("name").to_string(), l)
+            })
+            .collect()
+    };
+    let (ours, theirs) = (labels_of(&ours_doc), labels_of(&published));
+    let differ: Vec<String> = known
+        .iter()
+        .filter_map(|n| {
+            let (a, b) = (ours.get(n)?, theirs.get(n)?);
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            let wrong: Vec<String> = keys
+                .into_iter()
+                .filter(|k| a.get(*k) != b.get(*k))
+                .map(|k| format!("{k}: {:?} vs {:?}", a.get(k), b.get(k)))
+                .collect();
+            (!wrong.is_empty()).then(|| format!("{n}: {}", wrong.join(", ")))
+        })
+        .collect();
+    assert!(differ.is_empty(), "{differ:#?}");
+}
+
+#[test]
+fn the_iam_policy_allows_every_action_the_code_calls() {
+    use dovetail::cloud::aws::iam::{ACTIONS, IMPLIED_ACTIONS};
+    let policy: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("deploy/iam-policy.json"))
+            .expect("deploy/iam-policy.json"),
+    )
+    .expect("JSON");
+    assert_eq!(policy["Version"], "2012-10-17");
+    let mut granted = BTreeSet::new();
+    for s in policy["Statement"].as_array().expect("statements") {
+        assert_eq!(s["Effect"], "Allow");
+        match &s["Action"] {
+            serde_json::Value::String(a) => {
+                granted.insert(a.clone());
+            }
+            serde_json::Value::Array(list) => {
+                granted.extend(list.iter().filter_map(|a| a.as_str().map(str::to_string)));
+            }
+            other => panic!("unexpected Action {other}"),
+        }
+    }
+    let listed: BTreeSet<String> = ACTIONS
+        .iter()
+        .map(|a| a.to_string())
+        .chain(IMPLIED_ACTIONS.iter().map(|(a, _)| a.to_string()))
+        .collect();
+    let missing: Vec<&String> = listed.difference(&granted).collect();
+    assert!(
+        missing.is_empty(),
+        "deploy/iam-policy.json does not allow {missing:?}"
+    );
+    let extra: Vec<&String> = granted.difference(&listed).collect();
+    assert!(
+        extra.is_empty(),
+        "deploy/iam-policy.json allows {extra:?}, which nothing needs"
+    );
+
+    // Every SDK operation the code calls, and every action it names to the
+    // retry wrapper, is listed.
+    let op =
+        regex::Regex::new(r"\b(ec2|ssm|sqs|pricing)\s*\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)").unwrap();
+    let named = regex::Regex::new(r#""((?:ec2|ssm|sqs|pricing|iam):[A-Za-z]+)""#).unwrap();
+    let mut called = BTreeSet::new();
+    let mut named_actions = BTreeSet::new();
+    let mut files = Vec::new();
+    collect_rs(&root().join("src"), &mut files);
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("source");
+        // Only files that use an AWS SDK crate call AWS (elsewhere `ec2`
+        // may name something else).
+        if !text.contains("aws_sdk_") {
+            continue;
+        }
+        for c in op.captures_iter(&text) {
+            if matches!(&c[2], "clone" | "config" | "as_ref" | "to_string") {
+                continue;
+            }
+            let action: String = c[2]
+                .split('_')
+                .map(|w| {
+                    let mut cs = w.chars();
+                    cs.next()
+                        .map(|f| f.to_ascii_uppercase().to_string() + cs.as_str())
+                        .unwrap_or_default()
+                })
+                .collect();
+            called.insert(format!("{}:{action}", &c[1]));
+        }
+        named_actions.extend(named.captures_iter(&text).map(|c| c[1].to_string()));
+    }
+    assert!(
+        called.contains("ec2:CreateFleet"),
+        "the scan finds SDK calls: {called:?}"
+    );
+    let unlisted: Vec<&String> = called
+        .union(&named_actions)
+        .filter(|a| !listed.contains(*a))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "the code calls {unlisted:?}: add them to cloud::aws::iam::ACTIONS and deploy/iam-policy.json"
+    );
+    let unused: Vec<&&str> = ACTIONS.iter().filter(|a| !called.contains(**a)).collect();
+    assert!(
+        unused.is_empty(),
+        "cloud::aws::iam::ACTIONS lists {unused:?}, which the code no longer calls"
+    );
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("readable") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn aws_instance_types_rejects_bad_input_before_calling_aws() {
+    let out = crate::support::dovetail(&["aws", "instance-types", "--output", "markdown"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("--output text or json"),
+        "{}",
+        out.stderr
+    );
+    let out = crate::support::dovetail(&[
+        "aws",
+        "instance-types",
+        "--vm-memory-overhead-percent",
+        "150",
+    ]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("memory overhead"), "{}", out.stderr);
+    let out = crate::support::dovetail(&["aws", "instance-types", "--nodeclass", "no/such.yaml"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no/such.yaml"), "{}", out.stderr);
+    assert!(out.stderr.contains("hint: "), "{}", out.stderr);
+}

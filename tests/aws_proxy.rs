@@ -1,0 +1,598 @@
+//! A small HTTP proxy on 127.0.0.1 in front of moto that injects the
+//! faults moto never produces:
+//! - throttling (`RequestLimitExceeded`, `ThrottlingException`) for the
+//!   next N calls of an action;
+//! - access denied (`UnauthorizedOperation`, `AccessDeniedException`) for
+//!   an action;
+//! - insufficient capacity: CreateFleet overrides of a faulted instance
+//!   type are taken out of the request moto sees and reported back in the
+//!   answer's `errorSet` with `InsufficientInstanceCapacity`, as EC2 does
+//!   for an `instant` fleet (moto launches from the overrides left; with
+//!   none left the answer has errors and no instance);
+//! - the Pricing API, which moto lacks: GetProducts answers come from
+//!   recorded responses, page by page.
+//!
+//! Every request's action is logged, so tests can count calls.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the proxy does to requests.
+#[derive(Default)]
+pub struct Faults {
+    /// Action -> how many more of its calls are throttled.
+    pub throttle: HashMap<String, u32>,
+    /// Actions answered with access denied.
+    pub deny: BTreeSet<String>,
+    /// Instance types CreateFleet has no capacity for (every zone).
+    pub no_capacity: BTreeSet<String>,
+    /// Recorded GetProducts responses (JSON bodies), served in order: the
+    /// request with `NextToken` T gets the page after the one that
+    /// returned T.
+    pub pricing_pages: Vec<String>,
+}
+
+/// A request as the proxy saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub action: String,
+    pub body: String,
+}
+
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub faults: Arc<Mutex<Faults>>,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Proxy {
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// How many calls of `action` reached the proxy.
+    pub fn count(&self, action: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.action == action)
+            .count()
+    }
+
+    /// The bodies of the calls of `action`.
+    pub fn bodies(&self, action: &str) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.action == action)
+            .map(|s| s.body.clone())
+            .collect()
+    }
+}
+
+/// Starts a proxy to `upstream` (moto) on a free port of 127.0.0.1, served
+/// by a task of the current tokio runtime.
+pub async fn start(upstream: SocketAddr) -> Proxy {
+    assert!(upstream.ip().is_loopback(), "tests only talk to 127.0.0.1");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let faults = Arc::new(Mutex::new(Faults::default()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (f, s) = (faults.clone(), seen.clone());
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let (f, s) = (f.clone(), s.clone());
+            tokio::spawn(async move {
+                let _ = serve(conn, upstream, f, s).await;
+            });
+        }
+    });
+    Proxy { addr, faults, seen }
+}
+
+struct Request {
+    head: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+async fn read_request(conn: &mut TcpStream) -> std::io::Result<Option<Request>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let header_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let text = String::from_utf8_lossy(&buf[..header_end]).to_string();
+    let mut lines = text.split("\r\n");
+    let head = lines.next().unwrap_or_default().to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[header_end + 4..].to_vec();
+    while body.len() < len {
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Ok(Some(Request {
+        head,
+        headers,
+        body,
+    }))
+}
+
+async fn respond(
+    conn: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    extra: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).await?;
+    conn.write_all(body).await?;
+    conn.flush().await
+}
+
+/// Sends a request to moto and returns (status line, content type, body).
+async fn forward(
+    upstream: SocketAddr,
+    req: &Request,
+    body: &[u8],
+) -> std::io::Result<(String, String, Vec<u8>)> {
+    let mut up = TcpStream::connect(upstream).await?;
+    let (method_path, _) = req.head.rsplit_once(' ').unwrap_or((&req.head, ""));
+    // HTTP/1.0 with Connection: close: the answer ends at EOF, unchunked.
+    let mut out = format!("{method_path} HTTP/1.0\r\n");
+    for (k, v) in &req.headers {
+        let lower = k.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "content-length" | "connection" | "transfer-encoding"
+        ) {
+            continue;
+        }
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    up.write_all(out.as_bytes()).await?;
+    up.write_all(body).await?;
+    let mut answer = Vec::new();
+    up.read_to_end(&mut answer).await?;
+    let end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(answer.len());
+    let head = String::from_utf8_lossy(&answer[..end]).to_string();
+    let status = head
+        .lines()
+        .next()
+        .and_then(|l| l.split_once(' '))
+        .map(|(_, s)| s.to_string())
+        .unwrap_or_else(|| "502 Bad Gateway".to_string());
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "text/xml".to_string());
+    Ok((
+        status,
+        content_type,
+        answer[(end + 4).min(answer.len())..].to_vec(),
+    ))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+/// The form parameters of an EC2 query request, decoded, in order.
+fn form(body: &str) -> Vec<(String, String)> {
+    body.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn ec2_error(code: &str, message: &str) -> Vec<u8> {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>dovetail-proxy</RequestID></Response>"
+    )
+    .into_bytes()
+}
+
+/// A removed CreateFleet override.
+struct Refused {
+    instance_type: String,
+    subnet: String,
+    zone: String,
+    template: String,
+}
+
+/// Takes the overrides of faulted types out of a CreateFleet request.
+/// Returns the new body (configs and overrides renumbered), the refused
+/// overrides and whether any override is left.
+fn strip_overrides(
+    params: &[(String, String)],
+    faulted: &BTreeSet<String>,
+) -> (String, Vec<Refused>, bool) {
+    // (config, override) -> fields
+    let mut overrides: BTreeMap<(usize, usize), BTreeMap<String, String>> = BTreeMap::new();
+    let mut templates: BTreeMap<usize, String> = BTreeMap::new();
+    let mut rest = Vec::new();
+    for (k, v) in params {
+        let parts: Vec<&str> = k.split('.').collect();
+        match parts.as_slice() {
+            ["LaunchTemplateConfigs", c, "Overrides", o, field] => {
+                let key = (c.parse().unwrap_or(0), o.parse().unwrap_or(0));
+                overrides
+                    .entry(key)
+                    .or_default()
+                    .insert(field.to_string(), v.clone());
+            }
+            [
+                "LaunchTemplateConfigs",
+                c,
+                "LaunchTemplateSpecification",
+                field,
+            ] => {
+                let c: usize = c.parse().unwrap_or(0);
+                if *field == "LaunchTemplateId" || *field == "LaunchTemplateName" {
+                    templates.insert(c, v.clone());
+                }
+                rest.push((k.clone(), v.clone()));
+            }
+            _ => rest.push((k.clone(), v.clone())),
+        }
+    }
+    let mut refused = Vec::new();
+    let mut kept: BTreeMap<usize, Vec<BTreeMap<String, String>>> = BTreeMap::new();
+    for ((c, _), fields) in overrides {
+        let it = fields.get("InstanceType").cloned().unwrap_or_default();
+        if faulted.contains(&it) {
+            refused.push(Refused {
+                instance_type: it,
+                subnet: fields.get("SubnetId").cloned().unwrap_or_default(),
+                zone: fields.get("AvailabilityZone").cloned().unwrap_or_default(),
+                template: templates.get(&c).cloned().unwrap_or_default(),
+            });
+        } else {
+            kept.entry(c).or_default().push(fields);
+        }
+    }
+    // Configs keep their numbers' order; those left empty are dropped.
+    let renumber: BTreeMap<usize, usize> =
+        kept.keys().enumerate().map(|(i, c)| (*c, i + 1)).collect();
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in rest {
+        let parts: Vec<&str> = k.split('.').collect();
+        if let ["LaunchTemplateConfigs", c, tail @ ..] = parts.as_slice() {
+            let c: usize = c.parse().unwrap_or(0);
+            if let Some(n) = renumber.get(&c) {
+                out.push((format!("LaunchTemplateConfigs.{n}.{}", tail.join(".")), v));
+            }
+            continue;
+        }
+        out.push((k, v));
+    }
+    for (c, list) in &kept {
+        let n = renumber[c];
+        for (o, fields) in list.iter().enumerate() {
+            for (field, v) in fields {
+                out.push((
+                    format!("LaunchTemplateConfigs.{n}.Overrides.{}.{field}", o + 1),
+                    v.clone(),
+                ));
+            }
+        }
+    }
+    let body = out
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    (body, refused, !kept.is_empty())
+}
+
+fn error_set(refused: &[Refused], lifecycle: &str) -> String {
+    let mut out = String::from("<errorSet>");
+    for r in refused {
+        let template = if r.template.starts_with("lt-") {
+            format!("<launchTemplateId>{}</launchTemplateId>", r.template)
+        } else {
+            format!("<launchTemplateName>{}</launchTemplateName>", r.template)
+        };
+        out.push_str(&format!(
+            "<item><launchTemplateAndOverrides><launchTemplateSpecification>{template}<version>1</version></launchTemplateSpecification>\
+             <overrides><instanceType>{it}</instanceType><subnetId>{subnet}</subnetId><availabilityZone>{zone}</availabilityZone></overrides></launchTemplateAndOverrides>\
+             <lifecycle>{lifecycle}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode>\
+             <errorMessage>We currently do not have sufficient {it} capacity in the Availability Zone you requested ({zone}).</errorMessage></item>",
+            it = r.instance_type,
+            subnet = r.subnet,
+            zone = r.zone,
+        ));
+    }
+    out.push_str("</errorSet>");
+    out
+}
+
+async fn serve(
+    mut conn: TcpStream,
+    upstream: SocketAddr,
+    faults: Arc<Mutex<Faults>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+) -> std::io::Result<()> {
+    let Some(req) = read_request(&mut conn).await? else {
+        return Ok(());
+    };
+    let body = String::from_utf8_lossy(&req.body).to_string();
+    let target = req.header("x-amz-target").map(str::to_string);
+    let json = target.is_some();
+    let action = match &target {
+        Some(t) => t.rsplit('.').next().unwrap_or_default().to_string(),
+        None => form(&body)
+            .into_iter()
+            .find(|(k, _)| k == "Action")
+            .map(|(_, v)| v)
+            .unwrap_or_default(),
+    };
+    seen.lock().unwrap().push(Seen {
+        action: action.clone(),
+        body: body.clone(),
+    });
+    enum Plan {
+        Throttle,
+        Deny,
+        Pricing(Option<String>),
+        Fleet(BTreeSet<String>),
+        Forward,
+    }
+    let plan = {
+        let mut f = faults.lock().unwrap();
+        if let Some(n) = f.throttle.get_mut(&action).filter(|n| **n > 0) {
+            *n -= 1;
+            Plan::Throttle
+        } else if f.deny.contains(&action) {
+            Plan::Deny
+        } else if target
+            .as_deref()
+            .is_some_and(|t| t.starts_with("AWSPriceListService."))
+        {
+            let token = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| {
+                    v.get("NextToken")
+                        .and_then(|t| t.as_str())
+                        .map(str::to_string)
+                });
+            let index = match &token {
+                None => Some(0),
+                Some(t) => f
+                    .pricing_pages
+                    .iter()
+                    .position(|p| {
+                        serde_json::from_str::<serde_json::Value>(p)
+                            .ok()
+                            .and_then(|v| {
+                                v.get("NextToken").and_then(|x| x.as_str()).map(|x| x == t)
+                            })
+                            .unwrap_or(false)
+                    })
+                    .map(|i| i + 1),
+            };
+            Plan::Pricing(index.and_then(|i| f.pricing_pages.get(i).cloned()))
+        } else if action == "CreateFleet" && !f.no_capacity.is_empty() {
+            Plan::Fleet(f.no_capacity.clone())
+        } else {
+            Plan::Forward
+        }
+    };
+    match plan {
+        Plan::Throttle if json => {
+            respond(
+                &mut conn,
+                "400 Bad Request",
+                "application/x-amz-json-1.1",
+                &[("x-amzn-ErrorType", "ThrottlingException")],
+                br#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#,
+            )
+            .await
+        }
+        Plan::Throttle => {
+            respond(
+                &mut conn,
+                "503 Service Unavailable",
+                "text/xml",
+                &[],
+                &ec2_error("RequestLimitExceeded", "Request limit exceeded."),
+            )
+            .await
+        }
+        Plan::Deny if json => {
+            let msg = format!(
+                r#"{{"__type":"AccessDeniedException","message":"User: arn:aws:sts::123456789012:assumed-role/dovetail/x is not authorized to perform: {action}"}}"#
+            );
+            respond(
+                &mut conn,
+                "400 Bad Request",
+                "application/x-amz-json-1.1",
+                &[("x-amzn-ErrorType", "AccessDeniedException")],
+                msg.as_bytes(),
+            )
+            .await
+        }
+        Plan::Deny => {
+            respond(
+                &mut conn,
+                "403 Forbidden",
+                "text/xml",
+                &[],
+                &ec2_error(
+                    "UnauthorizedOperation",
+                    "You are not authorized to perform this operation.",
+                ),
+            )
+            .await
+        }
+        Plan::Pricing(Some(page)) => {
+            respond(
+                &mut conn,
+                "200 OK",
+                "application/x-amz-json-1.1",
+                &[],
+                page.as_bytes(),
+            )
+            .await
+        }
+        Plan::Pricing(None) => {
+            respond(
+                &mut conn,
+                "400 Bad Request",
+                "application/x-amz-json-1.1",
+                &[("x-amzn-ErrorType", "InvalidNextTokenException")],
+                br#"{"__type":"InvalidNextTokenException","message":"no such page"}"#,
+            )
+            .await
+        }
+        Plan::Fleet(faulted) => {
+            let params = form(&body);
+            let lifecycle = params
+                .iter()
+                .find(|(k, _)| k == "TargetCapacitySpecification.DefaultTargetCapacityType")
+                .map_or("on-demand", |(_, v)| v.as_str())
+                .to_string();
+            let (stripped, refused, any_left) = strip_overrides(&params, &faulted);
+            if refused.is_empty() {
+                let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
+                return respond(&mut conn, &status, &ct, &[], &answer).await;
+            }
+            let errors = error_set(&refused, &lifecycle);
+            if !any_left {
+                let xml = format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><fleetId>fleet-00000000-0000-0000-0000-000000000000</fleetId>{errors}<fleetInstanceSet/></CreateFleetResponse>"
+                );
+                return respond(&mut conn, "200 OK", "text/xml", &[], xml.as_bytes()).await;
+            }
+            let (status, ct, answer) = forward(upstream, &req, stripped.as_bytes()).await?;
+            let text = String::from_utf8_lossy(&answer).to_string();
+            let text = match text.rfind("</CreateFleetResponse>") {
+                Some(i) => format!("{}{errors}{}", &text[..i], &text[i..]),
+                None => text,
+            };
+            respond(&mut conn, &status, &ct, &[], text.as_bytes()).await
+        }
+        Plan::Forward => {
+            let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
+            respond(&mut conn, &status, &ct, &[], &answer).await
+        }
+    }
+}
+
+#[test]
+fn create_fleet_overrides_of_faulted_types_are_taken_out_and_renumbered() {
+    let body = "Action=CreateFleet&LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateId=lt-1\
+        &LaunchTemplateConfigs.1.Overrides.1.InstanceType=c5.large&LaunchTemplateConfigs.1.Overrides.1.SubnetId=subnet-a\
+        &LaunchTemplateConfigs.1.Overrides.2.InstanceType=m5.large&LaunchTemplateConfigs.1.Overrides.2.SubnetId=subnet-a\
+        &LaunchTemplateConfigs.2.LaunchTemplateSpecification.LaunchTemplateId=lt-2\
+        &LaunchTemplateConfigs.2.Overrides.1.InstanceType=c5.large&LaunchTemplateConfigs.2.Overrides.1.SubnetId=subnet-b\
+        &TagSpecification.1.Tag.1.Value=a%2Bb";
+    let params = form(body);
+    let faulted = BTreeSet::from(["c5.large".to_string()]);
+    let (stripped, refused, left) = strip_overrides(&params, &faulted);
+    assert!(left);
+    assert_eq!(refused.len(), 2);
+    assert_eq!(refused[1].template, "lt-2");
+    let again: BTreeMap<String, String> = form(&stripped).into_iter().collect();
+    assert_eq!(
+        again["LaunchTemplateConfigs.1.Overrides.1.InstanceType"],
+        "m5.large"
+    );
+    assert!(!again.contains_key("LaunchTemplateConfigs.1.Overrides.2.InstanceType"));
+    assert!(
+        !again
+            .keys()
+            .any(|k| k.starts_with("LaunchTemplateConfigs.2"))
+    );
+    assert_eq!(again["TagSpecification.1.Tag.1.Value"], "a+b");
+}
