@@ -31,8 +31,11 @@ fn help_lists_only_the_formats_a_command_accepts() {
         ("plan", "[possible values: text, json]"),
         ("simulate", "[possible values: text, json]"),
         ("diff", "[possible values: text, markdown, json]"),
+        ("aws instance-types", "[possible values: text, json]"),
     ] {
-        let out = dovetail(&[cmd, "--help"]);
+        let mut args: Vec<&str> = cmd.split(' ').collect();
+        args.push("--help");
+        let out = dovetail(&args);
         assert_eq!(out.code, 0);
         assert!(out.stdout.contains(formats), "{cmd}: {}", out.stdout);
         assert!(!out.stdout.contains("junit"), "{cmd}: {}", out.stdout);

@@ -277,7 +277,7 @@ pub struct AwsInstanceTypesArgs {
     #[arg(long, value_name = "FILE")]
     pub nodeclass: Option<PathBuf>,
     /// Output format: a table (text) or a catalog (json).
-    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json"]))]
     pub output: OutputFormat,
 }
 
