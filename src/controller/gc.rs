@@ -4,6 +4,11 @@
 //! terminated. This catches a crash (or a failed status write) between a
 //! launch and the NodeClaim recording it; the grace covers that window in
 //! normal operation. Instances already shutting down are left alone.
+//!
+//! The other way round, a launched NodeClaim whose instance the provider no
+//! longer lists (terminated outside dovetail, or reclaimed) is deleted with
+//! the reason `InstanceGone`, so its pods are rescheduled and it stops
+//! counting as capacity.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -53,6 +58,36 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             }
             orphans.push((i.provider_id.clone(), i.nodeclaim.clone(), age));
+        }
+        // NodeClaims whose instance is gone.
+        let live: HashSet<&str> = instances
+            .iter()
+            .filter(|i| !matches!(i.state, InstanceState::Terminated))
+            .map(|i| i.provider_id.as_str())
+            .collect();
+        let gone: Vec<std::sync::Arc<NodeClaim>> = claims
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .is_some_and(|p| !live.contains(p))
+            })
+            .cloned()
+            .collect();
+        for claim in gone {
+            let pid = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.clone())
+                .unwrap_or_default();
+            self.delete_claim(
+                &claim,
+                "InstanceGone",
+                format!("instance {pid} no longer exists"),
+            )
+            .await;
         }
         for (provider_id, nodeclaim, age) in orphans {
             let object = format!("Instance/{provider_id}");
@@ -150,6 +185,46 @@ mod tests {
             events[0].message.contains("\"crashed\""),
             "{}",
             events[0].message
+        );
+    }
+
+    #[test]
+    fn a_nodeclaim_whose_instance_is_gone_is_deleted() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let mut claim = NodeClaim::test("reclaimed");
+        let instance = rt
+            .block_on(cloud.create(&claim, &EC2NodeClass::test("default"), &BTreeSet::new()))
+            .expect("launches")
+            .instance;
+        claim
+            .status
+            .get_or_insert_with(Default::default)
+            .provider_id = Some(instance.provider_id.clone());
+        cluster.create(claim).expect("created");
+        let mut controller = Controller::new(
+            cluster.clone(),
+            cloud.clone(),
+            dyn_clock,
+            Settings::default(),
+        );
+        rt.block_on(controller.reconcile_garbage());
+        assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
+        cloud
+            .terminate_externally(&instance.id, "spot reclaimed")
+            .expect("terminated");
+        rt.block_on(controller.reconcile_garbage());
+        assert!(Cluster::list::<NodeClaim>(cluster.as_ref()).is_empty());
+        let events = controller.drain_events();
+        assert!(
+            events.iter().any(|e| e.reason == "InstanceGone"),
+            "{events:?}"
         );
     }
 }

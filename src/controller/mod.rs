@@ -155,6 +155,8 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     decisions: Vec<Decision>,
     batch: Batch,
     disruption: DisruptionState,
+    /// When garbage collection of orphaned instances is next due.
+    gc_due: Option<Timestamp>,
     /// Drains in progress, by NodeClaim: when to evict again.
     drains: std::collections::HashMap<String, termination::DrainBackoff>,
     /// The controller's metrics registry (served on `/metrics`).
@@ -178,6 +180,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             batch: Batch::default(),
             disruption: DisruptionState::default(),
             drains: std::collections::HashMap::new(),
+            gc_due: None,
             metrics: metrics::Metrics::new(),
             unschedulable: BTreeMap::new(),
             sequence: 0,
@@ -216,7 +219,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.unavailable.expire(now);
         let a = self.reconcile_lifecycle().await;
         let b = self.reconcile_termination().await;
-        a.min(b).min(self.settings.resync)
+        // Orphaned instances are looked for only when due: a list of every
+        // instance is not a per-pass cost.
+        let c = match self.gc_due {
+            Some(due) if due > now => {
+                Duration::try_from(due.duration_since(now)).unwrap_or_default()
+            }
+            _ => {
+                let wait = self.reconcile_garbage().await;
+                self.gc_due = Some(now.checked_add(wait).unwrap_or(now));
+                wait
+            }
+        };
+        a.min(b).min(c).min(self.settings.resync)
     }
 }
 
