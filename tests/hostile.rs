@@ -541,3 +541,36 @@ fn no_committed_file_names_this_machines_paths() {
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
+
+/// A snapshot object that cannot be converted is named at the snapshot's
+/// file and the object's line; it was "snapshot:0".
+#[test]
+fn a_snapshot_conversion_error_names_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &snapshot,
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n1}\n  spec:\n    taints: [{key: a, effect: Sometimes}]\n",
+    )
+    .unwrap();
+    let pods = dir.path().join("pods.yaml");
+    std::fs::write(&pods, "").unwrap();
+    let out = dovetail(&[
+        "plan",
+        &bench(""),
+        "--catalog",
+        &bench("instance-types.json"),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "{}:4:1: error: Node/n1: unknown taint effect \"Sometimes\"\n",
+            snapshot.display()
+        )
+    );
+}

@@ -82,7 +82,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
     ) {
         Ok(i) => i,
         Err(e) => {
-            io.error(&e, None);
+            io.diagnostics(&[e.diagnostic()]);
             return exit::ERROR;
         }
     };

@@ -37,6 +37,19 @@ pub struct Invalid {
     pub message: String,
 }
 
+impl Invalid {
+    /// The problem as a diagnostic at its file and line.
+    pub fn diagnostic(&self) -> crate::diag::Diagnostic {
+        crate::diag::Diagnostic::error("object", self.message.clone())
+            .in_file(self.file.clone())
+            .at(Pos {
+                line: u32::try_from(self.line).unwrap_or(u32::MAX),
+                column: u32::from(self.line > 0),
+            })
+            .with_object(self.object.clone())
+    }
+}
+
 fn where_(file: &str, line: usize) -> String {
     match (file.is_empty(), line) {
         (true, _) => String::new(),
