@@ -1024,3 +1024,36 @@ fn old_api_versions_get_only_their_migration_findings() {
     assert!(codes.contains("retired-api"), "{codes:?}");
     assert!(!codes.contains("empty-repository"), "{codes:?}");
 }
+
+/// Source: not a Karpenter rule but how its manifests are applied: kubectl
+/// (k8s.io/apimachinery's YAML decoder), kubeconform and kubectl-validate
+/// skip an empty document, a trailing `---` or one followed only by a
+/// comment. So does `validate`, and so do the pod and snapshot readers,
+/// where a trailing `---` was the hard error "document 2 is empty".
+#[test]
+fn empty_documents_are_skipped_as_kubectl_skips_them() {
+    let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: gen\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n";
+    for text in [
+        format!("{pool}---\n"),
+        format!("---\n{pool}--- # only a comment\n---\n"),
+        format!("# header\n---\n{pool}---\n# trailing comment\n"),
+    ] {
+        let loaded = parse_one("pools.yaml", text.as_bytes(), &Limits::default());
+        let report = validate::validate(
+            &loaded,
+            &Options {
+                allow_external_nodeclass: true,
+                ..Options::default()
+            },
+        );
+        let errors: Vec<String> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(errors, Vec::<String>::new(), "{text}");
+        let objects = dovetail::snapshot::parse_objects("pools.yaml", &text).unwrap();
+        assert_eq!(objects.len(), 1, "{text}");
+    }
+}
