@@ -351,3 +351,78 @@ fn simulate_refuses_a_catalog_of_other_zones() {
         out.stderr
     );
 }
+
+/// A scenario with 300 pods no instance type fits and 5 that fit.
+fn flooding_scenario(dir: &Path) -> std::path::PathBuf {
+    let scenario = dir.join("s.yaml");
+    let deployment = |name: &str, replicas: u32, cpu: &str| {
+        format!(
+            "      - apiVersion: apps/v1\n        kind: Deployment\n        metadata: {{name: {name}, namespace: shop}}\n        spec:\n          replicas: {replicas}\n          selector: {{matchLabels: {{app: {name}}}}}\n          template:\n            metadata: {{labels: {{app: {name}}}}}\n            spec:\n              containers:\n                - name: {name}\n                  image: example/{name}:1\n                  resources: {{requests: {{cpu: '{cpu}', memory: 1Gi}}}}\n"
+        )
+    };
+    std::fs::write(
+        &scenario,
+        format!(
+            "config: {}\ntimeline:\n  - at: 0s\n    apply:\n{}{}until: 10m\n",
+            root().join("examples-repo").display(),
+            deployment("web", 300, "500"),
+            deployment("api", 5, "1"),
+        ),
+    )
+    .unwrap();
+    scenario
+}
+
+/// simulate's text report: 300 identical `FailedProvisioning` lines (200
+/// of them in the text window, burying the rest) and 300 identical pending
+/// reasons are one line each, named by workload; objects are named
+/// `Kind/namespace/name` throughout (an applied Deployment was
+/// `Deployment/web`, its pods' workload `Deployment/shop/web`); the summary
+/// ends with cost and utilization per NodePool.
+#[test]
+fn simulate_groups_alike_events_and_breaks_the_fleet_down_by_nodepool() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = flooding_scenario(dir.path());
+    let out = dovetail(&["simulate", scenario.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = &out.stdout;
+    assert_eq!(text.matches("FailedProvisioning").count(), 1, "{text}");
+    assert!(
+        text.contains("  +0h00m01s  300 pods of Deployment/shop/web          FailedProvisioning: no instance type in NodePool arm64 has cpu=500;"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  +0h00m00s  Deployment/shop/web                      Applied\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\n  300 pods of Deployment/shop/web: no instance type in NodePool arm64 has cpu=500;"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("\x1b["), "no colour on a pipe: {text}");
+    assert_matches_file(text, &expected("simulate-grouped.expected"));
+
+    let out = dovetail(&["simulate", scenario.to_str().unwrap(), "-o", "json"]);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let pools = v["summary"]["nodepools"].as_array().unwrap();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pools[0]["nodepool"], "arm64");
+    assert_eq!(
+        (
+            pools[0]["nodes"].as_u64(),
+            pools[0]["nodes_launched"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    let fleet = v["summary"]["price_per_hour"].as_f64().unwrap();
+    assert!((pools[0]["price_per_hour"].as_f64().unwrap() - fleet).abs() < 1e-6);
+    let cpu = pools[0]["cpu_utilization"].as_f64().unwrap();
+    assert!(cpu > 0.0 && cpu <= 1.0, "{cpu}");
+    // Prices in the report are rounded to a millionth of a dollar.
+    for n in v["nodes"].as_array().unwrap() {
+        let p = n["price_per_hour"].to_string();
+        assert!(p.split('.').nth(1).is_none_or(|d| d.len() <= 6), "{p}");
+    }
+}

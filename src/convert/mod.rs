@@ -50,6 +50,35 @@ impl Invalid {
     }
 }
 
+/// The workload a pod belongs to, as (kind, namespace, name): its
+/// controller, or the Deployment of its ReplicaSet (named
+/// `<deployment>-<pod-template-hash>`). `plan` and `simulate` group pods by
+/// it.
+pub fn workload_of(pod: &Pod) -> Option<(String, String, String)> {
+    let o = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let hash = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("pod-template-hash"));
+    if o.kind == "ReplicaSet"
+        && let Some(deployment) = hash.and_then(|h| o.name.strip_suffix(&format!("-{h}")))
+    {
+        return Some(("Deployment".into(), ns, deployment.to_string()));
+    }
+    Some((o.kind.clone(), ns, o.name.clone()))
+}
+
 fn where_(file: &str, line: usize) -> String {
     match (file.is_empty(), line) {
         (true, _) => String::new(),

@@ -128,27 +128,9 @@ pub fn report(
     report
 }
 
-/// The workload a pod belongs to: its controller, or the Deployment of its
-/// ReplicaSet (named `<deployment>-<pod-template-hash>`).
+/// The workload a pod belongs to, as `Deployment default/web`.
 fn owner(pod: &Pod) -> Option<String> {
-    let o = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))?;
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let hash = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("pod-template-hash"));
-    if o.kind == "ReplicaSet"
-        && let Some(deployment) = hash.and_then(|h| o.name.strip_suffix(&format!("-{h}")))
-    {
-        return Some(format!("Deployment {ns}/{deployment}"));
-    }
-    Some(format!("{} {ns}/{}", o.kind, o.name))
+    crate::convert::workload_of(pod).map(|(kind, ns, name)| format!("{kind} {ns}/{name}"))
 }
 
 /// Runs `plan`: loads the inputs, solves once, reports.
