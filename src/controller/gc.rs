@@ -271,7 +271,11 @@ mod tests {
             .into_iter()
             .map(|i| i.id)
             .collect();
-        assert_eq!(ids, [first.id.clone()], "launched a second instance");
+        assert_eq!(
+            ids,
+            std::slice::from_ref(&first.id),
+            "launched a second instance"
+        );
         let reasons: Vec<String> = controller
             .drain_events()
             .into_iter()
