@@ -12,7 +12,12 @@ use std::process::Command;
 use dovetail::plan::{PlanOptions, run};
 use dovetail::scheduling::Preferences;
 
-const DIR: &str = "/work/shared/bench/karpenter-scheduling";
+/// The reference workload, relative to the crate's directory.
+const DIR: &str = "../shared/bench/karpenter-scheduling";
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(DIR)
+}
 
 /// The README's lower bound for each diverse file.
 fn readme_lb(file: &str) -> Option<f64> {
@@ -40,8 +45,8 @@ fn peak_rss_mb() -> f64 {
 
 fn one(file: &Path, prefs: Preferences) -> Result<(), String> {
     let opts = PlanOptions {
-        config: PathBuf::from(DIR),
-        catalog: Path::new(DIR).join("instance-types.json"),
+        config: dir(),
+        catalog: dir().join("instance-types.json"),
         pods: file.to_path_buf(),
         snapshot: None,
         preferences: prefs,
@@ -122,7 +127,7 @@ fn main() {
         if !file.contains(&filter) {
             continue;
         }
-        let path = Path::new(DIR).join(&file);
+        let path = dir().join(&file);
         let mut times = Vec::new();
         let mut last: Vec<String> = Vec::new();
         let mut rss: f64 = 0.0;

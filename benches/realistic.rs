@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench realistic [-- --runs N] [--pods N]`
 //!
-//! - Catalog: `/work/shared/data/aws-catalog.json` (1,345 types, on-demand
+//! - Catalog: `../shared/data/aws-catalog.json`, next to the crate (1,345 types, on-demand
 //!   in three zones). Spot offerings are added in every zone with a
 //!   deterministic discount model: spot price = on-demand × (0.30 + 0.40·h),
 //!   where h ∈ [0, 1) is an FNV-1a hash of `type/zone`; so spot costs 30–70%
@@ -34,7 +34,8 @@ use dovetail::scheduling::{
     Unsatisfiable, solve,
 };
 
-const CATALOG: &str = "/work/shared/data/aws-catalog.json";
+/// The shared catalog, relative to the crate's directory.
+const CATALOG: &str = "../shared/data/aws-catalog.json";
 const SEED: u64 = 0x0005_eedd_0e7a_1100;
 
 /// xorshift64*: a small fixed-seed generator, enough for a workload.
@@ -229,7 +230,10 @@ fn peak_rss_mb() -> f64 {
 }
 
 fn one(n: usize) -> Result<(), String> {
-    let catalog = with_spot(read_catalog(Path::new(CATALOG)).map_err(|e| e.to_string())?);
+    let catalog = with_spot(
+        read_catalog(&Path::new(env!("CARGO_MANIFEST_DIR")).join(CATALOG))
+            .map_err(|e| e.to_string())?,
+    );
     let input = SolveInput {
         nodes: Vec::new(),
         pods: pods(n),

@@ -145,6 +145,21 @@ pub fn remove_inside(root: &Path, rel: &Path) -> Result<(), WriteError> {
     }
 }
 
+/// Writes `files` (name, content) into `dir`, creating it if needed. Nothing
+/// is written through a symlink: not at `dir` itself, nor at a file in it.
+pub fn write_files_into(dir: &Path, files: Vec<(String, String)>) -> Result<(), WriteError> {
+    if kind(dir)?.is_some_and(|k| k.is_symlink()) {
+        return Err(WriteError::Symlink {
+            path: dir.to_path_buf(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    for (name, content) in files {
+        write_file(&dir.join(name), content.as_bytes())?;
+    }
+    Ok(())
+}
+
 /// The first directory between `root` and `rel`'s file that is a symlink
 /// or not a directory, for checks made before anything is written.
 pub fn blocked_inside(root: &Path, rel: &Path) -> Option<WriteError> {

@@ -1086,7 +1086,7 @@ fn aws_instance_types_rejects_bad_input_before_calling_aws() {
     let out = crate::support::dovetail(&["aws", "instance-types", "--output", "markdown"]);
     assert_eq!(out.code, 2);
     assert!(
-        out.stderr.contains("--output text or json"),
+        out.stderr.contains("[possible values: text, json]"),
         "{}",
         out.stderr
     );

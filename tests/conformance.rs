@@ -6,9 +6,12 @@
 //! `../shared/reference/`: an independent structural check of their OpenAPI
 //! schema (below), then their CEL rules evaluated by kube-cel (transition
 //! rules are skipped, as on create). dovetail's verdict is the errors of its
-//! schema, CEL, duration and schedule checks; its further runtime checks
-//! (label and taint syntax, restricted domains) are stricter than the CRDs
-//! by design, so the generators only produce keys those checks accept.
+//! schema, CEL, duration, schedule and label checks; its further runtime
+//! checks (taint syntax and duplicates, well-known requirement values) are
+//! Karpenter's runtime validation, stricter than the CRDs, so the
+//! generators only produce taints and values those checks accept.
+//!
+//! The last section checks each compatibility rule against v1.14.1 by name.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -268,7 +271,7 @@ fn dovetail_accepts(doc: &Value) -> Result<(), String> {
         .diagnostics
         .iter()
         .filter(|d| d.severity == Severity::Error)
-        .filter(|d| matches!(d.code, "schema" | "cel" | "duration" | "schedule"))
+        .filter(|d| matches!(d.code, "schema" | "cel" | "duration" | "schedule" | "label"))
         .map(|d| format!("{}: {}", d.path, d.message))
         .collect();
     if errors.is_empty() {
@@ -318,16 +321,21 @@ fn base_ec2nodeclass() -> Value {
     })
 }
 
+/// Sets the value at a JSON pointer, creating objects on the way; `~1` and
+/// `~0` in a segment stand for `/` and `~` (a label key such as
+/// `example.com/tier` is written `example.com~1tier`).
 fn set(doc: &mut Value, pointer: &str, v: Value) {
+    let unescape = |s: &str| s.replace("~1", "/").replace("~0", "~");
     let (parent, key) = pointer.rsplit_once('/').unwrap();
     let mut cur = doc;
     for seg in parent.split('/').skip(1) {
-        if cur.get(seg).is_none() {
-            cur[seg] = json!({});
+        let seg = unescape(seg);
+        if cur.get(&seg).is_none() {
+            cur[&seg] = json!({});
         }
-        cur = &mut cur[seg];
+        cur = &mut cur[&seg];
     }
-    cur[key] = v;
+    cur[&unescape(key)] = v;
 }
 
 fn remove(doc: &mut Value, pointer: &str) {
@@ -358,6 +366,9 @@ fn label_key() -> impl Strategy<Value = String> {
         Just("karpenter.k8s.aws/instance-foo".to_string()),
         Just("kubernetes.io/hostname".to_string()),
         Just("kubernetes.io/arch".to_string()),
+        Just("kubernetes.io/test".to_string()),
+        Just("subdomain.kubernetes.io/test".to_string()),
+        Just("subdomain.k8s.io/test".to_string()),
         Just("topology.kubernetes.io/zone".to_string()),
         Just("node.kubernetes.io/instance-type".to_string()),
     ]
@@ -822,4 +833,227 @@ fn generators_cover_both_verdicts() {
         ok > 50 && bad > 50,
         "EC2NodeClasses: accepted {ok}, rejected {bad}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Karpenter v1.14.1 compatibility, rule by rule. Each test names the rule's
+// source: the reference CRD (`../shared/reference/karpenter-v1.14.1-crds`)
+// or Karpenter's runtime validation in that release.
+
+/// Every error and warning dovetail reports for one document.
+fn findings(doc: &Value, strict_codes: bool) -> Vec<String> {
+    let text = serde_json::to_string_pretty(doc).unwrap();
+    let loaded = parse_one("doc.yaml", text.as_bytes(), &Limits::default());
+    let report = validate::validate(
+        &loaded,
+        &Options {
+            allow_external_nodeclass: true,
+            ..Options::default()
+        },
+    );
+    report
+        .diagnostics
+        .iter()
+        .filter(|d| strict_codes || d.severity == Severity::Error)
+        .map(|d| format!("{} {}: {}: {}", d.severity, d.code, d.path, d.message))
+        .collect()
+}
+
+fn nodepool_with(labels: Value, requirements: Value) -> Value {
+    let mut doc = base_nodepool();
+    set(&mut doc, "/spec/template/metadata/labels", labels);
+    set(&mut doc, "/spec/template/spec/requirements", requirements);
+    doc
+}
+
+/// Source: karpenter.sh_nodepools.yaml v1.14.1, the x-kubernetes-validations
+/// of spec.template.metadata.labels and of requirements[].key: only
+/// karpenter.sh (except capacity-type and nodepool; nodepool also not as a
+/// label), karpenter.k8s.aws (except its list) and kubernetes.io/hostname are
+/// restricted; and Karpenter's RestrictedLabelDomains = {karpenter.sh} since
+/// v1.9 ("relax cel restrictions"). kubernetes.io and k8s.io were restricted
+/// by dovetail until now.
+#[test]
+fn v1_14_1_restricts_only_karpenter_domains_and_the_hostname() {
+    for key in [
+        "kubernetes.io/test",
+        "subdomain.kubernetes.io/test",
+        "subdomain.k8s.io/test",
+        "k8s.io/foo",
+        "node-restriction.kubernetes.io/pool",
+        "topology.kubernetes.io/zone",
+    ] {
+        let doc = nodepool_with(
+            json!({ key: "x" }),
+            json!([{"key": key, "operator": "In", "values": ["x"]}]),
+        );
+        assert!(
+            reference_accepts(&doc).is_ok(),
+            "{key}: {:?}",
+            reference_accepts(&doc)
+        );
+        assert_eq!(findings(&doc, false), Vec::<String>::new(), "{key}");
+    }
+    for key in [
+        "karpenter.sh/custom",
+        "sub.karpenter.sh/x",
+        "karpenter.k8s.aws/instance-foo",
+        "kubernetes.io/hostname",
+    ] {
+        let doc = nodepool_with(json!({ key: "x" }), json!([]));
+        assert!(reference_accepts(&doc).is_err(), "{key}");
+        assert!(!findings(&doc, false).is_empty(), "{key}");
+        let doc = nodepool_with(
+            json!({}),
+            json!([{"key": key, "operator": "In", "values": ["x"]}]),
+        );
+        assert!(reference_accepts(&doc).is_err(), "{key}");
+        assert!(!findings(&doc, false).is_empty(), "{key}");
+    }
+}
+
+/// Source: the same CEL rules, their exception lists: dovetail's lists of
+/// allowed karpenter.sh and karpenter.k8s.aws labels are the reference's,
+/// read from the v1.14.1 CRD.
+#[test]
+fn the_allowed_karpenter_labels_are_the_v1_14_1_lists() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/reference/karpenter-v1.14.1-crds");
+    let crd = std::fs::read_to_string(dir.join("karpenter.sh_nodepools.yaml")).unwrap();
+    let list_before = |domain: &str| -> std::collections::BTreeSet<String> {
+        let marker = format!("|| !self.find(\"^([^/]+)\").endsWith(\"{domain}\")");
+        let line = crd
+            .lines()
+            .find(|l| l.contains("rule: self in [") && l.contains(&marker))
+            .unwrap_or_else(|| panic!("no requirement rule for {domain}"));
+        let inner = &line[line.find('[').unwrap() + 1..line.find(']').unwrap()];
+        inner
+            .split(", ")
+            .map(|v| v.trim_matches('"').to_string())
+            .collect()
+    };
+    let aws: std::collections::BTreeSet<String> = dovetail::api::ALLOWED_KARPENTER_AWS_LABELS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(aws, list_before("karpenter.k8s.aws"));
+    let core: std::collections::BTreeSet<String> = dovetail::api::ALLOWED_KARPENTER_LABELS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(core, list_before("karpenter.sh"));
+}
+
+/// Source: Karpenter v1.14.1 validateWellKnownValues (NodePool readiness):
+/// an In requirement on a key with well-known values (capacity-type in
+/// core's WellKnownValuesForRequirements, instance-tenancy in the AWS
+/// provider's) is an error only when all its values are unknown; otherwise
+/// Karpenter logs and continues. dovetail rejected [on-demand, xspot].
+#[test]
+fn well_known_values_fail_open_like_v1_14_1() {
+    for (key, mixed, unknown) in [
+        (
+            "karpenter.sh/capacity-type",
+            json!(["on-demand", "xspot"]),
+            json!(["xspot"]),
+        ),
+        (
+            "karpenter.k8s.aws/instance-tenancy",
+            json!(["default", "shared"]),
+            json!(["shared"]),
+        ),
+    ] {
+        let doc = nodepool_with(
+            json!({}),
+            json!([{"key": key, "operator": "In", "values": mixed}]),
+        );
+        assert!(reference_accepts(&doc).is_ok());
+        assert_eq!(findings(&doc, false), Vec::<String>::new(), "{key}");
+        let all = findings(&doc, true);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(all[0].starts_with("warning requirement-value: "), "{all:?}");
+        let doc = nodepool_with(
+            json!({}),
+            json!([{"key": key, "operator": "In", "values": unknown}]),
+        );
+        let errors = findings(&doc, false);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("no valid values found in ["),
+            "{errors:?}"
+        );
+    }
+}
+
+/// Source: karpenter.sh_nodepools.yaml v1.14.1, spec.disruption `required:
+/// [consolidateAfter]`. v1beta1-era manifests omit it; the error says how to
+/// keep their behaviour.
+#[test]
+fn a_missing_consolidate_after_gets_a_hint() {
+    let mut doc = base_nodepool();
+    set(
+        &mut doc,
+        "/spec/disruption",
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized"}),
+    );
+    assert!(reference_accepts(&doc).is_err());
+    let text = serde_json::to_string_pretty(&doc).unwrap();
+    let loaded = parse_one("doc.yaml", text.as_bytes(), &Limits::default());
+    let report = validate::validate(&loaded, &Options::default());
+    let d = report
+        .diagnostics
+        .iter()
+        .find(|d| d.message == "missing required field `consolidateAfter`")
+        .expect("the schema error");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("karpenter.sh/v1 requires consolidateAfter here; \"0s\" keeps the v1beta1 behaviour")
+    );
+}
+
+/// Source: the v1.14.1 CRDs serve only karpenter.sh/v1 and
+/// karpenter.k8s.aws/v1. A repository of v1beta1 objects gets its migration
+/// findings, and not also "no NodePool or EC2NodeClass found".
+#[test]
+fn old_api_versions_get_only_their_migration_findings() {
+    let text = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata:\n  name: old\nspec:\n  template:\n    spec:\n      nodeClassRef: {name: default}\n---\napiVersion: karpenter.k8s.aws/v1beta1\nkind: EC2NodeClass\nmetadata:\n  name: default\nspec:\n  amiFamily: AL2\n";
+    let loaded = parse_one("old.yaml", text.as_bytes(), &Limits::default());
+    let report = validate::validate(&loaded, &Options::default());
+    let codes: std::collections::BTreeSet<&str> =
+        report.diagnostics.iter().map(|d| d.code).collect();
+    assert!(codes.contains("retired-api"), "{codes:?}");
+    assert!(!codes.contains("empty-repository"), "{codes:?}");
+}
+
+/// Source: not a Karpenter rule but how its manifests are applied: kubectl
+/// (k8s.io/apimachinery's YAML decoder), kubeconform and kubectl-validate
+/// skip an empty document, a trailing `---` or one followed only by a
+/// comment. So does `validate`, and so do the pod and snapshot readers,
+/// where a trailing `---` was the hard error "document 2 is empty".
+#[test]
+fn empty_documents_are_skipped_as_kubectl_skips_them() {
+    let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: gen\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n";
+    for text in [
+        format!("{pool}---\n"),
+        format!("---\n{pool}--- # only a comment\n---\n"),
+        format!("# header\n---\n{pool}---\n# trailing comment\n"),
+    ] {
+        let loaded = parse_one("pools.yaml", text.as_bytes(), &Limits::default());
+        let report = validate::validate(
+            &loaded,
+            &Options {
+                allow_external_nodeclass: true,
+                ..Options::default()
+            },
+        );
+        let errors: Vec<String> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(errors, Vec::<String>::new(), "{text}");
+        let objects = dovetail::snapshot::parse_objects("pools.yaml", &text).unwrap();
+        assert_eq!(objects.len(), 1, "{text}");
+    }
 }

@@ -492,3 +492,85 @@ fn the_binary_runs_the_demo_from_an_empty_directory() {
         .any(|(i, _)| bytes[i..].starts_with(checkout));
     assert!(!found, "the binary refers to the checkout's demo directory");
 }
+
+/// The kube client's error said its cause three times in one line.
+#[test]
+fn the_kubeconfig_error_says_its_cause_once() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+        .arg("snapshot")
+        .env("KUBECONFIG", "/nonexistent/dovetail-test/config")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let first = stderr.lines().next().unwrap();
+    assert!(
+        first.starts_with("error: cannot configure a Kubernetes client: "),
+        "{first}"
+    );
+    for part in [
+        "/nonexistent/dovetail-test/config",
+        "No such file or directory",
+    ] {
+        assert_eq!(first.matches(part).count(), 1, "{part} in {first}");
+    }
+    assert!(stderr.contains("\nhint: set KUBECONFIG"), "{stderr}");
+}
+
+/// No committed file names a path of the machine it was written on (the
+/// benches read the shared catalog from an absolute path): paths are
+/// relative to the crate, resolved through CARGO_MANIFEST_DIR.
+#[test]
+fn no_committed_file_names_this_machines_paths() {
+    let repo = git2::Repository::discover(root()).unwrap();
+    let index = repo.index().unwrap();
+    let needles = [["/wo", "rk/"].concat(), ["/ro", "ot/"].concat()];
+    let mut found = Vec::new();
+    for e in index.iter() {
+        let path = String::from_utf8_lossy(&e.path).to_string();
+        let Ok(text) = std::fs::read_to_string(repo.workdir().unwrap().join(&path)) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if needles.iter().any(|n| line.contains(n.as_str())) {
+                found.push(format!("{path}:{}: {line}", i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// A snapshot object that cannot be converted is named at the snapshot's
+/// file and the object's line; it was "snapshot:0".
+#[test]
+fn a_snapshot_conversion_error_names_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &snapshot,
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n1}\n  spec:\n    taints: [{key: a, effect: Sometimes}]\n",
+    )
+    .unwrap();
+    let pods = dir.path().join("pods.yaml");
+    std::fs::write(&pods, "").unwrap();
+    let out = dovetail(&[
+        "plan",
+        &bench(""),
+        "--catalog",
+        &bench("instance-types.json"),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "{}:4:1: error: Node/n1: unknown taint effect \"Sometimes\"\n",
+            snapshot.display()
+        )
+    );
+}

@@ -13,6 +13,7 @@ mod interruption;
 mod interruption_sim;
 mod interruption_sqs;
 mod moto;
+mod newcomer;
 mod plan;
 mod simulate;
 mod support;

@@ -85,22 +85,10 @@ pub fn crd_files() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes the CRD files into `dir`, creating it if needed. Nothing is
-/// written through a symlink: not at `dir` itself, nor at a file in it.
+/// Writes the CRD files into `dir`, creating it if needed; never
+/// through a symlink (see [`crate::fsutil::write_files_into`]).
 pub fn write_crds(dir: &Path) -> Result<(), crate::fsutil::WriteError> {
-    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(crate::fsutil::WriteError::Symlink {
-            path: dir.to_path_buf(),
-        });
-    }
-    std::fs::create_dir_all(dir).map_err(|source| crate::fsutil::WriteError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    for (name, yaml) in crd_files() {
-        crate::fsutil::write_file(&dir.join(name), yaml.as_bytes())?;
-    }
-    Ok(())
+    crate::fsutil::write_files_into(dir, crd_files())
 }
 
 /// Applies the controller-gen conventions to a derived root schema.

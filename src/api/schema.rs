@@ -89,22 +89,10 @@ pub fn schema_files() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes the JSON Schema files into `dir`, creating it if needed. Nothing is
-/// written through a symlink: not at `dir` itself, nor at a file in it.
+/// Writes the JSON Schema files into `dir`, creating it if needed; never
+/// through a symlink (see [`crate::fsutil::write_files_into`]).
 pub fn write_schemas(dir: &Path) -> Result<(), crate::fsutil::WriteError> {
-    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(crate::fsutil::WriteError::Symlink {
-            path: dir.to_path_buf(),
-        });
-    }
-    std::fs::create_dir_all(dir).map_err(|source| crate::fsutil::WriteError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    for (name, json) in schema_files() {
-        crate::fsutil::write_file(&dir.join(name), json.as_bytes())?;
-    }
-    Ok(())
+    crate::fsutil::write_files_into(dir, schema_files())
 }
 
 /// The schema of `metadata`: ObjectMeta as far as a config file uses it.

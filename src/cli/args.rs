@@ -90,14 +90,17 @@ pub struct DiffArgs {
     /// The configuration repository: a git repository or a directory inside one.
     #[arg(default_value = ".")]
     pub path: PathBuf,
-    /// The old revision (branch, tag, commit), e.g. the pull request's base.
+    /// The old revision (branch, tag, commit), e.g. the pull request's base [default with --worktree: HEAD].
     #[arg(
         long,
         value_name = "REF",
-        required_unless_present = "cluster",
+        required_unless_present_any = ["cluster", "worktree"],
         conflicts_with = "cluster"
     )]
     pub from: Option<String>,
+    /// Compare --from (default HEAD) with the files on disk instead of --to, as `git diff` does.
+    #[arg(long, conflicts_with_all = ["cluster", "merge_base", "to"])]
+    pub worktree: bool,
     /// The new revision, e.g. the pull request's head.
     #[arg(
         long,
@@ -135,15 +138,7 @@ pub struct DiffArgs {
     )]
     pub replacement_time: String,
     /// Output format.
-    #[arg(
-        long,
-        short,
-        default_value = "text",
-        value_parser = clap::builder::TypedValueParser::try_map(
-            clap::builder::PossibleValuesParser::new(["text", "markdown", "json"]),
-            |s| OutputFormat::from_str(&s, false),
-        )
-    )]
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "markdown", "json"]))]
     pub output: OutputFormat,
     /// Accept nodeClassRefs to EC2NodeClasses that are not in the repository.
     #[arg(long)]
@@ -175,9 +170,20 @@ pub struct PlanArgs {
     /// Respect or ignore preferred affinities, spread and PreferNoSchedule.
     #[arg(long, value_enum, default_value_t = PreferencesArg::Respect)]
     pub preferences: PreferencesArg,
-    /// Output format: text or json.
-    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    /// Output format.
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json"]))]
     pub output: OutputFormat,
+}
+
+/// `--output` of a command that prints only some formats: `--help` lists
+/// just those, and any other is a usage error.
+fn formats(
+    names: &'static [&'static str],
+) -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
+    clap::builder::TypedValueParser::try_map(
+        clap::builder::PossibleValuesParser::new(names.iter().copied()),
+        |s| OutputFormat::from_str(&s, false),
+    )
 }
 
 #[derive(Debug, Args)]
@@ -191,7 +197,7 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
     /// Output format: a readable timeline (text) or the report (json).
-    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json"]))]
     pub output: OutputFormat,
 }
 
@@ -273,7 +279,7 @@ pub struct AwsInstanceTypesArgs {
     #[arg(long, value_name = "FILE")]
     pub nodeclass: Option<PathBuf>,
     /// Output format: a table (text) or a catalog (json).
-    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json"]))]
     pub output: OutputFormat,
 }
 

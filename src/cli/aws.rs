@@ -58,10 +58,6 @@ fn read_nodeclass(path: &Path) -> Result<EC2NodeClass, String> {
 }
 
 fn instance_types(a: &AwsInstanceTypesArgs, io: &mut Io) -> u8 {
-    if !matches!(a.output, OutputFormat::Text | OutputFormat::Json) {
-        io.log("error: aws instance-types prints --output text or json");
-        return exit::ERROR;
-    }
     let config = match aws_config(&a.aws, None) {
         Ok(c) => c,
         Err(e) => {

@@ -116,10 +116,14 @@ pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
             Err(e) => live_failed(&e, io),
         };
     }
-    let Some(from) = a.from.as_deref() else {
-        // The argument parser requires --from without --cluster.
-        io.log("error: --from REF is required unless --cluster is given");
-        return exit::ERROR;
+    let from = match (a.from.as_deref(), a.worktree) {
+        (Some(from), _) => from,
+        (None, true) => "HEAD",
+        (None, false) => {
+            // The argument parser requires --from without --cluster or --worktree.
+            io.log("error: --from REF is required unless --cluster or --worktree is given");
+            return exit::ERROR;
+        }
     };
     let nodes = match (&settings, &a.snapshot) {
         (Some(_), Some(path)) => match impact::nodes_from_snapshot(path) {
@@ -128,7 +132,12 @@ pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
         },
         _ => Vec::new(),
     };
-    let revisions = match diff::read(&a.path, from, &a.to, a.merge_base, &Limits::default()) {
+    let read = if a.worktree {
+        diff::read_worktree(&a.path, from, &Limits::default())
+    } else {
+        diff::read(&a.path, from, &a.to, a.merge_base, &Limits::default())
+    };
+    let revisions = match read {
         Ok(r) => r,
         Err(e) => {
             io.error(&e, e.hint().as_deref());
@@ -305,17 +314,25 @@ fn invalid_to(to: &Side, report: &Report, io: &mut Io) {
     let style = Style::for_stream(io.err_is_terminal);
     let _ = write!(io.err, "{}", render::text(&report.diagnostics, style));
     let errors = report.count(Severity::Error);
+    let what = if to.is_worktree() {
+        to.git_ref.clone()
+    } else {
+        format!("`{}` ({})", to.git_ref, to.short_sha())
+    };
     io.log(&format!(
-        "{}: `{}` ({}) is invalid ({errors} error{}); diff needs a valid --to revision",
+        "{}: {what} is invalid ({errors} error{}); diff needs a valid --to revision",
         style.severity(Severity::Error),
-        to.git_ref,
-        to.short_sha(),
         if errors == 1 { "" } else { "s" }
     ));
-    io.log(&format!(
-        "hint: fix the errors above; `dovetail validate --ref {}` checks the revision",
-        to.git_ref
-    ));
+    io.log(&if to.is_worktree() {
+        "hint: fix the errors above; `dovetail validate --worktree` checks the files on disk"
+            .to_string()
+    } else {
+        format!(
+            "hint: fix the errors above; `dovetail validate --ref {}` checks the revision",
+            to.git_ref
+        )
+    });
 }
 
 /// `1 created, 2 changed, 1 deleted, 3 unchanged`.
@@ -337,9 +354,9 @@ fn range(r: &Revisions) -> String {
             r.from.short_sha()
         )
     } else {
-        format!("{} ({})", r.from.git_ref, r.from.short_sha())
+        r.from.label()
     };
-    format!("{from} -> {} ({})", r.to.git_ref, r.to.short_sha())
+    format!("{from} -> {}", r.to.label())
 }
 
 fn paint(style: Style, code: &str, s: &str) -> String {

@@ -33,6 +33,9 @@ pub mod exit {
     pub const ERROR: u8 = 2;
 }
 
+/// The hint for a catalog that cannot be read.
+pub(crate) const CATALOG_HINT: &str = "--catalog takes the instance-type catalog format, {\"instanceTypes\": [...]} with allocatable and offerings; docs/catalog.md describes it and how to capture one";
+
 /// The streams a command writes to: data to `out`, logs and errors to `err`.
 pub struct Io<'a> {
     pub out: &'a mut dyn Write,
@@ -73,17 +76,33 @@ impl Io<'_> {
     /// Prints an error, its causes, and a `hint:` line when there is a likely fix.
     pub fn error(&mut self, err: &dyn std::error::Error, hint: Option<&str>) {
         let style = render::Style::for_stream(self.err_is_terminal);
-        let mut msg = format!("{}: {err}", style.severity(crate::diag::Severity::Error));
-        let mut source = err.source();
-        while let Some(s) = source {
-            msg.push_str(&format!(": {s}"));
-            source = s.source();
-        }
+        let msg = format!(
+            "{}: {}",
+            style.severity(crate::diag::Severity::Error),
+            with_causes(err)
+        );
         self.log(&msg);
         if let Some(h) = hint {
             self.log(&format!("hint: {h}"));
         }
     }
+}
+
+/// An error and its chain of causes on one line. Many libraries (kube's
+/// client among them) already print their cause in their own message, so a
+/// cause whose text is already there is not repeated.
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut msg = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
 }
 
 pub fn main() -> ExitCode {
@@ -140,13 +159,14 @@ where
 {
     match Cli::try_parse_from(args) {
         Ok(cli) => run(cli, io),
+        // `--help` and `--version` go to stdout, as the binary prints them.
+        Err(e) if !e.use_stderr() => {
+            io.data(&e.to_string());
+            exit::OK
+        }
         Err(e) => {
             let _ = write!(io.err, "{e}");
-            if e.use_stderr() {
-                exit::ERROR
-            } else {
-                exit::OK
-            }
+            exit::ERROR
         }
     }
 }
@@ -164,5 +184,50 @@ fn crds(a: &args::CrdsArgs, io: &mut Io) -> u8 {
             io.data(&crate::api::crds_yaml());
             exit::OK
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose message already includes its cause's text, as kube's
+    /// errors do.
+    #[derive(Debug)]
+    struct Layer(String, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    /// The kubeconfig error used to repeat its cause three times in one
+    /// 600-character line.
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = Layer("No such file or directory (os error 2)".into(), None);
+        let read = Layer(
+            format!("failed to read kubeconfig: {io}"),
+            Some(Box::new(io)),
+        );
+        let infer = Layer(
+            format!("failed to infer config: ({read})"),
+            Some(Box::new(read)),
+        );
+        let top = Layer(
+            "cannot configure a Kubernetes client".into(),
+            Some(Box::new(infer)),
+        );
+        assert_eq!(
+            with_causes(&top),
+            "cannot configure a Kubernetes client: failed to infer config: (failed to read kubeconfig: No such file or directory (os error 2))"
+        );
     }
 }

@@ -4,21 +4,17 @@ use std::time::Instant;
 
 use super::args::{OutputFormat, PlanArgs, PreferencesArg};
 use super::validate::{display_prefix, load_repo};
-use super::{Io, exit, render};
+use super::{CATALOG_HINT, Io, exit, render};
 use crate::clock::{Clock, SystemClock};
 use crate::config::validate::{self, Options};
 use crate::convert::{ConfigDocs, build_input};
 use crate::diag::Severity;
 use crate::model::catalog::read_catalog;
-use crate::plan::{PlanReport, read_pods};
+use crate::plan::read_pods;
 use crate::scheduling::{Preferences, SolveOptions, solve};
 use crate::snapshot::read_snapshot_located;
 
 pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
-    if !matches!(a.output, OutputFormat::Text | OutputFormat::Json) {
-        io.log("error: plan prints --output text or json");
-        return exit::ERROR;
-    }
     let loaded = match load_repo(&a.repo, io) {
         Ok(l) => l,
         Err(code) => return code,
@@ -51,10 +47,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
     let catalog = match read_catalog(&a.catalog) {
         Ok(c) => c,
         Err(e) => {
-            io.error(
-                &e,
-                Some("--catalog takes the instance-type catalog format of docs/ (instanceTypes[])"),
-            );
+            io.error(&e, Some(CATALOG_HINT));
             return exit::ERROR;
         }
     };
@@ -89,7 +82,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
     ) {
         Ok(i) => i,
         Err(e) => {
-            io.error(&e, None);
+            io.diagnostics(&[e.diagnostic()]);
             return exit::ERROR;
         }
     };
@@ -108,7 +101,12 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
             return exit::ERROR;
         }
     };
-    let plan = PlanReport::new(&result, start.elapsed().as_secs_f64());
+    let mut raw: Vec<&k8s_openapi::api::core::v1::Pod> = pods.iter().map(|(_, p)| p).collect();
+    if let Some((s, _)) = &snapshot {
+        raw.extend(s.pods.iter().map(AsRef::as_ref));
+    }
+    let plan = crate::plan::report(&result, start.elapsed().as_secs_f64(), &input, &raw);
+    drop(raw);
     match a.output {
         OutputFormat::Json => io.data(&format!("{}\n", plan.to_json())),
         _ => io.data(&format!("{plan}")),

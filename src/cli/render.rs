@@ -45,10 +45,29 @@ impl Style {
     }
 }
 
+/// Text output shows at most this many diagnostics of one check (severity
+/// and code); the rest are counted in one line.
+pub const TEXT_PER_CHECK: usize = 20;
+
+pub use crate::diag::thousands;
+
 /// `file:line:col: severity: Kind/name: path: message`, then `  hint: ...`.
+///
+/// So that 10,000 copies of one mistake do not bury the rest: each hint is
+/// printed once, after the first diagnostic that has it, and a check's
+/// diagnostics beyond [`TEXT_PER_CHECK`] are counted in a last line (every
+/// other output format lists them all).
 pub fn text(diags: &[Diagnostic], style: Style) -> String {
     let mut out = String::new();
+    let mut hints: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut per_check: std::collections::BTreeMap<(Severity, &str), usize> =
+        std::collections::BTreeMap::new();
     for d in diags {
+        let n = per_check.entry((d.severity, d.code)).or_default();
+        *n += 1;
+        if *n > TEXT_PER_CHECK {
+            continue;
+        }
         let mut loc = String::new();
         if !d.file.is_empty() {
             loc.push_str(&d.file);
@@ -65,8 +84,20 @@ pub fn text(diags: &[Diagnostic], style: Style) -> String {
             let _ = write!(out, ": {}", d.path);
         }
         let _ = writeln!(out, ": {}", d.message);
-        if let Some(h) = &d.hint {
+        if let Some(h) = &d.hint
+            && hints.insert(h.as_str())
+        {
             let _ = writeln!(out, "  hint: {h}");
+        }
+    }
+    for ((severity, code), n) in per_check {
+        if n > TEXT_PER_CHECK {
+            let _ = writeln!(
+                out,
+                "{}: {} more `{code}` {severity}s like these are not shown (--output json lists every one)",
+                style.severity(Severity::Note),
+                thousands(n - TEXT_PER_CHECK),
+            );
         }
     }
     out

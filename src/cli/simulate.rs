@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::args::{OutputFormat, SimulateArgs};
 use super::{Io, exit, render};
-use crate::simulate::driver::{SimError, Simulation};
+use crate::simulate::driver::{ProgressReporter, SimError, Simulation};
 use crate::simulate::scenario;
 
 /// The bundled demo: its scenario and the configuration repository it runs
@@ -64,11 +64,23 @@ fn demo() -> Result<(tempfile::TempDir, scenario::Scenario), String> {
 /// Events printed by the text output before it refers to the JSON report.
 const TEXT_EVENTS: usize = 200;
 
+/// A run that takes longer than this shows its progress on a terminal.
+const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often the progress line is redrawn.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
-    if !matches!(a.output, OutputFormat::Text | OutputFormat::Json) {
-        io.log("error: simulate prints --output text or json");
-        return exit::ERROR;
-    }
+    run_with_progress(a, io, PROGRESS_AFTER, PROGRESS_EVERY)
+}
+
+/// [`run`], showing progress on stderr (a terminal only) after `after`,
+/// then every `every`.
+pub(crate) fn run_with_progress(
+    a: &SimulateArgs,
+    io: &mut Io,
+    after: std::time::Duration,
+    every: std::time::Duration,
+) -> u8 {
     // The bundled demo's files live as long as the run.
     let mut _demo_dir = None;
     let parsed = match &a.scenario {
@@ -114,8 +126,29 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
             return exit::ERROR;
         }
     };
+    if let Some(d) = zones_mismatch(&scenario, a.catalog.as_deref()) {
+        io.diagnostics(&[d]);
+        return exit::ERROR;
+    }
     let sim = Simulation::new(scenario, a.catalog.as_deref());
-    let report = match sim.and_then(|s| s.run(until)) {
+    let result = if io.err_is_terminal {
+        // One line on stderr, redrawn in place and cleared at the end.
+        let err = &mut *io.err;
+        let mut progress = ProgressReporter::new(after, every, |p| {
+            let _ = write!(err, "\r\x1b[K{p}");
+            let _ = err.flush();
+        });
+        let result = sim.and_then(|s| s.run_reporting(until, Some(&mut progress)));
+        if progress.shown() {
+            drop(progress);
+            let _ = write!(io.err, "\r\x1b[K");
+            let _ = io.err.flush();
+        }
+        result
+    } else {
+        sim.and_then(|s| s.run(until))
+    };
+    let report = match result {
         Ok(r) => r,
         Err(SimError::InvalidConfig { path, diagnostics }) => {
             let style = render::Style::for_stream(io.err_is_terminal);
@@ -141,9 +174,48 @@ pub fn run(a: &SimulateArgs, io: &mut Io) -> u8 {
     };
     match a.output {
         OutputFormat::Json => io.data(&format!("{}\n", report.to_json())),
-        _ => io.data(&report.to_text(TEXT_EVENTS)),
+        _ => {
+            let color = render::Style::for_stream(io.out_is_terminal).color;
+            io.data(&report.to_text(TEXT_EVENTS, color));
+        }
     }
     exit::OK
+}
+
+/// The simulated EC2 offers only the catalog's offerings in the scenario's
+/// zones: when none of the catalog's zones is among them, nothing could
+/// ever launch, and every pod would only say "no instance type matches".
+fn zones_mismatch(
+    scenario: &scenario::Scenario,
+    catalog: Option<&Path>,
+) -> Option<crate::diag::Diagnostic> {
+    use crate::cloud::sim::SimEc2;
+    let types = match catalog.or(scenario.catalog.as_deref()) {
+        Some(p) => SimEc2::load_catalog(p),
+        None => SimEc2::builtin_catalog(),
+    }
+    // An unreadable catalog is reported when the simulation loads it.
+    .ok()?;
+    let zones: std::collections::BTreeSet<&str> = types
+        .iter()
+        .flat_map(|t| t.offerings.iter().map(|o| o.zone.as_str()))
+        .collect();
+    if zones.is_empty() || zones.iter().any(|z| scenario.zones.iter().any(|s| s == z)) {
+        return None;
+    }
+    Some(
+        crate::diag::Diagnostic::error(
+            "scenario",
+            format!(
+                "none of the catalog's zones ({}) is among the simulation's zones ({}): no instance type could launch",
+                zones.into_iter().collect::<Vec<_>>().join(", "),
+                scenario.zones.join(", ")
+            ),
+        )
+        .in_file(&scenario.file)
+        .at(scenario.zones_pos)
+        .with_hint("set `zones` (or `region`) to the catalog's, or give a catalog of this region"),
+    )
 }
 
 #[cfg(test)]
@@ -173,5 +245,80 @@ mod tests {
         let (dir, s) = demo().unwrap();
         assert!(s.config.starts_with(dir.path()), "{}", s.config.display());
         assert!(s.config.join("nodepools/general.yaml").is_file());
+    }
+
+    /// `simulate ARGS` in-process with both streams taken for terminals or
+    /// not, progress shown from the first pass.
+    fn run_on(scenario: &Path, terminal: bool) -> (u8, String, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = {
+            let mut io = Io {
+                out: &mut out,
+                err: &mut err,
+                out_is_terminal: terminal,
+                err_is_terminal: terminal,
+            };
+            let args = SimulateArgs {
+                scenario: Some(scenario.to_path_buf()),
+                until: None,
+                catalog: None,
+                output: OutputFormat::Text,
+            };
+            run_with_progress(
+                &args,
+                &mut io,
+                std::time::Duration::ZERO,
+                std::time::Duration::ZERO,
+            )
+        };
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    /// On a terminal, a long run says on stderr how far it has got (the
+    /// simulated time, pods and nodes), redrawn on one line and cleared at
+    /// the end, and the report has colour (unless NO_COLOR); on a pipe,
+    /// neither.
+    #[test]
+    fn progress_and_colour_only_on_a_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = dir.path().join("s.yaml");
+        std::fs::write(
+            &scenario,
+            format!(
+                "config: {}\ntimeline:\n  - at: 0s\n    apply:\n      - {{apiVersion: apps/v1, kind: Deployment, metadata: {{name: web}}, spec: {{replicas: 3, selector: {{matchLabels: {{app: web}}}}, template: {{metadata: {{labels: {{app: web}}}}, spec: {{containers: [{{name: web, image: w, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}}}}}}}\nuntil: 10m\n",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("examples-repo").display()
+            ),
+        )
+        .unwrap();
+        let (code, out, err) = run_on(&scenario, false);
+        assert_eq!(code, exit::OK, "{err}");
+        assert_eq!(err, "");
+        assert!(!out.contains('\x1b'), "{out}");
+
+        let (code, out, err) = run_on(&scenario, true);
+        assert_eq!(code, exit::OK, "{err}");
+        let updates: Vec<&str> = err.split("\r\x1b[K").filter(|s| !s.is_empty()).collect();
+        assert!(err.ends_with("\r\x1b[K"), "the line is cleared: {err:?}");
+        assert!(updates.len() > 1, "{err:?}");
+        assert!(
+            updates[0].starts_with("simulate: 0h00m00s of 0h10m00s simulated, "),
+            "{err:?}"
+        );
+        assert_eq!(
+            *updates.last().unwrap(),
+            "simulate: 0h10m00s of 0h10m00s simulated, 3 pods (0 pending), 1 nodes",
+            "{err:?}"
+        );
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        assert_eq!(
+            out.starts_with("\x1b[1mTimeline (from "),
+            !no_color,
+            "{out}"
+        );
+        assert_eq!(out.contains("\x1b[36mApplied\x1b[0m"), !no_color, "{out}");
     }
 }

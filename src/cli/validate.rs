@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::args::{OutputFormat, RepoArgs, ValidateArgs};
 use super::render::{self, Style};
-use super::{Io, exit};
+use super::{CATALOG_HINT, Io, exit};
 use crate::config::load::{self, Loaded};
 use crate::config::source::Revision;
 use crate::config::validate::{self, Options, Report};
@@ -55,10 +55,7 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
         None => None,
         Some(Ok(c)) => Some(std::sync::Arc::new(c)),
         Some(Err(e)) => {
-            io.error(
-                &e,
-                Some("--catalog takes the instance-type catalog format (instanceTypes[])"),
-            );
+            io.error(&e, Some(CATALOG_HINT));
             return exit::ERROR;
         }
     };
@@ -70,6 +67,9 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
     };
     let report = validate::validate(&loaded, &opts);
     let passes = report.passes(a.strict);
+    if a.repo.git_ref.is_none() && !a.repo.worktree {
+        revision_note(&a.repo, &loaded, io);
+    }
     let rendered = render_report(
         a,
         &report,
@@ -81,11 +81,65 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
     if a.output != OutputFormat::Text {
         io.log(&summary(&report));
     }
+    let (errors, warnings) = (
+        report.count(Severity::Error),
+        report.count(Severity::Warning),
+    );
+    if a.strict && errors == 0 && warnings > 0 {
+        io.log(&format!(
+            "validate: --strict: the {} fail{} the run (without --strict it would pass)",
+            plural(warnings, "warning"),
+            if warnings == 1 { "s" } else { "" }
+        ));
+    }
     if passes { exit::OK } else { exit::PROBLEM }
 }
 
+/// In a git repository without `--ref` or `--worktree`, which revision was
+/// read, and the YAML files whose changes on disk were therefore not.
+fn revision_note(repo: &RepoArgs, loaded: &Loaded, io: &mut Io) {
+    let Some(commit) = &loaded.commit else {
+        return;
+    };
+    let at = match &commit.branch {
+        Some(b) => format!("HEAD ({b} at {})", &commit.sha[..commit.sha.len().min(12)]),
+        None => format!("HEAD ({})", &commit.sha[..commit.sha.len().min(12)]),
+    };
+    let changed = crate::config::source::Repo::open(&repo.path)
+        .ok()
+        .flatten()
+        .and_then(|r| r.uncommitted_yaml().ok())
+        .unwrap_or_default();
+    if changed.is_empty() {
+        io.log(&format!("validate: checked the committed tree of {at}"));
+        return;
+    }
+    const SHOWN: usize = 5;
+    let mut names = changed
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if changed.len() > SHOWN {
+        names.push_str(&format!(", and {} more", changed.len() - SHOWN));
+    }
+    io.log(&format!(
+        "validate: checked the committed tree of {at}; {} with uncommitted changes (modified or untracked) not checked: {names}",
+        plural(changed.len(), "YAML file")
+    ));
+    io.log("hint: `dovetail validate --worktree` checks the files on disk");
+}
+
+fn plural(n: usize, w: &str) -> String {
+    format!(
+        "{} {w}{}",
+        render::thousands(n),
+        if n == 1 { "" } else { "s" }
+    )
+}
+
 fn summary(r: &Report) -> String {
-    let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
     format!(
         "validate: {}, {} in {} ({})",
         plural(r.count(Severity::Error), "error"),

@@ -424,6 +424,40 @@ impl Repo {
     }
 
     /// The branch `rev` names, or `HEAD`'s branch for `HEAD`.
+    /// The YAML files under PATH whose working copy differs from HEAD:
+    /// modified, added, deleted, renamed or untracked (and not ignored by
+    /// git), relative to PATH.
+    pub fn uncommitted_yaml(&self) -> Result<Vec<String>, SourceError> {
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false);
+        if !self.prefix.is_empty() {
+            opts.pathspec(format!("{}/", self.prefix));
+        }
+        let statuses = self
+            .repo
+            .statuses(Some(&mut opts))
+            .map_err(git_error("cannot read the working tree's status"))?;
+        let under = |p: &str| -> Option<String> {
+            if self.prefix.is_empty() {
+                Some(p.to_string())
+            } else {
+                p.strip_prefix(&format!("{}/", self.prefix))
+                    .map(str::to_string)
+            }
+        };
+        let mut out: Vec<String> = statuses
+            .iter()
+            .filter(|e| !e.status().is_empty() && !e.status().contains(git2::Status::IGNORED))
+            .filter_map(|e| e.path().ok().and_then(under))
+            .filter(|p| is_yaml(p.rsplit('/').next().unwrap_or(p)))
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
     fn branch_of(&self, rev: &str) -> Option<String> {
         let reference = if rev == "HEAD" {
             self.repo.head().ok()?

@@ -37,6 +37,48 @@ pub struct Invalid {
     pub message: String,
 }
 
+impl Invalid {
+    /// The problem as a diagnostic at its file and line.
+    pub fn diagnostic(&self) -> crate::diag::Diagnostic {
+        crate::diag::Diagnostic::error("object", self.message.clone())
+            .in_file(self.file.clone())
+            .at(Pos {
+                line: u32::try_from(self.line).unwrap_or(u32::MAX),
+                column: u32::from(self.line > 0),
+            })
+            .with_object(self.object.clone())
+    }
+}
+
+/// The workload a pod belongs to, as (kind, namespace, name): its
+/// controller, or the Deployment of its ReplicaSet (named
+/// `<deployment>-<pod-template-hash>`). `plan` and `simulate` group pods by
+/// it.
+pub fn workload_of(pod: &Pod) -> Option<(String, String, String)> {
+    let o = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let hash = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("pod-template-hash"));
+    if o.kind == "ReplicaSet"
+        && let Some(deployment) = hash.and_then(|h| o.name.strip_suffix(&format!("-{h}")))
+    {
+        return Some(("Deployment".into(), ns, deployment.to_string()));
+    }
+    Some((o.kind.clone(), ns, o.name.clone()))
+}
+
 fn where_(file: &str, line: usize) -> String {
     match (file.is_empty(), line) {
         (true, _) => String::new(),

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 
-pub use report::{PlanNodeClaim, PlanPlacement, PlanReport, PlanUnschedulable};
+pub use report::{PlanNodeClaim, PlanPlacement, PlanPoolReason, PlanReport, PlanUnschedulable};
 
 use crate::convert::{ConfigDocs, Invalid, build_input};
 use crate::diag::Pos;
@@ -90,6 +90,49 @@ pub fn read_config(dir: &Path) -> Result<ConfigDocs, PlanError> {
     Ok(ConfigDocs::from_report(&report))
 }
 
+/// The report of a solve: for each pod it could not place, the precise
+/// reason per NodePool where the input shows one
+/// ([`crate::scheduling::explain`]), and the workload it belongs to.
+/// `pods` are the Kubernetes pods the input was built from.
+pub fn report(
+    result: &crate::scheduling::SolveResult,
+    solve_seconds: f64,
+    input: &crate::scheduling::SolveInput,
+    pods: &[&Pod],
+) -> PlanReport {
+    let mut report = PlanReport::new(result, solve_seconds);
+    if report.unschedulable.is_empty() {
+        return report;
+    }
+    let key = |p: &Pod| {
+        format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap_or("")
+        )
+    };
+    let raw: std::collections::HashMap<String, &Pod> = pods.iter().map(|p| (key(p), *p)).collect();
+    let specs: std::collections::HashMap<String, &crate::scheduling::PodSpec> =
+        input.pods.iter().map(|p| (p.key(), p)).collect();
+    for u in &mut report.unschedulable {
+        let pod = raw.get(&u.pod).copied();
+        let (text, parts) =
+            crate::scheduling::explain::reasons(input, specs.get(&u.pod).copied(), pod, &u.reason);
+        u.reason = text;
+        u.nodepools = parts
+            .into_iter()
+            .map(|(nodepool, reason)| PlanPoolReason { nodepool, reason })
+            .collect();
+        u.owner = pod.and_then(owner);
+    }
+    report
+}
+
+/// The workload a pod belongs to, as `Deployment default/web`.
+fn owner(pod: &Pod) -> Option<String> {
+    crate::convert::workload_of(pod).map(|(kind, ns, name)| format!("{kind} {ns}/{name}"))
+}
+
 /// Runs `plan`: loads the inputs, solves once, reports.
 pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     let config = read_config(&opts.config)?;
@@ -118,7 +161,11 @@ pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     let start = Instant::now();
     let result = solve(&input, &solve_opts)?;
     let seconds = start.elapsed().as_secs_f64();
-    Ok(PlanReport::new(&result, seconds))
+    let mut raw: Vec<&Pod> = pods.iter().map(|(_, p)| p).collect();
+    if let Some((s, _)) = &snapshot {
+        raw.extend(s.pods.iter().map(AsRef::as_ref));
+    }
+    Ok(report(&result, seconds, &input, &raw))
 }
 
 #[cfg(test)]
@@ -251,7 +298,7 @@ spec:
                 "missing nodeclaims[].{k}"
             );
         }
-        assert!(report.to_string().contains("1 new NodeClaim(s)"));
+        assert!(report.to_string().starts_with("1 new NodeClaim (2 pods), "));
     }
 
     #[test]

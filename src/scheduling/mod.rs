@@ -6,6 +6,7 @@
 //! a node went away.
 
 mod bits;
+pub mod explain;
 pub mod lower_bound;
 pub mod pod;
 pub mod removal;

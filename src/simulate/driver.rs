@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::commit::ConfigRepo;
 use super::kubelet::Kubelet;
 use super::kubescheduler::KubeScheduler;
-use super::report::{Recorder, Report};
+use super::report::{Progress, Recorder, Report};
 use super::scenario::{Action, InterruptStep, InterruptTarget, Manifest, Scenario};
 use super::workloads::Workloads;
 use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
@@ -359,7 +359,7 @@ impl Simulation {
                 for m in ms {
                     apply(&self.cluster, m)?;
                     self.recorder
-                        .event(now, kind_name(&m.object), "Applied", String::new());
+                        .event(now, object_name(&m.object), "Applied", String::new());
                 }
             }
             Action::Scale {
@@ -725,7 +725,16 @@ impl Simulation {
     }
 
     /// Runs the whole scenario and returns the report.
-    pub fn run(mut self, until: Option<Duration>) -> Result<Report, SimError> {
+    pub fn run(self, until: Option<Duration>) -> Result<Report, SimError> {
+        self.run_reporting(until, None)
+    }
+
+    /// Runs the whole scenario, telling `progress` how far it has got.
+    pub fn run_reporting(
+        mut self,
+        until: Option<Duration>,
+        mut progress: Option<&mut ProgressReporter<'_>>,
+    ) -> Result<Report, SimError> {
         let start = self.scenario.start;
         let end = at(start, until.unwrap_or(self.scenario.until));
         let steps = std::mem::take(&mut self.scenario.steps);
@@ -742,6 +751,11 @@ impl Simulation {
             self.ticks += 1;
             if changed {
                 self.changed_ticks += 1;
+            }
+            if let Some(p) = progress.as_deref_mut()
+                && p.due()
+            {
+                p.report(&self.recorder.progress(now, end));
             }
             if now >= end {
                 break;
@@ -773,13 +787,93 @@ impl Simulation {
         let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
         let calls = self.cloud.calls().len();
         let gap = super::report::gap(&self.cluster);
-        let mut report =
-            self.recorder
-                .finish(self.clock.now(), lower_bound, unschedulable, calls, gap);
+        let usage = super::report::usage_by_pool(&self.cluster);
+        let mut report = self.recorder.finish(
+            self.clock.now(),
+            lower_bound,
+            unschedulable,
+            calls,
+            gap,
+            &usage,
+        );
         report.interruption_handling = std::mem::take(&mut self.interruption_handling);
         report.interruption_metrics = Some(self.controller.interruption_metrics.clone());
         Ok(report)
     }
+}
+
+/// Tells a person how far a long run has got: after `after` of wall time,
+/// then every `every`, it hands the run's [`Progress`] to its sink (the
+/// command line prints it on stderr when that is a terminal).
+pub struct ProgressReporter<'a> {
+    started: std::time::Instant,
+    after: Duration,
+    every: Duration,
+    last: Option<std::time::Instant>,
+    sink: Box<dyn FnMut(&Progress) + 'a>,
+}
+
+impl<'a> ProgressReporter<'a> {
+    pub fn new(after: Duration, every: Duration, sink: impl FnMut(&Progress) + 'a) -> Self {
+        ProgressReporter {
+            started: std::time::Instant::now(),
+            after,
+            every,
+            last: None,
+            sink: Box::new(sink),
+        }
+    }
+
+    /// Whether a report is due now (and if so, counts it as made).
+    fn due(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.started) < self.after
+            || self
+                .last
+                .is_some_and(|l| now.duration_since(l) < self.every)
+        {
+            return false;
+        }
+        self.last = Some(now);
+        true
+    }
+
+    fn report(&mut self, p: &Progress) {
+        (self.sink)(p);
+    }
+
+    /// Whether anything was reported.
+    pub fn shown(&self) -> bool {
+        self.last.is_some()
+    }
+}
+
+/// `Kind/namespace/name` for a namespaced object (its namespace, else
+/// `default`), `Kind/name` for a cluster-scoped one: the names the report's
+/// events use throughout.
+fn object_name(o: &Value) -> String {
+    let kind = o.get("kind").and_then(Value::as_str).unwrap_or("object");
+    let name = o
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    const CLUSTER_SCOPED: [&str; 7] = [
+        "Node",
+        "NodePool",
+        "NodeClaim",
+        "EC2NodeClass",
+        "PersistentVolume",
+        "StorageClass",
+        "Namespace",
+    ];
+    if CLUSTER_SCOPED.contains(&kind) {
+        return format!("{kind}/{name}");
+    }
+    let ns = o
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    format!("{kind}/{ns}/{name}")
 }
 
 /// An equality-based label selector: `app=web,tier!=db`; empty selects all.

@@ -14,10 +14,21 @@ use crate::clock::{Timestamp, format_rfc3339};
 use crate::cloud::{Instance, InstanceState};
 use crate::cluster::{EventType, MemoryCluster, Selector};
 use crate::controller::{Decision, Event};
+use crate::diag::thousands;
 
 /// The reason given for a pod pending at the end of a run that the last
 /// solve did not call unschedulable: capacity was planned for it.
 pub const WAITING_FOR_CAPACITY: &str = "waiting for capacity";
+
+/// Prices and costs in the JSON report: to a millionth of a dollar (a sum
+/// of float prices prints as 0.30000000000000004 otherwise).
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+fn rounded<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round6(*x))
+}
 
 fn secs(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
@@ -41,6 +52,7 @@ pub struct NodeRecord {
     pub instance_type: String,
     pub zone: String,
     pub capacity_type: String,
+    #[serde(serialize_with = "rounded")]
     pub price_per_hour: f64,
     pub launched_at: String,
     pub deleted_at: Option<String>,
@@ -73,6 +85,9 @@ pub struct PodRecord {
     deleted: Option<Timestamp>,
     #[serde(skip)]
     daemon: bool,
+    /// `Deployment/namespace/name`: what the text report groups pods by.
+    #[serde(skip)]
+    workload: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -100,6 +115,105 @@ pub struct Summary {
     pub cloud_calls: usize,
     /// What separates the final fleet from the lower bound.
     pub gap: Gap,
+    /// Cost and utilization per NodePool, by name.
+    pub nodepools: Vec<PoolSummary>,
+}
+
+/// One NodePool's share of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolSummary {
+    pub nodepool: String,
+    pub nodes_launched: usize,
+    /// Nodes still running at the end.
+    pub nodes: usize,
+    pub cost_usd: f64,
+    /// The hourly price of its nodes at the end.
+    pub price_per_hour: f64,
+    /// Requested / allocatable cpu and memory on its nodes at the end
+    /// (DaemonSet pods included), from 0 to 1.
+    pub cpu_utilization: f64,
+    pub memory_utilization: f64,
+}
+
+/// Allocatable and requested cpu and memory of each NodePool's nodes.
+#[derive(Debug, Clone, Default)]
+pub struct PoolUsage {
+    allocatable: crate::model::Resources,
+    requested: crate::model::Resources,
+}
+
+/// What each NodePool's nodes hold now: their allocatable, and the requests
+/// of the pods bound to them.
+pub fn usage_by_pool(cluster: &MemoryCluster) -> BTreeMap<String, PoolUsage> {
+    use crate::model::Resources;
+    let mut usage: BTreeMap<String, PoolUsage> = BTreeMap::new();
+    let mut pool_of: BTreeMap<String, String> = BTreeMap::new();
+    for n in cluster.list::<Node>(None, &Selector::everything()).items {
+        let Some(pool) = n
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::api::LABEL_NODEPOOL))
+        else {
+            continue;
+        };
+        let entry = usage.entry(pool.clone()).or_default();
+        if let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref())
+            && let Ok(r) = Resources::from_k8s(a)
+        {
+            entry.allocatable.add(&r);
+        }
+        if let Some(name) = &n.metadata.name {
+            pool_of.insert(name.clone(), pool.clone());
+        }
+    }
+    for p in cluster.list::<Pod>(None, &Selector::everything()).items {
+        let Some(pool) = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .and_then(|n| pool_of.get(n))
+        else {
+            continue;
+        };
+        if terminal(&phase(&p)) || p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Ok(r) = crate::scheduling::pod::pod_requests(&p)
+            && let Some(u) = usage.get_mut(pool)
+        {
+            u.requested.add(&r);
+        }
+    }
+    usage
+}
+
+/// How far a run has got, for progress on a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Simulated time reached, and the time the run ends at.
+    pub simulated: std::time::Duration,
+    pub until: std::time::Duration,
+    /// Pods neither finished nor deleted, those of them not bound yet, and
+    /// running nodes.
+    pub pods: usize,
+    pub pending: usize,
+    pub nodes: usize,
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hms = |d: std::time::Duration| offset(d.as_secs_f64());
+        write!(
+            f,
+            "simulate: {} of {} simulated, {} pods ({} pending), {} nodes",
+            hms(self.simulated).trim_start_matches('+'),
+            hms(self.until).trim_start_matches('+'),
+            crate::diag::thousands(self.pods),
+            crate::diag::thousands(self.pending),
+            crate::diag::thousands(self.nodes),
+        )
+    }
 }
 
 /// What separates a fleet from the lower bound of its workload: the bound
@@ -327,6 +441,29 @@ impl Recorder {
         });
     }
 
+    /// Where the run stands at `now`, simulated from the start to `until`.
+    pub fn progress(&self, now: Timestamp, until: Timestamp) -> Progress {
+        let duration = |t: Timestamp| std::time::Duration::from_secs_f64(secs(self.start, t));
+        let active = self
+            .pods
+            .values()
+            .filter(|p| p.deleted.is_none() && !terminal(&p.phase));
+        let (mut pods, mut pending) = (0, 0);
+        for p in active {
+            pods += 1;
+            if p.bound.is_none() {
+                pending += 1;
+            }
+        }
+        Progress {
+            simulated: duration(now),
+            until: duration(until),
+            pods,
+            pending,
+            nodes: self.nodes.values().filter(|n| n.deleted.is_none()).count(),
+        }
+    }
+
     /// Pods owned by Jobs that are neither finished nor deleted.
     pub fn active_job_pods(&self) -> usize {
         self.active_jobs
@@ -460,6 +597,8 @@ impl Recorder {
             bound: None,
             deleted: None,
             daemon,
+            workload: crate::convert::workload_of(p)
+                .map(|(kind, ns, name)| format!("{kind}/{ns}/{name}")),
         });
         let was_active = !is_new && record.deleted_at.is_none() && !terminal(&record.phase);
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
@@ -558,6 +697,7 @@ impl Recorder {
         unschedulable: BTreeMap<String, String>,
         cloud_calls: usize,
         gap: Gap,
+        usage: &BTreeMap<String, PoolUsage>,
     ) -> Report {
         // A pod is pending from its creation until it is bound, deleted,
         // or the run ends.
@@ -595,6 +735,7 @@ impl Recorder {
         let mut fleet = 0.0;
         let mut disruptions: BTreeMap<String, usize> = BTreeMap::new();
         let mut terminated = 0;
+        let mut pools: BTreeMap<String, PoolSummary> = BTreeMap::new();
         for n in self.nodes.values_mut() {
             n.pods = pods_by_node
                 .get(n.name.as_str())
@@ -602,11 +743,27 @@ impl Recorder {
                 .unwrap_or_default();
             let from = n.launched.unwrap_or(end);
             let to = n.deleted.unwrap_or(end);
-            cost += n.price_per_hour * secs(from, to) / 3600.0;
+            let node_cost = n.price_per_hour * secs(from, to) / 3600.0;
+            cost += node_cost;
+            let pool = pools
+                .entry(n.nodepool.clone())
+                .or_insert_with(|| PoolSummary {
+                    nodepool: n.nodepool.clone(),
+                    nodes_launched: 0,
+                    nodes: 0,
+                    cost_usd: 0.0,
+                    price_per_hour: 0.0,
+                    cpu_utilization: 0.0,
+                    memory_utilization: 0.0,
+                });
+            pool.nodes_launched += 1;
+            pool.cost_usd += node_cost;
             if n.deleted.is_some() {
                 terminated += 1;
             } else {
                 fleet += n.price_per_hour;
+                pool.nodes += 1;
+                pool.price_per_hour += n.price_per_hour;
             }
             if let Some(r) = &n.disruption_reason {
                 *disruptions.entry(r.clone()).or_default() += 1;
@@ -626,7 +783,26 @@ impl Recorder {
             let i = ((pending.len() as f64 - 1.0) * q).round() as usize;
             pending[i.min(pending.len() - 1)]
         };
-        let round = |x: f64| (x * 1e6).round() / 1e6;
+        let round = round6;
+        let share = |u: &PoolUsage, key: &str| {
+            let total = u.allocatable.get(key);
+            if total <= 0 {
+                return 0.0;
+            }
+            ((u.requested.get(key) as f64 / total as f64) * 1e4).round() / 1e4
+        };
+        let nodepools = pools
+            .into_values()
+            .map(|mut p| {
+                p.cost_usd = round(p.cost_usd);
+                p.price_per_hour = round(p.price_per_hour);
+                if let Some(u) = usage.get(&p.nodepool) {
+                    p.cpu_utilization = share(u, crate::model::quantity::CPU);
+                    p.memory_utilization = share(u, crate::model::quantity::MEMORY);
+                }
+                p
+            })
+            .collect();
         let summary = Summary {
             duration_seconds: secs(self.start, end),
             cost_usd: round(cost),
@@ -643,6 +819,7 @@ impl Recorder {
             lower_bound_price_per_hour: lower_bound.map(round),
             cloud_calls,
             gap,
+            nodepools,
         };
         Report {
             schema_version: 1,
@@ -675,35 +852,99 @@ impl Report {
         serde_json::to_string_pretty(self).expect("the report serialises")
     }
 
-    /// A readable timeline and summary; at most `max_events` events.
-    pub fn to_text(&self, max_events: usize) -> String {
+    /// A readable timeline and summary; at most `max_events` lines of
+    /// events. Alike events at one time (the same reason and message for
+    /// pods of one workload) are one line, as are the pods still pending
+    /// for one reason; `color` paints headings and warnings (for a
+    /// terminal).
+    pub fn to_text(&self, max_events: usize, color: bool) -> String {
+        let paint = |code: &str, text: &str| {
+            if color {
+                format!("\x1b[{code}m{text}\x1b[0m")
+            } else {
+                text.to_string()
+            }
+        };
+        let workloads: std::collections::HashMap<String, &str> = self
+            .pods
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    format!("{}/{}", p.namespace, p.name),
+                    p.workload.as_deref()?,
+                ))
+            })
+            .collect();
         let mut out = String::new();
-        let _ = writeln!(out, "Timeline (from {}):", self.start);
-        for e in self.events.iter().take(max_events) {
-            let _ = write!(out, "  {}  {:<40} {}", offset(e.t), e.object, e.reason);
+        let _ = writeln!(
+            out,
+            "{}",
+            paint("1", &format!("Timeline (from {}):", self.start))
+        );
+        let lines = group_events(&self.events, &workloads);
+        for l in lines.iter().take(max_events) {
+            let e = l.first;
+            let object = match &l.workload {
+                Some(w) if l.count > 1 => format!("{} pods of {w}", thousands(l.count)),
+                _ => e.object.clone(),
+            };
+            let reason = if is_warning(&e.reason) {
+                paint("33", &e.reason)
+            } else {
+                paint("36", &e.reason)
+            };
+            let _ = write!(out, "  {}  {object:<40} {reason}", offset(e.t));
             if !e.message.is_empty() {
                 let _ = write!(out, ": {}", e.message);
             }
             out.push('\n');
         }
-        if self.events.len() > max_events {
+        if lines.len() > max_events {
+            let left: usize = lines[max_events..].iter().map(|l| l.count).sum();
             let _ = writeln!(
                 out,
                 "  ... {} more events (see --output json)",
-                self.events.len() - max_events
+                thousands(left)
             );
         }
         if !self.unschedulable.is_empty() {
-            let _ = writeln!(out, "\nPods still pending at the end:");
+            let _ = writeln!(out, "\n{}", paint("1;31", "Pods still pending at the end:"));
+            // Pods of one workload pending for one reason are one line.
+            let mut groups: Vec<(Option<&str>, &str, Vec<&str>)> = Vec::new();
+            let mut index: std::collections::HashMap<(Option<&str>, &str), usize> =
+                std::collections::HashMap::new();
             for u in &self.unschedulable {
-                let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
+                let w = workloads.get(&u.pod).copied();
+                let i = *index.entry((w, u.reason.as_str())).or_insert_with(|| {
+                    groups.push((w, u.reason.as_str(), Vec::new()));
+                    groups.len() - 1
+                });
+                groups[i].2.push(u.pod.as_str());
+            }
+            for (workload, reason, pods) in groups {
+                match (workload, pods.as_slice()) {
+                    (Some(w), [_, _, ..]) => {
+                        let _ = writeln!(out, "  {} pods of {w}: {reason}", thousands(pods.len()));
+                    }
+                    _ => {
+                        for p in pods {
+                            let _ = writeln!(out, "  {p}: {reason}");
+                        }
+                    }
+                }
             }
         }
         let s = &self.summary;
         let _ = writeln!(
             out,
-            "\nSummary ({} simulated):",
-            offset(s.duration_seconds).trim_start_matches('+')
+            "\n{}",
+            paint(
+                "1",
+                &format!(
+                    "Summary ({} simulated):",
+                    offset(s.duration_seconds).trim_start_matches('+')
+                )
+            )
         );
         let _ = writeln!(out, "  nodes launched      {}", s.nodes_launched);
         let _ = writeln!(out, "  nodes terminated    {}", s.nodes_terminated);
@@ -753,6 +994,173 @@ impl Report {
                 let _ = writeln!(out, "  final fleet         ${:.4}/h", s.price_per_hour);
             }
         }
+        if !s.nodepools.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{}",
+                paint(
+                    "1",
+                    "By NodePool (nodes at the end, launched; cpu and memory requested of allocatable at the end):"
+                )
+            );
+            let _ = writeln!(
+                out,
+                "  {:<20} {:>7} {:>9} {:>11} {:>11} {:>5} {:>7}",
+                "nodepool", "nodes", "launched", "cost", "final $/h", "cpu", "memory"
+            );
+            for p in &s.nodepools {
+                let pct = |x: f64| format!("{:.0}%", x * 100.0);
+                let _ = writeln!(
+                    out,
+                    "  {:<20} {:>7} {:>9} {:>11} {:>11} {:>5} {:>7}",
+                    p.nodepool,
+                    thousands(p.nodes),
+                    thousands(p.nodes_launched),
+                    format!("${:.2}", p.cost_usd),
+                    format!("${:.4}", p.price_per_hour),
+                    pct(p.cpu_utilization),
+                    pct(p.memory_utilization),
+                );
+            }
+        }
         out
+    }
+}
+
+/// One line of the text timeline: an event, or alike events at one time.
+struct Line<'a> {
+    first: &'a ReportEvent,
+    workload: Option<String>,
+    count: usize,
+}
+
+/// Events at the same time with the same reason and message, for pods of
+/// the same workload, become one line.
+fn group_events<'a>(
+    events: &'a [ReportEvent],
+    workloads: &std::collections::HashMap<String, &str>,
+) -> Vec<Line<'a>> {
+    let mut lines: Vec<Line<'a>> = Vec::new();
+    let mut at: std::collections::HashMap<(&str, &str, &str), usize> =
+        std::collections::HashMap::new();
+    let mut t = f64::NAN;
+    for e in events {
+        if e.t != t {
+            t = e.t;
+            at.clear();
+        }
+        let workload = e
+            .object
+            .strip_prefix("Pod/")
+            .and_then(|pod| workloads.get(pod).copied());
+        let Some(w) = workload else {
+            lines.push(Line {
+                first: e,
+                workload: None,
+                count: 1,
+            });
+            continue;
+        };
+        match at.entry((w, e.reason.as_str(), e.message.as_str())) {
+            std::collections::hash_map::Entry::Occupied(i) => lines[*i.get()].count += 1,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(lines.len());
+                lines.push(Line {
+                    first: e,
+                    workload: Some(w.to_string()),
+                    count: 1,
+                });
+            }
+        }
+    }
+    lines
+}
+
+/// Reasons the timeline shows as warnings.
+fn is_warning(reason: &str) -> bool {
+    reason.starts_with("Failed")
+        || reason.ends_with("Failed")
+        || [
+            "Invalid",
+            "Timeout",
+            "NotFound",
+            "Blocked",
+            "Gone",
+            "Interrupted",
+        ]
+        .iter()
+        .any(|w| reason.contains(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, owner_kind: &str, node: Option<&str>) -> Pod {
+        let v = serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": owner_kind, "name": "w", "uid": "u", "controller": true}
+            ]},
+            "spec": {"containers": [], "nodeName": node},
+        });
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// DaemonSet pods are bound as their node appears: counted, they would
+    /// pull the pending percentiles of the pods that waited for capacity
+    /// towards zero.
+    #[test]
+    fn daemonset_pods_are_not_in_the_pending_percentiles() {
+        let t0 = Timestamp::UNIX_EPOCH;
+        let t = |s: u64| t0.checked_add(std::time::Duration::from_secs(s)).unwrap();
+        let mut r = Recorder::new(t0);
+        r.upsert_pod(&pod("web-1", "Deployment", None), t0, false);
+        r.upsert_pod(&pod("web-2", "Deployment", None), t(10), false);
+        r.upsert_pod(&pod("web-3", "Deployment", None), t(20), false);
+        for i in 0..5 {
+            r.upsert_pod(
+                &pod(&format!("ds-{i}"), "DaemonSet", Some("n")),
+                t(60),
+                false,
+            );
+        }
+        r.upsert_pod(&pod("web-1", "Deployment", Some("n")), t(60), false);
+        let p = r.progress(t(60), t(120));
+        assert_eq!((p.pods, p.pending, p.nodes), (8, 2, 0));
+        r.upsert_pod(&pod("web-2", "Deployment", Some("n")), t(60), false);
+        r.upsert_pod(&pod("web-3", "Deployment", Some("n")), t(60), false);
+        let report = r.finish(
+            t(120),
+            None,
+            BTreeMap::new(),
+            0,
+            Gap::default(),
+            &BTreeMap::new(),
+        );
+        let s = &report.summary;
+        assert_eq!(
+            (
+                s.p50_pending_seconds,
+                s.p99_pending_seconds,
+                s.max_pending_seconds
+            ),
+            (50.0, 60.0, 60.0)
+        );
+        assert_eq!(s.pods_created, 8);
+    }
+
+    #[test]
+    fn progress_says_the_simulated_time_pods_and_nodes() {
+        let p = Progress {
+            simulated: std::time::Duration::from_secs(3 * 3600 + 12 * 60),
+            until: std::time::Duration::from_secs(24 * 3600),
+            pods: 12_345,
+            pending: 120,
+            nodes: 300,
+        };
+        assert_eq!(
+            p.to_string(),
+            "simulate: 3h12m00s of 24h00m00s simulated, 12,345 pods (120 pending), 300 nodes"
+        );
     }
 }

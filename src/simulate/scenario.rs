@@ -39,6 +39,8 @@ pub struct Scenario {
     pub catalog: Option<PathBuf>,
     pub region: String,
     pub zones: Vec<String>,
+    /// Where `zones` (or, without it, `region`) is written in the scenario.
+    pub zones_pos: Pos,
     /// Objects of the initial cluster state, in the snapshot format.
     pub initial: Vec<Manifest>,
     pub cloud: CloudSettings,
@@ -459,6 +461,10 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => ctx.str(n, "region")?.to_string(),
         None => DEFAULT_REGION.to_string(),
     };
+    let zones_pos = root
+        .get("zones")
+        .or_else(|| root.get("region"))
+        .map_or(root.pos, |n| n.pos);
     let zones = match root.get("zones") {
         Some(n) => match &n.value {
             Value::Seq(items) if !items.is_empty() => items
@@ -509,6 +515,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         catalog,
         region,
         zones,
+        zones_pos,
         initial,
         cloud,
         steps,

@@ -21,7 +21,7 @@ use crate::api::ApiKind;
 use crate::config::load::Loaded;
 use crate::config::validate::{self, Object, Options, Report, transition};
 use crate::diag::{Diagnostic, JsonPath, Severity};
-pub use revisions::{RevisionError, Revisions, Side, read, read_one};
+pub use revisions::{RevisionError, Revisions, Side, WORKTREE, read, read_one, read_worktree};
 
 /// Diagnostic codes produced here.
 pub mod codes {

@@ -22,7 +22,24 @@ impl Side {
     pub fn short_sha(&self) -> &str {
         self.sha.get(..7).unwrap_or(&self.sha)
     }
+
+    /// `main (1a2b3c4)`, or just the name for the working tree.
+    pub fn label(&self) -> String {
+        if self.sha.is_empty() {
+            self.git_ref.clone()
+        } else {
+            format!("{} ({})", self.git_ref, self.short_sha())
+        }
+    }
+
+    /// Whether this side is the files on disk.
+    pub fn is_worktree(&self) -> bool {
+        self.sha.is_empty()
+    }
 }
+
+/// The name of the working-tree side of a comparison.
+pub const WORKTREE: &str = "the working tree";
 
 /// Both revisions, read and parsed.
 #[derive(Debug, Clone)]
@@ -113,6 +130,40 @@ pub fn read(
         merge_base,
         from_loaded: from_files.map(|files| load::parse_files(files, limits)),
         to_loaded: load::parse_files(to_files, limits),
+    })
+}
+
+/// Reads the configuration at `from` and the files on disk under `path`
+/// (`diff --worktree`, as `git diff REF` compares a commit with the working
+/// tree).
+pub fn read_worktree(path: &Path, from: &str, limits: &Limits) -> Result<Revisions, RevisionError> {
+    let repo = Repo::open(path)?.ok_or_else(|| RevisionError::NotARepository {
+        path: path.to_path_buf(),
+    })?;
+    let from_commit = repo.resolve(from)?;
+    let from_files = match repo.files_at(&from_commit.sha, limits) {
+        Ok(files) => Some(files),
+        Err(SourceError::PathNotInRevision { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let to_loaded = load::load(
+        path,
+        &crate::config::source::Revision::Worktree,
+        false,
+        limits,
+    )?;
+    Ok(Revisions {
+        from: Side {
+            git_ref: from.to_string(),
+            sha: from_commit.sha,
+        },
+        to: Side {
+            git_ref: WORKTREE.to_string(),
+            sha: String::new(),
+        },
+        merge_base: false,
+        from_loaded: from_files.map(|files| load::parse_files(files, limits)),
+        to_loaded,
     })
 }
 

@@ -519,7 +519,9 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
         .objects
         .iter()
         .any(|o| matches!(o.kind, ApiKind::NodePool | ApiKind::EC2NodeClass));
-    if !has_config {
+    // A repository of retired API versions gets its migration findings only.
+    let retired = report.diagnostics.iter().any(|d| d.code == "retired-api");
+    if !has_config && !retired {
         diags.push(
             Diagnostic::error("empty-repository", "no NodePool or EC2NodeClass found")
                 .with_hint("check the path, the --ref, and .dovetailignore"),

@@ -92,11 +92,6 @@ pub fn label_value_errors(value: &str) -> Vec<String> {
     errs
 }
 
-/// The domain of a label key: the part before the `/`, or empty.
-pub fn label_domain(key: &str) -> &str {
-    key.split_once('/').map(|(d, _)| d).unwrap_or("")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,13 +1,12 @@
 //! Checks the reference autoscaler makes at runtime, beyond its CRD schema and
-//! CEL rules: label and taint syntax, restricted label domains, well-known
+//! CEL rules: label and taint syntax, well-known
 //! values, duration and schedule syntax; and dovetail's warnings.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::names::{label_domain, label_value_errors, qualified_name_errors};
-use crate::api::ALLOWED_KARPENTER_AWS_LABELS;
+use super::names::{label_value_errors, qualified_name_errors};
 use crate::diag::{JsonPath, Severity};
 use crate::timing::{DurationSyntax, Schedule, parse_duration};
 
@@ -47,30 +46,28 @@ impl Out {
     }
 }
 
-/// Domains whose labels the kubelet rejects or Karpenter reserves.
-const RESTRICTED_DOMAINS: [&str; 4] = [
-    "kubernetes.io",
-    "k8s.io",
-    "karpenter.sh",
-    "karpenter.k8s.aws",
-];
-/// Subdomains of the restricted domains that are allowed.
-const DOMAIN_EXCEPTIONS: [&str; 3] = [
-    "kops.k8s.io",
-    "node.kubernetes.io",
-    "node-restriction.kubernetes.io",
-];
-/// Labels in restricted domains that Karpenter understands and allows.
-const WELL_KNOWN: [&str; 9] = [
-    "karpenter.sh/nodepool",
-    "karpenter.sh/capacity-type",
-    "topology.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "node.kubernetes.io/instance-type",
-    "kubernetes.io/arch",
-    "kubernetes.io/os",
-    "node.kubernetes.io/windows-build",
-    "topology.k8s.aws/zone-id",
+// Restricted label domains: Karpenter v1.14.1 reserves only its own domains,
+// `karpenter.sh` (pkg/apis/v1/labels.go `RestrictedLabelDomains`, relaxed in
+// v1.9, "relax cel restrictions") and its AWS provider's `karpenter.k8s.aws`,
+// plus the hostname label, each with its list of allowed labels. The CRD's
+// CEL rules (`rules.rs`, checked against the reference CRDs) enforce exactly
+// these, so there is no runtime check of label domains beyond them:
+// `kubernetes.io`, `k8s.io` and their subdomains are accepted.
+
+/// Requirement keys whose values Karpenter knows: a requirement `In` whose
+/// values are all unknown is an error; one with some unknown values is
+/// accepted (Karpenter logs them) and gets a warning. The capacity types are
+/// core's `WellKnownValuesForRequirements`; the tenancies are the AWS
+/// provider's.
+const WELL_KNOWN_VALUES: [(&str, &[&str]); 2] = [
+    (
+        "karpenter.sh/capacity-type",
+        &["on-demand", "spot", "reserved"],
+    ),
+    (
+        "karpenter.k8s.aws/instance-tenancy",
+        &["default", "dedicated"],
+    ),
 ];
 
 /// Deprecated label keys and their stable equivalents.
@@ -98,41 +95,6 @@ pub fn normalize_label(key: &str) -> &str {
         .map(|(_, new)| *new)
         .unwrap_or(key)
 }
-
-fn is_well_known(key: &str) -> bool {
-    WELL_KNOWN.contains(&key) || ALLOWED_KARPENTER_AWS_LABELS.contains(&key)
-}
-
-/// Whether a node label key may not be set or required by a NodePool, for
-/// the domains the CEL rules do not already cover.
-fn restricted_beyond_cel(key: &str) -> bool {
-    if is_well_known(key) {
-        return false;
-    }
-    let domain = label_domain(key);
-    // karpenter.sh, karpenter.k8s.aws and the hostname label are reported
-    // by the CEL rules.
-    if domain.ends_with("karpenter.sh")
-        || domain.ends_with("karpenter.k8s.aws")
-        || key == "kubernetes.io/hostname"
-    {
-        return false;
-    }
-    if DOMAIN_EXCEPTIONS.iter().any(|e| domain.ends_with(e)) {
-        return false;
-    }
-    RESTRICTED_DOMAINS.iter().any(|d| domain.ends_with(d))
-}
-
-fn restricted_message(key: &str) -> String {
-    format!(
-        "label {key:?} is restricted; use a well-known label ({}) or a custom label outside the domains {}",
-        WELL_KNOWN[..8].join(", "),
-        RESTRICTED_DOMAINS.join(", ")
-    )
-}
-
-const CAPACITY_TYPES: [&str; 3] = ["on-demand", "spot", "reserved"];
 
 fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
@@ -197,9 +159,6 @@ fn check_requirements(out: &mut Out, tspec: &Value, tsp: &JsonPath) {
             );
         }
         let key = normalize_label(key);
-        if restricted_beyond_cel(key) {
-            out.error("requirement", rp.key("key"), restricted_message(key));
-        }
         let op = str_at(r, "operator");
         let Some(values) = r.get("values").and_then(Value::as_array) else {
             continue;
@@ -214,15 +173,50 @@ fn check_requirements(out: &mut Out, tspec: &Value, tsp: &JsonPath) {
                         format!("invalid requirement value {e}"),
                     );
                 }
-                if key == "karpenter.sh/capacity-type" && !CAPACITY_TYPES.contains(&v) {
-                    out.error(
-                        "requirement",
-                        rp.key("values").index(j),
-                        format!("{v:?} is not a capacity type; expected one of on-demand, spot, reserved"),
-                    );
-                }
             }
         }
+        if op == Some("In") {
+            check_well_known_values(out, key, values, &rp);
+        }
+    }
+}
+
+/// Karpenter's `validateWellKnownValues`: an `In` requirement on a key with
+/// known values is an error when none of its values is known; unknown values
+/// beside a known one are a warning (an error under `--strict`).
+fn check_well_known_values(out: &mut Out, key: &str, values: &[Value], rp: &JsonPath) {
+    let Some((_, known)) = WELL_KNOWN_VALUES.iter().find(|(k, _)| *k == key) else {
+        return;
+    };
+    let strs: Vec<(usize, &str)> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(j, v)| v.as_str().map(|s| (j, s)))
+        .collect();
+    let unknown: Vec<&(usize, &str)> = strs.iter().filter(|(_, v)| !known.contains(v)).collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let expected = known.join(", ");
+    if unknown.len() == strs.len() {
+        out.error(
+            "requirement",
+            rp.key("values"),
+            format!(
+                "no valid values found in [{}] for {key}; expected one of {expected}",
+                strs.iter().map(|(_, v)| *v).collect::<Vec<_>>().join(", ")
+            ),
+        );
+        return;
+    }
+    for (j, v) in unknown {
+        out.push(
+            Severity::Warning,
+            "requirement-value",
+            rp.key("values").index(*j),
+            format!("{v:?} is not a known value of {key} (expected one of {expected}); Karpenter ignores it"),
+            Some("remove it; --strict makes this an error".into()),
+        );
     }
 }
 
@@ -239,9 +233,6 @@ fn check_labels(out: &mut Out, labels: &Value, lp: &JsonPath) {
             for e in label_value_errors(v) {
                 out.error("label", kp.clone(), format!("invalid label value {e}"));
             }
-        }
-        if restricted_beyond_cel(k) {
-            out.error("label", kp, restricted_message(k));
         }
     }
 }
@@ -404,30 +395,42 @@ mod tests {
         assert!(got[0].message.contains("spec.template.spec.taints[0]"));
     }
 
+    /// Karpenter v1.14.1 restricts only karpenter.sh and karpenter.k8s.aws
+    /// (pkg/apis/v1/labels.go RestrictedLabelDomains since v1.9, and the
+    /// CRD's CEL rules, checked in `rules`): kubernetes.io and k8s.io
+    /// labels are accepted. Well-known values follow validateWellKnownValues:
+    /// some unknown values warn, all unknown is an error.
     #[test]
-    fn restricted_labels_and_well_known_values() {
+    fn kubernetes_domains_are_free_and_well_known_values_fail_open() {
         let doc = json!({"spec": {"limits": {"cpu": "1"}, "template": {
-        "metadata": {"labels": {"kubernetes.io/role": "x", "node.kubernetes.io/pool": "ok", "team": "a b"}},
+        "metadata": {"labels": {"kubernetes.io/role": "x", "subdomain.k8s.io/test": "y", "team": "a b"}},
         "spec": {"requirements": [
             {"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
             {"key": "k8s.io/foo", "operator": "Exists"},
-            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "preemptible"]}
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "preemptible"]},
+            {"key": "karpenter.k8s.aws/instance-tenancy", "operator": "In", "values": ["shared"]}
         ]}}}});
+        let got: Vec<(String, &str, Severity)> = nodepool(&doc)
+            .iter()
+            .map(|f| (f.path.to_string(), f.code, f.severity))
+            .collect();
         assert_eq!(
-            codes(&doc),
+            got,
             [
                 (
-                    "spec.template.metadata.labels[\"kubernetes.io/role\"]".into(),
-                    "label"
-                ),
-                ("spec.template.metadata.labels.team".into(), "label"),
-                (
-                    "spec.template.spec.requirements[1].key".into(),
-                    "requirement"
+                    "spec.template.metadata.labels.team".into(),
+                    "label",
+                    Severity::Error
                 ),
                 (
                     "spec.template.spec.requirements[2].values[1]".into(),
-                    "requirement"
+                    "requirement-value",
+                    Severity::Warning
+                ),
+                (
+                    "spec.template.spec.requirements[3].values".into(),
+                    "requirement",
+                    Severity::Error
                 ),
             ]
         );

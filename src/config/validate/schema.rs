@@ -146,15 +146,15 @@ pub fn check(kind: ApiKind, doc: &Value) -> Vec<Finding> {
                     });
                 }
             }
-            ValidationErrorKind::Required { property } => out.push(Finding {
-                message: format!(
-                    "missing required field `{}`",
-                    property.as_str().unwrap_or_default()
-                ),
-                path,
-                hint: None,
-                keyword,
-            }),
+            ValidationErrorKind::Required { property } => {
+                let property = property.as_str().unwrap_or_default();
+                out.push(Finding {
+                    message: format!("missing required field `{property}`"),
+                    hint: required_hint(kind, &path, property),
+                    path,
+                    keyword,
+                });
+            }
             ValidationErrorKind::Type { kind } => out.push(Finding {
                 message: format!(
                     "expected {}, found {} {}",
@@ -213,6 +213,19 @@ pub fn check(kind: ApiKind, doc: &Value) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// A hint for a required field that older manifests leave out.
+fn required_hint(kind: ApiKind, path: &JsonPath, property: &str) -> Option<String> {
+    // karpenter.sh/v1 requires consolidateAfter once spec.disruption is
+    // written; v1beta1 manifests and many blog posts omit it.
+    (kind == ApiKind::NodePool
+        && property == "consolidateAfter"
+        && path.to_string() == "spec.disruption")
+        .then(|| {
+            "karpenter.sh/v1 requires consolidateAfter here; \"0s\" keeps the v1beta1 behaviour"
+                .to_string()
+        })
 }
 
 #[cfg(test)]
