@@ -6,6 +6,7 @@ mod aws_proxy;
 mod conformance;
 mod deploy;
 mod diff;
+mod disruption;
 mod hostile;
 mod impact;
 mod moto;

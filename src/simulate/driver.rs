@@ -159,6 +159,66 @@ pub struct Simulation {
     bound: Option<(u64, Option<f64>)>,
 }
 
+/// The initial state's nodes run on instances the simulated EC2 did not
+/// launch: it learns them (type, zone, capacity type and NodePool from the
+/// node's labels, the NodeClaim whose providerID names it, its image from
+/// that NodeClaim), as if they had been running since before the start.
+fn adopt_initial_nodes(
+    cluster: &MemoryCluster,
+    cloud: &SimEc2,
+    start: Timestamp,
+) -> Result<(), SimError> {
+    use crate::api::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
+    let claims = cluster
+        .list::<NodeClaim>(None, &Selector::everything())
+        .items;
+    for node in cluster.list::<Node>(None, &Selector::everything()).items {
+        let Some(pid) = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        let claim = claims.iter().find(|c| {
+            c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid.as_str())
+        });
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let instance = crate::cloud::Instance {
+            id: String::new(),
+            provider_id: pid.clone(),
+            instance_type: label(LABEL_INSTANCE_TYPE),
+            zone: label(LABEL_ZONE),
+            capacity_type: labels
+                .get(LABEL_CAPACITY_TYPE)
+                .cloned()
+                .unwrap_or_else(|| crate::api::CAPACITY_TYPE_ON_DEMAND.to_string()),
+            price: 0.0,
+            launched_at: node
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(start, |t| t.0.min(start)),
+            state: crate::cloud::InstanceState::Running,
+            nodeclaim: claim
+                .and_then(|c| c.metadata.name.clone())
+                .unwrap_or_default(),
+            nodepool: label(LABEL_NODEPOOL),
+            labels: labels.clone(),
+            image_id: claim.and_then(|c| c.status.as_ref()?.image_id.clone()),
+            subnet_id: None,
+            security_group_ids: Vec::new(),
+        };
+        cloud
+            .adopt(instance)
+            .map_err(|e| SimError::Setup(format!("initial Node/{name}: {e}")))?;
+    }
+    Ok(())
+}
+
 /// dovetail's controller as the simulation runs it.
 fn new_controller(
     cluster: &Arc<MemoryCluster>,
@@ -263,6 +323,7 @@ impl Simulation {
         for m in &scenario.initial {
             apply(&cluster, m)?;
         }
+        adopt_initial_nodes(&cluster, &cloud, start)?;
 
         let controller = new_controller(&cluster, &cloud, dyn_clock);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -556,9 +617,10 @@ impl Simulation {
         self.recorder.fleet_point(end_at, lower_bound);
         let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
         let calls = self.cloud.calls().len();
+        let gap = super::report::gap(&self.cluster);
         Ok(self
             .recorder
-            .finish(self.clock.now(), lower_bound, unschedulable, calls))
+            .finish(self.clock.now(), lower_bound, unschedulable, calls, gap))
     }
 }
 

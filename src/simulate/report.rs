@@ -98,6 +98,127 @@ pub struct Summary {
     pub price_per_hour: f64,
     pub lower_bound_price_per_hour: Option<f64>,
     pub cloud_calls: usize,
+    /// What separates the final fleet from the lower bound.
+    pub gap: Gap,
+}
+
+/// What separates a fleet from the lower bound of its workload: the bound
+/// buys exactly the resources the pods request, at the best price per
+/// unit, with no DaemonSet on each node and no topology to respect.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Gap {
+    /// Share of the fleet's allocatable cpu and memory no pod requests:
+    /// nodes come in whole instance types.
+    pub idle_cpu_share: f64,
+    pub idle_memory_share: f64,
+    /// Share of the fleet's allocatable cpu and memory DaemonSet pods take
+    /// (once per node).
+    pub daemonset_cpu_share: f64,
+    pub daemonset_memory_share: f64,
+    /// Workloads spread over zones (a `DoNotSchedule` zone topology
+    /// spread): each zone they use needs a node of its own.
+    pub zone_spread: Vec<ZoneSpread>,
+}
+
+/// A workload spread over zones, and the zones its pods run in.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZoneSpread {
+    /// `Deployment/namespace/name` (or the pods' owner), else `namespace/pod`.
+    pub workload: String,
+    pub zones: usize,
+}
+
+/// The gap between the cluster's fleet and its workload now.
+pub fn gap(cluster: &MemoryCluster) -> Gap {
+    use crate::model::Resources;
+    use crate::model::quantity::{CPU, MEMORY};
+    let nodes = cluster.list::<Node>(None, &Selector::everything()).items;
+    let zone_of: BTreeMap<String, String> = nodes
+        .iter()
+        .filter_map(|n| {
+            Some((
+                n.metadata.name.clone()?,
+                n.metadata
+                    .labels
+                    .as_ref()?
+                    .get(crate::api::LABEL_ZONE)?
+                    .clone(),
+            ))
+        })
+        .collect();
+    let mut alloc = Resources::new();
+    for n in &nodes {
+        if let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref())
+            && let Ok(r) = Resources::from_k8s(a)
+        {
+            alloc.add(&r);
+        }
+    }
+    let mut used = Resources::new();
+    let mut daemon = Resources::new();
+    let mut spread: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for p in cluster.list::<Pod>(None, &Selector::everything()).items {
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        if terminal(&phase(&p)) || p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Ok(r) = crate::scheduling::pod::pod_requests(&p) else {
+            continue;
+        };
+        used.add(&r);
+        let owner = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true));
+        if owner.is_some_and(|o| o.kind == "DaemonSet") {
+            daemon.add(&r);
+        }
+        let zonal = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.topology_key == crate::api::LABEL_ZONE
+                        && c.when_unsatisfiable == "DoNotSchedule"
+                })
+            });
+        if zonal && let Some(zone) = zone_of.get(node) {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            // Deployment pods are named after it by the stand-in controller.
+            let workload = match owner {
+                Some(o) => format!("{}/{ns}/{}", o.kind, o.name),
+                None => format!("{ns}/{}", p.metadata.name.as_deref().unwrap_or_default()),
+            };
+            spread.entry(workload).or_default().insert(zone.clone());
+        }
+    }
+    let share = |part: &Resources, key: &str| -> f64 {
+        let total = alloc.get(key);
+        if total <= 0 {
+            return 0.0;
+        }
+        ((part.get(key) as f64 / total as f64) * 1e4).round() / 1e4
+    };
+    let mut idle = alloc.clone();
+    idle.sub(&used);
+    Gap {
+        idle_cpu_share: share(&idle, CPU).max(0.0),
+        idle_memory_share: share(&idle, MEMORY).max(0.0),
+        daemonset_cpu_share: share(&daemon, CPU),
+        daemonset_memory_share: share(&daemon, MEMORY),
+        zone_spread: spread
+            .into_iter()
+            .map(|(workload, zones)| ZoneSpread {
+                workload,
+                zones: zones.len(),
+            })
+            .collect(),
+    }
 }
 
 /// A disruption decision carried out.
@@ -427,6 +548,7 @@ impl Recorder {
         lower_bound: Option<f64>,
         unschedulable: BTreeMap<String, String>,
         cloud_calls: usize,
+        gap: Gap,
     ) -> Report {
         // A pod is pending from its creation until it is bound, deleted,
         // or the run ends.
@@ -511,6 +633,7 @@ impl Recorder {
             price_per_hour: round(fleet),
             lower_bound_price_per_hour: lower_bound.map(round),
             cloud_calls,
+            gap,
         };
         Report {
             schema_version: 1,
@@ -597,6 +720,23 @@ impl Report {
                     lb,
                     s.price_per_hour / lb
                 );
+                let g = &s.gap;
+                let pct = |x: f64| (x * 100.0).round();
+                let _ = writeln!(
+                    out,
+                    "  what the bound leaves out:\n    idle allocatable    {}% of cpu, {}% of memory (nodes come in whole instance types)\n    DaemonSet pods      {}% of cpu, {}% of memory (once per node)",
+                    pct(g.idle_cpu_share),
+                    pct(g.idle_memory_share),
+                    pct(g.daemonset_cpu_share),
+                    pct(g.daemonset_memory_share),
+                );
+                for z in &g.zone_spread {
+                    let _ = writeln!(
+                        out,
+                        "    zone spread         {} over {} zones (a node in each)",
+                        z.workload, z.zones
+                    );
+                }
             }
             _ => {
                 let _ = writeln!(out, "  final fleet         ${:.4}/h", s.price_per_hour);

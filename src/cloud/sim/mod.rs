@@ -447,6 +447,45 @@ impl SimEc2 {
         instance.launched_at.checked_add(self.launch_delay).ok()
     }
 
+    /// Registers an instance that was running before the simulation began
+    /// (a node of the scenario's initial state), so that the cloud knows
+    /// it like one it launched. Its id is the last part of the provider id;
+    /// its price is the catalog's for its offering (0 when unknown). Fails
+    /// on a provider id that is not `aws:///<zone>/<id>` or an id in use.
+    pub fn adopt(&self, mut instance: Instance) -> Result<(), CloudError> {
+        let id = instance
+            .provider_id
+            .strip_prefix("aws:///")
+            .and_then(|rest| rest.rsplit_once('/'))
+            .map(|(_, id)| id.to_string())
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| {
+                CloudError::InvalidRequest(format!(
+                    "provider id {:?} is not aws:///<zone>/<instance id>",
+                    instance.provider_id
+                ))
+            })?;
+        instance.price = self
+            .catalog
+            .iter()
+            .find(|t| t.name == instance.instance_type)
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .find(|o| o.zone == instance.zone && o.capacity_type == instance.capacity_type)
+            })
+            .map_or(0.0, |o| o.price);
+        instance.id = id.clone();
+        let mut state = self.lock();
+        if state.instances.contains_key(&id) {
+            return Err(CloudError::InvalidRequest(format!(
+                "instance {id} already exists"
+            )));
+        }
+        state.instances.insert(id, instance);
+        Ok(())
+    }
+
     /// Terminates an instance without the controller asking, as EC2 does
     /// when it reclaims spot capacity; `reason` goes into the call log.
     /// Unknown or already terminated instances are `NotFound`.

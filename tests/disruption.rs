@@ -1,0 +1,309 @@
+//! Disruption end to end: scenarios in tests/scenarios/disruption/ run
+//! through `dovetail simulate`, and the JSON report is asserted on.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::support::dovetail;
+
+fn report(scenario: &str) -> Value {
+    let out = dovetail(&["simulate", scenario, "--output", "json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+fn disruption(name: &str) -> Value {
+    report(&format!("tests/scenarios/disruption/{name}.yaml"))
+}
+
+fn array(v: &Value) -> &Vec<Value> {
+    v.as_array().unwrap()
+}
+
+fn strs(v: &Value) -> Vec<&str> {
+    array(v).iter().map(|s| s.as_str().unwrap()).collect()
+}
+
+/// Seconds since the start of the report of an RFC 3339 time.
+fn at(r: &Value, t: &Value) -> f64 {
+    let parse = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+    parse(t.as_str().unwrap())
+        .duration_since(parse(r["start"].as_str().unwrap()))
+        .as_secs_f64()
+}
+
+fn first_event(r: &Value, object: &str, reason: &str) -> Option<f64> {
+    array(&r["events"])
+        .iter()
+        .find(|e| e["object"] == object && e["reason"] == reason)
+        .map(|e| e["t"].as_f64().unwrap())
+}
+
+/// Every pod still there at the end runs, and nothing waits for capacity.
+fn assert_all_pods_run(r: &Value) {
+    assert_eq!(r["summary"]["pods_pending"], 0, "{}", r["summary"]);
+    for p in array(&r["pods"]) {
+        if p["deleted_at"].is_null() {
+            assert!(
+                matches!(p["phase"].as_str(), Some("Running" | "Succeeded")),
+                "{p}"
+            );
+        }
+    }
+}
+
+/// Each replacement is initialized before the node it replaces is drained.
+fn assert_replacements_initialized_first(r: &Value) {
+    for d in array(&r["disruptions"]) {
+        for c in strs(&d["nodeclaims"]) {
+            let drained = first_event(r, &format!("NodeClaim/{c}"), "Disrupting");
+            for rep in strs(&d["replacements"]) {
+                let ready = first_event(r, &format!("NodeClaim/{rep}"), "Initialized");
+                match (ready, drained) {
+                    (Some(ready), Some(drained)) => assert!(ready <= drained, "{d}"),
+                    (None, Some(_)) => panic!("{c} drained before {rep} was initialized: {d}"),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// NodeClaims disrupted for `reason`.
+fn disrupted(r: &Value, reason: &str) -> BTreeSet<String> {
+    array(&r["disruptions"])
+        .iter()
+        .filter(|d| d["reason"] == reason)
+        .flat_map(|d| strs(&d["nodeclaims"]))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The nodes of the report by NodeClaim.
+fn nodes(r: &Value) -> BTreeMap<String, &Value> {
+    array(&r["nodes"])
+        .iter()
+        .map(|n| (n["nodeclaim"].as_str().unwrap().to_string(), n))
+        .collect()
+}
+
+#[test]
+fn a_scale_down_is_consolidated_to_within_thirty_percent_of_the_bound() {
+    let r = disruption("consolidation");
+    let under = disrupted(&r, "Underutilized");
+    assert!(!under.is_empty());
+    assert_all_pods_run(&r);
+    assert_replacements_initialized_first(&r);
+    let s = &r["summary"];
+    let (price, bound) = (
+        s["price_per_hour"].as_f64().unwrap(),
+        s["lower_bound_price_per_hour"].as_f64().unwrap(),
+    );
+    assert!(price <= 1.3 * bound, "fleet {price} vs bound {bound}");
+    // Every consolidation saved money.
+    for d in array(&r["disruptions"]) {
+        assert!(d["savings_per_hour"].as_f64().unwrap() > 0.0, "{d}");
+    }
+}
+
+#[test]
+fn empty_nodes_go_once_consolidate_after_has_passed() {
+    let r = disruption("emptiness");
+    let empty = disrupted(&r, "Empty");
+    assert_eq!(empty.len(), 4, "{empty:?}");
+    let deleted_at = 600.0;
+    for n in nodes(&r).values() {
+        let started = at(&r, &n["disruption_started_at"]);
+        // consolidateAfter is 1m; then validation (15 s) and the budget
+        // (10%: one node at a time) pace them.
+        assert!(started >= deleted_at + 60.0, "{n}");
+        assert!(started <= deleted_at + 60.0 + 4.0 * 40.0, "{n}");
+        assert_eq!(n["disruption_reason"], "Empty");
+    }
+    assert!(
+        array(&r["nodes"])
+            .iter()
+            .all(|n| !n["deleted_at"].is_null())
+    );
+}
+
+#[test]
+fn a_ten_percent_budget_paces_drift_replacement() {
+    let r = disruption("pacing");
+    assert_eq!(disrupted(&r, "Drifted").len(), 20);
+    // At most 2 of the 20 nodes are being disrupted at any time.
+    let mut changes: Vec<(f64, i32)> = Vec::new();
+    for n in array(&r["nodes"]) {
+        if !n["disruption_started_at"].is_null() {
+            changes.push((at(&r, &n["disruption_started_at"]), 1));
+            changes.push((at(&r, &n["deleted_at"]), -1));
+        }
+    }
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in changes {
+        now += d;
+        most = most.max(now);
+    }
+    assert_eq!(most, 2);
+    assert_replacements_initialized_first(&r);
+    assert_all_pods_run(&r);
+}
+
+#[test]
+fn a_business_hours_budget_blocks_consolidation_only_inside_its_window() {
+    let r = disruption("business-hours");
+    // Starts Monday 08:00; the window is 09:00-17:00; the scale-down is at
+    // 09:30.
+    let times: Vec<f64> = array(&r["disruptions"])
+        .iter()
+        .filter(|d| d["reason"] == "Underutilized")
+        .map(|d| d["t"].as_f64().unwrap())
+        .collect();
+    assert!(!times.is_empty());
+    for t in &times {
+        assert!(
+            !(3600.0..9.0 * 3600.0).contains(t),
+            "consolidated at +{t}s, inside the window: {times:?}"
+        );
+    }
+    assert!(times.iter().any(|t| *t >= 9.0 * 3600.0), "{times:?}");
+    assert_all_pods_run(&r);
+}
+
+#[test]
+fn nodes_with_do_not_disrupt_pods_or_pods_no_budget_lets_go_are_left_alone() {
+    let r = disruption("blocked");
+    let by_claim = nodes(&r);
+    let holding = |app: &str| -> String {
+        by_claim
+            .iter()
+            .find(|(_, n)| {
+                strs(&n["pods"])
+                    .iter()
+                    .any(|p| p.starts_with(&format!("default/{app}-")))
+            })
+            .map(|(c, _)| c.clone())
+            .unwrap_or_else(|| panic!("no node held {app}"))
+    };
+    let touched: BTreeSet<String> = array(&r["disruptions"])
+        .iter()
+        .flat_map(|d| strs(&d["nodeclaims"]))
+        .map(str::to_string)
+        .collect();
+    assert!(!touched.contains(&holding("guarded")), "{touched:?}");
+    assert!(!touched.contains(&holding("budgeted")), "{touched:?}");
+    // The third one, holding one small pod on a large node, is replaced.
+    let free = array(&r["pods"])
+        .iter()
+        .find(|p| p["name"] == "free-00000")
+        .unwrap();
+    let free_node = by_claim
+        .values()
+        .find(|n| n["name"] == free["node"])
+        .unwrap();
+    assert!(touched.contains(free_node["nodeclaim"].as_str().unwrap()));
+    assert_all_pods_run(&r);
+}
+
+/// The NodeClaims of a drift scenario's apps and system pools, before the
+/// change (those launched in the first minute).
+fn initial_claims(r: &Value) -> BTreeMap<String, &Value> {
+    nodes(r)
+        .into_iter()
+        .filter(|(_, n)| at(r, &n["launched_at"]) < 60.0)
+        .collect()
+}
+
+fn assert_drift_of(scenario: &str, affected: impl Fn(&Value) -> bool) {
+    let r = disruption(scenario);
+    let initial = initial_claims(&r);
+    let expected: BTreeSet<String> = initial
+        .iter()
+        .filter(|(_, n)| affected(n))
+        .map(|(c, _)| c.clone())
+        .collect();
+    assert!(!expected.is_empty(), "{scenario}: nothing to drift");
+    assert_eq!(disrupted(&r, "Drifted"), expected, "{scenario}");
+    assert_replacements_initialized_first(&r);
+    assert_all_pods_run(&r);
+    // Replaced within the pools' budgets: apps (10%) one at a time, system
+    // (the default 10%) one at a time.
+    for d in array(&r["disruptions"]) {
+        assert_eq!(array(&d["nodeclaims"]).len(), 1, "{d}");
+    }
+}
+
+#[test]
+fn a_published_al2023_image_drifts_exactly_the_al2023_nodes() {
+    assert_drift_of("drift-image", |n| n["nodepool"] == "apps");
+}
+
+#[test]
+fn a_kubernetes_upgrade_drifts_every_node() {
+    assert_drift_of("drift-k8s", |_| true);
+}
+
+#[test]
+fn a_pinned_alias_commit_drifts_exactly_that_node_classes_nodes() {
+    assert_drift_of("drift-alias", |n| n["nodepool"] == "system");
+}
+
+#[test]
+fn a_block_device_commit_drifts_exactly_that_node_classes_nodes() {
+    assert_drift_of("drift-blockdevice", |n| n["nodepool"] == "apps");
+}
+
+#[test]
+fn a_requirements_commit_drifts_exactly_the_nodes_that_no_longer_meet_them() {
+    assert_drift_of("drift-requirements", |n| {
+        n["nodepool"] == "apps" && n["instance_type"].as_str().unwrap().starts_with('c')
+    });
+}
+
+#[test]
+fn expired_nodes_are_replaced() {
+    let r = disruption("expiry");
+    let expired = disrupted(&r, "Expired");
+    assert_eq!(expired.len(), 3);
+    for n in nodes(&r).values() {
+        if expired.contains(n["nodeclaim"].as_str().unwrap()) {
+            // expireAfter is 1h from creation (+48 s to initialize).
+            let started = at(&r, &n["disruption_started_at"]);
+            assert!((3600.0..3700.0).contains(&started), "{n}");
+            assert!(!n["replaced_by"].as_array().unwrap().is_empty(), "{n}");
+        }
+    }
+    assert_replacements_initialized_first(&r);
+    assert_all_pods_run(&r);
+}
+
+/// Regression guard against churn: a stable workload run for a day is
+/// disrupted only while it first settles, and no node is ever replaced by
+/// its own instance type at its own price.
+#[test]
+fn a_stable_workload_is_not_disrupted_after_it_settles() {
+    let r = report("tests/scenarios/stable.yaml");
+    let by_claim = nodes(&r);
+    for d in array(&r["disruptions"]) {
+        let t = d["t"].as_f64().unwrap();
+        assert!(t < 3600.0, "disrupted after the first hour: {d}");
+        for c in strs(&d["nodeclaims"]) {
+            let old = by_claim[c];
+            for rep in strs(&d["replacements"]) {
+                let new = by_claim[rep];
+                assert!(
+                    !(new["instance_type"] == old["instance_type"]
+                        && new["capacity_type"] == old["capacity_type"]
+                        && (new["price_per_hour"].as_f64().unwrap()
+                            - old["price_per_hour"].as_f64().unwrap())
+                        .abs()
+                            < 1e-9),
+                    "{c} replaced by the same type at the same price: {d}"
+                );
+            }
+        }
+    }
+    assert_all_pods_run(&r);
+}
