@@ -11,7 +11,14 @@
 //!   are kept, and those the same manager applied before and no longer
 //!   applies are removed (the keys it owns are recorded in its
 //!   `managedFields` entry, as `f:metadata.f:labels.f:<key>`);
-//! - the status is kept.
+//! - the status is kept;
+//! - fields are owned by the managers that applied them (the labels and
+//!   annotations each applied, and the body as one field): applying a
+//!   different value to a field another manager owns is a conflict (409)
+//!   naming the fields and their managers, unless the apply is forced, which
+//!   takes them over. Writes that are not applies (create, update) own
+//!   nothing here, as they would own fields under the `Update` operation
+//!   that forced and unforced applies alike may take.
 
 use std::collections::BTreeMap;
 
@@ -53,11 +60,13 @@ impl ApplyParams {
 /// The object the in-memory server stores when `applied` is applied by
 /// `manager` over `existing` (see the module documentation). The result has
 /// the existing object's resourceVersion, so writing it fails with a
-/// conflict if the object changed meanwhile.
+/// conflict if the object changed meanwhile. Without `force`, a field
+/// another manager owns with another value is a conflict.
 pub(super) fn merge<K: Object>(
     existing: Option<&K>,
     applied: &K,
     manager: &str,
+    force: bool,
     now: Timestamp,
 ) -> Result<K, ApiError> {
     let internal = |e: serde_json::Error| ApiError::Internal {
@@ -87,6 +96,10 @@ pub(super) fn merge<K: Object>(
         meta.managed_fields = Some(vec![entry]);
         return Ok(obj);
     };
+    let taken = owned_by_others(existing, applied, manager).map_err(internal)?;
+    if !force && !taken.is_empty() {
+        return Err(conflict::<K>(existing, &taken));
+    }
 
     // The body of the applied object with the existing status.
     let mut body = match serde_json::to_value(applied).map_err(internal)? {
@@ -127,10 +140,143 @@ pub(super) fn merge<K: Object>(
         .filter(|e| e.manager.as_deref() != Some(manager))
         .cloned()
         .collect();
+    // A forced apply takes the fields it set from their other owners.
+    for e in &mut managed {
+        if let Some(fields) = e.fields_v1.as_mut() {
+            for (owner, field) in &taken {
+                if e.manager.as_deref() == Some(owner.as_str()) {
+                    disown(&mut fields.0, field);
+                }
+            }
+        }
+    }
     managed.push(entry);
     meta.managed_fields = Some(managed);
     *obj.meta_mut() = meta;
     Ok(obj)
+}
+
+/// A field of the in-memory ownership model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Field {
+    Label(String),
+    Annotation(String),
+    /// Everything but metadata and status.
+    Body,
+}
+
+impl Field {
+    /// As the API server names it in a conflict.
+    fn path(&self) -> String {
+        match self {
+            Field::Label(k) => format!(".metadata.labels.{k}"),
+            Field::Annotation(k) => format!(".metadata.annotations.{k}"),
+            Field::Body => ".spec".to_string(),
+        }
+    }
+}
+
+/// The fields `applied` sets to another value than `existing` has, each
+/// with the other applier that owns it.
+fn owned_by_others<K: Object>(
+    existing: &K,
+    applied: &K,
+    manager: &str,
+) -> Result<Vec<(String, Field)>, serde_json::Error> {
+    let (old, new) = (existing.meta(), applied.meta());
+    let body = |obj: &K| -> Result<Value, serde_json::Error> {
+        let mut v = serde_json::to_value(obj)?;
+        if let Some(m) = v.as_object_mut() {
+            for k in ["metadata", "status", "apiVersion", "kind"] {
+                m.remove(k);
+            }
+        }
+        Ok(v)
+    };
+    let body_differs = body(existing)? != body(applied)?;
+    let differs = |field: &Field| match field {
+        Field::Label(k) => {
+            let get = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+                m.labels.as_ref().and_then(|l| l.get(k)).cloned()
+            };
+            get(new).is_some() && get(new) != get(old)
+        }
+        Field::Annotation(k) => {
+            let get = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+                m.annotations.as_ref().and_then(|a| a.get(k)).cloned()
+            };
+            get(new).is_some() && get(new) != get(old)
+        }
+        Field::Body => body_differs,
+    };
+    let mut out = Vec::new();
+    for e in old.managed_fields.iter().flatten() {
+        let Some(owner) = e.manager.as_deref() else {
+            continue;
+        };
+        if owner == manager || e.operation.as_deref() != Some("Apply") {
+            continue;
+        }
+        let fields = e.fields_v1.as_ref();
+        let mut owned: Vec<Field> = owned_keys(fields, "f:labels")
+            .into_iter()
+            .map(Field::Label)
+            .collect();
+        owned.extend(
+            owned_keys(fields, "f:annotations")
+                .into_iter()
+                .map(Field::Annotation),
+        );
+        if fields.is_some_and(|f| f.0.get("f:spec").is_some()) {
+            owned.push(Field::Body);
+        }
+        out.extend(
+            owned
+                .into_iter()
+                .filter(|f| differs(f))
+                .map(|f| (owner.to_string(), f)),
+        );
+    }
+    Ok(out)
+}
+
+/// The 409 of an apply that would change fields others own.
+fn conflict<K: Object>(existing: &K, taken: &[(String, Field)]) -> ApiError {
+    let list: Vec<String> = taken
+        .iter()
+        .map(|(owner, f)| format!("conflict with {owner:?}: {}", f.path()))
+        .collect();
+    let n = taken.len();
+    ApiError::Conflict {
+        resource: super::resource_name::<K>(),
+        key: super::ObjectKey::of(existing),
+        message: format!(
+            "Apply failed with {n} conflict{}: {}",
+            if n == 1 { "" } else { "s" },
+            list.join("; ")
+        ),
+    }
+}
+
+/// Removes `field` from a FieldsV1 set.
+fn disown(fields: &mut Value, field: &Field) {
+    let (section, key) = match field {
+        Field::Label(k) => ("f:labels", k),
+        Field::Annotation(k) => ("f:annotations", k),
+        Field::Body => {
+            if let Some(m) = fields.as_object_mut() {
+                m.remove("f:spec");
+            }
+            return;
+        }
+    };
+    if let Some(m) = fields
+        .get_mut("f:metadata")
+        .and_then(|m| m.get_mut(section))
+        .and_then(Value::as_object_mut)
+    {
+        m.remove(&format!("f:{key}"));
+    }
 }
 
 /// `{"f:metadata": {"f:labels": {"f:k": {}}, ...}, "f:spec": {}}`: the
@@ -266,5 +412,80 @@ mod tests {
         let err = c.apply(cm(&[], &[("bad", "1")]), &params).unwrap_err();
         assert!(err.to_string().contains("data.bad: not allowed"), "{err}");
         assert_eq!(c.resource_version(), 0);
+    }
+
+    fn forced(manager: &str, force: bool) -> ApplyParams {
+        ApplyParams {
+            force,
+            ..ApplyParams::new(manager)
+        }
+    }
+
+    #[test]
+    fn an_unforced_apply_of_fields_another_manager_owns_conflicts() {
+        let c = cluster();
+        c.apply(cm(&[("team", "a")], &[("x", "1")]), &forced("git", false))
+            .unwrap();
+        // Another manager applies the same values: no conflict, shared.
+        c.apply(cm(&[("team", "a")], &[("x", "1")]), &forced("ops", false))
+            .unwrap();
+        // ... and another value: a conflict naming the owner and fields.
+        let err = c
+            .apply(cm(&[("team", "b")], &[("x", "2")]), &forced("ops", false))
+            .unwrap_err();
+        assert_eq!(err.code(), 409);
+        assert_eq!(
+            err.to_string(),
+            "operation cannot be fulfilled on configmaps \"status\": Apply failed with 2 conflicts: conflict with \"git\": .metadata.labels.team; conflict with \"git\": .spec"
+        );
+        let stored = c
+            .get_opt::<ConfigMap>(&ObjectKey::new("ns", "status"))
+            .unwrap();
+        assert_eq!(stored.metadata.labels.as_ref().unwrap()["team"], "a");
+        // A label nobody else owns does not conflict.
+        c.apply(
+            cm(&[("team", "a"), ("ops", "1")], &[("x", "1")]),
+            &forced("ops", false),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_forced_apply_takes_the_fields_over() {
+        let c = cluster();
+        c.apply(cm(&[("team", "a")], &[("x", "1")]), &forced("git", false))
+            .unwrap();
+        let out = c
+            .apply(cm(&[("team", "b")], &[("x", "2")]), &forced("ops", true))
+            .unwrap();
+        assert_eq!(out.metadata.labels.as_ref().unwrap()["team"], "b");
+        let owners: Vec<(String, Value)> = out
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|e| {
+                (
+                    e.manager.clone().unwrap(),
+                    e.fields_v1.as_ref().unwrap().0.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                ("git".to_string(), json!({"f:metadata": {"f:labels": {}}})),
+                (
+                    "ops".to_string(),
+                    json!({"f:metadata": {"f:labels": {"f:team": {}}}, "f:spec": {}})
+                ),
+            ]
+        );
+        // git no longer owns them: its unforced apply of the old values
+        // conflicts with ops now.
+        let err = c
+            .apply(cm(&[("team", "a")], &[("x", "1")]), &forced("git", false))
+            .unwrap_err();
+        assert!(err.to_string().contains("conflict with \"ops\""), "{err}");
     }
 }

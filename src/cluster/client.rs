@@ -8,7 +8,11 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{ApiError, ApplyParams, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{
+    Access, ApiError, ApplyParams, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector, Write,
+};
 
 /// What the controller reads from and writes to.
 pub trait Cluster: Send + Sync {
@@ -58,6 +62,35 @@ pub trait Cluster: Send + Sync {
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
 }
 
+/// A delete's or an eviction's object, for a fault's condition.
+fn key_json(namespace: &str, name: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"namespace": namespace, "name": name}})
+}
+
+impl MemoryCluster {
+    /// Logs a write of the [`Cluster`] interface and returns the error of
+    /// a fault armed for it, if any.
+    fn intercept<K: Object>(
+        &self,
+        write: Write,
+        access: &[Access],
+        object: impl FnOnce() -> serde_json::Value,
+    ) -> Result<(), ApiError> {
+        for a in access {
+            self.seam.log(a.clone());
+        }
+        match self.seam.fault(write, &K::kind(&()), object) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A written object as JSON, for a fault's condition.
+fn json_of<K: Object>(obj: &K) -> impl FnOnce() -> serde_json::Value + '_ {
+    move || serde_json::to_value(obj).unwrap_or_default()
+}
+
 impl Cluster for MemoryCluster {
     fn list<K: Object>(&self) -> Vec<Arc<K>> {
         MemoryCluster::list::<K>(self, None, &Selector::everything()).items
@@ -72,25 +105,43 @@ impl Cluster for MemoryCluster {
     }
 
     fn create<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
-        std::future::ready(MemoryCluster::create(self, obj))
+        let access = [Access::of::<K>("create", None)];
+        std::future::ready(
+            self.intercept::<K>(Write::Create, &access, json_of(&obj))
+                .and_then(|()| MemoryCluster::create(self, obj)),
+        )
     }
 
     fn replace<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
-        std::future::ready(MemoryCluster::replace(self, obj))
+        let access = [Access::of::<K>("update", None)];
+        std::future::ready(
+            self.intercept::<K>(Write::Replace, &access, json_of(&obj))
+                .and_then(|()| MemoryCluster::replace(self, obj)),
+        )
     }
 
     fn replace_status<K: Object>(
         &self,
         obj: K,
     ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
-        std::future::ready(self.update_status(obj))
+        let access = [Access::of::<K>("update", Some("status"))];
+        std::future::ready(
+            self.intercept::<K>(Write::ReplaceStatus, &access, json_of(&obj))
+                .and_then(|()| self.update_status(obj)),
+        )
     }
 
     fn delete<K: Object>(
         &self,
         key: &ObjectKey,
     ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send {
-        std::future::ready(MemoryCluster::delete(self, key))
+        let access = [Access::of::<K>("delete", None)];
+        std::future::ready(
+            self.intercept::<K>(Write::Delete, &access, || {
+                key_json(&key.namespace, &key.name)
+            })
+            .and_then(|()| MemoryCluster::delete(self, key)),
+        )
     }
 
     fn apply<K: Object>(
@@ -98,7 +149,15 @@ impl Cluster for MemoryCluster {
         obj: K,
         params: &ApplyParams,
     ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
-        std::future::ready(MemoryCluster::apply(self, obj, params))
+        // An apply that creates the object is authorised as a create too.
+        let mut access = vec![Access::of::<K>("patch", None)];
+        if self.get_opt::<K>(&ObjectKey::of(&obj)).is_none() {
+            access.push(Access::of::<K>("create", None));
+        }
+        std::future::ready(
+            self.intercept::<K>(Write::Apply, &access, json_of(&obj))
+                .and_then(|()| MemoryCluster::apply(self, obj, params)),
+        )
     }
 
     fn evict(
@@ -106,6 +165,10 @@ impl Cluster for MemoryCluster {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
-        std::future::ready(MemoryCluster::evict(self, namespace, name).map(|_| ()))
+        let access = [Access::of::<Pod>("create", Some("eviction"))];
+        std::future::ready(
+            self.intercept::<Pod>(Write::Evict, &access, || key_json(namespace, name))
+                .and_then(|()| MemoryCluster::evict(self, namespace, name).map(|_| ())),
+        )
     }
 }

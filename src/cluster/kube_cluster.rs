@@ -462,7 +462,7 @@ impl KubeCluster {
         let stored = result
             .await
             .map(Arc::new)
-            .map_err(|e| api_error(e, &resource::<K>(), &key))?;
+            .map_err(|e| api_error(e, &super::resource_name::<K>(), &key))?;
         self.record_object(&stored);
         Ok(stored)
     }
@@ -552,7 +552,7 @@ impl Cluster for KubeCluster {
             request.extensions_mut().insert("delete");
             self.client.request_status::<K>(request).await
         };
-        let resource = resource::<K>();
+        let resource = super::resource_name::<K>();
         let response = response.await.map_err(|e| api_error(e, &resource, &key))?;
         // The object when it still exists or the kind returns deleted
         // objects, else a success `Status`.
@@ -599,7 +599,7 @@ impl Cluster for KubeCluster {
         let applied = result
             .await
             .map(Arc::new)
-            .map_err(|e| api_error(e, &resource::<K>(), &key))?;
+            .map_err(|e| api_error(e, &super::resource_name::<K>(), &key))?;
         if !params.dry_run {
             self.record_object(&applied);
         }
@@ -657,17 +657,6 @@ impl KubeCluster {
 fn collection<K: Object>(key: &ObjectKey) -> Request {
     let namespace = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
     Request::new(K::url_path(&(), namespace))
-}
-
-/// `plural` or `plural.group`, as the API server names resources in its
-/// messages.
-fn resource<K: Object>() -> String {
-    let (plural, group) = (K::plural(&()), K::group(&()));
-    if group.is_empty() {
-        plural.into_owned()
-    } else {
-        format!("{plural}.{group}")
-    }
 }
 
 /// The [`ApiError`] for a failed request on the object at `key`, from the

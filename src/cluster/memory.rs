@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::apply::{self, ApplyParams};
 use super::pdb::{self, ALWAYS_ALLOW, BudgetPods};
+use super::seam::{Access, Fault, Seam};
 use super::store::State;
 use super::{
     ApiError, DeleteOutcome, Object, ObjectKey, ObjectList, Preconditions, Selector, Validator,
@@ -48,6 +49,8 @@ const CONFLICT_RETRIES: usize = 5;
 pub struct MemoryCluster {
     clock: Arc<dyn Clock>,
     state: Arc<RwLock<State>>,
+    /// The access log and faults of the [`super::Cluster`] interface.
+    pub(super) seam: Seam,
 }
 
 impl std::fmt::Debug for MemoryCluster {
@@ -64,7 +67,21 @@ impl MemoryCluster {
         MemoryCluster {
             clock,
             state: Arc::new(RwLock::new(State::new())),
+            seam: Seam::default(),
         }
+    }
+
+    /// Arms a fault: a matching write through the [`super::Cluster`]
+    /// interface fails with the fault's error and changes nothing. See
+    /// [`super::seam`].
+    pub fn inject(&self, fault: Fault) {
+        self.seam.arm(fault);
+    }
+
+    /// Every kind of write made through the [`super::Cluster`] interface,
+    /// with how often, as RBAC names it.
+    pub fn accesses(&self) -> BTreeMap<Access, u64> {
+        self.seam.accesses()
     }
 
     /// Keeps at most `capacity` (at least 1) watch events per kind; older
@@ -331,8 +348,13 @@ impl MemoryCluster {
         let mut attempt = 0;
         loop {
             let existing = self.get_opt::<K>(&key);
-            let merged =
-                apply::merge(existing.as_deref(), &obj, &params.field_manager, self.now())?;
+            let merged = apply::merge(
+                existing.as_deref(),
+                &obj,
+                &params.field_manager,
+                params.force,
+                self.now(),
+            )?;
             if params.dry_run {
                 self.dry_run(&merged)?;
                 return Ok(Arc::new(merged));

@@ -43,6 +43,7 @@ mod error;
 mod kube_cluster;
 mod memory;
 mod pdb;
+pub mod seam;
 mod selector;
 pub mod slim;
 mod store;
@@ -63,6 +64,7 @@ pub use error::ApiError;
 pub use kube_cluster::{KubeCluster, OVERLAY_TTL, WatchOptions};
 pub use memory::MemoryCluster;
 pub use pdb::{BudgetPods, BudgetStatus, budget_status, healthy_pods_needed, is_pod_healthy};
+pub use seam::{Access, Fault, Write};
 pub use selector::{Selector, SelectorError};
 
 /// Whether a kind lives in namespaces, read from its `Resource::Scope`.
@@ -100,6 +102,17 @@ impl<K> Object for K where
         + Sync
         + 'static
 {
+}
+
+/// `plural` or `plural.group`: a kind's resource as the API server names it
+/// in messages and RBAC rules name it with its group.
+pub fn resource_name<K: Object>() -> String {
+    let (plural, group) = (K::plural(&()), K::group(&()));
+    if group.is_empty() {
+        plural.into_owned()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 /// Where an object lives: its namespace (empty for cluster-scoped kinds) and

@@ -207,16 +207,10 @@ fn rv_string(rv: u64) -> String {
 impl<K: Object> KindStore<K> {
     fn new(resource_version: u64) -> Self {
         let kind = K::kind(&());
-        let group = K::group(&());
-        let plural = K::plural(&());
         KindStore {
             info: KindInfo {
                 id: Arc::from(format!("{}/{kind}", K::api_version(&()))),
-                resource: if group.is_empty() {
-                    plural.into_owned()
-                } else {
-                    format!("{plural}.{group}")
-                },
+                resource: super::resource_name::<K>(),
                 namespaced: <K::Scope as KindScope>::NAMESPACED,
             },
             objects: BTreeMap::new(),

@@ -1121,3 +1121,70 @@ fn binding_assigns_a_node_once() {
     c.delete::<Pod>(&key("ns", "held")).expect("marked");
     assert!(c.bind("ns", "held", "n1").unwrap_err().is_conflict());
 }
+
+#[tokio::test]
+async fn the_cluster_interface_logs_each_write_as_rbac_names_it() {
+    let (c, _) = cluster();
+    let c = &c;
+    let created = Cluster::create(c, node("n1")).await.unwrap();
+    Cluster::replace(c, (*created).clone()).await.unwrap();
+    Cluster::replace_status(c, (*created).clone())
+        .await
+        .unwrap();
+    Cluster::create(c, pod("ns", "a", "web")).await.unwrap();
+    Cluster::evict(c, "ns", "a").await.unwrap();
+    Cluster::delete::<Node>(c, &ObjectKey::cluster("n1"))
+        .await
+        .unwrap();
+    let params = ApplyParams::new("dovetail");
+    Cluster::apply(c, node("n2"), &params).await.unwrap();
+    Cluster::apply(c, node("n2"), &params).await.unwrap();
+    // The in-memory server's own methods are not the controller's.
+    c.create(node("n3")).unwrap();
+    let log: Vec<(String, u64)> = c
+        .accesses()
+        .into_iter()
+        .map(|(a, n)| (a.to_string(), n))
+        .collect();
+    let expected = [
+        ("create nodes", 2),
+        ("create pods", 1),
+        ("create pods/eviction", 1),
+        ("delete nodes", 1),
+        ("patch nodes", 2),
+        ("update nodes", 1),
+        ("update nodes/status", 1),
+    ];
+    let expected: Vec<(String, u64)> = expected.iter().map(|(a, n)| (a.to_string(), *n)).collect();
+    assert_eq!(log, expected);
+}
+
+#[tokio::test]
+async fn an_injected_fault_fails_the_write_and_changes_nothing() {
+    let (c, _) = cluster();
+    let injected = ApiError::Internal {
+        message: "injected".into(),
+    };
+    c.create(node("n1")).unwrap();
+    c.inject(
+        Fault::new(Write::ReplaceStatus, "Node", injected.clone())
+            .when(|o| o.pointer("/status/phase").is_some()),
+    );
+    c.inject(Fault::new(Write::Evict, "Pod", injected.clone()).times(2));
+    let before = c.resource_version();
+    let mut n = (*c.get::<Node>(&ObjectKey::cluster("n1")).unwrap()).clone();
+    // No phase: the fault's condition does not hold.
+    Cluster::replace_status(&c, n.clone()).await.unwrap();
+    n.status.get_or_insert_default().phase = Some("Running".into());
+    let err = Cluster::replace_status(&c, n.clone()).await.unwrap_err();
+    assert_eq!(err, injected);
+    assert_eq!(c.resource_version(), before);
+    // Used up: the same write now goes through.
+    Cluster::replace_status(&c, n).await.unwrap();
+    c.create(pod("ns", "a", "web")).unwrap();
+    for _ in 0..2 {
+        assert_eq!(Cluster::evict(&c, "ns", "a").await.unwrap_err(), injected);
+    }
+    Cluster::evict(&c, "ns", "a").await.unwrap();
+    assert!(c.get_opt::<Pod>(&key("ns", "a")).is_none());
+}

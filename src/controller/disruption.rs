@@ -990,7 +990,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .annotations
                 .get_or_insert_with(BTreeMap::new)
                 .insert(ANNOTATION_REPLACES.into(), candidate_names.join(","));
-            match self.cluster.create(object).await {
+            let created = self.cluster.create(object).await;
+            if created.is_ok() {
+                self.metrics
+                    .nodeclaims_created
+                    .with_label_values(&["disruption", replacement.nodepool.as_str()])
+                    .inc();
+            }
+            match created {
                 Ok(_) => self.event(
                     format!("NodeClaim/{name}"),
                     "Provisioned",

@@ -295,7 +295,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         status.node_name = Some(node_name.clone());
         let conds = status.conditions.get_or_insert_with(Vec::new);
         set_condition(conds, conditions::REGISTERED, true, "Registered", "", now);
-        match self.cluster.replace_status(updated).await {
+        let recorded = self.cluster.replace_status(updated).await;
+        if recorded.is_ok() {
+            let pool = claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::api::LABEL_NODEPOOL))
+                .map_or("", String::as_str);
+            self.metrics.nodes_created.with_label_values(&[pool]).inc();
+        }
+        match recorded {
             Ok(_) => self.event(
                 name_of(claim),
                 "Registered",

@@ -2,7 +2,24 @@
 //! reference autoscaler's names where the meaning is the same (so existing
 //! dashboards work) and `dovetail_` names for dovetail's own.
 
-use prometheus::{CounterVec, Gauge, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use std::time::Instant;
+
+use prometheus::{
+    CounterVec, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGaugeVec, Opts, Registry,
+};
+
+use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::cloud::{
+    CloudError, CloudProvider, Instance, Launched, NodeClassResolution, OfferingKey,
+};
+use crate::drift::DriftReason;
+use crate::model::InstanceType;
+
+/// Buckets of the reference's duration histograms (seconds).
+const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 /// The metrics of one controller.
 #[derive(Clone)]
@@ -22,6 +39,16 @@ pub struct Metrics {
     pub savings: Gauge,
     /// `dovetail_disruption_trials_total{method}`: removal trials run.
     pub trials: CounterVec,
+    /// `karpenter_nodeclaims_created_total{reason,nodepool}`: `reason` is
+    /// `provisioning` or `disruption`.
+    pub nodeclaims_created: IntCounterVec,
+    /// `karpenter_nodes_created_total{nodepool}`: nodes registered.
+    pub nodes_created: IntCounterVec,
+    /// `karpenter_scheduler_scheduling_duration_seconds`: one solve.
+    pub scheduling_duration: Histogram,
+    /// `karpenter_cloudprovider_duration_seconds{controller,method,provider}`
+    /// (see [`Metered`]).
+    pub cloudprovider_duration: HistogramVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -87,6 +114,39 @@ impl Metrics {
             &["method"],
         )
         .expect("valid counter options");
+        let nodeclaims_created = IntCounterVec::new(
+            Opts::new(
+                "karpenter_nodeclaims_created_total",
+                "NodeClaims created, by reason (provisioning, disruption) and NodePool.",
+            ),
+            &["reason", "nodepool"],
+        )
+        .expect("valid counter options");
+        let nodes_created = IntCounterVec::new(
+            Opts::new(
+                "karpenter_nodes_created_total",
+                "Nodes registered for a NodeClaim, by NodePool.",
+            ),
+            &["nodepool"],
+        )
+        .expect("valid counter options");
+        let scheduling_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "karpenter_scheduler_scheduling_duration_seconds",
+                "Duration of one scheduling solve for pending pods.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+        )
+        .expect("valid histogram options");
+        let cloudprovider_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "karpenter_cloudprovider_duration_seconds",
+                "Duration of cloud provider calls, by method.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["controller", "method", "provider"],
+        )
+        .expect("valid histogram options");
         for collector in [
             Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(allowed_disruptions.clone()),
@@ -95,6 +155,10 @@ impl Metrics {
             Box::new(pods_drained.clone()),
             Box::new(savings.clone()),
             Box::new(trials.clone()),
+            Box::new(nodeclaims_created.clone()),
+            Box::new(nodes_created.clone()),
+            Box::new(scheduling_duration.clone()),
+            Box::new(cloudprovider_duration.clone()),
         ] {
             registry
                 .register(collector)
@@ -109,11 +173,126 @@ impl Metrics {
             pods_drained,
             savings,
             trials,
+            nodeclaims_created,
+            nodes_created,
+            scheduling_duration,
+            cloudprovider_duration,
         }
     }
 
     /// The registry, for a `/metrics` endpoint.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+}
+
+/// A [`CloudProvider`] whose calls are timed into
+/// `karpenter_cloudprovider_duration_seconds`, labelled with the provider's
+/// name and the method.
+pub struct Metered<P> {
+    inner: P,
+    provider: &'static str,
+    durations: HistogramVec,
+}
+
+impl<P> Metered<P> {
+    pub fn new(inner: P, provider: &'static str, metrics: &Metrics) -> Self {
+        Metered {
+            inner,
+            provider,
+            durations: metrics.cloudprovider_duration.clone(),
+        }
+    }
+
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
+    async fn timed<T>(&self, method: &str, call: impl Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = call.await;
+        self.durations
+            .with_label_values(&["nodeclaim", method, self.provider])
+            .observe(start.elapsed().as_secs_f64());
+        out
+    }
+}
+
+impl<P: CloudProvider> CloudProvider for Metered<P> {
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+        unavailable: &std::collections::BTreeSet<OfferingKey>,
+    ) -> Result<Launched, CloudError> {
+        self.timed("Create", self.inner.create(claim, nodeclass, unavailable))
+            .await
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
+        self.timed("Delete", self.inner.delete(provider_id)).await
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        self.timed("Get", self.inner.get(provider_id)).await
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        self.timed("List", self.inner.list()).await
+    }
+
+    async fn instance_types(
+        &self,
+        nodepool: &NodePool,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<InstanceType>, CloudError> {
+        self.timed(
+            "GetInstanceTypes",
+            self.inner.instance_types(nodepool, nodeclass),
+        )
+        .await
+    }
+
+    async fn resolve_node_class(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<NodeClassResolution, CloudError> {
+        self.timed("ResolveNodeClass", self.inner.resolve_node_class(nodeclass))
+            .await
+    }
+
+    async fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<DriftReason>, CloudError> {
+        self.timed("IsDrifted", self.inner.is_drifted(claim, nodeclass))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::cloud::sim::{SimConfig, SimEc2};
+
+    #[tokio::test]
+    async fn metered_calls_are_timed_by_method_and_provider() {
+        let metrics = Metrics::new();
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let sim = SimEc2::new(SimConfig::new(SimEc2::builtin_catalog().unwrap()), clock);
+        let cloud = Metered::new(sim, "sim", &metrics);
+        assert!(cloud.list().await.unwrap().is_empty());
+        assert!(cloud.delete("aws:///us-east-1a/i-gone").await.is_err());
+        let count = |method: &str| {
+            metrics
+                .cloudprovider_duration
+                .with_label_values(&["nodeclaim", method, "sim"])
+                .get_sample_count()
+        };
+        assert_eq!((count("List"), count("Delete"), count("Get")), (1, 1, 0));
     }
 }

@@ -10,9 +10,12 @@
 
 mod disruption;
 mod gc;
+pub mod http;
+pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod provisioner;
+pub mod runtime;
 mod termination;
 
 pub use disruption::{
@@ -53,6 +56,11 @@ pub struct Settings {
     /// Whether a spot node may be replaced by spot capacity (at least 15
     /// cheaper types, as the reference requires).
     pub spot_to_spot_consolidation: bool,
+    /// A provisioning batch closes when no new pending pod arrived for
+    /// this long...
+    pub batch_idle: Duration,
+    /// ...or when it has been open this long.
+    pub batch_max: Duration,
 }
 
 impl Default for Settings {
@@ -65,6 +73,8 @@ impl Default for Settings {
             replacement_timeout: Duration::from_secs(10 * 60),
             disruption_resync: Duration::from_secs(5 * 60),
             spot_to_spot_consolidation: true,
+            batch_idle: BATCH_IDLE,
+            batch_max: BATCH_MAX,
         }
     }
 }

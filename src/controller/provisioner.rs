@@ -233,8 +233,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let idle = since(self.batch.changed.unwrap_or(now), now);
         let open = since(self.batch.opened.unwrap_or(now), now);
-        if idle < BATCH_IDLE && open < BATCH_MAX {
-            return (BATCH_IDLE - idle).min(BATCH_MAX - open);
+        let (batch_idle, batch_max) = (self.settings.batch_idle, self.settings.batch_max);
+        if idle < batch_idle && open < batch_max {
+            return (batch_idle - idle).min(batch_max - open);
         }
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
@@ -571,13 +572,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 return out;
             }
         };
-        let result = match solve(
+        let timer = self.metrics.scheduling_duration.start_timer();
+        let solved = solve(
             &input,
             &SolveOptions {
                 preferences: Preferences::Respect,
                 now_ms,
             },
-        ) {
+        );
+        timer.observe_duration();
+        let result = match solved {
             Ok(r) => r,
             Err(e) => {
                 self.event("Provisioner".into(), "SolveFailed", e.to_string());
@@ -614,6 +618,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
+                    self.metrics
+                        .nodeclaims_created
+                        .with_label_values(&["provisioning", claim.nodepool.as_str()])
+                        .inc();
                     out.created.insert(name.clone());
                     for pod in &claim.pods {
                         out.placed.insert(pod.clone(), Target::Claim(name.clone()));

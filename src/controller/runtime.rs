@@ -1,0 +1,697 @@
+//! The in-cluster runtime of `dovetail controller`: the same
+//! [`Controller`] the simulation drives, on a real clock, woken by watch
+//! events and its own timers, writing only while this replica leads.
+//!
+//! - [`Runtime::run`] waits for leadership, then runs the controller's
+//!   reconciles (provisioning, the NodeClaim lifecycle and termination,
+//!   disruption) and the config sync side by side until leadership is
+//!   lost or the process shuts down. Each term starts a new
+//!   [`Controller`]: everything it needs is read back from the cluster, as
+//!   after a restart.
+//! - The controller's decisions become Kubernetes Events
+//!   ([`EventRecorder`]) on the NodePools, NodeClaims, Nodes and Pods they
+//!   concern, written through the [`Cluster`] trait.
+//! - [`gather_metrics`] renders `/metrics`: the controller's and the sync
+//!   engine's registries, and `karpenter_pods_state` computed from the
+//!   cache at scrape time (no per-pod series is kept between scrapes).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use prometheus::core::Collector;
+use prometheus::{IntGaugeVec, Opts, Registry, TextEncoder};
+use tokio::sync::watch;
+
+use super::http::Health;
+use super::metrics::Metrics;
+use super::{Controller, Event, Settings};
+use crate::api::{
+    EC2NodeClass, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim,
+    NodePool,
+};
+use crate::clock::{Clock, Timestamp};
+use crate::cloud::CloudProvider;
+use crate::cluster::{Cluster, Object, ObjectKey};
+use crate::sync::SyncEngine;
+
+/// The shortest time between two passes: watch events arrive in bursts,
+/// and a pass reads the whole cache.
+pub const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
+/// An Event already written with the same object, reason and message is
+/// not written again within this window (the controller reports some
+/// conditions, such as an unschedulable pod, on every pass).
+pub const EVENT_DEDUPE: Duration = Duration::from_secs(10 * 60);
+/// Where Events about cluster-scoped objects go, as kubectl looks for them.
+pub const CLUSTER_EVENTS_NAMESPACE: &str = "default";
+
+/// What the controller hears about interruptions.
+///
+/// SEAM: the SQS poller (`src/interruption`, on the `interruption` branch)
+/// is not part of this build yet. [`Runtime::run`] starts
+/// [`run_interruption`] for every leadership term; wiring the poller means
+/// replacing its body with the poller's loop over this queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interruption {
+    /// The SQS queue EventBridge delivers EC2 interruption events to.
+    pub queue: String,
+    /// Whether rebalance recommendations cordon and replace nodes.
+    pub rebalance: bool,
+}
+
+/// Runs interruption handling for one leadership term (see
+/// [`Interruption`]): today it says, once per term, that it is not wired.
+pub async fn run_interruption(interruption: Option<&Interruption>) {
+    if let Some(i) = interruption {
+        tracing::warn!(
+            queue = %i.queue,
+            rebalance = i.rebalance,
+            "interruption handling is not part of this build: the queue is not polled, spot interruptions are seen only when the instance is gone"
+        );
+    }
+    std::future::pending::<()>().await;
+}
+
+/// The controller's Events as Kubernetes Events.
+#[derive(Debug)]
+pub struct EventRecorder {
+    /// `reportingInstance`: this replica.
+    instance: String,
+    /// When each (object, reason, message) was last written.
+    written: HashMap<(String, String, String), Timestamp>,
+}
+
+impl EventRecorder {
+    pub fn new(instance: &str) -> Self {
+        EventRecorder {
+            instance: instance.to_string(),
+            written: HashMap::new(),
+        }
+    }
+
+    /// Writes the events about objects (skipping repeats within
+    /// [`EVENT_DEDUPE`]); an Event that cannot be written is logged and
+    /// dropped. Returns how many were written.
+    pub async fn record<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        events: &[Event],
+        now: Timestamp,
+    ) -> usize {
+        self.written.retain(|_, t| since(*t, now) < EVENT_DEDUPE);
+        let mut n = 0;
+        for e in events {
+            let key = (e.object.clone(), e.reason.clone(), e.message.clone());
+            if self.written.contains_key(&key) {
+                continue;
+            }
+            let Some(event) = kube_event(cluster, e, &self.instance, now) else {
+                continue;
+            };
+            match cluster.create(event).await {
+                Ok(_) => {
+                    self.written.insert(key, now);
+                    n += 1;
+                }
+                Err(error) => {
+                    tracing::warn!(object = %e.object, reason = %e.reason, %error, "cannot write the Event");
+                }
+            }
+        }
+        n
+    }
+}
+
+fn since(from: Timestamp, to: Timestamp) -> Duration {
+    if to > from {
+        Duration::try_from(to.duration_since(from)).unwrap_or_default()
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// Whether a reason reports a failure (a `Warning` Event).
+pub fn is_warning(reason: &str) -> bool {
+    reason.contains("Failed")
+        || reason.contains("Invalid")
+        || reason.contains("NotRecorded")
+        || reason.contains("NotWritten")
+        || matches!(
+            reason,
+            "InsufficientCapacity" | "NotReady" | "DisruptionRolledBack" | "DisruptionCancelled"
+        )
+}
+
+/// The object an Event is about: `(apiVersion, kind, namespace, name, uid)`.
+fn involved<C: Cluster>(cluster: &C, object: &str) -> Option<ObjectReference> {
+    fn reference<K: Object>(cluster: &impl Cluster, key: ObjectKey) -> ObjectReference {
+        let uid = cluster.get::<K>(&key).and_then(|o| o.meta().uid.clone());
+        ObjectReference {
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(K::kind(&()).into_owned()),
+            namespace: (!key.namespace.is_empty()).then(|| key.namespace.clone()),
+            name: Some(key.name.clone()),
+            uid,
+            ..ObjectReference::default()
+        }
+    }
+    let (kind, rest) = object.split_once('/')?;
+    if rest.is_empty() {
+        return None;
+    }
+    let cluster_key = || ObjectKey::cluster(rest);
+    Some(match kind {
+        "NodeClaim" => reference::<NodeClaim>(cluster, cluster_key()),
+        "NodePool" => reference::<NodePool>(cluster, cluster_key()),
+        "EC2NodeClass" => reference::<EC2NodeClass>(cluster, cluster_key()),
+        "Node" => reference::<Node>(cluster, cluster_key()),
+        "Pod" => {
+            let (ns, name) = rest.split_once('/')?;
+            reference::<Pod>(cluster, ObjectKey::new(ns, name))
+        }
+        _ => return None,
+    })
+}
+
+/// The Kubernetes Event of a controller Event, or `None` when it is not
+/// about one object (a provisioning pass that failed as a whole: logged).
+pub fn kube_event<C: Cluster>(
+    cluster: &C,
+    e: &Event,
+    instance: &str,
+    now: Timestamp,
+) -> Option<KubeEvent> {
+    const MAX_MESSAGE_BYTES: usize = 1024;
+    let involved = involved(cluster, &e.object)?;
+    let namespace = involved
+        .namespace
+        .clone()
+        .unwrap_or_else(|| CLUSTER_EVENTS_NAMESPACE.to_string());
+    let mut message = e.message.clone();
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    let action = if e.kind == "Disruption" {
+        "Disrupt"
+    } else {
+        "Reconcile"
+    };
+    let time = crate::clock::truncate_to_second(now);
+    Some(KubeEvent {
+        metadata: ObjectMeta {
+            generate_name: Some(format!(
+                "{}.",
+                involved.name.as_deref().unwrap_or("dovetail")
+            )),
+            namespace: Some(namespace),
+            ..ObjectMeta::default()
+        },
+        involved_object: involved,
+        reason: Some(e.reason.clone()),
+        message: Some(message),
+        type_: Some(
+            if is_warning(&e.reason) {
+                "Warning"
+            } else {
+                "Normal"
+            }
+            .into(),
+        ),
+        source: Some(EventSource {
+            component: Some("dovetail".into()),
+            host: None,
+        }),
+        reporting_component: Some("dovetail.dev/controller".into()),
+        reporting_instance: Some(instance.to_string()),
+        action: Some(action.into()),
+        count: Some(1),
+        first_timestamp: Some(Time(time)),
+        last_timestamp: Some(Time(time)),
+        event_time: Some(MicroTime(time)),
+        ..KubeEvent::default()
+    })
+}
+
+/// `karpenter_pods_state`: one series per pod, valued 1, labelled with
+/// where it runs, built from the cache at scrape time.
+pub fn pods_state<C: Cluster>(cluster: &C) -> IntGaugeVec {
+    let gauge = IntGaugeVec::new(
+        Opts::new(
+            "karpenter_pods_state",
+            "Pod state: one series per pod, valued 1, with its phase and where it runs.",
+        ),
+        &[
+            "name",
+            "namespace",
+            "owner",
+            "node",
+            "nodepool",
+            "zone",
+            "capacity_type",
+            "instance_type",
+            "phase",
+        ],
+    )
+    .expect("valid gauge options");
+    let nodes: BTreeMap<String, Arc<Node>> = cluster
+        .list::<Node>()
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, n)))
+        .collect();
+    for pod in cluster.list::<Pod>() {
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let labels = nodes
+            .get(&node_name)
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default();
+        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        let owner = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .next()
+            .map(|o| format!("{}/{}", o.kind, o.name))
+            .unwrap_or_default();
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        gauge
+            .with_label_values(&[
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                owner.as_str(),
+                node_name.as_str(),
+                label(LABEL_NODEPOOL).as_str(),
+                label(LABEL_ZONE).as_str(),
+                label(LABEL_CAPACITY_TYPE).as_str(),
+                label(LABEL_INSTANCE_TYPE).as_str(),
+                phase.as_str(),
+            ])
+            .set(1);
+    }
+    gauge
+}
+
+/// The `/metrics` text: every registry, and the pods' state from the cache.
+pub fn gather_metrics<C: Cluster>(cluster: &C, registries: &[&Registry]) -> String {
+    let mut families = Vec::new();
+    for r in registries {
+        families.extend(r.gather());
+    }
+    families.extend(pods_state(cluster).collect());
+    families.sort_by(|a, b| a.name().cmp(b.name()));
+    TextEncoder::new()
+        .encode_to_string(&families)
+        .unwrap_or_else(|e| format!("# metrics could not be encoded: {e}\n"))
+}
+
+/// Everything one replica runs.
+pub struct Runtime<C: Cluster + 'static, P: CloudProvider + 'static> {
+    pub cluster: Arc<C>,
+    pub cloud: Arc<P>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: Settings,
+    /// Shared by every term's controller (served on `/metrics`).
+    pub metrics: Metrics,
+    pub health: Arc<Health>,
+    pub events: EventRecorder,
+    /// The config sync and its fallback poll, if a repository is configured.
+    pub sync: Option<(SyncEngine<C>, Duration)>,
+    pub interruption: Option<Interruption>,
+}
+
+impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
+    /// A new controller for a leadership term, with the shared metrics.
+    pub fn controller(&self) -> Controller<C, P> {
+        let mut c = Controller::new(
+            self.cluster.clone(),
+            self.cloud.clone(),
+            self.clock.clone(),
+            self.settings.clone(),
+        );
+        c.metrics = self.metrics.clone();
+        c
+    }
+
+    /// One pass of every reconcile, then the Events it recorded. Returns
+    /// when the controller next needs to run.
+    pub async fn pass(&mut self, controller: &mut Controller<C, P>) -> Duration {
+        let a = controller.reconcile_provisioning().await;
+        let b = controller.reconcile_nodeclaims().await;
+        let c = controller.reconcile_disruption().await;
+        let events = controller.drain_events();
+        let now = self.clock.now();
+        self.events
+            .record(self.cluster.as_ref(), &events, now)
+            .await;
+        // The simulation's report reads decisions; here they went out as
+        // Events and metrics already.
+        controller.drain_decisions();
+        a.min(b).min(c)
+    }
+
+    /// Runs until `shutdown` resolves: while `leading` is true, the
+    /// controller's passes (woken by `changes` and by the time the
+    /// controller asks for) and the config sync; nothing while it is
+    /// false.
+    pub async fn run(
+        &mut self,
+        mut changes: watch::Receiver<u64>,
+        mut leading: watch::Receiver<bool>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            // Stand by until this replica leads.
+            while !*leading.borrow_and_update() {
+                self.health.leading.store(false, Ordering::Relaxed);
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    changed = leading.changed() => if changed.is_err() { return },
+                }
+            }
+            self.health.leading.store(true, Ordering::Relaxed);
+            tracing::info!("leading: the controller runs");
+            let mut controller = self.controller();
+            let lost = async {
+                while *leading.borrow_and_update() {
+                    if leading.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let mut sync = self.sync.take();
+            let interruption = self.interruption.clone();
+            let stop = tokio::select! {
+                () = &mut shutdown => true,
+                () = lost => false,
+                () = run_interruption(interruption.as_ref()) => false,
+                () = run_sync(sync.as_mut()) => false,
+                () = self.passes(&mut controller, &mut changes) => false,
+            };
+            self.sync = sync;
+            self.health.leading.store(false, Ordering::Relaxed);
+            if stop {
+                return;
+            }
+            tracing::warn!("leadership lost: the controller stopped writing");
+        }
+    }
+
+    /// The controller's passes, forever.
+    async fn passes(
+        &mut self,
+        controller: &mut Controller<C, P>,
+        changes: &mut watch::Receiver<u64>,
+    ) {
+        loop {
+            let started = tokio::time::Instant::now();
+            changes.borrow_and_update();
+            let wait = self.pass(controller).await.max(Duration::from_millis(10));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        // No more watch events: the timers alone drive it.
+                        tokio::time::sleep(wait).await;
+                    } else {
+                        tokio::time::sleep_until(started + MIN_PASS_INTERVAL).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The config sync loop of one term, or nothing without a repository.
+async fn run_sync<C: Cluster>(sync: Option<&mut (SyncEngine<C>, Duration)>) {
+    let Some((engine, poll)) = sync else {
+        return std::future::pending().await;
+    };
+    let path = engine.settings().path.clone();
+    let watcher = match crate::sync::watch::RepoWatcher::new(&path) {
+        Ok(w) => Some(w),
+        Err(error) => {
+            tracing::warn!(%error, "cannot watch the configuration repository; polling only");
+            None
+        }
+    };
+    crate::sync::watch::run(
+        engine,
+        watcher,
+        *poll,
+        |o| tracing::info!(outcome = ?o, "config sync pass"),
+        std::future::pending(),
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::cluster::MemoryCluster;
+
+    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
+        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pending_pod(name: &str) -> Pod {
+        from_yaml(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
+             status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
+        ))
+    }
+
+    fn runtime() -> (Runtime<MemoryCluster, SimEc2>, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let catalog = SimEc2::builtin_catalog().unwrap();
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let class: EC2NodeClass =
+            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
+        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
+        cluster.create(class).unwrap();
+        cluster.create(pool).unwrap();
+        let rt = Runtime {
+            cluster,
+            cloud,
+            clock: dyn_clock,
+            settings: Settings::default(),
+            metrics: Metrics::new(),
+            health: Arc::new(Health::default()),
+            events: EventRecorder::new("replica-a"),
+            sync: None,
+            interruption: None,
+        };
+        (rt, clock)
+    }
+
+    fn events(c: &MemoryCluster) -> Vec<(String, String, String, String)> {
+        c.list::<KubeEvent>(None, &crate::cluster::Selector::everything())
+            .items
+            .iter()
+            .map(|e| {
+                (
+                    e.metadata.namespace.clone().unwrap_or_default(),
+                    format!(
+                        "{}/{}",
+                        e.involved_object.kind.clone().unwrap_or_default(),
+                        e.involved_object.name.clone().unwrap_or_default()
+                    ),
+                    e.reason.clone().unwrap_or_default(),
+                    e.type_.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_leader_writes_and_a_new_term_resumes_from_the_cluster() {
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        let health = rt.health.clone();
+        cluster.create(pending_pod("a")).unwrap();
+        let (changes_tx, changes) = watch::channel(0u64);
+        let (leading_tx, leading) = watch::channel(false);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let run = rt.run(changes, leading, async {
+            let _ = stop_rx.await;
+        });
+        let drive = async {
+            // Standing by: however long, and whatever changes, nothing is written.
+            for _ in 0..5 {
+                clock.advance(Duration::from_secs(30)).unwrap();
+                changes_tx.send_modify(|v| *v += 1);
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            assert!(cluster.accesses().is_empty(), "{:?}", cluster.accesses());
+            assert!(!health.leading.load(Ordering::Relaxed));
+
+            leading_tx.send(true).unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(health.leading.load(Ordering::Relaxed));
+            // The batch closes on the controller's clock.
+            clock.advance(Duration::from_secs(11)).unwrap();
+            tokio::time::sleep(Duration::from_secs(61)).await;
+            let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+            assert_eq!(claims.len(), 1);
+            let written = events(&cluster);
+            let claim = format!("NodeClaim/{}", claims[0].metadata.name.clone().unwrap());
+            assert!(
+                written.contains(&(
+                    "default".into(),
+                    claim.clone(),
+                    "Provisioned".into(),
+                    "Normal".into()
+                )),
+                "{written:?}"
+            );
+            assert!(
+                written.contains(&("default".into(), claim, "Launched".into(), "Normal".into())),
+                "{written:?}"
+            );
+
+            // Leadership lost: writes stop at once.
+            leading_tx.send(false).unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let before = cluster.accesses();
+            for _ in 0..5 {
+                clock.advance(Duration::from_secs(60)).unwrap();
+                changes_tx.send_modify(|v| *v += 1);
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            assert_eq!(cluster.accesses(), before);
+
+            // A new term starts a new controller, which reads the claim back
+            // from the cluster and launches no second one.
+            leading_tx.send(true).unwrap();
+            clock.advance(Duration::from_secs(11)).unwrap();
+            tokio::time::sleep(Duration::from_secs(61)).await;
+            assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
+            stop_tx.send(()).unwrap();
+        };
+        tokio::join!(run, drive);
+        assert!(!health.leading.load(Ordering::Relaxed));
+    }
+
+    #[tokio::test]
+    async fn decisions_become_events_on_their_objects_once_per_window() {
+        let (mut rt, _clock) = runtime();
+        let cluster = rt.cluster.clone();
+        cluster.create(pending_pod("a")).unwrap();
+        let t = Timestamp::UNIX_EPOCH;
+        let event = |object: &str, kind: &str, reason: &str, message: &str| Event {
+            t,
+            kind: kind.into(),
+            object: object.into(),
+            reason: reason.into(),
+            message: message.into(),
+            related: Vec::new(),
+        };
+        let batch = [
+            event(
+                "NodeClaim/general-1",
+                "NodeClaim",
+                "Launched",
+                "launched m5.large",
+            ),
+            event(
+                "NodeClaim/general-2",
+                "NodeClaim",
+                "LaunchFailed",
+                "insufficient capacity in every offering",
+            ),
+            event(
+                "NodeClaim/general-3",
+                "Disruption",
+                "Underutilized",
+                "replace: saves $0.05/h",
+            ),
+            event(
+                "Pod/default/a",
+                "Pod",
+                "FailedProvisioning",
+                "no NodePool tolerates its taints",
+            ),
+            event(
+                "Provisioner",
+                "Provisioner",
+                "SolveFailed",
+                "a pass-wide failure",
+            ),
+        ];
+        let n = rt.events.record(cluster.as_ref(), &batch, t).await;
+        assert_eq!(n, 4);
+        let mut written = events(&cluster);
+        written.sort();
+        let row = |ns: &str, o: &str, r: &str, ty: &str| {
+            (ns.to_string(), o.to_string(), r.to_string(), ty.to_string())
+        };
+        assert_eq!(
+            written,
+            [
+                row("default", "NodeClaim/general-1", "Launched", "Normal"),
+                row("default", "NodeClaim/general-2", "LaunchFailed", "Warning"),
+                row("default", "NodeClaim/general-3", "Underutilized", "Normal"),
+                row("default", "Pod/a", "FailedProvisioning", "Warning"),
+            ]
+        );
+        let pod_event = cluster
+            .list::<KubeEvent>(Some("default"), &crate::cluster::Selector::everything())
+            .items
+            .into_iter()
+            .find(|e| e.involved_object.kind.as_deref() == Some("Pod"))
+            .unwrap();
+        let pod = cluster
+            .get_opt::<Pod>(&ObjectKey::new("default", "a"))
+            .unwrap();
+        assert_eq!(pod_event.involved_object.uid, pod.metadata.uid);
+        assert_eq!(
+            pod_event.message.as_deref(),
+            Some("no NodePool tolerates its taints")
+        );
+        // The same decision again within the window: not repeated; after
+        // it: written again.
+        assert_eq!(rt.events.record(cluster.as_ref(), &batch, t).await, 0);
+        let later = t.checked_add(EVENT_DEDUPE).unwrap();
+        assert_eq!(rt.events.record(cluster.as_ref(), &batch, later).await, 4);
+    }
+
+    #[tokio::test]
+    async fn metrics_carry_the_reference_names_and_the_pods_state() {
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        cluster.create(pending_pod("a")).unwrap();
+        let mut controller = rt.controller();
+        rt.pass(&mut controller).await;
+        clock.advance(Duration::from_secs(11)).unwrap();
+        rt.pass(&mut controller).await;
+        let text = gather_metrics(cluster.as_ref(), &[rt.metrics.registry()]);
+        for name in [
+            "karpenter_nodeclaims_created_total{nodepool=\"general\",reason=\"provisioning\"} 1",
+            "karpenter_scheduler_scheduling_duration_seconds_count 1",
+            "karpenter_pods_state{capacity_type=\"\",instance_type=\"\",name=\"a\",namespace=\"default\",node=\"\",nodepool=\"\",owner=\"\",phase=\"Pending\",zone=\"\"} 1",
+        ] {
+            assert!(text.contains(name), "{name} missing from\n{text}");
+        }
+    }
+}
