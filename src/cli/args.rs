@@ -38,6 +38,8 @@ pub enum Command {
     Sync(SyncArgs),
     /// Inspect what the AWS provider sees: instance types with their allocatable resources and prices.
     Aws(AwsArgs),
+    /// Run the autoscaler in a cluster: kube-rs watches, the AWS provider, config sync, leader election, metrics.
+    Controller(Box<ControllerArgs>),
 }
 
 /// Where the configuration is read from.
@@ -279,22 +281,32 @@ pub struct AwsInstanceTypesArgs {
 #[derive(Debug, Clone, Args)]
 pub struct AwsCommonArgs {
     /// The AWS region [default: AWS_REGION or the profile's].
-    #[arg(long, value_name = "REGION")]
+    #[arg(long, value_name = "REGION", env = "DOVETAIL_REGION")]
     pub region: Option<String>,
     /// Send AWS calls to this endpoint, e.g. an emulator or a VPC endpoint [default: AWS_ENDPOINT_URL, else the service's].
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "DOVETAIL_AWS_ENDPOINT_URL")]
     pub endpoint_url: Option<String>,
     /// On-demand prices (see docs/aws.md) for types the Pricing API does not price, or for every type when it cannot be reached.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "DOVETAIL_PRICING_FILE")]
     pub pricing_file: Option<PathBuf>,
     /// Do not call the Pricing API (isolated VPCs): on-demand prices come from --pricing-file alone.
-    #[arg(long)]
+    #[arg(long, env = "DOVETAIL_ISOLATED_VPC")]
     pub isolated_vpc: bool,
     /// The share of each instance's memory the hypervisor keeps, in percent.
-    #[arg(long, value_name = "PERCENT", default_value_t = 7.5)]
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 7.5,
+        env = "DOVETAIL_VM_MEMORY_OVERHEAD_PERCENT"
+    )]
     pub vm_memory_overhead_percent: f64,
     /// Network interfaces left out of the ENI-limited max pods.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        env = "DOVETAIL_RESERVED_ENIS"
+    )]
     pub reserved_enis: i64,
 }
 
@@ -303,27 +315,185 @@ pub struct AwsCommonArgs {
 #[derive(Debug, Clone, Args)]
 pub struct AwsClusterArgs {
     /// The EKS cluster's name: instances are tagged kubernetes.io/cluster/NAME.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = "DOVETAIL_CLUSTER_NAME")]
     pub cluster_name: String,
     /// The cluster's Kubernetes version (e.g. 1.34), for AMI aliases [default: the API server's].
-    #[arg(long, value_name = "VERSION")]
+    #[arg(long, value_name = "VERSION", env = "DOVETAIL_KUBERNETES_VERSION")]
     pub kubernetes_version: Option<String>,
     /// Where AMI alias parameters are read in SSM.
-    #[arg(long, value_name = "PATH", default_value = "/aws/service")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/aws/service",
+        env = "DOVETAIL_SSM_PARAMETER_ROOT"
+    )]
     pub ssm_parameter_root: String,
     /// The cluster's API server endpoint, for nodes to join.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "DOVETAIL_CLUSTER_ENDPOINT")]
     pub cluster_endpoint: Option<String>,
     /// The cluster's certificate authority (base64), for nodes to join.
-    #[arg(long, value_name = "BASE64")]
+    #[arg(long, value_name = "BASE64", env = "DOVETAIL_CLUSTER_CA_BUNDLE")]
     pub cluster_ca_bundle: Option<String>,
     /// The cluster's service CIDR (the nodes' cluster DNS is its .10 address).
-    #[arg(long, value_name = "CIDR")]
+    #[arg(long, value_name = "CIDR", env = "DOVETAIL_SERVICE_CIDR")]
     pub service_cidr: Option<String>,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `dovetail controller`. Every flag can be set by the `DOVETAIL_*`
+/// environment variable named in its help.
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub cluster: AwsClusterArgs,
+    #[command(flatten)]
+    pub aws: AwsCommonArgs,
+    /// The SQS queue EC2 interruption events arrive on (spot interruptions, rebalance recommendations, scheduled changes, state changes).
+    #[arg(long, value_name = "NAME", env = "DOVETAIL_INTERRUPTION_QUEUE")]
+    pub interruption_queue: Option<String>,
+    /// The configuration repository to sync NodePools and EC2NodeClasses from (e.g. git-sync's --link); without it, nothing is synced.
+    #[arg(long, value_name = "PATH", env = "DOVETAIL_CONFIG_REPO")]
+    pub config_repo: Option<PathBuf>,
+    /// The branch (or any git ref) of the configuration repository whose commits are applied.
+    #[arg(
+        long,
+        value_name = "REF",
+        default_value = "HEAD",
+        env = "DOVETAIL_CONFIG_BRANCH"
+    )]
+    pub config_branch: String,
+    /// Fallback poll of the configuration repository (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_poll_interval, env = "DOVETAIL_POLL_INTERVAL")]
+    pub poll_interval: std::time::Duration,
+    /// Delete objects synced earlier that are no longer in the repository.
+    #[arg(long, env = "DOVETAIL_PRUNE")]
+    pub prune: bool,
+    /// A provisioning batch closes when no new pending pod arrived for this long...
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_poll_interval, env = "DOVETAIL_BATCH_IDLE_DURATION")]
+    pub batch_idle_duration: std::time::Duration,
+    /// ...or when it has been open this long.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_poll_interval, env = "DOVETAIL_BATCH_MAX_DURATION")]
+    pub batch_max_duration: std::time::Duration,
+    /// Spot-to-spot consolidation: a spot node may be replaced by cheaper spot capacity (with at least 15 cheaper types).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "DOVETAIL_FEATURE_SPOT_TO_SPOT")]
+    pub feature_spot_to_spot: bool,
+    /// Act on EC2 rebalance recommendations from the interruption queue (not only on interruptions).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "DOVETAIL_FEATURE_REBALANCE")]
+    pub feature_rebalance: bool,
+    /// Port of /metrics.
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 8080,
+        env = "DOVETAIL_METRICS_PORT"
+    )]
+    pub metrics_port: u16,
+    /// Port of /healthz and /readyz (may equal --metrics-port).
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 8081,
+        env = "DOVETAIL_HEALTH_PORT"
+    )]
+    pub health_port: u16,
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives (dovetail=debug,kube=warn).
+    #[arg(
+        long,
+        value_name = "FILTER",
+        default_value = "info",
+        env = "DOVETAIL_LOG_LEVEL"
+    )]
+    pub log_level: String,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "DOVETAIL_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Namespace of the leader-election Lease and the sync status ConfigMap [default: the kube client's namespace].
+    #[arg(long, value_name = "NAMESPACE", env = "DOVETAIL_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Elect a leader among replicas with a Lease; only the leader writes. Off: this replica always writes.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "DOVETAIL_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "dovetail-leader",
+        env = "DOVETAIL_LEASE_NAME"
+    )]
+    pub lease_name: String,
+    /// This replica's identity in the Lease [default: HOSTNAME, the pod's name].
+    #[arg(long, value_name = "NAME", env = "DOVETAIL_IDENTITY")]
+    pub identity: Option<String>,
+    /// How long the first list of every watched kind may take before the controller gives up.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_poll_interval, env = "DOVETAIL_CACHE_SYNC_TIMEOUT")]
+    pub cache_sync_timeout: std::time::Duration,
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
+    #[test]
+    fn controller_flags_default_and_read_their_environment_variables() {
+        let parse = |args: &[&str]| match super::Cli::try_parse_from(args).unwrap().command {
+            super::Command::Controller(a) => *a,
+            other => panic!("{other:?}"),
+        };
+        let a = parse(&["dovetail", "controller", "--cluster-name", "prod"]);
+        assert_eq!(a.cluster.cluster_name, "prod");
+        assert!(a.feature_spot_to_spot);
+        assert!(!a.feature_rebalance);
+        assert!(a.leader_elect);
+        assert_eq!((a.metrics_port, a.health_port), (8080, 8081));
+        assert_eq!(a.batch_idle_duration, std::time::Duration::from_secs(1));
+        assert_eq!(a.batch_max_duration, std::time::Duration::from_secs(10));
+        assert_eq!(a.log_format, super::LogFormat::Text);
+        let a = parse(&[
+            "dovetail",
+            "controller",
+            "--cluster-name=prod",
+            "--feature-spot-to-spot=false",
+            "--feature-rebalance",
+            "--log-format=json",
+            "--batch-max-duration=30s",
+        ]);
+        assert!(!a.feature_spot_to_spot);
+        assert!(a.feature_rebalance);
+        assert_eq!(a.log_format, super::LogFormat::Json);
+        assert_eq!(a.batch_max_duration, std::time::Duration::from_secs(30));
+        // Every controller flag names its DOVETAIL_* variable.
+        use clap::CommandFactory;
+        let cmd = super::Cli::command();
+        let controller = cmd.find_subcommand("controller").unwrap();
+        for arg in controller.get_arguments() {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert!(
+                env.as_deref().is_some_and(|e| e.starts_with("DOVETAIL_")),
+                "--{} has no DOVETAIL_* variable",
+                arg.get_id()
+            );
+        }
+        assert!(
+            super::Cli::try_parse_from([
+                "dovetail",
+                "controller",
+                "--cluster-name=x",
+                "--batch-idle-duration=0s"
+            ])
+            .is_err()
+        );
+    }
+
     #[test]
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;

@@ -4,9 +4,11 @@
 
 pub mod args;
 mod aws;
+mod controller;
 mod diff;
 mod impact;
 mod live;
+pub mod log;
 mod plan;
 pub mod render;
 mod simulate;
@@ -86,7 +88,14 @@ impl Io<'_> {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    match &cli.command {
+        Command::Controller(a) => log::init(
+            &a.log_level,
+            a.log_format,
+            render::Style::for_stream(std::io::stderr().is_terminal()).color,
+        ),
+        _ => init_logging(),
+    }
     let (mut stdout, mut stderr) = (std::io::stdout().lock(), std::io::stderr());
     let mut io = Io {
         out_is_terminal: std::io::stdout().is_terminal(),
@@ -118,6 +127,7 @@ pub fn run(cli: Cli, io: &mut Io) -> u8 {
         Command::Snapshot(a) => snapshot::run(&a, io),
         Command::Sync(a) => sync::run(&a, io),
         Command::Aws(a) => aws::run(&a, io),
+        Command::Controller(a) => controller::run(&a, io),
     }
 }
 

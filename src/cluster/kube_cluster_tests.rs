@@ -1266,3 +1266,265 @@ async fn watch_in_lists_one_namespace_by_field() {
     assert!(cluster.list::<Lease>().is_empty());
     server.await.unwrap();
 }
+
+// ------------------------------------------ the controller's own requests
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/dovetail/leases";
+
+fn lease(holder: Option<&str>, resource_version: &str, transitions: i32) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": { "name": "dovetail-leader", "namespace": "dovetail", "resourceVersion": resource_version },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2026-11-21T12:00:00.000000Z",
+            "renewTime": "2026-11-21T12:00:00.000000Z",
+            "leaseTransitions": transitions,
+        },
+    })
+}
+
+/// A cluster watching the election's Lease, synced with `items`.
+async fn lease_cluster(items: Vec<Value>) -> (Arc<KubeCluster>, ApiServer, WatchStream) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (mut cluster, mut api) = mock_cluster();
+    cluster
+        .watch_in::<Lease>(
+            "dovetail",
+            WatchOptions::default().fields("metadata.name=dovetail-leader"),
+        )
+        .unwrap();
+    let selector = "fieldSelector=metadata.name%3Ddovetail-leader";
+    let serve = async {
+        api.expect(Method::GET, &format!("{LEASES}?&{selector}&limit=500"))
+            .await
+            .respond(200, list("5", items));
+        api.expect(
+            Method::GET,
+            &format!(
+                "{LEASES}?&watch=true&timeoutSeconds=290&{selector}&allowWatchBookmarks=true&resourceVersion=5"
+            ),
+        )
+        .await
+        .respond_watch()
+    };
+    let (watch, ()) = tokio::join!(serve, synced(&cluster));
+    (Arc::new(cluster), api, watch)
+}
+
+fn elector(
+    cluster: &Arc<KubeCluster>,
+    identity: &str,
+) -> crate::controller::leader::Elector<KubeCluster> {
+    use crate::clock::{ManualClock, Timestamp};
+    crate::controller::leader::Elector::new(
+        cluster.clone(),
+        Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)),
+        crate::controller::leader::LeaseConfig::new("dovetail", "dovetail-leader", identity),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_election_creates_renews_and_releases_its_lease() {
+    let (cluster, mut api, _watch) = lease_cluster(Vec::new()).await;
+    let mut a = elector(&cluster, "a");
+    let server = tokio::spawn(async move {
+        // Acquire: the Lease does not exist, so it is created.
+        let x = api.expect(Method::POST, &format!("{LEASES}?")).await;
+        assert_eq!(x.body["metadata"]["name"], "dovetail-leader");
+        assert_eq!(x.body["spec"]["holderIdentity"], "a");
+        assert_eq!(x.body["spec"]["leaseDurationSeconds"], 15);
+        assert_eq!(x.body["spec"]["leaseTransitions"], 0);
+        x.respond(201, lease(Some("a"), "6", 0));
+        // Renew: an update of the version it wrote, read back from the
+        // cache before the watch delivers it.
+        let x = api
+            .expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await;
+        assert_eq!(x.body["metadata"]["resourceVersion"], "6");
+        assert_eq!(x.body["spec"]["holderIdentity"], "a");
+        x.respond(200, lease(Some("a"), "7", 0));
+        // A renewal the server fails (500) is an error, not a lost lease.
+        api.expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await
+            .respond(
+                500,
+                status(500, "InternalError", "etcd timeout", json!(null)),
+            );
+        // Release: no holder, a one-second lease.
+        let x = api
+            .expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await;
+        assert_eq!(x.body["metadata"]["resourceVersion"], "7");
+        assert_eq!(x.body["spec"].get("holderIdentity"), None);
+        assert_eq!(x.body["spec"]["leaseDurationSeconds"], 1);
+        x.respond(200, lease(None, "8", 0));
+    });
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    let e = a.try_acquire_or_renew().await.unwrap_err();
+    assert_eq!(e.code(), 500);
+    assert!(a.is_leader());
+    a.release().await.unwrap();
+    assert!(!a.is_leader());
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_election_stands_by_when_it_loses_the_race_to_create_or_take_the_lease() {
+    let (cluster, mut api, mut watch) = lease_cluster(Vec::new()).await;
+    let mut b = elector(&cluster, "b");
+    let server = tokio::spawn(async move {
+        // Another replica created it first: 409 AlreadyExists.
+        api.expect(Method::POST, &format!("{LEASES}?"))
+            .await
+            .respond(
+                409,
+                status(
+                    409,
+                    "AlreadyExists",
+                    "leases.coordination.k8s.io \"dovetail-leader\" already exists",
+                    details(
+                        "dovetail-leader",
+                        "leases",
+                        "coordination.k8s.io",
+                        json!(null),
+                    ),
+                ),
+            );
+        // It sees the winner's lease; once that lease is released, its
+        // update races another standby's and conflicts (409).
+        watch.send("ADDED", lease(Some("a"), "6", 0)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        watch.send("MODIFIED", lease(None, "7", 0)).await;
+        let x = api
+            .expect(Method::PUT, &format!("{LEASES}/dovetail-leader?"))
+            .await;
+        assert_eq!(x.body["spec"]["holderIdentity"], "b");
+        assert_eq!(x.body["spec"]["leaseTransitions"], 1);
+        x.respond(
+            409,
+            status(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your changes to the latest version and try again",
+                details("dovetail-leader", "leases", "coordination.k8s.io", json!(null)),
+            ),
+        );
+        watch
+    });
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    eventually(|| {
+        cluster
+            .get::<k8s_openapi::api::coordination::v1::Lease>(&ObjectKey::new(
+                "dovetail",
+                "dovetail-leader",
+            ))
+            .is_some()
+    })
+    .await;
+    // A fresh lease held by a: no request at all.
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    eventually(|| {
+        cluster
+            .get::<k8s_openapi::api::coordination::v1::Lease>(&ObjectKey::new(
+                "dovetail",
+                "dovetail-leader",
+            ))
+            .is_some_and(|l| l.spec.as_ref().unwrap().holder_identity.is_none())
+    })
+    .await;
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    assert!(!b.is_leader());
+    let _watch = server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn tainting_a_node_puts_it_with_the_taint_and_its_resource_version() {
+    use k8s_openapi::api::core::v1::Node;
+    let (cluster, mut api) = mock_cluster();
+    let node: Node = from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": "n1", "resourceVersion": "11", "labels": { "karpenter.sh/nodepool": "general" } },
+        "spec": { "providerID": "aws:///us-east-1a/i-1", "taints": [{ "key": "dedicated", "value": "gpu", "effect": "NoSchedule" }] },
+    }));
+    let server = tokio::spawn(async move {
+        let x = api.expect(Method::PUT, "/api/v1/nodes/n1?").await;
+        assert_eq!(x.body["metadata"]["resourceVersion"], "11");
+        assert_eq!(
+            x.body["spec"]["taints"],
+            json!([
+                { "key": "dedicated", "value": "gpu", "effect": "NoSchedule" },
+                { "key": "karpenter.sh/disrupted", "effect": "NoSchedule" },
+            ])
+        );
+        assert_eq!(
+            x.body["metadata"]["labels"]["karpenter.sh/nodepool"],
+            "general"
+        );
+        let answer = x.body.clone();
+        x.respond(200, answer);
+    });
+    crate::controller::taint_disrupted(&cluster, &node).await;
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn decisions_are_posted_as_events_in_the_objects_namespace() {
+    use crate::controller::Event;
+    use crate::controller::runtime::EventRecorder;
+    let (cluster, mut api) = mock_cluster();
+    let t = crate::clock::Timestamp::UNIX_EPOCH;
+    let event = |object: &str, reason: &str| Event {
+        t,
+        kind: object.split('/').next().unwrap().into(),
+        object: object.into(),
+        reason: reason.into(),
+        message: "why".into(),
+        related: Vec::new(),
+    };
+    let server = tokio::spawn(async move {
+        let x = api
+            .expect(Method::POST, "/api/v1/namespaces/default/events?")
+            .await;
+        assert_eq!(x.body["metadata"]["generateName"], "general-1.");
+        assert_eq!(
+            x.body["involvedObject"],
+            json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "general-1" })
+        );
+        assert_eq!(x.body["reason"], "LaunchFailed");
+        assert_eq!(x.body["type"], "Warning");
+        assert_eq!(x.body["reportingComponent"], "dovetail.dev/controller");
+        let answer = x.body.clone();
+        x.respond(201, answer);
+        let x = api
+            .expect(Method::POST, "/api/v1/namespaces/web/events?")
+            .await;
+        assert_eq!(
+            x.body["involvedObject"],
+            json!({ "apiVersion": "v1", "kind": "Pod", "namespace": "web", "name": "p" })
+        );
+        assert_eq!(x.body["reason"], "FailedProvisioning");
+        // Events are best effort: a failure is logged, not retried.
+        x.respond(
+            500,
+            status(500, "InternalError", "etcd timeout", json!(null)),
+        );
+    });
+    let mut recorder = EventRecorder::new("replica-a");
+    let written = recorder
+        .record(
+            &cluster,
+            &[
+                event("NodeClaim/general-1", "LaunchFailed"),
+                event("Pod/web/p", "FailedProvisioning"),
+            ],
+            t,
+        )
+        .await;
+    server.await.unwrap();
+    assert_eq!(written, 1);
+}

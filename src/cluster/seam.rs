@@ -79,6 +79,9 @@ pub enum Write {
     Evict,
 }
 
+/// A condition on the object of a write (as JSON).
+type Condition = Box<dyn Fn(&Value) -> bool + Send + Sync>;
+
 /// A write that fails instead of being carried out. See the module
 /// documentation.
 pub struct Fault {
@@ -86,7 +89,7 @@ pub struct Fault {
     kind: String,
     error: ApiError,
     times: usize,
-    when: Option<Box<dyn Fn(&Value) -> bool + Send + Sync>>,
+    when: Option<Condition>,
 }
 
 impl fmt::Debug for Fault {

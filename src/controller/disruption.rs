@@ -1256,7 +1256,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 }
 
 /// Taints a node `karpenter.sh/disrupted:NoSchedule`, if it is not yet.
-pub(super) async fn taint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
+pub(crate) async fn taint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
     if has_taint(node, TAINT_DISRUPTED) {
         return;
     }

@@ -75,6 +75,8 @@ pub struct Elector<C: Cluster> {
     /// When the last round reached the API server (read or wrote).
     healthy_at: Option<Timestamp>,
     leading: watch::Sender<bool>,
+    /// The probes' view, updated after every round.
+    health: Option<Arc<super::http::Health>>,
 }
 
 impl<C: Cluster> Elector<C> {
@@ -87,7 +89,15 @@ impl<C: Cluster> Elector<C> {
             renewed: None,
             healthy_at: None,
             leading: watch::Sender::new(false),
+            health: None,
         }
+    }
+
+    /// Reports whether this replica stands by healthily to `health` (for
+    /// `/readyz`) after every round.
+    pub fn with_health(mut self, health: Arc<super::http::Health>) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// Whether this replica leads, as it changes.
@@ -150,6 +160,10 @@ impl<C: Cluster> Elector<C> {
                     self.set_leading(false);
                 }
             }
+        }
+        if let Some(h) = &self.health {
+            h.standby_healthy
+                .store(self.is_healthy(), std::sync::atomic::Ordering::Relaxed);
         }
         result.map(|_| self.is_leader())
     }

@@ -24,6 +24,8 @@ pub use disruption::{
 };
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
+pub(crate) use disruption::taint_disrupted;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -390,7 +390,8 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
             let lost = async {
                 while *leading.borrow_and_update() {
                     if leading.changed().await.is_err() {
-                        break;
+                        // Nobody can take leadership away any more.
+                        std::future::pending::<()>().await;
                     }
                 }
             };

@@ -1,0 +1,302 @@
+//! `dovetail controller`: the autoscaler in a cluster. Wires the
+//! [`crate::controller::runtime::Runtime`] to kube-rs (through
+//! [`KubeCluster`]), the AWS provider, the config sync, leader election and
+//! the HTTP endpoints, then runs until SIGTERM or Ctrl-C.
+//!
+//! Order of start-up, so that each step fails early with a clear error:
+//! the flags and the repository are checked; the kube client is built;
+//! the HTTP endpoints start (`/healthz` answers, `/readyz` does not yet);
+//! every watch lists (the controller acts only after every initial list);
+//! the AWS provider is built; then the election and the loops start. On
+//! SIGTERM the loops stop first, then the Lease is released.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use prometheus::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::args::ControllerArgs;
+use super::{Io, exit};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::clock::{Clock, SystemClock};
+use crate::cloud::aws::AwsProvider;
+use crate::cluster::{KubeCluster, WatchOptions, slim};
+use crate::controller::Settings;
+use crate::controller::http::{Endpoints, Health, serve};
+use crate::controller::leader::{Elector, LeaseConfig};
+use crate::controller::metrics::{Metered, Metrics};
+use crate::controller::runtime::{EventRecorder, Interruption, Runtime, gather_metrics};
+use crate::sync::{STATUS_CONFIGMAP, SyncEngine, resolve_head};
+
+/// The controller's settings from its flags.
+pub fn settings(a: &ControllerArgs) -> Settings {
+    Settings {
+        spot_to_spot_consolidation: a.feature_spot_to_spot,
+        batch_idle: a.batch_idle_duration,
+        batch_max: a.batch_max_duration,
+        ..Settings::default()
+    }
+}
+
+/// The config sync's settings, if a repository is configured.
+fn sync_settings(a: &ControllerArgs, namespace: &str) -> Option<crate::sync::Settings> {
+    let path = a.config_repo.as_ref()?;
+    let mut s = crate::sync::Settings::new(path);
+    s.git_ref.clone_from(&a.config_branch);
+    s.prune = a.prune;
+    s.namespace = namespace.to_string();
+    Some(s)
+}
+
+fn identity(a: &ControllerArgs) -> String {
+    a.identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| format!("dovetail-{}", std::process::id()))
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Resolves once `stop` turns true.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
+    if a.batch_idle_duration > a.batch_max_duration {
+        io.log("error: --batch-idle-duration is longer than --batch-max-duration");
+        io.log("hint: the defaults are 1s and 10s");
+        return exit::ERROR;
+    }
+    let mut aws = match super::aws::aws_config(&a.aws, Some(&a.cluster)) {
+        Ok(c) => c,
+        Err(e) => {
+            io.log(&format!("error: {e}"));
+            return exit::ERROR;
+        }
+    };
+    if let Some(s) = sync_settings(a, "-")
+        && let Err(e) = resolve_head(&s)
+    {
+        io.error(&e, e.hint().as_deref());
+        return exit::ERROR;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            io.error(&e, None);
+            return exit::ERROR;
+        }
+    };
+    runtime.block_on(async {
+        let client = match Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                io.error(&e, Some("run inside a cluster, or set KUBECONFIG or ~/.kube/config"));
+                return exit::ERROR;
+            }
+        };
+        let namespace = a
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        if aws.kubernetes_version.is_none() {
+            match crate::cloud::aws::kubernetes_version(&client).await {
+                Ok(v) => aws.kubernetes_version = Some(v),
+                Err(e) => {
+                    io.log(&format!("error: {e}"));
+                    io.log("hint: pass --kubernetes-version (DOVETAIL_KUBERNETES_VERSION)");
+                    return exit::ERROR;
+                }
+            }
+        }
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn(async move {
+            terminated().await;
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(true);
+        });
+
+        // The caches: what the controller and the sync read.
+        let mut cluster = KubeCluster::new(client);
+        let sync = sync_settings(a, &namespace);
+        let watched = (|| {
+            cluster
+                .watch_with::<Pod>(WatchOptions::default().transform(slim::pod))?
+                .watch_with::<Node>(WatchOptions::default().transform(slim::node))?
+                .watch::<NodePool>()?
+                .watch::<NodeClaim>()?
+                .watch::<EC2NodeClass>()?
+                .watch::<DaemonSet>()?
+                .watch::<PodDisruptionBudget>()?
+                .watch::<PersistentVolume>()?
+                .watch::<PersistentVolumeClaim>()?
+                .watch::<StorageClass>()?;
+            if a.leader_elect {
+                cluster.watch_in::<Lease>(
+                    &namespace,
+                    WatchOptions::default().fields(format!("metadata.name={}", a.lease_name)),
+                )?;
+            }
+            if sync.is_some() {
+                cluster.watch_in::<ConfigMap>(
+                    &namespace,
+                    WatchOptions::default().fields(format!("metadata.name={STATUS_CONFIGMAP}")),
+                )?;
+            }
+            Ok::<(), tokio::runtime::TryCurrentError>(())
+        })();
+        if let Err(e) = watched {
+            io.error(&e, None);
+            return exit::ERROR;
+        }
+        let cluster = Arc::new(cluster);
+
+        // The endpoints answer from the start; /readyz once synced.
+        let health = Arc::new(Health::default());
+        let metrics = Metrics::new();
+        let sync_registry: Arc<OnceLock<Registry>> = Arc::new(OnceLock::new());
+        let endpoints = {
+            let (cluster, registry, sync_registry) =
+                (cluster.clone(), metrics.registry().clone(), sync_registry.clone());
+            Arc::new(Endpoints {
+                health: health.clone(),
+                metrics: Box::new(move || {
+                    let mut registries = vec![&registry];
+                    if let Some(r) = sync_registry.get() {
+                        registries.push(r);
+                    }
+                    gather_metrics(cluster.as_ref(), &registries)
+                }),
+            })
+        };
+        let mut ports = vec![a.metrics_port];
+        if a.health_port != a.metrics_port {
+            ports.push(a.health_port);
+        }
+        for port in ports {
+            match TcpListener::bind(("0.0.0.0", port)).await {
+                Ok(listener) => {
+                    tokio::spawn(serve(listener, endpoints.clone(), stopped(stop.clone())));
+                }
+                Err(e) => {
+                    io.log(&format!("error: cannot listen on port {port}: {e}"));
+                    io.log("hint: choose other ports with --metrics-port and --health-port");
+                    return exit::ERROR;
+                }
+            }
+        }
+
+        tracing::info!("listing the cluster's objects");
+        tokio::select! {
+            () = stopped(stop.clone()) => return exit::OK,
+            synced = tokio::time::timeout(a.cache_sync_timeout, cluster.wait_until_synced()) => match synced {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    io.error(&e, None);
+                    return exit::ERROR;
+                }
+                Err(_) => {
+                    io.log(&format!(
+                        "error: the cluster's objects could not all be listed within {}s",
+                        a.cache_sync_timeout.as_secs()
+                    ));
+                    io.log("hint: check that the CRDs are installed (`dovetail crds | kubectl apply -f -`) and that the service account may list and watch every kind deploy/ grants");
+                    return exit::ERROR;
+                }
+            }
+        }
+        health.synced.store(true, Ordering::Relaxed);
+        tracing::info!("caches synced");
+
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let provider = match AwsProvider::new(aws, clock.clone()).await {
+            Ok(p) => p,
+            Err(e) => {
+                io.error(&e, Some("check the region and the credentials (EKS Pod Identity or IRSA)"));
+                return exit::ERROR;
+            }
+        };
+        let cloud = Arc::new(Metered::new(provider, "aws", &metrics));
+
+        let sync = sync.map(|s| {
+            let engine = SyncEngine::new(cluster.clone(), clock.clone(), s);
+            let _ = sync_registry.set(engine.metrics().registry().clone());
+            (engine, a.poll_interval)
+        });
+
+        // Only the leader writes.
+        let identity = identity(a);
+        let (leading, elector) = if a.leader_elect {
+            let elector = Elector::new(
+                cluster.clone(),
+                clock.clone(),
+                LeaseConfig::new(&namespace, &a.lease_name, &identity),
+            )
+            .with_health(health.clone());
+            let leading = elector.leading();
+            let (release_tx, release) = watch::channel(false);
+            let task = tokio::spawn(elector.run(stopped(release)));
+            (leading, Some((release_tx, task)))
+        } else {
+            (watch::channel(true).1, None)
+        };
+
+        let mut rt = Runtime {
+            cluster: cluster.clone(),
+            cloud,
+            clock,
+            settings: settings(a),
+            metrics,
+            health: health.clone(),
+            events: EventRecorder::new(&identity),
+            sync,
+            interruption: a.interruption_queue.clone().map(|queue| Interruption {
+                queue,
+                rebalance: a.feature_rebalance,
+            }),
+        };
+        rt.run(cluster.changes(), leading, stopped(stop.clone())).await;
+        // The loops have stopped writing: now the Lease may go.
+        if let Some((release, task)) = elector {
+            let _ = release.send(true);
+            let _ = task.await;
+        }
+        tracing::info!("stopped");
+        exit::OK
+    })
+}
