@@ -307,3 +307,132 @@ fn a_stable_workload_is_not_disrupted_after_it_settles() {
     }
     assert_all_pods_run(&r);
 }
+
+// Restarts: the controller is stopped and started again mid-scenario (the
+// `restart` step; a leader change looks the same to the new leader: none
+// of the old one's memory, only the cluster and the cloud). Execution
+// must resume from what the cluster records.
+
+fn restart(name: &str) -> Value {
+    report(&format!("tests/scenarios/restart/{name}.yaml"))
+}
+
+/// `(t, object, reason)` of every event but the restart itself.
+fn timeline(r: &Value) -> Vec<(f64, String, String)> {
+    array(&r["events"])
+        .iter()
+        .filter(|e| e["reason"] != "Restarted")
+        .map(|e| {
+            (
+                e["t"].as_f64().unwrap(),
+                e["object"].as_str().unwrap().to_string(),
+                e["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// No instance outlives its NodeClaim or runs without a Node, and no
+/// NodeClaim name is handed out twice.
+fn assert_nothing_leaked(r: &Value) {
+    for n in array(&r["nodes"]) {
+        if n["deleted_at"].is_null() {
+            assert!(
+                n["name"].as_str().is_some_and(|s| !s.is_empty()),
+                "instance without a node at the end: {n}"
+            );
+        }
+    }
+    let provisioned: Vec<&str> = array(&r["events"])
+        .iter()
+        .filter(|e| e["reason"] == "Provisioned")
+        .map(|e| e["object"].as_str().unwrap())
+        .collect();
+    let unique: BTreeSet<&str> = provisioned.iter().copied().collect();
+    assert_eq!(unique.len(), provisioned.len(), "a NodeClaim name reused");
+}
+
+#[test]
+fn a_restart_during_a_drift_replacement_resumes_it_with_the_same_outcome() {
+    let base = restart("baseline");
+    let r = restart("replacement");
+    // The restart falls between the replacement's launch and its
+    // initialization: the candidate is marked, the replacement in flight.
+    let launched = first_event(&r, "NodeClaim/apps-00006", "Launched").unwrap();
+    let ready = first_event(&r, "NodeClaim/apps-00006", "Initialized").unwrap();
+    let restarted = first_event(&r, "Controller/dovetail", "Restarted").unwrap();
+    assert!(
+        launched < restarted && restarted < ready,
+        "{launched} {restarted} {ready}"
+    );
+    assert_eq!(timeline(&r), timeline(&base));
+    assert_eq!(
+        r["summary"]["nodes_launched"],
+        base["summary"]["nodes_launched"]
+    );
+    assert_all_pods_run(&r);
+    assert_replacements_initialized_first(&r);
+    assert_nothing_leaked(&r);
+}
+
+#[test]
+fn a_restart_during_a_blocked_drain_resumes_it_and_forces_it_at_the_grace_period() {
+    let base = restart("baseline");
+    let r = restart("drain");
+    let deleting = first_event(&r, "NodeClaim/apps-00004", "Disrupting").unwrap();
+    let restarted = first_event(&r, "Controller/dovetail", "Restarted").unwrap();
+    let gone = first_event(&r, "NodeClaim/apps-00004", "Terminated").unwrap();
+    assert!(
+        deleting < restarted && restarted < gone,
+        "{deleting} {restarted} {gone}"
+    );
+    // The pool's terminationGracePeriod (10m) counts from the deletion,
+    // not from the restart; the drain retries at most a minute apart.
+    assert!(gone >= deleting + 600.0, "forced before the grace: {gone}");
+    assert!(
+        gone <= deleting + 660.0,
+        "the restart reset the grace: {gone}"
+    );
+    for key in [
+        "nodes_launched",
+        "nodes_terminated",
+        "disruptions_by_reason",
+    ] {
+        assert_eq!(r["summary"][key], base["summary"][key], "{key}");
+    }
+    assert_all_pods_run(&r);
+    assert_nothing_leaked(&r);
+    assert_nothing_leaked(&base);
+}
+
+/// Issue 16's adoption: Karpenter-launched NodeClaims and Nodes (its
+/// labels, hash annotations and finalizer, no dovetail stamps) are stamped
+/// with dovetail's drift hashes and kept as they are: no replacement, no
+/// eviction, no launch.
+#[test]
+fn nodes_karpenter_launched_are_adopted_stamped_and_left_unchanged() {
+    let r = report("tests/scenarios/adoption/adopt.yaml");
+    let claims = ["default-7xk2p", "default-m4q9z", "default-tr8wd"];
+    for c in claims {
+        assert!(
+            first_event(&r, &format!("NodeClaim/{c}"), "Stamped").is_some(),
+            "{c} not stamped"
+        );
+    }
+    assert!(array(&r["disruptions"]).is_empty(), "{}", r["disruptions"]);
+    assert_eq!(r["summary"]["evictions"], 0);
+    for reason in ["Provisioned", "Launched", "Disrupting", "Drifted"] {
+        assert!(
+            !array(&r["events"]).iter().any(|e| e["reason"] == reason),
+            "{reason}: {}",
+            r["events"]
+        );
+    }
+    let kept: BTreeSet<&str> = array(&r["nodes"])
+        .iter()
+        .filter(|n| n["deleted_at"].is_null())
+        .map(|n| n["nodeclaim"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept, claims.into_iter().collect());
+    assert_all_pods_run(&r);
+}

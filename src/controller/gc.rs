@@ -227,4 +227,63 @@ mod tests {
             "{events:?}"
         );
     }
+
+    /// A controller stopped between a launch and the NodeClaim status that
+    /// records it: the next controller records the instance it finds
+    /// instead of launching a second one.
+    #[test]
+    fn a_launch_whose_status_was_never_written_is_recorded_not_repeated() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let class = EC2NodeClass::test("default");
+        cluster.create(class.clone()).expect("created");
+        let claim = NodeClaim::test("crashed");
+        cluster.create(claim.clone()).expect("created");
+        let first = rt
+            .block_on(cloud.create(&claim, &class, &BTreeSet::new()))
+            .expect("launches")
+            .instance;
+
+        let mut controller = Controller::new(
+            cluster.clone(),
+            cloud.clone(),
+            dyn_clock.clone(),
+            Settings::default(),
+        );
+        rt.block_on(controller.reconcile_nodeclaims());
+        let stored = cluster
+            .get::<NodeClaim>(&crate::cluster::ObjectKey::cluster("crashed"))
+            .expect("kept");
+        let status = stored.status.as_ref().expect("status written");
+        assert_eq!(
+            status.provider_id.as_deref(),
+            Some(first.provider_id.as_str())
+        );
+        let ids: Vec<String> = rt
+            .block_on(cloud.list())
+            .expect("lists")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(
+            ids,
+            std::slice::from_ref(&first.id),
+            "launched a second instance"
+        );
+        let reasons: Vec<String> = controller
+            .drain_events()
+            .into_iter()
+            .map(|e| e.reason)
+            .collect();
+        assert!(
+            reasons.iter().any(|r| r == "LaunchRecovered"),
+            "{reasons:?}"
+        );
+    }
 }

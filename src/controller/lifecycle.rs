@@ -18,7 +18,7 @@ use crate::api::{
     NodeClaim, NodePool, TAINT_UNREGISTERED,
 };
 use crate::clock::Timestamp;
-use crate::cloud::{CloudError, CloudProvider, Instance, Launched};
+use crate::cloud::{CloudError, CloudProvider, Instance, InstanceState, Launched};
 use crate::cluster::{Cluster, ObjectKey};
 
 /// Node labels the reference sets when a NodeClaim's node registers and
@@ -31,6 +31,10 @@ fn name_of(claim: &NodeClaim) -> String {
         "NodeClaim/{}",
         claim.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+fn name_of_claim(claim: &NodeClaim) -> String {
+    claim.metadata.name.clone().unwrap_or_default()
 }
 
 fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
@@ -125,6 +129,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .await;
             return;
         };
+        if let Some(instance) = self.unrecorded_launch(claim).await {
+            self.event(
+                name_of(claim),
+                "LaunchRecovered",
+                format!(
+                    "instance {} was launched for this NodeClaim before its status was written; recording it instead of launching again",
+                    instance.id
+                ),
+            );
+            self.record_launch(claim, &class, instance).await;
+            return;
+        }
         let skip = self.unavailable.active(now);
         match self.cloud.create(claim, &class, &skip).await {
             Ok(Launched { instance, refused }) => {
@@ -167,6 +183,33 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
     }
 
+    /// An instance launched for `claim` that its status does not record yet:
+    /// left by a status write that failed, or by a controller that stopped
+    /// between the launch and the write. The provider's instances are
+    /// listed once per controller start (and whenever the list failed);
+    /// afterwards failed writes are remembered as they happen.
+    async fn unrecorded_launch(&mut self, claim: &NodeClaim) -> Option<Instance> {
+        if self.unrecorded.is_none() {
+            match self.cloud.list().await {
+                Ok(instances) => {
+                    let live = instances.into_iter().filter(|i| {
+                        !i.nodeclaim.is_empty()
+                            && !matches!(
+                                i.state,
+                                InstanceState::ShuttingDown | InstanceState::Terminated
+                            )
+                    });
+                    self.unrecorded = Some(live.map(|i| (i.nodeclaim.clone(), i)).collect());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing instances before a launch");
+                    return None;
+                }
+            }
+        }
+        self.unrecorded.as_mut()?.remove(&name_of_claim(claim))
+    }
+
     /// Marks offerings that had no capacity unavailable for the offering TTL;
     /// returns them as `type/zone/capacity-type` for messages.
     fn mark_unavailable(&mut self, offerings: Vec<crate::cloud::OfferingKey>) -> Vec<String> {
@@ -199,9 +242,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let stored = match self.cluster.replace(labelled).await {
             Ok(c) => c,
             Err(e) => {
-                // The instance exists; a later pass finds it through the
-                // garbage collector if this claim is gone.
+                // The instance exists: the next pass records it, or the
+                // garbage collector terminates it if this claim is gone.
                 self.event(name_of(claim), "LaunchNotRecorded", e.to_string());
+                self.remember_unrecorded(claim, instance);
                 return;
             }
         };
@@ -223,6 +267,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         set_condition(conds, conditions::LAUNCHED, true, "Launched", "", now);
         if let Err(e) = self.cluster.replace_status(updated).await {
             self.event(name_of(claim), "LaunchNotRecorded", e.to_string());
+            self.remember_unrecorded(claim, instance);
             return;
         }
         self.event(
@@ -237,6 +282,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 instance.price
             ),
         );
+    }
+
+    fn remember_unrecorded(&mut self, claim: &NodeClaim, instance: Instance) {
+        if let Some(unrecorded) = self.unrecorded.as_mut() {
+            unrecorded.insert(name_of_claim(claim), instance);
+        }
     }
 
     /// Adopts the node that joined for a NodeClaim: the NodeClaim's labels

@@ -24,6 +24,7 @@ pub use disruption::{
 };
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
+#[cfg(test)]
 pub(crate) use disruption::taint_disrupted;
 
 use std::collections::BTreeMap;
@@ -177,6 +178,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     unschedulable: BTreeMap<String, String>,
     /// Names new NodeClaims deterministically.
     sequence: u64,
+    /// Instances launched for NodeClaims whose status does not name them
+    /// yet, by NodeClaim; read from the provider at the first launch.
+    unrecorded: Option<std::collections::HashMap<String, crate::cloud::Instance>>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -196,6 +200,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             metrics: metrics::Metrics::new(),
             unschedulable: BTreeMap::new(),
             sequence: 0,
+            unrecorded: None,
         }
     }
 

@@ -643,16 +643,35 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         ),
                     )
                 }
-                Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
+                Err(e) => {
+                    // Planned on a claim that does not exist: the next pass
+                    // finds it lost and solves again once the batch window
+                    // closes, instead of waiting for the resync.
+                    for pod in &claim.pods {
+                        out.placed.insert(pod.clone(), Target::Claim(name.clone()));
+                    }
+                    self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string())
+                }
             }
         }
         out
     }
 
     /// A name for a new NodeClaim of a NodePool: `<pool>-<5 hex digits>`
-    /// from a sequence, skipping names in use (after a restart, or a
-    /// leader change, the sequence starts again).
+    /// from a sequence, skipping names in use. A controller that starts
+    /// (after a restart, or a leader change) continues the sequence past
+    /// the highest suffix among the NodeClaims it finds, so that it does
+    /// not hand out again the names of claims deleted moments ago.
     pub(super) fn next_claim_name(&mut self, pool: &str) -> String {
+        if self.sequence == 0 {
+            self.sequence = self
+                .cluster
+                .list::<NodeClaim>()
+                .iter()
+                .filter_map(|c| claim_suffix(c.metadata.name.as_deref()?))
+                .max()
+                .unwrap_or(0);
+        }
         loop {
             self.sequence += 1;
             let name = format!("{pool}-{:05x}", self.sequence & 0xfffff);
@@ -756,6 +775,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             })
             .collect()
     }
+}
+
+/// The sequence number of a NodeClaim name `<pool>-<5 hex digits>`.
+fn claim_suffix(name: &str) -> Option<u64> {
+    let (_, suffix) = name.rsplit_once('-')?;
+    if suffix.len() != 5 {
+        return None;
+    }
+    u64::from_str_radix(suffix, 16).ok()
 }
 
 #[cfg(test)]

@@ -695,4 +695,209 @@ mod tests {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }
     }
+
+    /// Passes of the controller, `step` apart on its clock.
+    async fn passes_for(
+        rt: &mut Runtime<MemoryCluster, SimEc2>,
+        controller: &mut Controller<MemoryCluster, SimEc2>,
+        clock: &ManualClock,
+        n: usize,
+        step: Duration,
+    ) {
+        for _ in 0..n {
+            rt.pass(controller).await;
+            clock.advance(step).unwrap();
+        }
+    }
+
+    fn reasons(c: &MemoryCluster) -> Vec<(String, String, String)> {
+        events(c)
+            .into_iter()
+            .map(|(_, o, r, t)| (o, r, t))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_nodeclaim_create_that_fails_with_500_is_a_warning_and_is_retried() {
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        cluster.create(pending_pod("a")).unwrap();
+        cluster.inject(crate::cluster::Fault::new(
+            crate::cluster::Write::Create,
+            "NodeClaim",
+            crate::cluster::ApiError::Internal {
+                message: "etcdserver: request timed out".into(),
+            },
+        ));
+        let mut controller = rt.controller();
+        // The batch closes at 1s: the create fails.
+        passes_for(&mut rt, &mut controller, &clock, 2, Duration::from_secs(1)).await;
+        assert!(Cluster::list::<NodeClaim>(cluster.as_ref()).is_empty());
+        // Retried after the next batch window, not at the resync.
+        passes_for(&mut rt, &mut controller, &clock, 2, Duration::from_secs(1)).await;
+        let warned = reasons(&cluster)
+            .into_iter()
+            .any(|(o, r, t)| o.starts_with("NodeClaim/") && r == "CreateFailed" && t == "Warning");
+        assert!(warned, "{:?}", reasons(&cluster));
+        assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_status_write_is_a_warning_and_is_written_on_a_later_pass() {
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        cluster.inject(crate::cluster::Fault::new(
+            crate::cluster::Write::ReplaceStatus,
+            "EC2NodeClass",
+            crate::cluster::ApiError::Conflict {
+                resource: "ec2nodeclasses.karpenter.k8s.aws".into(),
+                key: ObjectKey::cluster("default"),
+                message: "the object has been modified".into(),
+            },
+        ));
+        let mut controller = rt.controller();
+        rt.pass(&mut controller).await;
+        let class = |c: &MemoryCluster| {
+            c.get_opt::<EC2NodeClass>(&ObjectKey::cluster("default"))
+                .and_then(|n| n.status.clone())
+        };
+        assert!(class(&cluster).is_none());
+        assert!(
+            reasons(&cluster).contains(&(
+                "EC2NodeClass/default".into(),
+                "StatusNotWritten".into(),
+                "Warning".into()
+            )),
+            "{:?}",
+            reasons(&cluster)
+        );
+        passes_for(&mut rt, &mut controller, &clock, 3, Duration::from_secs(61)).await;
+        assert!(class(&cluster).is_some());
+    }
+
+    /// The node the kubelet registers for a launched NodeClaim.
+    fn node_for(claim: &NodeClaim) -> Node {
+        let status = claim.status.clone().unwrap();
+        let mut labels = claim.metadata.labels.clone().unwrap_or_default();
+        labels.insert("kubernetes.io/hostname".into(), "n1".into());
+        let allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> =
+            [("cpu", "8"), ("memory", "32Gi"), ("pods", "110")]
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into()),
+                    )
+                })
+                .collect();
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                provider_id: status.provider_id.clone(),
+                ..Default::default()
+            }),
+            status: Some(k8s_openapi::api::core::v1::NodeStatus {
+                allocatable: Some(allocatable.clone()),
+                capacity: Some(allocatable),
+                conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_eviction_a_budget_refuses_with_429_blocks_the_drain_without_a_warning() {
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        let mut controller = rt.controller();
+        let mut pod = pending_pod("a");
+        pod.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        cluster.create(pod).unwrap();
+        passes_for(&mut rt, &mut controller, &clock, 3, Duration::from_secs(11)).await;
+        let claim = Cluster::list::<NodeClaim>(cluster.as_ref())[0].clone();
+        assert!(
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_ref())
+                .is_some()
+        );
+        cluster.create(node_for(&claim)).unwrap();
+        cluster.bind("default", "a", "n1").unwrap();
+        let mut bound = (*cluster
+            .get_opt::<Pod>(&ObjectKey::new("default", "a"))
+            .unwrap())
+        .clone();
+        bound.status.get_or_insert_default().phase = Some("Running".into());
+        bound.status.get_or_insert_default().conditions =
+            Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]);
+        cluster.update_status(bound).unwrap();
+        passes_for(&mut rt, &mut controller, &clock, 2, Duration::from_secs(1)).await;
+        let pdb: PodDisruptionBudget = from_yaml(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
+             spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}\n",
+        );
+        cluster.create(pdb).unwrap();
+        let name = claim.metadata.name.clone().unwrap();
+        Cluster::delete::<NodeClaim>(cluster.as_ref(), &ObjectKey::cluster(name.as_str()))
+            .await
+            .unwrap();
+        passes_for(&mut rt, &mut controller, &clock, 3, Duration::from_secs(20)).await;
+        assert!(
+            cluster
+                .get_opt::<Pod>(&ObjectKey::new("default", "a"))
+                .is_some()
+        );
+        assert!(
+            cluster
+                .get_opt::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
+                .is_some()
+        );
+        let object = format!("NodeClaim/{name}");
+        let written = reasons(&cluster);
+        assert!(
+            written.contains(&(object.clone(), "EvictionBlocked".into(), "Normal".into())),
+            "{written:?}"
+        );
+        assert!(
+            !written.iter().any(|(_, _, t)| t == "Warning"),
+            "{written:?}"
+        );
+        assert_eq!(
+            rt.cloud.list().await.unwrap().len(),
+            1,
+            "the instance runs on"
+        );
+        // The budget goes: the drain finishes and the instance is terminated.
+        cluster
+            .delete::<PodDisruptionBudget>(&ObjectKey::new("default", "web"))
+            .unwrap();
+        passes_for(
+            &mut rt,
+            &mut controller,
+            &clock,
+            20,
+            Duration::from_secs(20),
+        )
+        .await;
+        assert!(
+            cluster
+                .get_opt::<Pod>(&ObjectKey::new("default", "a"))
+                .is_none()
+        );
+        assert!(rt.cloud.list().await.unwrap().is_empty());
+    }
 }
