@@ -726,6 +726,38 @@ async fn a_watch_that_ends_resumes_from_the_last_resource_version() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_watch_error_keeps_the_watch_and_a_failed_rewatch_is_retried_without_a_relist() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster.watch::<NodeClaim>().unwrap();
+    let server = tokio::spawn(async move {
+        let mut watch = api
+            .serve_list(NODECLAIMS, "10", vec![nodeclaim("a", "1")])
+            .await;
+        watch.send("ADDED", nodeclaim("b", "11")).await;
+        // An error event other than 410: the stream goes on.
+        let unhappy = status(500, "InternalError", "etcd is unhappy", json!(null));
+        watch.send("ERROR", unhappy.clone()).await;
+        watch.send("ADDED", nodeclaim("c", "12")).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(watch);
+        // The stream ends: the watch restarts from the last version seen,
+        // and when that request fails it is retried after a backoff, from
+        // the same version (a relist would be a GET of the list here).
+        let uri = format!("{NODECLAIMS}{WATCH}12");
+        api.expect(Method::GET, &uri).await.respond(500, unhappy);
+        let failed = Instant::now();
+        let watch = api.expect(Method::GET, &uri).await.respond_watch();
+        assert!(failed.elapsed() >= Duration::from_millis(800), "backed off");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(watch);
+    });
+    synced(&cluster).await;
+    eventually(|| cluster.list::<NodeClaim>().len() == 3).await;
+    server.await.unwrap();
+    assert_eq!(keys(&cluster.list::<NodeClaim>()), ["a", "b", "c"]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn wait_until_synced_waits_for_every_watched_kind() {
     let (mut cluster, mut api) = mock_cluster();
     cluster

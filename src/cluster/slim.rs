@@ -33,10 +33,23 @@ pub fn metadata(meta: &mut ObjectMeta) {
 ///   name, resources, ports and restart policy (images, commands,
 ///   environment, probes, mounts and security settings go), and only the
 ///   volumes that claim persistent storage are kept (volume topology);
-/// - of the status, only the phase, the conditions, the start time and the
-///   nominated node.
+/// - of the annotations, only those the controller reads ([`POD_ANNOTATIONS`]);
+/// - of the status, only the phase, the `PodScheduled` and `Ready`
+///   conditions, the start time and the nominated node.
+///
+/// Lists are shrunk to their length: a deserialised list keeps the spare
+/// capacity it grew with, which 100,000 pods pay for.
 pub fn pod(p: &mut Pod) {
     metadata(&mut p.metadata);
+    if let Some(annotations) = p.metadata.annotations.as_mut() {
+        annotations.retain(|k, _| read_on_pods(k));
+        if annotations.is_empty() {
+            p.metadata.annotations = None;
+        }
+    }
+    if let Some(owners) = p.metadata.owner_references.as_mut() {
+        owners.shrink_to_fit();
+    }
     if let Some(spec) = p.spec.as_mut() {
         for c in spec.containers.iter_mut() {
             container(c);
@@ -48,20 +61,58 @@ pub fn pod(p: &mut Pod) {
         spec.ephemeral_containers = None;
         if let Some(volumes) = spec.volumes.as_mut() {
             volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+            volumes.shrink_to_fit();
             if volumes.is_empty() {
                 spec.volumes = None;
             }
         }
+        if let Some(t) = spec.tolerations.as_mut() {
+            t.shrink_to_fit();
+        }
+        if let Some(t) = spec.topology_spread_constraints.as_mut() {
+            t.shrink_to_fit();
+        }
+        spec.containers.shrink_to_fit();
     }
     if let Some(status) = p.status.take() {
+        let conditions = status.conditions.map(|mut cs| {
+            cs.retain(|c| POD_CONDITIONS.contains(&c.type_.as_str()));
+            cs.shrink_to_fit();
+            cs
+        });
         p.status = Some(PodStatus {
             phase: status.phase,
-            conditions: status.conditions,
+            conditions,
             start_time: status.start_time,
             nominated_node_name: status.nominated_node_name,
             ..PodStatus::default()
         });
     }
+}
+
+/// The pod conditions the controller reads: `PodScheduled` (unschedulable
+/// pods) and `Ready` (PodDisruptionBudgets' healthy pods).
+const POD_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
+
+/// The pod annotations the controller reads: Karpenter's
+/// (`karpenter.sh/do-not-disrupt`), dovetail's own, and the deletion cost
+/// that weighs a pod's eviction. The others (tooling's, scrape settings)
+/// are dropped.
+pub const POD_ANNOTATIONS: [&str; 4] = [
+    "karpenter.sh/",
+    "karpenter.k8s.aws/",
+    "dovetail.dev/",
+    "controller.kubernetes.io/pod-deletion-cost",
+];
+
+/// Whether the controller reads a pod annotation (a subdomain of an
+/// entry's domain counts: `simulate.dovetail.dev/`).
+fn read_on_pods(key: &str) -> bool {
+    let domain = key.split_once('/').map_or("", |(d, _)| d);
+    POD_ANNOTATIONS.iter().any(|k| match k.strip_suffix('/') {
+        Some(d) => domain == d || domain.strip_suffix(d).is_some_and(|s| s.ends_with('.')),
+        None => key == *k,
+    })
 }
 
 fn container(c: &mut Container) {
@@ -114,6 +165,9 @@ mod tests {
                 "labels": {"app": "web"},
                 "annotations": {
                     "karpenter.sh/do-not-disrupt": "true",
+                    "controller.kubernetes.io/pod-deletion-cost": "100",
+                    "prometheus.io/scrape": "true",
+                    "kubectl.kubernetes.io/restartedAt": "2026-01-05T00:00:00Z",
                     LAST_APPLIED: "{\"a\": \"very long copy\"}",
                 },
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}],
@@ -153,7 +207,12 @@ mod tests {
             },
             "status": {
                 "phase": "Pending",
-                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"},
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "False"},
+                    {"type": "ContainersReady", "status": "False"},
+                ],
                 "startTime": "2026-01-05T00:00:00Z",
                 "podIP": "10.0.0.1",
                 "hostIP": "10.0.1.1",
@@ -178,9 +237,17 @@ mod tests {
         assert_eq!(is_provisionable(&full), is_provisionable(&slim));
         assert_eq!(full.metadata.labels, slim.metadata.labels);
         assert_eq!(
-            slim.metadata.annotations.as_ref().map(|a| a.len()),
-            Some(1),
-            "only the do-not-disrupt annotation is left"
+            slim.metadata
+                .annotations
+                .iter()
+                .flatten()
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "controller.kubernetes.io/pod-deletion-cost",
+                "karpenter.sh/do-not-disrupt"
+            ],
+            "only the annotations the controller reads are left"
         );
         assert_eq!(
             slim.metadata.owner_references,
@@ -202,7 +269,18 @@ mod tests {
         assert!(status.pod_ip.is_none() && status.container_statuses.is_none());
         assert_eq!(status.phase.as_deref(), Some("Pending"));
         assert!(status.start_time.is_some());
-        assert_eq!(status.conditions, full.status.as_ref().unwrap().conditions);
+        let kept: Vec<&str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(kept, ["PodScheduled", "Ready"]);
+        assert_eq!(
+            status.conditions.as_ref().map(Vec::capacity),
+            Some(2),
+            "no spare capacity is kept"
+        );
         // What is kept is much smaller.
         let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
         assert!(
@@ -211,6 +289,26 @@ mod tests {
             size(&slim),
             size(&full)
         );
+    }
+
+    #[test]
+    fn pod_annotations_are_kept_by_domain_or_exact_key() {
+        for key in [
+            "karpenter.sh/do-not-disrupt",
+            "dovetail.dev/replaces",
+            "simulate.dovetail.dev/duration",
+            "controller.kubernetes.io/pod-deletion-cost",
+        ] {
+            assert!(read_on_pods(key), "{key}");
+        }
+        for key in [
+            "notkarpenter.sh/x",
+            "controller.kubernetes.io/other",
+            "prometheus.io/scrape",
+            "karpenter.sh",
+        ] {
+            assert!(!read_on_pods(key), "{key}");
+        }
     }
 
     #[test]

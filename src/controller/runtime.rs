@@ -865,16 +865,18 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_eviction_a_budget_refuses_with_429_blocks_the_drain_without_a_warning() {
-        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-        let (mut rt, clock) = runtime();
+    /// Pod `default/a` (labelled `app: web`) provisioned, bound and running
+    /// on node `n1` of a launched NodeClaim; returns the claim's name.
+    async fn a_running_pod_on_its_own_node(
+        rt: &mut Runtime<MemoryCluster, SimEc2>,
+        controller: &mut Controller<MemoryCluster, SimEc2>,
+        clock: &ManualClock,
+    ) -> String {
         let cluster = rt.cluster.clone();
-        let mut controller = rt.controller();
         let mut pod = pending_pod("a");
         pod.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
         cluster.create(pod).unwrap();
-        passes_for(&mut rt, &mut controller, &clock, 3, Duration::from_secs(11)).await;
+        passes_for(rt, controller, clock, 3, Duration::from_secs(11)).await;
         let claim = Cluster::list::<NodeClaim>(cluster.as_ref())[0].clone();
         assert!(
             claim
@@ -897,13 +899,64 @@ mod tests {
                 ..Default::default()
             }]);
         cluster.update_status(bound).unwrap();
-        passes_for(&mut rt, &mut controller, &clock, 2, Duration::from_secs(1)).await;
+        passes_for(rt, controller, clock, 2, Duration::from_secs(1)).await;
+        claim.metadata.name.clone().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_eviction_answered_with_404_is_done_not_blocked() {
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        let mut controller = rt.controller();
+        let name = a_running_pod_on_its_own_node(&mut rt, &mut controller, &clock).await;
+        // The pod is gone by the time the drain evicts it (once).
+        cluster.inject(crate::cluster::Fault::new(
+            crate::cluster::Write::Evict,
+            "Pod",
+            crate::cluster::ApiError::NotFound {
+                resource: "pods".into(),
+                key: ObjectKey::new("default", "a"),
+            },
+        ));
+        Cluster::delete::<NodeClaim>(cluster.as_ref(), &ObjectKey::cluster(name.as_str()))
+            .await
+            .unwrap();
+        passes_for(
+            &mut rt,
+            &mut controller,
+            &clock,
+            20,
+            Duration::from_secs(20),
+        )
+        .await;
+        let written = reasons(&cluster);
+        assert!(
+            !written
+                .iter()
+                .any(|(_, r, t)| r == "EvictionBlocked" || t == "Warning"),
+            "a 404 is not a refusal: {written:?}"
+        );
+        assert!(
+            cluster
+                .get_opt::<Pod>(&ObjectKey::new("default", "a"))
+                .is_none(),
+            "the drain went on and evicted the pod"
+        );
+        assert!(rt.cloud.list().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_eviction_a_budget_refuses_with_429_blocks_the_drain_without_a_warning() {
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        let mut controller = rt.controller();
+        let name = a_running_pod_on_its_own_node(&mut rt, &mut controller, &clock).await;
         let pdb: PodDisruptionBudget = from_yaml(
             "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
              spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}\n",
         );
         cluster.create(pdb).unwrap();
-        let name = claim.metadata.name.clone().unwrap();
         Cluster::delete::<NodeClaim>(cluster.as_ref(), &ObjectKey::cluster(name.as_str()))
             .await
             .unwrap();

@@ -352,6 +352,12 @@ impl Simulation {
         })
     }
 
+    /// The in-memory API server the controller runs against, which keeps
+    /// the log of the controller's writes ([`MemoryCluster::accesses`]).
+    pub fn cluster(&self) -> Arc<MemoryCluster> {
+        self.cluster.clone()
+    }
+
     fn run_step(&mut self, action: &Action) -> Result<(), SimError> {
         let now = self.clock.now();
         match action {
