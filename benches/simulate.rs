@@ -14,6 +14,10 @@ use std::time::Instant;
 use dovetail::simulate::driver::Simulation;
 use dovetail::simulate::scenario;
 
+/// The binary's allocator, so the figure is the command's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const DEPLOYMENTS: usize = 40;
 const REPLICAS: usize = 1_000;
 const RUNS: usize = 3;

@@ -84,11 +84,24 @@ pub struct DisruptionState {
     pending: Option<(Command, Timestamp)>,
     /// Per node, a hash of its movable pods at the last pass.
     pod_marks: HashMap<String, u64>,
+    /// Per NodeClaim: the drift check's verdict, and the resource versions
+    /// of the NodeClaim, its node, NodePool and EC2NodeClass it was reached
+    /// on. A large fleet is checked at every pass; most of it is unchanged.
+    drift: HashMap<
+        String,
+        (
+            DriftInputs,
+            Result<drift::DriftVerdict, drift::RequirementsError>,
+        ),
+    >,
     /// Per EC2NodeClass: the generation resolved and when.
     resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
     /// USD/h saved by the consolidations carried out.
     savings: f64,
 }
+
+/// The resource versions of what a drift check reads.
+type DriftInputs = [String; 4];
 
 /// What a pass is built from.
 struct Facts {
@@ -528,6 +541,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         };
         let mut marks: HashMap<String, u64> = HashMap::new();
+        let mut drift_checks = HashMap::new();
         for claim in &claims {
             let Some(pool_name) = claim.nodepool_name().map(str::to_string) else {
                 continue;
@@ -601,11 +615,37 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let class = classes.get(&claim.spec.node_class_ref.name);
             let mut drift_reasons: Vec<DriftReason> = Vec::new();
             if let Some(class) = class {
-                let mut view = NodeView::from_nodeclaim(claim);
-                view.labels.extend(crate::model::labels::normalize_labels(
-                    &node.metadata.labels.clone().unwrap_or_default(),
-                ));
-                match drift::check(&view, pool, class) {
+                let inputs: Option<DriftInputs> = (|| {
+                    Some([
+                        claim.metadata.resource_version.clone()?,
+                        node.metadata.resource_version.clone()?,
+                        pool.metadata.resource_version.clone()?,
+                        class.metadata.resource_version.clone()?,
+                    ])
+                })();
+                let claim_key = claim_name(claim);
+                let verdict = match (inputs, self.disruption.drift.remove(&claim_key)) {
+                    (Some(inputs), Some((seen, verdict))) if seen == inputs => {
+                        drift_checks.insert(claim_key, (inputs, verdict.clone()));
+                        verdict
+                    }
+                    (inputs, _) => {
+                        let mut view = NodeView::from_nodeclaim(claim);
+                        view.labels.extend(crate::model::labels::normalize_labels(
+                            &node.metadata.labels.clone().unwrap_or_default(),
+                        ));
+                        let verdict = drift::check(&view, pool, class);
+                        // A verdict that asks for a stamp is not kept: the
+                        // stamp changes the NodeClaim.
+                        if let Some(inputs) = inputs
+                            && verdict.as_ref().is_ok_and(|v| !v.needs_stamping())
+                        {
+                            drift_checks.insert(claim_key, (inputs, verdict.clone()));
+                        }
+                        verdict
+                    }
+                };
+                match verdict {
                     Ok(verdict) => {
                         if verdict.needs_stamping() {
                             self.stamp(claim, verdict.stamp.clone()).await;
@@ -755,6 +795,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             });
         }
         self.disruption.pod_marks = marks;
+        self.disruption.drift = drift_checks;
 
         // Budgets, and the gauge of what they allow.
         let mut budgets = BTreeMap::new();

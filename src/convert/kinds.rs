@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
 use crate::model::quantity::parse_quantity;
 use crate::model::{InstanceType, KubeletSettings, Requirement, Requirements, Resources, Taint};
-use crate::scheduling::pod::{VolumeIndex, pod_requests, pod_spec};
+use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::scheduling::{BoundPod, DaemonSetSpec, ExistingNode, NodePoolSpec};
 use crate::snapshot::Snapshot;
 
@@ -222,15 +222,15 @@ pub fn daemonset_spec(ds: &DaemonSet, now_ms: i64) -> Result<DaemonSetSpec, Stri
 }
 
 fn bound_pod(p: &Pod) -> Result<BoundPod, ObjectError> {
+    // The spec's requests are the pod's own, as `pod_requests` reads
+    // them: no defaults for what a container leaves out.
     let spec = pod_spec(p, &VolumeIndex::default(), 0)
         .map_err(|e| (format!("Pod/{}", e.pod), e.message))?;
-    let requests =
-        pod_requests(p).map_err(|e| (format!("Pod/{}/{}", spec.namespace, spec.name), e))?;
     Ok(BoundPod {
         namespace: spec.namespace,
         name: spec.name,
         labels: spec.labels,
-        requests,
+        requests: spec.requests,
         host_ports: spec.host_ports,
         anti_affinity: spec.anti_affinity,
     })

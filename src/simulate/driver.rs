@@ -156,6 +156,8 @@ pub struct Simulation {
     /// pods' revision it was computed for.
     last_sample: Option<Timestamp>,
     bound: Option<(u64, Option<f64>)>,
+    /// The Pod revision and a hash of the pods that need capacity then.
+    workload_pods: Option<(u64, u64)>,
     /// Wall-clock time from the receipt of each interruption message to
     /// its handling done (its NodeClaims marked for deletion).
     interruption_handling: Vec<std::time::Duration>,
@@ -348,6 +350,7 @@ impl Simulation {
             config_repo: None,
             last_sample: None,
             bound: None,
+            workload_pods: None,
             interruption_handling: Vec::new(),
         })
     }
@@ -679,28 +682,54 @@ impl Simulation {
     }
 
     /// The lower bound of the workload now, computed again only when the
-    /// set of pods or the configuration changed: binding a pod or its
-    /// status does not change the bound, and the bound is a whole solve.
+    /// set of pods that need capacity or the configuration changed: binding
+    /// a pod, its status or a DaemonSet pod (the bound counts DaemonSets as
+    /// overhead) does not change the bound, and the bound is a whole solve.
     fn lower_bound(&mut self) -> Option<f64> {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for p in self
-            .cluster
-            .list::<Pod>(None, &Selector::everything())
-            .items
-        {
-            let finished = p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
-            if !finished && p.metadata.deletion_timestamp.is_none() {
-                p.metadata.uid.hash(&mut h);
-                p.metadata.name.hash(&mut h);
+        let pod_revision = self.cluster.kind_revision::<Pod>();
+        let workload = match self.workload_pods {
+            Some((r, h)) if r == pod_revision => h,
+            _ => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                for p in self
+                    .cluster
+                    .list::<Pod>(None, &Selector::everything())
+                    .items
+                {
+                    let finished = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase.as_deref())
+                        .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+                    let daemon = p
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.kind == "DaemonSet");
+                    if !finished && !daemon && p.metadata.deletion_timestamp.is_none() {
+                        p.metadata.uid.hash(&mut h);
+                        p.metadata.name.hash(&mut h);
+                    }
+                }
+                let h = h.finish();
+                self.workload_pods = Some((pod_revision, h));
+                h
             }
-        }
+        };
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        workload.hash(&mut h);
         self.cluster.kind_revision::<NodePool>().hash(&mut h);
         self.cluster.kind_revision::<EC2NodeClass>().hash(&mut h);
+        self.cluster.kind_revision::<DaemonSet>().hash(&mut h);
+        self.cluster
+            .kind_revision::<PersistentVolume>()
+            .hash(&mut h);
+        self.cluster
+            .kind_revision::<PersistentVolumeClaim>()
+            .hash(&mut h);
+        self.cluster.kind_revision::<StorageClass>().hash(&mut h);
         self.controller
             .unavailable
             .active(self.clock.now())
