@@ -87,13 +87,7 @@ pub struct DisruptionState {
     /// Per NodeClaim: the drift check's verdict, and the resource versions
     /// of the NodeClaim, its node, NodePool and EC2NodeClass it was reached
     /// on. A large fleet is checked at every pass; most of it is unchanged.
-    drift: HashMap<
-        String,
-        (
-            DriftInputs,
-            Result<drift::DriftVerdict, drift::RequirementsError>,
-        ),
-    >,
+    drift: HashMap<String, (DriftInputs, drift::DriftVerdict)>,
     /// Per EC2NodeClass: the generation resolved and when.
     resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
     /// USD/h saved by the consolidations carried out.
@@ -627,7 +621,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 let verdict = match (inputs, self.disruption.drift.remove(&claim_key)) {
                     (Some(inputs), Some((seen, verdict))) if seen == inputs => {
                         drift_checks.insert(claim_key, (inputs, verdict.clone()));
-                        verdict
+                        Ok(verdict)
                     }
                     (inputs, _) => {
                         let mut view = NodeView::from_nodeclaim(claim);
@@ -636,11 +630,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         ));
                         let verdict = drift::check(&view, pool, class);
                         // A verdict that asks for a stamp is not kept: the
-                        // stamp changes the NodeClaim.
-                        if let Some(inputs) = inputs
-                            && verdict.as_ref().is_ok_and(|v| !v.needs_stamping())
+                        // stamp changes the NodeClaim. Errors are checked
+                        // again (and reported) at every pass.
+                        if let (Some(inputs), Ok(v)) = (inputs, &verdict)
+                            && !v.needs_stamping()
                         {
-                            drift_checks.insert(claim_key, (inputs, verdict.clone()));
+                            drift_checks.insert(claim_key, (inputs, v.clone()));
                         }
                         verdict
                     }
