@@ -25,7 +25,7 @@
 //!   share over the next 65 s or more (a resync included).
 //!
 //! Run: `cargo bench --bench footprint -- [--runs N] [--idle-seconds S]
-//! [--nodes N] [--pods N] [--no-slim]`. Prints one line per run and the
+//! [--nodes N] [--pods N]`. Prints one line per run and the
 //! medians; exits non-zero if a median misses its target.
 
 #![recursion_limit = "512"]
@@ -43,7 +43,7 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tower_test::mock;
 
-use dovetail::api::{EC2NodeClass, NodeClaim, NodePool};
+use dovetail::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use dovetail::clock::{Clock, SystemClock};
 use dovetail::cloud::sim::{SimConfig, SimEc2};
 use dovetail::cluster::{Cluster, KubeCluster, WatchOptions, slim};
@@ -82,7 +82,6 @@ struct Options {
     nodes: usize,
     pods: usize,
     idle: Duration,
-    slim: bool,
 }
 
 fn main() {
@@ -93,7 +92,6 @@ fn main() {
         nodes: 5_000,
         pods: 100_000,
         idle: Duration::from_secs(30),
-        slim: true,
     };
     while let Some(a) = args.next() {
         let mut value = |name: &str| -> u64 {
@@ -106,7 +104,6 @@ fn main() {
             "--idle-seconds" => opts.idle = Duration::from_secs(value("--idle-seconds")),
             "--nodes" => opts.nodes = value("--nodes") as usize,
             "--pods" => opts.pods = value("--pods") as usize,
-            "--no-slim" => opts.slim = false,
             "--child" => child = true,
             // `cargo bench` passes `--bench`.
             "--bench" => {}
@@ -120,10 +117,9 @@ fn main() {
     }
 
     println!(
-        "footprint: {} nodes, {} pods, {}; idle window {} s; {runs} runs, each in a fresh process",
+        "footprint: {} nodes, {} pods; idle window {} s; {runs} runs, each in a fresh process",
         opts.nodes,
         opts.pods,
-        if opts.slim { "slimmed" } else { "NOT slimmed" },
         opts.idle.as_secs()
     );
     let exe = std::env::current_exe().expect("the bench's path");
@@ -134,9 +130,6 @@ fn main() {
             .args(["--nodes", &opts.nodes.to_string()])
             .args(["--pods", &opts.pods.to_string()])
             .args(["--idle-seconds", &opts.idle.as_secs().to_string()]);
-        if !opts.slim {
-            cmd.arg("--no-slim");
-        }
         let out = cmd.output().expect("run the child");
         assert!(
             out.status.success(),
@@ -186,7 +179,7 @@ fn main() {
         100.0 * IDLE_CPU_TARGET
     );
     let worst_rss = hwm.max(rss_leading);
-    if opts.slim && (worst_rss >= RSS_TARGET_MIB || leading_cpu.max(cpu) >= IDLE_CPU_TARGET) {
+    if worst_rss >= RSS_TARGET_MIB || leading_cpu.max(cpu) >= IDLE_CPU_TARGET {
         eprintln!("a target is missed");
         std::process::exit(1);
     }
@@ -203,16 +196,13 @@ fn measure(opts: Options) -> Value {
         let (service, handle) = mock::pair::<Request<Body>, Response<ResponseBody>>();
         let server = tokio::spawn(serve(handle, opts));
         let mut cluster = KubeCluster::new(Client::new(service, "default"));
-        let (mut nodes, mut pods) = (WatchOptions::<Node>::default(), WatchOptions::<Pod>::default());
-        if opts.slim {
-            nodes = nodes.transform(slim::node);
-            pods = pods.transform(slim::pod);
-        }
+        let nodes = WatchOptions::<Node>::default().transform(slim::node);
+        let pods = WatchOptions::<SlimPod>::default().transform(slim::pod);
         // What `dovetail controller` watches; only pods and nodes have
         // objects here.
         (|| {
             cluster
-                .watch_with::<Pod>(pods)?
+                .watch_with::<SlimPod>(pods)?
                 .watch_with::<Node>(nodes)?
                 .watch::<NodePool>()?
                 .watch::<NodeClaim>()?
@@ -230,12 +220,12 @@ fn measure(opts: Options) -> Value {
         let sync_seconds = started.elapsed().as_secs_f64();
         // The controller reads what it stored: check the caches are whole.
         assert_eq!(Cluster::list::<Node>(&cluster).len(), opts.nodes);
-        assert_eq!(Cluster::list::<Pod>(&cluster).len(), opts.pods);
-        let probe = Cluster::list::<Pod>(&cluster)
+        assert_eq!(Cluster::list::<SlimPod>(&cluster).len(), opts.pods);
+        let probe = Cluster::list::<SlimPod>(&cluster)
             .first()
             .map(|p| p.metadata.managed_fields.is_some())
             .unwrap_or_default();
-        assert_eq!(probe, !opts.slim, "pods are stored as the options say");
+        assert!(!probe, "pods are stored slimmed");
 
         // Let the last page's buffers go and the watches settle.
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -299,7 +289,6 @@ fn measure(opts: Options) -> Value {
         json!({
             "nodes": opts.nodes,
             "pods": opts.pods,
-            "slim": opts.slim,
             "sync_seconds": sync_seconds,
             "served_mib": served_bytes() as f64 / MIB,
             "pod_json_kib": serde_json::to_vec(&pod(0, opts.nodes)).expect("JSON").len() as f64 / 1024.0,
@@ -308,6 +297,7 @@ fn measure(opts: Options) -> Value {
             // The inline sizes of the k8s-openapi types every stored pod
             // carries, however few of their fields are set.
             "size_of_pod": std::mem::size_of::<Pod>(),
+            "size_of_slim_pod": std::mem::size_of::<SlimPod>(),
             "size_of_pod_spec": std::mem::size_of::<k8s_openapi::api::core::v1::PodSpec>(),
             "size_of_container": std::mem::size_of::<k8s_openapi::api::core::v1::Container>(),
             "size_of_node": std::mem::size_of::<Node>(),

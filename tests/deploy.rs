@@ -786,6 +786,7 @@ fn resource_of(kind: &str) -> (String, String) {
     use k8s_openapi::api::storage::v1::StorageClass;
     let a = match kind {
         "Pod" => Access::of::<Pod>("list", None),
+        "SlimPod" => Access::of::<dovetail::api::SlimPod>("list", None),
         "Node" => Access::of::<Node>("list", None),
         "NodePool" => Access::of::<dovetail::api::NodePool>("list", None),
         "NodeClaim" => Access::of::<dovetail::api::NodeClaim>("list", None),
@@ -930,7 +931,7 @@ fn rbac_grants_exactly_what_the_controller_reads_and_writes() {
     let mut used: BTreeMap<Grant, bool> = BTreeMap::new();
     let watched = watched_kinds();
     assert!(
-        watched.contains_key("Pod") && watched.contains_key("NodeClaim"),
+        watched.contains_key("SlimPod") && watched.contains_key("NodeClaim"),
         "the scan finds the controller's watches: {watched:?}"
     );
     let mut own_namespace = BTreeSet::new();

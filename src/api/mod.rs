@@ -23,6 +23,7 @@ pub mod ec2nodeclass;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
+pub mod pod;
 pub mod schema;
 
 #[cfg(test)]
@@ -39,6 +40,7 @@ pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use labels::*;
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use pod::{SlimContainer, SlimPod, SlimPodSpec, SlimPodStatus, SlimResources, SlimVolume};
 pub use schema::{schema_files, validation_schema, write_schemas};
 
 /// The API group of NodePool and NodeClaim.

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use super::args::ControllerArgs;
 use super::{Io, exit};
-use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::clock::{Clock, SystemClock};
 use crate::cloud::aws::AwsProvider;
 use crate::cluster::{KubeCluster, WatchOptions, slim};
@@ -158,7 +158,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         let sync = sync_settings(a, &namespace);
         let watched = (|| {
             cluster
-                .watch_with::<Pod>(WatchOptions::default().transform(slim::pod))?
+                .watch_with::<SlimPod>(WatchOptions::default().transform(slim::pod))?
                 .watch_with::<Node>(WatchOptions::default().transform(slim::node))?
                 .watch::<NodePool>()?
                 .watch::<NodeClaim>()?

@@ -101,7 +101,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
             return exit::ERROR;
         }
     };
-    let mut raw: Vec<&k8s_openapi::api::core::v1::Pod> = pods.iter().map(|(_, p)| p).collect();
+    let mut raw: Vec<&crate::api::SlimPod> = pods.iter().map(|(_, p)| p).collect();
     if let Some((s, _)) = &snapshot {
         raw.extend(s.pods.iter().map(AsRef::as_ref));
     }

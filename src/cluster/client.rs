@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::views;
 use super::{
     Access, ApiError, ApplyParams, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector, Write,
 };
+use crate::api::SlimPod;
 
 /// What the controller reads from and writes to.
 pub trait Cluster: Send + Sync {
@@ -91,23 +93,45 @@ fn json_of<K: Object>(obj: &K) -> impl FnOnce() -> serde_json::Value + '_ {
     move || serde_json::to_value(obj).unwrap_or_default()
 }
 
+/// Pods are written whole; [`SlimPod`] is only how they are read.
+fn view_write<K: Object>() -> Result<(), ApiError> {
+    if views::is_view::<K>() {
+        return Err(ApiError::Internal {
+            message: "a SlimPod is a read view of a pod: write the Pod".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The in-memory cluster stores whole pods and answers reads of the
+/// [`SlimPod`] view with their projections ([`views`]).
 impl Cluster for MemoryCluster {
     fn list<K: Object>(&self) -> Vec<Arc<K>> {
+        if views::is_view::<K>() {
+            return views::cast(self.pod_views()).unwrap_or_default();
+        }
         MemoryCluster::list::<K>(self, None, &Selector::everything()).items
     }
 
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        if views::is_view::<K>() {
+            return views::cast(self.pod_view(key)).flatten();
+        }
         self.get_opt(key)
     }
 
     fn revision<K: Object>(&self) -> u64 {
+        if views::is_view::<K>() {
+            return self.kind_revision::<Pod>();
+        }
         self.kind_revision::<K>()
     }
 
     fn create<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
         let access = [Access::of::<K>("create", None)];
         std::future::ready(
-            self.intercept::<K>(Write::Create, &access, json_of(&obj))
+            view_write::<K>()
+                .and_then(|()| self.intercept::<K>(Write::Create, &access, json_of(&obj)))
                 .and_then(|()| MemoryCluster::create(self, obj)),
         )
     }
@@ -115,7 +139,8 @@ impl Cluster for MemoryCluster {
     fn replace<K: Object>(&self, obj: K) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
         let access = [Access::of::<K>("update", None)];
         std::future::ready(
-            self.intercept::<K>(Write::Replace, &access, json_of(&obj))
+            view_write::<K>()
+                .and_then(|()| self.intercept::<K>(Write::Replace, &access, json_of(&obj)))
                 .and_then(|()| MemoryCluster::replace(self, obj)),
         )
     }
@@ -126,7 +151,8 @@ impl Cluster for MemoryCluster {
     ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send {
         let access = [Access::of::<K>("update", Some("status"))];
         std::future::ready(
-            self.intercept::<K>(Write::ReplaceStatus, &access, json_of(&obj))
+            view_write::<K>()
+                .and_then(|()| self.intercept::<K>(Write::ReplaceStatus, &access, json_of(&obj)))
                 .and_then(|()| self.update_status(obj)),
         )
     }
@@ -140,7 +166,21 @@ impl Cluster for MemoryCluster {
             self.intercept::<K>(Write::Delete, &access, || {
                 key_json(&key.namespace, &key.name)
             })
-            .and_then(|()| MemoryCluster::delete(self, key)),
+            .and_then(|()| {
+                if views::is_view::<K>() {
+                    // A pod deleted through its view: the outcome as the view.
+                    let outcome = MemoryCluster::delete::<Pod>(self, key)?;
+                    let view = |p: &Arc<Pod>| Arc::new(SlimPod::from(&**p));
+                    let outcome = match &outcome {
+                        DeleteOutcome::Deleted(p) => DeleteOutcome::Deleted(view(p)),
+                        DeleteOutcome::Terminating(p) => DeleteOutcome::Terminating(view(p)),
+                    };
+                    return views::cast(outcome).ok_or_else(|| ApiError::Internal {
+                        message: "the pod view's type".into(),
+                    });
+                }
+                MemoryCluster::delete(self, key)
+            }),
         )
     }
 
@@ -155,7 +195,8 @@ impl Cluster for MemoryCluster {
             access.push(Access::of::<K>("create", None));
         }
         std::future::ready(
-            self.intercept::<K>(Write::Apply, &access, json_of(&obj))
+            view_write::<K>()
+                .and_then(|()| self.intercept::<K>(Write::Apply, &access, json_of(&obj)))
                 .and_then(|()| MemoryCluster::apply(self, obj, params)),
         )
     }

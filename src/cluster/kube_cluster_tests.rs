@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tower_test::mock;
 
 use super::*;
-use crate::api::NodeClaim;
+use crate::api::{NodeClaim, SlimPod};
 
 type ResponseBody = Either<Full<Bytes>, Channel<Bytes>>;
 
@@ -1239,12 +1239,23 @@ async fn a_relist_ends_writes_to_objects_that_are_gone() {
 async fn a_transform_slims_each_pod_before_it_is_stored() {
     let (mut cluster, mut api) = mock_cluster();
     cluster
-        .watch_with::<Pod>(WatchOptions::default().transform(crate::cluster::slim::pod))
+        .watch_with::<SlimPod>(WatchOptions::default().transform(crate::cluster::slim::pod))
         .unwrap();
     let server = tokio::spawn(async move {
         let mut listed = pod("web", "a", "1");
         listed["metadata"]["managedFields"] = json!([{ "manager": "kubelet" }]);
-        listed["status"] = json!({ "phase": "Running", "podIP": "10.0.0.1" });
+        listed["metadata"]["annotations"] = json!({
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            "karpenter.sh/do-not-disrupt": "true",
+        });
+        listed["status"] = json!({
+            "phase": "Running",
+            "podIP": "10.0.0.1",
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "ContainersReady", "status": "True"},
+            ],
+        });
         let mut watch = api.serve_list("/api/v1/pods", "10", vec![listed]).await;
         let mut added = pod("web", "b", "11");
         added["spec"]["containers"][0]["env"] = json!([{ "name": "A", "value": "1" }]);
@@ -1252,16 +1263,36 @@ async fn a_transform_slims_each_pod_before_it_is_stored() {
         tokio::time::sleep(Duration::from_secs(10)).await;
     });
     synced(&cluster).await;
-    eventually(|| cluster.list::<Pod>().len() == 2).await;
-    let a = cluster.get::<Pod>(&ObjectKey::new("web", "a")).unwrap();
+    eventually(|| cluster.list::<SlimPod>().len() == 2).await;
+    let a = cluster.get::<SlimPod>(&ObjectKey::new("web", "a")).unwrap();
     assert!(a.metadata.managed_fields.is_none());
+    let annotations: Vec<&String> = a
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(annotations, ["karpenter.sh/do-not-disrupt"]);
     let status = a.status.as_ref().unwrap();
     assert_eq!(status.phase.as_deref(), Some("Running"));
-    assert!(status.pod_ip.is_none());
-    let b = cluster.get::<Pod>(&ObjectKey::new("web", "b")).unwrap();
+    let conditions: Vec<&str> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert_eq!(conditions, ["Ready"]);
+    let b = cluster.get::<SlimPod>(&ObjectKey::new("web", "b")).unwrap();
     let c = &b.spec.as_ref().unwrap().containers[0];
-    assert!(c.env.is_none() && c.image.is_none());
     assert_eq!(c.name, "app");
+    // Nothing else of the container is kept: its JSON is its name and
+    // resources.
+    let json = serde_json::to_value(c).unwrap();
+    assert!(
+        json.get("env").is_none() && json.get("image").is_none(),
+        "{json}"
+    );
     server.await.unwrap();
 }
 
@@ -1559,4 +1590,37 @@ async fn decisions_are_posted_as_events_in_the_objects_namespace() {
         .await;
     server.await.unwrap();
     assert_eq!(written, 1);
+}
+
+/// The controller deletes pods through their [`SlimPod`] view: the request
+/// is the pod's, and the cache shows the answer at once.
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_through_its_view_is_a_pod_delete() {
+    let (mut cluster, mut api) = mock_cluster();
+    cluster
+        .watch_with::<SlimPod>(WatchOptions::default().transform(crate::cluster::slim::pod))
+        .unwrap();
+    let server = tokio::spawn(async move {
+        let watch = api
+            .serve_list("/api/v1/pods", "10", vec![pod("web", "p", "1")])
+            .await;
+        let mut terminating = pod("web", "p", "12");
+        terminating["metadata"]["deletionTimestamp"] = json!("2026-11-21T12:00:00Z");
+        terminating["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        api.expect(Method::DELETE, "/api/v1/namespaces/web/pods/p?")
+            .await
+            .respond(200, terminating);
+        drop(watch);
+    });
+    synced(&cluster).await;
+    let outcome = cluster.delete::<SlimPod>(&ObjectKey::new("web", "p")).await;
+    server.await.unwrap();
+    let outcome = outcome.unwrap();
+    assert!(
+        !outcome.is_deleted(),
+        "terminating while its finalizer holds"
+    );
+    let cached = cluster.get::<SlimPod>(&ObjectKey::new("web", "p")).unwrap();
+    assert!(cached.metadata.deletion_timestamp.is_some());
+    assert_eq!(cached.metadata.resource_version.as_deref(), Some("12"));
 }

@@ -51,6 +51,8 @@ pub struct MemoryCluster {
     state: Arc<RwLock<State>>,
     /// The access log and faults of the [`super::Cluster`] interface.
     pub(super) seam: Seam,
+    /// The pods as the controller reads them ([`super::views`]).
+    pub(super) views: super::views::SharedViews,
 }
 
 impl std::fmt::Debug for MemoryCluster {
@@ -68,6 +70,7 @@ impl MemoryCluster {
             clock,
             state: Arc::new(RwLock::new(State::new())),
             seam: Seam::default(),
+            views: Default::default(),
         }
     }
 

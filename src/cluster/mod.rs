@@ -49,6 +49,7 @@ pub mod slim;
 mod store;
 #[cfg(test)]
 mod tests;
+mod views;
 
 use std::fmt;
 use std::sync::Arc;

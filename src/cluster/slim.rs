@@ -9,120 +9,18 @@
 //! fails it. [`super::KubeCluster::watch_with`] applies these as the
 //! watch's transform.
 
-use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
 
-/// kubectl's copy of the whole object as last applied: often the largest
-/// annotation, never read.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+use crate::api::SlimPod;
+pub use crate::api::pod::{POD_ANNOTATIONS, POD_CONDITIONS, slim_metadata as metadata};
 
-/// Drops managedFields and kubectl's last-applied copy from metadata.
-pub fn metadata(meta: &mut ObjectMeta) {
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-        if annotations.is_empty() {
-            meta.annotations = None;
-        }
-    }
-}
-
-/// A pod as the controller reads it:
-/// - metadata without managedFields and the last-applied annotation;
-/// - the spec without what only the kubelet reads: a container keeps its
-///   name, resources, ports and restart policy (images, commands,
-///   environment, probes, mounts and security settings go), and only the
-///   volumes that claim persistent storage are kept (volume topology);
-/// - of the annotations, only those the controller reads ([`POD_ANNOTATIONS`]);
-/// - of the status, only the phase, the `PodScheduled` and `Ready`
-///   conditions, the start time and the nominated node.
-///
-/// Lists are shrunk to their length: a deserialised list keeps the spare
-/// capacity it grew with, which 100,000 pods pay for.
-pub fn pod(p: &mut Pod) {
-    metadata(&mut p.metadata);
-    if let Some(annotations) = p.metadata.annotations.as_mut() {
-        annotations.retain(|k, _| read_on_pods(k));
-        if annotations.is_empty() {
-            p.metadata.annotations = None;
-        }
-    }
-    if let Some(owners) = p.metadata.owner_references.as_mut() {
-        owners.shrink_to_fit();
-    }
-    if let Some(spec) = p.spec.as_mut() {
-        for c in spec.containers.iter_mut() {
-            container(c);
-        }
-        for c in spec.init_containers.iter_mut().flatten() {
-            container(c);
-        }
-        // Ephemeral debug containers request no resources and never count.
-        spec.ephemeral_containers = None;
-        if let Some(volumes) = spec.volumes.as_mut() {
-            volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
-            volumes.shrink_to_fit();
-            if volumes.is_empty() {
-                spec.volumes = None;
-            }
-        }
-        if let Some(t) = spec.tolerations.as_mut() {
-            t.shrink_to_fit();
-        }
-        if let Some(t) = spec.topology_spread_constraints.as_mut() {
-            t.shrink_to_fit();
-        }
-        spec.containers.shrink_to_fit();
-    }
-    if let Some(status) = p.status.take() {
-        let conditions = status.conditions.map(|mut cs| {
-            cs.retain(|c| POD_CONDITIONS.contains(&c.type_.as_str()));
-            cs.shrink_to_fit();
-            cs
-        });
-        p.status = Some(PodStatus {
-            phase: status.phase,
-            conditions,
-            start_time: status.start_time,
-            nominated_node_name: status.nominated_node_name,
-            ..PodStatus::default()
-        });
-    }
-}
-
-/// The pod conditions the controller reads: `PodScheduled` (unschedulable
-/// pods) and `Ready` (PodDisruptionBudgets' healthy pods).
-const POD_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
-
-/// The pod annotations the controller reads: Karpenter's
-/// (`karpenter.sh/do-not-disrupt`), dovetail's own, and the deletion cost
-/// that weighs a pod's eviction. The others (tooling's, scrape settings)
-/// are dropped.
-pub const POD_ANNOTATIONS: [&str; 4] = [
-    "karpenter.sh/",
-    "karpenter.k8s.aws/",
-    "dovetail.dev/",
-    "controller.kubernetes.io/pod-deletion-cost",
-];
-
-/// Whether the controller reads a pod annotation (a subdomain of an
-/// entry's domain counts: `simulate.dovetail.dev/`).
-fn read_on_pods(key: &str) -> bool {
-    let domain = key.split_once('/').map_or("", |(d, _)| d);
-    POD_ANNOTATIONS.iter().any(|k| match k.strip_suffix('/') {
-        Some(d) => domain == d || domain.strip_suffix(d).is_some_and(|s| s.ends_with('.')),
-        None => key == *k,
-    })
-}
-
-fn container(c: &mut Container) {
-    *c = Container {
-        name: std::mem::take(&mut c.name),
-        resources: c.resources.take(),
-        ports: c.ports.take(),
-        restart_policy: c.restart_policy.take(),
-        ..Container::default()
-    };
+/// A pod as the controller reads it: [`SlimPod::slim`]. The pods are
+/// watched as [`SlimPod`]s, which keep only the fields the controller
+/// reads; this drops, of those, managedFields, the annotations the
+/// controller never reads, the conditions other than `PodScheduled` and
+/// `Ready`, ports without a host port and volumes that claim no storage.
+pub fn pod(p: &mut SlimPod) {
+    p.slim();
 }
 
 /// A node as the controller reads it: metadata without managedFields and
@@ -149,13 +47,16 @@ pub fn other<K: kube::Resource>(obj: &mut K) {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     use super::*;
+    use crate::api::pod::{LAST_APPLIED, read_on_pods};
+    use crate::api::{SlimPodSpec, SlimPodStatus};
     use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_requests, pod_spec};
 
-    fn full_pod() -> Pod {
-        serde_json::from_value(json!({
+    fn full_pod_json() -> serde_json::Value {
+        json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
@@ -166,6 +67,7 @@ mod tests {
                 "annotations": {
                     "karpenter.sh/do-not-disrupt": "true",
                     "controller.kubernetes.io/pod-deletion-cost": "100",
+                    "kubernetes.io/config.mirror": "abc",
                     "prometheus.io/scrape": "true",
                     "kubectl.kubernetes.io/restartedAt": "2026-01-05T00:00:00Z",
                     LAST_APPLIED: "{\"a\": \"very long copy\"}",
@@ -180,10 +82,14 @@ mod tests {
                     "command": ["/app"],
                     "args": ["--serve"],
                     "env": [{"name": "A", "value": "1"}],
-                    "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 9090, "name": "metrics"}],
                     "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}},
                     "livenessProbe": {"httpGet": {"path": "/", "port": 80}},
                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }, {
+                    "name": "proxy",
+                    "image": "proxy:1",
+                    "resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "64Mi"}},
                 }],
                 "initContainers": [
                     {"name": "sidecar", "image": "s:1", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
@@ -204,6 +110,8 @@ mod tests {
                 "priority": 2000000000,
                 "overhead": {"cpu": "10m"},
                 "terminationGracePeriodSeconds": 30,
+                "schedulerName": "default-scheduler",
+                "securityContext": {"fsGroup": 1000},
             },
             "status": {
                 "phase": "Pending",
@@ -219,22 +127,50 @@ mod tests {
                 "qosClass": "Burstable",
                 "containerStatuses": [{"name": "app", "image": "app", "imageID": "sha", "ready": false, "restartCount": 3}],
             },
-        }))
-        .expect("a valid pod")
+        })
+    }
+
+    /// Every field a `SlimPod` has, as the pod has it: nothing dropped.
+    fn whole_view(p: &Pod) -> SlimPod {
+        SlimPod {
+            metadata: p.metadata.clone(),
+            spec: p.spec.as_ref().map(SlimPodSpec::from),
+            status: p.status.as_ref().map(SlimPodStatus::from),
+        }
+    }
+
+    #[test]
+    fn a_pod_read_slim_is_the_projection_of_the_whole_pod() {
+        let full: Pod = serde_json::from_value(full_pod_json()).expect("a valid pod");
+        let mut read: SlimPod = serde_json::from_value(full_pod_json()).expect("reads");
+        pod(&mut read);
+        assert_eq!(
+            read,
+            SlimPod::from(&full),
+            "the watch's reading and the projection"
+        );
+        // And it serialises back as a Pod that k8s-openapi reads.
+        let json = serde_json::to_value(&read).unwrap();
+        assert_eq!(
+            (json["apiVersion"].as_str(), json["kind"].as_str()),
+            (Some("v1"), Some("Pod"))
+        );
+        let back: Pod = serde_json::from_value(json).expect("a Pod");
+        assert_eq!(SlimPod::from(&back), read);
     }
 
     #[test]
     fn a_slim_pod_keeps_what_the_controller_reads() {
-        let full = full_pod();
-        let mut slim = full.clone();
-        pod(&mut slim);
+        let full: Pod = serde_json::from_value(full_pod_json()).expect("a valid pod");
+        let whole = whole_view(&full);
+        let slim = SlimPod::from(&full);
         let volumes = VolumeIndex::default();
         assert_eq!(
-            pod_spec(&full, &volumes, 0).expect("converts"),
+            pod_spec(&whole, &volumes, 0).expect("converts"),
             pod_spec(&slim, &volumes, 0).expect("converts")
         );
-        assert_eq!(pod_requests(&full), pod_requests(&slim));
-        assert_eq!(is_provisionable(&full), is_provisionable(&slim));
+        assert_eq!(pod_requests(&whole), pod_requests(&slim));
+        assert_eq!(is_provisionable(&whole), is_provisionable(&slim));
         assert_eq!(full.metadata.labels, slim.metadata.labels);
         assert_eq!(
             slim.metadata
@@ -245,7 +181,8 @@ mod tests {
                 .collect::<Vec<_>>(),
             [
                 "controller.kubernetes.io/pod-deletion-cost",
-                "karpenter.sh/do-not-disrupt"
+                "karpenter.sh/do-not-disrupt",
+                "kubernetes.io/config.mirror",
             ],
             "only the annotations the controller reads are left"
         );
@@ -255,9 +192,15 @@ mod tests {
         );
         assert!(slim.metadata.managed_fields.is_none());
         let spec = slim.spec.as_ref().expect("spec");
-        let c = &spec.containers[0];
-        assert!(c.image.is_none() && c.env.is_none() && c.liveness_probe.is_none());
-        assert_eq!(c.ports.as_ref().map(Vec::len), Some(1));
+        assert_eq!(spec.containers.len(), 2);
+        let ports: Vec<i32> = spec.containers[0]
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| p.container_port)
+            .collect();
+        assert_eq!(ports, [80], "only the port that takes a host port");
+        assert!(spec.containers[1].ports.is_none());
         let volumes: Vec<&str> = spec
             .volumes
             .iter()
@@ -265,8 +208,9 @@ mod tests {
             .map(|v| v.name.as_str())
             .collect();
         assert_eq!(volumes, ["data"]);
+        assert_eq!(spec.priority, Some(2_000_000_000));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
         let status = slim.status.as_ref().expect("status");
-        assert!(status.pod_ip.is_none() && status.container_statuses.is_none());
         assert_eq!(status.phase.as_deref(), Some("Pending"));
         assert!(status.start_time.is_some());
         let kept: Vec<&str> = status
@@ -281,13 +225,17 @@ mod tests {
             Some(2),
             "no spare capacity is kept"
         );
-        // What is kept is much smaller.
-        let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
+        // What is kept is much smaller, and much smaller in memory: no
+        // inline k8s-openapi Container.
+        let (slim_json, full_json) = (
+            serde_json::to_vec(&slim).unwrap().len(),
+            serde_json::to_vec(&full).unwrap().len(),
+        );
+        assert!(slim_json * 3 < full_json * 2, "{slim_json} vs {full_json}");
+        assert!(std::mem::size_of::<SlimPod>() * 2 < std::mem::size_of::<Pod>());
         assert!(
-            size(&slim) * 4 < size(&full) * 3,
-            "{} vs {}",
-            size(&slim),
-            size(&full)
+            std::mem::size_of::<crate::api::SlimContainer>() * 10
+                < std::mem::size_of::<k8s_openapi::api::core::v1::Container>()
         );
     }
 
@@ -298,6 +246,7 @@ mod tests {
             "dovetail.dev/replaces",
             "simulate.dovetail.dev/duration",
             "controller.kubernetes.io/pod-deletion-cost",
+            "kubernetes.io/config.mirror",
         ] {
             assert!(read_on_pods(key), "{key}");
         }

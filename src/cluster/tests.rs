@@ -1188,3 +1188,74 @@ async fn an_injected_fault_fails_the_write_and_changes_nothing() {
     Cluster::evict(&c, "ns", "a").await.unwrap();
     assert!(c.get_opt::<Pod>(&key("ns", "a")).is_none());
 }
+
+/// The controller reads pods as [`crate::api::SlimPod`]s through the
+/// `Cluster` interface: the projections follow every change, one
+/// projection per pod and version is reused, and the view cannot be
+/// written except by deleting the pod.
+#[test]
+fn pods_read_through_the_slim_view_follow_their_changes() {
+    use crate::api::SlimPod;
+    use futures::FutureExt;
+    let (c, _) = cluster();
+    let mut a = pod("web", "a", "web");
+    a.metadata.annotations = Some(
+        [
+            (
+                "karpenter.sh/do-not-disrupt".to_string(),
+                "true".to_string(),
+            ),
+            ("prometheus.io/scrape".to_string(), "true".to_string()),
+        ]
+        .into(),
+    );
+    c.create(a).unwrap();
+    c.create(pod("web", "b", "web")).unwrap();
+    let views = Cluster::list::<SlimPod>(&c);
+    assert_eq!(names(&views), ["web/a", "web/b"]);
+    assert_eq!(Cluster::revision::<SlimPod>(&c), c.kind_revision::<Pod>());
+    let annotations: Vec<&String> = views[0]
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        annotations,
+        ["karpenter.sh/do-not-disrupt"],
+        "slimmed as the watch slims"
+    );
+
+    // Unchanged pods keep their projection; a changed one is projected again.
+    c.bind("web", "b", "n1").unwrap();
+    let again = Cluster::list::<SlimPod>(&c);
+    assert!(Arc::ptr_eq(&views[0], &again[0]), "a is unchanged");
+    assert!(!Arc::ptr_eq(&views[1], &again[1]));
+    let b = Cluster::get::<SlimPod>(&c, &key("web", "b")).unwrap();
+    assert_eq!(
+        b.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("n1")
+    );
+    assert!(Arc::ptr_eq(&b, &again[1]), "get reuses the projection");
+
+    // Deleting through the view deletes the pod.
+    let gone = Cluster::delete::<SlimPod>(&c, &key("web", "a"))
+        .now_or_never()
+        .expect("ready")
+        .unwrap();
+    assert!(gone.is_deleted());
+    assert_eq!(gone.object().metadata.name.as_deref(), Some("a"));
+    assert!(c.get_opt::<Pod>(&key("web", "a")).is_none());
+    assert_eq!(names(&Cluster::list::<SlimPod>(&c)), ["web/b"]);
+    assert!(Cluster::get::<SlimPod>(&c, &key("web", "a")).is_none());
+
+    // Any other write of the view is refused and changes nothing.
+    let view = (*Cluster::get::<SlimPod>(&c, &key("web", "b")).unwrap()).clone();
+    let refused = Cluster::replace(&c, view).now_or_never().expect("ready");
+    assert!(
+        matches!(refused, Err(ApiError::Internal { .. })),
+        "{refused:?}"
+    );
+    assert!(c.get_opt::<Pod>(&key("web", "b")).is_some());
+}

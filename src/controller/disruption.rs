@@ -33,7 +33,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint as NodeTaint};
+use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
+
+use crate::api::SlimPod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
@@ -139,7 +141,7 @@ fn claim_name(claim: &NodeClaim) -> String {
     claim.metadata.name.clone().unwrap_or_default()
 }
 
-fn pod_key(p: &Pod) -> String {
+fn pod_key(p: &SlimPod) -> String {
     format!(
         "{}/{}",
         p.metadata.namespace.as_deref().unwrap_or("default"),
@@ -149,7 +151,7 @@ fn pod_key(p: &Pod) -> String {
 
 /// Whether a pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be
 /// scheduled straight back, so drains and consolidation ignore it).
-pub(super) fn tolerates_disrupted(pod: &Pod) -> bool {
+pub(super) fn tolerates_disrupted(pod: &SlimPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.tolerations.as_ref())
@@ -168,14 +170,14 @@ pub(super) fn tolerates_disrupted(pod: &Pod) -> bool {
         })
 }
 
-fn is_mirror(pod: &Pod) -> bool {
+fn is_mirror(pod: &SlimPod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
 }
 
-fn is_daemon(pod: &Pod) -> bool {
+fn is_daemon(pod: &SlimPod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -183,7 +185,7 @@ fn is_daemon(pod: &Pod) -> bool {
         .any(|o| o.kind == "DaemonSet")
 }
 
-fn is_finished(pod: &Pod) -> bool {
+fn is_finished(pod: &SlimPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -193,7 +195,7 @@ fn is_finished(pod: &Pod) -> bool {
 /// Pods that would have to move if their node went away: not finished or
 /// going, not DaemonSet or mirror pods, not pods that tolerate the
 /// disrupted taint.
-pub(super) fn is_movable(pod: &Pod) -> bool {
+pub(super) fn is_movable(pod: &SlimPod) -> bool {
     !is_finished(pod)
         && pod.metadata.deletion_timestamp.is_none()
         && !is_mirror(pod)
@@ -204,7 +206,7 @@ pub(super) fn is_movable(pod: &Pod) -> bool {
 /// The cost of evicting one pod, as the reference weighs it: 1, plus its
 /// `controller.kubernetes.io/pod-deletion-cost` over 2^27, plus its
 /// priority over 2^25, within [-10, 10].
-fn eviction_cost(pod: &Pod) -> f64 {
+fn eviction_cost(pod: &SlimPod) -> f64 {
     let mut cost = 1.0;
     if let Some(c) = pod
         .metadata
@@ -282,7 +284,7 @@ impl Budgets {
     }
 
     /// Why the pods cannot all be evicted now, if they cannot.
-    fn blocks(&self, pods: &[&Arc<Pod>]) -> Option<String> {
+    fn blocks(&self, pods: &[&Arc<SlimPod>]) -> Option<String> {
         let mut used: HashMap<usize, i32> = HashMap::new();
         for p in pods {
             let ns = p.metadata.namespace.as_deref().unwrap_or("default");
@@ -422,7 +424,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// and the offerings known to be out of capacity.
     fn fingerprint(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.cluster.revision::<Pod>().hash(&mut h);
+        self.cluster.revision::<SlimPod>().hash(&mut h);
         self.cluster.revision::<Node>().hash(&mut h);
         self.cluster.revision::<NodeClaim>().hash(&mut h);
         self.cluster.revision::<NodePool>().hash(&mut h);
@@ -502,8 +504,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
-        let pods = self.cluster.list::<Pod>();
-        let mut pods_by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+        let pods = self.cluster.list::<SlimPod>();
+        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>> = HashMap::new();
         let mut pending: BTreeSet<String> = BTreeSet::new();
         for p in &pods {
             match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
@@ -565,7 +567,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             }
             let node_name = node.metadata.name.clone().unwrap_or_default();
-            let on_node: Vec<&Arc<Pod>> = pods_by_node
+            let on_node: Vec<&Arc<SlimPod>> = pods_by_node
                 .get(node_name.as_str())
                 .into_iter()
                 .flatten()

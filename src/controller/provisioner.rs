@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+
+use crate::api::SlimPod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -104,7 +106,7 @@ fn since(t: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(t)).unwrap_or_default()
 }
 
-fn pod_key(p: &Pod) -> String {
+fn pod_key(p: &SlimPod) -> String {
     format!(
         "{}/{}",
         p.metadata.namespace.as_deref().unwrap_or("default"),
@@ -144,7 +146,7 @@ fn node_selector(reqs: &Requirements) -> Vec<NodeSelectorRequirementWithMinValue
 }
 
 /// A pod as it would be if it were not yet scheduled.
-fn as_pending(p: &Pod) -> Pod {
+fn as_pending(p: &SlimPod) -> SlimPod {
     let mut p = p.clone();
     if let Some(spec) = p.spec.as_mut() {
         spec.node_name = None;
@@ -235,7 +237,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
         let previous = std::mem::take(&mut self.batch.planned);
-        let pods = self.with_interrupted_as_pending(self.cluster.list::<Pod>());
+        let pods = self.with_interrupted_as_pending(self.cluster.list::<SlimPod>());
         let outcome = self.provision(&pods).await;
         let mut solved_claims = outcome.created.clone();
         solved_claims.extend(
@@ -266,7 +268,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// being deleted (and that would have to move) as if they were
     /// pending: the capacity they need is launched at once, not after
     /// their eviction, since the instance is going away regardless.
-    fn with_interrupted_as_pending(&self, pods: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
+    fn with_interrupted_as_pending(&self, pods: Vec<Arc<SlimPod>>) -> Vec<Arc<SlimPod>> {
         let nodes: BTreeSet<String> = self
             .cluster
             .list::<NodeClaim>()
@@ -305,7 +307,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// every reconcile, over every pod of the cluster.
     fn provisionable_pods(&mut self) -> BTreeSet<String> {
         let revision = (
-            self.cluster.revision::<Pod>(),
+            self.cluster.revision::<SlimPod>(),
             self.cluster.revision::<NodeClaim>(),
         );
         if let Some((r, pending)) = &self.provisionable
@@ -314,7 +316,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return pending.clone();
         }
         let pending: BTreeSet<String> = self
-            .with_interrupted_as_pending(self.cluster.list::<Pod>())
+            .with_interrupted_as_pending(self.cluster.list::<SlimPod>())
             .iter()
             .filter(|p| is_provisionable(p))
             .map(|p| pod_key(p))
@@ -552,7 +554,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// The cluster as the scheduling core's input builder reads it.
-    pub(super) fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
+    pub(super) fn snapshot(&self, pods: &[Arc<SlimPod>]) -> Snapshot {
         let nodes = self.cluster.list::<Node>();
         let registered: BTreeSet<&str> = nodes
             .iter()
@@ -612,7 +614,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         );
         input.pods = self
             .cluster
-            .list::<Pod>()
+            .list::<SlimPod>()
             .iter()
             .filter(|p| {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -641,7 +643,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// One solve for the pending pods: the NodeClaims it created, and where
     /// it placed each pod.
-    async fn provision(&mut self, pods: &[Arc<Pod>]) -> Provisioned {
+    async fn provision(&mut self, pods: &[Arc<SlimPod>]) -> Provisioned {
         let now = self.clock.now();
         let mut out = Provisioned::default();
         let (pools, specs, catalog) = self.nodepool_specs().await;
@@ -876,6 +878,7 @@ mod tests {
     use crate::cloud::sim::{SimConfig, SimEc2};
     use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
+    use k8s_openapi::api::core::v1::Pod;
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
         let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();

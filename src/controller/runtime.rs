@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, Node, ObjectReference};
+
+use crate::api::SlimPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use prometheus::core::Collector;
 use prometheus::{IntGaugeVec, Opts, Registry, TextEncoder};
@@ -210,7 +212,7 @@ fn involved<C: Cluster>(cluster: &C, object: &str) -> Option<ObjectReference> {
         "Node" => reference::<Node>(cluster, cluster_key()),
         "Pod" => {
             let (ns, name) = rest.split_once('/')?;
-            reference::<Pod>(cluster, ObjectKey::new(ns, name))
+            reference::<SlimPod>(cluster, ObjectKey::new(ns, name))
         }
         _ => return None,
     })
@@ -305,7 +307,7 @@ pub fn pods_state<C: Cluster>(cluster: &C) -> IntGaugeVec {
         .into_iter()
         .filter_map(|n| Some((n.metadata.name.clone()?, n)))
         .collect();
-    for pod in cluster.list::<Pod>() {
+    for pod in cluster.list::<SlimPod>() {
         let node_name = pod
             .spec
             .as_ref()
@@ -518,6 +520,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::cloud::sim::{SimConfig, SimEc2};
     use crate::cluster::MemoryCluster;
+    use k8s_openapi::api::core::v1::Pod;
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
         let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();

@@ -20,7 +20,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+
+use crate::api::SlimPod;
 
 use super::Controller;
 use crate::api::{FINALIZER_TERMINATION, NodeClaim};
@@ -37,7 +39,7 @@ pub const DRAIN_BACKOFF_MAX: Duration = Duration::from_secs(60);
 const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
 
 /// The drain group of a pod: lower groups are evicted first.
-fn drain_group(pod: &Pod) -> u8 {
+fn drain_group(pod: &SlimPod) -> u8 {
     let critical = pod
         .spec
         .as_ref()
@@ -52,7 +54,7 @@ fn drain_group(pod: &Pod) -> u8 {
     u8::from(critical) * 2 + u8::from(daemon)
 }
 
-fn do_not_disrupt(pod: &Pod) -> bool {
+fn do_not_disrupt(pod: &SlimPod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -73,7 +75,7 @@ fn has_finalizer(meta: &kube::api::ObjectMeta) -> bool {
 
 /// Pods a drain must see gone: not finished, not already going, not mirror
 /// pods, and not pods that tolerate the disrupted taint.
-fn evictable(pod: &Pod) -> bool {
+fn evictable(pod: &SlimPod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some() {
         return false;
@@ -133,8 +135,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
-        let pods = self.cluster.list::<Pod>();
-        let mut pods_by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+        let pods = self.cluster.list::<SlimPod>();
+        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>> = HashMap::new();
         for p in &pods {
             if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 pods_by_node.entry(n).or_default().push(p);
@@ -148,7 +150,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .and_then(|n| nodes_by_name.get(n).copied());
             if let Some(node) = node {
                 let name = node.metadata.name.as_deref().unwrap_or_default();
-                let draining: Vec<&Arc<Pod>> = pods_by_node
+                let draining: Vec<&Arc<SlimPod>> = pods_by_node
                     .get(name)
                     .into_iter()
                     .flatten()
@@ -182,7 +184,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// One step of a drain: evicts the first group of pods still there (or,
     /// past the terminationGracePeriod, deletes every pod left). Returns
     /// when to look again.
-    async fn drain(&mut self, claim: &NodeClaim, pods: &[&Arc<Pod>]) -> Duration {
+    async fn drain(&mut self, claim: &NodeClaim, pods: &[&Arc<SlimPod>]) -> Duration {
         let now = self.clock.now();
         let name = claim_name(claim);
         let object = format!("NodeClaim/{name}");
@@ -209,7 +211,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         if grace_over {
             for pod in pods {
                 let key = ObjectKey::of(pod.as_ref());
-                if self.cluster.delete::<Pod>(&key).await.is_ok() {
+                if self.cluster.delete::<SlimPod>(&key).await.is_ok() {
                     self.metrics.pods_drained.inc();
                     self.event(
                         format!("Pod/{key}"),

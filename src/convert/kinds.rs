@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, Taint as K8sTaint};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint as K8sTaint};
+
+use crate::api::{SlimPod, SlimPodSpec};
 use serde_json::Value;
 
 use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
@@ -207,10 +209,10 @@ pub fn nodepool_spec_with_types(
 
 /// A DaemonSet's pod template.
 pub fn daemonset_spec(ds: &DaemonSet, now_ms: i64) -> Result<DaemonSetSpec, String> {
-    let template = ds.spec.template.clone();
-    let pod = Pod {
-        metadata: template.metadata.unwrap_or_default(),
-        spec: template.spec,
+    let template = &ds.spec.template;
+    let pod = SlimPod {
+        metadata: template.metadata.clone().unwrap_or_default(),
+        spec: template.spec.as_ref().map(SlimPodSpec::from),
         status: None,
     };
     pod_spec(&pod, &VolumeIndex::default(), now_ms)
@@ -221,7 +223,7 @@ pub fn daemonset_spec(ds: &DaemonSet, now_ms: i64) -> Result<DaemonSetSpec, Stri
         .map_err(|e| e.message)
 }
 
-fn bound_pod(p: &Pod) -> Result<BoundPod, ObjectError> {
+fn bound_pod(p: &SlimPod) -> Result<BoundPod, ObjectError> {
     // The spec's requests are the pod's own, as `pod_requests` reads
     // them: no defaults for what a container leaves out.
     let spec = pod_spec(p, &VolumeIndex::default(), 0)

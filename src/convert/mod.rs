@@ -13,7 +13,7 @@
 
 mod kinds;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::api::SlimPod;
 use serde_json::Value;
 
 pub use kinds::{
@@ -54,7 +54,7 @@ impl Invalid {
 /// controller, or the Deployment of its ReplicaSet (named
 /// `<deployment>-<pod-template-hash>`). `plan` and `simulate` group pods by
 /// it.
-pub fn workload_of(pod: &Pod) -> Option<(String, String, String)> {
+pub fn workload_of(pod: &SlimPod) -> Option<(String, String, String)> {
     let o = pod
         .metadata
         .owner_references
@@ -123,7 +123,7 @@ impl ConfigDocs {
 pub fn build_input(
     config: &ConfigDocs,
     catalog: &[InstanceType],
-    pods: &[(Pos, Pod)],
+    pods: &[(Pos, SlimPod)],
     pods_file: &str,
     snapshot: Option<(&Snapshot, &Origin)>,
     now_ms: i64,
@@ -173,7 +173,7 @@ pub fn nodepool_specs(
 pub fn build_input_with_pools(
     nodepools: Vec<NodePoolSpec>,
     catalog: &[InstanceType],
-    pods: &[(Pos, Pod)],
+    pods: &[(Pos, SlimPod)],
     pods_file: &str,
     snapshot: Option<&Snapshot>,
     now_ms: i64,
@@ -194,7 +194,7 @@ pub fn build_input_with_pools(
 pub fn build_input_from(
     nodepools: Vec<NodePoolSpec>,
     catalog: &[InstanceType],
-    pods: &[(Pos, Pod)],
+    pods: &[(Pos, SlimPod)],
     pods_file: &str,
     snapshot: Option<(&Snapshot, &Origin)>,
     now_ms: i64,

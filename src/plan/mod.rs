@@ -8,7 +8,7 @@ mod report;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::api::SlimPod;
 
 pub use report::{PlanNodeClaim, PlanPlacement, PlanPoolReason, PlanReport, PlanUnschedulable};
 
@@ -52,7 +52,7 @@ pub enum PlanError {
 
 /// Reads pod manifests: multi-document YAML, a v1/List, or JSON lines.
 /// JSON pods are deserialised straight from the text.
-pub fn read_pods(path: &Path) -> Result<Vec<(Pos, Pod)>, ReadError> {
+pub fn read_pods(path: &Path) -> Result<Vec<(Pos, SlimPod)>, ReadError> {
     let (file, text) = read_text(path)?;
     let items = items(&file, &text)?;
     let mut out = Vec::with_capacity(items.len());
@@ -65,8 +65,9 @@ pub fn read_pods(path: &Path) -> Result<Vec<(Pos, Pod)>, ReadError> {
                     .with_object(it.name.clone()),
             )));
         }
-        let pod: Pod = it.decode(&file)?;
+        let mut pod: SlimPod = it.decode(&file)?;
         crate::snapshot::check_pod(&file, &it, &pod)?;
+        pod.slim();
         out.push((it.pos, pod));
     }
     Ok(out)
@@ -98,20 +99,21 @@ pub fn report(
     result: &crate::scheduling::SolveResult,
     solve_seconds: f64,
     input: &crate::scheduling::SolveInput,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
 ) -> PlanReport {
     let mut report = PlanReport::new(result, solve_seconds);
     if report.unschedulable.is_empty() {
         return report;
     }
-    let key = |p: &Pod| {
+    let key = |p: &SlimPod| {
         format!(
             "{}/{}",
             p.metadata.namespace.as_deref().unwrap_or("default"),
             p.metadata.name.as_deref().unwrap_or("")
         )
     };
-    let raw: std::collections::HashMap<String, &Pod> = pods.iter().map(|p| (key(p), *p)).collect();
+    let raw: std::collections::HashMap<String, &SlimPod> =
+        pods.iter().map(|p| (key(p), *p)).collect();
     let specs: std::collections::HashMap<String, &crate::scheduling::PodSpec> =
         input.pods.iter().map(|p| (p.key(), p)).collect();
     for u in &mut report.unschedulable {
@@ -129,7 +131,7 @@ pub fn report(
 }
 
 /// The workload a pod belongs to, as `Deployment default/web`.
-fn owner(pod: &Pod) -> Option<String> {
+fn owner(pod: &SlimPod) -> Option<String> {
     crate::convert::workload_of(pod).map(|(kind, ns, name)| format!("{kind} {ns}/{name}"))
 }
 
@@ -161,7 +163,7 @@ pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     let start = Instant::now();
     let result = solve(&input, &solve_opts)?;
     let seconds = start.elapsed().as_secs_f64();
-    let mut raw: Vec<&Pod> = pods.iter().map(|(_, p)| p).collect();
+    let mut raw: Vec<&SlimPod> = pods.iter().map(|(_, p)| p).collect();
     if let Some((s, _)) = &snapshot {
         raw.extend(s.pods.iter().map(AsRef::as_ref));
     }

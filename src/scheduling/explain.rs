@@ -8,7 +8,9 @@
 //! Computed from the solver's input alone, after a solve, for pods it could
 //! not place.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod};
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+
+use crate::api::SlimPod;
 
 use super::types::{NodePoolSpec, PodSpec, SolveInput};
 use crate::model::labels::{is_well_known, normalize_key};
@@ -72,7 +74,7 @@ fn contradiction(reqs: &[Written]) -> Option<String> {
 /// Whether the pod's nodeSelector and required node affinity contradict
 /// themselves: every required term (or the nodeSelector alone) asks for
 /// two things of one label that no node has at once.
-pub fn self_contradiction(pod: &Pod) -> Option<String> {
+pub fn self_contradiction(pod: &SlimPod) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     let selector: Vec<Written> = spec
         .node_selector
@@ -217,7 +219,7 @@ fn pool_reason(pool: &NodePoolSpec, pod: &PodSpec) -> Option<String> {
 
 /// A precise reason why `pod` cannot get a new NodeClaim, if the input
 /// alone shows one.
-pub fn explain(input: &SolveInput, spec: &PodSpec, pod: &Pod) -> Option<Explanation> {
+pub fn explain(input: &SolveInput, spec: &PodSpec, pod: &SlimPod) -> Option<Explanation> {
     if let Some(why) = self_contradiction(pod) {
         return Some(Explanation::Pod(why));
     }
@@ -266,7 +268,7 @@ pub fn split_by_pool(reason: &str, pools: &[String]) -> Vec<(Option<String>, Str
 pub fn reasons(
     input: &SolveInput,
     spec: Option<&PodSpec>,
-    pod: Option<&Pod>,
+    pod: Option<&SlimPod>,
     solver: &str,
 ) -> (String, Vec<(Option<String>, String)>) {
     let names: Vec<String> = input.nodepools.iter().map(|p| p.name.clone()).collect();
@@ -315,7 +317,7 @@ mod tests {
     use crate::model::Offering;
     use crate::model::{Requirements, Resources};
 
-    fn pod(json: serde_json::Value) -> Pod {
+    fn pod(json: serde_json::Value) -> SlimPod {
         serde_json::from_value(json).unwrap()
     }
 

@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    Container, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod,
-    PodAffinityTerm as K8sTerm,
+    NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, PodAffinityTerm as K8sTerm,
 };
 
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::types::{HostPort, Namespaces, PodAffinityTerm, PodSpec, TopologySpread, Unsatisfiable};
+use crate::api::{SlimContainer, SlimPod, SlimPodSpec};
 use crate::diag::JsonPath;
 use crate::model::labels::{LabelSelector, normalize_key};
 use crate::model::quantity::{PODS, parse_quantity};
@@ -28,7 +28,7 @@ pub struct PodError {
 /// reference defines it: PodScheduled=False with reason Unschedulable, no
 /// nodeName, no nominatedNodeName, not owned by a DaemonSet or a Node, and
 /// not terminating or finished.
-pub fn is_provisionable(pod: &Pod) -> bool {
+pub fn is_provisionable(pod: &SlimPod) -> bool {
     // Most pods of a cluster are bound: that answers first.
     let unbound = pod
         .spec
@@ -106,7 +106,7 @@ impl VolumeIndex {
     /// Zonal requirements of a pod's volumes: node affinity of bound
     /// PersistentVolumes, and allowedTopologies of WaitForFirstConsumer
     /// StorageClasses for unbound claims.
-    fn requirements(&self, ns: &str, pod: &Pod) -> Result<Requirements, String> {
+    fn requirements(&self, ns: &str, pod: &SlimPod) -> Result<Requirements, String> {
         let mut out = Requirements::new();
         let Some(spec) = &pod.spec else {
             return Ok(out);
@@ -180,7 +180,7 @@ fn term_requirements(term: &NodeSelectorTerm) -> Result<Requirements, String> {
 /// container's (and init container's) requests and limits and the pod's
 /// overhead must be quantities, and none may be negative. Paths are
 /// relative to the pod spec (`containers[0].resources.requests.cpu`).
-pub fn resource_problems(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<(JsonPath, String)> {
+pub fn resource_problems(spec: &SlimPodSpec) -> Vec<(JsonPath, String)> {
     let mut out = Vec::new();
     // Negative by its sign and a non-zero digit: `-1m` of memory rounds
     // to zero bytes but is still negative.
@@ -236,7 +236,7 @@ pub fn resource_problems(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<(Jso
 /// Effective requests of containers as kube computes them: the larger of the
 /// sum of containers (plus restartable sidecars) and each init container
 /// (plus the sidecars started before it), plus pod overhead, plus one `pods`.
-pub fn pod_requests(pod: &Pod) -> Result<Resources, String> {
+pub fn pod_requests(pod: &SlimPod) -> Result<Resources, String> {
     pod_requests_with_defaults(pod, &Resources::new())
 }
 
@@ -244,14 +244,14 @@ pub fn pod_requests(pod: &Pod) -> Result<Resources, String> {
 /// listed in `missing` counts that amount instead, as kube-scheduler's
 /// scoring does with its non-zero defaults (`NonMissingContainerRequests`:
 /// 100m cpu and 200Mi memory). An explicit zero request stays zero.
-pub fn pod_requests_with_defaults(pod: &Pod, missing: &Resources) -> Result<Resources, String> {
+pub fn pod_requests_with_defaults(pod: &SlimPod, missing: &Resources) -> Result<Resources, String> {
     let Some(spec) = &pod.spec else {
         return Ok(Resources::new().with(PODS, 1));
     };
     if let Some((path, message)) = resource_problems(spec).into_iter().next() {
         return Err(format!("spec.{path}: {message}"));
     }
-    let req = |c: &Container| -> Result<Resources, String> {
+    let req = |c: &SlimContainer| -> Result<Resources, String> {
         let mut out = match &c.resources {
             Some(res) => {
                 // A limit without a request defaults the request: limits
@@ -357,7 +357,7 @@ pub fn parse_time_ms(s: &str) -> Option<i64> {
 }
 
 /// Converts a Kubernetes Pod into the scheduler's view of it.
-pub fn pod_spec(pod: &Pod, volumes: &VolumeIndex, now_ms: i64) -> Result<PodSpec, PodError> {
+pub fn pod_spec(pod: &SlimPod, volumes: &VolumeIndex, now_ms: i64) -> Result<PodSpec, PodError> {
     let ns = pod
         .metadata
         .namespace
@@ -496,7 +496,7 @@ pub fn pod_spec(pod: &Pod, volumes: &VolumeIndex, now_ms: i64) -> Result<PodSpec
 mod tests {
     use super::*;
 
-    fn pod(json: serde_json::Value) -> Pod {
+    fn pod(json: serde_json::Value) -> SlimPod {
         serde_json::from_value(json).unwrap()
     }
 

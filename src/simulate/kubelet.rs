@@ -657,7 +657,12 @@ fn daemon<'a>(ds: &'a DaemonSet) -> Result<Daemon<'a>, String> {
         spec: Some(spec),
         status: None,
     };
-    let parsed = pod_spec(&template, &VolumeIndex::default(), 0).map_err(|e| e.message)?;
+    let parsed = pod_spec(
+        &crate::api::SlimPod::from(&template),
+        &VolumeIndex::default(),
+        0,
+    )
+    .map_err(|e| e.message)?;
     Ok(Daemon {
         ds,
         tolerations: parsed.tolerations.clone(),

@@ -266,6 +266,7 @@ struct PodInfo {
 
 impl PodInfo {
     fn new(pod: &Pod) -> Result<Self, String> {
+        let pod = &crate::api::SlimPod::from(pod);
         let spec = pod_spec(pod, &VolumeIndex::default(), 0).map_err(|e| e.message)?;
         let defaults = Resources::new()
             .with(CPU, DEFAULT_MILLI_CPU_REQUEST)
@@ -1793,7 +1794,7 @@ mod tests {
         let p: Arc<Pod> = cluster
             .get(&ObjectKey::new("default", "p"))
             .expect("exists");
-        assert!(is_provisionable(&p));
+        assert!(is_provisionable(&crate::api::SlimPod::from(&*p)));
         let condition = p
             .status
             .as_ref()
@@ -2138,7 +2139,10 @@ mod tests {
         let p: Arc<Pod> = cluster
             .get(&ObjectKey::new("default", "gated"))
             .expect("exists");
-        assert!(!is_provisionable(&p), "gated pods are not provisionable");
+        assert!(
+            !is_provisionable(&crate::api::SlimPod::from(&*p)),
+            "gated pods are not provisionable"
+        );
     }
 
     fn mixed_cluster() -> MemoryCluster {

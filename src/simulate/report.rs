@@ -179,7 +179,7 @@ pub fn usage_by_pool(cluster: &MemoryCluster) -> BTreeMap<String, PoolUsage> {
         if terminal(&phase(&p)) || p.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        if let Ok(r) = crate::scheduling::pod::pod_requests(&p)
+        if let Ok(r) = crate::scheduling::pod::pod_requests(&crate::api::SlimPod::from(&*p))
             && let Some(u) = usage.get_mut(pool)
         {
             u.requested.add(&r);
@@ -278,7 +278,7 @@ pub fn gap(cluster: &MemoryCluster) -> Gap {
         if terminal(&phase(&p)) || p.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let Ok(r) = crate::scheduling::pod::pod_requests(&p) else {
+        let Ok(r) = crate::scheduling::pod::pod_requests(&crate::api::SlimPod::from(&*p)) else {
             continue;
         };
         used.add(&r);
@@ -597,7 +597,7 @@ impl Recorder {
             bound: None,
             deleted: None,
             daemon,
-            workload: crate::convert::workload_of(p)
+            workload: crate::convert::workload_of(&crate::api::SlimPod::from(p))
                 .map(|(kind, ns, name)| format!("{kind}/{ns}/{name}")),
         });
         let was_active = !is_new && record.deleted_at.is_none() && !terminal(&record.phase);

@@ -827,7 +827,7 @@ fn check_manifest(
     else {
         return Ok(());
     };
-    if let Some((path, message)) = crate::scheduling::pod::resource_problems(&spec)
+    if let Some((path, message)) = crate::scheduling::pod::resource_problems(&(&spec).into())
         .into_iter()
         .next()
     {

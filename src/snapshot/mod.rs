@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+
+use crate::api::{SlimPod, SlimPodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
@@ -74,7 +76,9 @@ pub fn kind_name(o: &Value) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub nodes: Vec<Arc<Node>>,
-    pub pods: Vec<Arc<Pod>>,
+    /// As the controller reads them ([`SlimPod`]): a large snapshot's
+    /// pods are read without the fields nothing reads.
+    pub pods: Vec<Arc<SlimPod>>,
     pub nodeclaims: Vec<Value>,
     pub nodepools: Vec<Value>,
     pub ec2nodeclasses: Vec<Value>,
@@ -201,7 +205,7 @@ fn check_resources<S: Source>(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     kind: &str,
     at: &JsonPath,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
+    spec: &SlimPodSpec,
 ) -> Result<(), ReadError> {
     let Some((path, message)) = crate::scheduling::pod::resource_problems(spec)
         .into_iter()
@@ -226,7 +230,7 @@ fn check_resources<S: Source>(
 
 /// Checks the resources of a pod read from a file, as [`build`] does for a
 /// snapshot's pods.
-pub fn check_pod(file: &str, item: &Item<'_>, pod: &Pod) -> Result<(), ReadError> {
+pub fn check_pod(file: &str, item: &Item<'_>, pod: &SlimPod) -> Result<(), ReadError> {
     match &pod.spec {
         Some(spec) => check_resources(
             file,
@@ -260,7 +264,7 @@ fn build<'a, S: Source + 'a>(
                 s.nodes.push(Arc::new(n));
             }
             "Pod" => {
-                let p: Pod = o.decode(file)?;
+                let mut p: SlimPod = o.decode(file)?;
                 if let Some(spec) = &p.spec {
                     check_resources(
                         file,
@@ -272,6 +276,7 @@ fn build<'a, S: Source + 'a>(
                     )?;
                 }
                 note("Pod", &p.metadata);
+                p.slim();
                 s.pods.push(Arc::new(p));
             }
             "NodeClaim" => {
@@ -289,7 +294,8 @@ fn build<'a, S: Source + 'a>(
                 let d: DaemonSet = o.decode(file)?;
                 if let Some(spec) = &d.spec.template.spec {
                     let at = JsonPath::root().key("spec").key("template").key("spec");
-                    check_resources(file, o, &d.metadata, "DaemonSet", &at, spec)?;
+                    let spec = SlimPodSpec::from(spec);
+                    check_resources(file, o, &d.metadata, "DaemonSet", &at, &spec)?;
                 }
                 note("DaemonSet", &d.metadata);
                 s.daemonsets.push(Arc::new(d));
@@ -430,7 +436,10 @@ mod tests {
         // A typed error inside the second item names its line and column.
         let bad = "{\"kind\": \"List\", \"items\": [\n  {\"kind\": \"Pod\", \"metadata\": {\"name\": \"a\"}},\n  {\"kind\": \"Pod\", \"metadata\": {\"name\": \"b\", \"labels\": 7}}\n]}\n";
         let items = items("l.json", bad).unwrap();
-        let e = items[1].decode::<Pod>("l.json").unwrap_err().to_string();
+        let e = items[1]
+            .decode::<SlimPod>("l.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("l.json:3:"), "{e}");
         assert!(e.contains("Pod/b: invalid type"), "{e}");
         assert!(!e.contains("error:"), "the caller prints the severity: {e}");
