@@ -3,11 +3,13 @@
 //! they are stored, so a cluster of 100,000 pods fits the controller's
 //! memory budget (`BENCHMARKS.md`, the footprint benchmark).
 //!
-//! Everything the scheduling core, the drain and the disruption logic read
-//! is kept; a test converts every pod of the fixtures with and without
-//! slimming and compares the results, so a new read of a dropped field
-//! fails it. [`super::KubeCluster::watch_with`] applies these as the
-//! watch's transform.
+//! Pods are watched as [`SlimPod`]s, which have only the fields the
+//! controller reads (`api::pod`); of those, [`pod`] drops what it does not
+//! need. Everything the scheduling core, the drain and the disruption
+//! logic read is kept: a test converts a pod with every such field with
+//! and without slimming and compares the results.
+//! [`super::KubeCluster::watch_with`] applies these as the watch's
+//! transform.
 
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 
