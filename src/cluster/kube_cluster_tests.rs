@@ -1286,8 +1286,8 @@ async fn a_transform_slims_each_pod_before_it_is_stored() {
     let b = cluster.get::<SlimPod>(&ObjectKey::new("web", "b")).unwrap();
     let c = &b.spec.as_ref().unwrap().containers[0];
     assert_eq!(c.name, "app");
-    // Nothing else of the container is kept: its JSON is its name and
-    // resources.
+    // Nothing else of the container is kept: this one has no resources
+    // and no host port, so its JSON is its name.
     let json = serde_json::to_value(c).unwrap();
     assert!(
         json.get("env").is_none() && json.get("image").is_none(),
