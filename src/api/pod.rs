@@ -6,8 +6,8 @@
 //! set, and every quantity map is a B-tree node of its own. A `SlimPod`
 //! has the same shape and field names, but only the fields the scheduling
 //! core, the provisioner, drains and disruption read, so the code that
-//! reads a pod reads either the same way; it costs about a fifth of the
-//! memory (`BENCHMARKS.md`, the footprint benchmark).
+//! reads a pod reads either the same way. A stored pod costs about a third
+//! of the memory (`BENCHMARKS.md`, the footprint benchmark).
 //!
 //! It deserialises straight from the JSON of a Pod: the API server's
 //! fields it does not have are skipped as they are read (images,

@@ -14,7 +14,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 
 use crate::api::SlimPod;
-pub use crate::api::pod::{POD_ANNOTATIONS, POD_CONDITIONS, slim_metadata as metadata};
+pub use crate::api::pod::slim_metadata as metadata;
 
 /// A pod as the controller reads it: [`SlimPod::slim`]. The pods are
 /// watched as [`SlimPod`]s, which keep only the fields the controller

@@ -141,14 +141,6 @@ fn claim_name(claim: &NodeClaim) -> String {
     claim.metadata.name.clone().unwrap_or_default()
 }
 
-fn pod_key(p: &SlimPod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 /// Whether a pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be
 /// scheduled straight back, so drains and consolidation ignore it).
 pub(super) fn tolerates_disrupted(pod: &SlimPod) -> bool {
@@ -300,7 +292,7 @@ impl Budgets {
             if matching.len() > 1 {
                 return Some(format!(
                     "pod {} has more than one PodDisruptionBudget",
-                    pod_key(p)
+                    p.key()
                 ));
             }
             if let Some(&i) = matching.first() {
@@ -516,7 +508,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
                 _ => {
                     if crate::scheduling::pod::is_provisionable(p) {
-                        pending.insert(pod_key(p));
+                        pending.insert(p.key());
                     }
                 }
             }
@@ -577,7 +569,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             // The last pod event: a change in the node's movable pods.
             let mark = {
-                let mut keys: Vec<String> = on_node.iter().map(|p| pod_key(p)).collect();
+                let mut keys: Vec<String> = on_node.iter().map(|p| p.key()).collect();
                 keys.sort();
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 keys.hash(&mut h);
@@ -760,7 +752,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .iter()
                 .find(|p| annotation(p.as_ref(), DO_NOT_DISRUPT) == Some("true"))
             {
-                Some(format!("pod {} has {DO_NOT_DISRUPT}: \"true\"", pod_key(p)))
+                Some(format!("pod {} has {DO_NOT_DISRUPT}: \"true\"", p.key()))
             } else if nominated.contains(&node_name) {
                 Some("pending pods are planned on it".into())
             } else {
@@ -856,7 +848,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                             homes.push(c.node.clone());
                         }
                         Err(e) => {
-                            self.event(format!("Pod/{}", pod_key(p)), "InputInvalid", e.to_string())
+                            self.event(format!("Pod/{}", p.key()), "InputInvalid", e.to_string())
                         }
                     }
                 }

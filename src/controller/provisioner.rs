@@ -106,14 +106,6 @@ fn since(t: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(t)).unwrap_or_default()
 }
 
-fn pod_key(p: &SlimPod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 /// Requirements as a NodeClaim writes them.
 fn node_selector(reqs: &Requirements) -> Vec<NodeSelectorRequirementWithMinValues> {
     let mut out = Vec::new();
@@ -319,7 +311,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .with_interrupted_as_pending(self.cluster.list::<SlimPod>())
             .iter()
             .filter(|p| is_provisionable(p))
-            .map(|p| pod_key(p))
+            .map(|p| p.key())
             .collect();
         self.provisionable = Some((revision, pending.clone()));
         pending
