@@ -17,6 +17,7 @@ pub mod disruption;
 pub mod drift;
 pub mod fsutil;
 pub mod interruption;
+pub mod metrics;
 pub mod model;
 pub mod par;
 pub mod plan;

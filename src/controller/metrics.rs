@@ -14,6 +14,7 @@ use crate::cloud::{
     CloudError, CloudProvider, Instance, Launched, NodeClassResolution, OfferingKey,
 };
 use crate::drift::DriftReason;
+use crate::metrics::register;
 use crate::model::InstanceType;
 
 /// Buckets of the reference's duration histograms (seconds).
@@ -67,103 +68,108 @@ impl Metrics {
     /// The metrics, registered in a new registry.
     pub fn new() -> Self {
         let registry = Registry::new();
-        let decisions = IntCounterVec::new(
-            Opts::new(
-                "karpenter_voluntary_disruption_decisions_total",
-                "Disruption decisions carried out, by decision (delete, replace), reason and consolidation type.",
+        let decisions = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "karpenter_voluntary_disruption_decisions_total",
+                    "Disruption decisions carried out, by decision (delete, replace), reason and consolidation type.",
+                ),
+                &["decision", "reason", "consolidation_type"],
             ),
-            &["decision", "reason", "consolidation_type"],
-        )
-        .expect("valid counter options");
-        let allowed_disruptions = IntGaugeVec::new(
-            Opts::new(
-                "karpenter_nodepools_allowed_disruptions",
-                "Nodes each NodePool's budgets allow to be disrupted now, by reason.",
+        );
+        let allowed_disruptions = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "karpenter_nodepools_allowed_disruptions",
+                    "Nodes each NodePool's budgets allow to be disrupted now, by reason.",
+                ),
+                &["nodepool", "reason"],
             ),
-            &["nodepool", "reason"],
-        )
-        .expect("valid gauge options");
-        let nodeclaims_disrupted = IntCounterVec::new(
-            Opts::new(
-                "karpenter_nodeclaims_disrupted_total",
-                "NodeClaims disrupted, by reason and NodePool.",
+        );
+        let nodeclaims_disrupted = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "karpenter_nodeclaims_disrupted_total",
+                    "NodeClaims disrupted, by reason and NodePool.",
+                ),
+                &["reason", "nodepool"],
             ),
-            &["reason", "nodepool"],
-        )
-        .expect("valid counter options");
-        let nodes_drained = IntCounter::new(
-            "karpenter_nodes_drained_total",
-            "Nodes drained of their pods before termination.",
-        )
-        .expect("valid counter options");
-        let pods_drained = IntCounter::new(
-            "karpenter_pods_drained_total",
-            "Pods evicted (or, past a terminationGracePeriod, deleted) to drain nodes.",
-        )
-        .expect("valid counter options");
-        let savings = Gauge::new(
-            "dovetail_consolidation_savings_dollars_per_hour",
-            "How much lower the fleet's hourly price is for the consolidation decisions carried out since start (USD/h).",
-        )
-        .expect("valid gauge options");
-        let trials = CounterVec::new(
-            Opts::new(
-                "dovetail_disruption_trials_total",
-                "Removal trials run by disruption passes (placements of a candidate set's pods), by method.",
+        );
+        let nodes_drained = register(
+            &registry,
+            IntCounter::new(
+                "karpenter_nodes_drained_total",
+                "Nodes drained of their pods before termination.",
             ),
-            &["method"],
-        )
-        .expect("valid counter options");
-        let nodeclaims_created = IntCounterVec::new(
-            Opts::new(
-                "karpenter_nodeclaims_created_total",
-                "NodeClaims created, by reason (provisioning, disruption) and NodePool.",
+        );
+        let pods_drained = register(
+            &registry,
+            IntCounter::new(
+                "karpenter_pods_drained_total",
+                "Pods evicted (or, past a terminationGracePeriod, deleted) to drain nodes.",
             ),
-            &["reason", "nodepool"],
-        )
-        .expect("valid counter options");
-        let nodes_created = IntCounterVec::new(
-            Opts::new(
-                "karpenter_nodes_created_total",
-                "Nodes registered for a NodeClaim, by NodePool.",
+        );
+        let savings = register(
+            &registry,
+            Gauge::new(
+                "dovetail_consolidation_savings_dollars_per_hour",
+                "How much lower the fleet's hourly price is for the consolidation decisions carried out since start (USD/h).",
             ),
-            &["nodepool"],
-        )
-        .expect("valid counter options");
-        let scheduling_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "karpenter_scheduler_scheduling_duration_seconds",
-                "Duration of one scheduling solve for pending pods.",
-            )
-            .buckets(DURATION_BUCKETS.to_vec()),
-        )
-        .expect("valid histogram options");
-        let cloudprovider_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "karpenter_cloudprovider_duration_seconds",
-                "Duration of cloud provider calls, by method.",
-            )
-            .buckets(DURATION_BUCKETS.to_vec()),
-            &["controller", "method", "provider"],
-        )
-        .expect("valid histogram options");
-        for collector in [
-            Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(allowed_disruptions.clone()),
-            Box::new(nodeclaims_disrupted.clone()),
-            Box::new(nodes_drained.clone()),
-            Box::new(pods_drained.clone()),
-            Box::new(savings.clone()),
-            Box::new(trials.clone()),
-            Box::new(nodeclaims_created.clone()),
-            Box::new(nodes_created.clone()),
-            Box::new(scheduling_duration.clone()),
-            Box::new(cloudprovider_duration.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("metric names are unique");
-        }
+        );
+        let trials = register(
+            &registry,
+            CounterVec::new(
+                Opts::new(
+                    "dovetail_disruption_trials_total",
+                    "Removal trials run by disruption passes (placements of a candidate set's pods), by method.",
+                ),
+                &["method"],
+            ),
+        );
+        let nodeclaims_created = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "karpenter_nodeclaims_created_total",
+                    "NodeClaims created, by reason (provisioning, disruption) and NodePool.",
+                ),
+                &["reason", "nodepool"],
+            ),
+        );
+        let nodes_created = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "karpenter_nodes_created_total",
+                    "Nodes registered for a NodeClaim, by NodePool.",
+                ),
+                &["nodepool"],
+            ),
+        );
+        let scheduling_duration = register(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "karpenter_scheduler_scheduling_duration_seconds",
+                    "Duration of one scheduling solve for pending pods.",
+                )
+                .buckets(DURATION_BUCKETS.to_vec()),
+            ),
+        );
+        let cloudprovider_duration = register(
+            &registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "karpenter_cloudprovider_duration_seconds",
+                    "Duration of cloud provider calls, by method.",
+                )
+                .buckets(DURATION_BUCKETS.to_vec()),
+                &["controller", "method", "provider"],
+            ),
+        );
         Metrics {
             registry,
             decisions,

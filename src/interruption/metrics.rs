@@ -11,6 +11,7 @@ use prometheus::{
 
 use super::message::{IgnoredKind, Kind};
 use crate::clock::Timestamp;
+use crate::metrics::register;
 
 /// The `message_type` of a body that could not be decoded.
 pub const UNDECODABLE: &str = "undecodable";
@@ -61,72 +62,73 @@ impl Metrics {
     /// The metrics, registered in a new registry.
     pub fn new() -> Self {
         let registry = Registry::new();
-        let received = IntCounterVec::new(
-            Opts::new(
-                "karpenter_interruption_received_messages_total",
-                "Messages received from the interruption queue, by message_type: spot-interruption, rebalance, scheduled-change, state-change, the ignored-* kinds, or undecodable.",
+        let received = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "karpenter_interruption_received_messages_total",
+                    "Messages received from the interruption queue, by message_type: spot-interruption, rebalance, scheduled-change, state-change, the ignored-* kinds, or undecodable.",
+                ),
+                &["message_type"],
             ),
-            &["message_type"],
-        )
-        .expect("valid counter options");
-        let deleted = IntCounter::with_opts(Opts::new(
-            "karpenter_interruption_deleted_messages_total",
-            "Messages deleted from the interruption queue.",
-        ))
-        .expect("valid counter options");
-        let queue_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "karpenter_interruption_message_queue_duration_seconds",
-                "Time from a message's arrival in the queue (SQS SentTimestamp, else the event's time) to its receipt.",
-            )
-            .buckets(QUEUE_BUCKETS.to_vec()),
-        )
-        .expect("valid histogram options");
-        let handling = Histogram::with_opts(
-            HistogramOpts::new(
-                "dovetail_interruption_handling_seconds",
-                "Time from a message's receipt to its NodeClaim marked for deletion.",
-            )
-            .buckets(HANDLING_BUCKETS.to_vec()),
-        )
-        .expect("valid histogram options");
-        let undecodable = IntCounterVec::new(
-            Opts::new(
-                "dovetail_interruption_undecodable_messages_total",
-                "Messages that could not be decoded (and were deleted), by reason: too_large, envelope, time, detail, instance_id.",
+        );
+        let deleted = register(
+            &registry,
+            IntCounter::with_opts(Opts::new(
+                "karpenter_interruption_deleted_messages_total",
+                "Messages deleted from the interruption queue.",
+            )),
+        );
+        let queue_duration = register(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "karpenter_interruption_message_queue_duration_seconds",
+                    "Time from a message's arrival in the queue (SQS SentTimestamp, else the event's time) to its receipt.",
+                )
+                .buckets(QUEUE_BUCKETS.to_vec()),
             ),
-            &["reason"],
-        )
-        .expect("valid counter options");
-        let handler_errors = IntCounterVec::new(
-            Opts::new(
-                "dovetail_interruption_handler_errors_total",
-                "Messages the handler failed (left in the queue for redelivery), by reason.",
+        );
+        let handling = register(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "dovetail_interruption_handling_seconds",
+                    "Time from a message's receipt to its NodeClaim marked for deletion.",
+                )
+                .buckets(HANDLING_BUCKETS.to_vec()),
             ),
-            &["reason"],
-        )
-        .expect("valid counter options");
-        let sqs_errors = IntCounterVec::new(
-            Opts::new(
-                "dovetail_interruption_sqs_errors_total",
-                "Failed SQS calls, by operation: get_queue_url, receive, delete (per message).",
+        );
+        let undecodable = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "dovetail_interruption_undecodable_messages_total",
+                    "Messages that could not be decoded (and were deleted), by reason: too_large, envelope, time, detail, instance_id.",
+                ),
+                &["reason"],
             ),
-            &["operation"],
-        )
-        .expect("valid counter options");
-        for collector in [
-            Box::new(received.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(deleted.clone()),
-            Box::new(queue_duration.clone()),
-            Box::new(handling.clone()),
-            Box::new(undecodable.clone()),
-            Box::new(handler_errors.clone()),
-            Box::new(sqs_errors.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("metric names are unique in a new registry");
-        }
+        );
+        let handler_errors = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "dovetail_interruption_handler_errors_total",
+                    "Messages the handler failed (left in the queue for redelivery), by reason.",
+                ),
+                &["reason"],
+            ),
+        );
+        let sqs_errors = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "dovetail_interruption_sqs_errors_total",
+                    "Failed SQS calls, by operation: get_queue_url, receive, delete (per message).",
+                ),
+                &["operation"],
+            ),
+        );
         // Every bounded label value starts at zero, so dashboards see the
         // series before the first message of a kind.
         let labels = Kind::ALL

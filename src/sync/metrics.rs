@@ -9,6 +9,7 @@ use prometheus::{
 };
 
 use crate::api::ApiKind;
+use crate::metrics::register;
 
 /// Upper bounds of the pass-duration buckets: a pass is milliseconds on a
 /// small repository, seconds with a slow API server.
@@ -40,48 +41,46 @@ impl Metrics {
     /// The metrics, registered in a new registry.
     pub fn new() -> Self {
         let registry = Registry::new();
-        let duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "dovetail_config_sync_duration_seconds",
-                "Time of one sync pass: reading and validating the revision, dry runs, applies and prunes.",
-            )
-            .buckets(DURATION_BUCKETS.to_vec()),
-        )
-        .expect("valid histogram options");
-        let revision = IntGaugeVec::new(
-            Opts::new(
-                "dovetail_config_revision_info",
-                "The revision last applied completely (value 1), as <branch>@sha1:<sha>.",
+        let duration = register(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "dovetail_config_sync_duration_seconds",
+                    "Time of one sync pass: reading and validating the revision, dry runs, applies and prunes.",
+                )
+                .buckets(DURATION_BUCKETS.to_vec()),
             ),
-            &["revision"],
-        )
-        .expect("valid gauge options");
-        let objects = IntGaugeVec::new(
-            Opts::new(
-                "dovetail_config_objects",
-                "Objects of the revision last applied completely, by kind.",
+        );
+        let revision = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "dovetail_config_revision_info",
+                    "The revision last applied completely (value 1), as <branch>@sha1:<sha>.",
+                ),
+                &["revision"],
             ),
-            &["kind"],
-        )
-        .expect("valid gauge options");
-        let errors = IntCounterVec::new(
-            Opts::new(
-                "dovetail_config_sync_errors_total",
-                "Sync passes that failed, by reason: invalid (the revision does not validate), source (the repository or ref cannot be read), apply (the API server refused or failed a write), prune_blocked (more deletions than --max-prune).",
+        );
+        let objects = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "dovetail_config_objects",
+                    "Objects of the revision last applied completely, by kind.",
+                ),
+                &["kind"],
             ),
-            &["reason"],
-        )
-        .expect("valid counter options");
-        for collector in [
-            Box::new(duration.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(revision.clone()),
-            Box::new(objects.clone()),
-            Box::new(errors.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("metric names are unique in a new registry");
-        }
+        );
+        let errors = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "dovetail_config_sync_errors_total",
+                    "Sync passes that failed, by reason: invalid (the revision does not validate), source (the repository or ref cannot be read), apply (the API server refused or failed a write), prune_blocked (more deletions than --max-prune).",
+                ),
+                &["reason"],
+            ),
+        );
         Metrics {
             registry,
             duration,
