@@ -34,15 +34,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
-
-use crate::api::SlimPod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
 use super::{Controller, conditions, is_true, set_condition};
 use crate::api::nodepool::ConsolidationPolicy;
-use crate::api::{ANNOTATION_DO_NOT_DISRUPT, EC2NodeClass, NodeClaim, NodePool, TAINT_DISRUPTED};
+use crate::api::{
+    ANNOTATION_DO_NOT_DISRUPT, EC2NodeClass, NodeClaim, NodePool, SlimPod, TAINT_DISRUPTED,
+};
 use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey, Selector};

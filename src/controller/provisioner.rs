@@ -14,8 +14,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-
-use crate::api::SlimPod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -26,7 +24,9 @@ use kube::api::ObjectMeta;
 use super::Controller;
 use crate::api::common::{NodeSelectorRequirementWithMinValues, Operator};
 use crate::api::nodeclaim::{NodeClaimResources, NodeClaimSpec};
-use crate::api::{EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim, NodePool};
+use crate::api::{
+    EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim, NodePool, SlimPod,
+};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
@@ -865,12 +865,13 @@ fn claim_suffix(name: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
     use crate::clock::{Clock, ManualClock};
     use crate::cloud::sim::{SimConfig, SimEc2};
     use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
-    use k8s_openapi::api::core::v1::Pod;
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
         let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();

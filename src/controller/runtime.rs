@@ -22,8 +22,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, Node, ObjectReference};
-
-use crate::api::SlimPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use prometheus::core::Collector;
 use prometheus::{IntGaugeVec, Opts, Registry, TextEncoder};
@@ -35,7 +33,7 @@ use super::metrics::Metrics;
 use super::{Controller, Event, Settings};
 use crate::api::{
     EC2NodeClass, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim,
-    NodePool,
+    NodePool, SlimPod,
 };
 use crate::clock::{Clock, Timestamp};
 use crate::cloud::CloudProvider;
@@ -516,11 +514,12 @@ async fn run_sync<C: Cluster>(sync: Option<&mut (SyncEngine<C>, Duration)>) {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
     use crate::clock::ManualClock;
     use crate::cloud::sim::{SimConfig, SimEc2};
     use crate::cluster::MemoryCluster;
-    use k8s_openapi::api::core::v1::Pod;
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
         let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();

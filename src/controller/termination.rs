@@ -22,10 +22,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::api::SlimPod;
-
 use super::Controller;
-use crate::api::{FINALIZER_TERMINATION, NodeClaim};
+use crate::api::{FINALIZER_TERMINATION, NodeClaim, SlimPod};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::cluster::{Cluster, ObjectKey};

@@ -5,10 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint as K8sTaint};
-
-use crate::api::{SlimPod, SlimPodSpec};
 use serde_json::Value;
 
+use crate::api::{SlimPod, SlimPodSpec};
 use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
 use crate::model::quantity::parse_quantity;
 use crate::model::{InstanceType, KubeletSettings, Requirement, Requirements, Resources, Taint};

@@ -13,13 +13,13 @@
 
 mod kinds;
 
-use crate::api::SlimPod;
 use serde_json::Value;
 
 pub use kinds::{
     daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
 };
 
+use crate::api::SlimPod;
 use crate::diag::Pos;
 use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
@@ -211,24 +211,11 @@ pub fn build_input_from(
             object,
             message,
         };
-        for c in &s.persistent_volume_claims {
-            let key = format!(
-                "{}/{}",
-                c.metadata.namespace.as_deref().unwrap_or("default"),
-                c.metadata.name.as_deref().unwrap_or("")
-            );
-            volumes.claims.insert(key, (**c).clone());
-        }
-        for v in &s.persistent_volumes {
-            volumes
-                .volumes
-                .insert(v.metadata.name.clone().unwrap_or_default(), (**v).clone());
-        }
-        for sc in &s.storage_classes {
-            volumes
-                .storage_classes
-                .insert(sc.metadata.name.clone().unwrap_or_default(), (**sc).clone());
-        }
+        volumes = VolumeIndex::new(
+            &s.persistent_volume_claims,
+            &s.persistent_volumes,
+            &s.storage_classes,
+        );
         input.nodes =
             existing_nodes(s, catalog).map_err(|(object, message)| invalid(object, message))?;
         for ds in &s.daemonsets {

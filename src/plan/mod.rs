@@ -8,10 +8,9 @@ mod report;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::api::SlimPod;
-
 pub use report::{PlanNodeClaim, PlanPlacement, PlanPoolReason, PlanReport, PlanUnschedulable};
 
+use crate::api::SlimPod;
 use crate::convert::{ConfigDocs, Invalid, build_input};
 use crate::diag::Pos;
 use crate::model::catalog::{CatalogError, read_catalog};
@@ -105,15 +104,8 @@ pub fn report(
     if report.unschedulable.is_empty() {
         return report;
     }
-    let key = |p: &SlimPod| {
-        format!(
-            "{}/{}",
-            p.metadata.namespace.as_deref().unwrap_or("default"),
-            p.metadata.name.as_deref().unwrap_or("")
-        )
-    };
     let raw: std::collections::HashMap<String, &SlimPod> =
-        pods.iter().map(|p| (key(p), *p)).collect();
+        pods.iter().map(|p| (p.key(), *p)).collect();
     let specs: std::collections::HashMap<String, &crate::scheduling::PodSpec> =
         input.pods.iter().map(|p| (p.key(), p)).collect();
     for u in &mut report.unschedulable {

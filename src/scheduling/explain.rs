@@ -10,9 +10,8 @@
 
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
-use crate::api::SlimPod;
-
 use super::types::{NodePoolSpec, PodSpec, SolveInput};
+use crate::api::SlimPod;
 use crate::model::labels::{is_well_known, normalize_key};
 use crate::model::{InstanceType, Operator, Requirement};
 

@@ -7,12 +7,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-
-use crate::api::{SlimPod, SlimPodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
 
+use crate::api::{SlimPod, SlimPodSpec};
 use crate::diag::{JsonPath, Pos};
 
 mod read;
