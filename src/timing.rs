@@ -93,6 +93,60 @@ pub fn parse_duration(s: &str, syntax: DurationSyntax) -> Result<NillableDuratio
     Ok(NillableDuration::After(Duration::from_secs(total)))
 }
 
+/// Parses a duration as Go's `time.ParseDuration` does (the pod annotation
+/// `karpenter.sh/do-not-disrupt: "1h30m"` is read with it): an optional
+/// sign, then decimal numbers each with a unit (`ns`, `us`, `µs`, `ms`,
+/// `s`, `m`, `h`), such as `300ms`, `1.5h` or `2h45m`; `0` alone is zero.
+/// Returns nanoseconds, negative for a negative duration.
+pub fn parse_go_duration(s: &str) -> Result<i128, String> {
+    let err =
+        || format!("invalid duration {s:?}: use a number with a unit such as 90s, 1.5h or 2h45m");
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if body == "0" {
+        return Ok(0);
+    }
+    if body.is_empty() {
+        return Err(err());
+    }
+    let mut total: f64 = 0.0;
+    let mut rest = body;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        let num = &rest[..num_len];
+        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
+            return Err(err());
+        }
+        let value: f64 = num.parse().map_err(|_| err())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let nanos_per = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(err()),
+        };
+        total += value * nanos_per;
+        rest = &rest[unit_len..];
+    }
+    // Go's limit: about 292 years.
+    if total > i64::MAX as f64 {
+        return Err(format!("invalid duration {s:?}: too large"));
+    }
+    let nanos = total.round() as i128;
+    Ok(if neg { -nanos } else { nanos })
+}
+
 /// A parsed disruption-budget schedule.
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -194,6 +248,27 @@ fn is_name(token: &str, field: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn go_durations_parse_as_go_does() {
+        let ok = [
+            ("1h", 3_600_000_000_000i128),
+            ("1h30m", 5_400_000_000_000),
+            ("1.5h", 5_400_000_000_000),
+            ("300ms", 300_000_000),
+            ("2h45m10s", 9_910_000_000_000),
+            ("10\u{b5}s", 10_000),
+            ("-5m", -300_000_000_000),
+            ("0", 0),
+            (".5s", 500_000_000),
+        ];
+        for (s, n) in ok {
+            assert_eq!(parse_go_duration(s), Ok(n), "{s}");
+        }
+        for bad in ["", "true", "1", "1d", "h", "1h-2m", "1..5s", "Never", " 1h"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
     use super::*;
 
     fn secs(n: u64) -> Result<NillableDuration, String> {
