@@ -145,10 +145,11 @@ fn cluster(
             pods: pods.len(),
             disruption_cost: pods.len() as f64,
             drift: Vec::new(),
-            expired: false,
             consolidatable: true,
             underutilized: true,
             blocked: None,
+            pods_blocked: None,
+            termination_grace_period: false,
         });
         for p in pods {
             homes.push(name.clone());
@@ -232,6 +233,7 @@ fn pass(c: &Cluster) -> Run {
             consolidation: true,
             pools: &c.input.nodepools,
             options: Options::default(),
+            uninitialized: Default::default(),
         },
         &mut removals,
     );

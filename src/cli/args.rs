@@ -387,8 +387,8 @@ pub struct ControllerArgs {
     /// ...or when it has been open this long.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_poll_interval, env = "DOVETAIL_BATCH_MAX_DURATION")]
     pub batch_max_duration: std::time::Duration,
-    /// Spot-to-spot consolidation: a spot node may be replaced by cheaper spot capacity (with at least 15 cheaper types).
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "DOVETAIL_FEATURE_SPOT_TO_SPOT")]
+    /// Spot-to-spot consolidation: a spot node may be replaced by cheaper spot capacity (with at least 15 cheaper types). Off by default, as Karpenter's SpotToSpotConsolidation feature gate.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "DOVETAIL_FEATURE_SPOT_TO_SPOT")]
     pub feature_spot_to_spot: bool,
     /// Act on EC2 rebalance recommendations from the interruption queue (not only on interruptions).
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "DOVETAIL_FEATURE_REBALANCE")]
@@ -454,7 +454,9 @@ mod tests {
         };
         let a = parse(&["dovetail", "controller", "--cluster-name", "prod"]);
         assert_eq!(a.cluster.cluster_name, "prod");
-        assert!(a.feature_spot_to_spot);
+        // Karpenter's default: SpotToSpotConsolidation=false.
+        assert!(!a.feature_spot_to_spot);
+        assert!(!crate::cli::controller::settings(&a).spot_to_spot_consolidation);
         assert!(!a.feature_rebalance);
         assert!(a.leader_elect);
         assert_eq!((a.metrics_port, a.health_port), (8080, 8081));
@@ -467,13 +469,13 @@ mod tests {
             "dovetail",
             "controller",
             "--cluster-name=prod",
-            "--feature-spot-to-spot=false",
+            "--feature-spot-to-spot",
             "--feature-rebalance",
             "--log-format=json",
             "--batch-max-duration=30s",
             "--interruption-queue=dovetail-prod",
         ]);
-        assert!(!a.feature_spot_to_spot);
+        assert!(a.feature_spot_to_spot);
         assert!(a.feature_rebalance);
         assert!(crate::cli::controller::settings(&a).rebalance_as_interruption);
         assert_eq!(a.interruption_queue.as_deref(), Some("dovetail-prod"));

@@ -70,6 +70,9 @@ pub const ANNOTATION_REPLACED_BY: &str = "dovetail.dev/replaced-by";
 pub const ANNOTATION_REPLACES: &str = "dovetail.dev/replaces";
 /// The NodeClaim condition the reference sets on disrupted NodeClaims.
 pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
+/// A taint the removal trials see on capacity that is not initialized yet
+/// (never written to a node).
+const NOT_INITIALIZED_TAINT: &str = "dovetail.dev/not-initialized";
 /// The annotation that exempts pods and nodes from voluntary disruption.
 const DO_NOT_DISRUPT: &str = ANNOTATION_DO_NOT_DISRUPT;
 
@@ -107,8 +110,11 @@ struct Facts {
     specs: Vec<NodePoolSpec>,
     input: crate::scheduling::SolveInput,
     homes: Vec<String>,
-    /// The next time a candidate becomes consolidatable or expires, or a
-    /// budget window opens or closes.
+    /// Nodes and NodeClaims not yet initialized, by the scheduling input's
+    /// names: a plan may not rely on them.
+    uninitialized: BTreeSet<String>,
+    /// The next time a candidate becomes consolidatable, a pod's
+    /// `do-not-disrupt` duration ends, or a budget window opens or closes.
     next_threshold: Option<Timestamp>,
 }
 
@@ -139,6 +145,24 @@ fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
 
 fn claim_name(claim: &NodeClaim) -> String {
     claim.metadata.name.clone().unwrap_or_default()
+}
+
+/// A NodeClaim's `expireAfter` (the reference's default of 720h when
+/// unset); `None` for `Never`.
+fn claim_expire_after(claim: &NodeClaim) -> Option<Duration> {
+    duration_or_never(
+        claim.spec.expire_after.as_deref(),
+        Some(Duration::from_secs(720 * 3600)),
+    )
+}
+
+fn claim_created(claim: &NodeClaim, now: Timestamp) -> Timestamp {
+    claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(now)
 }
 
 /// Whether a pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be
@@ -244,7 +268,26 @@ fn offering_price(types: &[&InstanceType], name: &str, zone: &str, ct: &str) -> 
 /// The allowances of PodDisruptionBudgets, as their status reports them
 /// (the disruption controller's count; none before it has observed them).
 struct Budgets {
-    pdbs: Vec<(String, Selector, String, i32)>,
+    pdbs: Vec<Pdb>,
+}
+
+struct Pdb {
+    namespace: String,
+    selector: Selector,
+    name: String,
+    allowed: i32,
+    /// `unhealthyPodEvictionPolicy: AlwaysAllow`: a pod that is not Ready
+    /// may always be evicted.
+    always_allow_unhealthy: bool,
+}
+
+fn pod_ready_false(pod: &SlimPod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "False")
 }
 
 impl Budgets {
@@ -260,34 +303,41 @@ impl Budgets {
                         .as_ref()
                         .and_then(|s| s.disruptions_allowed)
                         .unwrap_or(0);
-                    Some((
-                        b.metadata.namespace.clone().unwrap_or_default(),
+                    Some(Pdb {
+                        namespace: b.metadata.namespace.clone().unwrap_or_default(),
                         selector,
-                        format!(
+                        name: format!(
                             "{}/{}",
                             b.metadata.namespace.as_deref().unwrap_or_default(),
                             b.metadata.name.as_deref().unwrap_or_default()
                         ),
                         allowed,
-                    ))
+                        always_allow_unhealthy: spec.unhealthy_pod_eviction_policy.as_deref()
+                            == Some("AlwaysAllow"),
+                    })
                 })
                 .collect(),
         }
     }
 
-    /// Why the pods cannot all be evicted now, if they cannot.
+    /// Why the pods cannot be evicted now, if they cannot: as the
+    /// reference's `CanEvictPods`, a pod under more than one budget, or
+    /// under a budget that allows no disruption now. A budget that allows
+    /// some is no block, however many of its pods the node holds: the
+    /// drain evicts them as the budget lets it, and the allowance is read
+    /// again as replacement pods become ready. Pods the drain would not
+    /// evict (terminating, mirror pods, pods that tolerate the disrupted
+    /// taint) do not count.
     fn blocks(&self, pods: &[&Arc<SlimPod>]) -> Option<String> {
-        let mut used: HashMap<usize, i32> = HashMap::new();
         for p in pods {
+            if p.metadata.deletion_timestamp.is_some() || is_mirror(p) || tolerates_disrupted(p) {
+                continue;
+            }
             let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-            let matching: Vec<usize> = self
+            let matching: Vec<&Pdb> = self
                 .pdbs
                 .iter()
-                .enumerate()
-                .filter(|(_, (bns, sel, _, _))| {
-                    bns == ns && sel.matches_opt(p.metadata.labels.as_ref())
-                })
-                .map(|(i, _)| i)
+                .filter(|b| b.namespace == ns && b.selector.matches_opt(p.metadata.labels.as_ref()))
                 .collect();
             if matching.len() > 1 {
                 return Some(format!(
@@ -295,15 +345,14 @@ impl Budgets {
                     p.key()
                 ));
             }
-            if let Some(&i) = matching.first() {
-                let n = used.entry(i).or_default();
-                *n += 1;
-                let (_, _, name, allowed) = &self.pdbs[i];
-                if *n > *allowed {
-                    return Some(format!(
-                        "PodDisruptionBudget {name} allows {allowed} disruption(s) now"
-                    ));
-                }
+            if let Some(b) = matching.first()
+                && b.allowed <= 0
+                && !(b.always_allow_unhealthy && pod_ready_false(p))
+            {
+                return Some(format!(
+                    "PodDisruptionBudget {} allows no disruption now",
+                    b.name
+                ));
             }
         }
         None
@@ -318,6 +367,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now = self.clock.now();
         let mut next = self.settings.resync;
         next = next.min(self.refresh_nodeclasses().await);
+        next = next.min(self.expire_claims().await);
         next = next.min(self.progress_disruptions().await);
         if let Some((_, at)) = &self.disruption.pending {
             let at = *at;
@@ -356,6 +406,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     consolidation: facts.consolidation,
                     pools: &facts.specs,
                     options: self.disruption_options(),
+                    uninitialized: facts.uninitialized.clone(),
                 },
                 &mut removals,
             ),
@@ -428,6 +479,65 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         h.finish()
     }
 
+    /// Expiration, as the reference's v1 has it: a NodeClaim older than its
+    /// `expireAfter` is deleted at once, outside budgets and whatever its
+    /// pods ask. Termination drains it, bounded by its
+    /// `terminationGracePeriod`, and its pods count as pending from that
+    /// moment, so their new capacity launches while they drain. Returns
+    /// when the next NodeClaim expires.
+    async fn expire_claims(&mut self) -> Duration {
+        let now = self.clock.now();
+        let mut next = self.settings.resync;
+        for claim in self.cluster.list::<NodeClaim>() {
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(at) =
+                disruption::expires_at(claim_expire_after(&claim), claim_created(&claim, now))
+            else {
+                continue;
+            };
+            if at > now {
+                next = next.min(until(at, now));
+                continue;
+            }
+            let name = claim_name(&claim);
+            let Some(marked) = self.mark(&claim, Reason::Expired, &[], now).await else {
+                continue;
+            };
+            let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
+            if let Some(node) = node_name
+                .as_deref()
+                .and_then(|n| self.cluster.get::<Node>(&ObjectKey::cluster(n)))
+            {
+                taint_disrupted(&*self.cluster, &node).await;
+            }
+            let shown = node_name.unwrap_or_else(|| name.clone());
+            self.disruption_event(
+                &name,
+                Reason::Expired,
+                format!(
+                    "delete 1 node(s) ({shown}): Expired, {} after its creation; its pods get new capacity as they drain",
+                    claim.spec.expire_after.as_deref().unwrap_or("720h")
+                ),
+                Vec::new(),
+            );
+            self.decisions.push(super::Decision {
+                t: now,
+                reason: Reason::Expired.as_str().into(),
+                decision: "delete".into(),
+                consolidation_type: String::new(),
+                nodeclaims: vec![name],
+                replacements: Vec::new(),
+                replacement_types: Vec::new(),
+                savings_per_hour: 0.0,
+            });
+            self.disruption.quiet = None;
+            self.finish(&marked).await;
+        }
+        next
+    }
+
     /// Validates the consolidation decided a delay ago on the cluster as it
     /// is now, and carries it out if it still holds.
     async fn validate_pending(&mut self) {
@@ -449,6 +559,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             consolidation: facts.consolidation,
             pools: &facts.specs,
             options: self.disruption_options(),
+            uninitialized: facts.uninitialized.clone(),
         };
         let revalidated = Removals::new(&facts.input, &homes, &opts)
             .ok()
@@ -497,13 +608,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
         let pods = self.cluster.list::<SlimPod>();
+        let deleting = self.deleting_nodes();
         let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>> = HashMap::new();
         let mut pending: BTreeSet<String> = BTreeSet::new();
+        let mut leaving: BTreeSet<String> = BTreeSet::new();
         for p in &pods {
             match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 Some(n) if !n.is_empty() => {
                     if !is_finished(p) {
                         pods_by_node.entry(n).or_default().push(p);
+                        if deleting.contains(n) && is_movable(p) {
+                            leaving.insert(p.key());
+                        }
                     }
                 }
                 _ => {
@@ -516,6 +632,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // Consolidation waits while pods wait for capacity (those the last
         // solve found no place for excepted).
         let consolidation = pending.iter().all(|p| self.unschedulable.contains_key(p));
+        // Nodes the provisioner planned pending pods on, and the pods of
+        // deleting nodes on their way there: not Empty, not candidates.
+        pending.extend(leaving);
         let nominated = self.nominated_nodes(&pending);
         let pdbs = Budgets::new(&self.cluster.list::<PodDisruptionBudget>());
         let claims = self.cluster.list::<NodeClaim>();
@@ -530,7 +649,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         let mut marks: HashMap<String, u64> = HashMap::new();
         let mut drift_checks = HashMap::new();
+        let mut uninitialized: BTreeSet<String> = BTreeSet::new();
         for claim in &claims {
+            if claim.metadata.deletion_timestamp.is_none() {
+                let conds = claim.status.as_ref().and_then(|s| s.conditions.as_ref());
+                let node_ready = claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .and_then(|n| nodes_by_name.get(n))
+                    .is_some_and(|n| is_ready(n));
+                if !is_true(conds, conditions::INITIALIZED) || !node_ready {
+                    uninitialized.insert(claim_name(claim));
+                    if let Some(n) = claim.status.as_ref().and_then(|s| s.node_name.clone()) {
+                        uninitialized.insert(n);
+                    }
+                }
+            }
             let Some(pool_name) = claim.nodepool_name().map(str::to_string) else {
                 continue;
             };
@@ -539,15 +674,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .as_ref()
                 .and_then(|s| s.node_name.as_deref())
                 .and_then(|n| nodes_by_name.get(n).copied());
-            let entry = per_pool.entry(pool_name.clone()).or_default();
-            entry.0 += 1;
             let conds = claim.status.as_ref().and_then(|s| s.conditions.as_ref());
             let deleting = claim.metadata.deletion_timestamp.is_some()
                 || node.is_some_and(|n| n.metadata.deletion_timestamp.is_some());
             let marked = annotation(claim.as_ref(), ANNOTATION_DISRUPTION_REASON).is_some();
             let not_ready = node.is_some_and(|n| !is_ready(n));
-            if deleting || marked || not_ready {
-                entry.1 += 1;
+            // Budgets count the pool's initialized nodes, and among them
+            // those not Ready or being disrupted, as the reference does: a
+            // replacement still launching neither raises a percentage
+            // budget nor uses it up.
+            let entry = per_pool.entry(pool_name.clone()).or_default();
+            if node.is_some() && is_true(conds, conditions::INITIALIZED) {
+                entry.0 += 1;
+                if deleting || marked || not_ready {
+                    entry.1 += 1;
+                }
             }
             if deleting || marked || !is_true(conds, conditions::INITIALIZED) {
                 continue;
@@ -714,22 +855,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 })
                 .unwrap_or(0.0);
 
-            // Expiry and consolidateAfter.
-            let created = claim
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0)
-                .unwrap_or(now);
-            let expire_after = duration_or_never(
-                claim.spec.expire_after.as_deref(),
-                Some(Duration::from_secs(720 * 3600)),
-            );
-            let expires_at = expire_after.and_then(|d| created.checked_add(d).ok());
-            let expired = expires_at.is_some_and(|t| t <= now);
-            if let Some(t) = expires_at {
-                threshold(t);
-            }
+            // Remaining lifetime (weighs the disruption cost) and
+            // consolidateAfter.
+            let expire_after = claim_expire_after(claim);
+            let expires_at = disruption::expires_at(expire_after, claim_created(claim, now));
             let disruption = pool.spec.disruption.as_ref();
             let consolidate_after = duration_or_never(
                 disruption.map(|d| d.consolidate_after.as_str()),
@@ -743,21 +872,62 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let underutilized = disruption.and_then(|d| d.consolidation_policy)
                 != Some(ConsolidationPolicy::WhenEmpty);
 
-            // What blocks voluntary disruption.
+            // What blocks voluntary disruption: the node itself, or (for
+            // consolidation always, for drift without a grace period) its
+            // pods. Every running pod counts for do-not-disrupt, DaemonSet
+            // and mirror pods too, as in the reference.
             let blocked = if annotation(node.as_ref(), DO_NOT_DISRUPT) == Some("true")
                 || annotation(claim.as_ref(), DO_NOT_DISRUPT) == Some("true")
             {
                 Some(format!("node {node_name} has {DO_NOT_DISRUPT}: \"true\""))
-            } else if let Some(p) = on_node
-                .iter()
-                .find(|p| annotation(p.as_ref(), DO_NOT_DISRUPT) == Some("true"))
-            {
-                Some(format!("pod {} has {DO_NOT_DISRUPT}: \"true\"", p.key()))
             } else if nominated.contains(&node_name) {
                 Some("pending pods are planned on it".into())
             } else {
-                pdbs.blocks(&on_node)
+                None
             };
+            let mut protected: Option<String> = None;
+            for p in pods_by_node
+                .get(node_name.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                let protection = disruption::pods::do_not_disrupt(p);
+                if let disruption::pods::Protection::Invalid(why) = &protection {
+                    self.event(
+                        format!("Pod/{}", p.key()),
+                        "InvalidDoNotDisrupt",
+                        why.clone(),
+                    );
+                }
+                if protection.active(now) {
+                    if let Some(t) = protection.ends() {
+                        threshold(t);
+                    }
+                    if protected.is_none() {
+                        protected = Some(match protection.ends() {
+                            Some(t) => format!(
+                                "pod {} has {DO_NOT_DISRUPT} until {}",
+                                p.key(),
+                                format_rfc3339(t)
+                            ),
+                            None => format!("pod {} has {DO_NOT_DISRUPT}", p.key()),
+                        });
+                    }
+                }
+            }
+            // PodDisruptionBudgets count every running pod but mirror pods
+            // (DaemonSet pods too), as the reference's `CanEvictPods`.
+            let pods_blocked = protected.or_else(|| {
+                let running: Vec<&Arc<SlimPod>> = pods_by_node
+                    .get(node_name.as_str())
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_mirror(p))
+                    .collect();
+                pdbs.blocks(&running)
+            });
 
             let lifetime = match (expire_after, expires_at) {
                 (Some(d), Some(t)) if !d.is_zero() => {
@@ -777,10 +947,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 pods: on_node.len(),
                 disruption_cost: cost,
                 drift: drift_reasons,
-                expired,
                 consolidatable,
                 underutilized,
                 blocked,
+                pods_blocked,
+                termination_grace_period: claim.spec.termination_grace_period.is_some(),
             });
         }
         self.disruption.pod_marks = marks;
@@ -828,6 +999,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         };
         input.pods.clear();
+        // Capacity not yet initialized is no place for a plan's pods (they
+        // would wait for it): the trials see it tainted, so pods go to
+        // initialized nodes or the plan's own replacement, and a plan that
+        // still lands on it is rejected by the decision. It stays in the
+        // input, so NodePool limits still count it. The replacements of
+        // disruptions in flight are among it: their capacity is taken by
+        // the pods they were launched for, which the trials do not place.
+        for n in input
+            .nodes
+            .iter_mut()
+            .filter(|n| uninitialized.contains(&n.name))
+        {
+            n.taints.push(crate::model::Taint {
+                key: NOT_INITIALIZED_TAINT.into(),
+                value: String::new(),
+                effect: crate::model::Effect::NoSchedule,
+            });
+        }
         let mut homes = Vec::new();
         if let Some(snapshot) = &snapshot {
             let volumes = VolumeIndex::new(
@@ -861,6 +1050,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             specs,
             input,
             homes,
+            uninitialized,
             next_threshold,
         })
     }

@@ -9,6 +9,7 @@
 //! Time comes only from the injected [`Clock`].
 
 mod disruption;
+pub mod features;
 mod gc;
 pub mod http;
 pub mod interruption;
@@ -58,7 +59,8 @@ pub struct Settings {
     /// (prices and offerings move on their own).
     pub disruption_resync: Duration,
     /// Whether a spot node may be replaced by spot capacity (at least 15
-    /// cheaper types, as the reference requires).
+    /// cheaper types, as the reference requires). Off by default, as the
+    /// reference's `SpotToSpotConsolidation` feature gate.
     pub spot_to_spot_consolidation: bool,
     /// Whether a rebalance recommendation deletes its NodeClaim like a spot
     /// interruption (off: it is only recorded).
@@ -79,7 +81,7 @@ impl Default for Settings {
             consolidation_validation: Duration::from_secs(15),
             replacement_timeout: Duration::from_secs(10 * 60),
             disruption_resync: Duration::from_secs(5 * 60),
-            spot_to_spot_consolidation: true,
+            spot_to_spot_consolidation: false,
             rebalance_as_interruption: false,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
@@ -192,7 +194,7 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     unrecorded: Option<std::collections::HashMap<String, crate::cloud::Instance>>,
     /// The provisionable pods, with the pod and NodeClaim revisions they
     /// were read at.
-    provisionable: Option<((u64, u64), std::collections::BTreeSet<String>)>,
+    provisionable: Option<((u64, u64, u64), std::collections::BTreeSet<String>)>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {

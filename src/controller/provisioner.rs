@@ -229,7 +229,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
         let previous = std::mem::take(&mut self.batch.planned);
-        let pods = self.with_interrupted_as_pending(self.cluster.list::<SlimPod>());
+        let pods = self.with_deleting_as_pending(self.cluster.list::<SlimPod>());
         let outcome = self.provision(&pods).await;
         let mut solved_claims = outcome.created.clone();
         solved_claims.extend(
@@ -256,36 +256,45 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         next
     }
 
-    /// The pods, with those still on the node of an interrupted NodeClaim
-    /// being deleted (and that would have to move) as if they were
-    /// pending: the capacity they need is launched at once, not after
-    /// their eviction, since the instance is going away regardless.
-    fn with_interrupted_as_pending(&self, pods: Vec<Arc<SlimPod>>) -> Vec<Arc<SlimPod>> {
-        let nodes: BTreeSet<String> = self
+    /// The nodes being deleted: those of NodeClaims being deleted (for any
+    /// reason: expiration, a disruption carried out, an interruption, a
+    /// manual delete, a registration timeout) and Nodes being deleted.
+    pub(super) fn deleting_nodes(&self) -> BTreeSet<String> {
+        let mut nodes: BTreeSet<String> = self
             .cluster
             .list::<NodeClaim>()
             .iter()
-            .filter(|c| {
-                c.metadata.deletion_timestamp.is_some()
-                    && c.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(super::ANNOTATION_DISRUPTION_REASON))
-                        .is_some_and(|r| r == crate::disruption::Reason::Interrupted.as_str())
-            })
+            .filter(|c| c.metadata.deletion_timestamp.is_some())
             .filter_map(|c| c.status.as_ref()?.node_name.clone())
             .collect();
+        nodes.extend(
+            self.cluster
+                .list::<Node>()
+                .iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_some())
+                .filter_map(|n| n.metadata.name.clone()),
+        );
+        nodes
+    }
+
+    /// The pods, with those still on a node being deleted (and that would
+    /// have to move) as if they were pending, as the reference's
+    /// provisioner counts them: the capacity they need is launched at
+    /// once, while they drain, and the nodes they are planned on are
+    /// nominated (not Empty) until they arrive.
+    fn with_deleting_as_pending(&self, pods: Vec<Arc<SlimPod>>) -> Vec<Arc<SlimPod>> {
+        let nodes = self.deleting_nodes();
         if nodes.is_empty() {
             return pods;
         }
         pods.into_iter()
             .map(|p| {
-                let on_interrupted = p
+                let leaving = p
                     .spec
                     .as_ref()
                     .and_then(|s| s.node_name.as_deref())
                     .is_some_and(|n| nodes.contains(n));
-                if on_interrupted && super::disruption::is_movable(&p) {
+                if leaving && super::disruption::is_movable(&p) {
                     Arc::new(as_pending(&p))
                 } else {
                     p
@@ -294,13 +303,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .collect()
     }
 
-    /// The provisionable pods by key (with those of interrupted nodes),
+    /// The provisionable pods by key (with those of deleting nodes),
     /// read again only when a pod or a NodeClaim changed: this runs at
     /// every reconcile, over every pod of the cluster.
     fn provisionable_pods(&mut self) -> BTreeSet<String> {
         let revision = (
             self.cluster.revision::<SlimPod>(),
             self.cluster.revision::<NodeClaim>(),
+            self.cluster.revision::<Node>(),
         );
         if let Some((r, pending)) = &self.provisionable
             && *r == revision
@@ -308,7 +318,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return pending.clone();
         }
         let pending: BTreeSet<String> = self
-            .with_interrupted_as_pending(self.cluster.list::<SlimPod>())
+            .with_deleting_as_pending(self.cluster.list::<SlimPod>())
             .iter()
             .filter(|p| is_provisionable(p))
             .map(|p| p.key())

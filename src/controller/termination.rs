@@ -7,14 +7,25 @@
 //! is retried with a backoff that doubles up to [`DRAIN_BACKOFF_MAX`]), in
 //! the reference's order: non-critical pods, then non-critical DaemonSet
 //! pods, then critical pods, then critical DaemonSet pods, each group only
-//! once the one before is gone. Critical means the `system-cluster-critical`
-//! or `system-node-critical` priority class. Mirror pods, finished pods and
-//! pods that tolerate the disrupted taint (they would be scheduled straight
-//! back) are not evicted, and pods annotated `karpenter.sh/do-not-disrupt`
-//! are left until the NodeClaim's `terminationGracePeriod` runs out. Once it
-//! has, every pod left is deleted regardless of its budget. A drain stops
-//! when the instance is already gone (EC2 reclaimed or stopped it): the
-//! pods left are lost with it, and the node is released.
+//! once the one before is gone: an evicted pod still terminating holds its
+//! group until it is gone, or until a minute past its deletionTimestamp
+//! (the reference's "stuck terminating"). Critical means the
+//! `system-cluster-critical` or `system-node-critical` priority class.
+//! Mirror pods, finished pods and pods that tolerate the disrupted taint
+//! (they would be scheduled straight back) are not evicted, and pods whose
+//! `karpenter.sh/do-not-disrupt` is active (see
+//! [`crate::disruption::pods`]) are left to the NodeClaim's
+//! `terminationGracePeriod`.
+//!
+//! With a `terminationGracePeriod`, the node is gone by the NodeClaim's
+//! deletion plus that period, whatever its pods ask: each pod still there
+//! is deleted (not evicted: budgets no longer count) when what is left of
+//! the period equals its own `terminationGracePeriodSeconds` (default
+//! 30s), so it gets its full grace period before the deadline (the
+//! reference's `DeleteExpiringPods`). Past the deadline, pods still
+//! terminating no longer hold the node. A drain stops when the instance is
+//! already gone (EC2 reclaimed or stopped it): the pods left are lost with
+//! it, and the node is released.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,12 +63,33 @@ fn drain_group(pod: &SlimPod) -> u8 {
     u8::from(critical) * 2 + u8::from(daemon)
 }
 
-fn do_not_disrupt(pod: &SlimPod) -> bool {
-    pod.metadata
-        .annotations
+/// A pod's own grace period: Kubernetes defaults it to 30 seconds.
+fn pod_grace(pod: &SlimPod) -> Duration {
+    let secs = pod
+        .spec
         .as_ref()
-        .and_then(|a| a.get(crate::api::ANNOTATION_DO_NOT_DISRUPT))
-        .is_some_and(|v| v == "true")
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
+/// When a deleting NodeClaim's `terminationGracePeriod` runs out: its
+/// deletion plus the period; `None` without one.
+fn termination_deadline(claim: &NodeClaim) -> Option<Timestamp> {
+    let grace = match crate::timing::parse_duration(
+        claim.spec.termination_grace_period.as_deref()?,
+        crate::timing::DurationSyntax::Hms,
+    ) {
+        Ok(crate::timing::NillableDuration::After(d)) => d,
+        _ => return None,
+    };
+    claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()?
+        .0
+        .checked_add(grace)
+        .ok()
 }
 
 fn claim_name(claim: &NodeClaim) -> String {
@@ -71,12 +103,25 @@ fn has_finalizer(meta: &kube::api::ObjectMeta) -> bool {
         .any(|f| f == FINALIZER_TERMINATION)
 }
 
-/// Pods a drain must see gone: not finished, not already going, not mirror
-/// pods, and not pods that tolerate the disrupted taint.
-fn evictable(pod: &SlimPod) -> bool {
+/// How long past its deletionTimestamp a terminating pod still holds a
+/// drain (the reference's `IsStuckTerminating`).
+const STUCK_TERMINATING: Duration = Duration::from_secs(60);
+
+/// Pods a drain must see gone (the reference's `IsWaitingEviction`): not
+/// finished, not mirror pods, not pods that tolerate the disrupted taint,
+/// and not terminating for more than a minute past their deletionTimestamp.
+/// Past the NodeClaim's deadline (`grace_over`), terminating pods no longer
+/// count.
+fn waiting(pod: &SlimPod, now: Timestamp, grace_over: bool) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some() {
+    if matches!(phase, Some("Succeeded" | "Failed")) {
         return false;
+    }
+    if let Some(deleted) = &pod.metadata.deletion_timestamp {
+        let terminating_for = Duration::try_from(now.duration_since(deleted.0)).unwrap_or_default();
+        if terminating_for > STUCK_TERMINATING || grace_over {
+            return false;
+        }
     }
     let mirror = pod
         .metadata
@@ -84,6 +129,12 @@ fn evictable(pod: &SlimPod) -> bool {
         .as_ref()
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
     !mirror && !super::disruption::tolerates_disrupted(pod)
+}
+
+/// Among pods a drain waits for, those to evict now: not already
+/// terminating, and not protected by `karpenter.sh/do-not-disrupt`.
+fn evictable(pod: &SlimPod, now: Timestamp) -> bool {
+    pod.metadata.deletion_timestamp.is_none() && !crate::disruption::pods::is_protected(pod, now)
 }
 
 /// A drain's retry state, in memory: losing it after a restart only means
@@ -140,7 +191,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 pods_by_node.entry(n).or_default().push(p);
             }
         }
+        let now = self.clock.now();
         for claim in terminating {
+            let grace_over = termination_deadline(claim).is_some_and(|t| t <= now);
             let node = claim
                 .status
                 .as_ref()
@@ -153,7 +206,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .into_iter()
                     .flatten()
                     .copied()
-                    .filter(|p| evictable(p))
+                    .filter(|p| waiting(p, now, grace_over))
                     .collect();
                 if !draining.is_empty() && !self.instance_gone(claim).await {
                     super::disruption::taint_disrupted(&*self.cluster, node).await;
@@ -179,52 +232,74 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         next
     }
 
-    /// One step of a drain: evicts the first group of pods still there (or,
-    /// past the terminationGracePeriod, deletes every pod left). Returns
-    /// when to look again.
+    /// One step of a drain: deletes the pods whose time has come under the
+    /// NodeClaim's `terminationGracePeriod`, and evicts the evictable pods
+    /// of the first group still there. `pods` are those the drain waits
+    /// for. Returns when to look again.
     async fn drain(&mut self, claim: &NodeClaim, pods: &[&Arc<SlimPod>]) -> Duration {
         let now = self.clock.now();
         let name = claim_name(claim);
         let object = format!("NodeClaim/{name}");
+        let mut next_delete: Option<Timestamp> = None;
+        let mut deleted: Vec<&Arc<SlimPod>> = Vec::new();
+        if let Some(deadline) = termination_deadline(claim) {
+            for pod in pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                let at = deadline
+                    .checked_sub(pod_grace(pod))
+                    .unwrap_or(Timestamp::UNIX_EPOCH);
+                if at > now {
+                    next_delete = Some(next_delete.map_or(at, |n: Timestamp| n.min(at)));
+                    continue;
+                }
+                let key = ObjectKey::of(pod.as_ref());
+                match self.cluster.delete::<SlimPod>(&key).await {
+                    Ok(_) => {
+                        self.metrics.pods_drained.inc();
+                        let left = Duration::try_from(deadline.duration_since(now))
+                            .unwrap_or_default()
+                            .as_secs();
+                        self.event(
+                            format!("Pod/{key}"),
+                            "Deleted",
+                            format!(
+                                "the terminationGracePeriod of {object} ends in {left}s: deleted so it gets its own grace period before then"
+                            ),
+                        );
+                        deleted.push(pod);
+                    }
+                    Err(e) if e.is_not_found() => deleted.push(pod),
+                    Err(e) => self.event(
+                        format!("Pod/{key}"),
+                        "DeletionFailed",
+                        format!("to drain {object}: {e}"),
+                    ),
+                }
+            }
+        }
+        let until_delete = next_delete.map(|t| {
+            Duration::try_from(t.duration_since(now))
+                .unwrap_or(DRAIN_POLL)
+                .max(Duration::from_secs(1))
+        });
         let backoff = self.drains.get(&name).copied();
         if let Some(b) = backoff
             && b.next > now
         {
-            return Duration::try_from(b.next.duration_since(now)).unwrap_or(DRAIN_POLL);
+            let wait = Duration::try_from(b.next.duration_since(now)).unwrap_or(DRAIN_POLL);
+            return until_delete.map_or(wait, |d| d.min(wait));
         }
-        let grace_over = claim
-            .spec
-            .termination_grace_period
-            .as_deref()
-            .and_then(|g| {
-                match crate::timing::parse_duration(g, crate::timing::DurationSyntax::Hms) {
-                    Ok(crate::timing::NillableDuration::After(d)) => Some(d),
-                    _ => None,
-                }
-            })
-            .zip(claim.metadata.deletion_timestamp.as_ref())
-            .is_some_and(|(grace, deleted)| {
-                Duration::try_from(now.duration_since(deleted.0)).unwrap_or_default() >= grace
-            });
-        if grace_over {
-            for pod in pods {
-                let key = ObjectKey::of(pod.as_ref());
-                if self.cluster.delete::<SlimPod>(&key).await.is_ok() {
-                    self.metrics.pods_drained.inc();
-                    self.event(
-                        format!("Pod/{key}"),
-                        "Deleted",
-                        format!("terminationGracePeriod of {object} elapsed"),
-                    );
-                }
-            }
-            return DRAIN_POLL;
-        }
-        let group = pods.iter().map(|p| drain_group(p)).min().unwrap_or(0);
-        let mut refused = false;
-        for pod in pods
+        let left: Vec<&&Arc<SlimPod>> = pods
             .iter()
-            .filter(|p| drain_group(p) == group && !do_not_disrupt(p))
+            .filter(|p| !deleted.iter().any(|d| Arc::ptr_eq(d, p)))
+            .collect();
+        let group = left.iter().map(|p| drain_group(p)).min().unwrap_or(0);
+        let mut refused = false;
+        for pod in left
+            .iter()
+            .filter(|p| drain_group(p) == group && evictable(p, now))
         {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -260,7 +335,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 wait,
             },
         );
-        wait
+        until_delete.map_or(wait, |d| d.min(wait))
     }
 
     /// Whether the claim's instance is already gone (EC2 reclaimed or

@@ -4,35 +4,55 @@
 //! out the [`Command`] returned; nothing here reads the clock or the
 //! cluster.
 //!
+//! Expiration is not one of them: as in the reference's v1, an expired
+//! NodeClaim is deleted outright, outside budgets ([`expires_at`]), and its
+//! pods get new capacity like any pending pod.
+//!
 //! Methods run in order, the first that decides something wins a pass:
-//! 1. **expiration**: nodes older than their `expireAfter`, all at once and
-//!    outside budgets (the reference's v1 semantics), with replacements for
-//!    the pods that have nowhere else to go;
-//! 2. **emptiness**: consolidatable nodes with no pod to move, within the
+//! 1. **emptiness**: consolidatable nodes with no pod to move, within the
 //!    `Empty` budgets;
-//! 3. **drift**: drifted nodes within the `Drifted` budgets; empty ones are
+//! 2. **drift**: drifted nodes within the `Drifted` budgets; empty ones are
 //!    deleted together, otherwise the cheapest to disrupt whose pods can be
 //!    placed is replaced by whatever they need;
-//! 4. **multi-node consolidation**: the largest prefix of the consolidatable
+//! 3. **multi-node consolidation**: the largest prefix of the consolidatable
 //!    candidates (cheapest to disrupt first, within the `Underutilized`
 //!    budgets) whose pods fit the remaining nodes plus at most one strictly
 //!    cheaper NodeClaim, found by binary search over the prefix length;
-//! 5. **single-node consolidation**: every candidate is tried (never a
+//! 4. **single-node consolidation**: every candidate is tried (never a
 //!    timeout); the one saving most per hour wins.
+//!
+//! What blocks a candidate depends on the method, as in the reference:
+//! a node's own `karpenter.sh/do-not-disrupt` or a pending pod nominated
+//! to it blocks everything; a pod's protection (its `do-not-disrupt`, see
+//! [`pods`], or a PodDisruptionBudget) blocks consolidation always, and
+//! drift only when the NodeClaim has no `terminationGracePeriod` to bound
+//! the wait for those pods.
+//!
+//! A plan whose pods would land on a node or NodeClaim that is not yet
+//! initialized is no plan: the pods would wait for it (the reference's
+//! "uninitialized node" rule). Only the plan's own replacement may be new.
 //!
 //! A replacement is strictly cheaper than what it replaces: its instance
 //! types are limited to those whose cheapest allowed offering costs less,
-//! so the same type at the same price is never launched again. A spot node
+//! so the same type at the same price is never launched again. Multi-node
+//! consolidation also keeps a candidate's own instance type only where it
+//! is cheaper than that candidate (the reference's
+//! `filterOutSameInstanceType`): merging two nodes into one of the same
+//! type is a delete of one of them, which moves fewer pods. A spot node
 //! is replaced by spot capacity only with spot-to-spot consolidation
-//! enabled and at least [`MIN_SPOT_TO_SPOT_TYPES`] cheaper types to choose
-//! from; the list is then cut to those cheapest types, as the reference
-//! does, so consolidation does not chase the spot market.
+//! enabled (off by default, as the reference's `SpotToSpotConsolidation`
+//! feature gate) and at least [`MIN_SPOT_TO_SPOT_TYPES`] cheaper types to
+//! choose from; the list is then cut to those cheapest types, as the
+//! reference does, so consolidation does not chase the spot market.
 
 pub mod budgets;
+pub mod pods;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use crate::api::CAPACITY_TYPE_SPOT;
+use crate::clock::Timestamp;
 use crate::drift::DriftReason;
 use crate::model::labels::INSTANCE_TYPE;
 use crate::model::{Requirement, Requirements};
@@ -139,16 +159,48 @@ pub struct Candidate {
     pub disruption_cost: f64,
     /// Why it drifted; empty when it did not.
     pub drift: Vec<DriftReason>,
-    /// Older than its `expireAfter`.
-    pub expired: bool,
     /// Its NodePool's `consolidateAfter` has passed since its last pod
     /// event (never with `Never`).
     pub consolidatable: bool,
     /// Its NodePool consolidates underused nodes (`WhenEmptyOrUnderutilized`).
     pub underutilized: bool,
-    /// Why voluntary disruption may not touch it (`do-not-disrupt`, a
-    /// PodDisruptionBudget); expiration still does.
+    /// Why no voluntary disruption may touch it: the node's own
+    /// `do-not-disrupt`, pending pods nominated to it.
     pub blocked: Option<String>,
+    /// Why its pods may not be evicted now: a pod's active
+    /// `do-not-disrupt`, a PodDisruptionBudget. Blocks consolidation, and
+    /// drift unless `termination_grace_period`.
+    pub pods_blocked: Option<String>,
+    /// Its NodeClaim has a `terminationGracePeriod`: a drain ends by then
+    /// whatever its pods ask, so drift may take it despite `pods_blocked`.
+    pub termination_grace_period: bool,
+}
+
+impl Candidate {
+    /// Why consolidation (emptiness, multi- and single-node) may not take
+    /// it.
+    pub fn blocked_for_consolidation(&self) -> Option<&str> {
+        self.blocked.as_deref().or(self.pods_blocked.as_deref())
+    }
+
+    /// Why drift may not take it: the reference's eventual disruption
+    /// ignores pods' protections when a terminationGracePeriod bounds the
+    /// drain.
+    pub fn blocked_for_drift(&self) -> Option<&str> {
+        self.blocked
+            .as_deref()
+            .or(if self.termination_grace_period {
+                None
+            } else {
+                self.pods_blocked.as_deref()
+            })
+    }
+}
+
+/// When a NodeClaim created at `created` with `expireAfter` expires; `None`
+/// for `Never`. The default is the reference's 720h.
+pub fn expires_at(expire_after: Option<Duration>, created: Timestamp) -> Option<Timestamp> {
+    expire_after.and_then(|d| created.checked_add(d).ok())
 }
 
 /// What to do with which nodes.
@@ -219,8 +271,11 @@ pub struct Options {
 }
 
 impl Default for Options {
+    /// The reference's defaults: `SpotToSpotConsolidation=false`.
     fn default() -> Self {
-        Options { spot_to_spot: true }
+        Options {
+            spot_to_spot: false,
+        }
     }
 }
 
@@ -234,6 +289,9 @@ pub struct Pass<'a> {
     /// The NodePools, with their instance types, for pricing replacements.
     pub pools: &'a [NodePoolSpec],
     pub options: Options,
+    /// Nodes and NodeClaims (by the scheduling input's names) not yet
+    /// initialized: a plan may not rely on them.
+    pub uninitialized: BTreeSet<String>,
 }
 
 /// What a pass found, and how much it looked at.
@@ -256,8 +314,7 @@ pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
             .total_cmp(&b.disruption_cost)
             .then_with(|| a.node.cmp(&b.node))
     });
-    out.command = expiration(&sorted, removals, &mut out)
-        .or_else(|| emptiness(pass, &sorted))
+    out.command = emptiness(pass, &sorted)
         .or_else(|| drift(pass, &sorted, removals, &mut out))
         .or_else(|| {
             pass.consolidation
@@ -273,19 +330,18 @@ pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
 }
 
 /// Whether a pass over `candidates` can need the scheduling simulation:
-/// some candidate is expired, drifted with pods to move, or (when
-/// consolidation may run) a consolidation candidate with pods. A pass where
+/// some candidate is drifted with pods to move, or (when consolidation may
+/// run) a consolidation candidate with pods. A pass where
 /// none is decides from the candidates alone (emptiness, empty drifted
 /// nodes), so its caller can skip building the cluster's scheduling input.
 /// [`decide`] and [`revalidate`] call [`Removals`] only in these cases.
 pub fn needs_removals(candidates: &[Candidate], consolidation: bool) -> bool {
     candidates.iter().any(|c| {
-        c.expired
-            || (!c.drift.is_empty() && c.blocked.is_none() && c.pods > 0)
+        (!c.drift.is_empty() && c.blocked_for_drift().is_none() && c.pods > 0)
             || (consolidation
                 && c.consolidatable
                 && c.underutilized
-                && c.blocked.is_none()
+                && c.blocked_for_consolidation().is_none()
                 && c.pods > 0)
     })
 }
@@ -313,7 +369,7 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
         .collect::<Option<_>>()?;
     let eligible = |c: &&Candidate| {
         c.consolidatable
-            && c.blocked.is_none()
+            && c.blocked_for_consolidation().is_none()
             && match cmd.method {
                 Method::Emptiness => c.pods == 0,
                 _ => c.underutilized && c.pods > 0,
@@ -332,7 +388,7 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
         });
     }
     let mut out = Outcome::default();
-    let removal = consolidation_trial(removals, &current, &mut out);
+    let removal = consolidation_trial(pass, removals, &current, &mut out);
     consolidation(pass, cmd.method, &current, removal)
 }
 
@@ -340,11 +396,39 @@ fn names(cs: &[&Candidate]) -> Vec<String> {
     cs.iter().map(|c| c.node.clone()).collect()
 }
 
-fn trial(removals: &mut Removals<'_>, cs: &[&Candidate], out: &mut Outcome) -> Removal {
+fn trial(
+    pass: &Pass<'_>,
+    removals: &mut Removals<'_>,
+    cs: &[&Candidate],
+    out: &mut Outcome,
+) -> Removal {
     out.trials += 1;
     let nodes = names(cs);
     let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    removals.remove(&refs)
+    not_on_uninitialized(pass, removals.remove(&refs))
+}
+
+/// A removal whose pods would wait for a node that is not initialized is
+/// infeasible: those pods become unschedulable, naming the node.
+fn not_on_uninitialized(pass: &Pass<'_>, mut removal: Removal) -> Removal {
+    if pass.uninitialized.is_empty() {
+        return removal;
+    }
+    let mut kept = Vec::with_capacity(removal.placements.len());
+    for p in std::mem::take(&mut removal.placements) {
+        if pass.uninitialized.contains(&p.node) {
+            removal.unschedulable.extend(p.pods.iter().map(|pod| {
+                crate::scheduling::Unschedulable {
+                    pod: pod.clone(),
+                    reason: format!("would wait for {}, which is not initialized", p.node),
+                }
+            }));
+        } else {
+            kept.push(p);
+        }
+    }
+    removal.placements = kept;
+    removal
 }
 
 /// A removal trial for consolidation: the pods must fit the remaining
@@ -352,18 +436,19 @@ fn trial(removals: &mut Removals<'_>, cs: &[&Candidate], out: &mut Outcome) -> R
 /// pods are placed again with one claim allowed, which then grows to hold
 /// them all if any type can.
 fn consolidation_trial(
+    pass: &Pass<'_>,
     removals: &mut Removals<'_>,
     cs: &[&Candidate],
     out: &mut Outcome,
 ) -> Removal {
-    let removal = trial(removals, cs, out);
+    let removal = trial(pass, removals, cs, out);
     if removal.nodeclaims.len() <= 1 {
         return removal;
     }
     out.trials += 1;
     let nodes = names(cs);
     let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    removals.remove_with(&refs, Some(1))
+    not_on_uninitialized(pass, removals.remove_with(&refs, Some(1)))
 }
 
 fn price_of(cs: &[&Candidate]) -> f64 {
@@ -395,26 +480,6 @@ fn within_budget<'c>(
         .collect()
 }
 
-fn expiration(
-    sorted: &[&Candidate],
-    removals: &mut Removals<'_>,
-    out: &mut Outcome,
-) -> Option<Command> {
-    let expired: Vec<&Candidate> = sorted.iter().copied().filter(|c| c.expired).collect();
-    if expired.is_empty() {
-        return None;
-    }
-    let removal = trial(removals, &expired, out);
-    let savings = price_of(&expired) - removal.price();
-    Some(Command {
-        method: Method::Expiration,
-        reason: Reason::Expired,
-        candidates: expired.into_iter().cloned().collect(),
-        replacements: removal.nodeclaims,
-        savings,
-    })
-}
-
 fn emptiness(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
     if !pass.consolidation {
         return None;
@@ -425,7 +490,7 @@ fn emptiness(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
         sorted
             .iter()
             .copied()
-            .filter(|c| c.pods == 0 && c.consolidatable && c.blocked.is_none()),
+            .filter(|c| c.pods == 0 && c.consolidatable && c.blocked_for_consolidation().is_none()),
     );
     if empty.is_empty() {
         return None;
@@ -451,7 +516,7 @@ fn drift(
         sorted
             .iter()
             .copied()
-            .filter(|c| !c.drift.is_empty() && c.blocked.is_none()),
+            .filter(|c| !c.drift.is_empty() && c.blocked_for_drift().is_none()),
     );
     let empty: Vec<&Candidate> = drifted.iter().copied().filter(|c| c.pods == 0).collect();
     if !empty.is_empty() {
@@ -464,7 +529,7 @@ fn drift(
         });
     }
     for c in drifted {
-        let removal = trial(removals, &[c], out);
+        let removal = trial(pass, removals, &[c], out);
         if removal.is_feasible() {
             return Some(Command {
                 method: Method::Drift,
@@ -484,10 +549,12 @@ fn underutilized<'c>(pass: &Pass<'_>, sorted: &[&'c Candidate]) -> Vec<&'c Candi
     within_budget(
         pass,
         Reason::Underutilized,
-        sorted
-            .iter()
-            .copied()
-            .filter(|c| c.consolidatable && c.underutilized && c.blocked.is_none() && c.pods > 0),
+        sorted.iter().copied().filter(|c| {
+            c.consolidatable
+                && c.underutilized
+                && c.blocked_for_consolidation().is_none()
+                && c.pods > 0
+        }),
     )
 }
 
@@ -515,7 +582,12 @@ fn consolidation(
         }),
         Some(claim) => {
             let all_spot = cs.iter().all(|c| c.capacity_type == CAPACITY_TYPE_SPOT);
-            let cheaper = cheaper_replacement(pass, claim, total, all_spot)?;
+            let cap = if method == Method::MultiNodeConsolidation {
+                total.min(same_type_cap(&claim, cs))
+            } else {
+                total
+            };
+            let cheaper = cheaper_replacement(pass, claim, cap, all_spot)?;
             Some(Command {
                 method,
                 reason: Reason::Underutilized,
@@ -525,6 +597,17 @@ fn consolidation(
             })
         }
     }
+}
+
+/// The reference's `filterOutSameInstanceType`: when the replacement may
+/// be of a type that some candidates already are, it must cost less than
+/// the cheapest of those candidates; otherwise keeping that candidate and
+/// deleting the others is the same outcome with fewer pods moved.
+fn same_type_cap(claim: &NewNodeClaim, cs: &[&Candidate]) -> f64 {
+    cs.iter()
+        .filter(|c| c.price > 0.0 && claim.instance_types.contains(&c.instance_type))
+        .map(|c| c.price)
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn multi_node(
@@ -544,7 +627,7 @@ fn multi_node(
     let mut best: Option<Command> = None;
     while lo <= hi {
         let mid = lo + (hi - lo) / 2;
-        let removal = consolidation_trial(removals, &cs[..mid], out);
+        let removal = consolidation_trial(pass, removals, &cs[..mid], out);
         match consolidation(pass, Method::MultiNodeConsolidation, &cs[..mid], removal) {
             Some(cmd) => {
                 best = Some(cmd);
@@ -573,7 +656,7 @@ fn single_node(
         {
             continue;
         }
-        let removal = consolidation_trial(removals, &[c], out);
+        let removal = consolidation_trial(pass, removals, &[c], out);
         if let Some(cmd) = consolidation(pass, Method::SingleNodeConsolidation, &[c], removal)
             && best.as_ref().is_none_or(|b| cmd.savings > b.savings + EPS)
         {

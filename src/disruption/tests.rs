@@ -1,7 +1,7 @@
 //! Decisions on small clusters, and the property that consolidation never
 //! raises the price.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
@@ -108,10 +108,11 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
             pods: pods.len(),
             disruption_cost: pods.len() as f64,
             drift: Vec::new(),
-            expired: false,
             consolidatable: true,
             underutilized: true,
             blocked: None,
+            pods_blocked: None,
+            termination_grace_period: false,
         });
     }
     Fixture {
@@ -129,6 +130,15 @@ fn opts() -> SolveOptions {
 }
 
 fn run(f: &Fixture, budgets: BTreeMap<String, Allowed>, consolidation: bool) -> Outcome {
+    run_with(f, budgets, consolidation, BTreeSet::new())
+}
+
+fn run_with(
+    f: &Fixture,
+    budgets: BTreeMap<String, Allowed>,
+    consolidation: bool,
+    uninitialized: BTreeSet<String>,
+) -> Outcome {
     let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
     let mut removals = Removals::new(&f.input, &homes, &opts()).unwrap();
     let pass = Pass {
@@ -137,6 +147,7 @@ fn run(f: &Fixture, budgets: BTreeMap<String, Allowed>, consolidation: bool) -> 
         consolidation,
         pools: &f.input.nodepools,
         options: Options::default(),
+        uninitialized,
     };
     decide(&pass, &mut removals)
 }
@@ -252,15 +263,92 @@ fn blocked_nodes_are_left_alone_and_drift_replaces_within_budget() {
 }
 
 #[test]
-fn expired_nodes_are_replaced_outside_budgets() {
-    let mut f = cluster(&[("a", "medium", &[3000]), ("b", "medium", &[3000])]);
-    f.candidates[0].expired = true;
-    f.candidates[0].blocked = Some("do-not-disrupt".into());
-    let cmd = run(&f, budget(Reason::Drifted, 0), false).command.unwrap();
-    assert_eq!(cmd.method, Method::Expiration);
-    assert_eq!(nodes_of(&cmd), ["a"]);
-    // 3 cpu fit no other node: a replacement is launched first.
+fn pods_protections_block_drift_only_without_a_termination_grace_period() {
+    let mut f = cluster(&[("a", "medium", &[1000]), ("b", "medium", &[1000])]);
+    for c in &mut f.candidates {
+        c.pods_blocked = Some("pod default/x has karpenter.sh/do-not-disrupt".into());
+        c.drift = vec![DriftReason::NodePoolTemplate { fields: vec![] }];
+    }
+    assert!(run(&f, unbounded(), true).command.is_none());
+    for c in &mut f.candidates {
+        c.termination_grace_period = true;
+    }
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.method, Method::Drift);
+    // Consolidation never takes them, grace period or not.
+    for c in &mut f.candidates {
+        c.drift.clear();
+    }
+    assert!(run(&f, unbounded(), true).command.is_none());
+    // A node's own do-not-disrupt blocks drift even with a grace period.
+    for c in &mut f.candidates {
+        c.drift = vec![DriftReason::NodePoolTemplate { fields: vec![] }];
+        c.blocked = Some("node has karpenter.sh/do-not-disrupt".into());
+    }
+    assert!(run(&f, unbounded(), true).command.is_none());
+}
+
+#[test]
+fn a_plan_never_relies_on_an_uninitialized_node() {
+    // a's pod fits b alone; b is not initialized: no delete of a.
+    let f = cluster(&[("a", "medium", &[1000]), ("b", "medium", &[])]);
+    let mut only_a = f.candidates.clone();
+    only_a.truncate(1);
+    let f = Fixture {
+        candidates: only_a,
+        ..f
+    };
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.decision(), "delete");
+    let out = run_with(&f, unbounded(), true, BTreeSet::from(["b".to_string()]));
+    // Only a replacement of its own (strictly cheaper) would do.
+    if let Some(cmd) = &out.command {
+        assert_eq!(cmd.decision(), "replace", "{cmd:?}");
+        assert!(cmd.replacements.iter().all(|r| r.price < 0.2));
+    }
+}
+
+#[test]
+fn two_nodes_are_not_merged_into_one_of_the_same_type() {
+    // Karpenter's "won't merge 2 nodes into 1 of the same type": two
+    // medium nodes whose pods fit one medium are a delete of one of them,
+    // never a replacement of both by a new medium.
+    let mut f = cluster(&[("a", "medium", &[1500]), ("b", "medium", &[1500])]);
+    f.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.decision(), "delete", "{cmd:?}");
+    assert_eq!(cmd.candidates.len(), 1);
+    for r in &cmd.replacements {
+        assert!(!r.instance_types.contains(&"medium".to_string()), "{r:?}");
+    }
+}
+
+#[test]
+fn a_multi_node_replacement_is_cheaper_than_each_candidate_of_its_type() {
+    // A large (0.4) and a small (0.1) whose pods need a medium (0.2): the
+    // merge saves money, but a replacement of type small would have to cost
+    // under 0.1 (it cannot hold them anyway), and medium is not among the
+    // candidates' types, so it stays.
+    let mut f = cluster(&[("a", "large", &[1500]), ("b", "small", &[1500])]);
+    f.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.method, Method::MultiNodeConsolidation);
     assert_eq!(cmd.replacements.len(), 1);
+    assert_eq!(cmd.replacements[0].instance_types[0], "medium");
+    // With the small one's price below any type that holds them, the same
+    // rule leaves only types under its price: none, so no merge.
+    let claim = NewNodeClaim {
+        instance_types: vec!["small".into(), "medium".into()],
+        ..cmd.replacements[0].clone()
+    };
+    let cs: Vec<&Candidate> = f.candidates.iter().collect();
+    assert!((same_type_cap(&claim, &cs) - 0.1).abs() < 1e-9);
 }
 
 #[test]
@@ -268,8 +356,24 @@ fn spot_is_replaced_by_spot_only_with_enough_cheaper_types() {
     let mut f = cluster(&[("a", "large", &[1500])]);
     f.candidates[0].capacity_type = "spot".into();
     f.candidates[0].price = 0.28;
-    // The test catalog has 4 types: fewer than 15 cheaper spot types.
-    let cmd = run(&f, unbounded(), true).command;
+    // By default (the reference's SpotToSpotConsolidation=false) a spot
+    // node is replaced by on-demand capacity only.
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.replacements[0].capacity_types, ["on-demand"]);
+    // With spot-to-spot: the test catalog has 4 types, fewer than 15
+    // cheaper spot types, so no spot replacement; on-demand is dearer than
+    // the spot replacement would be, so none at all.
+    let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
+    let mut removals = Removals::new(&f.input, &homes, &opts()).unwrap();
+    let pass = Pass {
+        candidates: f.candidates.clone(),
+        budgets: unbounded(),
+        consolidation: true,
+        pools: &f.input.nodepools,
+        options: Options { spot_to_spot: true },
+        uninitialized: BTreeSet::new(),
+    };
+    let cmd = decide(&pass, &mut removals).command;
     assert!(cmd.is_none(), "{cmd:?}");
 }
 
@@ -341,8 +445,11 @@ proptest! {
             .map(|(n, t, p)| (n.as_str(), *t, p.as_slice()))
             .collect();
         let mut f = cluster(&spec);
-        for (c, (expired, drifted, blocked, consolidatable)) in f.candidates.iter_mut().zip(flags) {
-            c.expired = expired == 0;
+        for (c, (grace, drifted, blocked, consolidatable)) in f.candidates.iter_mut().zip(flags) {
+            c.termination_grace_period = grace % 2 == 0;
+            if grace % 3 == 0 {
+                c.pods_blocked = Some("a PodDisruptionBudget".to_string());
+            }
             if drifted {
                 c.drift.push(DriftReason::InstanceType {
                     instance_type: c.instance_type.clone(),

@@ -228,6 +228,7 @@ fn new_controller(
     cluster: &Arc<MemoryCluster>,
     cloud: &Arc<SimEc2>,
     clock: Arc<dyn Clock>,
+    gates: crate::controller::features::FeatureGates,
 ) -> Controller<MemoryCluster, SimEc2> {
     Controller::new(
         cluster.clone(),
@@ -238,6 +239,7 @@ fn new_controller(
             // Prices and offerings of the simulated EC2 change only
             // through what the passes see change.
             disruption_resync: SIM_RESYNC,
+            spot_to_spot_consolidation: gates.spot_to_spot_consolidation,
             ..Settings::default()
         },
     )
@@ -329,7 +331,7 @@ impl Simulation {
         }
         adopt_initial_nodes(&cluster, &cloud, start)?;
 
-        let controller = new_controller(&cluster, &cloud, dyn_clock);
+        let controller = new_controller(&cluster, &cloud, dyn_clock, scenario.feature_gates);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .map_err(|e| SimError::Setup(e.to_string()))?;
@@ -452,7 +454,12 @@ impl Simulation {
             }
             Action::Restart => {
                 let clock: Arc<dyn Clock> = self.clock.clone();
-                self.controller = new_controller(&self.cluster, &self.cloud, clock);
+                self.controller = new_controller(
+                    &self.cluster,
+                    &self.cloud,
+                    clock,
+                    self.scenario.feature_gates,
+                );
                 self.recorder.event(
                     now,
                     "Controller/dovetail".into(),

@@ -44,6 +44,8 @@ pub struct Scenario {
     /// Objects of the initial cluster state, in the snapshot format.
     pub initial: Vec<Manifest>,
     pub cloud: CloudSettings,
+    /// The controller's feature gates (`settings: {featureGates: ...}`).
+    pub feature_gates: crate::controller::features::FeatureGates,
     pub steps: Vec<Step>,
     /// Offset from `start` at which the simulation ends.
     pub until: Duration,
@@ -428,8 +430,8 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         &ctx,
         root,
         &[
-            "start", "config", "catalog", "region", "zones", "initial", "cloud", "timeline",
-            "until",
+            "start", "config", "catalog", "region", "zones", "initial", "cloud", "settings",
+            "timeline", "until",
         ],
         "the scenario",
     )?;
@@ -483,6 +485,19 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => cloud_settings(&ctx, n)?,
         None => CloudSettings::default(),
     };
+    let feature_gates = match root.get("settings") {
+        Some(n) => {
+            check_keys(&ctx, n, &["featureGates"], "settings")?;
+            match n.get("featureGates") {
+                Some(g) => {
+                    crate::controller::features::FeatureGates::parse(ctx.str(g, "featureGates")?)
+                        .map_err(|e| ctx.err(g, e))?
+                }
+                None => Default::default(),
+            }
+        }
+        None => Default::default(),
+    };
     let steps = match root.get("timeline") {
         Some(n) => timeline(&ctx, n)?,
         None => Vec::new(),
@@ -518,6 +533,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         zones_pos,
         initial,
         cloud,
+        feature_gates,
         steps,
         until,
     })
@@ -1358,7 +1374,15 @@ mod tests {
         );
         assert_eq!(
             err("config: r\nfoo: 1\n"),
-            "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, timeline, until"
+            "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, settings, timeline, until"
+        );
+        assert_eq!(
+            err("config: r\nsettings: {featureGates: \"SpotToSpot=true\"}\n"),
+            "2:26: unknown feature gate \"SpotToSpot\"; the known gates are NodeRepair (default false), ReservedCapacity (default true), SpotToSpotConsolidation (default false), NodeOverlay (default false), StaticCapacity (default false), CapacityBuffer (default false)"
+        );
+        assert_eq!(
+            err("config: r\nsettings: {spotToSpot: true}\n"),
+            "2:12: unknown field `spotToSpot` in settings; expected one of featureGates"
         );
     }
 

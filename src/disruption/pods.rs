@@ -1,0 +1,149 @@
+//! What a pod asks of disruption through `karpenter.sh/do-not-disrupt`,
+//! read as the reference reads it (`IsDoNotDisruptActive`): `"true"`
+//! protects the pod for as long as it runs; a Go duration (`"1h"`,
+//! `"90m"`) protects it until its start time plus that duration; any other
+//! value protects nothing (the reference records an Event and ignores it).
+//! A pod with a duration but no start time yet is protected: the reference
+//! fails safe.
+
+use std::time::Duration;
+
+use crate::api::{ANNOTATION_DO_NOT_DISRUPT, SlimPod};
+use crate::clock::Timestamp;
+use crate::timing::parse_go_duration;
+
+/// The protection a pod's `karpenter.sh/do-not-disrupt` annotation gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Protection {
+    /// No annotation.
+    None,
+    /// `"true"`, or a duration on a pod that has not started.
+    Always,
+    /// A duration from the pod's start: protected before this time.
+    Until(Timestamp),
+    /// A value that is neither `"true"` nor a positive duration: ignored.
+    Invalid(String),
+}
+
+impl Protection {
+    /// Whether the pod may not be disrupted at `now`.
+    pub fn active(&self, now: Timestamp) -> bool {
+        match self {
+            Protection::Always => true,
+            Protection::Until(t) => now < *t,
+            Protection::None | Protection::Invalid(_) => false,
+        }
+    }
+
+    /// When an active protection ends, if it ends by itself.
+    pub fn ends(&self) -> Option<Timestamp> {
+        match self {
+            Protection::Until(t) => Some(*t),
+            _ => None,
+        }
+    }
+}
+
+/// The protection of a pod at any time.
+pub fn do_not_disrupt(pod: &SlimPod) -> Protection {
+    let Some(value) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT))
+    else {
+        return Protection::None;
+    };
+    if value == "true" {
+        return Protection::Always;
+    }
+    let nanos = match parse_go_duration(value) {
+        Ok(n) if n > 0 => n,
+        Ok(_) => {
+            return Protection::Invalid(format!(
+                "{ANNOTATION_DO_NOT_DISRUPT}: {value:?} must be \"true\" or a positive duration"
+            ));
+        }
+        Err(e) => return Protection::Invalid(format!("{ANNOTATION_DO_NOT_DISRUPT}: {e}")),
+    };
+    let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+        return Protection::Always;
+    };
+    let d = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+    match start.0.checked_add(d) {
+        Ok(t) => Protection::Until(t),
+        Err(_) => Protection::Always,
+    }
+}
+
+/// Whether a pod is protected at `now`.
+pub fn is_protected(pod: &SlimPod, now: Timestamp) -> bool {
+    do_not_disrupt(pod).active(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+    use crate::api::pod::SlimPodStatus;
+
+    fn pod(value: Option<&str>, started: Option<Timestamp>) -> SlimPod {
+        let mut p = SlimPod::default();
+        if let Some(v) = value {
+            p.metadata.annotations = Some(BTreeMap::from([(
+                ANNOTATION_DO_NOT_DISRUPT.to_string(),
+                v.to_string(),
+            )]));
+        }
+        p.status = Some(SlimPodStatus {
+            start_time: started.map(Time),
+            ..Default::default()
+        });
+        p
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn true_protects_for_as_long_as_the_pod_runs() {
+        let p = pod(Some("true"), Some(t(0)));
+        assert_eq!(do_not_disrupt(&p), Protection::Always);
+        assert!(is_protected(&p, t(1_000_000)));
+    }
+
+    #[test]
+    fn a_duration_protects_until_start_plus_duration() {
+        let p = pod(Some("1h"), Some(t(1000)));
+        assert_eq!(do_not_disrupt(&p), Protection::Until(t(4600)));
+        assert!(is_protected(&p, t(1000 + 20 * 60)));
+        assert!(is_protected(&p, t(4599)));
+        assert!(!is_protected(&p, t(4600)));
+        let p = pod(Some("1h30m"), Some(t(0)));
+        assert_eq!(do_not_disrupt(&p), Protection::Until(t(5400)));
+    }
+
+    #[test]
+    fn a_duration_without_a_start_time_fails_safe() {
+        let p = pod(Some("5m"), None);
+        assert!(is_protected(&p, t(1_000_000)));
+    }
+
+    #[test]
+    fn invalid_or_non_positive_values_protect_nothing() {
+        for v in ["false", "yes", "0s", "-1h", "1d", ""] {
+            let p = pod(Some(v), Some(t(0)));
+            assert!(
+                matches!(do_not_disrupt(&p), Protection::Invalid(_)),
+                "{v}: {:?}",
+                do_not_disrupt(&p)
+            );
+            assert!(!is_protected(&p, t(1)), "{v}");
+        }
+        assert_eq!(do_not_disrupt(&pod(None, Some(t(0)))), Protection::None);
+    }
+}
