@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::support::dovetail;
 
-fn report(scenario: &str) -> Value {
+pub(crate) fn report(scenario: &str) -> Value {
     let out = dovetail(&["simulate", scenario, "--output", "json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     serde_json::from_str(&out.stdout).unwrap()
@@ -17,23 +17,23 @@ fn disruption(name: &str) -> Value {
     report(&format!("tests/scenarios/disruption/{name}.yaml"))
 }
 
-fn array(v: &Value) -> &Vec<Value> {
+pub(crate) fn array(v: &Value) -> &Vec<Value> {
     v.as_array().unwrap()
 }
 
-fn strs(v: &Value) -> Vec<&str> {
+pub(crate) fn strs(v: &Value) -> Vec<&str> {
     array(v).iter().map(|s| s.as_str().unwrap()).collect()
 }
 
 /// Seconds since the start of the report of an RFC 3339 time.
-fn at(r: &Value, t: &Value) -> f64 {
+pub(crate) fn at(r: &Value, t: &Value) -> f64 {
     let parse = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
     parse(t.as_str().unwrap())
         .duration_since(parse(r["start"].as_str().unwrap()))
         .as_secs_f64()
 }
 
-fn first_event(r: &Value, object: &str, reason: &str) -> Option<f64> {
+pub(crate) fn first_event(r: &Value, object: &str, reason: &str) -> Option<f64> {
     array(&r["events"])
         .iter()
         .find(|e| e["object"] == object && e["reason"] == reason)
@@ -41,7 +41,7 @@ fn first_event(r: &Value, object: &str, reason: &str) -> Option<f64> {
 }
 
 /// Every pod still there at the end runs, and nothing waits for capacity.
-fn assert_all_pods_run(r: &Value) {
+pub(crate) fn assert_all_pods_run(r: &Value) {
     assert_eq!(r["summary"]["pods_pending"], 0, "{}", r["summary"]);
     for p in array(&r["pods"]) {
         if p["deleted_at"].is_null() {
@@ -54,7 +54,7 @@ fn assert_all_pods_run(r: &Value) {
 }
 
 /// Each replacement is initialized before the node it replaces is drained.
-fn assert_replacements_initialized_first(r: &Value) {
+pub(crate) fn assert_replacements_initialized_first(r: &Value) {
     for d in array(&r["disruptions"]) {
         for c in strs(&d["nodeclaims"]) {
             let drained = first_event(r, &format!("NodeClaim/{c}"), "Disrupting");
@@ -71,7 +71,7 @@ fn assert_replacements_initialized_first(r: &Value) {
 }
 
 /// NodeClaims disrupted for `reason`.
-fn disrupted(r: &Value, reason: &str) -> BTreeSet<String> {
+pub(crate) fn disrupted(r: &Value, reason: &str) -> BTreeSet<String> {
     array(&r["disruptions"])
         .iter()
         .filter(|d| d["reason"] == reason)
@@ -81,7 +81,7 @@ fn disrupted(r: &Value, reason: &str) -> BTreeSet<String> {
 }
 
 /// The nodes of the report by NodeClaim.
-fn nodes(r: &Value) -> BTreeMap<String, &Value> {
+pub(crate) fn nodes(r: &Value) -> BTreeMap<String, &Value> {
     array(&r["nodes"])
         .iter()
         .map(|n| (n["nodeclaim"].as_str().unwrap().to_string(), n))
@@ -263,19 +263,21 @@ fn a_requirements_commit_drifts_exactly_the_nodes_that_no_longer_meet_them() {
 }
 
 #[test]
-fn expired_nodes_are_replaced() {
+fn expired_nodes_are_deleted_at_expiry_and_their_pods_get_new_capacity() {
     let r = disruption("expiry");
     let expired = disrupted(&r, "Expired");
     assert_eq!(expired.len(), 3);
     for n in nodes(&r).values() {
         if expired.contains(n["nodeclaim"].as_str().unwrap()) {
-            // expireAfter is 1h from creation (+48 s to initialize).
+            // expireAfter is 1h from creation: deleted then, with nothing
+            // launched first (Karpenter v1's forceful expiration).
+            let launched = at(&r, &n["launched_at"]);
             let started = at(&r, &n["disruption_started_at"]);
-            assert!((3600.0..3700.0).contains(&started), "{n}");
-            assert!(!n["replaced_by"].as_array().unwrap().is_empty(), "{n}");
+            assert!((started - (launched + 3600.0)).abs() <= 1.0, "{n}");
+            assert!(n["replaced_by"].as_array().unwrap().is_empty(), "{n}");
         }
     }
-    assert_replacements_initialized_first(&r);
+    // Their pods were pending from the expiry on, and got new nodes.
     assert_all_pods_run(&r);
 }
 
@@ -387,10 +389,25 @@ fn a_restart_during_a_blocked_drain_resumes_it_and_forces_it_at_the_grace_period
         "{deleting} {restarted} {gone}"
     );
     // The pool's terminationGracePeriod (10m) counts from the deletion,
-    // not from the restart; the drain retries at most a minute apart.
-    assert!(gone >= deleting + 600.0, "forced before the grace: {gone}");
+    // not from the restart: the blocked pod is deleted when 30 s (its own
+    // grace period) are left, and the node is gone by the end.
+    let forced = array(&r["events"])
+        .iter()
+        .find(|e| {
+            e["reason"] == "Deleted"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("NodeClaim/apps-00004"))
+        })
+        .map(|e| e["t"].as_f64().unwrap())
+        .expect("the blocked pod is deleted");
     assert!(
-        gone <= deleting + 660.0,
+        (forced - (deleting + 570.0)).abs() <= 2.0,
+        "deleted {deleting}, pod forced {forced}"
+    );
+    assert!(gone >= forced, "forced before the grace: {gone}");
+    assert!(
+        gone <= deleting + 600.0 + 2.0,
         "the restart reset the grace: {gone}"
     );
     for key in [
