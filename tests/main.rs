@@ -12,6 +12,7 @@ mod impact;
 mod interruption;
 mod interruption_sim;
 mod interruption_sqs;
+mod karpenter_scheduling;
 mod moto;
 mod newcomer;
 mod plan;
