@@ -13,6 +13,7 @@ mod interruption;
 mod interruption_sim;
 mod interruption_sqs;
 mod karpenter_disruption;
+mod karpenter_scheduling;
 mod moto;
 mod newcomer;
 mod plan;

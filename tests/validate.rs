@@ -210,3 +210,165 @@ fn catalog_warns_about_unsatisfiable_requirements() {
     ]);
     assert_eq!(missing.code, 2, "{}", missing.stderr);
 }
+
+/// Issue 28 (items 6 and 7): objects as a cluster or Karpenter's reference
+/// pages show them, status included, and Karpenter v1.14's NodeOverlay and
+/// CapacityBuffer, pass `validate --strict`; `status` is noted, not checked.
+#[test]
+fn karpenter_v1_14_objects_with_status_and_alpha_kinds_are_valid() {
+    let dir = "tests/fixtures/validate/karpenter-v1.14-valid";
+    let out = dovetail(&["validate", dir, "--worktree", "--strict"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .ends_with("validate: 0 errors, 0 warnings in 3 files (3 objects)\n"),
+        "{}",
+        out.stdout
+    );
+    // Each status is noted once, at its own line; the alpha kinds (not
+    // counted among dovetail's objects) have no finding at all.
+    assert_eq!(out.stdout.matches("note: ").count(), 3, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("karpenter-v1.14-valid/pool.yaml:15:1: note: EC2NodeClass/batch: status: status is not checked"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// Issue 28 (items 7 and 8): NodeOverlay and CapacityBuffer documents that
+/// the v1.14.1 CRDs reject, a CapacityBuffer in the version the CRD no
+/// longer serves, a mistyped API group, and a NodePool without
+/// `nodeClassRef`, each reported at its line.
+#[test]
+fn fixture_karpenter_v1_14_invalid() {
+    fixture("karpenter-v1.14-invalid");
+}
+
+/// Issue 28 (item 8): a document in a mistyped API group is a warning that
+/// names the group meant (an error under `--strict`), not a silent skip.
+#[test]
+fn wrong_api_group_is_a_warning_and_fails_under_strict() {
+    let dir = "tests/fixtures/validate/karpenter-v1.14-wrong-group";
+    let out = dovetail(&["validate", dir, "--worktree"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(
+            "classes.yaml:26:1: warning: EC2NodeClass/gpu: apiVersion: EC2NodeClass is served in API group karpenter.k8s.aws"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("hint: did you mean apiVersion: karpenter.k8s.aws/v1?"),
+        "{}",
+        out.stdout
+    );
+    let strict = dovetail(&["validate", dir, "--worktree", "--strict"]);
+    assert_eq!(strict.code, 1, "{}{}", strict.stdout, strict.stderr);
+}
+
+/// The YAML examples of Karpenter's v1.14 documentation
+/// (`website/content/en/v1.14` of aws/karpenter-provider-aws), read from
+/// the directory `DOVETAIL_KARPENTER_DOCS` names (the docs are another
+/// project's and are not committed here). Every fenced YAML block that
+/// holds a Karpenter object is validated on its own: complete, valid
+/// examples must pass; the others must be rejected with an error at a line
+/// of the example. Prints one line per example.
+#[test]
+fn karpenter_docs_examples() {
+    let Some(root) = std::env::var_os("DOVETAIL_KARPENTER_DOCS") else {
+        eprintln!("skipped: set DOVETAIL_KARPENTER_DOCS to a checkout of website/content/en/v1.14");
+        return;
+    };
+    let root = std::path::PathBuf::from(root);
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let karpenter = |block: &str| {
+        block.lines().any(|l| {
+            let l = l.trim_start_matches("- ").trim();
+            l.starts_with("apiVersion: karpenter.")
+                || l.starts_with("apiVersion: autoscaling.x-k8s.io")
+                || l.starts_with("apiVersion: compute.k8s.aws")
+        })
+    };
+    let (mut total, mut passed) = (0, 0);
+    let mut rejected = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let mut in_yaml = None::<(usize, Vec<&str>)>;
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim_start();
+            match &mut in_yaml {
+                None if t.starts_with("```yaml") || t.starts_with("```yml") => {
+                    in_yaml = Some((i + 2, Vec::new()));
+                }
+                Some((start, lines)) if t.starts_with("```") => {
+                    let indent = line.len() - t.len();
+                    let block: Vec<String> = lines
+                        .iter()
+                        .map(|l| {
+                            l.get(indent.min(l.len() - l.trim_start().len())..)
+                                .unwrap_or("")
+                        })
+                        .map(str::to_string)
+                        .collect();
+                    let block = block.join("\n") + "\n";
+                    let start = *start;
+                    in_yaml = None;
+                    if !karpenter(&block) || block.contains("{{") || block.contains("$(") {
+                        continue;
+                    }
+                    total += 1;
+                    let dir = tempfile::tempdir().unwrap();
+                    std::fs::write(dir.path().join("example.yaml"), &block).unwrap();
+                    let out = dovetail(&[
+                        "validate",
+                        &dir.path().display().to_string(),
+                        "--allow-external-nodeclass",
+                    ]);
+                    let name = format!("{}:{start}", f.strip_prefix(&root).unwrap().display());
+                    // The repository-level finding that a repository has no
+                    // NodePool or EC2NodeClass (an example of a NodeClaim
+                    // alone) is not about the example.
+                    let errors: Vec<&str> = out
+                        .stdout
+                        .lines()
+                        .filter(|l| l.contains(": error: ") && !l.contains("empty-repository"))
+                        .filter(|l| !l.ends_with("error: no NodePool or EC2NodeClass found"))
+                        .collect();
+                    assert!(out.code <= 1, "{name}: {}{}", out.stdout, out.stderr);
+                    if errors.is_empty() {
+                        passed += 1;
+                        eprintln!("pass {name}");
+                    } else {
+                        eprintln!("rejected {name}:");
+                        for e in &errors {
+                            eprintln!("    {}", e.split_once("example.yaml:").map_or(*e, |x| x.1));
+                        }
+                        rejected.push(name);
+                    }
+                }
+                Some((_, lines)) => lines.push(line),
+                None => {}
+            }
+        }
+    }
+    eprintln!(
+        "{total} examples with Karpenter objects: {passed} pass, {} rejected",
+        rejected.len()
+    );
+    assert!(total > 0, "no examples found under {}", root.display());
+}

@@ -297,3 +297,21 @@ fn comparison_reports_differences() {
     }
     assert_eq!(diffs.len(), expected.len() + 1, "{diffs:#?}"); // + the extra CEL rule
 }
+
+/// The NodeOverlay schema `validate` checks against (generated from
+/// `api::nodeoverlay`) equals the v1.14.1 reference CRD's `openAPIV3Schema`.
+#[test]
+fn nodeoverlay_schema_conforms() {
+    let path = reference_path(ApiKind::NodePool).with_file_name("karpenter.sh_nodeoverlays.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("read reference CRD {}: {e}", path.display()));
+    let reference: Value =
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+    let reference = reference
+        .pointer("/spec/versions/0/schema/openAPIV3Schema")
+        .expect("reference schema");
+    let generated = super::ExtraKind::NodeOverlay.openapi_schema();
+    let mut diffs = Vec::new();
+    compare_schema("openAPIV3Schema", reference, &generated, &mut diffs);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}

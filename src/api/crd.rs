@@ -53,6 +53,36 @@ pub fn openapi_schema(kind: ApiKind) -> Value {
     serde_json::to_value(schema).expect("a schema serialises to JSON")
 }
 
+/// The `openAPIV3Schema` of a kind `validate` checks without acting on
+/// it, with controller-gen's conventions, as JSON.
+pub fn extra_openapi_schema(kind: super::ExtraKind) -> Value {
+    use super::ExtraKind;
+    let crd = match kind {
+        ExtraKind::NodeOverlay => super::nodeoverlay::NodeOverlay::crd(),
+        ExtraKind::CapacityBuffer => super::capacitybuffer::CapacityBuffer::crd(),
+    };
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|v| v.open_api_v3_schema.clone())
+        .expect("every generated CRD has a schema");
+    let mut value = serde_json::to_value(schema).expect("a schema serialises to JSON");
+    if let Some(root) = value.as_object_mut() {
+        root.remove("title");
+    }
+    strip_keywords(&mut value);
+    if let Some(Value::Object(properties)) = value.get_mut("properties") {
+        properties.insert(
+            "apiVersion".into(),
+            type_meta_schema(API_VERSION_DESCRIPTION),
+        );
+        properties.insert("kind".into(), type_meta_schema(KIND_DESCRIPTION));
+        properties.insert("metadata".into(), json!({"type": "object"}));
+    }
+    integral_numbers(&mut value);
+    value
+}
+
 /// The CRDs of all kinds, in a stable order: nodepools, nodeclaims,
 /// ec2nodeclasses.
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -17,11 +17,13 @@
 //! Regenerate both with `dovetail crds --out-dir crds` (CRDs only) or
 //! `DOVETAIL_BLESS=1 cargo test --lib api::` (both).
 
+pub mod capacitybuffer;
 pub mod common;
 pub mod crd;
 pub mod ec2nodeclass;
 pub mod labels;
 pub mod nodeclaim;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod pod;
 pub mod schema;
@@ -119,6 +121,70 @@ impl ApiKind {
         ApiKind::ALL
             .into_iter()
             .find(|k| k.api_version() == api_version && k.kind() == kind)
+    }
+}
+
+/// Kinds of Karpenter v1.14 that `validate` checks against their v1.14.1
+/// schemas but that dovetail does not act on (yet): they are not
+/// [`ApiKind`]s, so sync, diff and the controller leave them alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExtraKind {
+    /// `karpenter.sh/v1alpha1` NodeOverlay.
+    NodeOverlay,
+    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffer.
+    CapacityBuffer,
+}
+
+impl ExtraKind {
+    pub const ALL: [ExtraKind; 2] = [ExtraKind::NodeOverlay, ExtraKind::CapacityBuffer];
+
+    /// The API group.
+    pub fn group(self) -> &'static str {
+        match self {
+            ExtraKind::NodeOverlay => GROUP_KARPENTER,
+            ExtraKind::CapacityBuffer => "autoscaling.x-k8s.io",
+        }
+    }
+
+    /// The `apiVersion` the v1.14.1 CRD serves.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ExtraKind::NodeOverlay => "karpenter.sh/v1alpha1",
+            ExtraKind::CapacityBuffer => "autoscaling.x-k8s.io/v1beta1",
+        }
+    }
+
+    /// An earlier `apiVersion` with the same schema that the v1.14.1 CRD no
+    /// longer serves (v1.14 graduated CapacityBuffer to v1beta1, while its
+    /// concept page still shows v1alpha1).
+    pub fn previous_api_version(self) -> Option<&'static str> {
+        match self {
+            ExtraKind::NodeOverlay => None,
+            ExtraKind::CapacityBuffer => Some("autoscaling.x-k8s.io/v1alpha1"),
+        }
+    }
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            ExtraKind::NodeOverlay => "NodeOverlay",
+            ExtraKind::CapacityBuffer => "CapacityBuffer",
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        self == ExtraKind::CapacityBuffer
+    }
+
+    /// The CRD's `openAPIV3Schema`, generated from the Rust types.
+    pub fn openapi_schema(self) -> serde_json::Value {
+        crd::extra_openapi_schema(self)
+    }
+}
+
+impl std::fmt::Display for ExtraKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind())
     }
 }
 

@@ -72,6 +72,43 @@ pub fn validation_schema(kind: ApiKind) -> Value {
     Value::Object(document)
 }
 
+/// The JSON Schema `validate` checks documents of an [`ExtraKind`]
+/// against (the same translation as [`validation_schema`]; `apiVersion`
+/// may also be the kind's previous version, which `validate` warns about).
+pub fn extra_validation_schema(kind: super::ExtraKind) -> Value {
+    let mut schema = kind.openapi_schema();
+    translate(&mut schema);
+    let root = schema
+        .as_object_mut()
+        .expect("the root schema is an object");
+    let properties = root
+        .entry("properties")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .expect("properties is an object");
+    let versions: Vec<&str> = std::iter::once(kind.api_version())
+        .chain(kind.previous_api_version())
+        .collect();
+    properties.insert(
+        "apiVersion".into(),
+        json!({"type": "string", "enum": versions}),
+    );
+    properties.insert(
+        "kind".into(),
+        json!({"type": "string", "const": kind.kind()}),
+    );
+    properties.insert("metadata".into(), metadata_schema());
+    let required = root
+        .entry("required")
+        .or_insert_with(|| json!([]))
+        .as_array_mut()
+        .expect("required is an array");
+    for name in ["metadata", "kind", "apiVersion"] {
+        required.insert(0, name.into());
+    }
+    schema
+}
+
 /// The file name of a kind's JSON Schema under `schemas/`.
 pub fn schema_file_name(kind: ApiKind) -> String {
     format!("{}.schema.json", kind.singular())

@@ -107,19 +107,8 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     for (d, f) in demand.iter_mut().zip(&initial_free) {
         *d = (*d - *f as f64).max(0.0);
     }
+    // Types' allocatable is net of their daemonset overhead.
     let forced = s.forced_nodes(&placed).saturating_sub(s.existing_count());
-    let min_daemon: Vec<f64> = (0..s.dims.len())
-        .map(|d| {
-            s.pools
-                .iter()
-                .map(|p| p.daemon[d] as f64)
-                .fold(f64::INFINITY, f64::min)
-        })
-        .map(|v| if v.is_finite() { v } else { 0.0 })
-        .collect();
-    for (d, md) in demand.iter_mut().zip(&min_daemon) {
-        *d += forced as f64 * md;
-    }
     let bound_types: Vec<BoundType> = s
         .allowed_types(&placed)
         .into_iter()

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::api::ApiKind;
+use crate::api::{ApiKind, ExtraKind};
 use crate::diag::JsonPath;
 
 /// What a document was recognised as.
@@ -24,6 +24,12 @@ pub enum Classified {
         message: String,
         hint: Option<String>,
     },
+    /// A Karpenter v1.14 kind dovetail validates but does not act on;
+    /// `previous` when written in a version the v1.14.1 CRD no longer serves.
+    Extra { kind: ExtraKind, previous: bool },
+    /// A Karpenter kind in a group that does not serve it, or a group one
+    /// typo away from a Karpenter group: a warning, with the likely group.
+    WrongGroup { message: String, hint: String },
     /// Any other Kubernetes object: skipped.
     Other { api_version: String, kind: String },
     /// No `apiVersion` or `kind`.
@@ -31,6 +37,51 @@ pub enum Classified {
 }
 
 const KARPENTER_GROUPS: [&str; 2] = ["karpenter.sh", "karpenter.k8s.aws"];
+
+/// Every group a Karpenter v1.14 kind is served in.
+const KNOWN_GROUPS: [&str; 3] = ["karpenter.sh", "karpenter.k8s.aws", "autoscaling.x-k8s.io"];
+
+/// The group and version of a Karpenter kind of this name, if there is one.
+fn home_of(kind: &str) -> Option<(&'static str, &'static str)> {
+    ApiKind::ALL
+        .iter()
+        .find(|k| k.kind() == kind)
+        .map(|k| (k.group(), k.api_version()))
+        .or_else(|| {
+            ExtraKind::ALL
+                .iter()
+                .find(|k| k.kind() == kind)
+                .map(|k| (k.group(), k.api_version()))
+        })
+}
+
+/// A document in a group no Karpenter kind is served in, that is likely
+/// meant for one: a Karpenter kind name, or a group within two edits of a
+/// Karpenter group. `kubectl apply` would fail on it ("no matches for
+/// kind"), so it is not silently skipped.
+fn wrong_group(api_version: &str, group: &str, kind: &str) -> Option<Classified> {
+    if KNOWN_GROUPS.contains(&group) {
+        return None;
+    }
+    if let Some((home, version)) = home_of(kind) {
+        return Some(Classified::WrongGroup {
+            message: format!(
+                "{kind} is served in API group {home}, not {group:?} ({api_version}): kubectl apply would fail with \"no matches for kind\""
+            ),
+            hint: format!("did you mean apiVersion: {version}?"),
+        });
+    }
+    let (near, distance) = KNOWN_GROUPS
+        .iter()
+        .map(|g| (*g, crate::diag::edit_distance(g, group)))
+        .min_by_key(|(_, d)| *d)?;
+    (distance <= 2).then(|| Classified::WrongGroup {
+        message: format!(
+            "unknown API group {group:?} ({api_version}), close to {near}: kubectl apply would fail with \"no matches for kind\""
+        ),
+        hint: format!("did you mean API group {near}?"),
+    })
+}
 
 pub fn classify(doc: &Value) -> Classified {
     let api_version = doc.get("apiVersion").and_then(Value::as_str);
@@ -49,6 +100,22 @@ pub fn classify(doc: &Value) -> Classified {
             return Classified::Known(k);
         }
     }
+    for k in ExtraKind::ALL {
+        if k.kind() == kind {
+            if k.api_version() == api_version {
+                return Classified::Extra {
+                    kind: k,
+                    previous: false,
+                };
+            }
+            if k.previous_api_version() == Some(api_version) {
+                return Classified::Extra {
+                    kind: k,
+                    previous: true,
+                };
+            }
+        }
+    }
     match (api_version, kind) {
         ("karpenter.sh/v1beta1", "NodePool") => return retired_nodepool(doc),
         ("karpenter.k8s.aws/v1beta1", "EC2NodeClass") => return retired_ec2nodeclass(doc),
@@ -64,6 +131,9 @@ pub fn classify(doc: &Value) -> Classified {
         _ => {}
     }
     let group = api_version.split_once('/').map(|(g, _)| g).unwrap_or("");
+    if let Some(c) = wrong_group(api_version, group, kind) {
+        return c;
+    }
     if KARPENTER_GROUPS.contains(&group) {
         let same_version: Vec<&str> = ApiKind::ALL
             .iter()
@@ -79,10 +149,9 @@ pub fn classify(doc: &Value) -> Classified {
                 hint: Some(format!("did you mean kind: {close}?")),
             };
         }
-        let known = ApiKind::ALL.iter().find(|k| k.kind() == kind);
         return Classified::UnknownKarpenter {
             message: format!("{api_version} {kind} is not a supported API"),
-            hint: known.map(|k| format!("use apiVersion: {}", k.api_version())),
+            hint: home_of(kind).map(|(_, version)| format!("use apiVersion: {version}")),
         };
     }
     Classified::Other {

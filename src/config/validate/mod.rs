@@ -86,6 +86,9 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 pub struct Report {
     pub diagnostics: Vec<Diagnostic>,
     pub objects: Vec<Object>,
+    /// Documents of the Karpenter kinds `validate` checks without acting
+    /// on them (NodeOverlay, CapacityBuffer).
+    pub extra_objects: usize,
     pub files: usize,
     pub documents: usize,
     pub timings: Timings,
@@ -112,7 +115,31 @@ impl Report {
 struct Doc<'a> {
     file: &'a str,
     yaml: &'a YamlDoc,
+    /// The document without `status`, if it had one (see [`drop_status`]).
     json: Value,
+    /// It had a `status`.
+    had_status: bool,
+}
+
+/// Removes `status` from an object of a kind with a status subresource
+/// (every kind `validate` checks): the API server ignores `status` on
+/// create and update of such kinds and never validates it, so an object
+/// copied from a cluster or a reference page, status included, is valid.
+fn drop_status(json: &mut Value) -> bool {
+    let api_version = json.get("apiVersion").and_then(Value::as_str);
+    let kind = json.get("kind").and_then(Value::as_str);
+    let ours = match (api_version, kind) {
+        (Some(a), Some(k)) => {
+            ApiKind::from_type_meta(a, k).is_some()
+                || crate::api::ExtraKind::ALL.iter().any(|e| {
+                    e.kind() == k && (e.api_version() == a || e.previous_api_version() == Some(a))
+                })
+        }
+        _ => false,
+    };
+    ours && json
+        .as_object_mut()
+        .is_some_and(|o| o.remove("status").is_some())
 }
 
 /// The per-document outcome of the schema phase.
@@ -135,10 +162,15 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
         .iter()
         .flat_map(|f| f.docs.iter().map(move |d| (f.path.as_str(), d)))
         .collect();
-    let docs: Vec<Doc> = crate::par::map(&refs, |(file, yaml)| Doc {
-        file,
-        yaml,
-        json: yaml.root.to_json(),
+    let docs: Vec<Doc> = crate::par::map(&refs, |(file, yaml)| {
+        let mut json = yaml.root.to_json();
+        let had_status = drop_status(&mut json);
+        Doc {
+            file,
+            yaml,
+            json,
+            had_status,
+        }
     });
     report.documents = docs.len();
     report.timings.convert = t.elapsed();
@@ -155,6 +187,7 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
     let jobs: Vec<(&Doc, &Classification)> = docs.iter().zip(&classes).collect();
     let ruled: Vec<Vec<Diagnostic>> = crate::par::map(&jobs, |(doc, c)| match &c.class {
         Some(Classified::Known(kind)) => check_rules(doc, *kind, catalog.as_ref()),
+        Some(Classified::Extra { kind, .. }) => check_extra_rules(doc, *kind),
         _ => Vec::new(),
     });
     report.timings.rules = t.elapsed();
@@ -164,6 +197,9 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
         let mut diags = class.diagnostics;
         diags.extend(rule_diags);
         let diags = dedupe(diags);
+        if let Some(Classified::Extra { .. }) = class.class {
+            report.extra_objects += 1;
+        }
         if let Some(Classified::Known(kind)) = class.class {
             let name = doc
                 .json
@@ -281,6 +317,16 @@ fn classify_and_check_schema(doc: &Doc) -> Classification {
         };
     }
     let class = kinds::classify(&doc.json);
+    if doc.had_status {
+        diagnostics.push(diag_at(
+            doc,
+            Diagnostic::note(
+                "status",
+                "status is not checked: the API server ignores it when the object is created or updated, and the controller writes it",
+            ),
+            root.key("status"),
+        ));
+    }
     match &class {
         Classified::Known(kind) => {
             for f in schema::check(*kind, &doc.json) {
@@ -310,6 +356,40 @@ fn classify_and_check_schema(doc: &Doc) -> Classification {
                 ));
             }
         }
+        Classified::Extra { kind, previous } => {
+            if *previous {
+                let version = doc
+                    .json
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                diagnostics.push(diag_at(
+                    doc,
+                    Diagnostic::warning(
+                        "api-version",
+                        format!(
+                            "{version} {kind} is not served by the Karpenter v1.14.1 CRD, which serves {}",
+                            kind.api_version()
+                        ),
+                    )
+                    .with_hint(format!("set apiVersion: {}", kind.api_version())),
+                    root.key("apiVersion"),
+                ));
+            }
+            for f in schema::check_extra(*kind, &doc.json) {
+                let mut d = Diagnostic::error("schema", f.message);
+                if let Some(h) = f.hint {
+                    d = d.with_hint(h);
+                }
+                diagnostics.push(diag_at(doc, d, f.path).with_keyword(f.keyword));
+            }
+            extra_metadata_checks(doc, *kind, &mut diagnostics);
+        }
+        Classified::WrongGroup { message, hint } => diagnostics.push(diag_at(
+            doc,
+            Diagnostic::warning("api-group", message.clone()).with_hint(hint.clone()),
+            root.key("apiVersion"),
+        )),
         Classified::UnknownKarpenter { message, hint } => {
             let mut d = Diagnostic::error("unknown-kind", message.clone());
             if let Some(h) = hint {
@@ -369,6 +449,64 @@ fn metadata_checks(doc: &Doc, kind: ApiKind, out: &mut Vec<Diagnostic>) {
             ),
             path,
         ));
+    }
+}
+
+fn extra_metadata_checks(doc: &Doc, kind: crate::api::ExtraKind, out: &mut Vec<Diagnostic>) {
+    if let Some(name) = doc.json.pointer("/metadata/name").and_then(Value::as_str)
+        && !names::is_dns1123_subdomain(name)
+    {
+        out.push(diag_at(
+            doc,
+            Diagnostic::error(
+                "name",
+                format!("{name:?} is not a valid name: use lower-case letters, digits, '-' and '.', starting and ending with an alphanumeric character"),
+            ),
+            JsonPath::parse("metadata.name"),
+        ));
+    }
+    if !kind.namespaced() && doc.json.pointer("/metadata/namespace").is_some() {
+        out.push(diag_at(
+            doc,
+            Diagnostic::warning(
+                "namespace",
+                format!("{kind} is cluster-scoped: metadata.namespace is ignored"),
+            ),
+            JsonPath::parse("metadata.namespace"),
+        ));
+    }
+}
+
+/// The CEL rules of a NodeOverlay's or CapacityBuffer's CRD, evaluated by
+/// kube-cel on the generated schema (only where the schema check passed:
+/// a rule over a mistyped field is the schema's error to report).
+fn check_extra_rules(doc: &Doc, kind: crate::api::ExtraKind) -> Vec<Diagnostic> {
+    if !schema::check_extra(kind, &doc.json).is_empty() {
+        return Vec::new();
+    }
+    static SCHEMAS: std::sync::OnceLock<Vec<(crate::api::ExtraKind, Value)>> =
+        std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        crate::api::ExtraKind::ALL
+            .into_iter()
+            .map(|k| (k, k.openapi_schema()))
+            .collect()
+    });
+    let Some((_, schema)) = schemas.iter().find(|(k, _)| *k == kind) else {
+        return Vec::new();
+    };
+    match kube::core::cel::Validator::new().validate(schema, &doc.json, None) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors
+            .iter()
+            .map(|e| {
+                diag_at(
+                    doc,
+                    Diagnostic::error("cel", e.message.clone()),
+                    JsonPath::parse(&e.field_path),
+                )
+            })
+            .collect(),
     }
 }
 
@@ -521,7 +659,8 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
         .any(|o| matches!(o.kind, ApiKind::NodePool | ApiKind::EC2NodeClass));
     // A repository of retired API versions gets its migration findings only.
     let retired = report.diagnostics.iter().any(|d| d.code == "retired-api");
-    if !has_config && !retired {
+    // Nor is one that holds only NodeOverlays or CapacityBuffers.
+    if !has_config && !retired && report.extra_objects == 0 {
         diags.push(
             Diagnostic::error("empty-repository", "no NodePool or EC2NodeClass found")
                 .with_hint("check the path, the --ref, and .dovetailignore"),

@@ -482,9 +482,21 @@ impl Solver<'_> {
             CAPACITY_TYPE,
             Requirement::in_values(capacity_types.iter().cloned()),
         );
+        // The pods' requests plus the smallest daemon overhead among the
+        // types the claim lists (as Karpenter adds the minimum over its
+        // daemon groups).
+        let daemon: Vec<i64> = (0..self.dims.len())
+            .map(|d| {
+                types
+                    .iter()
+                    .map(|t| pool.daemon_groups[pool.types[t.1].daemon_group].overhead[d])
+                    .min()
+                    .unwrap_or(0)
+            })
+            .collect();
         let mut requests = crate::model::Resources::new();
         for (d, name) in self.dims.iter().enumerate() {
-            requests.set(name, claim.used[d]);
+            requests.set(name, claim.used[d].saturating_add(daemon[d]));
         }
         let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.pods[p].key()).collect();
         pods.sort();

@@ -154,11 +154,9 @@ impl Solver<'_> {
                 continue;
             }
             if let Some(val) = n.values[key] {
-                if honor_affinity
-                    && v.reqs
-                        .get(&d.key)
-                        .is_some_and(|r| !r.has(&d.values[val as usize]))
-                {
+                // Honor: a node counts only if the pod's nodeSelector and
+                // required node affinity (this variant's) select it.
+                if honor_affinity && v.reqs.matches_labels(&n.labels).is_err() {
                     continue;
                 }
                 out.set(val as usize);
@@ -176,6 +174,7 @@ impl Solver<'_> {
         let mut keyed: Vec<(usize, Bits, bool)> = Vec::new();
         let mut host = Vec::new();
         let mut pins: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut narrowing: Vec<(TermKind, usize)> = Vec::new();
         let (counted_by, blocked_by, owns) = (&c.counted_by, &c.blocked_by, &c.owns);
         for t in c.terms.iter().filter(|t| Self::term_active(t, r)) {
             let counter = &self.counters[t.counter];
@@ -267,6 +266,7 @@ impl Solver<'_> {
                         }
                     }
                     merge_keyed(&mut keyed, k, allowed, absent_ok);
+                    narrowing.push((t.kind, k));
                     add_pin(
                         &mut pins,
                         k,
@@ -295,6 +295,7 @@ impl Solver<'_> {
                         }
                     }
                     merge_keyed(&mut keyed, k, allowed, true);
+                    narrowing.push((TermKind::Anti, k));
                     add_pin(&mut pins, k, None);
                 }
             }
@@ -324,6 +325,40 @@ impl Solver<'_> {
                 ));
             }
         }
+        // Other keys narrow the pod's requirements (and so the instance
+        // types and NodePools it may use) to the allowed values: `In` them,
+        // or, where a node without the label is acceptable (anti-affinity),
+        // `NotIn` the values that are not.
+        let base_variant = variant;
+        let mut variant = variant;
+        if keyed
+            .iter()
+            .any(|(k, _, _)| Some(*k) != self.zone_key && Some(*k) != self.ct_key)
+        {
+            let mut reqs = self.variants[variant].reqs.clone();
+            for (k, allowed, absent_ok) in &keyed {
+                if Some(*k) == self.zone_key || Some(*k) == self.ct_key {
+                    continue;
+                }
+                let d = &self.keys[*k];
+                if *absent_ok {
+                    let banned: Vec<&String> = (0..d.len())
+                        .filter(|v| !allowed.get(*v))
+                        .map(|v| &d.values[v])
+                        .collect();
+                    if !banned.is_empty() {
+                        reqs.add(&d.key, Requirement::not_in(banned.into_iter().cloned()));
+                    }
+                } else {
+                    reqs.add(
+                        &d.key,
+                        Requirement::in_values(allowed.iter().map(|v| d.values[v].clone())),
+                    );
+                }
+            }
+            let ports = self.variant_ports(&self.pods[self.classes[class].rep].host_ports);
+            variant = self.variant_for(reqs, ports);
+        }
         let ncts = self.cts.len().max(1);
         let mut zone_mask = u128::MAX;
         for (k, allowed, _) in &keyed {
@@ -345,11 +380,13 @@ impl Solver<'_> {
         }
         Ok(Attempt {
             variant,
+            base_variant,
             tolerate_soft: r.tolerate_soft,
             keyed,
             host,
             pins,
             zone_mask,
+            narrowing,
         })
     }
 
@@ -419,15 +456,19 @@ impl Solver<'_> {
         claim.combos & self.variants[a.variant].per_pool[claim.pool].combos & a.zone_mask
     }
 
+    /// Do `reqs` admit an allowed value of every constrained key other than
+    /// zone and capacity type? Without a requirement on the key, a
+    /// well-known key is the instance types' to decide (the attempt's
+    /// variant narrows them), and a key that may be absent is fine.
     pub(super) fn custom_keys_ok(&self, reqs: &Requirements, a: &Attempt) -> bool {
-        a.keyed.iter().all(|(k, allowed, _)| {
+        a.keyed.iter().all(|(k, allowed, absent_ok)| {
             if Some(*k) == self.zone_key || Some(*k) == self.ct_key {
                 return true;
             }
             let d = &self.keys[*k];
             match reqs.get(&d.key) {
                 Some(r) => allowed.iter().any(|v| r.has(&d.values[v])),
-                None => false,
+                None => *absent_ok || is_well_known(&d.key),
             }
         })
     }

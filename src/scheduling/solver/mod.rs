@@ -67,7 +67,11 @@ pub enum SolveError {
 /// One instance type of one NodePool, projected on the solve's resources.
 pub(crate) struct TypeInfo {
     pub name: String,
+    /// Allocatable less the overhead of the DaemonSets that would run on a
+    /// node of this type in this pool (its daemon group's).
     pub alloc: Vec<i64>,
+    /// Index of its daemon group in the pool's `daemon_groups`.
+    pub daemon_group: usize,
     /// Capacity on the NodePool's limit resources.
     pub cap_lim: Vec<i64>,
     pub offer_mask: u128,
@@ -91,7 +95,15 @@ pub(crate) struct Pool {
     pub reqs: Requirements,
     pub taints: Vec<Taint>,
     pub types: Vec<TypeInfo>,
-    pub daemon: Vec<i64>,
+    /// The sets of DaemonSet pods a new node of this pool runs, by instance
+    /// type (Karpenter's daemon overhead groups): each type's `alloc`
+    /// already has its group's overhead taken off.
+    pub daemon_groups: Vec<DaemonGroup>,
+    /// Per resource, the smallest daemon overhead over the pool's types
+    /// (for reasons).
+    pub daemon_min: Vec<i64>,
+    /// Zero per resource: what a claim holds before its first pod.
+    pub zero: Vec<i64>,
     pub lim_names: Vec<String>,
     pub lim: Vec<i64>,
     pub lim_used: Vec<i64>,
@@ -139,6 +151,15 @@ impl Pool {
                 .saturating_add(reserve.get(i).copied().unwrap_or(0))
         })
     }
+}
+
+/// DaemonSet pods that run on the nodes of some instance types of a pool.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DaemonGroup {
+    /// Their summed requests.
+    pub overhead: Vec<i64>,
+    /// The host ports they hold.
+    pub ports: Vec<HostPort>,
 }
 
 struct NodeInfo {
@@ -260,6 +281,8 @@ enum HostCheck {
 }
 
 struct Attempt {
+    /// The pod's requirements at this level, narrowed to the values its
+    /// topology terms allow.
     variant: usize,
     tolerate_soft: bool,
     /// Allowed values per constrained non-hostname key, and whether a target
@@ -270,6 +293,13 @@ struct Attempt {
     /// pick the value.
     pins: Vec<(usize, Vec<usize>)>,
     zone_mask: u128,
+    /// The topology terms on keys other than hostname (kind and key), in
+    /// order, for reasons.
+    narrowing: Vec<(TermKind, usize)>,
+    /// The variant before those terms narrowed it (`variant` is this one
+    /// with the allowed values of their keys other than zone and capacity
+    /// type).
+    base_variant: usize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -308,7 +338,10 @@ pub(crate) struct Solver<'a> {
     variant_index: HashMap<(usize, usize, usize), usize>,
     /// Variants by their requirements: classes that differ only in labels
     /// share one.
-    variant_by_reqs: HashMap<Requirements, usize>,
+    variant_by_reqs: HashMap<(Requirements, Vec<HostPort>), usize>,
+    /// Does any pool's DaemonSet hold a host port (then a pod's host ports
+    /// narrow its instance types, and are part of its variant)?
+    daemon_ports: bool,
     preferences: Preferences,
     any_soft_taint: bool,
     pub placed_node: Vec<Option<usize>>,

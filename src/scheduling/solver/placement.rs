@@ -22,10 +22,11 @@ pub(super) fn cheapest_per_pod(
             break;
         }
         let mut n = run;
-        for ((a, d), r) in ty.alloc.iter().zip(&p.daemon).zip(req) {
+        // `alloc` is net of the type's daemon overhead.
+        for (a, r) in ty.alloc.iter().zip(req) {
             if *r > 0 {
-                n = n.min(usize::try_from((a - d).max(0) / r).unwrap_or(0));
-            } else if a < d {
+                n = n.min(usize::try_from((*a).max(0) / r).unwrap_or(0));
+            } else if *a < 0 {
                 n = 0;
             }
         }
@@ -237,7 +238,7 @@ impl Solver<'_> {
                     variants: Vec::new(),
                     types: Bits::full(p.types.len()),
                     combos: u128::MAX,
-                    used: p.daemon.clone(),
+                    used: p.zero.clone(),
                     pods: Vec::new(),
                     members: Vec::new(),
                     ports: Vec::new(),
@@ -398,6 +399,12 @@ impl Solver<'_> {
             ));
         }
         let pv = &self.variants[a.variant].per_pool[pool];
+        // Requirements the topology terms added that the pool cannot meet.
+        let base = &self.variants[a.base_variant].per_pool[pool];
+        if (pv.err.is_some() || pv.types.is_empty()) && base.err.is_none() && !base.types.is_empty()
+        {
+            return Err(self.topology_reason(a, pool));
+        }
         if let Some(e) = &pv.err {
             return Err(e.clone());
         }
@@ -427,6 +434,9 @@ impl Solver<'_> {
             ));
         }
         if combos == 0 {
+            if pv.combos != 0 && a.zone_mask != u128::MAX {
+                return Err(self.topology_reason(a, pool));
+            }
             return Err(format!(
                 "NodePool {}: no offering in an allowed zone and capacity type",
                 p.name
@@ -439,7 +449,7 @@ impl Solver<'_> {
                 p,
                 &mut out,
                 &pv.types,
-                &p.daemon,
+                &p.zero,
                 &self.pod_req[pod],
                 combos,
                 &zero,
@@ -447,7 +457,7 @@ impl Solver<'_> {
             self.scratch = out;
             price
         } else {
-            cheapest_holding(p, &pv.types, &p.daemon, &self.pod_req[pod], combos)
+            cheapest_holding(p, &pv.types, &p.zero, &self.pod_req[pod], combos)
         };
         let Some(price) = price else {
             return Err(self.explain_new(pod, a, pool, combos));

@@ -25,6 +25,64 @@ pub(super) fn describe_need(name: &str, req: i64, daemon: i64) -> String {
 }
 
 impl Solver<'_> {
+    /// Why a pod's topology terms leave a NodePool no domain: the first
+    /// term whose allowed values the NodePool cannot launch a node in for
+    /// the pod, with the values it allows.
+    pub(super) fn topology_reason(&self, a: &Attempt, pool: usize) -> String {
+        let p = &self.pools[pool];
+        let base = &self.variants[a.base_variant].per_pool[pool];
+        let launchable = base.combos & p.all_offered;
+        let narrowed = &self.variants[a.variant].per_pool[pool];
+        let custom_blocked = narrowed.err.is_some() || narrowed.types.is_empty();
+        let blocks = |k: usize| {
+            let Some((_, allowed, _)) = a.keyed.iter().find(|e| e.0 == k) else {
+                return false;
+            };
+            if Some(k) == self.zone_key || Some(k) == self.ct_key {
+                allowed
+                    .iter()
+                    .all(|v| self.value_mask(k, v) & launchable == 0)
+            } else {
+                custom_blocked
+            }
+        };
+        let Some((kind, k)) = a
+            .narrowing
+            .iter()
+            .copied()
+            .find(|&(_, k)| blocks(k))
+            .or_else(|| a.narrowing.first().copied())
+        else {
+            return format!(
+                "NodePool {}: no offering in an allowed zone and capacity type",
+                p.name
+            );
+        };
+        let d = &self.keys[k];
+        let allowed: Vec<&str> = a
+            .keyed
+            .iter()
+            .find(|e| e.0 == k)
+            .map(|(_, allowed, _)| allowed.iter().map(|v| d.values[v].as_str()).collect())
+            .unwrap_or_default();
+        let what = match kind {
+            TermKind::Spread { skew, .. } => {
+                format!("topology spread on {} (maxSkew {skew})", short_key(&d.key))
+            }
+            TermKind::Affinity => format!("pod affinity on {}", short_key(&d.key)),
+            TermKind::Anti => format!("pod anti-affinity on {}", short_key(&d.key)),
+        };
+        format!(
+            "{what} allows only {}, where NodePool {} cannot launch a node for the pod",
+            if allowed.is_empty() {
+                "no domain".to_string()
+            } else {
+                allowed.join(", ")
+            },
+            p.name
+        )
+    }
+
     /// Why limit `i` of pool `p` leaves no room for any of `fitting`: what
     /// is counted against it, by existing capacity and by the claims planned
     /// in this solve, and what the smallest fitting type would add.
@@ -52,18 +110,19 @@ impl Solver<'_> {
         let req = &self.pod_req[pod];
         let types: Vec<&TypeInfo> = pv.types.iter().map(|i| &p.types[i]).collect();
         for (d, name) in self.dims.iter().enumerate() {
-            let need = req[d].saturating_add(p.daemon[d]);
-            if need > 0 && types.iter().all(|t| t.alloc[d] < need) {
+            // Types' `alloc` is net of their daemon overhead.
+            let need = req[d];
+            if (need > 0 || p.daemon_min[d] > 0) && types.iter().all(|t| t.alloc[d] < need) {
                 return format!(
                     "no instance type in NodePool {} has {}",
                     p.name,
-                    describe_need(name, req[d], p.daemon[d])
+                    describe_need(name, req[d], p.daemon_min[d])
                 );
             }
         }
         let fitting: Vec<&&TypeInfo> = types
             .iter()
-            .filter(|t| fits_sum(&p.daemon, req, &t.alloc))
+            .filter(|t| fits_sum(&p.zero, req, &t.alloc))
             .collect();
         if fitting.is_empty() {
             let wants: Vec<String> = self

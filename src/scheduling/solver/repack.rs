@@ -411,7 +411,7 @@ impl Solver<'_> {
                 (0..dims).map(|d| used[d] - p.types[t].alloc[d]).collect(),
                 Some(t),
             ),
-            _ if all_movable => ((0..dims).map(|d| used[d] - p.daemon[d]).collect(), None),
+            _ if all_movable => (used.clone(), None),
             _ => return false,
         };
         if excess.iter().all(|e| *e <= 0) {

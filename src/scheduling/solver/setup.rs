@@ -55,6 +55,87 @@ pub(super) fn type_compatible(t: &InstanceType, merged: &Requirements) -> bool {
     })
 }
 
+/// Does a DaemonSet pod's term intersect an instance type's requirements
+/// (keys the type does not define are the NodePool's to check)?
+fn daemon_type_ok(t: &InstanceType, term: &Requirements) -> bool {
+    term.0.iter().all(|(k, r)| match t.requirements.get(k) {
+        Some(tr) => !tr.intersection(r).is_empty() || (tr.allows_absent() && r.allows_absent()),
+        None => true,
+    })
+}
+
+/// The daemon groups of one NodePool and the group of each of its types
+/// (in the solver's type order, `tidx`). A DaemonSet counts on a type when
+/// its pod tolerates the pool's taints (PreferNoSchedule included) and one
+/// of its required node-affinity terms, with its nodeSelector, is
+/// compatible with the pool's requirements and intersects the type's.
+fn daemon_groups(
+    daemonsets: &[crate::scheduling::DaemonSetSpec],
+    pool_reqs: &Requirements,
+    taints: &[Taint],
+    instance_types: &[InstanceType],
+    tidx: &[usize],
+    project: &dyn Fn(&crate::model::Resources) -> Vec<i64>,
+) -> (Vec<DaemonGroup>, Vec<usize>) {
+    // Per DaemonSet, its terms compatible with the pool.
+    let terms: Vec<Vec<Requirements>> = daemonsets
+        .iter()
+        .map(|ds| {
+            if first_untolerated(taints, &ds.pod.tolerations, true).is_some() {
+                return Vec::new();
+            }
+            let base = &ds.pod.node_selector;
+            let all: Vec<Requirements> = if ds.pod.required_terms.is_empty() {
+                vec![base.clone()]
+            } else {
+                ds.pod
+                    .required_terms
+                    .iter()
+                    .map(|t| {
+                        let mut r = base.clone();
+                        r.intersect_with(t);
+                        r
+                    })
+                    .collect()
+            };
+            all.into_iter()
+                .filter(|r| pool_reqs.compatible(r, allow_well_known).is_ok())
+                .collect()
+        })
+        .collect();
+    let mut groups: Vec<DaemonGroup> = Vec::new();
+    let mut members: HashMap<Vec<usize>, usize> = HashMap::new();
+    let group_of = tidx
+        .iter()
+        .map(|&ti| {
+            let it = &instance_types[ti];
+            let on: Vec<usize> = terms
+                .iter()
+                .enumerate()
+                .filter(|(_, ts)| ts.iter().any(|r| daemon_type_ok(it, r)))
+                .map(|(d, _)| d)
+                .collect();
+            *members.entry(on).or_insert_with_key(|on| {
+                let mut overhead = project(&crate::model::Resources::new());
+                let mut ports = Vec::new();
+                for &d in on {
+                    add_into(&mut overhead, &project(&daemonsets[d].pod.requests));
+                    ports.extend(daemonsets[d].pod.host_ports.iter().cloned());
+                }
+                groups.push(DaemonGroup { overhead, ports });
+                groups.len() - 1
+            })
+        })
+        .collect();
+    if groups.is_empty() {
+        groups.push(DaemonGroup {
+            overhead: project(&crate::model::Resources::new()),
+            ports: Vec::new(),
+        });
+    }
+    (groups, group_of)
+}
+
 impl<'a> Solver<'a> {
     pub fn new(input: &'a SolveInput, opts: &SolveOptions) -> Result<Self, SolveError> {
         let pods: Vec<&'a PodSpec> = crate::scheduling::pod_order(&input.pods)
@@ -186,6 +267,7 @@ impl<'a> Solver<'a> {
                         offer_mask,
                         offers,
                         source: ti,
+                        daemon_group: 0,
                     }
                 })
                 .collect();
@@ -215,19 +297,33 @@ impl<'a> Solver<'a> {
                     (k, m, ids)
                 })
                 .collect();
-            // DaemonSet pods that will land on every new node of this pool.
-            let mut daemon = vec![0i64; dims.len()];
-            for ds in &input.daemonsets {
-                let mut dreqs = ds.pod.node_selector.clone();
-                if let Some(t) = ds.pod.required_terms.first() {
-                    dreqs.intersect_with(t);
-                }
-                if first_untolerated(&taints, &ds.pod.tolerations, true).is_none()
-                    && reqs.compatible(&dreqs, allow_well_known).is_ok()
-                {
-                    add_into(&mut daemon, &project(&ds.pod.requests));
+            // DaemonSet pods per instance type, as Karpenter groups them: a
+            // DaemonSet counts on a type when its pod would schedule on a
+            // node of this pool of that type.
+            let (daemon_groups, group_of) = daemon_groups(
+                &input.daemonsets,
+                &reqs,
+                &taints,
+                &np.instance_types,
+                &tidx,
+                &project,
+            );
+            let mut types = types;
+            for (t, g) in types.iter_mut().zip(&group_of) {
+                t.daemon_group = *g;
+                for (a, o) in t.alloc.iter_mut().zip(&daemon_groups[*g].overhead) {
+                    *a = a.saturating_sub(*o);
                 }
             }
+            let daemon_min: Vec<i64> = (0..dims.len())
+                .map(|d| {
+                    group_of
+                        .iter()
+                        .map(|&g| daemon_groups[g].overhead[d])
+                        .min()
+                        .unwrap_or(0)
+                })
+                .collect();
             let cap_desc: Vec<Vec<u32>> = (0..lim_names.len())
                 .map(|i| {
                     let mut o: Vec<u32> = (0..types.len() as u32).collect();
@@ -263,7 +359,9 @@ impl<'a> Solver<'a> {
                 reqs,
                 taints,
                 types,
-                daemon,
+                daemon_groups,
+                daemon_min,
+                zero: vec![0; dims.len()],
                 lim_used: vec![0; lim.len()],
                 lim_existing: vec![0; lim.len()],
                 nodes_existing: 0,
@@ -393,6 +491,9 @@ impl<'a> Solver<'a> {
             .any(|t| t.effect == Effect::PreferNoSchedule);
         let nt = pools.iter().map(|p| p.types.len()).max().unwrap_or(0);
         let n_pods = pods.len();
+        let daemon_ports = pools
+            .iter()
+            .any(|p| p.daemon_groups.iter().any(|g| !g.ports.is_empty()));
         let mut s = Solver {
             input,
             pods,
@@ -414,6 +515,7 @@ impl<'a> Solver<'a> {
             variants: Vec::new(),
             variant_index: HashMap::new(),
             variant_by_reqs: HashMap::new(),
+            daemon_ports,
             preferences: opts.preferences,
             any_soft_taint,
             placed_node: vec![None; n_pods],
@@ -641,10 +743,30 @@ impl<'a> Solver<'a> {
         if let Some(&pi) = self.classes[class].pref_terms.get(r.node_pref_dropped) {
             reqs.intersect_with(&p.preferred_terms[pi].1);
         }
-        if let Some(&v) = self.variant_by_reqs.get(&reqs) {
-            self.variant_index.insert(key, v);
+        let ports = self.variant_ports(&p.host_ports);
+        let v = self.variant_for(reqs, ports);
+        self.variant_index.insert(key, v);
+        v
+    }
+
+    /// The host ports that are part of a variant: a pod's own when some
+    /// DaemonSet holds a host port (they then rule out the instance types
+    /// whose DaemonSets hold the same port), else none.
+    pub(super) fn variant_ports(&self, ports: &[HostPort]) -> Vec<HostPort> {
+        if self.daemon_ports {
+            ports.to_vec()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The variant of these requirements and host ports, made on first use.
+    pub(super) fn variant_for(&mut self, reqs: Requirements, ports: Vec<HostPort>) -> usize {
+        let key = (reqs, ports);
+        if let Some(&v) = self.variant_by_reqs.get(&key) {
             return v;
         }
+        let (reqs, ports) = key;
         let ncts = self.cts.len().max(1);
         let per_pool = self
             .pools
@@ -676,26 +798,32 @@ impl<'a> Solver<'a> {
                         combos |= 1u128 << (zi * ncts + ci);
                     }
                 }
+                let mut blocked_port = None;
                 for (i, t) in pool.types.iter().enumerate() {
                     if t.offer_mask & combos != 0
                         && type_compatible(&np.instance_types[t.source], &merged)
                     {
-                        types.set(i);
+                        let held = &pool.daemon_groups[t.daemon_group].ports;
+                        match ports.iter().find(|p| held.iter().any(|h| h.conflicts(p))) {
+                            Some(p) => blocked_port = Some(p),
+                            None => types.set(i),
+                        }
                     }
                 }
-                PoolVariant {
-                    err: None,
-                    types,
-                    combos,
-                }
+                let err = match blocked_port {
+                    Some(p) if types.is_empty() => Some(format!(
+                        "NodePool {}: host port {}/{} is held by a DaemonSet pod on every instance type the pod may use",
+                        pool.name, p.port, p.protocol
+                    )),
+                    _ => None,
+                };
+                PoolVariant { err, types, combos }
             })
             .collect();
         self.variant_by_reqs
-            .insert(reqs.clone(), self.variants.len());
+            .insert((reqs.clone(), ports), self.variants.len());
         self.variants.push(Variant { reqs, per_pool });
-        let v = self.variants.len() - 1;
-        self.variant_index.insert(key, v);
-        v
+        self.variants.len() - 1
     }
 
     pub(super) fn scratch_len(&self) -> usize {

@@ -134,7 +134,7 @@ impl Solver<'_> {
     }
 
     /// The cheapest price, over every pool, of a type that holds `req`
-    /// (solve dimensions) plus the pool's daemonset overhead, ignoring
+    /// (solve dimensions) plus the type's daemonset overhead, ignoring
     /// every constraint: a lower bound on any one claim holding `req`.
     pub(crate) fn cheapest_holding_any(&self, req: &[i64]) -> Option<f64> {
         let mut best: Option<f64> = None;
@@ -146,7 +146,7 @@ impl Solver<'_> {
                 if best.is_some_and(|b| *price >= b) {
                     break;
                 }
-                if fits_sum(&p.daemon, req, &t.alloc) {
+                if fits_sum(&p.zero, req, &t.alloc) {
                     best = Some(*price);
                     break;
                 }

@@ -1,0 +1,102 @@
+//! CapacityBuffer (`autoscaling.x-k8s.io/v1beta1`, as Karpenter v1.14.1
+//! serves it): spare capacity kept for placeholder pods of a PodTemplate or
+//! a scalable workload. dovetail validates it; it does not act on it yet.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Condition, quantity_value_schema};
+
+/// The desired characteristics of a buffer.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "autoscaling.x-k8s.io",
+    version = "v1beta1",
+    kind = "CapacityBuffer",
+    plural = "capacitybuffers",
+    singular = "capacitybuffer",
+    shortname = "cb",
+    category = "autoscaling",
+    namespaced,
+    status = "CapacityBufferStatus",
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"message": "If podTemplateRef is set, replicas or limits must also be set", "rule": "!has(self.podTemplateRef) || has(self.replicas) || has(self.limits)"},
+    {"message": "You must define either PodTemplateRef or ScalableRef, but not both", "rule": "!(has(self.podTemplateRef) && has(self.scalableRef))"},
+]))]
+pub struct CapacityBufferSpec {
+    /// Resource totals that bound the number of chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("additionalProperties" = quantity_value_schema()))]
+    pub limits: Option<BTreeMap<String, Quantity>>,
+    /// Chunks as a percentage of the `scalableRef`'s replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub percentage: Option<i32>,
+    /// The PodTemplate, in the same namespace, of one chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template_ref: Option<LocalObjectRef>,
+    /// How the buffer is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "buffer.x-k8s.io/active-capacity"))]
+    pub provisioning_strategy: Option<String>,
+    /// The number of chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i32>,
+    /// A workload with a scale subresource whose pods shape one chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scalable_ref: Option<ScalableRef>,
+}
+
+/// A reference to an object in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct LocalObjectRef {
+    /// The name of the referent.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+/// A reference to an object with a scale subresource.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalableRef {
+    /// The API group of the referent; empty for the core group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_group: Option<String>,
+    /// The kind of the referent.
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// The name of the referent.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+/// The observed state of a buffer.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityBufferStatus {
+    /// The buffer's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-map-keys" = ["type"], "x-kubernetes-list-type" = "map"))]
+    pub conditions: Option<Vec<Condition>>,
+    /// The PodTemplate generation observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template_generation: Option<i64>,
+    /// The PodTemplate used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template_ref: Option<LocalObjectRef>,
+    /// The strategy in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_strategy: Option<String>,
+    /// The number of chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
