@@ -869,6 +869,16 @@ mod tests {
 
     /// Pod `default/a` (labelled `app: web`) provisioned, bound and running
     /// on node `n1` of a launched NodeClaim; returns the claim's name.
+    /// Whether the instance of this provider id still runs.
+    async fn runs(rt: &Runtime<MemoryCluster, SimEc2>, provider_id: &str) -> bool {
+        rt.cloud
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|i| i.provider_id == provider_id)
+    }
+
     fn provider_id(cluster: &MemoryCluster, claim: &str) -> String {
         cluster
             .get_opt::<NodeClaim>(&ObjectKey::cluster(claim))
@@ -954,14 +964,7 @@ mod tests {
         );
         // Its instance is terminated (the pod, pending from the NodeClaim's
         // deletion on, had new capacity launched for it).
-        assert!(
-            !rt.cloud
-                .list()
-                .await
-                .unwrap()
-                .iter()
-                .any(|i| i.provider_id == instance)
-        );
+        assert!(!runs(&rt, &instance).await);
     }
 
     #[tokio::test]
@@ -1001,15 +1004,7 @@ mod tests {
             !written.iter().any(|(_, _, t)| t == "Warning"),
             "{written:?}"
         );
-        assert!(
-            rt.cloud
-                .list()
-                .await
-                .unwrap()
-                .iter()
-                .any(|i| i.provider_id == instance),
-            "the instance runs on"
-        );
+        assert!(runs(&rt, &instance).await, "the instance runs on");
         // The budget goes: the drain finishes and the instance is terminated.
         cluster
             .delete::<PodDisruptionBudget>(&ObjectKey::new("default", "web"))
@@ -1027,13 +1022,6 @@ mod tests {
                 .get_opt::<Pod>(&ObjectKey::new("default", "a"))
                 .is_none()
         );
-        assert!(
-            !rt.cloud
-                .list()
-                .await
-                .unwrap()
-                .iter()
-                .any(|i| i.provider_id == instance)
-        );
+        assert!(!runs(&rt, &instance).await);
     }
 }
