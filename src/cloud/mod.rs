@@ -12,6 +12,7 @@ pub mod sim;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::Arc;
 
 use crate::api::ec2nodeclass::{Ami, EC2NodeClassStatus, SecurityGroup, Subnet};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
@@ -56,8 +57,9 @@ pub struct Instance {
     /// The NodePool of that NodeClaim (the `karpenter.sh/nodepool` tag).
     pub nodepool: String,
     /// Well-known labels of the instance type, zone and capacity type, for
-    /// the node that will register.
-    pub labels: BTreeMap<String, String>,
+    /// the node that will register. Shared: a provider's list hands out
+    /// every instance, and the labels are most of an instance.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// The image it was launched from.
     pub image_id: Option<String>,
     /// The subnet it was launched into.

@@ -233,7 +233,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now = self.clock.now();
         let mut labelled = claim.clone();
         let labels = labelled.metadata.labels.get_or_insert_with(BTreeMap::new);
-        for (k, v) in &instance.labels {
+        for (k, v) in instance.labels.iter() {
             labels.insert(k.clone(), v.clone());
         }
         labels.insert(LABEL_INSTANCE_TYPE.into(), instance.instance_type.clone());

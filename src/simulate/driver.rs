@@ -211,7 +211,7 @@ fn adopt_initial_nodes(
                 .and_then(|c| c.metadata.name.clone())
                 .unwrap_or_default(),
             nodepool: label(LABEL_NODEPOOL),
-            labels: labels.clone(),
+            labels: labels.clone().into(),
             image_id: claim.and_then(|c| c.status.as_ref()?.image_id.clone()),
             subnet_id: None,
             security_group_ids: Vec::new(),

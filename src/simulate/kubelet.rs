@@ -388,7 +388,7 @@ fn new_node(
 ) -> Node {
     let name = node_name_for(address, instance);
     let (n, m) = octets(address);
-    let mut labels = instance.labels.clone();
+    let mut labels = (*instance.labels).clone();
     let mut set = |k: &str, v: &str| {
         if !v.is_empty() {
             labels.insert(k.to_string(), v.to_string());
@@ -802,7 +802,7 @@ mod tests {
             state: InstanceState::Running,
             nodeclaim: "default-abcde".into(),
             nodepool: "default".into(),
-            labels: BTreeMap::from([("team".to_string(), "platform".to_string())]),
+            labels: BTreeMap::from([("team".to_string(), "platform".to_string())]).into(),
             image_id: None,
             subnet_id: None,
             security_group_ids: Vec::new(),

@@ -95,7 +95,7 @@ pub fn convert(
             .unwrap_or_default()
             .to_string(),
         nodepool,
-        labels,
+        labels: labels.into(),
         image_id: i.image_id().map(str::to_string),
         subnet_id: i.subnet_id().map(str::to_string),
         security_group_ids,

@@ -1041,7 +1041,7 @@ impl CloudProvider for AwsProvider {
             state: InstanceState::Pending,
             nodeclaim: name,
             nodepool,
-            labels,
+            labels: labels.into(),
             image_id: image,
             subnet_id: fleet.subnet_id.clone(),
             security_group_ids,

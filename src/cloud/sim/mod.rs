@@ -868,7 +868,7 @@ impl SimEc2 {
             state: InstanceState::Pending,
             nodeclaim: claim.metadata.name.clone().unwrap_or_default(),
             nodepool,
-            labels,
+            labels: labels.into(),
             image_id: image_for(&resolution.amis, it).map(|a| a.id.clone()),
             subnet_id: resolution
                 .subnets
@@ -1604,7 +1604,7 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        assert_eq!(i.labels, expected);
+        assert_eq!(*i.labels, expected);
         assert_eq!(i.nodepool, "default");
         assert_eq!(i.nodeclaim, "a");
     }
