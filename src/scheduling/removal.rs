@@ -13,9 +13,7 @@
 use std::collections::HashMap;
 
 use super::solver::Solver;
-use super::{
-    ExistingPlacement, NewNodeClaim, SolveError, SolveInput, SolveOptions, Unschedulable, pod_order,
-};
+use super::{ExistingPlacement, NewNodeClaim, SolveError, SolveInput, SolveOptions, Unschedulable};
 
 /// The outcome of taking nodes away.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,9 +78,8 @@ impl<'a> Removals<'a> {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         // Solver pod ids are positions in trial order.
-        let order = pod_order(&input.pods);
         let mut pods_on = vec![Vec::new(); solver.existing_count()];
-        for (id, &i) in order.iter().enumerate() {
+        for (id, &i) in solver.input_index.iter().enumerate() {
             if let Some(&n) = homes.get(i).and_then(|h| node_ids.get(*h)) {
                 pods_on[n].push(id);
             }

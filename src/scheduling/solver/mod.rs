@@ -317,6 +317,8 @@ pub(crate) struct Solver<'a> {
     /// are positions here, so ties that fall to the lower id do not depend
     /// on the input's order.
     pub pods: Vec<&'a PodSpec>,
+    /// Per pod id, its position in the input's pods.
+    pub input_index: Vec<usize>,
     /// The existing nodes by name; node ids are positions here.
     pub existing: Vec<&'a ExistingNode>,
     pub dims: Vec<String>,

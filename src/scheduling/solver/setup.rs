@@ -138,10 +138,8 @@ fn daemon_groups(
 
 impl<'a> Solver<'a> {
     pub fn new(input: &'a SolveInput, opts: &SolveOptions) -> Result<Self, SolveError> {
-        let pods: Vec<&'a PodSpec> = crate::scheduling::pod_order(&input.pods)
-            .into_iter()
-            .map(|i| &input.pods[i])
-            .collect();
+        let input_index = crate::scheduling::pod_order(&input.pods);
+        let pods: Vec<&'a PodSpec> = input_index.iter().map(|&i| &input.pods[i]).collect();
         let mut existing: Vec<&'a ExistingNode> = input.nodes.iter().collect();
         existing.sort_by(|a, b| a.name.cmp(&b.name));
         // Resource dimensions: cpu, memory, pods, then every other requested resource.
@@ -497,6 +495,7 @@ impl<'a> Solver<'a> {
         let mut s = Solver {
             input,
             pods,
+            input_index,
             existing,
             dims,
             zones,
