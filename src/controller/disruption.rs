@@ -33,8 +33,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Taint as NodeTaint,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
@@ -97,6 +101,20 @@ pub struct DisruptionState {
     resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
     /// USD/h saved by the consolidations carried out.
     savings: f64,
+    /// The scheduling input of the last pass that built one, kept for the
+    /// next pass while nothing it was built from changes: converting every
+    /// pod of a large cluster is most of a pass's cost, and the periodic
+    /// passes of a quiet cluster would convert the same objects again.
+    input: Option<KeptInput>,
+}
+
+/// A pass's scheduling input (its NodePools excepted: they are read fresh
+/// at every pass) and what it was built from.
+#[derive(Debug)]
+struct KeptInput {
+    key: u64,
+    input: crate::scheduling::SolveInput,
+    homes: Vec<String>,
 }
 
 /// The resource versions of what a drift check reads.
@@ -110,6 +128,9 @@ struct Facts {
     specs: Vec<NodePoolSpec>,
     input: crate::scheduling::SolveInput,
     homes: Vec<String>,
+    /// What the input was built from (see [`DisruptionState::input`]);
+    /// `None` when the pass needs no removals and built no input.
+    input_key: Option<u64>,
     /// Nodes and NodeClaims not yet initialized, by the scheduling input's
     /// names: a plan may not rely on them.
     uninitialized: BTreeSet<String>,
@@ -429,6 +450,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .with_label_values(&["all"])
                 .inc_by(outcome.trials as f64);
         }
+        let next_threshold = facts.next_threshold;
+        self.keep_input(facts);
         match outcome.command {
             None => {
                 // The fingerprint after this pass's own writes (pod event
@@ -437,7 +460,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 let mut horizon = now
                     .checked_add(self.settings.disruption_resync)
                     .unwrap_or(now);
-                if let Some(t) = facts.next_threshold {
+                if let Some(t) = next_threshold {
                     horizon = horizon.min(t);
                 }
                 self.disruption.quiet = Some((self.fingerprint(), horizon));
@@ -455,6 +478,39 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Duration::ZERO
             }
         }
+    }
+
+    /// Keeps a pass's scheduling input for the next pass.
+    fn keep_input(&mut self, facts: Facts) {
+        if let Some(key) = facts.input_key {
+            self.disruption.input = Some(KeptInput {
+                key,
+                input: facts.input,
+                homes: facts.homes,
+            });
+        }
+    }
+
+    /// What a pass's scheduling input is built from: every kind it converts
+    /// (pods, nodes, in-flight NodeClaims, DaemonSets, volumes), the
+    /// candidates whose pods may move, and the capacity not yet
+    /// initialized.
+    fn input_key(&self, candidates: &[Candidate], uninitialized: &BTreeSet<String>) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.cluster.revision::<SlimPod>().hash(&mut h);
+        self.cluster.revision::<Node>().hash(&mut h);
+        self.cluster.revision::<NodeClaim>().hash(&mut h);
+        self.cluster.revision::<DaemonSet>().hash(&mut h);
+        self.cluster.revision::<PersistentVolume>().hash(&mut h);
+        self.cluster
+            .revision::<PersistentVolumeClaim>()
+            .hash(&mut h);
+        self.cluster.revision::<StorageClass>().hash(&mut h);
+        for c in candidates {
+            c.node.hash(&mut h);
+        }
+        uninitialized.hash(&mut h);
+        h.finish()
     }
 
     fn disruption_options(&self) -> Options {
@@ -564,6 +620,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let revalidated = Removals::new(&facts.input, &homes, &opts)
             .ok()
             .and_then(|mut removals| disruption::revalidate(&pass, &cmd, &mut removals));
+        drop(homes);
+        drop(pass);
+        self.keep_input(facts);
         match revalidated {
             Some(fresh) => self.execute(fresh).await,
             None => {
@@ -710,8 +769,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             // The last pod event: a change in the node's movable pods.
             let mark = {
-                let mut keys: Vec<String> = on_node.iter().map(|p| p.key()).collect();
-                keys.sort();
+                let mut keys: Vec<(&str, &str)> = on_node
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.metadata.namespace.as_deref().unwrap_or("default"),
+                            p.metadata.name.as_deref().unwrap_or(""),
+                        )
+                    })
+                    .collect();
+                keys.sort_unstable();
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 keys.hash(&mut h);
                 h.finish()
@@ -983,6 +1050,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // cluster is most of a pass's cost.
         let now_ms = now.as_millisecond();
         let needs_removals = disruption::needs_removals(&candidates, consolidation);
+        let input_key = needs_removals.then(|| self.input_key(&candidates, &uninitialized));
+        if let Some(kept) = self.disruption.input.take()
+            && Some(kept.key) == input_key
+        {
+            let mut input = kept.input;
+            input.nodepools = specs.clone();
+            return Some(Facts {
+                candidates,
+                budgets,
+                consolidation,
+                specs,
+                input,
+                homes: kept.homes,
+                input_key,
+                uninitialized,
+                next_threshold,
+            });
+        }
         let snapshot = needs_removals.then(|| self.snapshot(&pods));
         let mut input = match build_input_with_pools(
             specs.clone(),
@@ -1050,6 +1135,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             specs,
             input,
             homes,
+            input_key,
             uninitialized,
             next_threshold,
         })
