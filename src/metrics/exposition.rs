@@ -91,7 +91,7 @@ enum Shape {
 }
 
 /// One metric (a label set) of a family over the snapshots.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Track {
     labels: Vec<LabelPair>,
     shape: Shape,
@@ -100,7 +100,7 @@ struct Track {
     points: Vec<(i64, Vec<f64>)>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Family {
     kind: MetricType,
     help: String,
@@ -115,7 +115,7 @@ struct Family {
 /// gone) simply has no later points; each snapshot holds one point per
 /// metric present then. Each label set's text is kept once, so memory grows
 /// with the number of series and, per point, by its values only.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Series {
     families: BTreeMap<String, Family>,
     snapshots: usize,
