@@ -700,6 +700,8 @@ fn metrics_every_writes_the_run_as_one_openmetrics_file() {
     let mut times = BTreeSet::new();
     let mut last: BTreeMap<String, i64> = BTreeMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
+        // `--metrics-label job=karpenter` on every sample.
+        assert!(line.contains("job=\"karpenter\""), "{line}");
         let (series, rest) = line.rsplit_once(' ').unwrap();
         let ts: f64 = rest.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
         let ts = ts as i64;
@@ -728,4 +730,186 @@ fn metrics_every_writes_the_run_as_one_openmetrics_file() {
         created,
         value(&final_samples, "karpenter_nodes_created_total", &[])
     );
+}
+
+/// An executable on PATH.
+fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A Prometheus server on 127.0.0.1 over a TSDB directory, stopped (by its
+/// own process id) when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl Prometheus {
+    fn start(binary: &std::path::Path, data: &std::path::Path) -> Prometheus {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = data.join("prometheus.yml");
+        std::fs::write(&config, "global: {}\n").unwrap();
+        let child = std::process::Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            // The run's samples are at the demo's start, in January 2026:
+            // kept whatever today's date.
+            .arg("--storage.tsdb.retention.time=100y")
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus starts");
+        let p = Prometheus { child, port };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while p.get("/-/ready").0 != 200 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "prometheus is not ready"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// `GET path` on the server: status and body (0 when it does not
+    /// answer yet).
+    fn get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return (0, String::new());
+        };
+        let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        let mut response = String::new();
+        if s.read_to_string(&mut response).is_err() {
+            return (0, String::new());
+        }
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+}
+
+/// The dashboards' own queries, on Prometheus, over the demo's snapshots
+/// backfilled with `promtool` (skipped where Prometheus is not installed:
+/// Debian's `prometheus` package). Every panel's query (node-exporter's
+/// aside) returns series over the run, with the dashboards' variables as
+/// Grafana sets them by default: every value of a multi-value variable,
+/// the saved choice of the others.
+#[test]
+fn karpenter_s_dashboard_queries_answer_over_the_backfilled_demo() {
+    let (Some(prometheus), Some(promtool)) = (on_path("prometheus"), on_path("promtool")) else {
+        println!("skipped: Prometheus is not installed (Debian: apt-get install prometheus)");
+        return;
+    };
+    let demo = demo_outputs();
+    let data = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&demo.snapshots_path)
+        .arg(data.path())
+        .output()
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool refused the snapshots: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = Prometheus::start(&prometheus, data.path());
+    let start = dovetail::clock::parse_rfc3339(demo.report["start"].as_str().unwrap())
+        .unwrap()
+        .as_second();
+    let samples = parse_exposition(&demo.metrics);
+    let mut asked = 0;
+    for file in [
+        "karpenter-capacity-dashboard.json",
+        "karpenter-performance-dashboard.json",
+    ] {
+        let path = root().join("tests/fixtures/dashboards").join(file);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let d = dashboard(file);
+        // Each variable's text as Grafana puts it into a query.
+        let mut values: Vec<(String, String)> = vec![("__rate_interval".into(), "10m".into())];
+        for var in v["templating"]["list"].as_array().unwrap() {
+            let name = var["name"].as_str().unwrap();
+            let Some(kind) = d.variables.get(name) else {
+                continue;
+            };
+            let text = if var["multi"] == true || var["includeAll"] == true {
+                // As Grafana escapes a multi-value variable for a regex
+                // inside a PromQL string (`m7g\\.large`).
+                let all = variable_values(kind, &samples);
+                let escaped: Vec<String> = all
+                    .iter()
+                    .map(|s| regex::escape(s).replace('\\', "\\\\"))
+                    .collect();
+                format!("({})", escaped.join("|"))
+            } else {
+                var["current"]["value"].as_str().unwrap().to_string()
+            };
+            values.push((name.to_string(), text));
+        }
+        // Longer names first, so `$nodepool` never eats a longer name.
+        values.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
+        for expr in &d.exprs {
+            let q = parse(expr);
+            if q.selectors
+                .iter()
+                .all(|s| OTHER_EXPORTERS.contains(&s.metric.as_str()))
+            {
+                continue;
+            }
+            let mut query = expr.clone();
+            for (name, text) in &values {
+                query = query.replace(&format!("${name}"), text);
+            }
+            let (status, body) = server.get(&format!(
+                "/api/v1/query_range?query={}&start={}&end={}&step=300",
+                percent_encode(&query),
+                start,
+                start + 3 * 3600
+            ));
+            assert_eq!(status, 200, "{file}: {query}\n{body}");
+            let answer: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(answer["status"], "success", "{file}: {query}\n{body}");
+            let result = answer["data"]["result"].as_array().unwrap();
+            assert!(!result.is_empty(), "{file}: no series for\n  {query}");
+            asked += 1;
+        }
+    }
+    assert!(asked >= 25, "{asked} queries asked");
+    println!("{asked} dashboard queries answered over the backfilled demo");
 }

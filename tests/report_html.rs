@@ -175,6 +175,14 @@ fn the_html_report_is_one_self_contained_file() {
     assert!(pending.contains("every pod was placed"), "{pending}");
 }
 
+/// The README links the demo's page, `docs/demo-report.html`: it is the
+/// page the demo writes now (`DOVETAIL_BLESS=1` rewrites it, and the
+/// screenshot `docs/images/demo-report.png` is taken from it).
+#[test]
+fn the_committed_demo_report_is_the_demo_s() {
+    crate::support::assert_matches_file(&demo_outputs().html, Path::new("docs/demo-report.html"));
+}
+
 #[test]
 fn pending_pods_are_listed_with_their_reasons_grouped_by_workload() {
     let dir = tempfile::tempdir().unwrap();
@@ -255,6 +263,15 @@ fn the_output_file_is_never_written_through_a_symlink() {
         "{}",
         out.stderr
     );
+    let out = dovetail(&[
+        "simulate",
+        "--metrics",
+        m.to_str().unwrap(),
+        "--metrics-label",
+        "__name__=x",
+    ]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("is not a label name"), "{}", out.stderr);
     assert!(!m.exists());
 }
 

@@ -61,7 +61,8 @@ pub fn assert_matches_file(actual: &str, path: &Path) {
 /// What the bundled demo writes, from two runs of `dovetail simulate`
 /// shared by the suites that read them (the demo takes seconds in a debug
 /// build): `--metrics FILE --output html --output-file FILE`, and
-/// `--metrics FILE --metrics-every 5m --output json --output-file FILE`.
+/// `--metrics FILE --metrics-every 5m --metrics-label job=karpenter
+/// --output json --output-file FILE`.
 pub struct DemoOutputs {
     /// The directory holding the files.
     pub dir: PathBuf,
@@ -70,8 +71,10 @@ pub struct DemoOutputs {
     /// The HTML report, and where it is.
     pub html: String,
     pub html_path: PathBuf,
-    /// The OpenMetrics snapshots, every 5 minutes.
+    /// The OpenMetrics snapshots, every 5 minutes, labelled
+    /// `job="karpenter"`, and where they are.
     pub snapshots: String,
+    pub snapshots_path: PathBuf,
     /// The JSON report.
     pub report: serde_json::Value,
 }
@@ -102,6 +105,8 @@ pub fn demo_outputs() -> &'static DemoOutputs {
             &snapshots,
             "--metrics-every",
             "5m",
+            "--metrics-label",
+            "job=karpenter",
             "-o",
             "json",
             "--output-file",
@@ -114,6 +119,7 @@ pub fn demo_outputs() -> &'static DemoOutputs {
             html: read(&html),
             html_path: PathBuf::from(&html),
             snapshots: read(&snapshots),
+            snapshots_path: PathBuf::from(&snapshots),
             report: serde_json::from_str(&read(&json)).expect("the JSON report"),
             dir,
         }

@@ -209,6 +209,27 @@ pub struct SimulateArgs {
     /// With --metrics: a snapshot every DURATION of simulated time (e.g. 1m), all in FILE as one OpenMetrics text with a timestamp on every sample, for `promtool tsdb create-blocks-from openmetrics`.
     #[arg(long, value_name = "DURATION", requires = "metrics")]
     pub metrics_every: Option<String>,
+    /// With --metrics: a label added to every sample, as a scrape adds its target's (e.g. job=karpenter, which Karpenter's performance dashboard selects); repeatable.
+    #[arg(long, value_name = "NAME=VALUE", requires = "metrics", value_parser = parse_metrics_label)]
+    pub metrics_label: Vec<(String, String)>,
+}
+
+/// `--metrics-label NAME=VALUE`: a Prometheus label name (not one of the
+/// reserved `__` names) and any value.
+fn parse_metrics_label(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE (e.g. job=karpenter)"))?;
+    let valid = name
+        .chars()
+        .enumerate()
+        .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+    if name.is_empty() || !valid || name.starts_with("__") {
+        return Err(format!(
+            "{name:?} is not a label name: letters, digits and _, not starting with a digit or __"
+        ));
+    }
+    Ok((name.to_string(), value.to_string()))
 }
 
 #[derive(Debug, Args)]

@@ -149,7 +149,7 @@ pub(crate) fn run_with_progress(
         }
     }
     let sim = Simulation::new(scenario, a.catalog.as_deref()).map(|s| match &a.metrics {
-        Some(_) => s.with_metrics(snapshot_every),
+        Some(_) => s.with_metrics(snapshot_every, a.metrics_label.clone()),
         None => s,
     });
     let result = if io.err_is_terminal {
@@ -353,6 +353,7 @@ mod tests {
                 output_file: None,
                 metrics: None,
                 metrics_every: None,
+                metrics_label: Vec::new(),
             };
             run_with_progress(
                 &args,

@@ -29,6 +29,30 @@ pub fn sort(families: &mut [MetricFamily]) {
     }
 }
 
+/// Adds `labels` to every metric that does not have them already, as a
+/// scrape adds its target's labels (`job`, `cluster`) with
+/// `honor_labels`: a metric's own value of a label wins.
+pub fn add_labels(families: &mut [MetricFamily], labels: &[(String, String)]) {
+    if labels.is_empty() {
+        return;
+    }
+    for f in families {
+        for m in f.mut_metric() {
+            let mut pairs = m.take_label();
+            for (name, value) in labels {
+                if !pairs.iter().any(|p| p.name() == name) {
+                    let mut p = LabelPair::default();
+                    p.set_name(name.clone());
+                    p.set_value(value.clone());
+                    pairs.push(p);
+                }
+            }
+            pairs.sort_by(|a, b| a.name().cmp(b.name()));
+            m.set_label(pairs);
+        }
+    }
+}
+
 /// The Prometheus text format (0.0.4) of `families`.
 pub fn text(families: &[MetricFamily]) -> String {
     prometheus::TextEncoder::new()
@@ -46,6 +70,18 @@ fn float(v: f64) -> String {
         "-Inf".into()
     } else if v == v.trunc() && v.abs() < 1e15 {
         format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A bucket bound or quantile as a label value, as the Prometheus text
+/// format writes it (`1`, `0.005`, `+Inf`): dashboards select
+/// `quantile="1"` and `le="1"`, and Prometheus before 3.0 compares label
+/// values as text.
+fn label_float(v: f64) -> String {
+    if v == f64::INFINITY {
+        "+Inf".into()
     } else {
         format!("{v}")
     }
@@ -225,7 +261,7 @@ fn write_track(out: &mut dyn Write, name: &str, track: &Track) -> io::Result<()>
             Shape::Single => writeln!(out, "{name}{plain} {} {ts}", float(values[0]))?,
             Shape::Histogram(bounds) => {
                 for (b, v) in bounds.iter().zip(values) {
-                    let le = labels(&track.labels, Some(("le", &float(*b))));
+                    let le = labels(&track.labels, Some(("le", &label_float(*b))));
                     writeln!(out, "{name}_bucket{le} {} {ts}", float(*v))?;
                 }
                 let n = bounds.len();
@@ -236,7 +272,7 @@ fn write_track(out: &mut dyn Write, name: &str, track: &Track) -> io::Result<()>
             }
             Shape::Summary(quantiles) => {
                 for (q, v) in quantiles.iter().zip(values) {
-                    let ql = labels(&track.labels, Some(("quantile", &float(*q))));
+                    let ql = labels(&track.labels, Some(("quantile", &label_float(*q))));
                     writeln!(out, "{name}{ql} {} {ts}", float(*v))?;
                 }
                 let n = quantiles.len();
@@ -296,16 +332,45 @@ mod tests {
              # TYPE x_seconds histogram\n\
              # HELP x_seconds S.\n\
              x_seconds_bucket{le=\"0.5\"} 0.0 1767571200.000\n\
-             x_seconds_bucket{le=\"1.0\"} 1.0 1767571200.000\n\
+             x_seconds_bucket{le=\"1\"} 1.0 1767571200.000\n\
              x_seconds_bucket{le=\"+Inf\"} 1.0 1767571200.000\n\
              x_seconds_count 1.0 1767571200.000\n\
              x_seconds_sum 0.7 1767571200.000\n\
              x_seconds_bucket{le=\"0.5\"} 0.0 1767571260.000\n\
-             x_seconds_bucket{le=\"1.0\"} 1.0 1767571260.000\n\
+             x_seconds_bucket{le=\"1\"} 1.0 1767571260.000\n\
              x_seconds_bucket{le=\"+Inf\"} 1.0 1767571260.000\n\
              x_seconds_count 1.0 1767571260.000\n\
              x_seconds_sum 0.7 1767571260.000\n\
              # EOF\n"
+        );
+    }
+
+    #[test]
+    fn target_labels_are_added_where_a_metric_lacks_them() {
+        let registry = Registry::new();
+        let c = crate::metrics::register(
+            &registry,
+            IntCounterVec::new(Opts::new("x_total", "X."), &["job", "pool"]),
+        );
+        c.with_label_values(&["mine", "a"]).inc();
+        let g = crate::metrics::register(&registry, IntGauge::new("y", "Y."));
+        g.set(2);
+        let mut families = registry.gather();
+        add_labels(
+            &mut families,
+            &[
+                ("job".into(), "karpenter".into()),
+                ("cluster".into(), "sim".into()),
+            ],
+        );
+        let text = text(&families);
+        assert!(
+            text.contains("x_total{cluster=\"sim\",job=\"mine\",pool=\"a\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("y{cluster=\"sim\",job=\"karpenter\"} 2"),
+            "{text}"
         );
     }
 

@@ -169,6 +169,8 @@ pub struct Simulation {
 /// at the start and every `every` of simulated time.
 #[derive(Debug)]
 struct MetricsPlan {
+    /// Added to every sample, as a scrape adds its target's labels.
+    labels: Vec<(String, String)>,
     every: Option<Duration>,
     next: Option<Timestamp>,
     series: crate::metrics::exposition::Series,
@@ -382,9 +384,12 @@ impl Simulation {
     /// on `/metrics` (its registries and the families computed from the
     /// cluster), for [`Report::metrics`]: the gather at the end of the run,
     /// and with `every`, one at the start and then every `every` of
-    /// simulated time, each as the cluster stood at that time.
-    pub fn with_metrics(mut self, every: Option<Duration>) -> Self {
+    /// simulated time, each as the cluster stood at that time. `labels` are
+    /// added to every sample where it lacks them (a scrape's target labels,
+    /// such as `job`).
+    pub fn with_metrics(mut self, every: Option<Duration>, labels: Vec<(String, String)>) -> Self {
         self.metrics = Some(MetricsPlan {
+            labels,
             every: every.filter(|d| !d.is_zero()),
             next: every.map(|_| self.scenario.start),
             series: crate::metrics::exposition::Series::new(),
@@ -402,7 +407,11 @@ impl Simulation {
         if let Some(repo) = &self.config_repo {
             registries.push(repo.metrics_registry());
         }
-        crate::controller::runtime::gather(self.cluster.as_ref(), &registries)
+        let mut families = crate::controller::runtime::gather(self.cluster.as_ref(), &registries);
+        if let Some(plan) = &self.metrics {
+            crate::metrics::exposition::add_labels(&mut families, &plan.labels);
+        }
+        families
     }
 
     /// Takes the snapshots due before `before` (the cluster does not change
@@ -901,6 +910,7 @@ impl Simulation {
             let _ = self.clock.set(end_at);
             let families = self.gather_metrics();
             let mut plan = self.metrics.take().unwrap_or_else(|| MetricsPlan {
+                labels: Vec::new(),
                 every: None,
                 next: None,
                 series: crate::metrics::exposition::Series::new(),
