@@ -209,7 +209,7 @@ fn pending_pods_are_listed_with_their_reasons_grouped_by_workload() {
             .replace('<', "&lt;")
             .replace('>', "&gt;")
             .replace('"', "&quot;")
-            .replace('\'', "&#39;");
+            .replace('\'', "&apos;");
         assert!(section.contains(&escaped), "{reason}");
     }
 }

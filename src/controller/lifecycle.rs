@@ -359,14 +359,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         set_condition(conds, conditions::REGISTERED, true, "Registered", "", now);
         let recorded = self.cluster.replace_status(updated).await;
         if recorded.is_ok() {
-            let label = |k: &str| {
-                claim
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(k))
-                    .or_else(|| node.metadata.labels.as_ref()?.get(k))
-                    .map_or("", String::as_str)
+            // The claim's label, else the node's.
+            let label = |k: &str| match crate::api::label_or_empty(&claim.metadata, k) {
+                "" => crate::api::label_or_empty(&node.metadata, k),
+                v => v,
             };
             self.metrics
                 .nodes_created

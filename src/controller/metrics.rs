@@ -185,25 +185,18 @@ impl Metrics {
             "Number of disruption decisions performed by nodepool. Labeled by nodepool name, disruption decision, reason, and consolidation type.",
             &["nodepool", "decision", "reason", "consolidation_type"],
         );
-        let eligible_nodes = register(
-            &registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "karpenter_voluntary_disruption_eligible_nodes",
-                    "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.",
-                ),
-                &["reason"],
-            ),
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            register(&registry, IntGaugeVec::new(Opts::new(name, help), labels))
+        };
+        let eligible_nodes = gauge(
+            "karpenter_voluntary_disruption_eligible_nodes",
+            "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.",
+            &["reason"],
         );
-        let allowed_disruptions = register(
-            &registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "karpenter_nodepools_allowed_disruptions",
-                    "Nodes each NodePool's budgets allow to be disrupted now, by reason.",
-                ),
-                &["nodepool", "reason"],
-            ),
+        let allowed_disruptions = gauge(
+            "karpenter_nodepools_allowed_disruptions",
+            "Nodes each NodePool's budgets allow to be disrupted now, by reason.",
+            &["nodepool", "reason"],
         );
         let nodeclaims_disrupted = counter(
             "karpenter_nodeclaims_disrupted_total",
@@ -365,14 +358,7 @@ impl Metrics {
     /// A NodeClaim disrupted (deleted by dovetail) for `reason`, as
     /// Karpenter spells it in `karpenter_nodeclaims_disrupted_total`.
     pub fn disrupted(&self, claim: &NodeClaim, reason: &str) {
-        let label = |k: &str| {
-            claim
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(k))
-                .map_or("", String::as_str)
-        };
+        let label = |k: &str| crate::api::label_or_empty(&claim.metadata, k);
         self.nodeclaims_disrupted
             .with_label_values(&[
                 snake_case(reason).as_str(),

@@ -27,6 +27,7 @@ use crate::api::labels::ALLOWED_KARPENTER_AWS_LABELS;
 use crate::api::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_EC2NODECLASS, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
     LABEL_OS, LABEL_REGION, LABEL_WINDOWS_BUILD, LABEL_ZONE, NodeClaim, NodePool, SlimPod,
+    label_or_empty,
 };
 use crate::cluster::Cluster;
 use crate::model::Resources;
@@ -161,10 +162,8 @@ fn pods_state(pods: &[Arc<SlimPod>], nodes: &HashMap<&str, &Arc<Node>>) -> Metri
                 .as_ref()
                 .and_then(|s| s.node_name.as_deref())
                 .unwrap_or_default();
-            let labels = nodes
-                .get(node_name)
-                .and_then(|n| n.metadata.labels.as_ref());
-            let label = |k: &str| labels.and_then(|l| l.get(k)).map_or("", String::as_str);
+            let node = nodes.get(node_name);
+            let label = |k: &str| node.map_or("", |n| label_or_empty(&n.metadata, k));
             let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
             // The reference's self link of the first owner.
             let owner = pod
@@ -242,15 +241,9 @@ fn node_resources(
     let (mut allocatable, mut pod_requests, mut daemon_requests) = (vec![], vec![], vec![]);
     for node in nodes {
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        let node_labels = node.metadata.labels.as_ref();
         let mut labels: Vec<LabelPair> = keys
             .iter()
-            .map(|k| {
-                let v = node_labels
-                    .and_then(|l| l.get(*k))
-                    .map_or("", String::as_str);
-                pair(&metric_label(k), v)
-            })
+            .map(|k| pair(&metric_label(k), label_or_empty(&node.metadata, k)))
             .collect();
         labels.push(pair("node_name", name));
         labels.push(pair(

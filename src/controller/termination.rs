@@ -36,6 +36,7 @@ use k8s_openapi::api::core::v1::Node;
 use super::Controller;
 use crate::api::{
     FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim, SlimPod,
+    label_or_empty,
 };
 use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider};
@@ -439,8 +440,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// since its termination began (`since`) in
     /// `karpenter_nodes_termination_duration_seconds`.
     fn node_terminated(&self, node: &Node, since: Option<Timestamp>) {
-        let labels = node.metadata.labels.as_ref();
-        let label = |k: &str| labels.and_then(|l| l.get(k)).map_or("", String::as_str);
+        let label = |k: &str| label_or_empty(&node.metadata, k);
         let pool = label(LABEL_NODEPOOL);
         self.metrics
             .nodes_terminated
@@ -470,8 +470,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         );
         match self.cluster.replace(c).await {
             Ok(_) => {
-                let labels = claim.metadata.labels.as_ref();
-                let label = |k: &str| labels.and_then(|l| l.get(k)).map_or("", String::as_str);
+                let label = |k: &str| label_or_empty(&claim.metadata, k);
                 self.metrics
                     .nodeclaims_terminated
                     .with_label_values(&[

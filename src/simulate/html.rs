@@ -50,20 +50,7 @@ fn reason_color(reason: &str) -> &'static str {
 }
 
 /// Text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::diag::escape_markup as esc;
 
 fn money(x: f64) -> String {
     format!("${x:.4}")
@@ -766,7 +753,7 @@ mod tests {
     fn text_is_escaped_and_scales_are_nice() {
         assert_eq!(
             esc("<a href=\"x\">&'"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;"
         );
         assert_eq!(y_scale(0.0, true), (1.0, 1.0));
         assert_eq!(y_scale(5.0, true), (6.0, 2.0));
