@@ -19,7 +19,9 @@ use super::report::{DecisionRecord, Report, offset};
 use crate::diag::thousands;
 
 /// Decisions listed (and marked) at most; the JSON report has them all.
-pub const MAX_DECISIONS: usize = 5_000;
+/// With [`MAX_PENDING_GROUPS`] and [`MAX_NAMES`], this keeps the page
+/// under 5 MB whatever the run (a test renders the worst case).
+pub const MAX_DECISIONS: usize = 2_000;
 /// Groups of pending pods listed at most.
 pub const MAX_PENDING_GROUPS: usize = 1_000;
 /// NodeClaims named per decision, and pods per group of pending pods.

@@ -1374,6 +1374,69 @@ mod tests {
         assert!(s.nodes["a"].iter().all(|n| *n == 1), "{:?}", s.nodes["a"]);
     }
 
+    /// The page stays under 5 MB at any scale: 42,000 pods pending in
+    /// 2,000 workloads, each group with a long reason, and more decisions
+    /// than the page lists, each with 40 NodeClaims and replacements.
+    #[test]
+    fn the_html_of_a_huge_run_stays_under_5_mb() {
+        let t0 = Timestamp::UNIX_EPOCH;
+        let t = |s: u64| t0.checked_add(std::time::Duration::from_secs(s)).unwrap();
+        let mut r = Recorder::new(t0);
+        let mut unschedulable = BTreeMap::new();
+        for w in 0..2_000 {
+            for i in 0..21 {
+                let v = serde_json::json!({
+                    "metadata": {"name": format!("batch-job-number-{w:04}-pod-{i:02}-abcde"), "namespace": "analytics-team", "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": format!("batch-job-number-{w:04}"), "uid": "u", "controller": true}
+                    ]},
+                    "spec": {"containers": []},
+                });
+                let p: Pod = serde_json::from_value(v).unwrap();
+                r.upsert_pod(&p, t(60), false);
+                unschedulable.insert(
+                    format!("analytics-team/batch-job-number-{w:04}-pod-{i:02}-abcde"),
+                    format!("no instance type in NodePool general has nvidia.com/gpu=8 with requirement {w} {}", "x".repeat(150)),
+                );
+            }
+        }
+        let names = |prefix: &str| {
+            (0..40)
+                .map(|i| format!("{prefix}-nodeclaim-{i:05}"))
+                .collect::<Vec<_>>()
+        };
+        r.decisions(
+            (0..3_000)
+                .map(|i| Decision {
+                    t: t(i * 20),
+                    reason: "Underutilized".into(),
+                    decision: "replace".into(),
+                    consolidation_type: "multi".into(),
+                    nodeclaims: names("general"),
+                    replacements: names("replacement"),
+                    replacement_types: vec![vec!["m7i-flex.48xlarge".to_string()]; 40],
+                    savings_per_hour: 12.345678,
+                })
+                .collect(),
+        );
+        let report = r.finish(
+            t(86_400),
+            Some(100.0),
+            unschedulable,
+            0,
+            Gap::default(),
+            &BTreeMap::new(),
+        );
+        let html = super::super::html::render(&report);
+        assert!(html.len() < 5_000_000, "{} bytes", html.len());
+        assert!(html.contains("The first 2,000 decisions are shown; the 1,000 others"));
+        assert!(html.contains("1,000 more groups are in"));
+        assert!(
+            html.contains("<td class=\"num\">21</td>"),
+            "groups count their pods"
+        );
+        println!("the worst case's page: {} bytes", html.len());
+    }
+
     #[test]
     fn progress_says_the_simulated_time_pods_and_nodes() {
         let p = Progress {
