@@ -7,6 +7,13 @@
 //! DaemonSet on every node.
 //!
 //! Run: `cargo bench --bench simulate`. Results go in BENCHMARKS.md.
+//!
+//! `--html` also renders each run's report as `--output json` and as
+//! `--output html` do, and times both on the same report: the command with
+//! either output is the run plus its rendering. It prints the page's size
+//! and, where Chromium is installed, how long headless Chromium takes to
+//! open the page (`--dump-dom`, the page's own script run), from the
+//! process start and as the page measures itself.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -83,11 +90,73 @@ fn scenario_text(deployments: usize) -> String {
     s
 }
 
+/// `--html`: renders the report both ways and times them.
+fn html_outputs(report: &dovetail::simulate::report::Report, dir: &std::path::Path, sim: f64) {
+    let t = Instant::now();
+    let json = report.to_json();
+    let json_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let html = dovetail::simulate::html::render(report);
+    let html_s = t.elapsed().as_secs_f64();
+    let path = dir.join("report.html");
+    std::fs::write(&path, &html).unwrap();
+    println!(
+        "  json: {:.3} s, {:.1} MB; html: {:.3} s, {:.2} MB; run + json {:.1} s, run + html {:.1} s: html/json {:.4}",
+        json_s,
+        json.len() as f64 / 1e6,
+        html_s,
+        html.len() as f64 / 1e6,
+        sim + json_s,
+        sim + html_s,
+        (sim + html_s) / (sim + json_s)
+    );
+    let dirs: Vec<std::path::PathBuf> =
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect();
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|n| dirs.iter().map(move |d| d.join(n)))
+        .find(|p| p.is_file())
+    else {
+        println!("  chromium: not installed, the page's opening time is not measured");
+        return;
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--proxy-server=http://127.0.0.1:9",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("file://{}", path.display()))
+        .output()
+        .unwrap();
+    let open_s = t.elapsed().as_secs_f64();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let attr = |name: &str| {
+        dom.split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .map(str::to_string)
+    };
+    println!(
+        "  chromium: opened, scripts run and DOM dumped in {open_s:.2} s (process start to exit); the page's script took {} ms; ready: {}",
+        attr("data-render-ms").unwrap_or_else(|| "?".into()),
+        attr("data-ready").is_some()
+    );
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("repo")).unwrap();
     std::fs::write(dir.path().join("repo/config.yaml"), CONFIG).unwrap();
     let runs = arg("--runs", RUNS);
+    let html = std::env::args().any(|a| a == "--html");
     let text = scenario_text(arg("--deployments", DEPLOYMENTS));
     let mut times = Vec::new();
     for run in 0..runs {
@@ -109,6 +178,9 @@ fn main() {
             s.price_per_hour,
             s.cost_usd
         );
+        if html {
+            html_outputs(&report, dir.path(), elapsed.as_secs_f64());
+        }
     }
     times.sort();
     println!("median of {runs}: {:.1} s", times[runs / 2].as_secs_f64());

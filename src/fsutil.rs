@@ -51,23 +51,33 @@ fn kind(path: &Path) -> Result<Option<std::fs::FileType>, WriteError> {
     }
 }
 
+/// Whether [`write_file`] may write `path`: not a symlink, not a
+/// directory. For a command to refuse a path before long work.
+pub fn check_target(path: &Path) -> Result<(), WriteError> {
+    match kind(path)? {
+        Some(k) if k.is_symlink() => Err(WriteError::Symlink {
+            path: path.to_path_buf(),
+        }),
+        Some(k) if k.is_dir() => Err(WriteError::Directory {
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Writes `bytes` to `path`, replacing a regular file atomically. A symlink
 /// or a directory at `path` is an error; the directories above it are the
 /// caller's choice and are used as they are.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    match kind(path)? {
-        Some(k) if k.is_symlink() => {
-            return Err(WriteError::Symlink {
-                path: path.to_path_buf(),
-            });
-        }
-        Some(k) if k.is_dir() => {
-            return Err(WriteError::Directory {
-                path: path.to_path_buf(),
-            });
-        }
-        _ => {}
-    }
+    write_file_with(path, |w| w.write_all(bytes))
+}
+
+/// [`write_file`] with the content streamed by `write` (buffered).
+pub fn write_file_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<(), WriteError> {
+    check_target(path)?;
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -76,7 +86,11 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
         .prefix(".dovetail-")
         .tempfile_in(parent)
         .map_err(io(path))?;
-    tmp.write_all(bytes).map_err(io(path))?;
+    {
+        let mut buffered = std::io::BufWriter::new(tmp.as_file_mut());
+        write(&mut buffered).map_err(io(path))?;
+        buffered.flush().map_err(io(path))?;
+    }
     tmp.flush().map_err(io(path))?;
     set_readable(tmp.as_file()).map_err(io(path))?;
     tmp.persist(path).map_err(|e| io(path)(e.error))?;

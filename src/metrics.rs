@@ -2,6 +2,16 @@
 //! interruption poller share. Each owns its registry (not the process-global
 //! default), so engines, controllers and tests are independent; the process
 //! serving `/metrics` gathers them together.
+//!
+//! - [`summary`]: the reference's summaries (quantiles over a window of
+//!   time read from an injected clock), which the `prometheus` crate lacks;
+//! - [`exposition`]: the text formats, and snapshots over a run as one
+//!   timestamped OpenMetrics file.
+
+pub mod exposition;
+pub mod summary;
+
+pub use summary::SummaryVec;
 
 use prometheus::Registry;
 use prometheus::core::Collector;

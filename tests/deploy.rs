@@ -511,6 +511,12 @@ fn the_servicemonitor_component_scrapes_the_metrics_service() {
         "the ServiceMonitor scrapes port {port}, which the Service does not name"
     );
     assert_eq!(m["spec"]["endpoints"][0]["path"], "/metrics");
+    // Scraped as job "karpenter", the job Karpenter's dashboards select.
+    let relabel = &m["spec"]["endpoints"][0]["relabelings"][0];
+    assert_eq!(
+        (&relabel["targetLabel"], &relabel["replacement"]),
+        (&Value::from("job"), &Value::from("karpenter"))
+    );
     // Without the component, the base needs no Prometheus operator.
     let base_only = kustomize(&root().join("deploy")).expect("rendered above");
     assert!(base_only.iter().all(|d| d["kind"] != "ServiceMonitor"));

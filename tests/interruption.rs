@@ -842,10 +842,11 @@ fn deliver_counts_every_outcome_and_hands_messages_to_the_handler() {
     assert_eq!(actions.len(), 3, "{actions:?}");
     assert!(matches!(&actions[2], Action::DeleteNodeClaim { name, .. } if name == "b"));
 
-    assert_eq!(metrics.received("spot-interruption"), 1);
-    assert_eq!(metrics.received("state-change"), 2);
-    assert_eq!(metrics.received("ignored-state-change"), 1);
-    assert_eq!(metrics.received("undecodable"), 1);
+    // Karpenter's message kinds; an undecodable message is not received.
+    assert_eq!(metrics.received("spot_interrupted"), 1);
+    assert_eq!(metrics.received("instance_stopped"), 2);
+    assert_eq!(metrics.received("no_op"), 1);
+    assert_eq!(metrics.received("undecodable"), 0);
     assert_eq!(metrics.undecodable("envelope"), 1);
     assert_eq!(metrics.handler_errors("failed"), 1);
     assert_eq!(metrics.handling().0, 2);
@@ -859,12 +860,12 @@ fn deliver_counts_every_outcome_and_hands_messages_to_the_handler() {
     assert!(text.contains("karpenter_interruption_message_queue_duration_seconds_count 3"));
     assert!(
         text.contains(
-            "karpenter_interruption_received_messages_total{message_type=\"rebalance\"} 0"
+            "karpenter_interruption_received_messages_total{message_type=\"rebalance_recommendation\"} 0"
         )
     );
     assert!(text.contains("karpenter_interruption_deleted_messages_total 0"));
     assert!(text.contains("dovetail_interruption_handling_seconds_count 2"));
-    for kind in Kind::ALL {
-        assert!(text.contains(&format!("message_type=\"{}\"", kind.as_str())));
+    for kind in dovetail::interruption::message::METRIC_KINDS {
+        assert!(text.contains(&format!("message_type=\"{kind}\"")), "{kind}");
     }
 }

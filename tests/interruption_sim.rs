@@ -271,14 +271,14 @@ fn the_controller_counts_and_times_interruption_messages() {
         .interruption_metrics
         .as_ref()
         .expect("the controller's interruption metrics");
-    assert_eq!(metrics.received("spot-interruption"), 1);
-    assert_eq!(metrics.received("rebalance"), 0);
+    assert_eq!(metrics.received("spot_interrupted"), 1);
+    assert_eq!(metrics.received("rebalance_recommendation"), 0);
     // One NodeClaim marked for deletion, on the virtual clock (no time
     // passes while the controller handles the message).
     assert_eq!(metrics.handling(), (1, 0.0));
     let text = metrics.text();
     for name in [
-        "karpenter_interruption_received_messages_total{message_type=\"spot-interruption\"} 1",
+        "karpenter_interruption_received_messages_total{message_type=\"spot_interrupted\"} 1",
         "karpenter_interruption_message_queue_duration_seconds_count 1",
         "karpenter_interruption_deleted_messages_total 0",
         "dovetail_interruption_handling_seconds_count 1",

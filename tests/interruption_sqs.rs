@@ -173,10 +173,10 @@ fn messages_are_received_acted_on_and_deleted() {
         assert_eq!(deleted, ["a", "c"]);
         assert_eq!(actions.len(), 3, "{actions:?}");
 
-        assert_eq!(metrics.received("spot-interruption"), 1);
-        assert_eq!(metrics.received("state-change"), 1);
-        assert_eq!(metrics.received("ignored-state-change"), 1);
-        assert_eq!(metrics.received("undecodable"), 1);
+        assert_eq!(metrics.received("spot_interrupted"), 1);
+        assert_eq!(metrics.received("instance_terminated"), 1);
+        assert_eq!(metrics.received("no_op"), 1);
+        assert_eq!(metrics.received("undecodable"), 0);
         assert_eq!(metrics.undecodable("envelope"), 1);
         assert_eq!(metrics.deleted(), 4);
         assert_eq!(metrics.handling().0, 2);
@@ -404,7 +404,7 @@ fn the_runtime_polls_its_queue_while_leading_and_deletes_the_interrupted_nodecla
             )
             .await;
             tokio::time::sleep(Duration::from_secs(2)).await;
-            assert_eq!(interruption_metrics.received("spot-interruption"), 0);
+            assert_eq!(interruption_metrics.received("spot_interrupted"), 0);
             assert_eq!(depth(&client, &url).await, (1, 0));
 
             // Leading: the pod's NodeClaim is launched; the stale message
@@ -457,7 +457,7 @@ fn the_runtime_polls_its_queue_while_leading_and_deletes_the_interrupted_nodecla
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            assert_eq!(interruption_metrics.received("spot-interruption"), 2);
+            assert_eq!(interruption_metrics.received("spot_interrupted"), 2);
             assert_eq!(interruption_metrics.handling().0, 1, "one NodeClaim marked");
             assert_eq!(depth(&client, &url).await, (0, 0));
 

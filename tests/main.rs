@@ -4,6 +4,7 @@
 mod aws;
 mod aws_proxy;
 mod conformance;
+mod dashboards;
 mod deploy;
 mod diff;
 mod disruption;
@@ -17,6 +18,7 @@ mod karpenter_scheduling;
 mod moto;
 mod newcomer;
 mod plan;
+mod report_html;
 mod simulate;
 mod support;
 mod sync;

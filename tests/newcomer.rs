@@ -29,7 +29,7 @@ fn scrub(out: &str, dir: &Path) -> String {
 fn help_lists_only_the_formats_a_command_accepts() {
     for (cmd, formats) in [
         ("plan", "[possible values: text, json]"),
-        ("simulate", "[possible values: text, json]"),
+        ("simulate", "[possible values: text, json, html]"),
         ("diff", "[possible values: text, markdown, json]"),
         ("aws instance-types", "[possible values: text, json]"),
     ] {

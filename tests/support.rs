@@ -57,3 +57,71 @@ pub fn assert_matches_file(actual: &str, path: &Path) {
         panic!("output differs from {}:\n{diff}", path.display());
     }
 }
+
+/// What the bundled demo writes, from two runs of `dovetail simulate`
+/// shared by the suites that read them (the demo takes seconds in a debug
+/// build): `--metrics FILE --output html --output-file FILE`, and
+/// `--metrics FILE --metrics-every 5m --metrics-label job=karpenter
+/// --output json --output-file FILE`.
+pub struct DemoOutputs {
+    /// The directory holding the files.
+    pub dir: PathBuf,
+    /// The Prometheus text at the end of the run.
+    pub metrics: String,
+    /// The HTML report, and where it is.
+    pub html: String,
+    pub html_path: PathBuf,
+    /// The OpenMetrics snapshots, every 5 minutes, labelled
+    /// `job="karpenter"`, and where they are.
+    pub snapshots: String,
+    pub snapshots_path: PathBuf,
+    /// The JSON report.
+    pub report: serde_json::Value,
+}
+
+/// The demo's outputs, run once per test binary.
+pub fn demo_outputs() -> &'static DemoOutputs {
+    static OUTPUTS: std::sync::OnceLock<DemoOutputs> = std::sync::OnceLock::new();
+    OUTPUTS.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dovetail-demo-outputs");
+        std::fs::create_dir_all(&dir).expect("a directory for the demo's outputs");
+        let path = |name: &str| dir.join(name).display().to_string();
+        let (metrics, html) = (path("demo.prom"), path("demo.html"));
+        let out = dovetail(&[
+            "simulate",
+            "--metrics",
+            &metrics,
+            "--output",
+            "html",
+            "--output-file",
+            &html,
+        ]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(out.stdout, "", "the report goes to the file");
+        let (snapshots, json) = (path("demo.om"), path("demo.json"));
+        let out = dovetail(&[
+            "simulate",
+            "--metrics",
+            &snapshots,
+            "--metrics-every",
+            "5m",
+            "--metrics-label",
+            "job=karpenter",
+            "-o",
+            "json",
+            "--output-file",
+            &json,
+        ]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        DemoOutputs {
+            metrics: read(&metrics),
+            html: read(&html),
+            html_path: PathBuf::from(&html),
+            snapshots: read(&snapshots),
+            snapshots_path: PathBuf::from(&snapshots),
+            report: serde_json::from_str(&read(&json)).expect("the JSON report"),
+            dir,
+        }
+    })
+}

@@ -1,6 +1,18 @@
 //! Well-known label, annotation, taint and finalizer keys of Karpenter and
 //! Kubernetes, and the label values validation needs.
 
+/// The value of the label `key` of an object, empty when it has none (as
+/// a metric label takes it).
+pub fn label_or_empty<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> &'a str {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map_or("", String::as_str)
+}
+
 /// The label naming the NodePool a node was launched from.
 pub const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
 /// The label holding a node's capacity type (`on-demand`, `spot`, `reserved`).

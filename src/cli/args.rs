@@ -65,6 +65,7 @@ pub enum OutputFormat {
     Junit,
     Github,
     Sarif,
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -72,7 +73,7 @@ pub struct ValidateArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
     /// Output format.
-    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json", "markdown", "junit", "github", "sarif"]))]
     pub output: OutputFormat,
     /// Treat warnings as errors.
     #[arg(long)]
@@ -196,9 +197,39 @@ pub struct SimulateArgs {
     /// Instance-type catalog for the simulated EC2 (default: the built-in one).
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
-    /// Output format: a readable timeline (text) or the report (json).
-    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json"]))]
+    /// Output format: a readable timeline (text), the report (json), or the report as one self-contained HTML page with charts (html).
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json", "html"]))]
     pub output: OutputFormat,
+    /// Write the output to this file instead of stdout (never through a symlink).
+    #[arg(long, value_name = "PATH")]
+    pub output_file: Option<PathBuf>,
+    /// Write the controller's metrics at the end of the run to FILE, in the Prometheus text format /metrics serves.
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<PathBuf>,
+    /// With --metrics: a snapshot every DURATION of simulated time (e.g. 1m), all in FILE as one OpenMetrics text with a timestamp on every sample, for `promtool tsdb create-blocks-from openmetrics`.
+    #[arg(long, value_name = "DURATION", requires = "metrics")]
+    pub metrics_every: Option<String>,
+    /// With --metrics: a label added to every sample, as a scrape adds its target's (e.g. job=karpenter, which Karpenter's performance dashboard selects); repeatable.
+    #[arg(long, value_name = "NAME=VALUE", requires = "metrics", value_parser = parse_metrics_label)]
+    pub metrics_label: Vec<(String, String)>,
+}
+
+/// `--metrics-label NAME=VALUE`: a Prometheus label name (not one of the
+/// reserved `__` names) and any value.
+fn parse_metrics_label(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE (e.g. job=karpenter)"))?;
+    let valid = name
+        .chars()
+        .enumerate()
+        .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+    if name.is_empty() || !valid || name.starts_with("__") {
+        return Err(format!(
+            "{name:?} is not a label name: letters, digits and _, not starting with a digit or __"
+        ));
+    }
+    Ok((name.to_string(), value.to_string()))
 }
 
 #[derive(Debug, Args)]

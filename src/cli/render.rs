@@ -108,21 +108,7 @@ pub fn json_diagnostic(d: &Diagnostic) -> serde_json::Value {
     serde_json::to_value(d).expect("diagnostics serialise")
 }
 
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::diag::escape_markup as xml_escape;
 
 /// JUnit XML: one test case per file with findings (and one per clean file),
 /// failing when the file has errors.

@@ -130,7 +130,28 @@ pub(crate) fn run_with_progress(
         io.diagnostics(&[d]);
         return exit::ERROR;
     }
-    let sim = Simulation::new(scenario, a.catalog.as_deref());
+    let run_for = until.unwrap_or(scenario.until);
+    let snapshot_every = match metrics_every(a.metrics_every.as_deref(), run_for) {
+        Ok(e) => e,
+        Err(e) => {
+            io.log(&format!("error: {e}"));
+            return exit::ERROR;
+        }
+    };
+    // Refused before the run, which may be long, rather than after.
+    for path in a.output_file.iter().chain(a.metrics.iter()) {
+        if let Err(e) = crate::fsutil::check_target(path) {
+            io.error(
+                &e,
+                Some("give the path of a regular file (or of one to create)"),
+            );
+            return exit::ERROR;
+        }
+    }
+    let sim = Simulation::new(scenario, a.catalog.as_deref()).map(|s| match &a.metrics {
+        Some(_) => s.with_metrics(snapshot_every, a.metrics_label.clone()),
+        None => s,
+    });
     let result = if io.err_is_terminal {
         // One line on stderr, redrawn in place and cleared at the end.
         let err = &mut *io.err;
@@ -172,14 +193,80 @@ pub(crate) fn run_with_progress(
             return exit::ERROR;
         }
     };
-    match a.output {
-        OutputFormat::Json => io.data(&format!("{}\n", report.to_json())),
-        _ => {
-            let color = render::Style::for_stream(io.out_is_terminal).color;
-            io.data(&report.to_text(TEXT_EVENTS, color));
+    if let (Some(path), Some(m)) = (&a.metrics, &report.metrics) {
+        let written = match &m.series {
+            Some(series) => crate::fsutil::write_file_with(path, |w| series.write(w)),
+            None => crate::fsutil::write_file(
+                path,
+                crate::metrics::exposition::text(&m.families).as_bytes(),
+            ),
+        };
+        if let Err(e) = written {
+            io.error(&e, Some("check that the --metrics file can be written"));
+            return exit::ERROR;
+        }
+        if let Some(series) = &m.series {
+            io.log(&format!(
+                "simulate: {} metric snapshots written to {}",
+                series.snapshots(),
+                path.display()
+            ));
         }
     }
+    let rendered = match a.output {
+        OutputFormat::Json => format!("{}\n", report.to_json()),
+        OutputFormat::Html => crate::simulate::html::render(&report),
+        _ => {
+            // Colour only for a terminal, never in a file.
+            let terminal = io.out_is_terminal && a.output_file.is_none();
+            let color = render::Style::for_stream(terminal).color;
+            report.to_text(TEXT_EVENTS, color)
+        }
+    };
+    match &a.output_file {
+        Some(path) => {
+            if let Err(e) = crate::fsutil::write_file(path, rendered.as_bytes()) {
+                io.error(&e, Some("check that the --output-file can be written"));
+                return exit::ERROR;
+            }
+        }
+        None => io.data(&rendered),
+    }
     exit::OK
+}
+
+/// The shortest `--metrics-every`, and the most snapshots a run may take.
+const MIN_METRICS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_SNAPSHOTS: u64 = 100_000;
+
+/// `--metrics-every` for a run of `run_for`.
+fn metrics_every(
+    arg: Option<&str>,
+    run_for: std::time::Duration,
+) -> Result<Option<std::time::Duration>, String> {
+    use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
+    let Some(arg) = arg else { return Ok(None) };
+    let every = match parse_duration(arg, DurationSyntax::Hms) {
+        Ok(NillableDuration::After(d)) => d,
+        _ => {
+            return Err(format!(
+                "--metrics-every {arg}: takes a duration such as 30s, 1m or 1h"
+            ));
+        }
+    };
+    if every < MIN_METRICS_EVERY {
+        return Err(format!(
+            "--metrics-every {arg}: the shortest interval is 1s"
+        ));
+    }
+    let snapshots = run_for.as_secs() / every.as_secs().max(1) + 1;
+    if snapshots > MAX_SNAPSHOTS {
+        return Err(format!(
+            "--metrics-every {arg}: {snapshots} snapshots over {}; at most {MAX_SNAPSHOTS} (choose a longer interval)",
+            scenario::human(run_for)
+        ));
+    }
+    Ok(Some(every))
 }
 
 /// The simulated EC2 offers only the catalog's offerings in the scenario's
@@ -263,6 +350,10 @@ mod tests {
                 until: None,
                 catalog: None,
                 output: OutputFormat::Text,
+                output_file: None,
+                metrics: None,
+                metrics_every: None,
+                metrics_label: Vec::new(),
             };
             run_with_progress(
                 &args,

@@ -157,7 +157,8 @@ fn render_report(
     terminal: bool,
 ) -> String {
     match a.output {
-        OutputFormat::Text => {
+        // Text; the argument parser admits no HTML for validate.
+        OutputFormat::Text | OutputFormat::Html => {
             let style = Style::for_stream(terminal);
             format!("{}{}\n", render::text(&r.diagnostics, style), summary(r))
         }

@@ -385,6 +385,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// validation of a pending consolidation, and a new pass when one is
     /// due. Returns when it next needs to run.
     pub async fn reconcile_disruption(&mut self) -> Duration {
+        let _timer = self
+            .metrics
+            .reconcile(super::metrics::controllers::DISRUPTION);
         let now = self.clock.now();
         let mut next = self.settings.resync;
         next = next.min(self.refresh_nodeclasses().await);
@@ -414,6 +417,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let Some(facts) = self.disruption_facts(now).await else {
             return next.min(DISRUPTION_POLL);
         };
+        self.metrics.eligible(&facts.candidates);
         let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
         let opts = SolveOptions {
             preferences: Preferences::Respect,
@@ -1310,7 +1314,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             if created.is_ok() {
                 self.metrics
                     .nodeclaims_created
-                    .with_label_values(&["disruption", replacement.nodepool.as_str()])
+                    .with_label_values(&[
+                        cmd.reason.as_str().to_lowercase().as_str(),
+                        replacement.nodepool.as_str(),
+                        "false",
+                    ])
                     .inc();
             }
             match created {
@@ -1333,14 +1341,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
             }
         }
-        self.metrics
-            .decisions
-            .with_label_values(&[
-                cmd.decision(),
-                cmd.reason.as_str(),
-                cmd.method.consolidation_type(),
-            ])
-            .inc();
+        self.metrics.decided(
+            cmd.decision(),
+            cmd.reason.as_str(),
+            cmd.method.consolidation_type(),
+            cmd.candidates.iter().map(|c| c.nodepool.as_str()),
+        );
         if cmd.method.is_consolidation() {
             self.disruption.savings += cmd.savings;
             self.metrics.savings.set(self.disruption.savings);
@@ -1477,11 +1483,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let reason = annotation(claim, ANNOTATION_DISRUPTION_REASON)
             .unwrap_or("Drifted")
             .to_string();
-        let pool = claim.nodepool_name().unwrap_or_default().to_string();
-        self.metrics
-            .nodeclaims_disrupted
-            .with_label_values(&[reason.as_str(), pool.as_str()])
-            .inc();
+        self.finish_as(claim, &reason).await;
+    }
+
+    /// [`Self::finish`], counted in `karpenter_nodeclaims_disrupted_total`
+    /// under `metric_reason` (an interruption's message kind).
+    pub(super) async fn finish_as(&mut self, claim: &NodeClaim, metric_reason: &str) {
+        let reason = annotation(claim, ANNOTATION_DISRUPTION_REASON)
+            .unwrap_or("Drifted")
+            .to_string();
+        self.metrics.disrupted(claim, metric_reason);
         self.delete_claim(
             claim,
             "Disrupting",

@@ -82,12 +82,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .as_ref()
                 .and_then(|s| s.provider_id.clone())
                 .unwrap_or_default();
-            self.delete_claim(
-                &claim,
-                "InstanceGone",
-                format!("instance {pid} no longer exists"),
-            )
-            .await;
+            if self
+                .delete_claim(
+                    &claim,
+                    "InstanceGone",
+                    format!("instance {pid} no longer exists"),
+                )
+                .await
+            {
+                self.metrics.disrupted(&claim, "garbage_collected");
+            }
         }
         for (provider_id, nodeclaim, age) in orphans {
             let object = format!("Instance/{provider_id}");

@@ -121,6 +121,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         message: &Message,
         received_at: Timestamp,
     ) -> Result<(), HandlerError> {
+        let _timer = self
+            .metrics
+            .reconcile(super::metrics::controllers::INTERRUPTION);
         let mut claims: HashMap<String, ClaimInfo> = HashMap::new();
         for id in message.detail.instance_ids() {
             if !claims.contains_key(id)
@@ -160,7 +163,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     reason,
                     message: why,
                 } => {
-                    if let Err(e) = self.interrupt_claim(&name, reason, why).await {
+                    if let Err(e) = self
+                        .interrupt_claim(&name, reason, message.metric_kind(), why)
+                        .await
+                    {
                         failed.push(e);
                         continue;
                     }
@@ -188,6 +194,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         &mut self,
         name: &str,
         reason: &str,
+        metric_reason: &str,
         why: String,
     ) -> Result<(), String> {
         let Some(claim) = self.cluster.get::<NodeClaim>(&ObjectKey::cluster(name)) else {
@@ -224,7 +231,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             replacement_types: Vec::new(),
             savings_per_hour: 0.0,
         });
-        self.finish(&marked).await;
+        self.finish_as(&marked, metric_reason).await;
         match self.cluster.get::<NodeClaim>(&ObjectKey::cluster(name)) {
             Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 Err(format!("NodeClaim {name} could not be deleted"))

@@ -89,12 +89,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .unwrap_or(now);
                     let waited = elapsed(launched, now);
                     if waited >= self.settings.registration_ttl {
-                        self.delete_claim(
-                            &claim,
-                            "RegistrationTimeout",
-                            format!("no node registered within {}s of launch", waited.as_secs()),
-                        )
-                        .await;
+                        let deleted = self
+                            .delete_claim(
+                                &claim,
+                                "RegistrationTimeout",
+                                format!(
+                                    "no node registered within {}s of launch",
+                                    waited.as_secs()
+                                ),
+                            )
+                            .await;
+                        if deleted {
+                            self.metrics.disrupted(&claim, "registration_timeout");
+                        }
                     } else {
                         next = next.min(self.settings.registration_ttl - waited);
                     }
@@ -159,15 +166,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
             Err(CloudError::InsufficientCapacity { offerings }) => {
                 let tried = self.mark_unavailable(offerings);
-                self.delete_claim(
-                    claim,
-                    "InsufficientCapacity",
-                    format!(
-                        "no capacity for {}; retrying with other offerings",
-                        tried.join(", ")
-                    ),
-                )
-                .await;
+                let deleted = self
+                    .delete_claim(
+                        claim,
+                        "InsufficientCapacity",
+                        format!(
+                            "no capacity for {}; retrying with other offerings",
+                            tried.join(", ")
+                        ),
+                    )
+                    .await;
+                if deleted {
+                    self.metrics.disrupted(claim, "insufficient_capacity");
+                }
             }
             Err(e) => {
                 self.event(name_of(claim), "LaunchFailed", e.to_string());
@@ -348,13 +359,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         set_condition(conds, conditions::REGISTERED, true, "Registered", "", now);
         let recorded = self.cluster.replace_status(updated).await;
         if recorded.is_ok() {
-            let pool = claim
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(crate::api::LABEL_NODEPOOL))
-                .map_or("", String::as_str);
-            self.metrics.nodes_created.with_label_values(&[pool]).inc();
+            // The claim's label, else the node's.
+            let label = |k: &str| match crate::api::label_or_empty(&claim.metadata, k) {
+                "" => crate::api::label_or_empty(&node.metadata, k),
+                v => v,
+            };
+            self.metrics
+                .nodes_created
+                .with_label_values(&[label(crate::api::LABEL_NODEPOOL), label(LABEL_ZONE)])
+                .inc();
         }
         match recorded {
             Ok(_) => self.event(
@@ -441,13 +454,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
     }
 
-    /// Deletes a NodeClaim (termination then releases its instance and node).
-    pub(super) async fn delete_claim(&mut self, claim: &NodeClaim, reason: &str, message: String) {
+    /// Deletes a NodeClaim (termination then releases its instance and
+    /// node); whether this call deleted it.
+    pub(super) async fn delete_claim(
+        &mut self,
+        claim: &NodeClaim,
+        reason: &str,
+        message: String,
+    ) -> bool {
         let key = ObjectKey::cluster(claim.metadata.name.clone().unwrap_or_default());
         match self.cluster.delete::<NodeClaim>(&key).await {
-            Ok(_) => self.event(name_of(claim), reason, message),
-            Err(e) if e.is_not_found() => {}
-            Err(e) => self.event(name_of(claim), "DeleteFailed", e.to_string()),
+            Ok(_) => {
+                self.event(name_of(claim), reason, message);
+                true
+            }
+            Err(e) if e.is_not_found() => false,
+            Err(e) => {
+                self.event(name_of(claim), "DeleteFailed", e.to_string());
+                false
+            }
         }
     }
 }

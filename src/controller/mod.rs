@@ -18,6 +18,7 @@ mod lifecycle;
 pub mod metrics;
 mod provisioner;
 pub mod runtime;
+pub mod state_metrics;
 mod termination;
 
 pub use disruption::{
@@ -195,6 +196,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// The provisionable pods, with the pod and NodeClaim revisions they
     /// were read at.
     provisionable: Option<((u64, u64, u64), std::collections::BTreeSet<String>)>,
+    /// Pods seen pending, for the startup-duration summary, and the pod
+    /// revision last looked at.
+    pod_startup: (u64, state_metrics::PodStartup),
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -202,6 +206,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         Controller {
             cluster,
             cloud,
+            metrics: metrics::Metrics::with_clock(clock.clone()),
             clock,
             settings,
             unavailable: UnavailableOfferings::default(),
@@ -211,13 +216,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             disruption: DisruptionState::default(),
             drains: std::collections::HashMap::new(),
             gc_due: None,
-            metrics: metrics::Metrics::new(),
             interruption_metrics: crate::interruption::Metrics::new(),
             provider_index: interruption::ProviderIndex::default(),
             unschedulable: BTreeMap::new(),
             sequence: 0,
             unrecorded: None,
             provisionable: None,
+            pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
         }
     }
 
@@ -249,10 +254,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// lifecycle (launch, register, initialise, liveness) and termination.
     /// Returns when it next needs to run.
     pub async fn reconcile_nodeclaims(&mut self) -> Duration {
+        use metrics::controllers::{GARBAGE_COLLECTION, LIFECYCLE, TERMINATION};
         let now = self.clock.now();
         self.unavailable.expire(now);
-        let a = self.reconcile_lifecycle().await;
-        let b = self.reconcile_termination().await;
+        self.observe_pods();
+        let a = {
+            let _timer = self.metrics.reconcile(LIFECYCLE);
+            self.reconcile_lifecycle().await
+        };
+        let b = {
+            let _timer = self.metrics.reconcile(TERMINATION);
+            self.reconcile_termination().await
+        };
         // Orphaned instances are looked for only when due: a list of every
         // instance is not a per-pass cost.
         let c = match self.gc_due {
@@ -260,12 +273,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Duration::try_from(due.duration_since(now)).unwrap_or_default()
             }
             _ => {
+                let _timer = self.metrics.reconcile(GARBAGE_COLLECTION);
                 let wait = self.reconcile_garbage().await;
                 self.gc_due = Some(now.checked_add(wait).unwrap_or(now));
                 wait
             }
         };
         a.min(b).min(c).min(self.settings.resync)
+    }
+
+    /// Pods that started since the last look, into the startup-duration
+    /// summary; the pods are read again only when one changed.
+    fn observe_pods(&mut self) {
+        let revision = self.cluster.revision::<crate::api::SlimPod>();
+        if self.pod_startup.0 == revision {
+            return;
+        }
+        let pods = self.cluster.list::<crate::api::SlimPod>();
+        self.pod_startup.1.observe(&pods, &self.metrics);
+        self.pod_startup.0 = revision;
     }
 }
 

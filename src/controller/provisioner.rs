@@ -187,6 +187,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Batches pending pods and provisions for a closed batch. Returns when
     /// it next needs to run.
     pub async fn reconcile_provisioning(&mut self) -> Duration {
+        let _timer = self
+            .metrics
+            .reconcile(super::metrics::controllers::PROVISIONER);
         let now = self.clock.now();
         let pending = self.provisionable_pods();
         if pending.is_empty() {
@@ -705,9 +708,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let name = object.metadata.name.clone().unwrap_or_default();
             match self.cluster.create(object).await {
                 Ok(_) => {
+                    // dovetail never relaxes minValues.
                     self.metrics
                         .nodeclaims_created
-                        .with_label_values(&["provisioning", claim.nodepool.as_str()])
+                        .with_label_values(&["provisioned", claim.nodepool.as_str(), "false"])
                         .inc();
                     out.created.insert(name.clone());
                     for pod in &claim.pods {

@@ -13,28 +13,27 @@
 //!   ([`EventRecorder`]) on the NodePools, NodeClaims, Nodes and Pods they
 //!   concern, written through the [`Cluster`] trait.
 //! - [`gather_metrics`] renders `/metrics`: the controller's, the
-//!   interruption poller's and the sync engine's registries, and `karpenter_pods_state` computed from the
-//!   cache at scrape time (no per-pod series is kept between scrapes).
+//!   interruption poller's and the sync engine's registries, and the
+//!   families computed from the cache at scrape time
+//!   ([`super::state_metrics`]: no per-pod or per-node series is kept
+//!   between scrapes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use prometheus::core::Collector;
-use prometheus::{IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::Registry;
+use prometheus::proto::MetricFamily;
 use tokio::sync::watch;
 
 use super::http::Health;
 use super::interruption::Handler;
 use super::metrics::Metrics;
 use super::{Controller, Event, Settings};
-use crate::api::{
-    EC2NodeClass, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim,
-    NodePool, SlimPod,
-};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::clock::{Clock, Timestamp};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, Object, ObjectKey};
@@ -279,84 +278,21 @@ pub fn kube_event<C: Cluster>(
     })
 }
 
-/// `karpenter_pods_state`: one series per pod, valued 1, labelled with
-/// where it runs, built from the cache at scrape time.
-pub fn pods_state<C: Cluster>(cluster: &C) -> IntGaugeVec {
-    let gauge = IntGaugeVec::new(
-        Opts::new(
-            "karpenter_pods_state",
-            "Pod state: one series per pod, valued 1, with its phase and where it runs.",
-        ),
-        &[
-            "name",
-            "namespace",
-            "owner",
-            "node",
-            "nodepool",
-            "zone",
-            "capacity_type",
-            "instance_type",
-            "phase",
-        ],
-    )
-    .expect("valid gauge options");
-    let nodes: BTreeMap<String, Arc<Node>> = cluster
-        .list::<Node>()
-        .into_iter()
-        .filter_map(|n| Some((n.metadata.name.clone()?, n)))
-        .collect();
-    for pod in cluster.list::<SlimPod>() {
-        let node_name = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
-        let labels = nodes
-            .get(&node_name)
-            .and_then(|n| n.metadata.labels.clone())
-            .unwrap_or_default();
-        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
-        let owner = pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .next()
-            .map(|o| format!("{}/{}", o.kind, o.name))
-            .unwrap_or_default();
-        let phase = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-        gauge
-            .with_label_values(&[
-                pod.metadata.name.as_deref().unwrap_or_default(),
-                pod.metadata.namespace.as_deref().unwrap_or_default(),
-                owner.as_str(),
-                node_name.as_str(),
-                label(LABEL_NODEPOOL).as_str(),
-                label(LABEL_ZONE).as_str(),
-                label(LABEL_CAPACITY_TYPE).as_str(),
-                label(LABEL_INSTANCE_TYPE).as_str(),
-                phase.as_str(),
-            ])
-            .set(1);
-    }
-    gauge
-}
-
-/// The `/metrics` text: every registry, and the pods' state from the cache.
-pub fn gather_metrics<C: Cluster>(cluster: &C, registries: &[&Registry]) -> String {
+/// Every family `/metrics` serves: the registries', and those computed
+/// from the cache now ([`super::state_metrics`]), in order.
+pub fn gather<C: Cluster>(cluster: &C, registries: &[&Registry]) -> Vec<MetricFamily> {
     let mut families = Vec::new();
     for r in registries {
         families.extend(r.gather());
     }
-    families.extend(pods_state(cluster).collect());
-    families.sort_by(|a, b| a.name().cmp(b.name()));
-    TextEncoder::new()
-        .encode_to_string(&families)
-        .unwrap_or_else(|e| format!("# metrics could not be encoded: {e}\n"))
+    families.extend(super::state_metrics::families(cluster));
+    crate::metrics::exposition::sort(&mut families);
+    families
+}
+
+/// The `/metrics` text: [`gather`] in the Prometheus text format.
+pub fn gather_metrics<C: Cluster>(cluster: &C, registries: &[&Registry]) -> String {
+    crate::metrics::exposition::text(&gather(cluster, registries))
 }
 
 /// Everything one replica runs.
@@ -742,9 +678,11 @@ mod tests {
         rt.pass(&mut controller).await;
         let text = gather_metrics(cluster.as_ref(), &[rt.metrics.registry()]);
         for name in [
-            "karpenter_nodeclaims_created_total{nodepool=\"general\",reason=\"provisioning\"} 1",
+            "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"general\",reason=\"provisioned\"} 1",
             "karpenter_scheduler_scheduling_duration_seconds_count 1",
-            "karpenter_pods_state{capacity_type=\"\",instance_type=\"\",name=\"a\",namespace=\"default\",node=\"\",nodepool=\"\",owner=\"\",phase=\"Pending\",zone=\"\"} 1",
+            "karpenter_pods_state{arch=\"\",capacity_type=\"\",instance_type=\"\",managed=\"false\",name=\"a\",namespace=\"default\",node=\"\",nodepool=\"\",owner=\"\",phase=\"Pending\",ready=\"false\",scheduled=\"false\",zone=\"\"} 1",
+            "controller_runtime_reconcile_total{controller=\"provisioner\",result=\"requeue_after\"} 2",
+            "karpenter_nodepools_limit{nodepool=\"general\",resource_type=\"cpu\"}",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }
@@ -834,16 +772,18 @@ mod tests {
         let status = claim.status.clone().unwrap();
         let mut labels = claim.metadata.labels.clone().unwrap_or_default();
         labels.insert("kubernetes.io/hostname".into(), "n1".into());
-        let allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> =
-            [("cpu", "8"), ("memory", "32Gi"), ("pods", "110")]
-                .into_iter()
-                .map(|(k, v)| {
-                    (
-                        k.to_string(),
-                        k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into()),
-                    )
-                })
-                .collect();
+        let allocatable: std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        > = [("cpu", "8"), ("memory", "32Gi"), ("pods", "110")]
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into()),
+                )
+            })
+            .collect();
         Node {
             metadata: ObjectMeta {
                 name: Some("n1".into()),

@@ -34,7 +34,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 
 use super::Controller;
-use crate::api::{FINALIZER_TERMINATION, NodeClaim, SlimPod};
+use crate::api::{
+    FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim, SlimPod,
+    label_or_empty,
+};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::cluster::{Cluster, ObjectKey};
@@ -137,6 +140,22 @@ fn evictable(pod: &SlimPod, now: Timestamp) -> bool {
     pod.metadata.deletion_timestamp.is_none() && !crate::disruption::pods::is_protected(pod, now)
 }
 
+/// The `reason` of `karpenter_pods_drained_total`, as the reference's
+/// terminator has it: the NodeClaim's `DisruptionReason` condition's
+/// reason, else `Forceful Termination`.
+fn drain_reason(claim: &NodeClaim) -> &str {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == super::CONDITION_DISRUPTION_REASON && c.is_true())
+        })
+        .and_then(|c| c.reason.as_deref())
+        .unwrap_or("Forceful Termination")
+}
+
 /// A drain's retry state, in memory: losing it after a restart only means
 /// an eviction is retried sooner.
 #[derive(Debug, Clone, Copy)]
@@ -168,7 +187,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     next = Duration::ZERO;
                 }
                 Some(_) => {}
-                None if has_finalizer(&node.metadata) => self.release_node(node).await,
+                None if has_finalizer(&node.metadata) => {
+                    let since = node.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+                    if self.release_node(node).await {
+                        self.node_terminated(node, since);
+                    }
+                }
                 None => {}
             }
         }
@@ -215,7 +239,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     continue;
                 }
                 if self.drains.remove(&claim_name(claim)).is_some() {
-                    self.metrics.nodes_drained.inc();
+                    self.metrics
+                        .nodes_drained
+                        .with_label_values(&[claim.nodepool_name().unwrap_or_default()])
+                        .inc();
                 }
             }
             if !self.terminate_instance(claim).await {
@@ -223,7 +250,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             }
             if let Some(node) = node {
-                self.release_node(node).await;
+                // The node's termination began with its NodeClaim's
+                // deletion (which deletes it), or its own if earlier.
+                let since = [&claim.metadata, &node.metadata]
+                    .iter()
+                    .filter_map(|m| m.deletion_timestamp.as_ref().map(|t| t.0))
+                    .min();
+                if self.release_node(node).await {
+                    self.node_terminated(node, since);
+                }
                 let key = ObjectKey::of(node.as_ref());
                 let _ = self.cluster.delete::<Node>(&key).await;
             }
@@ -239,6 +274,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     async fn drain(&mut self, claim: &NodeClaim, pods: &[&Arc<SlimPod>]) -> Duration {
         let now = self.clock.now();
         let name = claim_name(claim);
+        let drained = self
+            .metrics
+            .pods_drained
+            .with_label_values(&[drain_reason(claim)]);
         let object = format!("NodeClaim/{name}");
         let mut next_delete: Option<Timestamp> = None;
         let mut deleted: Vec<&Arc<SlimPod>> = Vec::new();
@@ -257,7 +296,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 let key = ObjectKey::of(pod.as_ref());
                 match self.cluster.delete::<SlimPod>(&key).await {
                     Ok(_) => {
-                        self.metrics.pods_drained.inc();
+                        drained.inc();
                         let left = Duration::try_from(deadline.duration_since(now))
                             .unwrap_or_default()
                             .as_secs();
@@ -305,7 +344,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
             match self.cluster.evict(ns, pod_name).await {
                 Ok(()) => {
-                    self.metrics.pods_drained.inc();
+                    drained.inc();
                     self.event(
                         format!("Pod/{ns}/{pod_name}"),
                         "Evicted",
@@ -384,16 +423,40 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
     }
 
-    /// Removes the termination finalizer from a node.
-    async fn release_node(&mut self, node: &Node) {
+    /// Removes the termination finalizer from a node; whether this call
+    /// removed it.
+    async fn release_node(&mut self, node: &Node) -> bool {
         if !has_finalizer(&node.metadata) {
-            return;
+            return false;
         }
         let mut n = node.clone();
         if let Some(f) = n.metadata.finalizers.as_mut() {
             f.retain(|x| x != FINALIZER_TERMINATION);
         }
-        let _ = self.cluster.replace(n).await;
+        self.cluster.replace(n).await.is_ok()
+    }
+
+    /// A node released: `karpenter_nodes_terminated_total`, and the time
+    /// since its termination began (`since`) in
+    /// `karpenter_nodes_termination_duration_seconds`.
+    fn node_terminated(&self, node: &Node, since: Option<Timestamp>) {
+        let label = |k: &str| label_or_empty(&node.metadata, k);
+        let pool = label(LABEL_NODEPOOL);
+        self.metrics
+            .nodes_terminated
+            .with_label_values(&[pool, label(LABEL_ZONE)])
+            .inc();
+        if let Some(since) = since {
+            let secs = self
+                .clock
+                .now()
+                .duration_since(since)
+                .as_secs_f64()
+                .max(0.0);
+            self.metrics
+                .node_termination_duration
+                .observe(&[pool], secs);
+        }
     }
 
     async fn remove_claim_finalizer(&mut self, claim: &NodeClaim) {
@@ -406,7 +469,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             claim.metadata.name.as_deref().unwrap_or_default()
         );
         match self.cluster.replace(c).await {
-            Ok(_) => self.event(name, "Terminated", "node and instance released".into()),
+            Ok(_) => {
+                let label = |k: &str| label_or_empty(&claim.metadata, k);
+                self.metrics
+                    .nodeclaims_terminated
+                    .with_label_values(&[
+                        label(LABEL_NODEPOOL),
+                        label(LABEL_CAPACITY_TYPE),
+                        label(LABEL_ZONE),
+                    ])
+                    .inc();
+                self.event(name, "Terminated", "node and instance released".into())
+            }
             Err(e) => self.event(name, "TerminationFailed", e.to_string()),
         }
     }

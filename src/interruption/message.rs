@@ -203,7 +203,39 @@ impl Message {
     pub fn kind(&self) -> Kind {
         self.detail.kind()
     }
+
+    /// The kind as the reference's metrics name it (its `messages.Kind`):
+    /// the `message_type` of `karpenter_interruption_received_messages_total`
+    /// and the `reason` of `karpenter_nodeclaims_disrupted_total` for the
+    /// NodeClaims it deletes.
+    pub fn metric_kind(&self) -> &'static str {
+        match &self.detail {
+            Detail::SpotInterruption { .. } => "spot_interrupted",
+            Detail::Rebalance { .. } => "rebalance_recommendation",
+            Detail::ScheduledChange { .. } => "scheduled_change",
+            Detail::StateChange {
+                state: InstanceState::Stopping | InstanceState::Stopped,
+                ..
+            } => "instance_stopped",
+            Detail::StateChange { .. } => "instance_terminated",
+        }
+    }
 }
+
+/// Every `message_type` of `karpenter_interruption_received_messages_total`:
+/// the reference's kinds of the messages dovetail acts on, and `no_op` for
+/// those it ignores.
+pub const METRIC_KINDS: [&str; 6] = [
+    "spot_interrupted",
+    "rebalance_recommendation",
+    "scheduled_change",
+    "instance_stopped",
+    "instance_terminated",
+    NO_OP,
+];
+
+/// The reference's kind of a message it does not act on.
+pub const NO_OP: &str = "no_op";
 
 /// Why a well-formed event is of no concern to dovetail. A bounded set: it
 /// is the `message_type` label of the ignored messages.
@@ -254,11 +286,12 @@ pub enum Parsed {
 }
 
 impl Parsed {
-    /// The bounded `message_type` label.
+    /// The bounded `message_type` label, as the reference spells it
+    /// ([`Message::metric_kind`], or `no_op`).
     pub fn label(&self) -> &'static str {
         match self {
-            Parsed::Message(m) => m.kind().as_str(),
-            Parsed::Ignored(i) => i.kind.as_str(),
+            Parsed::Message(m) => m.metric_kind(),
+            Parsed::Ignored(_) => NO_OP,
         }
     }
 }

@@ -9,12 +9,9 @@ use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
-use super::message::{IgnoredKind, Kind};
+use super::message::METRIC_KINDS;
 use crate::clock::Timestamp;
 use crate::metrics::register;
-
-/// The `message_type` of a body that could not be decoded.
-pub const UNDECODABLE: &str = "undecodable";
 
 /// Time in the queue: EventBridge delivers in well under a second; a
 /// backlog (the controller was down) lasts minutes.
@@ -67,7 +64,7 @@ impl Metrics {
             IntCounterVec::new(
                 Opts::new(
                     "karpenter_interruption_received_messages_total",
-                    "Messages received from the interruption queue, by message_type: spot-interruption, rebalance, scheduled-change, state-change, the ignored-* kinds, or undecodable.",
+                    "Count of messages received from the SQS queue. Broken down by message type: spot_interrupted, rebalance_recommendation, scheduled_change, instance_stopped, instance_terminated, or no_op (ignored); undecodable messages are dovetail_interruption_undecodable_messages_total.",
                 ),
                 &["message_type"],
             ),
@@ -131,12 +128,7 @@ impl Metrics {
         );
         // Every bounded label value starts at zero, so dashboards see the
         // series before the first message of a kind.
-        let labels = Kind::ALL
-            .iter()
-            .map(|k| k.as_str())
-            .chain(IgnoredKind::ALL.iter().map(|k| k.as_str()))
-            .chain([UNDECODABLE]);
-        for label in labels {
+        for label in METRIC_KINDS {
             received.with_label_values(&[label]);
         }
         Metrics {
@@ -174,8 +166,9 @@ impl Metrics {
         self.received.with_label_values(&[message_type]).inc();
     }
 
+    /// A message that could not be decoded: as in the reference, it is not
+    /// counted as received.
     pub(super) fn count_undecodable(&self, reason: &'static str) {
-        self.received.with_label_values(&[UNDECODABLE]).inc();
         self.undecodable.with_label_values(&[reason]).inc();
     }
 

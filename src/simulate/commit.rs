@@ -50,6 +50,11 @@ fn git_err(what: &str) -> impl FnOnce(git2::Error) -> String + '_ {
 }
 
 impl ConfigRepo {
+    /// The sync engine's metrics registry (`dovetail_config_*`).
+    pub fn metrics_registry(&self) -> &prometheus::Registry {
+        self.engine.metrics().registry()
+    }
+
     /// Copies `config` into a new repository and commits it at `start`.
     pub fn new(
         config: &Path,

@@ -161,6 +161,28 @@ pub struct Simulation {
     /// Wall-clock time from the receipt of each interruption message to
     /// its handling done (its NodeClaims marked for deletion).
     interruption_handling: Vec<std::time::Duration>,
+    /// The metrics to keep for the report ([`Simulation::with_metrics`]).
+    metrics: Option<MetricsPlan>,
+}
+
+/// Which metrics a run keeps: the last gather, and with `every` a snapshot
+/// at the start and every `every` of simulated time.
+#[derive(Debug)]
+struct MetricsPlan {
+    /// Added to every sample, as a scrape adds its target's labels.
+    labels: Vec<(String, String)>,
+    every: Option<Duration>,
+    next: Option<Timestamp>,
+    series: crate::metrics::exposition::Series,
+    last: Option<Timestamp>,
+}
+
+/// The metrics of a run: the families at its end, and the snapshots over
+/// it when asked for.
+#[derive(Debug, Clone)]
+pub struct RunMetrics {
+    pub families: Vec<prometheus::proto::MetricFamily>,
+    pub series: Option<crate::metrics::exposition::Series>,
 }
 
 /// The initial state's nodes run on instances the simulated EC2 did not
@@ -354,7 +376,64 @@ impl Simulation {
             bound: None,
             workload_pods: None,
             interruption_handling: Vec::new(),
+            metrics: None,
         })
+    }
+
+    /// Keeps the controller's metrics, as `dovetail controller` serves them
+    /// on `/metrics` (its registries and the families computed from the
+    /// cluster), for [`Report::metrics`]: the gather at the end of the run,
+    /// and with `every`, one at the start and then every `every` of
+    /// simulated time, each as the cluster stood at that time. `labels` are
+    /// added to every sample where it lacks them (a scrape's target labels,
+    /// such as `job`).
+    pub fn with_metrics(mut self, every: Option<Duration>, labels: Vec<(String, String)>) -> Self {
+        self.metrics = Some(MetricsPlan {
+            labels,
+            every: every.filter(|d| !d.is_zero()),
+            next: every.map(|_| self.scenario.start),
+            series: crate::metrics::exposition::Series::new(),
+            last: None,
+        });
+        self
+    }
+
+    /// Every family the controller serves on `/metrics` now.
+    fn gather_metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut registries = vec![
+            self.controller.metrics.registry(),
+            self.controller.interruption_metrics.registry(),
+        ];
+        if let Some(repo) = &self.config_repo {
+            registries.push(repo.metrics_registry());
+        }
+        let mut families = crate::controller::runtime::gather(self.cluster.as_ref(), &registries);
+        if let Some(plan) = &self.metrics {
+            crate::metrics::exposition::add_labels(&mut families, &plan.labels);
+        }
+        families
+    }
+
+    /// Takes the snapshots due before `before` (the cluster does not change
+    /// until then: the next pass is at `before`), each at its own time.
+    fn snapshots_before(&mut self, before: Timestamp) {
+        loop {
+            let Some(plan) = &self.metrics else { return };
+            let (Some(every), Some(due)) = (plan.every, plan.next) else {
+                return;
+            };
+            if due >= before {
+                return;
+            }
+            // Summaries age on the clock: read them at the snapshot's time.
+            let _ = self.clock.set(due);
+            let families = self.gather_metrics();
+            if let Some(plan) = &mut self.metrics {
+                plan.series.add(&families, due);
+                plan.last = Some(due);
+                plan.next = due.checked_add(every).ok();
+            }
+        }
     }
 
     /// The in-memory API server the controller runs against, which keeps
@@ -814,6 +893,7 @@ impl Simulation {
                 next = next.min(at(start, s.at));
             }
             next = next.min(end).max(at(now, SETTLE_STEP).min(end));
+            self.snapshots_before(next);
             if self.clock.set(next).is_err() {
                 break;
             }
@@ -823,8 +903,28 @@ impl Simulation {
             changed_ticks = self.changed_ticks,
             "simulation loop finished"
         );
-        let lower_bound = self.lower_bound();
         let end_at = self.clock.now();
+        let run_metrics = self.metrics.is_some().then(|| {
+            // The last snapshots, up to and at the end.
+            self.snapshots_before(at(end_at, Duration::from_millis(1)));
+            let _ = self.clock.set(end_at);
+            let families = self.gather_metrics();
+            let mut plan = self.metrics.take().unwrap_or_else(|| MetricsPlan {
+                labels: Vec::new(),
+                every: None,
+                next: None,
+                series: crate::metrics::exposition::Series::new(),
+                last: None,
+            });
+            if plan.every.is_some() && plan.last != Some(end_at) {
+                plan.series.add(&families, end_at);
+            }
+            RunMetrics {
+                families,
+                series: plan.every.map(|_| plan.series),
+            }
+        });
+        let lower_bound = self.lower_bound();
         self.recorder.fleet_point(end_at, lower_bound);
         let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
         let calls = self.cloud.calls().len();
@@ -840,6 +940,7 @@ impl Simulation {
         );
         report.interruption_handling = std::mem::take(&mut self.interruption_handling);
         report.interruption_metrics = Some(self.controller.interruption_metrics.clone());
+        report.metrics = run_metrics;
         Ok(report)
     }
 }

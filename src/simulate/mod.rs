@@ -3,6 +3,7 @@
 
 pub mod commit;
 pub mod driver;
+pub mod html;
 pub mod kubelet;
 pub mod kubescheduler;
 pub mod report;

@@ -360,6 +360,132 @@ pub struct FleetPoint {
     pub lower_bound_price_per_hour: Option<f64>,
 }
 
+/// At most this many intervals in [`Series`], whatever the run's length.
+pub const SERIES_POINTS: usize = 720;
+/// The intervals [`Series`] may use, in seconds: the shortest that keeps
+/// a run within [`SERIES_POINTS`].
+const SERIES_STEPS: [u64; 17] = [
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+];
+
+/// The fleet and the pending pods over the run, on one time axis, as the
+/// HTML report draws them. Each value is the largest the quantity reached
+/// in the interval ending at its time (so a node that lived a minute, or a
+/// burst of pending pods, still shows); the first point is the value at
+/// the start.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Series {
+    /// Seconds between points (the last interval ends at the run's end and
+    /// may be shorter).
+    pub step_seconds: f64,
+    /// Seconds since the start of each point.
+    pub t: Vec<f64>,
+    /// Nodes running (from their instance's launch to its termination), per
+    /// NodePool.
+    pub nodes: BTreeMap<String, Vec<usize>>,
+    /// The fleet's hourly price (USD).
+    pub price_per_hour: Vec<f64>,
+    /// The lower bound of the workload's price then: `fleet[]`'s last
+    /// sample at or before the point (sampled every 15 minutes), null
+    /// before the first or when none could be computed.
+    pub lower_bound_price_per_hour: Vec<Option<f64>>,
+    /// Pods pending: created and neither bound, finished nor deleted
+    /// (DaemonSet pods left out, as in the pending percentiles).
+    pub pending_pods: Vec<usize>,
+}
+
+/// A step function given by its changes `(t, delta)`, as the largest value
+/// in each interval `(t[i-1], t[i]]` of `grid` (the first point: the value
+/// at `grid[0]`). Changes at one time apply together.
+fn peak_per_interval(mut changes: Vec<(f64, f64)>, grid: &[f64]) -> Vec<f64> {
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out = Vec::with_capacity(grid.len());
+    let mut value = 0.0;
+    let mut i = 0;
+    for (k, &t) in grid.iter().enumerate() {
+        let mut peak = if k == 0 { f64::NEG_INFINITY } else { value };
+        while i < changes.len() && changes[i].0 <= t {
+            let at = changes[i].0;
+            while i < changes.len() && changes[i].0 == at {
+                value += changes[i].1;
+                i += 1;
+            }
+            if k > 0 {
+                peak = peak.max(value);
+            }
+        }
+        out.push(if k == 0 { value } else { peak });
+    }
+    out
+}
+
+impl Series {
+    /// The series of a run of `duration` seconds. `nodes` are (pool,
+    /// from, to, price) and `pending` (from, to), in seconds since the
+    /// start, `to` None while it lasts; `fleet` the fleet samples.
+    fn build(
+        duration: f64,
+        nodes: &[(&str, f64, Option<f64>, f64)],
+        pending: &[(f64, Option<f64>)],
+        fleet: &[FleetPoint],
+    ) -> Series {
+        let step = SERIES_STEPS
+            .iter()
+            .copied()
+            .find(|s| duration / (*s as f64) <= SERIES_POINTS as f64)
+            .unwrap_or(86_400) as f64;
+        let mut t: Vec<f64> = (0..)
+            .map(|i| f64::from(i) * step)
+            .take_while(|x| *x < duration)
+            .collect();
+        t.push(duration);
+        let span = |from: f64, to: Option<f64>, amount: f64| {
+            let mut c = vec![(from.max(0.0), amount)];
+            if let Some(to) = to {
+                c.push((to.max(0.0), -amount));
+            }
+            c
+        };
+        let mut by_pool: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut price = Vec::new();
+        for (pool, from, to, p) in nodes {
+            by_pool
+                .entry(pool.to_string())
+                .or_default()
+                .extend(span(*from, *to, 1.0));
+            price.extend(span(*from, *to, *p));
+        }
+        let pending: Vec<(f64, f64)> = pending
+            .iter()
+            .flat_map(|(from, to)| span(*from, *to, 1.0))
+            .collect();
+        let count = |v: Vec<f64>| v.into_iter().map(|x| x.round().max(0.0) as usize).collect();
+        let mut bound = Vec::with_capacity(t.len());
+        let mut f = fleet.iter().peekable();
+        let mut last = None;
+        for x in &t {
+            while let Some(p) = f.next_if(|p| p.t <= *x) {
+                last = Some(p.lower_bound_price_per_hour);
+            }
+            bound.push(last.flatten());
+        }
+        Series {
+            step_seconds: step,
+            nodes: by_pool
+                .into_iter()
+                .map(|(pool, c)| (pool, count(peak_per_interval(c, &t))))
+                .collect(),
+            price_per_hour: peak_per_interval(price, &t)
+                .into_iter()
+                .map(|x| round6(x.max(0.0)))
+                .collect(),
+            lower_bound_price_per_hour: bound,
+            pending_pods: count(peak_per_interval(pending, &t)),
+            t,
+        }
+    }
+}
+
 /// The JSON report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -373,6 +499,9 @@ pub struct Report {
     pub disruptions: Vec<DecisionRecord>,
     /// The fleet's price against the workload's lower bound over time.
     pub fleet: Vec<FleetPoint>,
+    /// Nodes per NodePool, price, lower bound and pending pods on one
+    /// time axis (what the HTML report draws).
+    pub series: Series,
     pub unschedulable: Vec<Unschedulable>,
     pub summary: Summary,
     /// Wall-clock time from the receipt of each interruption message to
@@ -384,6 +513,10 @@ pub struct Report {
     /// The controller's interruption metrics at the end of the run.
     #[serde(skip)]
     pub interruption_metrics: Option<crate::interruption::Metrics>,
+    /// The controller's metrics, when the run kept them
+    /// ([`super::driver::Simulation::with_metrics`]).
+    #[serde(skip)]
+    pub metrics: Option<super::driver::RunMetrics>,
 }
 
 /// Collects what happens during a run.
@@ -803,8 +936,29 @@ impl Recorder {
                 p
             })
             .collect();
+        let duration = secs(self.start, end);
+        let rel = |t: Option<Timestamp>| t.map(|t| t.duration_since(self.start).as_secs_f64());
+        let node_spans: Vec<(&str, f64, Option<f64>, f64)> = self
+            .nodes
+            .values()
+            .map(|n| {
+                (
+                    n.nodepool.as_str(),
+                    rel(n.launched).unwrap_or(0.0),
+                    rel(n.deleted),
+                    n.price_per_hour,
+                )
+            })
+            .collect();
+        let pending_spans: Vec<(f64, Option<f64>)> = self
+            .pods
+            .values()
+            .filter(|p| !p.daemon)
+            .filter_map(|p| Some((rel(p.created)?, rel(p.bound.or(p.deleted)))))
+            .collect();
+        let series = Series::build(duration, &node_spans, &pending_spans, &self.fleet);
         let summary = Summary {
-            duration_seconds: secs(self.start, end),
+            duration_seconds: duration,
             cost_usd: round(cost),
             nodes_launched: self.nodes.len(),
             nodes_terminated: terminated,
@@ -830,6 +984,7 @@ impl Recorder {
             events: self.events,
             disruptions: self.decisions,
             fleet: self.fleet,
+            series,
             unschedulable: unschedulable
                 .into_iter()
                 .map(|(pod, reason)| Unschedulable { pod, reason })
@@ -837,12 +992,53 @@ impl Recorder {
             summary,
             interruption_handling: Vec::new(),
             interruption_metrics: None,
+            metrics: None,
         }
     }
 }
 
+/// The pods still pending at the end, in `unschedulable[]`'s order, grouped
+/// by workload (pods of none alone) and reason: `(workload, reason, pods)`.
+pub type PendingGroup<'a> = (Option<&'a str>, &'a str, Vec<&'a str>);
+
+impl Report {
+    /// Each pod's workload (`Deployment/namespace/name`), by
+    /// `namespace/name`.
+    pub fn workloads(&self) -> std::collections::HashMap<String, &str> {
+        self.pods
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    format!("{}/{}", p.namespace, p.name),
+                    p.workload.as_deref()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// [`PendingGroup`]s of `unschedulable[]`, with `workloads` from
+    /// [`Report::workloads`].
+    pub fn pending_groups<'a>(
+        &'a self,
+        workloads: &std::collections::HashMap<String, &'a str>,
+    ) -> Vec<PendingGroup<'a>> {
+        let mut groups: Vec<PendingGroup<'a>> = Vec::new();
+        let mut index: std::collections::HashMap<(Option<&str>, &str), usize> =
+            std::collections::HashMap::new();
+        for u in &self.unschedulable {
+            let w = workloads.get(&u.pod).copied();
+            let i = *index.entry((w, u.reason.as_str())).or_insert_with(|| {
+                groups.push((w, u.reason.as_str(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[i].2.push(u.pod.as_str());
+        }
+        groups
+    }
+}
+
 /// `+1h02m03s`: an offset from the start for the timeline.
-fn offset(t: f64) -> String {
+pub(crate) fn offset(t: f64) -> String {
     let s = t.round() as u64;
     format!("+{}h{:02}m{:02}s", s / 3600, (s % 3600) / 60, s % 60)
 }
@@ -865,16 +1061,7 @@ impl Report {
                 text.to_string()
             }
         };
-        let workloads: std::collections::HashMap<String, &str> = self
-            .pods
-            .iter()
-            .filter_map(|p| {
-                Some((
-                    format!("{}/{}", p.namespace, p.name),
-                    p.workload.as_deref()?,
-                ))
-            })
-            .collect();
+        let workloads = self.workloads();
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -910,18 +1097,7 @@ impl Report {
         if !self.unschedulable.is_empty() {
             let _ = writeln!(out, "\n{}", paint("1;31", "Pods still pending at the end:"));
             // Pods of one workload pending for one reason are one line.
-            let mut groups: Vec<(Option<&str>, &str, Vec<&str>)> = Vec::new();
-            let mut index: std::collections::HashMap<(Option<&str>, &str), usize> =
-                std::collections::HashMap::new();
-            for u in &self.unschedulable {
-                let w = workloads.get(&u.pod).copied();
-                let i = *index.entry((w, u.reason.as_str())).or_insert_with(|| {
-                    groups.push((w, u.reason.as_str(), Vec::new()));
-                    groups.len() - 1
-                });
-                groups[i].2.push(u.pod.as_str());
-            }
-            for (workload, reason, pods) in groups {
+            for (workload, reason, pods) in self.pending_groups(&workloads) {
                 match (workload, pods.as_slice()) {
                     (Some(w), [_, _, ..]) => {
                         let _ = writeln!(out, "  {} pods of {w}: {reason}", thousands(pods.len()));
@@ -1147,6 +1323,118 @@ mod tests {
             (50.0, 60.0, 60.0)
         );
         assert_eq!(s.pods_created, 8);
+    }
+
+    #[test]
+    fn series_keep_the_peak_of_each_interval_on_one_time_axis() {
+        // 100 s at 1 s steps; a node of pool a from 0 to 50 s at $1/h, one
+        // of pool b for two seconds inside an interval, a pod pending from
+        // 10.5 s to 12 s.
+        let nodes = [("a", 0.0, Some(50.0), 1.0), ("b", 20.2, Some(20.4), 2.0)];
+        let pending = [(10.5, Some(12.0)), (99.5, None)];
+        let fleet = [
+            FleetPoint {
+                t: 0.0,
+                nodes: 1,
+                price_per_hour: 1.0,
+                lower_bound_price_per_hour: Some(0.5),
+            },
+            FleetPoint {
+                t: 60.0,
+                nodes: 0,
+                price_per_hour: 0.0,
+                lower_bound_price_per_hour: None,
+            },
+        ];
+        let s = Series::build(100.0, &nodes, &pending, &fleet);
+        assert_eq!(s.step_seconds, 1.0);
+        assert_eq!(s.t.len(), 101);
+        assert_eq!((s.t[0], s.t[100]), (0.0, 100.0));
+        assert_eq!(s.nodes["a"][0], 1);
+        assert_eq!(s.nodes["a"][50], 1, "the interval (49, 50] had it");
+        assert_eq!(s.nodes["a"][51], 0);
+        assert_eq!(s.nodes["b"][21], 1, "a node of 0.2 s shows in its interval");
+        assert_eq!(s.nodes["b"][22], 0);
+        assert_eq!(s.price_per_hour[21], 3.0);
+        assert_eq!(s.pending_pods[10], 0);
+        assert_eq!(s.pending_pods[11], 1);
+        assert_eq!(s.pending_pods[12], 1);
+        assert_eq!(s.pending_pods[13], 0);
+        assert_eq!(s.pending_pods[100], 1, "still pending at the end");
+        assert_eq!(s.lower_bound_price_per_hour[59], Some(0.5));
+        assert_eq!(s.lower_bound_price_per_hour[60], None);
+        // A day: two-minute steps, never more than SERIES_POINTS intervals.
+        let day = Series::build(86_400.0, &nodes, &pending, &fleet);
+        assert_eq!(day.step_seconds, 120.0);
+        assert_eq!(day.t.len(), SERIES_POINTS + 1);
+        // Changes at one time apply together: a replacement at the moment
+        // its predecessor goes is no peak of two.
+        let swap = [("a", 0.0, Some(30.0), 1.0), ("a", 30.0, None, 1.0)];
+        let s = Series::build(60.0, &swap, &[], &[]);
+        assert!(s.nodes["a"].iter().all(|n| *n == 1), "{:?}", s.nodes["a"]);
+    }
+
+    /// The page stays under 5 MB at any scale: 42,000 pods pending in
+    /// 2,000 workloads, each group with a long reason, and more decisions
+    /// than the page lists, each with 40 NodeClaims and replacements.
+    #[test]
+    fn the_html_of_a_huge_run_stays_under_5_mb() {
+        let t0 = Timestamp::UNIX_EPOCH;
+        let t = |s: u64| t0.checked_add(std::time::Duration::from_secs(s)).unwrap();
+        let mut r = Recorder::new(t0);
+        let mut unschedulable = BTreeMap::new();
+        for w in 0..2_000 {
+            for i in 0..21 {
+                let v = serde_json::json!({
+                    "metadata": {"name": format!("batch-job-number-{w:04}-pod-{i:02}-abcde"), "namespace": "analytics-team", "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": format!("batch-job-number-{w:04}"), "uid": "u", "controller": true}
+                    ]},
+                    "spec": {"containers": []},
+                });
+                let p: Pod = serde_json::from_value(v).unwrap();
+                r.upsert_pod(&p, t(60), false);
+                unschedulable.insert(
+                    format!("analytics-team/batch-job-number-{w:04}-pod-{i:02}-abcde"),
+                    format!("no instance type in NodePool general has nvidia.com/gpu=8 with requirement {w} {}", "x".repeat(150)),
+                );
+            }
+        }
+        let names = |prefix: &str| {
+            (0..40)
+                .map(|i| format!("{prefix}-nodeclaim-{i:05}"))
+                .collect::<Vec<_>>()
+        };
+        r.decisions(
+            (0..3_000)
+                .map(|i| Decision {
+                    t: t(i * 20),
+                    reason: "Underutilized".into(),
+                    decision: "replace".into(),
+                    consolidation_type: "multi".into(),
+                    nodeclaims: names("general"),
+                    replacements: names("replacement"),
+                    replacement_types: vec![vec!["m7i-flex.48xlarge".to_string()]; 40],
+                    savings_per_hour: 12.345678,
+                })
+                .collect(),
+        );
+        let report = r.finish(
+            t(86_400),
+            Some(100.0),
+            unschedulable,
+            0,
+            Gap::default(),
+            &BTreeMap::new(),
+        );
+        let html = super::super::html::render(&report);
+        assert!(html.len() < 5_000_000, "{} bytes", html.len());
+        assert!(html.contains("The first 2,000 decisions are shown; the 1,000 others"));
+        assert!(html.contains("1,000 more groups are in"));
+        assert!(
+            html.contains("<td class=\"num\">21</td>"),
+            "groups count their pods"
+        );
+        println!("the worst case's page: {} bytes", html.len());
     }
 
     #[test]

@@ -1,0 +1,706 @@
+//! The metrics the reference computes from its view of the cluster, read
+//! here from the cache at gather time (a scrape of `/metrics`, or a
+//! snapshot of `simulate --metrics`), so no per-pod or per-node series is
+//! kept between gathers and a deleted object's series is gone at once:
+//!
+//! - `karpenter_pods_state`: one series per pod, valued 1 (as the
+//!   reference's `metrics.pod` controller);
+//! - `karpenter_nodes_allocatable`, `karpenter_nodes_total_pod_requests`,
+//!   `karpenter_nodes_total_daemon_requests`: per node and resource (its
+//!   `metrics.node` controller), labelled with the node's well-known labels;
+//! - `karpenter_nodepools_usage` and `karpenter_nodepools_limit`: per
+//!   NodePool and resource (its `metrics.nodepool` controller).
+//!
+//! Label names, values and units are the reference's: cpu in cores, other
+//! resources in their base unit, resource names in lower case with `-` as
+//! `_` (`ephemeral_storage`). The only per-object labels are the ones the
+//! reference has: pod `name` and `node` on `karpenter_pods_state`,
+//! `node_name` on the node metrics.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+
+use crate::api::labels::ALLOWED_KARPENTER_AWS_LABELS;
+use crate::api::{
+    LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_EC2NODECLASS, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
+    LABEL_OS, LABEL_REGION, LABEL_WINDOWS_BUILD, LABEL_ZONE, NodeClaim, NodePool, SlimPod,
+    label_or_empty,
+};
+use crate::cluster::Cluster;
+use crate::model::Resources;
+use crate::model::quantity::{CPU, PODS};
+
+/// The node labels the reference's node metrics carry (Karpenter v1.14.1's
+/// `WellKnownLabels` with the AWS provider's): each becomes the metric
+/// label named by the part after its `/`, in lower case with `-` as `_`.
+pub fn well_known_node_labels() -> Vec<&'static str> {
+    let mut keys = vec![
+        LABEL_NODEPOOL,
+        LABEL_ZONE,
+        LABEL_REGION,
+        LABEL_INSTANCE_TYPE,
+        LABEL_ARCH,
+        LABEL_OS,
+        LABEL_CAPACITY_TYPE,
+        LABEL_WINDOWS_BUILD,
+        "topology.k8s.aws/zone-id",
+    ];
+    keys.extend(
+        ALLOWED_KARPENTER_AWS_LABELS
+            .iter()
+            .copied()
+            .filter(|k| *k != LABEL_EC2NODECLASS),
+    );
+    keys
+}
+
+/// The metric label for a node label key or resource name: the part after
+/// the last `/` of a label key, lower case, `-` as `_`.
+pub fn metric_label(key: &str) -> String {
+    let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
+    name.to_lowercase().replace('-', "_")
+}
+
+/// A resource name as the reference writes it in `resource_type`: lower
+/// case, `-` as `_` (an extended resource keeps its domain:
+/// `nvidia.com/gpu`).
+pub fn resource_type(name: &str) -> String {
+    name.to_lowercase().replace('-', "_")
+}
+
+/// A quantity in the reference's unit: cores for cpu, the base unit else.
+fn value(resource: &str, v: i64) -> f64 {
+    if resource == CPU {
+        v as f64 / 1000.0
+    } else {
+        v as f64
+    }
+}
+
+fn pair(name: &str, value: &str) -> LabelPair {
+    let mut p = LabelPair::default();
+    p.set_name(name.to_string());
+    p.set_value(value.to_string());
+    p
+}
+
+/// A gauge family of `(labels, value)` metrics, labels in name order.
+fn gauges(name: &str, help: &str, metrics: Vec<(Vec<LabelPair>, f64)>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(MetricType::GAUGE);
+    f.set_metric(
+        metrics
+            .into_iter()
+            .map(|(mut labels, v)| {
+                labels.sort_by(|a, b| a.name().cmp(b.name()));
+                let mut g = Gauge::default();
+                g.set_value(v);
+                let mut m = Metric::from_gauge(g);
+                m.set_label(labels);
+                m
+            })
+            .collect(),
+    );
+    f
+}
+
+fn is_terminal(pod: &SlimPod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn is_daemon(pod: &SlimPod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" && o.api_version == "apps/v1")
+}
+
+fn is_ready(pod: &SlimPod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn bool_str(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
+
+/// Every family this module computes, from the cluster's cache now.
+pub fn families<C: Cluster>(cluster: &C) -> Vec<MetricFamily> {
+    let nodes = cluster.list::<Node>();
+    let claims = cluster.list::<NodeClaim>();
+    let pods = cluster.list::<SlimPod>();
+    let by_name: HashMap<&str, &Arc<Node>> = nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+        .collect();
+    let mut out = vec![pods_state(&pods, &by_name)];
+    out.extend(node_resources(&nodes, &claims, &pods));
+    out.extend(nodepools(cluster, &claims, &by_name));
+    // A family without metrics is not exposed (as a registry gathers).
+    out.retain(|f| !f.get_metric().is_empty());
+    out
+}
+
+/// `karpenter_pods_state`.
+fn pods_state(pods: &[Arc<SlimPod>], nodes: &HashMap<&str, &Arc<Node>>) -> MetricFamily {
+    let metrics = pods
+        .iter()
+        .map(|pod| {
+            let node_name = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or_default();
+            let node = nodes.get(node_name);
+            let label = |k: &str| node.map_or("", |n| label_or_empty(&n.metadata, k));
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            // The reference's self link of the first owner.
+            let owner = pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .next()
+                .map(|o| {
+                    format!(
+                        "/apis/{}/namespaces/{namespace}/{}s/{}",
+                        o.api_version,
+                        o.kind.to_lowercase(),
+                        o.name
+                    )
+                })
+                .unwrap_or_default();
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or_default();
+            let labels = vec![
+                pair("name", pod.metadata.name.as_deref().unwrap_or_default()),
+                pair("namespace", namespace),
+                pair("owner", &owner),
+                pair("node", node_name),
+                pair("scheduled", bool_str(!node_name.is_empty())),
+                pair("nodepool", label(LABEL_NODEPOOL)),
+                pair("zone", label(LABEL_ZONE)),
+                pair("arch", label(LABEL_ARCH)),
+                pair("capacity_type", label(LABEL_CAPACITY_TYPE)),
+                pair("instance_type", label(LABEL_INSTANCE_TYPE)),
+                pair("phase", phase),
+                pair("ready", bool_str(is_ready(pod))),
+                pair("managed", bool_str(!label(LABEL_NODEPOOL).is_empty())),
+            ];
+            (labels, 1.0)
+        })
+        .collect();
+    gauges(
+        "karpenter_pods_state",
+        "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type, pod phase, and pod readiness.",
+        metrics,
+    )
+}
+
+/// `karpenter_nodes_allocatable`, `karpenter_nodes_total_pod_requests`
+/// (every pod bound to the node and not finished, DaemonSet pods included,
+/// with `pods` their count) and `karpenter_nodes_total_daemon_requests`.
+fn node_resources(
+    nodes: &[Arc<Node>],
+    claims: &[Arc<NodeClaim>],
+    pods: &[Arc<SlimPod>],
+) -> Vec<MetricFamily> {
+    let mut requests: HashMap<&str, (Resources, Resources)> = HashMap::new();
+    for pod in pods.iter().filter(|p| !is_terminal(p)) {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        let Ok(r) = crate::scheduling::pod::pod_requests(pod) else {
+            continue;
+        };
+        let entry = requests.entry(node).or_default();
+        entry.0.add(&r);
+        if is_daemon(pod) {
+            entry.1.add(&r);
+        }
+    }
+    let managed: std::collections::HashSet<&str> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.provider_id.as_deref())
+        .collect();
+    let keys = well_known_node_labels();
+    let (mut allocatable, mut pod_requests, mut daemon_requests) = (vec![], vec![], vec![]);
+    for node in nodes {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let mut labels: Vec<LabelPair> = keys
+            .iter()
+            .map(|k| pair(&metric_label(k), label_or_empty(&node.metadata, k)))
+            .collect();
+        labels.push(pair("node_name", name));
+        labels.push(pair(
+            "phase",
+            node.status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or_default(),
+        ));
+        let is_managed = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|p| managed.contains(p));
+        labels.push(pair("managed", bool_str(is_managed)));
+        let with_resource = |resource: &str| {
+            let mut l = labels.clone();
+            l.push(pair("resource_type", &resource_type(resource)));
+            l
+        };
+        if let Some(a) = node.status.as_ref().and_then(|s| s.allocatable.as_ref())
+            && let Ok(r) = Resources::from_k8s(a)
+        {
+            for (k, v) in &r.0 {
+                allocatable.push((with_resource(k), value(k, *v)));
+            }
+        }
+        if let Some((all, daemon)) = requests.get(name) {
+            for (k, v) in &all.0 {
+                pod_requests.push((with_resource(k), value(k, *v)));
+            }
+            if daemon.get(PODS) > 0 {
+                for (k, v) in &daemon.0 {
+                    daemon_requests.push((with_resource(k), value(k, *v)));
+                }
+            }
+        }
+    }
+    vec![
+        gauges(
+            "karpenter_nodes_allocatable",
+            "Node allocatable are the resources allocatable by nodes.",
+            allocatable,
+        ),
+        gauges(
+            "karpenter_nodes_total_pod_requests",
+            "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
+            pod_requests,
+        ),
+        gauges(
+            "karpenter_nodes_total_daemon_requests",
+            "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
+            daemon_requests,
+        ),
+    ]
+}
+
+/// The resources a NodePool's status reports in the reference
+/// (`status.resources`): the capacity of its nodes and NodeClaims not being
+/// deleted or disrupted (a node's own once registered, else the claim's),
+/// `nodes` their count.
+fn nodepool_usage(
+    claims: &[Arc<NodeClaim>],
+    nodes: &HashMap<&str, &Arc<Node>>,
+) -> BTreeMap<String, Resources> {
+    let mut usage: BTreeMap<String, Resources> = BTreeMap::new();
+    for claim in claims {
+        let Some(pool) = claim.nodepool_name() else {
+            continue;
+        };
+        let entry = usage.entry(pool.to_string()).or_default();
+        let disrupted = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(super::ANNOTATION_DISRUPTION_REASON));
+        if claim.metadata.deletion_timestamp.is_some() || disrupted {
+            continue;
+        }
+        let status = claim.status.as_ref();
+        let node = status
+            .and_then(|s| s.node_name.as_deref())
+            .and_then(|n| nodes.get(n));
+        if node.is_some_and(|n| n.metadata.deletion_timestamp.is_some()) {
+            continue;
+        }
+        let capacity = node
+            .and_then(|n| n.status.as_ref()?.capacity.as_ref())
+            .or_else(|| status.and_then(|s| s.capacity.as_ref()));
+        let Some(Ok(r)) = capacity.map(Resources::from_k8s) else {
+            continue;
+        };
+        if r.0.is_empty() {
+            continue;
+        }
+        entry.add(&r);
+        entry.add(&Resources::new().with("nodes", 1));
+    }
+    usage
+}
+
+/// `karpenter_nodepools_usage` and `karpenter_nodepools_limit`.
+fn nodepools<C: Cluster>(
+    cluster: &C,
+    claims: &[Arc<NodeClaim>],
+    nodes: &HashMap<&str, &Arc<Node>>,
+) -> Vec<MetricFamily> {
+    let pools = cluster.list::<NodePool>();
+    let mut usage = nodepool_usage(claims, nodes);
+    let (mut used, mut limits) = (vec![], vec![]);
+    for pool in &pools {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let labels = |resource: &str| {
+            vec![
+                pair("nodepool", name),
+                pair("resource_type", &resource_type(resource)),
+            ]
+        };
+        // The reference's status starts from these, at zero.
+        let mut u = usage.remove(name).unwrap_or_default();
+        for base in [CPU, "memory", PODS, "ephemeral-storage", "nodes"] {
+            u.0.entry(base.to_string()).or_insert(0);
+        }
+        for (k, v) in &u.0 {
+            used.push((labels(k), value(k, *v)));
+        }
+        if let Some(Ok(l)) = pool.spec.limits.as_ref().map(Resources::from_k8s) {
+            for (k, v) in &l.0 {
+                limits.push((labels(k), value(k, *v)));
+            }
+        }
+    }
+    vec![
+        gauges(
+            "karpenter_nodepools_usage",
+            "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
+            used,
+        ),
+        gauges(
+            "karpenter_nodepools_limit",
+            "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name and resource type.",
+            limits,
+        ),
+    ]
+}
+
+/// The pods seen pending, by uid, for `karpenter_pods_startup_duration_seconds`:
+/// as the reference's `metrics.pod` controller, a pod seen with phase
+/// `Pending` is observed once it is `Ready`, for the time from its creation
+/// to its `Ready` condition's last transition. Only pods not yet started
+/// are held; a pod that finishes or disappears first is dropped.
+#[derive(Debug, Default)]
+pub struct PodStartup {
+    pending: std::collections::HashSet<String>,
+}
+
+impl PodStartup {
+    /// Looks at every pod once (the caller does so when pods changed).
+    pub fn observe(&mut self, pods: &[Arc<SlimPod>], metrics: &super::metrics::Metrics) {
+        let before = std::mem::take(&mut self.pending);
+        for pod in pods {
+            let Some(uid) = pod.metadata.uid.as_deref() else {
+                continue;
+            };
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, None | Some("Pending")) {
+                self.pending.insert(uid.to_string());
+                continue;
+            }
+            if before.is_empty() || !before.contains(uid) || is_terminal(pod) {
+                continue;
+            }
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"));
+            match (ready, pod.metadata.creation_timestamp.as_ref()) {
+                (Some(c), Some(created)) => {
+                    let at = c.last_transition_time.as_ref().map_or(created.0, |t| t.0);
+                    let secs = at.duration_since(created.0).as_secs_f64().max(0.0);
+                    metrics.pod_startup_duration.observe(&[], secs);
+                }
+                // Running but not ready yet: still waited for.
+                (None, _) => {
+                    self.pending.insert(uid.to_string());
+                }
+                (Some(_), None) => {}
+            }
+        }
+    }
+
+    /// How many pods are waited for.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, Timestamp};
+    use crate::cluster::MemoryCluster;
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
+        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn cluster() -> MemoryCluster {
+        let c = MemoryCluster::new(Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)));
+        c.create::<NodePool>(yaml(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: general}\n\
+             spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}, requirements: []}}, limits: {cpu: '100', memory: 400Gi}}\n",
+        ))
+        .unwrap();
+        c.create::<NodeClaim>(yaml(
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: general-1, labels: {karpenter.sh/nodepool: general}}\n\
+             spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}, requirements: []}\n\
+             status: {providerID: 'aws:///us-east-1a/i-1', nodeName: n1, capacity: {cpu: '4', memory: 16Gi, pods: '58'}}\n",
+        ))
+        .unwrap();
+        // In flight: counted with the capacity its status reports.
+        c.create::<NodeClaim>(yaml(
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: general-2, labels: {karpenter.sh/nodepool: general}}\n\
+             spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}, requirements: []}\n\
+             status: {providerID: 'aws:///us-east-1b/i-2', capacity: {cpu: '2', memory: 8Gi, pods: '29'}}\n",
+        ))
+        .unwrap();
+        c.create::<Node>(yaml(
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {karpenter.sh/nodepool: general, topology.kubernetes.io/zone: us-east-1a, kubernetes.io/arch: amd64, karpenter.sh/capacity-type: spot, node.kubernetes.io/instance-type: m7i.xlarge, karpenter.k8s.aws/instance-family: m7i}}\n\
+             spec: {providerID: 'aws:///us-east-1a/i-1'}\n\
+             status: {capacity: {cpu: '4', memory: 16Gi, pods: '58'}, allocatable: {cpu: 3920m, memory: 15Gi, pods: '58', ephemeral-storage: 18Gi}}\n",
+        ))
+        .unwrap();
+        // Not dovetail's: a managed node group's.
+        c.create::<Node>(yaml(
+            "apiVersion: v1\nkind: Node\nmetadata: {name: system-1, labels: {kubernetes.io/arch: arm64}}\n\
+             spec: {providerID: 'aws:///us-east-1a/i-9'}\n\
+             status: {allocatable: {cpu: '2', memory: 4Gi, pods: '17'}}\n",
+        ))
+        .unwrap();
+        let pod = |name: &str, owner: &str, cpu: &str, phase: &str| -> Pod {
+            yaml(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop, uid: u-{name}, ownerReferences: [{owner}]}}\n\
+                 spec: {{nodeName: n1, containers: [{{name: c, image: i, resources: {{requests: {{cpu: '{cpu}', memory: 1Gi}}}}}}]}}\n\
+                 status: {{phase: {phase}, conditions: [{{type: Ready, status: 'True'}}]}}\n"
+            ))
+        };
+        let rs = "{apiVersion: apps/v1, kind: ReplicaSet, name: web-1, uid: r, controller: true}";
+        let ds = "{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: d, controller: true}";
+        c.create(pod("web-a", rs, "1", "Running")).unwrap();
+        c.create(pod("web-b", rs, "500m", "Running")).unwrap();
+        c.create(pod("agent-a", ds, "100m", "Running")).unwrap();
+        // Finished: requests nothing any more.
+        c.create(pod("job-a", rs, "2", "Succeeded")).unwrap();
+        c
+    }
+
+    /// `(labels, value)` of a family's metrics, labels as `k=v` pairs.
+    fn samples(families: &[MetricFamily], name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let f = families.iter().find(|f| f.name() == name).unwrap();
+        f.get_metric()
+            .iter()
+            .map(|m| {
+                (
+                    m.get_label()
+                        .iter()
+                        .map(|l| (l.name().to_string(), l.value().to_string()))
+                        .collect(),
+                    m.get_gauge().get_value(),
+                )
+            })
+            .collect()
+    }
+
+    fn value(s: &[(BTreeMap<String, String>, f64)], want: &[(&str, &str)]) -> Option<f64> {
+        s.iter()
+            .find(|(l, _)| {
+                want.iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|(_, v)| *v)
+    }
+
+    #[test]
+    fn node_metrics_have_the_reference_labels_units_and_values() {
+        let f = families(&cluster());
+        let alloc = samples(&f, "karpenter_nodes_allocatable");
+        // Every node, every allocatable resource, with the well-known labels.
+        assert_eq!(alloc.len(), 4 + 3);
+        fn n1(r: &str) -> [(&str, &str); 2] {
+            [("node_name", "n1"), ("resource_type", r)]
+        }
+        assert_eq!(value(&alloc, &n1("cpu")), Some(3.92));
+        assert_eq!(
+            value(&alloc, &n1("memory")),
+            Some(15.0 * 1024.0 * 1024.0 * 1024.0)
+        );
+        assert_eq!(
+            value(&alloc, &n1("ephemeral_storage")),
+            Some(18.0 * 1024.0f64.powi(3))
+        );
+        let (labels, _) = &alloc[alloc
+            .iter()
+            .position(|(l, _)| l["node_name"] == "n1")
+            .unwrap()];
+        for (k, v) in [
+            ("nodepool", "general"),
+            ("zone", "us-east-1a"),
+            ("arch", "amd64"),
+            ("capacity_type", "spot"),
+            ("instance_type", "m7i.xlarge"),
+            ("instance_family", "m7i"),
+            ("instance_cpu", ""),
+            ("zone_id", ""),
+            ("managed", "true"),
+            ("phase", ""),
+        ] {
+            assert_eq!(
+                labels.get(k).map(String::as_str),
+                Some(v),
+                "{k}: {labels:?}"
+            );
+        }
+        assert_eq!(labels.len(), well_known_node_labels().len() + 4);
+        assert_eq!(
+            value(
+                &alloc,
+                &[("node_name", "system-1"), ("resource_type", "cpu")]
+            ),
+            Some(2.0)
+        );
+        assert!(
+            alloc
+                .iter()
+                .any(|(l, _)| l["node_name"] == "system-1" && l["managed"] == "false")
+        );
+
+        let pods = samples(&f, "karpenter_nodes_total_pod_requests");
+        assert_eq!(value(&pods, &n1("cpu")), Some(1.6));
+        assert_eq!(value(&pods, &n1("pods")), Some(3.0));
+        let daemon = samples(&f, "karpenter_nodes_total_daemon_requests");
+        assert_eq!(value(&daemon, &n1("cpu")), Some(0.1));
+        assert_eq!(value(&daemon, &n1("pods")), Some(1.0));
+        // No pods on system-1: no request series, as the reference.
+        assert!(!pods.iter().any(|(l, _)| l["node_name"] == "system-1"));
+    }
+
+    #[test]
+    fn nodepool_usage_counts_nodes_and_claims_and_limits_are_the_spec() {
+        let c = cluster();
+        let f = families(&c);
+        let usage = samples(&f, "karpenter_nodepools_usage");
+        let u = |r: &str| value(&usage, &[("nodepool", "general"), ("resource_type", r)]);
+        assert_eq!(u("cpu"), Some(6.0));
+        assert_eq!(u("nodes"), Some(2.0));
+        assert_eq!(u("pods"), Some(87.0));
+        assert_eq!(u("ephemeral_storage"), Some(0.0));
+        let limits = samples(&f, "karpenter_nodepools_limit");
+        assert_eq!(limits.len(), 2);
+        assert_eq!(
+            value(
+                &limits,
+                &[("nodepool", "general"), ("resource_type", "memory")]
+            ),
+            Some(400.0 * 1024.0f64.powi(3))
+        );
+    }
+
+    #[test]
+    fn pods_state_has_the_reference_labels() {
+        let f = families(&cluster());
+        let state = samples(&f, "karpenter_pods_state");
+        assert_eq!(state.len(), 4);
+        let (labels, v) = state.iter().find(|(l, _)| l["name"] == "web-a").unwrap();
+        assert_eq!(*v, 1.0);
+        let want: BTreeMap<String, String> = [
+            ("name", "web-a"),
+            ("namespace", "shop"),
+            ("owner", "/apis/apps/v1/namespaces/shop/replicasets/web-1"),
+            ("node", "n1"),
+            ("scheduled", "true"),
+            ("nodepool", "general"),
+            ("zone", "us-east-1a"),
+            ("arch", "amd64"),
+            ("capacity_type", "spot"),
+            ("instance_type", "m7i.xlarge"),
+            ("phase", "Running"),
+            ("ready", "true"),
+            ("managed", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(labels, &want);
+    }
+
+    #[test]
+    fn a_pod_seen_pending_is_observed_once_ready() {
+        let metrics = super::super::metrics::Metrics::new();
+        let mut startup = PodStartup::default();
+        let pod = |phase: &str, ready: bool| -> Arc<SlimPod> {
+            let p: Pod = yaml(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: a, namespace: d, uid: u1, creationTimestamp: '2026-01-05T00:00:00Z'}}\n\
+                 spec: {{containers: []}}\n\
+                 status: {{phase: {phase}, conditions: [{{type: Ready, status: '{}', lastTransitionTime: '2026-01-05T00:01:10Z'}}]}}\n",
+                if ready { "True" } else { "False" }
+            ));
+            Arc::new(SlimPod::from(&p))
+        };
+        // Never seen pending: not observed.
+        startup.observe(&[pod("Running", true)], &metrics);
+        assert_eq!(metrics.pod_startup_duration.sample_count(&[]), 0);
+        startup.observe(&[pod("Pending", false)], &metrics);
+        assert_eq!(startup.len(), 1);
+        startup.observe(&[pod("Running", false)], &metrics);
+        assert_eq!(startup.len(), 1, "running but not ready: still waited for");
+        startup.observe(&[pod("Running", true)], &metrics);
+        assert!(startup.is_empty());
+        assert_eq!(metrics.pod_startup_duration.sample_count(&[]), 1);
+        let text = crate::metrics::exposition::text(&metrics.registry().gather());
+        assert!(
+            text.contains("karpenter_pods_startup_duration_seconds_sum 70"),
+            "{text}"
+        );
+        // A pod that disappears while pending is forgotten.
+        startup.observe(&[pod("Pending", false)], &metrics);
+        startup.observe(&[], &metrics);
+        assert!(startup.is_empty());
+    }
+
+    #[test]
+    fn label_names_follow_the_reference() {
+        assert_eq!(
+            metric_label("karpenter.k8s.aws/instance-cpu-manufacturer"),
+            "instance_cpu_manufacturer"
+        );
+        assert_eq!(metric_label("topology.k8s.aws/zone-id"), "zone_id");
+        assert_eq!(resource_type("ephemeral-storage"), "ephemeral_storage");
+        assert_eq!(resource_type("nvidia.com/gpu"), "nvidia.com/gpu");
+        let names: std::collections::BTreeSet<String> = well_known_node_labels()
+            .iter()
+            .map(|k| metric_label(k))
+            .collect();
+        assert_eq!(
+            names.len(),
+            well_known_node_labels().len(),
+            "no two keys share a name"
+        );
+        // Karpenter's 8 and the AWS provider's 28 (one of them, windows-build,
+        // is among Karpenter's).
+        assert_eq!(names.len(), 36);
+    }
+}
