@@ -1611,3 +1611,102 @@ async fn untaint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
     }
     let _ = cluster.replace(n).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::cluster::MemoryCluster;
+    use crate::controller::Settings;
+
+    fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: namespace.map(str::to_string),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// The scheduling input a pass keeps is rebuilt when any kind it was
+    /// converted from changes, when the candidates change, and when
+    /// capacity becomes or stops being uninitialized; nothing else.
+    #[test]
+    fn the_kept_input_is_rebuilt_when_anything_it_was_built_from_changes() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let cluster = Arc::new(MemoryCluster::new(clock.clone()));
+        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), clock.clone()));
+        let controller = Controller::new(cluster.clone(), cloud, clock, Settings::default());
+        let none = BTreeSet::new();
+        let mut keys = vec![controller.input_key(&[], &none)];
+        assert_eq!(keys[0], controller.input_key(&[], &none), "stable");
+        let mut changed = |what: &str, key: u64| {
+            assert!(!keys.contains(&key), "{what} did not change the key");
+            keys.push(key);
+        };
+        cluster
+            .create(PersistentVolume {
+                metadata: meta("pv", None),
+                ..Default::default()
+            })
+            .expect("created");
+        changed("a PersistentVolume", controller.input_key(&[], &none));
+        cluster
+            .create(PersistentVolumeClaim {
+                metadata: meta("data", Some("default")),
+                ..Default::default()
+            })
+            .expect("created");
+        changed("a PersistentVolumeClaim", controller.input_key(&[], &none));
+        cluster
+            .create(StorageClass {
+                metadata: meta("gp3", None),
+                provisioner: "ebs.csi.aws.com".into(),
+                ..Default::default()
+            })
+            .expect("created");
+        changed("a StorageClass", controller.input_key(&[], &none));
+        cluster
+            .create(DaemonSet {
+                metadata: meta("agent", Some("kube-system")),
+                ..Default::default()
+            })
+            .expect("created");
+        changed("a DaemonSet", controller.input_key(&[], &none));
+        let uninitialized = BTreeSet::from(["node-a".to_string()]);
+        changed(
+            "uninitialized capacity",
+            controller.input_key(&[], &uninitialized),
+        );
+        let candidate = Candidate {
+            node: "node-a".into(),
+            nodeclaim: "claim-a".into(),
+            nodepool: "default".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: "on-demand".into(),
+            price: 0.096,
+            pods: 1,
+            disruption_cost: 1.0,
+            drift: Vec::new(),
+            consolidatable: true,
+            underutilized: true,
+            blocked: None,
+            pods_blocked: None,
+            termination_grace_period: false,
+        };
+        changed(
+            "the candidates",
+            controller.input_key(std::slice::from_ref(&candidate), &none),
+        );
+    }
+}
