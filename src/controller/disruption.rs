@@ -1687,23 +1687,7 @@ mod tests {
             "uninitialized capacity",
             controller.input_key(&[], &uninitialized),
         );
-        let candidate = Candidate {
-            node: "node-a".into(),
-            nodeclaim: "claim-a".into(),
-            nodepool: "default".into(),
-            instance_type: "m5.large".into(),
-            zone: "us-east-1a".into(),
-            capacity_type: "on-demand".into(),
-            price: 0.096,
-            pods: 1,
-            disruption_cost: 1.0,
-            drift: Vec::new(),
-            consolidatable: true,
-            underutilized: true,
-            blocked: None,
-            pods_blocked: None,
-            termination_grace_period: false,
-        };
+        let candidate = Candidate::test("node-a", "m5.large", 0.096);
         changed(
             "the candidates",
             controller.input_key(std::slice::from_ref(&candidate), &none),

@@ -559,21 +559,9 @@ mod tests {
     #[test]
     fn eligible_nodes_count_each_method_s_candidates() {
         let base = crate::disruption::Candidate {
-            node: "n".into(),
-            nodeclaim: "c".into(),
-            nodepool: "general".into(),
-            instance_type: "m7i.large".into(),
-            zone: "us-east-1a".into(),
-            capacity_type: "spot".into(),
-            price: 0.1,
             pods: 0,
-            disruption_cost: 1.0,
-            drift: Vec::new(),
-            consolidatable: true,
-            underutilized: true,
-            blocked: None,
-            pods_blocked: None,
-            termination_grace_period: false,
+            capacity_type: "spot".into(),
+            ..crate::disruption::Candidate::test("n", "m7i.large", 0.1)
         };
         let busy = crate::disruption::Candidate {
             pods: 3,

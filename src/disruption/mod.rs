@@ -177,6 +177,29 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// A consolidatable, unblocked candidate for tests: one pod, on-demand
+    /// in `us-east-1a`, NodeClaim `<node>-claim` of NodePool `general`.
+    #[cfg(test)]
+    pub(crate) fn test(node: &str, instance_type: &str, price: f64) -> Candidate {
+        Candidate {
+            node: node.to_string(),
+            nodeclaim: format!("{node}-claim"),
+            nodepool: "general".into(),
+            instance_type: instance_type.to_string(),
+            zone: "us-east-1a".into(),
+            capacity_type: "on-demand".into(),
+            price,
+            pods: 1,
+            disruption_cost: 1.0,
+            drift: Vec::new(),
+            consolidatable: true,
+            underutilized: true,
+            blocked: None,
+            pods_blocked: None,
+            termination_grace_period: false,
+        }
+    }
+
     /// Why consolidation (emptiness, multi- and single-node) may not take
     /// it.
     pub fn blocked_for_consolidation(&self) -> Option<&str> {

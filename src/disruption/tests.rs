@@ -98,21 +98,10 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
             price: Some(price(it)),
         });
         candidates.push(Candidate {
-            node: name.to_string(),
-            nodeclaim: format!("{name}-claim"),
-            nodepool: "general".into(),
-            instance_type: it.to_string(),
             zone: "z1".into(),
-            capacity_type: "on-demand".into(),
-            price: price(it),
             pods: pods.len(),
             disruption_cost: pods.len() as f64,
-            drift: Vec::new(),
-            consolidatable: true,
-            underutilized: true,
-            blocked: None,
-            pods_blocked: None,
-            termination_grace_period: false,
+            ..Candidate::test(name, it, price(it))
         });
     }
     Fixture {
