@@ -1,15 +1,25 @@
 //! The workload controllers the simulation needs in place of the real
 //! kube-controller-manager: a Deployment keeps `replicas` pods (replacing
-//! evicted or deleted ones), a Job runs `parallelism` pods until
-//! `completions` succeeded. Pods are created pending and unscheduled; the
-//! stand-in kube-scheduler binds them.
+//! evicted or deleted ones), a ReplicaSet likewise, a StatefulSet keeps one
+//! pod per ordinal (`name-0` ...) with its volume claims, and a Job runs
+//! `parallelism` pods until `completions` succeeded. Pods are created
+//! pending and unscheduled; the stand-in kube-scheduler binds them.
+//!
+//! A Deployment that controls ReplicaSets (a cluster restored from a
+//! snapshot) works through them, as the real one does: its newest
+//! ReplicaSet is scaled to its `replicas` and the older ones to zero (a
+//! rollout in progress is completed at once). A Deployment without
+//! ReplicaSets (one a scenario applies) keeps its pods itself.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodStatus,
+    PodTemplateSpec, Volume,
+};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::Resource;
@@ -132,12 +142,54 @@ impl Workloads {
                 .map(Vec::as_slice)
                 .unwrap_or_default()
         };
+        let replica_sets = cluster
+            .list::<ReplicaSet>(None, &Selector::everything())
+            .items;
         for d in cluster
             .list::<Deployment>(None, &Selector::everything())
             .items
         {
-            let mine = owned(d.metadata.uid.as_deref());
-            self.sync_deployment(cluster, &d, mine, now, &mut report);
+            let uid = d.metadata.uid.as_deref();
+            let sets: Vec<&Arc<ReplicaSet>> = replica_sets
+                .iter()
+                .filter(|rs| uid.is_some() && controller_uid(&rs.metadata) == uid)
+                .collect();
+            if sets.is_empty() {
+                let mine = owned(uid);
+                self.sync_deployment(cluster, &d, mine, now, &mut report);
+            } else {
+                scale_replica_sets(cluster, &d, &sets, &mut report);
+            }
+        }
+        // Scaled above or not, each ReplicaSet as it stands now.
+        for rs in cluster
+            .list::<ReplicaSet>(None, &Selector::everything())
+            .items
+        {
+            let mine = owned(rs.metadata.uid.as_deref());
+            let Some(owner) = owner_ref(rs.as_ref()) else {
+                continue;
+            };
+            let spec = &rs.spec;
+            let want = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
+            let template = spec.template.clone().unwrap_or_default();
+            self.keep_replicas(
+                cluster,
+                &rs.metadata,
+                &template,
+                owner,
+                want,
+                mine,
+                now,
+                &mut report,
+            );
+        }
+        for s in cluster
+            .list::<StatefulSet>(None, &Selector::everything())
+            .items
+        {
+            let mine = owned(s.metadata.uid.as_deref());
+            sync_stateful_set(cluster, &s, mine, now, &mut report);
         }
         for j in cluster.list::<Job>(None, &Selector::everything()).items {
             let mine = owned(j.metadata.uid.as_deref());
@@ -158,21 +210,37 @@ impl Workloads {
         let Some(owner) = owner_ref(d) else {
             return;
         };
-        let spec = &d.spec;
-        let want = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
-        let mut live: Vec<&Arc<Pod>> = pods
-            .iter()
-            .copied()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
-            .collect();
-        let ns = d
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let base = d.metadata.name.clone().unwrap_or_default();
-        // Scale down: newest first, pending before running, as a ReplicaSet does.
+        let want = usize::try_from(d.spec.replicas.unwrap_or(1)).unwrap_or(0);
+        self.keep_replicas(
+            cluster,
+            &d.metadata,
+            &d.spec.template,
+            owner,
+            want,
+            pods,
+            now,
+            report,
+        );
+    }
+
+    /// Keeps `want` live pods of `template` under `owner`: deletes the
+    /// surplus (newest first, pending before running, as a ReplicaSet
+    /// does), creates the missing.
+    #[allow(clippy::too_many_arguments)]
+    fn keep_replicas(
+        &mut self,
+        cluster: &MemoryCluster,
+        meta: &ObjectMeta,
+        template: &PodTemplateSpec,
+        owner: OwnerReference,
+        want: usize,
+        pods: &[&Arc<Pod>],
+        now: Timestamp,
+        report: &mut WorkloadReport,
+    ) {
+        let mut live: Vec<&Arc<Pod>> = pods.iter().copied().filter(|p| is_live(p)).collect();
+        let ns = meta.namespace.clone().unwrap_or_else(|| "default".into());
+        let base = meta.name.clone().unwrap_or_default();
         if live.len() > want {
             live.sort_by_key(|p| {
                 let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
@@ -192,15 +260,7 @@ impl Workloads {
             return;
         }
         for _ in live.len()..want {
-            self.create_pod(
-                cluster,
-                &ns,
-                &base,
-                &spec.template,
-                owner.clone(),
-                now,
-                report,
-            );
+            self.create_pod(cluster, &ns, &base, template, owner.clone(), now, report);
         }
     }
 
@@ -263,6 +323,9 @@ impl Workloads {
         }
     }
 
+    /// Creates a pending pod of `template` named `base-NNNNN`, with the
+    /// next number not taken (a cluster restored from a snapshot may hold
+    /// pods of those names already).
     #[allow(clippy::too_many_arguments)]
     fn create_pod(
         &mut self,
@@ -275,38 +338,203 @@ impl Workloads {
         report: &mut WorkloadReport,
     ) {
         let n = self.next.entry(format!("{namespace}/{base}")).or_insert(0);
-        let name = format!("{base}-{n:05}");
-        *n += 1;
-        let meta = template.metadata.clone().unwrap_or_default();
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(namespace.to_string()),
-                labels: meta.labels,
-                annotations: meta.annotations,
-                owner_references: Some(vec![owner]),
-                ..ObjectMeta::default()
-            },
-            spec: template.spec.clone(),
-            status: Some(PodStatus {
-                phase: Some("Pending".into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "PodScheduled".into(),
-                    status: "False".into(),
-                    reason: Some("Unschedulable".into()),
-                    message: Some("waiting for the scheduler".into()),
-                    last_transition_time: Some(Time(now)),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
-        };
-        match cluster.create(pod) {
-            Ok(_) => report.created.push(format!("{namespace}/{name}")),
-            Err(ApiError::AlreadyExists { .. }) => {}
-            Err(e) => report
+        loop {
+            let name = format!("{base}-{n:05}");
+            *n += 1;
+            let pod = pending_pod(namespace, &name, template, owner.clone(), now);
+            match cluster.create(pod) {
+                Ok(_) => report.created.push(format!("{namespace}/{name}")),
+                Err(ApiError::AlreadyExists { .. }) => continue,
+                Err(e) => report
+                    .errors
+                    .push((format!("{namespace}/{name}"), e.to_string())),
+            }
+            return;
+        }
+    }
+}
+
+/// A new pod of `template`, pending and not yet scheduled.
+fn pending_pod(
+    namespace: &str,
+    name: &str,
+    template: &PodTemplateSpec,
+    owner: OwnerReference,
+    now: Timestamp,
+) -> Pod {
+    let meta = template.metadata.clone().unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: meta.labels,
+            annotations: meta.annotations,
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec.clone(),
+        status: Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                message: Some("waiting for the scheduler".into()),
+                last_transition_time: Some(Time(now)),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+/// Not deleting and not finished.
+fn is_live(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none() && !matches!(phase(p), "Succeeded" | "Failed")
+}
+
+/// The uid of an object's controlling owner.
+fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+/// The Deployment controller's part for a Deployment with ReplicaSets: the
+/// newest (highest `deployment.kubernetes.io/revision`, then the latest
+/// created) gets the Deployment's replicas, the others none.
+fn scale_replica_sets(
+    cluster: &MemoryCluster,
+    d: &Deployment,
+    sets: &[&Arc<ReplicaSet>],
+    report: &mut WorkloadReport,
+) {
+    let revision = |rs: &ReplicaSet| {
+        rs.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+            .and_then(|r| r.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let Some(newest) = sets.iter().max_by_key(|rs| {
+        (
+            revision(rs),
+            rs.metadata.creation_timestamp.clone().map(|t| t.0),
+            rs.metadata.name.clone(),
+        )
+    }) else {
+        return;
+    };
+    let want = d.spec.replicas.unwrap_or(1);
+    for rs in sets {
+        let target = if Arc::ptr_eq(rs, newest) { want } else { 0 };
+        let current = rs.spec.replicas.unwrap_or(1);
+        if current == target {
+            continue;
+        }
+        let mut updated = (***rs).clone();
+        updated.spec.replicas = Some(target);
+        let key = crate::cluster::ObjectKey::of(&updated);
+        if let Err(e) = cluster.replace(updated) {
+            report
                 .errors
-                .push((format!("{namespace}/{name}"), e.to_string())),
+                .push((format!("ReplicaSet/{key}"), e.to_string()));
+        }
+    }
+}
+
+/// The StatefulSet controller: one pod per ordinal below `replicas`, named
+/// `name-ORDINAL`, with a claim per volume claim template
+/// (`TEMPLATE-name-ORDINAL`, created when missing and kept when the pod
+/// goes, as the real controller keeps them), so a recreated pod finds its
+/// volume. A missing ordinal is created once its old pod is gone (the name
+/// is taken while it terminates); ordinals at or above `replicas` are
+/// deleted.
+fn sync_stateful_set(
+    cluster: &MemoryCluster,
+    s: &StatefulSet,
+    pods: &[&Arc<Pod>],
+    now: Timestamp,
+    report: &mut WorkloadReport,
+) {
+    let Some(owner) = owner_ref(s) else { return };
+    let spec = &s.spec;
+    let ns = s
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let base = s.metadata.name.clone().unwrap_or_default();
+    let want = u64::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
+    let ordinal = |p: &Pod| {
+        p.metadata
+            .name
+            .as_deref()?
+            .strip_prefix(base.as_str())?
+            .strip_prefix('-')?
+            .parse::<u64>()
+            .ok()
+    };
+    let mut present = std::collections::HashSet::new();
+    for p in pods {
+        let Some(o) = ordinal(p) else { continue };
+        present.insert(o);
+        if o >= want && p.metadata.deletion_timestamp.is_none() {
+            let key = crate::cluster::ObjectKey::of(p.as_ref());
+            match cluster.delete::<Pod>(&key) {
+                Ok(_) => report.deleted.push(key.to_string()),
+                Err(e) => report.errors.push((key.to_string(), e.to_string())),
+            }
+        }
+    }
+    for o in (0..want).filter(|o| !present.contains(o)) {
+        let name = format!("{base}-{o}");
+        let mut template = spec.template.clone();
+        let pod_spec = template.spec.get_or_insert_with(Default::default);
+        for claim in spec.volume_claim_templates.iter().flatten() {
+            let Some(claim_name) = claim.metadata.name.as_deref() else {
+                continue;
+            };
+            let pvc_name = format!("{claim_name}-{name}");
+            let key = crate::cluster::ObjectKey::new(ns.clone(), pvc_name.clone());
+            if cluster.get_opt::<PersistentVolumeClaim>(&key).is_none() {
+                let pvc = PersistentVolumeClaim {
+                    metadata: ObjectMeta {
+                        name: Some(pvc_name.clone()),
+                        namespace: Some(ns.clone()),
+                        labels: claim.metadata.labels.clone(),
+                        ..ObjectMeta::default()
+                    },
+                    spec: claim.spec.clone(),
+                    status: None,
+                };
+                if let Err(e) = cluster.create(pvc) {
+                    report
+                        .errors
+                        .push((format!("{ns}/{pvc_name}"), e.to_string()));
+                    continue;
+                }
+            }
+            let volumes = pod_spec.volumes.get_or_insert_with(Vec::new);
+            volumes.retain(|v| v.name != claim_name);
+            volumes.push(Volume {
+                name: claim_name.to_string(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: pvc_name,
+                    read_only: None,
+                }),
+                ..Volume::default()
+            });
+        }
+        let pod = pending_pod(&ns, &name, &template, owner.clone(), now);
+        match cluster.create(pod) {
+            Ok(_) => report.created.push(format!("{ns}/{name}")),
+            // Its predecessor still terminates: the next pass creates it.
+            Err(ApiError::AlreadyExists { .. }) => {}
+            Err(e) => report.errors.push((format!("{ns}/{name}"), e.to_string())),
         }
     }
 }
@@ -392,5 +620,136 @@ mod tests {
         p.status.as_mut().unwrap().phase = Some("Succeeded".into());
         c.update_status(p).unwrap();
         assert!(w.sync(&c, t).created.is_empty());
+    }
+
+    #[test]
+    fn a_deployment_with_replica_sets_works_through_its_newest() {
+        let (c, t) = cluster();
+        let d = c.create(deployment(3)).unwrap();
+        let uid = d.metadata.uid.clone().unwrap();
+        let rs = |name: &str, revision: &str, replicas: i32| -> ReplicaSet {
+            serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": name, "namespace": "default",
+                    "annotations": {"deployment.kubernetes.io/revision": revision},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                        "name": "web", "uid": uid, "controller": true}]},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+            }))
+            .unwrap()
+        };
+        c.create(rs("web-old", "1", 2)).unwrap();
+        c.create(rs("web-new", "2", 1)).unwrap();
+        let mut w = Workloads::default();
+        let first = w.sync(&c, t);
+        // The Deployment keeps no pods of its own: its ReplicaSets do.
+        assert!(
+            first
+                .created
+                .iter()
+                .all(|p| !p.starts_with("default/web-0")),
+            "{first:?}"
+        );
+        w.sync(&c, t);
+        let replicas = |name: &str| {
+            c.get::<ReplicaSet>(&crate::cluster::ObjectKey::new("default", name))
+                .unwrap()
+                .spec
+                .replicas
+        };
+        assert_eq!(
+            (replicas("web-new"), replicas("web-old")),
+            (Some(3), Some(0))
+        );
+        let mut names = pods(&c);
+        names.sort();
+        assert_eq!(names, ["web-new-00000", "web-new-00001", "web-new-00002"]);
+    }
+
+    #[test]
+    fn replica_sets_replace_pods_past_names_already_taken() {
+        let (c, t) = cluster();
+        let rs: ReplicaSet = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "api", "namespace": "default"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "api"}},
+                "template": {"metadata": {"labels": {"app": "api"}},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+        }))
+        .unwrap();
+        let rs = c.create(rs).unwrap();
+        // A bare pod holding the first name the controller would use.
+        let bare: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "api-00000", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap();
+        c.create(bare).unwrap();
+        let mut w = Workloads::default();
+        assert_eq!(
+            w.sync(&c, t).created,
+            ["default/api-00001", "default/api-00002"],
+            "both replicas in one pass, past the taken name"
+        );
+        let owned = c
+            .list::<Pod>(None, &Selector::everything())
+            .items
+            .iter()
+            .filter(|p| controller_uid(&p.metadata) == rs.metadata.uid.as_deref())
+            .count();
+        assert_eq!(owned, 2, "the bare pod is not adopted");
+    }
+
+    #[test]
+    fn stateful_sets_keep_ordinals_and_their_claims() {
+        let (c, t) = cluster();
+        let s: StatefulSet = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                        "resources": {"requests": {"storage": "10Gi"}}}}]}
+        }))
+        .unwrap();
+        c.create(s).unwrap();
+        let mut w = Workloads::default();
+        assert_eq!(w.sync(&c, t).created, ["default/db-0", "default/db-1"]);
+        let pod = c
+            .get::<Pod>(&crate::cluster::ObjectKey::new("default", "db-1"))
+            .unwrap();
+        let claim = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0]
+            .persistent_volume_claim
+            .clone()
+            .unwrap();
+        assert_eq!(claim.claim_name, "data-db-1");
+        assert!(
+            c.get_opt::<PersistentVolumeClaim>(&crate::cluster::ObjectKey::new(
+                "default",
+                "data-db-1"
+            ))
+            .is_some()
+        );
+        // db-0 goes (its node is drained): the same name comes back, with
+        // the same claim.
+        c.delete::<Pod>(&crate::cluster::ObjectKey::new("default", "db-0"))
+            .unwrap();
+        assert_eq!(w.sync(&c, t).created, ["default/db-0"]);
+        let mut s = (*c
+            .get::<StatefulSet>(&crate::cluster::ObjectKey::new("default", "db"))
+            .unwrap())
+        .clone();
+        s.spec.replicas = Some(1);
+        c.replace(s).unwrap();
+        assert_eq!(
+            w.sync(&c, t).deleted,
+            ["default/db-1"],
+            "the highest ordinal goes"
+        );
     }
 }
