@@ -8,6 +8,7 @@ mod dashboards;
 mod deploy;
 mod diff;
 mod disruption;
+mod forecast;
 mod hostile;
 mod impact;
 mod interruption;

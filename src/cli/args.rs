@@ -87,6 +87,7 @@ pub struct ValidateArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("uses_nodes").args(["impact", "forecast"]).multiple(true)))]
 pub struct DiffArgs {
     /// The configuration repository: a git repository or a directory inside one.
     #[arg(default_value = ".")]
@@ -119,17 +120,42 @@ pub struct DiffArgs {
     /// Add what the change does to running nodes: drift, limits, budget pacing (needs --snapshot or --cluster).
     #[arg(long)]
     pub impact: bool,
-    /// The nodes and NodeClaims for --impact: a snapshot file, as `dovetail snapshot` or kubectl writes it.
+    /// The cluster for --impact and --forecast: a snapshot file, as `dovetail snapshot` or kubectl writes it.
     #[arg(
         long,
         value_name = "FILE",
-        requires = "impact",
+        requires = "uses_nodes",
         conflicts_with = "cluster"
     )]
     pub snapshot: Option<PathBuf>,
-    /// Instance-type catalog: prices the nodes --impact reports.
-    #[arg(long, value_name = "FILE", requires = "impact")]
+    /// Instance-type catalog: prices the nodes --impact reports, and what --forecast launches [default: the built-in one].
+    #[arg(long, value_name = "FILE", requires = "uses_nodes")]
     pub catalog: Option<PathBuf>,
+    /// Forecast the change: the snapshot's cluster simulated with each side's configuration for --for, side by side (needs --snapshot or --cluster).
+    #[arg(long)]
+    pub forecast: bool,
+    /// With --forecast: how long each side runs.
+    #[arg(
+        long = "for",
+        value_name = "DURATION",
+        default_value = "24h",
+        requires = "forecast"
+    )]
+    pub forecast_for: String,
+    /// With --forecast: a Deployment scaled during the window, e.g. deployment/shop/web=40@2h (at 2 hours in); repeatable.
+    #[arg(long, value_name = "deployment/NS/NAME=N@OFFSET", requires = "forecast", value_parser = crate::simulate::forecast::ScaleChange::parse)]
+    pub scale: Vec<crate::simulate::forecast::ScaleChange>,
+    /// With --forecast: the time from launching an instance to its node being Ready.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "45s",
+        requires = "forecast"
+    )]
+    pub launch_delay: String,
+    /// With --forecast: write each side's whole simulation report into DIR (a.json, a.html, b.json, b.html; the HTML with the charts of `simulate --output html`).
+    #[arg(long, value_name = "DIR", requires = "forecast")]
+    pub forecast_reports: Option<PathBuf>,
     /// The time one wave of replacements takes in --impact's estimates (launch a node, drain the old one).
     #[arg(
         long,
@@ -212,6 +238,9 @@ pub struct SimulateArgs {
     /// With --metrics: a label added to every sample, as a scrape adds its target's (e.g. job=karpenter, which Karpenter's performance dashboard selects); repeatable.
     #[arg(long, value_name = "NAME=VALUE", requires = "metrics", value_parser = parse_metrics_label)]
     pub metrics_label: Vec<(String, String)>,
+    /// Write the cluster as it stands at the end of the run as a snapshot, in the format `dovetail snapshot` writes (YAML for a .yaml or .yml file, else JSON), for `diff --forecast --snapshot` and `plan --snapshot`.
+    #[arg(long, value_name = "FILE")]
+    pub snapshot_out: Option<PathBuf>,
 }
 
 /// `--metrics-label NAME=VALUE`: a Prometheus label name (not one of the

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::args::{DiffArgs, OutputFormat};
+use super::forecast;
 use super::impact::{self, ImpactError, Settings};
 use super::live::{self, LiveError};
 use super::render::{self, Style};
@@ -19,6 +20,7 @@ use crate::config::yaml::Limits;
 use crate::diag::{Diagnostic, Pos, Severity};
 use crate::drift::NodeView;
 use crate::drift::impact::ImpactReport;
+use crate::simulate::forecast::{Forecast, Settings as ForecastSettings};
 use crate::snapshot::Located;
 
 /// The file shown for an object that is only in the live cluster.
@@ -106,13 +108,20 @@ pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
+    let forecast_settings = match forecast::settings(a) {
+        Ok(s) => s,
+        Err(message) => {
+            io.log(&format!("error: {message}"));
+            return exit::ERROR;
+        }
+    };
     if a.cluster {
         let connected = live::runtime().and_then(|rt| {
             let client = rt.block_on(live::connect())?;
             Ok((rt, client))
         });
         return match connected {
-            Ok((rt, client)) => run_cluster(a, io, settings, &rt, &client),
+            Ok((rt, client)) => run_cluster(a, io, settings, forecast_settings, &rt, &client),
             Err(e) => live_failed(&e, io),
         };
     }
@@ -158,12 +167,44 @@ pub fn run(a: &DiffArgs, io: &mut Io) -> u8 {
         Ok(i) => i,
         Err(e) => return impact_failed(&e, io),
     };
+    let forecast = match (&forecast_settings, &a.snapshot) {
+        (Some(fs), Some(path)) => {
+            if compared
+                .comparison
+                .diagnostics
+                .iter()
+                .any(|d| d.code == crate::config::diff::codes::INVALID_FROM)
+            {
+                io.log(&format!(
+                    "error: --forecast needs a valid --from revision: `{}` ({}) is invalid",
+                    revisions.from.git_ref,
+                    revisions.from.short_sha()
+                ));
+                return exit::ERROR;
+            }
+            let prefix = display_prefix(&a.path);
+            let start = match forecast::start_from_file(path, io) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            let sides = (
+                forecast::side(revisions.from.label(), &compared.from, &prefix),
+                forecast::side(revisions.to.label(), &compared.to, &prefix),
+            );
+            match forecast::run(&start, fs, sides, a.forecast_reports.as_deref(), io) {
+                Ok(f) => Some(f),
+                Err(code) => return code,
+            }
+        }
+        _ => None,
+    };
     finish(
         a,
         io,
         &Header::revisions(&revisions),
         &compared.comparison,
         impact.as_ref(),
+        forecast.as_ref(),
     )
 }
 
@@ -173,6 +214,7 @@ pub(crate) fn run_cluster(
     a: &DiffArgs,
     io: &mut Io,
     settings: Option<Settings>,
+    forecast_settings: Option<ForecastSettings>,
     rt: &tokio::runtime::Runtime,
     client: &kube::Client,
 ) -> u8 {
@@ -215,7 +257,45 @@ pub(crate) fn run_cluster(
             }
         }
     };
-    finish(a, io, &Header::cluster(&side), &comparison, impact.as_ref())
+    let forecast = match forecast_settings {
+        None => None,
+        Some(fs) => {
+            let start = match rt.block_on(live::snapshot(client)) {
+                Ok(snapshot) => {
+                    let items = match snapshot {
+                        Value::Object(mut o) => o.remove("items"),
+                        _ => None,
+                    };
+                    let values = match items {
+                        Some(Value::Array(v)) => v,
+                        _ => Vec::new(),
+                    };
+                    match forecast::start_from_values(values, io) {
+                        Ok(s) => s,
+                        Err(code) => return code,
+                    }
+                }
+                Err(e) => return live_failed(&e, io),
+            };
+            let prefix = display_prefix(&a.path);
+            let sides = (
+                forecast::side("live cluster".to_string(), &live, LIVE_FILE),
+                forecast::side(side.label(), &to.objects, &prefix),
+            );
+            match forecast::run(&start, &fs, sides, a.forecast_reports.as_deref(), io) {
+                Ok(f) => Some(f),
+                Err(code) => return code,
+            }
+        }
+    };
+    finish(
+        a,
+        io,
+        &Header::cluster(&side),
+        &comparison,
+        impact.as_ref(),
+        forecast.as_ref(),
+    )
 }
 
 /// Live NodePools and EC2NodeClasses as the objects `compare` takes; an
@@ -267,13 +347,17 @@ fn finish(
     header: &Header,
     comparison: &Comparison,
     impact: Option<&Impact>,
+    forecast: Option<&Forecast>,
 ) -> u8 {
     let rendered = match a.output {
-        OutputFormat::Json => json_output(header, comparison, impact),
+        OutputFormat::Json => json_output(header, comparison, impact, forecast),
         OutputFormat::Markdown => {
             let mut md = markdown(header, comparison);
             if let Some((report, skipped)) = impact {
                 md.push_str(&impact::markdown(report, skipped));
+            }
+            if let Some(f) = forecast {
+                md.push_str(&f.markdown());
             }
             md
         }
@@ -283,6 +367,9 @@ fn finish(
             let mut out = text(header, comparison, style);
             if let Some((report, skipped)) = impact {
                 out.push_str(&impact::text(report, skipped, style));
+            }
+            if let Some(f) = forecast {
+                out.push_str(&f.text());
             }
             out
         }
@@ -302,7 +389,7 @@ fn finish(
     }
     if comparison.has_errors() {
         exit::ERROR
-    } else if comparison.has_differences() {
+    } else if comparison.has_differences() || forecast.is_some_and(Forecast::differs) {
         exit::PROBLEM
     } else {
         exit::OK
@@ -552,7 +639,12 @@ fn markdown(h: &Header, c: &Comparison) -> String {
     out
 }
 
-fn json_output(h: &Header, c: &Comparison, impact: Option<&Impact>) -> String {
+fn json_output(
+    h: &Header,
+    c: &Comparison,
+    impact: Option<&Impact>,
+    forecast: Option<&Forecast>,
+) -> String {
     let mut doc = json!({
         "schema_version": 1,
         "from": h.from,
@@ -572,6 +664,12 @@ fn json_output(h: &Header, c: &Comparison, impact: Option<&Impact>) -> String {
     });
     if let (Some((report, skipped)), Some(object)) = (impact, doc.as_object_mut()) {
         object.insert("impact".into(), impact::json(report, skipped));
+    }
+    if let (Some(f), Some(object)) = (forecast, doc.as_object_mut()) {
+        object.insert(
+            "forecast".into(),
+            serde_json::to_value(f).unwrap_or(Value::Null),
+        );
     }
     format!(
         "{}\n",

@@ -58,8 +58,11 @@ pub const NODEPOOL: Kind = Kind::new("karpenter.sh", "v1", "NodePool", "nodepool
 pub const EC2NODECLASS: Kind =
     Kind::new("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses");
 
-/// The kinds of a snapshot (CONVENTIONS.md), in the order they are written.
-pub const SNAPSHOT_KINDS: [Kind; 10] = [
+/// The kinds of a snapshot (CONVENTIONS.md), in the order they are written:
+/// the state plan and diff read, then the workload controllers a forecast
+/// recreates evicted pods with. `simulate --snapshot-out` writes the same
+/// kinds in the same order (a test holds the two together).
+pub const SNAPSHOT_KINDS: [Kind; 14] = [
     NODE,
     Kind::new("", "v1", "Pod", "pods"),
     NODECLAIM,
@@ -75,6 +78,10 @@ pub const SNAPSHOT_KINDS: [Kind; 10] = [
     Kind::new("", "v1", "PersistentVolume", "persistentvolumes"),
     Kind::new("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
     Kind::new("storage.k8s.io", "v1", "StorageClass", "storageclasses"),
+    Kind::new("apps", "v1", "Deployment", "deployments"),
+    Kind::new("apps", "v1", "ReplicaSet", "replicasets"),
+    Kind::new("apps", "v1", "StatefulSet", "statefulsets"),
+    Kind::new("batch", "v1", "Job", "jobs"),
 ];
 
 /// A failure to read the cluster (exit code 2).
@@ -273,6 +280,14 @@ pub(crate) mod tests {
         );
     }
 
+    #[test]
+    fn simulate_snapshot_out_writes_the_same_kinds_in_the_same_order() {
+        assert_eq!(
+            SNAPSHOT_KINDS.map(|k| k.kind),
+            crate::simulate::snapshot::KINDS
+        );
+    }
+
     #[tokio::test]
     async fn a_snapshot_lists_every_kind_in_order() {
         let (client, mut handle) = mock_client();
@@ -352,7 +367,7 @@ pub(crate) mod tests {
         let code = match cli.command {
             Command::Diff(a) => {
                 let settings = crate::cli::diff::impact_settings_for_tests(&a);
-                crate::cli::diff::run_cluster(&a, &mut io, settings, &rt, &client)
+                crate::cli::diff::run_cluster(&a, &mut io, settings, None, &rt, &client)
             }
             Command::Snapshot(a) => crate::cli::snapshot::write_snapshot(&a, &mut io, &rt, &client),
             other => panic!("not a cluster command: {other:?}"),

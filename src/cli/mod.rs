@@ -6,6 +6,7 @@ pub mod args;
 mod aws;
 mod controller;
 mod diff;
+mod forecast;
 mod impact;
 mod live;
 pub mod log;

@@ -139,7 +139,12 @@ pub(crate) fn run_with_progress(
         }
     };
     // Refused before the run, which may be long, rather than after.
-    for path in a.output_file.iter().chain(a.metrics.iter()) {
+    for path in a
+        .output_file
+        .iter()
+        .chain(a.metrics.iter())
+        .chain(a.snapshot_out.iter())
+    {
         if let Err(e) = crate::fsutil::check_target(path) {
             io.error(
                 &e,
@@ -152,6 +157,8 @@ pub(crate) fn run_with_progress(
         Some(_) => s.with_metrics(snapshot_every, a.metrics_label.clone()),
         None => s,
     });
+    // Listed after the run, for --snapshot-out.
+    let cluster = sim.as_ref().ok().map(Simulation::cluster);
     let result = if io.err_is_terminal {
         // One line on stderr, redrawn in place and cleared at the end.
         let err = &mut *io.err;
@@ -212,6 +219,22 @@ pub(crate) fn run_with_progress(
                 path.display()
             ));
         }
+    }
+    if let (Some(path), Some(cluster)) = (&a.snapshot_out, &cluster) {
+        let snapshot = crate::simulate::snapshot::snapshot(cluster);
+        let text = super::snapshot::render(&snapshot, super::snapshot::format_of(path));
+        if let Err(e) = crate::fsutil::write_file(path, text.as_bytes()) {
+            io.error(
+                &e,
+                Some("check that the --snapshot-out file can be written"),
+            );
+            return exit::ERROR;
+        }
+        io.log(&format!(
+            "simulate: snapshot of {} objects written to {}",
+            snapshot["items"].as_array().map_or(0, Vec::len),
+            path.display()
+        ));
     }
     let rendered = match a.output {
         OutputFormat::Json => format!("{}\n", report.to_json()),
@@ -354,6 +377,7 @@ mod tests {
                 metrics: None,
                 metrics_every: None,
                 metrics_label: Vec::new(),
+                snapshot_out: None,
             };
             run_with_progress(
                 &args,

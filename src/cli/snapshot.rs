@@ -44,10 +44,7 @@ pub(crate) fn write_snapshot(
             return exit::ERROR;
         }
     };
-    let text = match format {
-        Format::Yaml => crate::config::diff::normalise::to_yaml(&snapshot),
-        Format::Json => serde_json::to_string_pretty(&snapshot).unwrap_or_default() + "\n",
-    };
+    let text = render(&snapshot, format);
     match &file {
         None => io.data(&text),
         Some(path) => {
@@ -70,8 +67,26 @@ pub(crate) fn write_snapshot(
     exit::OK
 }
 
+/// A snapshot as the file's text.
+pub(crate) fn render(snapshot: &serde_json::Value, format: Format) -> String {
+    match format {
+        Format::Yaml => crate::config::diff::normalise::to_yaml(snapshot),
+        Format::Json => serde_json::to_string_pretty(snapshot).unwrap_or_default() + "\n",
+    }
+}
+
+/// The format of a snapshot file by its extension: YAML for `.yaml` and
+/// `.yml`, else JSON.
+pub(crate) fn format_of(path: &Path) -> Format {
+    if is_yaml(path) {
+        Format::Yaml
+    } else {
+        Format::Json
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub(crate) enum Format {
     Yaml,
     Json,
 }
@@ -82,13 +97,7 @@ fn destination(
     a: &SnapshotArgs,
     io: &mut Io,
 ) -> Result<(Format, Option<std::path::PathBuf>), String> {
-    let by_extension = |p: &Path| {
-        if is_yaml(p) {
-            Format::Yaml
-        } else {
-            Format::Json
-        }
-    };
+    let by_extension = format_of;
     match (a.output.as_deref(), &a.out_file) {
         (None, None) => Ok((Format::Json, None)),
         (None, Some(f)) => Ok((by_extension(f), Some(f.clone()))),

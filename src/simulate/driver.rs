@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -76,8 +76,11 @@ fn kind_name(v: &Value) -> String {
     crate::snapshot::kind_name(v)
 }
 
-/// Creates an object, or replaces the existing one of the same name.
-fn upsert<K: Object>(cluster: &MemoryCluster, m: &Manifest) -> Result<(), SimError> {
+/// Creates an object, or replaces the existing one of the same name. With
+/// `restore` (the initial state) a new object is loaded as a snapshot has
+/// it: its uid (which its dependents' owner references name), creation
+/// time and status are kept ([`MemoryCluster::restore`]).
+fn upsert<K: Object>(cluster: &MemoryCluster, m: &Manifest, restore: bool) -> Result<(), SimError> {
     let obj: K = serde_json::from_value(m.object.clone())
         .map_err(|e| input_error(m, format!("{}: {e}", kind_name(&m.object))))?;
     let key = ObjectKey::of(&obj);
@@ -87,29 +90,37 @@ fn upsert<K: Object>(cluster: &MemoryCluster, m: &Manifest) -> Result<(), SimErr
             obj.meta_mut().resource_version = existing.meta().resource_version.clone();
             cluster.replace(obj).map(|_| ())
         }
+        None if restore => cluster.restore(obj).map(|_| ()),
         None => cluster.create(obj).map(|_| ()),
     };
     res.map_err(|e| input_error(m, format!("{}: {e}", kind_name(&m.object))))
 }
 
 fn apply(cluster: &MemoryCluster, m: &Manifest) -> Result<(), SimError> {
+    apply_as(cluster, m, false)
+}
+
+/// [`apply`], restoring new objects as a snapshot has them with `restore`.
+fn apply_as(cluster: &MemoryCluster, m: &Manifest, restore: bool) -> Result<(), SimError> {
     match m.kind() {
-        "Pod" => upsert::<Pod>(cluster, m),
-        "Deployment" => upsert::<Deployment>(cluster, m),
-        "Job" => upsert::<Job>(cluster, m),
-        "DaemonSet" => upsert::<DaemonSet>(cluster, m),
-        "PodDisruptionBudget" => upsert::<PodDisruptionBudget>(cluster, m),
-        "PersistentVolume" => upsert::<PersistentVolume>(cluster, m),
-        "PersistentVolumeClaim" => upsert::<PersistentVolumeClaim>(cluster, m),
-        "StorageClass" => upsert::<StorageClass>(cluster, m),
-        "Node" => upsert::<Node>(cluster, m),
-        "NodeClaim" => upsert::<NodeClaim>(cluster, m),
-        "NodePool" => upsert::<NodePool>(cluster, m),
-        "EC2NodeClass" => upsert::<EC2NodeClass>(cluster, m),
+        "Pod" => upsert::<Pod>(cluster, m, restore),
+        "Deployment" => upsert::<Deployment>(cluster, m, restore),
+        "ReplicaSet" => upsert::<ReplicaSet>(cluster, m, restore),
+        "StatefulSet" => upsert::<StatefulSet>(cluster, m, restore),
+        "Job" => upsert::<Job>(cluster, m, restore),
+        "DaemonSet" => upsert::<DaemonSet>(cluster, m, restore),
+        "PodDisruptionBudget" => upsert::<PodDisruptionBudget>(cluster, m, restore),
+        "PersistentVolume" => upsert::<PersistentVolume>(cluster, m, restore),
+        "PersistentVolumeClaim" => upsert::<PersistentVolumeClaim>(cluster, m, restore),
+        "StorageClass" => upsert::<StorageClass>(cluster, m, restore),
+        "Node" => upsert::<Node>(cluster, m, restore),
+        "NodeClaim" => upsert::<NodeClaim>(cluster, m, restore),
+        "NodePool" => upsert::<NodePool>(cluster, m, restore),
+        "EC2NodeClass" => upsert::<EC2NodeClass>(cluster, m, restore),
         other => Err(input_error(
             m,
             format!(
-                "cannot apply kind {other:?}: the simulation supports Pod, Deployment, Job, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, Node, NodeClaim, NodePool and EC2NodeClass"
+                "cannot apply kind {other:?}: the simulation supports Pod, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, Node, NodeClaim, NodePool and EC2NodeClass"
             ),
         )),
     }
@@ -245,6 +256,45 @@ fn adopt_initial_nodes(
     Ok(())
 }
 
+/// The configuration repository at `path` (the files on disk), validated
+/// as `dovetail validate` does: its EC2NodeClasses, then its NodePools.
+pub fn load_config(path: &std::path::Path) -> Result<Vec<Manifest>, SimError> {
+    let loaded = load::load(path, &Revision::Worktree, false, &Limits::default())
+        .map_err(|e| SimError::Setup(format!("{}: {e}", path.display())))?;
+    let report = validate::validate(&loaded, &validate::Options::default());
+    config_manifests(report, &path.display().to_string())
+}
+
+/// The objects of a validated configuration to apply, EC2NodeClasses
+/// first; an error with the diagnostics when it does not validate.
+pub fn config_manifests(report: validate::Report, path: &str) -> Result<Vec<Manifest>, SimError> {
+    if report.count(Severity::Error) > 0 {
+        return Err(SimError::InvalidConfig {
+            path: path.to_string(),
+            diagnostics: report
+                .diagnostics
+                .into_iter()
+                .filter(|d| d.severity == Severity::Error)
+                .collect(),
+        });
+    }
+    Ok(manifests_of(&report.objects, path))
+}
+
+/// The EC2NodeClasses, then the NodePools, of configuration objects, as
+/// the simulation applies them; `path` prefixes their files in messages.
+pub fn manifests_of(objects: &[validate::Object], path: &str) -> Vec<Manifest> {
+    [ApiKind::EC2NodeClass, ApiKind::NodePool]
+        .into_iter()
+        .flat_map(|kind| objects.iter().filter(move |o| o.kind == kind))
+        .map(|o| Manifest {
+            object: o.value.clone(),
+            file: format!("{path}/{}", o.file),
+            pos: o.pos,
+        })
+        .collect()
+}
+
 /// dovetail's controller as the simulation runs it.
 fn new_controller(
     cluster: &Arc<MemoryCluster>,
@@ -279,6 +329,19 @@ impl Simulation {
         scenario: Scenario,
         catalog_override: Option<&std::path::Path>,
     ) -> Result<Self, SimError> {
+        let config = load_config(&scenario.config)?;
+        Self::with_config(scenario, catalog_override, config)
+    }
+
+    /// [`Simulation::new`] with the configuration given: its EC2NodeClasses
+    /// and NodePools, validated, in the order they are applied (a forecast
+    /// runs one revision of a repository, or the live cluster's). The
+    /// scenario's `config` is then only where its `commit` steps write.
+    pub fn with_config(
+        scenario: Scenario,
+        catalog_override: Option<&std::path::Path>,
+        objects: Vec<Manifest>,
+    ) -> Result<Self, SimError> {
         let start = scenario.start;
         let clock = Arc::new(ManualClock::new(start));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
@@ -303,6 +366,7 @@ impl Simulation {
         config.images = scenario.cloud.images.clone();
         config.subnets = scenario.cloud.subnets.clone();
         config.security_groups = scenario.cloud.security_groups.clone();
+        config.observed_aliases = scenario.cloud.observed_aliases.clone();
         config.insufficient_capacity = scenario
             .cloud
             .insufficient_capacity
@@ -318,38 +382,11 @@ impl Simulation {
         let cloud = Arc::new(SimEc2::new(config, dyn_clock.clone()));
         let catalog = cloud.catalog().to_vec();
 
-        // The configuration repository, validated as `dovetail validate` does.
-        let loaded = load::load(
-            &scenario.config,
-            &Revision::Worktree,
-            false,
-            &Limits::default(),
-        )
-        .map_err(|e| SimError::Setup(format!("{}: {e}", scenario.config.display())))?;
-        let report = validate::validate(&loaded, &validate::Options::default());
-        if report.count(Severity::Error) > 0 {
-            return Err(SimError::InvalidConfig {
-                path: scenario.config.display().to_string(),
-                diagnostics: report
-                    .diagnostics
-                    .into_iter()
-                    .filter(|d| d.severity == Severity::Error)
-                    .collect(),
-            });
-        }
-        let mut ordered: Vec<&validate::Object> =
-            report.objects_of(ApiKind::EC2NodeClass).collect();
-        ordered.extend(report.objects_of(ApiKind::NodePool));
-        for o in ordered {
-            let m = Manifest {
-                object: o.value.clone(),
-                file: format!("{}/{}", scenario.config.display(), o.file),
-                pos: o.pos,
-            };
-            apply(&cluster, &m)?;
+        for m in &objects {
+            apply(&cluster, m)?;
         }
         for m in &scenario.initial {
-            apply(&cluster, m)?;
+            apply_as(&cluster, m, true)?;
         }
         adopt_initial_nodes(&cluster, &cloud, start)?;
 
@@ -357,11 +394,15 @@ impl Simulation {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .map_err(|e| SimError::Setup(e.to_string()))?;
+        // The initial state's nodes and pods are known before the first
+        // pass, which may already disrupt them.
+        let mut recorder = Recorder::new(start);
+        recorder.observe(&cluster, &cloud.instances_now(), start);
         Ok(Simulation {
             kubelet: Kubelet::new(scenario.cloud.launch_delay),
             scheduler: KubeScheduler::new(),
             workloads: Workloads::default(),
-            recorder: Recorder::new(start),
+            recorder,
             scenario,
             clock,
             cluster,
@@ -490,6 +531,8 @@ impl Simulation {
                 let n = match kind.as_str() {
                     "Pod" => delete_matching::<Pod>(&self.cluster, ns, nm, &sel),
                     "Deployment" => delete_matching::<Deployment>(&self.cluster, ns, nm, &sel),
+                    "ReplicaSet" => delete_matching::<ReplicaSet>(&self.cluster, ns, nm, &sel),
+                    "StatefulSet" => delete_matching::<StatefulSet>(&self.cluster, ns, nm, &sel),
                     "Job" => delete_matching::<Job>(&self.cluster, ns, nm, &sel),
                     "DaemonSet" => delete_matching::<DaemonSet>(&self.cluster, ns, nm, &sel),
                     "NodePool" => delete_matching::<NodePool>(&self.cluster, ns, nm, &sel),

@@ -3,9 +3,11 @@
 
 pub mod commit;
 pub mod driver;
+pub mod forecast;
 pub mod html;
 pub mod kubelet;
 pub mod kubescheduler;
 pub mod report;
 pub mod scenario;
+pub mod snapshot;
 pub mod workloads;

@@ -82,6 +82,9 @@ pub struct CloudSettings {
     pub subnets: Option<Vec<SimSubnet>>,
     /// The VPC's security groups; unset: one, selected by every term.
     pub security_groups: Option<Vec<SimSecurityGroup>>,
+    /// What AMI aliases resolved to in the cluster the run starts from (a
+    /// forecast's snapshot); not written in scenario files.
+    pub observed_aliases: Vec<crate::cloud::sim::nodeclass::ObservedAlias>,
 }
 
 impl Default for CloudSettings {
@@ -93,6 +96,7 @@ impl Default for CloudSettings {
             images: Vec::new(),
             subnets: None,
             security_groups: None,
+            observed_aliases: Vec::new(),
         }
     }
 }

@@ -303,6 +303,12 @@ fn build<'a, S: Source + 'a>(
             "PersistentVolume" => s.persistent_volumes.push(Arc::new(o.decode(file)?)),
             "PersistentVolumeClaim" => s.persistent_volume_claims.push(Arc::new(o.decode(file)?)),
             "StorageClass" => s.storage_classes.push(Arc::new(o.decode(file)?)),
+            // The workload controllers a forecast recreates evicted pods
+            // with; placing pods needs only the pods.
+            "Deployment" => drop(o.decode::<k8s_openapi::api::apps::v1::Deployment>(file)?),
+            "ReplicaSet" => drop(o.decode::<k8s_openapi::api::apps::v1::ReplicaSet>(file)?),
+            "StatefulSet" => drop(o.decode::<k8s_openapi::api::apps::v1::StatefulSet>(file)?),
+            "Job" => drop(o.decode::<k8s_openapi::api::batch::v1::Job>(file)?),
             other => {
                 return Err(ReadError::at(
                     file,
@@ -311,7 +317,7 @@ fn build<'a, S: Source + 'a>(
                         column: 1,
                     },
                     format!(
-                        "unsupported kind {other:?} in a snapshot; a snapshot holds Node, Pod, NodeClaim, NodePool, EC2NodeClass, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim and StorageClass objects"
+                        "unsupported kind {other:?} in a snapshot; a snapshot holds Node, Pod, NodeClaim, NodePool, EC2NodeClass, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, Deployment, ReplicaSet, StatefulSet and Job objects"
                     ),
                 ));
             }

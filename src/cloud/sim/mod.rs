@@ -229,6 +229,8 @@ pub struct SimConfig {
     pub subnets: Option<Vec<SimSubnet>>,
     /// The VPC's security groups; `None` for one that every term selects.
     pub security_groups: Option<Vec<SimSecurityGroup>>,
+    /// What AMI aliases resolved to in the cluster a run starts from.
+    pub observed_aliases: Vec<nodeclass::ObservedAlias>,
 }
 
 impl SimConfig {
@@ -247,6 +249,7 @@ impl SimConfig {
             images: Vec::new(),
             subnets: None,
             security_groups: None,
+            observed_aliases: Vec::new(),
         }
     }
 }
@@ -429,9 +432,11 @@ impl SimEc2 {
             images,
             subnets,
             security_groups,
+            observed_aliases,
         } = config;
         let mut account = Account::new(&zones, &kubernetes_version);
         account.images = images;
+        account.observed = observed_aliases;
         account.subnets = subnets;
         account.security_groups = security_groups;
         let catalog = catalog
@@ -838,8 +843,15 @@ impl SimEc2 {
         };
         let key = offering_key(it, offering);
 
-        state.last_id += 1;
-        let id = format!("i-{:017x}", state.last_id);
+        // Past the ids of adopted instances (a cluster restored from a
+        // snapshot of a simulation has ids of this form).
+        let id = loop {
+            state.last_id += 1;
+            let id = format!("i-{:017x}", state.last_id);
+            if !state.instances.contains_key(&id) {
+                break id;
+            }
+        };
         let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
         let labels = instance_labels(
             it.requirements

@@ -48,6 +48,23 @@ pub const DEFAULT_KUBERNETES_VERSION: &str = "1.34";
 /// The instance profile every node class gets when it names a role.
 const PROFILE_PREFIX: &str = "dovetail-sim-";
 
+/// What an AMI alias (`al2023@latest`, `al2023@v20251201`) resolved to in
+/// the cluster a simulation starts from: an EC2NodeClass's `status.amis`
+/// in a snapshot of a live cluster, whose image ids the simulated EC2's own
+/// cannot reproduce. While the cluster's Kubernetes version and the
+/// family's releases are those of the start, the alias resolves to these
+/// images, and so does a pin to `release` (the release the images carry in
+/// their names); so the nodes of an unchanged node class do not drift, and
+/// those of a class pinned to another release do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedAlias {
+    /// `family@version` as written in the term.
+    pub alias: String,
+    /// The release the images belong to, when their names tell it.
+    pub release: Option<String>,
+    pub amis: Vec<Ami>,
+}
+
 /// An image registered in the simulated account (`cloud.images`), for
 /// `amiSelectorTerms` by id, name or tags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +104,10 @@ pub struct Account {
     /// `None`: the default VPC, whose subnets every term selects.
     pub subnets: Option<Vec<SimSubnet>>,
     pub security_groups: Option<Vec<SimSecurityGroup>>,
+    /// What aliases resolved to at the start ([`ObservedAlias`]).
+    pub observed: Vec<ObservedAlias>,
+    /// The Kubernetes version at the start, for which `observed` holds.
+    observed_version: String,
     /// One subnet per zone for the default VPC.
     default_subnets: Vec<SimSubnet>,
 }
@@ -114,6 +135,8 @@ impl Account {
             images: Vec::new(),
             subnets: None,
             security_groups: None,
+            observed: Vec::new(),
+            observed_version: kubernetes_version.to_string(),
             default_subnets: zones
                 .iter()
                 .map(|z| SimSubnet {
@@ -145,6 +168,24 @@ impl Account {
     /// The newest release of a family.
     pub fn latest(&self, family: &str) -> Option<&str> {
         self.releases.get(family)?.last().map(String::as_str)
+    }
+
+    /// The images `family@version` resolved to at the start, while the
+    /// cluster's version and the family's releases are unchanged.
+    fn observed_for(&self, family: &str, version: &str) -> Option<&ObservedAlias> {
+        let unchanged = self.kubernetes_version == self.observed_version
+            && self.releases.get(family).is_some_and(|r| r.len() == 1);
+        if !unchanged {
+            return None;
+        }
+        self.observed.iter().find(|o| {
+            let (f, v) = o
+                .alias
+                .split_once('@')
+                .unwrap_or((o.alias.as_str(), "latest"));
+            f.eq_ignore_ascii_case(family)
+                && (v.eq_ignore_ascii_case(version) || o.release.as_deref() == Some(version))
+        })
     }
 
     /// Resolves a node class's selector terms.
@@ -219,6 +260,10 @@ impl Account {
     fn resolve_ami_term(&self, term: &AmiSelectorTerm, out: &mut Vec<Ami>) {
         if let Some(alias) = &term.alias {
             let (fam, version) = alias.split_once('@').unwrap_or((alias.as_str(), "latest"));
+            if let Some(seen) = self.observed_for(fam, version) {
+                out.extend(seen.amis.iter().cloned());
+                return;
+            }
             let release = if version == "latest" {
                 match self.latest(fam) {
                     Some(r) => r.to_string(),
@@ -408,5 +453,49 @@ mod tests {
         assert!(!glob("eks-*-1.34-*", "eks-node-1.33-v2"));
         assert!(glob("exact", "exact"));
         assert!(glob("*", "anything"));
+    }
+
+    #[test]
+    fn observed_aliases_resolve_as_the_live_cluster_did_until_a_release_or_upgrade() {
+        let mut account = Account::new(&["us-east-1a".to_string()], "1.34");
+        let live = vec![Ami {
+            deprecated: None,
+            id: "ami-live".into(),
+            name: Some("amazon-eks-node-al2023-x86_64-standard-1.34-v20251120".into()),
+            requirements: Vec::new(),
+        }];
+        account.observed = vec![ObservedAlias {
+            alias: "al2023@latest".into(),
+            release: Some("v20251120".into()),
+            amis: live.clone(),
+        }];
+        let class = |alias: &str| -> EC2NodeClass {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": "c"},
+                "spec": {"amiSelectorTerms": [{"alias": alias}], "role": "r",
+                    "subnetSelectorTerms": [{"id": "s"}], "securityGroupSelectorTerms": [{"id": "g"}]}
+            }))
+            .unwrap()
+        };
+        let ids = |a: &Account, alias: &str| -> Vec<String> {
+            a.resolve(&class(alias))
+                .amis
+                .into_iter()
+                .map(|a| a.id)
+                .collect()
+        };
+        assert_eq!(ids(&account, "al2023@latest"), ["ami-live"]);
+        assert_eq!(
+            ids(&account, "al2023@v20251120"),
+            ["ami-live"],
+            "pinned to the live release"
+        );
+        assert!(!ids(&account, "al2023@v20250601").contains(&"ami-live".to_string()));
+        let mut upgraded = account.clone();
+        upgraded.kubernetes_version = "1.35".into();
+        assert!(!ids(&upgraded, "al2023@latest").contains(&"ami-live".to_string()));
+        account.publish("al2023", "v20260105").unwrap();
+        assert!(!ids(&account, "al2023@latest").contains(&"ami-live".to_string()));
     }
 }

@@ -1,0 +1,1416 @@
+//! A pull request's forecast (`dovetail diff --forecast`): two simulations
+//! from the same snapshot of a cluster, one with the configuration at the
+//! base revision and one at the head, side by side.
+//!
+//! The snapshot becomes the simulation's initial state ([`prepare`]):
+//! its nodes run on instances the simulated EC2 adopts, its pods stay bound
+//! where they are, and its workload controllers (Deployments, ReplicaSets,
+//! StatefulSets, Jobs, DaemonSets) recreate what is evicted. An owner that
+//! pods name but the snapshot lacks (a snapshot `kubectl` made of pods and
+//! nodes only) is rebuilt from its pods. Its NodePools and EC2NodeClasses
+//! are replaced by each side's configuration; what the live EC2NodeClasses
+//! resolved their AMI aliases to is kept, so an unchanged class does not
+//! drift. The run starts at the snapshot's latest timestamp, so the same
+//! inputs give the same forecast.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::driver::{SimError, Simulation};
+use super::report::Report;
+use super::scenario::{Action, CloudSettings, Manifest, Scenario, Step};
+use crate::api::ec2nodeclass::Ami;
+use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
+use crate::cloud::sim::nodeclass::{DEFAULT_KUBERNETES_VERSION, ObservedAlias};
+use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
+use crate::diag::Pos;
+use crate::snapshot::Located;
+
+/// Kinds the simulation restores from a snapshot; others are skipped.
+const RESTORED: [&str; 13] = [
+    "Node",
+    "Pod",
+    "NodeClaim",
+    "DaemonSet",
+    "PodDisruptionBudget",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "StorageClass",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "Job",
+    // Replaced by each side's configuration, read for their status.
+    "EC2NodeClass",
+];
+
+/// Why a forecast could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ForecastError {
+    #[error("--scale {0}")]
+    Scale(String),
+    #[error("the forecast of {side} could not run: {source}")]
+    Simulation {
+        side: String,
+        #[source]
+        source: SimError,
+    },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// A workload change over the window: `deployment/NS/NAME=N@2h`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScaleChange {
+    pub namespace: String,
+    pub name: String,
+    pub replicas: u32,
+    /// Offset from the start of the window.
+    #[serde(serialize_with = "seconds")]
+    pub at: Duration,
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl ScaleChange {
+    /// Parses `deployment/NS/NAME=N@OFFSET` (`@OFFSET` optional: at once).
+    pub fn parse(s: &str) -> Result<ScaleChange, String> {
+        let usage = || {
+            format!(
+                "{s:?} is not deployment/NAMESPACE/NAME=REPLICAS@OFFSET (e.g. deployment/shop/web=40@2h)"
+            )
+        };
+        let (target, rest) = s.split_once('=').ok_or_else(usage)?;
+        let (replicas, at) = rest.split_once('@').unwrap_or((rest, "0s"));
+        let mut parts = target.split('/');
+        let (Some(kind), Some(namespace), Some(name), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(usage());
+        };
+        if !kind.eq_ignore_ascii_case("deployment") && !kind.eq_ignore_ascii_case("deployments") {
+            return Err(format!(
+                "{s:?}: only Deployments are scaled (deployment/NAMESPACE/NAME=REPLICAS@OFFSET)"
+            ));
+        }
+        if namespace.is_empty() || name.is_empty() {
+            return Err(usage());
+        }
+        let replicas: u32 = replicas
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: the replicas must be a whole number"))?;
+        if i64::from(replicas) > super::scenario::MAX_REPLICAS {
+            return Err(format!(
+                "{s:?}: at most {} replicas",
+                super::scenario::MAX_REPLICAS
+            ));
+        }
+        let at = match crate::timing::parse_duration(at.trim(), crate::timing::DurationSyntax::Hms)
+        {
+            Ok(crate::timing::NillableDuration::After(d)) => d,
+            _ => {
+                return Err(format!(
+                    "{s:?}: the offset takes a duration such as 90m or 2h"
+                ));
+            }
+        };
+        Ok(ScaleChange {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            replicas,
+            at,
+        })
+    }
+}
+
+/// The settings both sides share.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long each side runs.
+    pub window: Duration,
+    /// The instance-type catalog (default: the built-in one).
+    pub catalog: Option<PathBuf>,
+    /// From launch to a Ready node.
+    pub launch_delay: Duration,
+    pub scales: Vec<ScaleChange>,
+    pub feature_gates: crate::controller::features::FeatureGates,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            window: Duration::from_secs(24 * 3600),
+            catalog: None,
+            launch_delay: DEFAULT_LAUNCH_DELAY,
+            scales: Vec::new(),
+            feature_gates: Default::default(),
+        }
+    }
+}
+
+/// One side: a name for the output and its configuration (validated
+/// EC2NodeClasses and NodePools, in the order they are applied).
+#[derive(Debug, Clone)]
+pub struct Side {
+    pub label: String,
+    pub config: Vec<Manifest>,
+}
+
+/// A snapshot made ready to start simulations from.
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub file: String,
+    pub start: Timestamp,
+    pub kubernetes_version: String,
+    pub region: String,
+    pub zones: Vec<String>,
+    pub initial: Vec<Manifest>,
+    pub observed: Vec<ObservedAlias>,
+    /// What was assumed about the snapshot, for the output.
+    pub notes: Vec<String>,
+    /// Counts of what the snapshot holds, for the output.
+    pub nodes: usize,
+    pub pods: usize,
+    /// Names of the snapshot's Nodes and NodeClaims: what was running
+    /// before the window, as opposed to what it launches.
+    pub initial_nodes: BTreeSet<String>,
+    /// `namespace/name` of its pods no controller recreates.
+    pub bare_pods: BTreeSet<String>,
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}
+
+/// The latest time the snapshot records: creation and deletion times,
+/// conditions' transitions, pods' start times.
+fn latest_time(objects: &[Located]) -> Option<Timestamp> {
+    let mut latest: Option<Timestamp> = None;
+    let mut see = |s: Option<&str>| {
+        if let Some(t) = s.and_then(|s| parse_rfc3339(s).ok()) {
+            latest = Some(latest.map_or(t, |l| l.max(t)));
+        }
+    };
+    for o in objects {
+        let v = &o.object;
+        see(str_at(v, "/metadata/creationTimestamp"));
+        see(str_at(v, "/metadata/deletionTimestamp"));
+        see(str_at(v, "/status/startTime"));
+        for c in v
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            see(str_at(c, "/lastTransitionTime"));
+            see(str_at(c, "/lastHeartbeatTime"));
+        }
+    }
+    latest
+}
+
+/// `v1.34.2-eks-113cf36` -> `1.34`.
+fn minor_version(kubelet: &str) -> Option<(u32, u32)> {
+    let v = kubelet.trim_start_matches('v');
+    let mut parts = v.split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// `v20251201` in an image name (the release of an EKS-optimized AMI, as
+/// AWS and the simulated EC2 name them).
+fn release_in(name: &str) -> Option<String> {
+    name.split(['-', '_', '.'])
+        .find(|p| p.len() == 9 && p.starts_with('v') && p[1..].bytes().all(|b| b.is_ascii_digit()))
+        .map(str::to_string)
+}
+
+/// The region of a zone: `us-east-1a` -> `us-east-1`.
+fn region_of(zone: &str) -> &str {
+    zone.trim_end_matches(|c: char| c.is_ascii_lowercase())
+}
+
+/// What each alias of the live EC2NodeClasses resolved to: a class with
+/// one alias term whose status lists its images.
+fn observed_aliases(classes: &[&Value]) -> Vec<ObservedAlias> {
+    let mut out: Vec<ObservedAlias> = Vec::new();
+    for c in classes {
+        let terms = c
+            .pointer("/spec/amiSelectorTerms")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let [term] = terms else { continue };
+        let Some(alias) = str_at(term, "/alias") else {
+            continue;
+        };
+        let amis: Vec<Ami> = c
+            .pointer("/status/amis")
+            .cloned()
+            .and_then(|a| serde_json::from_value(a).ok())
+            .unwrap_or_default();
+        if amis.is_empty() || out.iter().any(|o| o.alias == alias) {
+            continue;
+        }
+        let releases: BTreeSet<String> = amis
+            .iter()
+            .filter_map(|a| a.name.as_deref().and_then(release_in))
+            .collect();
+        let release = (releases.len() == 1)
+            .then(|| releases.into_iter().next())
+            .flatten();
+        out.push(ObservedAlias {
+            alias: alias.to_string(),
+            release,
+            amis,
+        });
+    }
+    out
+}
+
+/// The controlling owner reference of an object.
+fn controller_of(v: &Value) -> Option<&Value> {
+    v.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+}
+
+/// A pod's spec as a template: without the node it was bound to, the
+/// node affinity a DaemonSet controller pins it with, and its status.
+fn template_of(pod: &Value) -> Value {
+    let mut spec = pod.get("spec").cloned().unwrap_or_else(|| json!({}));
+    if let Some(s) = spec.as_object_mut() {
+        s.remove("nodeName");
+    }
+    let meta = pod.get("metadata");
+    let mut labels = meta
+        .and_then(|m| m.get("labels"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    // Labels the StatefulSet controller sets per pod.
+    if let Some(l) = labels.as_object_mut() {
+        l.remove("statefulset.kubernetes.io/pod-name");
+        l.remove("apps.kubernetes.io/pod-index");
+    }
+    let mut template = json!({"metadata": {"labels": labels}, "spec": spec});
+    if let Some(a) = meta.and_then(|m| m.get("annotations")) {
+        template["metadata"]["annotations"] = a.clone();
+    }
+    template
+}
+
+/// An owner rebuilt from the pods that name it.
+fn rebuilt_owner(kind: &str, namespace: &str, name: &str, uid: &str, pods: &[&Value]) -> Value {
+    let first = pods[0];
+    let template = template_of(first);
+    let live = pods
+        .iter()
+        .filter(|p| !matches!(str_at(p, "/status/phase"), Some("Succeeded" | "Failed")))
+        .count();
+    let labels = template["metadata"]["labels"].clone();
+    let meta = json!({"name": name, "namespace": namespace, "uid": uid, "labels": labels.clone()});
+    match kind {
+        "ReplicaSet" => json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": meta,
+            "spec": {"replicas": live, "selector": {"matchLabels": labels}, "template": template},
+        }),
+        "StatefulSet" => {
+            // Ordinals name the pods; claims named TEMPLATE-NAME-ORDINAL
+            // come back as volume claim templates.
+            let ordinals = pods.iter().filter_map(|p| {
+                str_at(p, "/metadata/name")?
+                    .strip_prefix(name)?
+                    .strip_prefix('-')?
+                    .parse::<u64>()
+                    .ok()
+            });
+            let replicas = ordinals.max().map_or(live as u64, |m| m + 1);
+            let pod_name = str_at(first, "/metadata/name").unwrap_or_default();
+            let mut template = template;
+            let mut claims = Vec::new();
+            if let Some(volumes) = template
+                .pointer_mut("/spec/volumes")
+                .and_then(Value::as_array_mut)
+            {
+                volumes.retain(|v| {
+                    let claim = str_at(v, "/persistentVolumeClaim/claimName");
+                    let vol = str_at(v, "/name").unwrap_or_default();
+                    match claim {
+                        Some(c) if c == format!("{vol}-{pod_name}") => {
+                            claims.push(json!({"metadata": {"name": vol}, "spec": {}}));
+                            false
+                        }
+                        _ => true,
+                    }
+                });
+            }
+            json!({
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+                "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                    "serviceName": name, "template": template, "volumeClaimTemplates": claims},
+            })
+        }
+        _ => {
+            let mut template = template;
+            template["spec"]["restartPolicy"] = json!("Never");
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                "spec": {"completions": pods.len(), "parallelism": live.max(1), "template": template},
+            })
+        }
+    }
+}
+
+/// Makes a snapshot ready to start forecasts from (see the module's
+/// documentation). `file` names it in messages.
+pub fn prepare(file: &str, objects: &[Located]) -> Result<Start, ForecastError> {
+    let start = latest_time(objects)
+        .map(|t| {
+            // Whole seconds, after everything the snapshot records.
+            let s = t.as_second() + i64::from(t.subsec_nanosecond() > 0);
+            Timestamp::from_second(s).unwrap_or(t)
+        })
+        .or_else(|| parse_rfc3339(super::scenario::DEFAULT_START).ok())
+        .ok_or_else(|| ForecastError::Setup("no start time".into()))?;
+    let mut notes = Vec::new();
+    let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
+    let mut terminating = 0;
+    let mut classes = Vec::new();
+    let mut kept: Vec<&Located> = Vec::new();
+    for o in objects {
+        let kind = str_at(&o.object, "/kind").unwrap_or_default();
+        if !RESTORED.contains(&kind) {
+            *skipped.entry(kind.to_string()).or_default() += 1;
+            continue;
+        }
+        if kind == "EC2NodeClass" {
+            classes.push(&o.object);
+            continue;
+        }
+        if kind == "Pod" && o.object.pointer("/metadata/deletionTimestamp").is_some() {
+            terminating += 1;
+            continue;
+        }
+        kept.push(o);
+    }
+    skipped.remove("NodePool");
+    if !skipped.is_empty() {
+        notes.push(format!(
+            "objects of kinds a forecast does not use were left out: {}",
+            skipped
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if terminating > 0 {
+        notes.push(format!(
+            "{terminating} pod(s) terminating in the snapshot are taken as gone"
+        ));
+    }
+
+    // Owners that pods (and ReplicaSets) name but the snapshot lacks.
+    let present: BTreeSet<&str> = kept
+        .iter()
+        .filter_map(|o| str_at(&o.object, "/metadata/uid"))
+        .collect();
+    let mut orphans: BTreeMap<(String, String, String, String), Vec<&Value>> = BTreeMap::new();
+    let mut daemonless = 0;
+    for o in &kept {
+        if str_at(&o.object, "/kind") != Some("Pod") {
+            continue;
+        }
+        let Some(owner) = controller_of(&o.object) else {
+            continue;
+        };
+        let (Some(kind), Some(name), Some(uid)) = (
+            str_at(owner, "/kind"),
+            str_at(owner, "/name"),
+            str_at(owner, "/uid"),
+        ) else {
+            continue;
+        };
+        if present.contains(uid) {
+            continue;
+        }
+        match kind {
+            "ReplicaSet" | "StatefulSet" | "Job" => {
+                let ns = str_at(&o.object, "/metadata/namespace").unwrap_or("default");
+                orphans
+                    .entry((kind.into(), ns.into(), name.into(), uid.into()))
+                    .or_default()
+                    .push(&o.object);
+            }
+            "DaemonSet" => daemonless += 1,
+            _ => {}
+        }
+    }
+    let mut initial: Vec<Manifest> = kept
+        .iter()
+        .map(|o| Manifest {
+            object: without_server_fields(&o.object),
+            file: file.to_string(),
+            pos: Pos {
+                line: u32::try_from(o.line).unwrap_or(u32::MAX),
+                column: 1,
+            },
+        })
+        .collect();
+    if !orphans.is_empty() {
+        let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+        for ((kind, ns, name, uid), pods) in &orphans {
+            *by_kind.entry(kind.as_str()).or_default() += 1;
+            initial.push(Manifest {
+                object: rebuilt_owner(kind, ns, name, uid, pods),
+                file: file.to_string(),
+                pos: Pos::default(),
+            });
+        }
+        notes.push(format!(
+            "owners missing from the snapshot were rebuilt from their pods (replicas as running, template from a pod): {}",
+            by_kind
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if daemonless > 0 {
+        notes.push(format!(
+            "{daemonless} DaemonSet pod(s) name a DaemonSet the snapshot lacks: new nodes run no such pod"
+        ));
+    }
+
+    let nodes: Vec<&Value> = kept
+        .iter()
+        .map(|o| &o.object)
+        .filter(|v| str_at(v, "/kind") == Some("Node"))
+        .collect();
+    let kubernetes_version = nodes
+        .iter()
+        .filter_map(|n| minor_version(str_at(n, "/status/nodeInfo/kubeletVersion")?))
+        .max()
+        .map_or_else(
+            || DEFAULT_KUBERNETES_VERSION.to_string(),
+            |(major, minor)| format!("{major}.{minor}"),
+        );
+    let mut zones: BTreeSet<String> = nodes
+        .iter()
+        .filter_map(|n| str_at(n, "/metadata/labels/topology.kubernetes.io~1zone"))
+        .map(str::to_string)
+        .collect();
+    for c in &classes {
+        for s in c
+            .pointer("/status/subnets")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(z) = str_at(s, "/zone") {
+                zones.insert(z.to_string());
+            }
+        }
+    }
+    let region = zones
+        .iter()
+        .next()
+        .map_or(DEFAULT_REGION, |z| region_of(z))
+        .to_string();
+    zones.retain(|z| region_of(z) == region);
+    let zones: Vec<String> = if zones.is_empty() {
+        default_zones(&region)
+    } else {
+        zones.into_iter().collect()
+    };
+    let pods = kept
+        .iter()
+        .filter(|o| str_at(&o.object, "/kind") == Some("Pod"))
+        .count();
+    let initial_nodes = kept
+        .iter()
+        .filter(|o| matches!(str_at(&o.object, "/kind"), Some("Node" | "NodeClaim")))
+        .filter_map(|o| str_at(&o.object, "/metadata/name"))
+        .map(str::to_string)
+        .collect();
+    let bare_pods = kept
+        .iter()
+        .filter(|o| str_at(&o.object, "/kind") == Some("Pod"))
+        .filter(|o| {
+            controller_of(&o.object).is_none_or(|c| {
+                // A Deployment owns pods itself only in a simulated
+                // cluster's snapshot, whose Deployment controller keeps them.
+                !matches!(
+                    str_at(c, "/kind"),
+                    Some("Deployment" | "ReplicaSet" | "StatefulSet" | "Job" | "DaemonSet")
+                )
+            })
+        })
+        .filter_map(|o| {
+            Some(format!(
+                "{}/{}",
+                str_at(&o.object, "/metadata/namespace").unwrap_or("default"),
+                str_at(&o.object, "/metadata/name")?
+            ))
+        })
+        .collect();
+    Ok(Start {
+        file: file.to_string(),
+        start,
+        kubernetes_version,
+        region,
+        zones,
+        initial,
+        observed: observed_aliases(&classes),
+        notes,
+        nodes: nodes.len(),
+        pods,
+        initial_nodes,
+        bare_pods,
+    })
+}
+
+/// An object without what the API server sets and a restore replaces.
+fn without_server_fields(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+        meta.remove("managedFields");
+        meta.remove("selfLink");
+    }
+    v
+}
+
+impl Start {
+    /// The scenario of one side.
+    fn scenario(&self, settings: &Settings) -> Scenario {
+        Scenario {
+            file: self.file.clone(),
+            start: self.start,
+            config: PathBuf::new(),
+            config_pos: Pos::default(),
+            catalog: settings.catalog.clone(),
+            region: self.region.clone(),
+            zones: self.zones.clone(),
+            zones_pos: Pos::default(),
+            initial: self.initial.clone(),
+            cloud: CloudSettings {
+                launch_delay: settings.launch_delay,
+                kubernetes_version: self.kubernetes_version.clone(),
+                observed_aliases: self.observed.clone(),
+                ..CloudSettings::default()
+            },
+            feature_gates: settings.feature_gates,
+            steps: settings
+                .scales
+                .iter()
+                .map(|s| Step {
+                    at: s.at,
+                    pos: Pos::default(),
+                    action: Action::Scale {
+                        namespace: s.namespace.clone(),
+                        name: s.name.clone(),
+                        replicas: s.replicas,
+                    },
+                })
+                .collect(),
+            until: settings.window,
+        }
+    }
+}
+
+/// Both sides' forecast and their whole reports (as `simulate` writes them).
+pub struct Run {
+    pub forecast: Forecast,
+    pub a: Report,
+    pub b: Report,
+}
+
+/// Runs both sides, in parallel, and compares them.
+pub fn run(start: &Start, settings: &Settings, a: Side, b: Side) -> Result<Run, ForecastError> {
+    for s in &settings.scales {
+        if s.at > settings.window {
+            return Err(ForecastError::Scale(format!(
+                "deployment/{}/{}: at {} is after the window's end ({})",
+                s.namespace,
+                s.name,
+                super::scenario::human(s.at),
+                super::scenario::human(settings.window)
+            )));
+        }
+        let exists = start.initial.iter().any(|m| {
+            m.kind() == "Deployment"
+                && str_at(&m.object, "/metadata/namespace").unwrap_or("default") == s.namespace
+                && str_at(&m.object, "/metadata/name") == Some(s.name.as_str())
+        });
+        if !exists {
+            return Err(ForecastError::Scale(format!(
+                "deployment/{}/{}: the snapshot has no such Deployment (`dovetail snapshot` lists them)",
+                s.namespace, s.name
+            )));
+        }
+    }
+    let scenario = start.scenario(settings);
+    let run_side = |side: &Side| -> Result<Report, ForecastError> {
+        Simulation::with_config(scenario.clone(), None, side.config.clone())
+            .and_then(|sim| sim.run(None))
+            .map_err(|source| ForecastError::Simulation {
+                side: side.label.clone(),
+                source,
+            })
+    };
+    let (ra, rb) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| run_side(&b));
+        let ra = run_side(&a);
+        let rb = other
+            .join()
+            .unwrap_or_else(|_| Err(ForecastError::Setup("the forecast of B panicked".into())));
+        (ra, rb)
+    });
+    let (ra, rb) = (ra?, rb?);
+    let mut assumptions = vec![
+        format!(
+            "prices from the {} catalog, on-demand and spot, as they are for the whole window",
+            if settings.catalog.is_some() {
+                "given"
+            } else {
+                "built-in (us-east-1)"
+            }
+        ),
+        format!(
+            "{} from launch to a Ready node",
+            super::scenario::human(settings.launch_delay)
+        ),
+        "no traffic-driven scaling: workloads keep their replicas unless --scale changes them; pods owned by a ReplicaSet, StatefulSet, Job or DaemonSet are recreated when evicted, bare pods are not".to_string(),
+        format!(
+            "the cluster's Kubernetes version {}, region {}, zones {}",
+            start.kubernetes_version,
+            start.region,
+            start.zones.join(", ")
+        ),
+    ];
+    assumptions.extend(start.notes.iter().cloned());
+    let forecast = Forecast {
+        snapshot: start.file.clone(),
+        start: format_rfc3339(start.start),
+        window_seconds: settings.window.as_secs_f64(),
+        nodes: start.nodes,
+        pods: start.pods,
+        scales: settings.scales.clone(),
+        assumptions,
+        a: Outcome::of(&a.label, &ra, start),
+        b: Outcome::of(&b.label, &rb, start),
+    };
+    Ok(Run {
+        forecast,
+        a: ra,
+        b: rb,
+    })
+}
+
+/// Two sides of a forecast.
+#[derive(Debug, Clone, Serialize)]
+pub struct Forecast {
+    pub snapshot: String,
+    pub start: String,
+    pub window_seconds: f64,
+    /// Nodes and pods of the snapshot.
+    pub nodes: usize,
+    pub pods: usize,
+    pub scales: Vec<ScaleChange>,
+    pub assumptions: Vec<String>,
+    pub a: Outcome,
+    pub b: Outcome,
+}
+
+/// Disrupted nodes of one reason and NodePool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Disrupted {
+    pub reason: String,
+    pub nodepool: String,
+    pub nodes: usize,
+}
+
+/// Pending pods at the end with one reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unschedulable {
+    pub reason: String,
+    pub pods: usize,
+    /// Up to five, by name.
+    pub examples: Vec<String>,
+}
+
+/// A limit that kept pods from launching.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LimitReached {
+    pub nodepool: String,
+    pub limit: String,
+    pub pods: usize,
+}
+
+/// A PodDisruptionBudget that refused evictions of a drain.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockedDrain {
+    pub budget: String,
+    pub evictions_refused: usize,
+    pub nodes: usize,
+}
+
+/// What one side's run came to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub label: String,
+    pub price_per_hour: f64,
+    pub lower_bound_price_per_hour: Option<f64>,
+    pub cost_usd: f64,
+    pub nodes_at_end: usize,
+    pub nodes_launched: usize,
+    pub nodes_terminated: usize,
+    pub disruptions: Vec<Disrupted>,
+    /// Seconds from the start until the last drifted node is gone.
+    pub last_drift_replaced_seconds: Option<f64>,
+    pub pods_waited: usize,
+    pub p50_pending_seconds: f64,
+    pub p99_pending_seconds: f64,
+    pub max_pending_seconds: f64,
+    pub pods_pending_at_end: usize,
+    /// Pods no controller recreates (bare pods) that were evicted or
+    /// deleted, by `namespace/name`.
+    pub bare_pods_lost: Vec<String>,
+    pub unschedulable: Vec<Unschedulable>,
+    pub limits_reached: Vec<LimitReached>,
+    pub blocked_drains: Vec<BlockedDrain>,
+}
+
+/// `NodePool general would exceed limit cpu=10: ...` -> (general, cpu=10),
+/// for each pool a reason names.
+fn limits_in(reason: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = reason;
+    while let Some(i) = rest.find("NodePool ") {
+        rest = &rest[i + "NodePool ".len()..];
+        let Some((pool, after)) = rest.split_once(' ') else {
+            break;
+        };
+        if let Some(limit) = after.strip_prefix("would exceed limit ") {
+            let end = limit.find(':').unwrap_or(limit.len());
+            out.push((pool.to_string(), limit[..end].trim().to_string()));
+        }
+    }
+    out
+}
+
+impl Outcome {
+    fn of(label: &str, r: &Report, initial: &Start) -> Outcome {
+        let start = parse_rfc3339(&r.start).ok();
+        let offset = |t: &str| -> Option<f64> {
+            let t = parse_rfc3339(t).ok()?;
+            Some(t.duration_since(start?).as_secs_f64())
+        };
+        // Each decision carried out, per NodeClaim it disrupted.
+        let by_claim: BTreeMap<&str, &super::report::NodeRecord> =
+            r.nodes.iter().map(|n| (n.nodeclaim.as_str(), n)).collect();
+        let mut disrupted: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut last_drift: Option<f64> = None;
+        let mut seen = BTreeSet::new();
+        for d in &r.disruptions {
+            for claim in &d.nodeclaims {
+                if !seen.insert(claim.as_str()) {
+                    continue;
+                }
+                let node = by_claim.get(claim.as_str());
+                let pool = node.map_or_else(String::new, |n| n.nodepool.clone());
+                *disrupted.entry((d.reason.clone(), pool)).or_default() += 1;
+                if d.reason == "Drifted"
+                    && let Some(gone) = node.and_then(|n| n.deleted_at.as_deref()).and_then(offset)
+                {
+                    last_drift = Some(last_drift.map_or(gone, |l: f64| l.max(gone)));
+                }
+            }
+        }
+        let mut unschedulable: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut limits: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for u in &r.unschedulable {
+            unschedulable
+                .entry(u.reason.as_str())
+                .or_default()
+                .push(u.pod.as_str());
+            for key in limits_in(&u.reason) {
+                *limits.entry(key).or_default() += 1;
+            }
+        }
+        let mut blocked: BTreeMap<String, (usize, BTreeSet<&str>)> = BTreeMap::new();
+        for e in r.events.iter().filter(|e| e.reason == "EvictionBlocked") {
+            let ns = e
+                .message
+                .strip_prefix("pod ")
+                .and_then(|m| m.split_once('/'))
+                .map_or("default", |(ns, _)| ns);
+            let budget = e
+                .message
+                .split_once("disruption budget ")
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .map_or_else(|| "(unnamed)".to_string(), |b| format!("{ns}/{b}"));
+            let entry = blocked.entry(budget).or_default();
+            entry.0 += 1;
+            entry.1.insert(e.object.as_str());
+        }
+        let s = &r.summary;
+        Outcome {
+            label: label.to_string(),
+            price_per_hour: s.price_per_hour,
+            lower_bound_price_per_hour: s.lower_bound_price_per_hour,
+            cost_usd: s.cost_usd,
+            nodes_at_end: r.nodes.iter().filter(|n| n.deleted_at.is_none()).count(),
+            nodes_launched: r
+                .nodes
+                .iter()
+                .filter(|n| {
+                    !initial.initial_nodes.contains(&n.name)
+                        && !initial.initial_nodes.contains(&n.nodeclaim)
+                })
+                .count(),
+            nodes_terminated: r.nodes.iter().filter(|n| n.deleted_at.is_some()).count(),
+            disruptions: disrupted
+                .into_iter()
+                .map(|((reason, nodepool), nodes)| Disrupted {
+                    reason,
+                    nodepool,
+                    nodes,
+                })
+                .collect(),
+            last_drift_replaced_seconds: last_drift,
+            pods_waited: r.pods.iter().filter(|p| p.pending_seconds > 0.0).count(),
+            p50_pending_seconds: s.p50_pending_seconds,
+            p99_pending_seconds: s.p99_pending_seconds,
+            max_pending_seconds: s.max_pending_seconds,
+            pods_pending_at_end: s.pods_pending,
+            bare_pods_lost: r
+                .pods
+                .iter()
+                .filter(|p| p.deleted_at.is_some())
+                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .filter(|k| initial.bare_pods.contains(k))
+                .collect(),
+            unschedulable: unschedulable
+                .into_iter()
+                .map(|(reason, pods)| Unschedulable {
+                    reason: reason.to_string(),
+                    pods: pods.len(),
+                    examples: pods.iter().take(5).map(|p| p.to_string()).collect(),
+                })
+                .collect(),
+            limits_reached: limits
+                .into_iter()
+                .map(|((nodepool, limit), pods)| LimitReached {
+                    nodepool,
+                    limit,
+                    pods,
+                })
+                .collect(),
+            blocked_drains: blocked
+                .into_iter()
+                .map(|(budget, (evictions_refused, nodes))| BlockedDrain {
+                    budget,
+                    evictions_refused,
+                    nodes: nodes.len(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The outcome without its label, to compare two sides.
+    fn unlabelled(&self) -> Outcome {
+        Outcome {
+            label: String::new(),
+            ..self.clone()
+        }
+    }
+}
+
+/// One row of the side-by-side table: a figure of A and B, and whether
+/// more is worse.
+struct Row {
+    name: &'static str,
+    a: f64,
+    b: f64,
+    /// How to show a value.
+    show: fn(f64) -> String,
+    /// Whether a higher value is worse (cost, waiting), or a lower one.
+    higher_is_worse: bool,
+}
+
+fn dollars(v: f64) -> String {
+    format!("${v:.2}")
+}
+fn dollars_per_hour(v: f64) -> String {
+    format!("${v:.3}/h")
+}
+fn count(v: f64) -> String {
+    format!("{v:.0}")
+}
+fn duration(v: f64) -> String {
+    if v <= 0.0 {
+        return "0s".into();
+    }
+    super::scenario::human(Duration::from_secs_f64(v))
+}
+
+impl Forecast {
+    /// Whether the two sides forecast anything different.
+    pub fn differs(&self) -> bool {
+        self.a.unlabelled() != self.b.unlabelled()
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        let (a, b) = (&self.a, &self.b);
+        let n = |v: usize| v as f64;
+        vec![
+            Row {
+                name: "price per hour at the end",
+                a: a.price_per_hour,
+                b: b.price_per_hour,
+                show: dollars_per_hour,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "lower bound per hour at the end",
+                a: a.lower_bound_price_per_hour.unwrap_or(0.0),
+                b: b.lower_bound_price_per_hour.unwrap_or(0.0),
+                show: dollars_per_hour,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "cost over the window",
+                a: a.cost_usd,
+                b: b.cost_usd,
+                show: dollars,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "nodes at the end",
+                a: n(a.nodes_at_end),
+                b: n(b.nodes_at_end),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "nodes launched",
+                a: n(a.nodes_launched),
+                b: n(b.nodes_launched),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "nodes terminated",
+                a: n(a.nodes_terminated),
+                b: n(b.nodes_terminated),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "nodes disrupted",
+                a: n(a.disruptions.iter().map(|d| d.nodes).sum()),
+                b: n(b.disruptions.iter().map(|d| d.nodes).sum()),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "last drift replacement done after",
+                a: a.last_drift_replaced_seconds.unwrap_or(0.0),
+                b: b.last_drift_replaced_seconds.unwrap_or(0.0),
+                show: duration,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "pods that waited",
+                a: n(a.pods_waited),
+                b: n(b.pods_waited),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "pod wait p50",
+                a: a.p50_pending_seconds,
+                b: b.p50_pending_seconds,
+                show: duration,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "pod wait p99",
+                a: a.p99_pending_seconds,
+                b: b.p99_pending_seconds,
+                show: duration,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "pod wait max",
+                a: a.max_pending_seconds,
+                b: b.max_pending_seconds,
+                show: duration,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "pods pending at the end",
+                a: n(a.pods_pending_at_end),
+                b: n(b.pods_pending_at_end),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "bare pods evicted, not recreated",
+                a: n(a.bare_pods_lost.len()),
+                b: n(b.bare_pods_lost.len()),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
+                name: "evictions refused by a PDB",
+                a: n(a.blocked_drains.iter().map(|d| d.evictions_refused).sum()),
+                b: n(b.blocked_drains.iter().map(|d| d.evictions_refused).sum()),
+                show: count,
+                higher_is_worse: true,
+            },
+        ]
+    }
+
+    /// The window, as `24h`.
+    fn window(&self) -> String {
+        duration(self.window_seconds)
+    }
+
+    /// Markdown for a pull-request comment: the table of both sides and
+    /// the change, bold where B is worse, then each side's details.
+    pub fn markdown(&self) -> String {
+        let mut out = format!(
+            "\n### Forecast over {} from `{}` ({} nodes, {} pods at {})\n\n",
+            self.window(),
+            self.snapshot,
+            self.nodes,
+            self.pods,
+            self.start
+        );
+        for s in &self.scales {
+            let _ = writeln!(
+                out,
+                "- scaled: deployment/{}/{} to {} replicas at +{}",
+                s.namespace,
+                s.name,
+                s.replicas,
+                duration(s.at.as_secs_f64())
+            );
+        }
+        if !self.scales.is_empty() {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "| | A: {} | B: {} | change |\n|---|---:|---:|---:|",
+            md_escape(&self.a.label),
+            md_escape(&self.b.label)
+        );
+        for r in self.rows() {
+            let worse = if r.higher_is_worse {
+                r.b > r.a
+            } else {
+                r.b < r.a
+            };
+            let delta = delta(&r);
+            let (b, delta) = if worse && !delta.is_empty() {
+                (format!("**{}**", (r.show)(r.b)), format!("**{delta}**"))
+            } else {
+                ((r.show)(r.b), delta)
+            };
+            let _ = writeln!(out, "| {} | {} | {b} | {delta} |", r.name, (r.show)(r.a));
+        }
+        for (name, o) in [("A", &self.a), ("B", &self.b)] {
+            let details = details(o);
+            if !details.is_empty() {
+                let _ = write!(out, "\n**{name}: {}**\n\n{details}", md_escape(&o.label));
+            }
+        }
+        out.push_str("\n<details><summary>Assumptions</summary>\n\n");
+        for a in &self.assumptions {
+            let _ = writeln!(out, "- {}", md_escape(a));
+        }
+        out.push_str("\n</details>\n");
+        if !self.differs() {
+            out.push_str("\nBoth sides forecast the same.\n");
+        }
+        out
+    }
+
+    /// Plain text for a terminal.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "\nforecast over {} from {} ({} nodes, {} pods at {})\n",
+            self.window(),
+            self.snapshot,
+            self.nodes,
+            self.pods,
+            self.start
+        );
+        let _ = writeln!(out, "  A: {}\n  B: {}", self.a.label, self.b.label);
+        for s in &self.scales {
+            let _ = writeln!(
+                out,
+                "  scaled: deployment/{}/{} to {} replicas at +{}",
+                s.namespace,
+                s.name,
+                s.replicas,
+                duration(s.at.as_secs_f64())
+            );
+        }
+        let rows = self.rows();
+        let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  {:<width$}  {:>14}  {:>14}  {:>14}",
+            "", "A", "B", "change"
+        );
+        for r in &rows {
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {:>14}  {:>14}  {:>14}",
+                r.name,
+                (r.show)(r.a),
+                (r.show)(r.b),
+                delta(r)
+            );
+        }
+        for (name, o) in [("A", &self.a), ("B", &self.b)] {
+            let details = details(o);
+            if !details.is_empty() {
+                let _ = write!(out, "{name}:\n{details}");
+            }
+        }
+        out.push_str("assumptions:\n");
+        for a in &self.assumptions {
+            let _ = writeln!(out, "  - {a}");
+        }
+        if !self.differs() {
+            out.push_str("both sides forecast the same\n");
+        }
+        out
+    }
+}
+
+/// `+$1.20`, `-3`, or empty when equal.
+fn delta(r: &Row) -> String {
+    let d = r.b - r.a;
+    if d.abs() < 1e-9 {
+        return String::new();
+    }
+    let sign = if d > 0.0 { "+" } else { "-" };
+    format!("{sign}{}", (r.show)(d.abs()))
+}
+
+/// A side's disruptions, unschedulable pods, limits and blocked drains, as
+/// a Markdown list (also read as text).
+fn details(o: &Outcome) -> String {
+    let mut out = String::new();
+    for d in &o.disruptions {
+        let _ = writeln!(
+            out,
+            "- {} node(s) of NodePool `{}` disrupted: {}",
+            d.nodes, d.nodepool, d.reason
+        );
+    }
+    if let Some(t) = o.last_drift_replaced_seconds {
+        let _ = writeln!(out, "- the last drifted node is gone after {}", duration(t));
+    }
+    for l in &o.limits_reached {
+        let _ = writeln!(
+            out,
+            "- NodePool `{}` reached its limit {}: {} pod(s) wait for it",
+            l.nodepool, l.limit, l.pods
+        );
+    }
+    for u in &o.unschedulable {
+        let _ = writeln!(
+            out,
+            "- {} pod(s) pending at the end ({}): {}",
+            u.pods,
+            u.examples.join(", "),
+            md_escape(&u.reason)
+        );
+    }
+    if !o.bare_pods_lost.is_empty() {
+        let _ = writeln!(
+            out,
+            "- bare pod(s) evicted and not recreated (no controller owns them): {}",
+            o.bare_pods_lost.join(", ")
+        );
+    }
+    for b in &o.blocked_drains {
+        let _ = writeln!(
+            out,
+            "- PodDisruptionBudget `{}` refused {} eviction(s) on {} node(s)",
+            b.budget, b.evictions_refused, b.nodes
+        );
+    }
+    out
+}
+
+/// Keeps a table cell a cell.
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_changes_parse_with_offsets() {
+        let s = ScaleChange::parse("deployment/shop/web=40@2h").unwrap();
+        assert_eq!(
+            (s.namespace.as_str(), s.name.as_str(), s.replicas, s.at),
+            ("shop", "web", 40, Duration::from_secs(7200))
+        );
+        assert_eq!(
+            ScaleChange::parse("deployment/a/b=3").unwrap().at,
+            Duration::ZERO
+        );
+        for bad in [
+            "deployment/web=3",
+            "statefulset/a/b=3",
+            "deployment/a/b=x",
+            "deployment/a/b=3@soon",
+            "deployment//b=3",
+        ] {
+            assert!(ScaleChange::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn versions_releases_and_regions_are_read_as_eks_names_them() {
+        assert_eq!(minor_version("v1.34.2-eks-113cf36"), Some((1, 34)));
+        assert_eq!(minor_version("garbage"), None);
+        assert_eq!(
+            release_in("amazon-eks-node-al2023-x86_64-standard-1.34-v20251201").as_deref(),
+            Some("v20251201")
+        );
+        assert_eq!(
+            release_in("al2023-standard-amd64-k8s1.34-v20260105").as_deref(),
+            Some("v20260105")
+        );
+        assert_eq!(release_in("my-image"), None);
+        assert_eq!(region_of("eu-west-1b"), "eu-west-1");
+    }
+
+    #[test]
+    fn limits_are_read_from_every_pool_a_reason_names() {
+        let r = "NodePool general would exceed limit cpu=10: 10 is counted (...); NodePool spot would exceed limit memory=1Ti: x";
+        assert_eq!(
+            limits_in(r),
+            [
+                ("general".to_string(), "cpu=10".to_string()),
+                ("spot".to_string(), "memory=1Ti".to_string())
+            ]
+        );
+        assert!(limits_in("no instance type fits").is_empty());
+    }
+
+    fn located(v: Value) -> Located {
+        Located { line: 1, object: v }
+    }
+
+    #[test]
+    fn missing_owners_are_rebuilt_from_their_pods() {
+        let pod = |name: &str, owner: Value, phase: &str| {
+            located(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
+                    "creationTimestamp": "2026-03-02T10:00:00Z",
+                    "labels": {"app": "x", "statefulset.kubernetes.io/pod-name": name},
+                    "ownerReferences": [owner]},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}]},
+                "status": {"phase": phase, "startTime": "2026-03-02T10:00:05.5Z"}
+            }))
+        };
+        let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8", "uid": "rs1", "controller": true});
+        let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "ss1", "controller": true});
+        let objects = vec![
+            pod("web-5d8-a", rs.clone(), "Running"),
+            pod("web-5d8-b", rs, "Running"),
+            pod("db-0", sts.clone(), "Running"),
+            pod("db-2", sts, "Running"),
+            located(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})),
+        ];
+        let start = prepare("snap.yaml", &objects).unwrap();
+        assert_eq!(format_rfc3339(start.start), "2026-03-02T10:00:06Z");
+        let rebuilt: Vec<&Value> = start
+            .initial
+            .iter()
+            .filter(|m| m.kind() != "Pod")
+            .map(|m| &m.object)
+            .collect();
+        assert_eq!(rebuilt.len(), 2);
+        let rs = rebuilt.iter().find(|v| v["kind"] == "ReplicaSet").unwrap();
+        assert_eq!(rs["metadata"]["uid"], "rs1");
+        assert_eq!(rs["spec"]["replicas"], 2);
+        assert!(rs["spec"]["template"]["spec"].get("nodeName").is_none());
+        let ss = rebuilt.iter().find(|v| v["kind"] == "StatefulSet").unwrap();
+        assert_eq!(
+            ss["spec"]["replicas"], 3,
+            "ordinals 0 and 2: three replicas"
+        );
+        assert_eq!(
+            ss["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
+            "data"
+        );
+        assert_eq!(ss["spec"]["template"]["spec"]["volumes"], json!([]));
+        assert!(
+            ss["spec"]["template"]["metadata"]["labels"]
+                .get("statefulset.kubernetes.io/pod-name")
+                .is_none()
+        );
+        assert!(
+            start.notes.iter().any(|n| n.contains("1 Service")),
+            "{:?}",
+            start.notes
+        );
+        assert!(
+            start
+                .notes
+                .iter()
+                .any(|n| n.contains("1 ReplicaSet, 1 StatefulSet"))
+        );
+    }
+
+    #[test]
+    fn live_aliases_are_kept_with_their_release() {
+        let class = json!({
+            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}]},
+            "status": {"amis": [
+                {"id": "ami-1", "name": "amazon-eks-node-al2023-x86_64-standard-1.34-v20251120", "requirements": []},
+                {"id": "ami-2", "name": "amazon-eks-node-al2023-arm64-standard-1.34-v20251120", "requirements": []}
+            ]}
+        });
+        let two_terms = json!({
+            "spec": {"amiSelectorTerms": [{"alias": "al2@latest"}, {"id": "ami-9"}]},
+            "status": {"amis": [{"id": "ami-9", "requirements": []}]}
+        });
+        let seen = observed_aliases(&[&class, &two_terms]);
+        assert_eq!(
+            seen.len(),
+            1,
+            "a class with two terms says nothing per alias"
+        );
+        assert_eq!(seen[0].alias, "al2023@latest");
+        assert_eq!(seen[0].release.as_deref(), Some("v20251120"));
+        assert_eq!(seen[0].amis.len(), 2);
+    }
+}
