@@ -15,7 +15,6 @@
 //! open the page (`--dump-dom`, the page's own script run), from the
 //! process start and as the page measures itself.
 
-use std::fmt::Write as _;
 use std::time::Instant;
 
 use dovetail::simulate::driver::Simulation;
@@ -25,8 +24,10 @@ use dovetail::simulate::scenario;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const DEPLOYMENTS: usize = 40;
-const REPLICAS: usize = 1_000;
+#[path = "common/cluster.rs"]
+mod cluster;
+use cluster::{CONFIG, DEPLOYMENTS, REPLICAS};
+
 const RUNS: usize = 3;
 
 /// `--deployments N` and `--runs N` shrink the workload for profiling.
@@ -37,57 +38,6 @@ fn arg(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-const CONFIG: &str = r#"apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-spec:
-  amiSelectorTerms:
-    - alias: al2023@latest
-  role: KarpenterNodeRole-bench
-  subnetSelectorTerms:
-    - tags: {karpenter.sh/discovery: bench}
-  securityGroupSelectorTerms:
-    - tags: {karpenter.sh/discovery: bench}
----
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata:
-  name: general
-spec:
-  template:
-    spec:
-      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
-      requirements:
-        - key: karpenter.k8s.aws/instance-cpu
-          operator: In
-          values: ["16"]
-        - key: karpenter.k8s.aws/instance-category
-          operator: In
-          values: ["m", "c", "r"]
-        - key: kubernetes.io/arch
-          operator: In
-          values: ["amd64"]
-  limits:
-    cpu: "100000"
-"#;
-
-fn scenario_text(deployments: usize) -> String {
-    let mut s = String::from("config: repo\ntimeline:\n  - at: 0s\n    apply:\n");
-    s.push_str(
-        "      - {apiVersion: apps/v1, kind: DaemonSet, metadata: {name: agent, namespace: kube-system}, spec: {selector: {matchLabels: {app: agent}}, template: {metadata: {labels: {app: agent}}, spec: {tolerations: [{operator: Exists}], containers: [{name: a, image: i, resources: {requests: {cpu: 100m, memory: 128Mi}}}]}}}}\n",
-    );
-    for d in 0..deployments {
-        let minutes = d * 30;
-        let _ = writeln!(
-            s,
-            "  - at: {minutes}m\n    apply:\n      - {{apiVersion: apps/v1, kind: Deployment, metadata: {{name: app-{d:02}, namespace: default}}, spec: {{replicas: {REPLICAS}, selector: {{matchLabels: {{app: app-{d:02}}}}}, template: {{metadata: {{labels: {{app: app-{d:02}}}}}, spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 780m, memory: 1536Mi}}}}}}]}}}}}}}}"
-        );
-    }
-    s.push_str("until: 24h\n");
-    s
 }
 
 /// `--html`: renders the report both ways and times them.
@@ -157,7 +107,7 @@ fn main() {
     std::fs::write(dir.path().join("repo/config.yaml"), CONFIG).unwrap();
     let runs = arg("--runs", RUNS);
     let html = std::env::args().any(|a| a == "--html");
-    let text = scenario_text(arg("--deployments", DEPLOYMENTS));
+    let text = cluster::scenario_text(arg("--deployments", DEPLOYMENTS), REPLICAS, 30, "24h");
     let mut times = Vec::new();
     for run in 0..runs {
         let sc = scenario::parse("bench.yaml", dir.path(), text.as_bytes()).unwrap();

@@ -122,6 +122,38 @@ fn pinning_al2023_replaces_every_node_of_the_class_paced_by_the_budget() {
     assert_eq!(b["pods_pending_at_end"], 0, "{b}");
     assert!(b["unschedulable"].as_array().unwrap().is_empty());
     assert!(a["last_drift_replaced_seconds"].is_null());
+    // The pages to attach: each side's report and both fleets overlaid.
+    let reports = dir.path().join("reports");
+    let out = forecast(
+        &repo,
+        &snap,
+        &[
+            "-o",
+            "markdown",
+            "--forecast-reports",
+            reports.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("forecast.html` (both fleets overlaid)"),
+        "{}",
+        out.stdout
+    );
+    let page = std::fs::read_to_string(reports.join("forecast.html")).unwrap();
+    for id in ["chart-price", "chart-nodes", "chart-pending"] {
+        assert!(page.contains(&format!("id=\"{id}\"")), "{id}");
+    }
+    assert!(page.contains("A: HEAD~1") && page.contains("B: HEAD"));
+    for f in ["a.json", "b.json", "a.html", "b.html"] {
+        assert!(reports.join(f).is_file(), "{f}");
+    }
+    let b_report: Value =
+        serde_json::from_str(&std::fs::read_to_string(reports.join("b.json")).unwrap()).unwrap();
+    assert_eq!(
+        b_report["summary"]["disruptions_by_reason"]["Drifted"],
+        nodes
+    );
 }
 
 #[test]

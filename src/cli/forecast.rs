@@ -53,7 +53,7 @@ pub(super) fn start_from_file(path: &Path, io: &mut Io) -> Result<Start, u8> {
         );
         exit::ERROR
     })?;
-    prepared(&path.display().to_string(), &objects, io)
+    prepared(&path.display().to_string(), objects, io)
 }
 
 /// A live cluster's snapshot, made ready to start from.
@@ -62,10 +62,10 @@ pub(super) fn start_from_values(values: Vec<serde_json::Value>, io: &mut Io) -> 
         .into_iter()
         .map(|object| Located { line: 0, object })
         .collect();
-    prepared("(live cluster)", &objects, io)
+    prepared("(live cluster)", objects, io)
 }
 
-fn prepared(file: &str, objects: &[Located], io: &mut Io) -> Result<Start, u8> {
+fn prepared(file: &str, objects: Vec<Located>, io: &mut Io) -> Result<Start, u8> {
     forecast::prepare(file, objects).map_err(|e| {
         io.error(&e, None);
         exit::ERROR
@@ -75,15 +75,33 @@ fn prepared(file: &str, objects: &[Located], io: &mut Io) -> Result<Start, u8> {
 /// One side: its label and the EC2NodeClasses and NodePools of its
 /// configuration.
 pub(super) fn side(label: String, objects: &[Object], path: &str) -> Side {
-    Side {
-        label,
-        config: manifests_of(objects, path),
+    let mut config = manifests_of(objects, path);
+    // Live objects come with what the API server set: applied as new.
+    for m in &mut config {
+        if let Some(o) = m.object.as_object_mut() {
+            o.remove("status");
+            if let Some(meta) = o.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                for field in [
+                    "resourceVersion",
+                    "uid",
+                    "creationTimestamp",
+                    "generation",
+                    "managedFields",
+                    "deletionTimestamp",
+                    "finalizers",
+                ] {
+                    meta.remove(field);
+                }
+            }
+        }
     }
+    Side { label, config }
 }
 
 /// Runs both sides; an error is printed with its diagnostics. With
 /// `reports`, each side's whole report is written there as `simulate`
-/// writes it (`a.json`, `a.html`, `b.json`, `b.html`).
+/// writes it (`a.json`, `a.html`, `b.json`, `b.html`), and the two fleets
+/// overlaid on one page (`forecast.html`).
 pub(super) fn run(
     start: &Start,
     settings: &Settings,
@@ -103,7 +121,8 @@ pub(super) fn run(
         exit::ERROR
     })?;
     if let Some(dir) = reports {
-        write_reports(dir, &run.a, &run.b).map_err(|e| {
+        let f = &run.forecast;
+        write_reports(dir, (&run.a, &f.a.label), (&run.b, &f.b.label)).map_err(|e| {
             io.error(
                 &e,
                 Some("check that the --forecast-reports directory can be written"),
@@ -111,10 +130,16 @@ pub(super) fn run(
             exit::ERROR
         })?;
     }
-    Ok(run.forecast)
+    let mut forecast = run.forecast;
+    forecast.reports = reports.map(|d| d.display().to_string());
+    Ok(forecast)
 }
 
-fn write_reports(dir: &Path, a: &Report, b: &Report) -> Result<(), crate::fsutil::WriteError> {
+fn write_reports(
+    dir: &Path,
+    (a, la): (&Report, &str),
+    (b, lb): (&Report, &str),
+) -> Result<(), crate::fsutil::WriteError> {
     std::fs::create_dir_all(dir).map_err(|source| crate::fsutil::WriteError::Io {
         path: dir.to_path_buf(),
         source,
@@ -129,5 +154,9 @@ fn write_reports(dir: &Path, a: &Report, b: &Report) -> Result<(), crate::fsutil
             crate::simulate::html::render(report).as_bytes(),
         )?;
     }
+    crate::fsutil::write_file(
+        &dir.join("forecast.html"),
+        crate::simulate::html::render_comparison(a, la, b, lb).as_bytes(),
+    )?;
     Ok(())
 }

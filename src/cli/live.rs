@@ -367,7 +367,8 @@ pub(crate) mod tests {
         let code = match cli.command {
             Command::Diff(a) => {
                 let settings = crate::cli::diff::impact_settings_for_tests(&a);
-                crate::cli::diff::run_cluster(&a, &mut io, settings, None, &rt, &client)
+                let forecast = crate::cli::forecast::settings(&a).unwrap();
+                crate::cli::diff::run_cluster(&a, &mut io, settings, forecast, &rt, &client)
             }
             Command::Snapshot(a) => crate::cli::snapshot::write_snapshot(&a, &mut io, &rt, &client),
             other => panic!("not a cluster command: {other:?}"),
@@ -378,6 +379,80 @@ pub(crate) mod tests {
             String::from_utf8(out).unwrap(),
             String::from_utf8(err).unwrap(),
         )
+    }
+
+    /// `diff --cluster --forecast`: the live NodePools and EC2NodeClasses
+    /// are A, the repository's B, and the cluster the snapshot's: here the
+    /// fixture cluster of `tests/forecast.rs` after its run, served kind by
+    /// kind, against a repository that pins its AMI.
+    #[test]
+    fn a_forecast_from_the_live_cluster_runs_its_configuration_against_the_repository() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let scenario =
+            crate::simulate::scenario::load(&root.join("tests/fixtures/forecast/cluster.yaml"))
+                .unwrap();
+        let sim = crate::simulate::driver::Simulation::new(scenario, None).unwrap();
+        let state = sim.cluster();
+        sim.run(None).unwrap();
+        let snapshot = crate::simulate::snapshot::snapshot(&state);
+        let items: Vec<Value> = snapshot["items"].as_array().unwrap().clone();
+        let of_kind = move |kind: &str| -> Vec<Value> {
+            items
+                .iter()
+                .filter(|o| o["kind"] == kind)
+                .cloned()
+                .collect()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        std::fs::create_dir(dir.path().join("config")).unwrap();
+        for f in ["default.yaml", "general.yaml"] {
+            let text = std::fs::read_to_string(root.join("tests/fixtures/forecast/config").join(f))
+                .unwrap()
+                .replace("al2023@latest", "al2023@v20250601");
+            std::fs::write(dir.path().join("config").join(f), text).unwrap();
+        }
+        let mut index = repo.index().unwrap();
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::new("t", "t@example.com", &git2::Time::new(1, 0)).unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "pin", &tree, &[])
+            .unwrap();
+        let config = dir.path().join("config");
+        let argv = [
+            "diff",
+            config.to_str().unwrap(),
+            "--cluster",
+            "--forecast",
+            "--for",
+            "2h",
+            "-o",
+            "json",
+        ];
+        let (code, out, err) = run_against(&argv, move |mut handle| {
+            Box::pin(async move {
+                serve_kinds(&mut handle, &[NODEPOOL, EC2NODECLASS], |k| of_kind(k.kind)).await;
+                serve_kinds(&mut handle, &SNAPSHOT_KINDS, |k| of_kind(k.kind)).await;
+            })
+        });
+        assert_eq!(code, 1, "{out}{err}");
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        let f = &doc["forecast"];
+        assert_eq!(f["a"]["label"], "live cluster");
+        assert_eq!(f["snapshot"], "(live cluster)");
+        let drifted = |side: &Value| {
+            side["disruptions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["reason"] == "Drifted")
+                .map(|d| d["nodes"].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        assert_eq!(drifted(&f["a"]), 0, "the live configuration drifts nothing");
+        assert_eq!(drifted(&f["b"]), f["nodes"].as_u64().unwrap(), "{f}");
     }
 
     /// `snapshot ARGS` against a cluster of one node and one pod.

@@ -81,7 +81,7 @@ fn kind_name(v: &Value) -> String {
 /// it: its uid (which its dependents' owner references name), creation
 /// time and status are kept ([`MemoryCluster::restore`]).
 fn upsert<K: Object>(cluster: &MemoryCluster, m: &Manifest, restore: bool) -> Result<(), SimError> {
-    let obj: K = serde_json::from_value(m.object.clone())
+    let obj: K = K::deserialize(&m.object)
         .map_err(|e| input_error(m, format!("{}: {e}", kind_name(&m.object))))?;
     let key = ObjectKey::of(&obj);
     let res = match cluster.get_opt::<K>(&key) {
@@ -385,7 +385,7 @@ impl Simulation {
         for m in &objects {
             apply(&cluster, m)?;
         }
-        for m in &scenario.initial {
+        for m in scenario.initial.iter() {
             apply_as(&cluster, m, true)?;
         }
         adopt_initial_nodes(&cluster, &cloud, start)?;

@@ -172,7 +172,7 @@ pub struct Start {
     pub kubernetes_version: String,
     pub region: String,
     pub zones: Vec<String>,
-    pub initial: Vec<Manifest>,
+    pub initial: std::sync::Arc<[Manifest]>,
     pub observed: Vec<ObservedAlias>,
     /// What was assumed about the snapshot, for the output.
     pub notes: Vec<String>,
@@ -373,8 +373,8 @@ fn rebuilt_owner(kind: &str, namespace: &str, name: &str, uid: &str, pods: &[&Va
 
 /// Makes a snapshot ready to start forecasts from (see the module's
 /// documentation). `file` names it in messages.
-pub fn prepare(file: &str, objects: &[Located]) -> Result<Start, ForecastError> {
-    let start = latest_time(objects)
+pub fn prepare(file: &str, objects: Vec<Located>) -> Result<Start, ForecastError> {
+    let start = latest_time(&objects)
         .map(|t| {
             // Whole seconds, after everything the snapshot records.
             let s = t.as_second() + i64::from(t.subsec_nanosecond() > 0);
@@ -386,21 +386,22 @@ pub fn prepare(file: &str, objects: &[Located]) -> Result<Start, ForecastError> 
     let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
     let mut terminating = 0;
     let mut classes = Vec::new();
-    let mut kept: Vec<&Located> = Vec::new();
-    for o in objects {
+    let mut kept: Vec<Located> = Vec::new();
+    for mut o in objects {
         let kind = str_at(&o.object, "/kind").unwrap_or_default();
         if !RESTORED.contains(&kind) {
             *skipped.entry(kind.to_string()).or_default() += 1;
             continue;
         }
         if kind == "EC2NodeClass" {
-            classes.push(&o.object);
+            classes.push(o.object);
             continue;
         }
         if kind == "Pod" && o.object.pointer("/metadata/deletionTimestamp").is_some() {
             terminating += 1;
             continue;
         }
+        strip_server_fields(&mut o.object);
         kept.push(o);
     }
     skipped.remove("NodePool");
@@ -456,22 +457,12 @@ pub fn prepare(file: &str, objects: &[Located]) -> Result<Start, ForecastError> 
             _ => {}
         }
     }
-    let mut initial: Vec<Manifest> = kept
-        .iter()
-        .map(|o| Manifest {
-            object: without_server_fields(&o.object),
-            file: file.to_string(),
-            pos: Pos {
-                line: u32::try_from(o.line).unwrap_or(u32::MAX),
-                column: 1,
-            },
-        })
-        .collect();
+    let mut rebuilt = Vec::new();
     if !orphans.is_empty() {
         let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
         for ((kind, ns, name, uid), pods) in &orphans {
             *by_kind.entry(kind.as_str()).or_default() += 1;
-            initial.push(Manifest {
+            rebuilt.push(Manifest {
                 object: rebuilt_owner(kind, ns, name, uid, pods),
                 file: file.to_string(),
                 pos: Pos::default(),
@@ -492,6 +483,7 @@ pub fn prepare(file: &str, objects: &[Located]) -> Result<Start, ForecastError> 
         ));
     }
 
+    let classes: Vec<&Value> = classes.iter().collect();
     let nodes: Vec<&Value> = kept
         .iter()
         .map(|o| &o.object)
@@ -564,31 +556,43 @@ pub fn prepare(file: &str, objects: &[Located]) -> Result<Start, ForecastError> 
             ))
         })
         .collect();
+    let nodes = nodes.len();
+    let observed = observed_aliases(&classes);
+    let initial: Vec<Manifest> = kept
+        .into_iter()
+        .map(|o| Manifest {
+            object: o.object,
+            file: file.to_string(),
+            pos: Pos {
+                line: u32::try_from(o.line).unwrap_or(u32::MAX),
+                column: 1,
+            },
+        })
+        .chain(rebuilt)
+        .collect();
     Ok(Start {
         file: file.to_string(),
         start,
         kubernetes_version,
         region,
         zones,
-        initial,
-        observed: observed_aliases(&classes),
+        initial: initial.into(),
+        observed,
         notes,
-        nodes: nodes.len(),
+        nodes,
         pods,
         initial_nodes,
         bare_pods,
     })
 }
 
-/// An object without what the API server sets and a restore replaces.
-fn without_server_fields(v: &Value) -> Value {
-    let mut v = v.clone();
+/// Drops what the API server sets and a restore replaces.
+fn strip_server_fields(v: &mut Value) {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
         meta.remove("managedFields");
         meta.remove("selfLink");
     }
-    v
 }
 
 impl Start {
@@ -708,6 +712,7 @@ pub fn run(start: &Start, settings: &Settings, a: Side, b: Side) -> Result<Run, 
         pods: start.pods,
         scales: settings.scales.clone(),
         assumptions,
+        reports: None,
         a: Outcome::of(&a.label, &ra, start),
         b: Outcome::of(&b.label, &rb, start),
     };
@@ -729,6 +734,10 @@ pub struct Forecast {
     pub pods: usize,
     pub scales: Vec<ScaleChange>,
     pub assumptions: Vec<String>,
+    /// Where each side's whole report and the overlaid charts were written
+    /// (`--forecast-reports`), for the output to point at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reports: Option<String>,
     pub a: Outcome,
     pub b: Outcome,
 }
@@ -1139,6 +1148,12 @@ impl Forecast {
                 let _ = write!(out, "\n**{name}: {}**\n\n{details}", md_escape(&o.label));
             }
         }
+        if let Some(dir) = &self.reports {
+            let _ = writeln!(
+                out,
+                "\nCharts: `{dir}/forecast.html` (both fleets overlaid); each side's whole report: `{dir}/a.html`, `{dir}/b.html`."
+            );
+        }
         out.push_str("\n<details><summary>Assumptions</summary>\n\n");
         for a in &self.assumptions {
             let _ = writeln!(out, "- {}", md_escape(a));
@@ -1349,7 +1364,7 @@ mod tests {
             pod("db-2", sts, "Running"),
             located(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})),
         ];
-        let start = prepare("snap.yaml", &objects).unwrap();
+        let start = prepare("snap.yaml", objects).unwrap();
         assert_eq!(format_rfc3339(start.start), "2026-03-02T10:00:06Z");
         let rebuilt: Vec<&Value> = start
             .initial

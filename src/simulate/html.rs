@@ -403,6 +403,98 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
+/// Two runs over the same window (a forecast's sides) on one page: their
+/// fleets' price and node count and their pending pods, overlaid (A solid,
+/// B dashed). Static: no script.
+pub fn render_comparison(a: &Report, a_label: &str, b: &Report, b_label: &str) -> String {
+    let axis = Axis {
+        duration: a.summary.duration_seconds.max(b.summary.duration_seconds),
+    };
+    // The sides share the window, so their series share the time points;
+    // the shorter is the common part.
+    let len = a.series.t.len().min(b.series.t.len());
+    let times = &a.series.t[..len];
+    let total = |r: &Report| -> Vec<Option<f64>> {
+        (0..len)
+            .map(|i| Some(r.series.nodes.values().map(|v| v[i] as f64).sum::<f64>()))
+            .collect()
+    };
+    let price = |r: &Report| -> Vec<Option<f64>> {
+        r.series.price_per_hour[..len]
+            .iter()
+            .map(|x| Some(*x))
+            .collect()
+    };
+    let bound =
+        |r: &Report| -> Vec<Option<f64>> { r.series.lower_bound_price_per_hour[..len].to_vec() };
+    let pending = |r: &Report| -> Vec<Option<f64>> {
+        r.series.pending_pods[..len]
+            .iter()
+            .map(|x| Some(*x as f64))
+            .collect()
+    };
+    let (la, lb) = (format!("A: {a_label}"), format!("B: {b_label}"));
+    let mut out = String::with_capacity(64 * 1024);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>dovetail forecast: {} against {}</title><style>{STYLE}</style></head><body><main>\
+         <h1>dovetail forecast</h1><p class=\"sub\">{} to {} ({} simulated per side): {} (solid) against {} (dashed)</p>\
+         <section id=\"charts\">",
+        esc(&la),
+        esc(&lb),
+        esc(&a.start),
+        esc(&a.end),
+        at(axis.duration),
+        esc(&la),
+        esc(&lb)
+    );
+    let charts = [
+        Chart {
+            id: "chart-price",
+            title: "Price per hour, and the lower bound",
+            height: 220.0,
+            unit: |v| format!("${v:.2}"),
+            whole: false,
+            series: vec![
+                (format!("{la} $/h"), PALETTE[0], false, price(a)),
+                (format!("{lb} $/h"), PALETTE[1], true, price(b)),
+                (format!("{la} lower bound"), PALETTE[2], false, bound(a)),
+                (format!("{lb} lower bound"), PALETTE[3], true, bound(b)),
+            ],
+        },
+        Chart {
+            id: "chart-nodes",
+            title: "Nodes",
+            height: 200.0,
+            unit: |v| format!("{v:.0}"),
+            whole: true,
+            series: vec![
+                (la.clone(), PALETTE[0], false, total(a)),
+                (lb.clone(), PALETTE[1], true, total(b)),
+            ],
+        },
+        Chart {
+            id: "chart-pending",
+            title: "Pending pods",
+            height: 160.0,
+            unit: |v| format!("{v:.0}"),
+            whole: true,
+            series: vec![
+                (la.clone(), PALETTE[0], false, pending(a)),
+                (lb.clone(), PALETTE[1], true, pending(b)),
+            ],
+        },
+    ];
+    for c in &charts {
+        c.render(&mut out, &axis, times);
+    }
+    out.push_str("</section><footer>Each side's whole report: a.html and b.html beside this page.</footer></main></body></html>\n");
+    out
+}
+
 /// The report as an HTML page.
 pub fn render(r: &Report) -> String {
     let s = &r.summary;

@@ -41,8 +41,9 @@ pub struct Scenario {
     pub zones: Vec<String>,
     /// Where `zones` (or, without it, `region`) is written in the scenario.
     pub zones_pos: Pos,
-    /// Objects of the initial cluster state, in the snapshot format.
-    pub initial: Vec<Manifest>,
+    /// Objects of the initial cluster state, in the snapshot format
+    /// (shared: a forecast starts two simulations from one snapshot).
+    pub initial: std::sync::Arc<[Manifest]>,
     pub cloud: CloudSettings,
     /// The controller's feature gates (`settings: {featureGates: ...}`).
     pub feature_gates: crate::controller::features::FeatureGates,
@@ -535,7 +536,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         region,
         zones,
         zones_pos,
-        initial,
+        initial: initial.into(),
         cloud,
         feature_gates,
         steps,
