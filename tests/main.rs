@@ -20,6 +20,7 @@ mod newcomer;
 mod plan;
 mod report_html;
 mod simulate;
+mod static_capacity;
 mod support;
 mod sync;
 mod validate;

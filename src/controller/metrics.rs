@@ -396,7 +396,8 @@ impl Metrics {
     pub fn eligible(&self, candidates: &[crate::disruption::Candidate]) {
         let (mut empty, mut drifted, mut underutilized) = (0, 0, 0);
         for c in candidates {
-            let consolidation = c.consolidatable && c.blocked_for_consolidation().is_none();
+            let consolidation =
+                !c.static_pool && c.consolidatable && c.blocked_for_consolidation().is_none();
             if consolidation && c.pods == 0 {
                 empty += 1;
             }

@@ -19,6 +19,7 @@ pub mod metrics;
 mod provisioner;
 pub mod runtime;
 pub mod state_metrics;
+mod static_capacity;
 mod termination;
 
 pub use disruption::{
@@ -63,6 +64,10 @@ pub struct Settings {
     /// cheaper types, as the reference requires). Off by default, as the
     /// reference's `SpotToSpotConsolidation` feature gate.
     pub spot_to_spot_consolidation: bool,
+    /// Whether NodePools with `spec.replicas` keep that many NodeClaims
+    /// (the reference's `StaticCapacity` feature gate, off by default: such
+    /// a NodePool is then reported inactive and launches nothing).
+    pub static_capacity: bool,
     /// Whether a rebalance recommendation deletes its NodeClaim like a spot
     /// interruption (off: it is only recorded).
     pub rebalance_as_interruption: bool,
@@ -83,6 +88,7 @@ impl Default for Settings {
             replacement_timeout: Duration::from_secs(10 * 60),
             disruption_resync: Duration::from_secs(5 * 60),
             spot_to_spot_consolidation: false,
+            static_capacity: false,
             rebalance_as_interruption: false,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
@@ -199,6 +205,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// Pods seen pending, for the startup-duration summary, and the pod
     /// revision last looked at.
     pod_startup: (u64, state_metrics::PodStartup),
+    /// Static NodePools short of their replicas at `limits.nodes`, reported
+    /// once until they are not.
+    static_limited: std::collections::BTreeSet<String>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -223,6 +232,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             unrecorded: None,
             provisionable: None,
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
+            static_limited: std::collections::BTreeSet::new(),
         }
     }
 

@@ -262,6 +262,7 @@ fn new_controller(
             // through what the passes see change.
             disruption_resync: SIM_RESYNC,
             spot_to_spot_consolidation: gates.spot_to_spot_consolidation,
+            static_capacity: gates.static_capacity,
             ..Settings::default()
         },
     )
@@ -556,6 +557,7 @@ impl Simulation {
                             self.cluster.clone(),
                             self.clock.clone(),
                             self.scenario.start,
+                            self.scenario.feature_gates.static_capacity,
                         )
                         .map_err(SimError::Setup)?,
                     ),
