@@ -71,7 +71,7 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
         allow_external_nodeclass: a.allow_external_nodeclass,
         path_prefix: prefix.clone(),
         catalog,
-        static_capacity: gates.static_capacity,
+        static_capacity: Some(gates.static_capacity),
     };
     let report = validate::validate(&loaded, &opts);
     let passes = report.passes(a.strict);

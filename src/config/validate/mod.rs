@@ -38,9 +38,10 @@ pub struct Options {
     pub path_prefix: String,
     /// With `--catalog`: warn about NodePools no instance type satisfies.
     pub catalog: Option<std::sync::Arc<Vec<crate::model::InstanceType>>>,
-    /// The controller runs with the `StaticCapacity` feature gate: without
-    /// it, a NodePool with `spec.replicas` is reported inactive.
-    pub static_capacity: bool,
+    /// Whether the controller runs with the `StaticCapacity` feature gate:
+    /// `Some(false)` reports a NodePool with `spec.replicas` as inactive;
+    /// `None` (not known, e.g. `diff`) says nothing about it.
+    pub static_capacity: Option<bool>,
 }
 
 /// An object of one of dovetail's kinds found in the repository.
@@ -225,7 +226,7 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
         report.diagnostics.extend(diags);
     }
     cross_object(&mut report, loaded, opts);
-    if !opts.static_capacity {
+    if opts.static_capacity == Some(false) {
         inactive_static_pools(&mut report, loaded);
     }
     report.timings.cross = t.elapsed();
