@@ -17,6 +17,7 @@ mod karpenter_disruption;
 mod karpenter_scheduling;
 mod moto;
 mod newcomer;
+mod node_repair;
 mod plan;
 mod report_html;
 mod simulate;

@@ -45,6 +45,7 @@ pub fn settings(a: &ControllerArgs) -> Result<Settings, String> {
     Ok(Settings {
         spot_to_spot_consolidation: gates.spot_to_spot_consolidation || a.feature_spot_to_spot,
         static_capacity: gates.static_capacity,
+        node_repair: gates.node_repair,
         rebalance_as_interruption: a.feature_rebalance,
         batch_idle: a.batch_idle_duration,
         batch_max: a.batch_max_duration,

@@ -1,14 +1,14 @@
 //! Karpenter's feature gates, spelled as Karpenter spells them
 //! (`--feature-gates` / `FEATURE_GATES`: `Name=bool,...`), with Karpenter
-//! v1.14.1's defaults. dovetail acts on `SpotToSpotConsolidation` and
-//! `StaticCapacity`, and has `ReservedCapacity`'s behaviour either way; the
+//! v1.14.1's defaults. dovetail acts on `SpotToSpotConsolidation`,
+//! `StaticCapacity` and `NodeRepair`, and has `ReservedCapacity`'s behaviour either way; the
 //! other gates are known, and may be set only to what dovetail does (a gate
 //! set to a behaviour dovetail lacks is an error, never silently ignored).
 
 /// A gate of Karpenter v1.14.1, its default there, and the only value
 /// dovetail accepts (`None`: either).
 const GATES: [(&str, bool, Option<bool>); 6] = [
-    ("NodeRepair", false, Some(false)),
+    ("NodeRepair", false, None),
     ("ReservedCapacity", true, None),
     ("SpotToSpotConsolidation", false, None),
     ("NodeOverlay", false, Some(false)),
@@ -24,6 +24,8 @@ pub struct FeatureGates {
     /// NodePools with `spec.replicas` keep that many NodeClaims; off, such
     /// a NodePool launches nothing and is reported inactive.
     pub static_capacity: bool,
+    /// Nodes unhealthy past their toleration are replaced without draining.
+    pub node_repair: bool,
 }
 
 impl FeatureGates {
@@ -75,6 +77,7 @@ impl FeatureGates {
             match name {
                 "SpotToSpotConsolidation" => self.spot_to_spot_consolidation = value,
                 "StaticCapacity" => self.static_capacity = value,
+                "NodeRepair" => self.node_repair = value,
                 _ => {}
             }
         }
@@ -124,7 +127,7 @@ mod tests {
         let e = FeatureGates::parse("SpotToSpot=true").unwrap_err();
         assert!(e.contains("SpotToSpotConsolidation (default false)"), "{e}");
         assert!(e.contains("StaticCapacity (default false)"), "{e}");
-        assert!(FeatureGates::parse("NodeRepair=true").is_err());
+        assert!(FeatureGates::parse("NodeRepair=true").unwrap().node_repair);
         assert!(FeatureGates::parse("NodeOverlay=true").is_err());
         assert!(FeatureGates::parse("CapacityBuffer=true").is_err());
         assert!(FeatureGates::parse("SpotToSpotConsolidation").is_err());

@@ -17,6 +17,7 @@ pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod provisioner;
+mod repair;
 pub mod runtime;
 pub mod state_metrics;
 mod static_capacity;
@@ -68,6 +69,9 @@ pub struct Settings {
     /// (the reference's `StaticCapacity` feature gate, off by default: such
     /// a NodePool is then reported inactive and launches nothing).
     pub static_capacity: bool,
+    /// Whether nodes unhealthy past their toleration are replaced (the
+    /// reference's `NodeRepair` feature gate, off by default).
+    pub node_repair: bool,
     /// Whether a rebalance recommendation deletes its NodeClaim like a spot
     /// interruption (off: it is only recorded).
     pub rebalance_as_interruption: bool,
@@ -89,6 +93,7 @@ impl Default for Settings {
             disruption_resync: Duration::from_secs(5 * 60),
             spot_to_spot_consolidation: false,
             static_capacity: false,
+            node_repair: false,
             rebalance_as_interruption: false,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
@@ -208,6 +213,8 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// Static NodePools short of their replicas at `limits.nodes`, reported
     /// once until they are not.
     static_limited: std::collections::BTreeSet<String>,
+    /// Nodes whose repair was held back, and when that was last said.
+    repair_blocked: std::collections::HashMap<String, Timestamp>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -233,6 +240,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             provisionable: None,
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
             static_limited: std::collections::BTreeSet::new(),
+            repair_blocked: std::collections::HashMap::new(),
         }
     }
 
@@ -268,6 +276,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now = self.clock.now();
         self.unavailable.expire(now);
         self.observe_pods();
+        let repair = self.reconcile_repair().await;
         let a = {
             let _timer = self.metrics.reconcile(LIFECYCLE);
             self.reconcile_lifecycle().await
@@ -289,7 +298,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 wait
             }
         };
-        a.min(b).min(c).min(self.settings.resync)
+        a.min(b).min(c).min(repair).min(self.settings.resync)
     }
 
     /// Pods that started since the last look, into the startup-duration

@@ -53,6 +53,7 @@
 
 pub mod budgets;
 pub mod pods;
+pub mod repair;
 pub mod statics;
 
 use std::collections::{BTreeMap, BTreeSet};
