@@ -174,6 +174,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         }
         self.metrics.disrupted(claim, "Unhealthy");
+        let label = |k: &str| crate::api::label_or_empty(&claim.metadata, k).to_string();
+        let image = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.image_id.clone())
+            .unwrap_or_default();
+        self.metrics
+            .nodeclaims_unhealthy_disrupted
+            .with_label_values(&[
+                super::metrics::snake_case(condition).as_str(),
+                label(LABEL_NODEPOOL).as_str(),
+                label(crate::api::LABEL_CAPACITY_TYPE).as_str(),
+                image.as_str(),
+            ])
+            .inc();
         self.delete_claim(
             claim,
             "Unhealthy",
@@ -351,6 +366,13 @@ mod tests {
             .metrics
             .nodeclaims_disrupted
             .with_label_values(&["unhealthy", "general", "on-demand"])
+            .get();
+        assert_eq!(n, 1);
+        let n = e
+            .controller
+            .metrics
+            .nodeclaims_unhealthy_disrupted
+            .with_label_values(&["ready", "general", "on-demand", ""])
             .get();
         assert_eq!(n, 1);
     }

@@ -115,11 +115,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             else {
                 continue;
             };
-            let n = state.to_launch();
+            // A pool dovetail found unusable (its node class missing, its
+            // instance types unreadable) launches nothing, as the
+            // reference waits for the NodePool's root condition.
+            let ready = pool
+                .condition(super::conditions::READY)
+                .is_none_or(|c| c.is_true());
+            let n = if ready { state.to_launch() } else { 0 };
             if n > 0 {
                 self.static_limited.remove(name);
                 self.launch_static(&pool, state, n).await;
-            } else if !state.short() {
+            } else if !state.short() || !ready {
                 self.static_limited.remove(name);
             } else {
                 // Short, and at `limits.nodes`: said once until it changes.
@@ -431,6 +437,30 @@ mod tests {
                 .as_ref()
                 .is_some_and(|a| a.contains_key("dovetail.dev/nodepool-hash"))
         );
+    }
+
+    #[test]
+    fn should_return_early_if_nodepool_root_condition_is_not_true() {
+        let mut pool = static_pool(Some(1), "");
+        pool.metadata.name = Some("fixed".into());
+        let mut e = env(pool, true);
+        let mut unready = (*e.pool()).clone();
+        let conds = unready
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        crate::controller::set_condition(
+            conds,
+            "Ready",
+            false,
+            "NodeClassNotFound",
+            "",
+            Timestamp::UNIX_EPOCH,
+        );
+        e.cluster.update_status(unready).unwrap();
+        e.pass();
+        assert_eq!(e.live(), 0);
     }
 
     #[test]

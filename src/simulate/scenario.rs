@@ -1439,10 +1439,32 @@ mod tests {
     }
 
     #[test]
+    fn node_condition_steps_name_their_nodes_one_way_and_a_known_status() {
+        assert_eq!(
+            err(
+                "config: r\ntimeline:\n  - at: 1m\n    nodeCondition: {node: n1, type: Ready, status: Broken}\n"
+            ),
+            "4:52: status \"Broken\": expected True, False or Unknown"
+        );
+        assert_eq!(
+            err(
+                "config: r\ntimeline:\n  - at: 1m\n    nodeCondition: {node: n1, selector: a=b, type: Ready, status: Unknown}\n"
+            ),
+            "4:41: nodeCondition names its nodes one way: `selector` cannot go with `node`"
+        );
+        assert_eq!(
+            err(
+                "config: r\ntimeline:\n  - at: 1m\n    nodeCondition: {node: n1, count: 2, type: Ready, status: Unknown}\n"
+            ),
+            "4:38: count goes with `selector`"
+        );
+    }
+
+    #[test]
     fn bad_input_names_the_line() {
         assert_eq!(
             err("config: r\ntimeline:\n  - at: 1m\n    launch: {}\n"),
-            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance, publishImage, upgradeKubernetes, restart"
+            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, nodeCondition, advance, publishImage, upgradeKubernetes, restart"
         );
         assert_eq!(
             err(
