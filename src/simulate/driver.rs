@@ -579,6 +579,16 @@ impl Simulation {
     }
 
     /// The instances an `interrupt` step is about, by id.
+    /// The nodes a step's selector matches, not being deleted, by name.
+    fn selected_nodes(&self, step: &str, s: &str) -> Result<Vec<Arc<Node>>, SimError> {
+        let sel = parse_selector(s)
+            .map_err(|e| SimError::Setup(format!("{step}: selector {s:?}: {e}")))?;
+        let mut nodes = self.cluster.list::<Node>(None, &sel).items;
+        nodes.retain(|n| n.metadata.deletion_timestamp.is_none());
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(nodes)
+    }
+
     fn interrupt_targets(&self, step: &InterruptStep) -> Result<Vec<String>, SimError> {
         let instance_of = |node: &Node| {
             node.spec
@@ -601,11 +611,7 @@ impl Simulation {
                 })
             }
             InterruptTarget::Selector(s) => {
-                let sel = parse_selector(s)
-                    .map_err(|e| SimError::Setup(format!("interrupt: selector {s:?}: {e}")))?;
-                let mut nodes = self.cluster.list::<Node>(None, &sel).items;
-                nodes.retain(|n| n.metadata.deletion_timestamp.is_none());
-                nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                let nodes = self.selected_nodes("interrupt", s)?;
                 Ok(nodes
                     .iter()
                     .filter_map(|n| instance_of(n))
@@ -639,18 +645,12 @@ impl Simulation {
                     "nodeCondition: names nodes, not instances ({id})"
                 )));
             }
-            InterruptTarget::Selector(s) => {
-                let sel = parse_selector(s)
-                    .map_err(|e| SimError::Setup(format!("nodeCondition: selector {s:?}: {e}")))?;
-                let mut nodes = self.cluster.list::<Node>(None, &sel).items;
-                nodes.retain(|n| n.metadata.deletion_timestamp.is_none());
-                nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-                nodes
-                    .iter()
-                    .filter_map(|n| n.metadata.name.clone())
-                    .take(step.count.unwrap_or(usize::MAX))
-                    .collect()
-            }
+            InterruptTarget::Selector(s) => self
+                .selected_nodes("nodeCondition", s)?
+                .iter()
+                .filter_map(|n| n.metadata.name.clone())
+                .take(step.count.unwrap_or(usize::MAX))
+                .collect(),
         };
         for name in names {
             let key = ObjectKey::cluster(name.as_str());

@@ -1180,27 +1180,7 @@ fn interrupt_step(ctx: &Ctx, body: &Node) -> Result<InterruptStep, ScenarioError
             ));
         }
     };
-    let count = match body.get("count") {
-        None => None,
-        Some(n) => {
-            if !matches!(target, InterruptTarget::Selector(_)) {
-                return Err(ctx.err(n, "count goes with `selector`"));
-            }
-            let c = match &n.value {
-                Value::Number(x) => x
-                    .as_u64()
-                    .filter(|c| (1..=MAX_INTERRUPT_COUNT).contains(c))
-                    .and_then(|c| usize::try_from(c).ok()),
-                _ => None,
-            };
-            Some(c.ok_or_else(|| {
-                ctx.err(
-                    n,
-                    format!("count must be an integer from 1 to {MAX_INTERRUPT_COUNT}"),
-                )
-            })?)
-        }
-    };
+    let count = selector_count(ctx, body, &target)?;
     let state = match (kind, body.get("state")) {
         (Kind::StateChange, Some(n)) => {
             let s = ctx.str(n, "state")?;
@@ -1234,6 +1214,34 @@ fn interrupt_step(ctx: &Ctx, body: &Node) -> Result<InterruptStep, ScenarioError
         target,
         count,
         state,
+    })
+}
+
+/// The `count` of a step that names nodes by `selector`: the first `count`
+/// matching nodes by name.
+fn selector_count(
+    ctx: &Ctx,
+    body: &Node,
+    target: &InterruptTarget,
+) -> Result<Option<usize>, ScenarioError> {
+    let Some(n) = body.get("count") else {
+        return Ok(None);
+    };
+    if !matches!(target, InterruptTarget::Selector(_)) {
+        return Err(ctx.err(n, "count goes with `selector`"));
+    }
+    let c = match &n.value {
+        Value::Number(x) => x
+            .as_u64()
+            .filter(|c| (1..=MAX_INTERRUPT_COUNT).contains(c))
+            .and_then(|c| usize::try_from(c).ok()),
+        _ => None,
+    };
+    c.map(Some).ok_or_else(|| {
+        ctx.err(
+            n,
+            format!("count must be an integer from 1 to {MAX_INTERRUPT_COUNT}"),
+        )
     })
 }
 
@@ -1272,27 +1280,7 @@ fn node_condition_step(ctx: &Ctx, body: &Node) -> Result<NodeConditionStep, Scen
             ));
         }
     };
-    let count = match body.get("count") {
-        None => None,
-        Some(n) => {
-            if !matches!(target, InterruptTarget::Selector(_)) {
-                return Err(ctx.err(n, "count goes with `selector`"));
-            }
-            let c = match &n.value {
-                Value::Number(x) => x
-                    .as_u64()
-                    .filter(|c| (1..=MAX_INTERRUPT_COUNT).contains(c))
-                    .and_then(|c| usize::try_from(c).ok()),
-                _ => None,
-            };
-            Some(c.ok_or_else(|| {
-                ctx.err(
-                    n,
-                    format!("count must be an integer from 1 to {MAX_INTERRUPT_COUNT}"),
-                )
-            })?)
-        }
-    };
+    let count = selector_count(ctx, body, &target)?;
     let type_node = body
         .get("type")
         .ok_or_else(|| ctx.err(body, "nodeCondition needs `type`, e.g. Ready"))?;
