@@ -226,17 +226,26 @@ mod tests {
     /// `n` nodes of NodePool `general`, each with its NodeClaim; the
     /// first `unhealthy` report `Ready=Unknown` from the start.
     fn env(n: usize, unhealthy: usize, node_repair: bool) -> Env {
+        env_in(Some("general"), n, unhealthy, node_repair)
+    }
+
+    /// As [`env`], the nodes and NodeClaims in `pool` (none: no label).
+    fn env_in(pool: Option<&str>, n: usize, unhealthy: usize, node_repair: bool) -> Env {
+        let labels = match pool {
+            Some(p) => format!("karpenter.sh/nodepool: {p}, karpenter.sh/capacity-type: on-demand"),
+            None => "karpenter.sh/capacity-type: on-demand".to_string(),
+        };
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
         for i in 0..n {
             let status = if i < unhealthy { "Unknown" } else { "True" };
             let node: Node = from_yaml(&format!(
-                "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}, labels: {{karpenter.sh/nodepool: general, karpenter.sh/capacity-type: on-demand}}, annotations: {{karpenter.sh/do-not-disrupt: \"true\"}}}}\nstatus:\n  conditions:\n    - {{type: Ready, status: \"{status}\", lastTransitionTime: \"1970-01-01T00:00:00Z\"}}\n"
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}, labels: {{{labels}}}, annotations: {{karpenter.sh/do-not-disrupt: \"true\"}}}}\nstatus:\n  conditions:\n    - {{type: Ready, status: \"{status}\", lastTransitionTime: \"1970-01-01T00:00:00Z\"}}\n"
             ));
             cluster.create(node).unwrap();
             let claim: NodeClaim = from_yaml(&format!(
-                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: claim-{i}, labels: {{karpenter.sh/nodepool: general, karpenter.sh/capacity-type: on-demand}}, finalizers: [karpenter.sh/termination]}}\nspec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  requirements: []\n"
+                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: claim-{i}, labels: {{{labels}}}, finalizers: [karpenter.sh/termination]}}\nspec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  requirements: []\n"
             ));
             let claim = cluster.create(claim).unwrap();
             let mut with_status = (*claim).clone();
@@ -345,6 +354,42 @@ mod tests {
         e.clock.advance(BLOCKED_RECHECK).unwrap();
         e.pass();
         assert!(e.controller.drain_events().is_empty());
+    }
+
+    #[test]
+    fn should_ignore_unhealthy_nodes_if_more_then_20_percent_of_the_nodes_are_unhealthy_in_a_cluster()
+     {
+        // NodeClaims of no NodePool: the cluster's nodes count.
+        let mut e = env_in(None, 5, 2, true);
+        e.clock.advance(Duration::from_secs(40 * 60)).unwrap();
+        e.pass();
+        assert!(!e.deleting(0) && !e.deleting(1));
+        let mut e = env_in(None, 5, 1, true);
+        e.clock.advance(Duration::from_secs(40 * 60)).unwrap();
+        e.pass();
+        assert!(e.deleting(0));
+    }
+
+    #[test]
+    fn should_not_update_termination_grace_period_if_set_before_the_current_time() {
+        let mut e = env(5, 1, true);
+        let mut claim = (*e.claim(0)).clone();
+        claim
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                ANNOTATION_TERMINATION_TIMESTAMP.into(),
+                "1970-01-01T00:10:00Z".into(),
+            );
+        e.cluster.replace(claim).unwrap();
+        e.clock.advance(Duration::from_secs(30 * 60)).unwrap();
+        e.pass();
+        assert!(e.deleting(0));
+        let stamp = e.claim(0).metadata.annotations.clone().unwrap_or_default()
+            [ANNOTATION_TERMINATION_TIMESTAMP]
+            .clone();
+        assert_eq!(stamp, "1970-01-01T00:10:00Z");
     }
 
     #[test]
