@@ -150,6 +150,7 @@ fn cluster(
             blocked: None,
             pods_blocked: None,
             termination_grace_period: false,
+            static_pool: false,
         });
         for p in pods {
             homes.push(name.clone());
@@ -234,6 +235,7 @@ fn pass(c: &Cluster) -> Run {
             pools: &c.input.nodepools,
             options: Options::default(),
             uninitialized: Default::default(),
+            statics: Default::default(),
         },
         &mut removals,
     );

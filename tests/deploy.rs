@@ -824,6 +824,8 @@ fn written() -> BTreeSet<dovetail::cluster::Access> {
         "tests/scenarios/commit.yaml",
         "tests/scenarios/disruption/blocked.yaml",
         "tests/scenarios/deploy/grace.yaml",
+        "tests/scenarios/static/scale.yaml",
+        "tests/scenarios/repair/repair.yaml",
     ] {
         let s = scenario::load(&root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         let sim = Simulation::new(s, None).unwrap_or_else(|e| panic!("{file}: {e}"));

@@ -10,6 +10,14 @@ pub mod env {
     pub const NO_COLOR: &str = "NO_COLOR";
     /// Log filter for stderr, in `tracing_subscriber::EnvFilter` syntax.
     pub const LOG: &str = "DOVETAIL_LOG";
+    /// Karpenter's feature gates (`Name=bool,...`), read by `controller`,
+    /// `simulate`, `plan` and `validate` when `--feature-gates` is not given.
+    pub const FEATURE_GATES: &str = "FEATURE_GATES";
+}
+
+/// `--feature-gates`: checked as it is parsed, so a mistake is a usage error.
+fn parse_feature_gates(s: &str) -> Result<String, String> {
+    crate::controller::features::FeatureGates::parse(s).map(|_| s.to_string())
 }
 
 /// dovetail: a Karpenter-compatible node autoscaler for EKS, driven by git.
@@ -78,6 +86,9 @@ pub struct ValidateArgs {
     /// Treat warnings as errors.
     #[arg(long)]
     pub strict: bool,
+    /// Karpenter's feature gates the controller runs with (Name=bool,...; default: FEATURE_GATES): a static NodePool is inactive without StaticCapacity=true.
+    #[arg(long, value_name = "GATES", value_parser = parse_feature_gates)]
+    pub feature_gates: Option<String>,
     /// Instance-type catalog; warns about requirements no instance type of it satisfies.
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
@@ -200,6 +211,9 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json"]))]
     pub output: OutputFormat,
+    /// Karpenter's feature gates (Name=bool,...; default: FEATURE_GATES, else Karpenter v1.14.1's defaults).
+    #[arg(long, value_name = "GATES", value_parser = parse_feature_gates)]
+    pub feature_gates: Option<String>,
 }
 
 /// `--output` of a command that prints only some formats: `--help` lists
@@ -241,6 +255,9 @@ pub struct SimulateArgs {
     /// Write the cluster as it stands at the end of the run as a snapshot, in the format `dovetail snapshot` writes (YAML for a .yaml or .yml file, else JSON), for `diff --forecast --snapshot` and `plan --snapshot`.
     #[arg(long, value_name = "FILE")]
     pub snapshot_out: Option<PathBuf>,
+    /// Karpenter's feature gates (Name=bool,...; default: FEATURE_GATES); each gate named here wins over the scenario's settings.featureGates.
+    #[arg(long, value_name = "GATES", value_parser = parse_feature_gates)]
+    pub feature_gates: Option<String>,
 }
 
 /// `--metrics-label NAME=VALUE`: a Prometheus label name (not one of the
@@ -447,7 +464,10 @@ pub struct ControllerArgs {
     /// ...or when it has been open this long.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_poll_interval, env = "DOVETAIL_BATCH_MAX_DURATION")]
     pub batch_max_duration: std::time::Duration,
-    /// Spot-to-spot consolidation: a spot node may be replaced by cheaper spot capacity (with at least 15 cheaper types). Off by default, as Karpenter's SpotToSpotConsolidation feature gate.
+    /// Karpenter's feature gates, as Karpenter spells them: Name=bool,... (NodeRepair, ReservedCapacity, SpotToSpotConsolidation, NodeOverlay, StaticCapacity, CapacityBuffer) [default: FEATURE_GATES, else Karpenter v1.14.1's defaults].
+    #[arg(long, value_name = "GATES", value_parser = parse_feature_gates, env = "DOVETAIL_FEATURE_GATES")]
+    pub feature_gates: Option<String>,
+    /// Spot-to-spot consolidation (an alias of SpotToSpotConsolidation=true): a spot node may be replaced by cheaper spot capacity (with at least 15 cheaper types). Off by default, as Karpenter's SpotToSpotConsolidation feature gate.
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "DOVETAIL_FEATURE_SPOT_TO_SPOT")]
     pub feature_spot_to_spot: bool,
     /// Act on EC2 rebalance recommendations from the interruption queue (not only on interruptions).
@@ -516,7 +536,16 @@ mod tests {
         assert_eq!(a.cluster.cluster_name, "prod");
         // Karpenter's default: SpotToSpotConsolidation=false.
         assert!(!a.feature_spot_to_spot);
-        assert!(!crate::cli::controller::settings(&a).spot_to_spot_consolidation);
+        assert!(
+            !crate::cli::controller::settings(&a)
+                .unwrap()
+                .spot_to_spot_consolidation
+        );
+        assert!(
+            !crate::cli::controller::settings(&a)
+                .unwrap()
+                .static_capacity
+        );
         assert!(!a.feature_rebalance);
         assert!(a.leader_elect);
         assert_eq!((a.metrics_port, a.health_port), (8080, 8081));
@@ -524,7 +553,11 @@ mod tests {
         assert_eq!(a.batch_max_duration, std::time::Duration::from_secs(10));
         assert_eq!(a.log_format, super::LogFormat::Text);
         assert_eq!(a.interruption_queue, None);
-        assert!(!crate::cli::controller::settings(&a).rebalance_as_interruption);
+        assert!(
+            !crate::cli::controller::settings(&a)
+                .unwrap()
+                .rebalance_as_interruption
+        );
         let a = parse(&[
             "dovetail",
             "controller",
@@ -537,10 +570,37 @@ mod tests {
         ]);
         assert!(a.feature_spot_to_spot);
         assert!(a.feature_rebalance);
-        assert!(crate::cli::controller::settings(&a).rebalance_as_interruption);
+        assert!(
+            crate::cli::controller::settings(&a)
+                .unwrap()
+                .rebalance_as_interruption
+        );
+        assert!(
+            crate::cli::controller::settings(&a)
+                .unwrap()
+                .spot_to_spot_consolidation
+        );
         assert_eq!(a.interruption_queue.as_deref(), Some("dovetail-prod"));
         assert_eq!(a.log_format, super::LogFormat::Json);
         assert_eq!(a.batch_max_duration, std::time::Duration::from_secs(30));
+        let a = parse(&[
+            "dovetail",
+            "controller",
+            "--cluster-name=prod",
+            "--feature-gates=StaticCapacity=true,SpotToSpotConsolidation=true",
+        ]);
+        let s = crate::cli::controller::settings(&a).unwrap();
+        assert!(s.static_capacity && s.spot_to_spot_consolidation);
+        // An unknown gate is a usage error that lists the known ones.
+        let e = super::Cli::try_parse_from([
+            "dovetail",
+            "controller",
+            "--cluster-name=prod",
+            "--feature-gates=Static=true",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("StaticCapacity (default false)"), "{e}");
         // Every controller flag names its DOVETAIL_* variable.
         use clap::CommandFactory;
         let cmd = super::Cli::command();

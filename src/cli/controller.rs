@@ -38,14 +38,19 @@ use crate::interruption::{Metrics as InterruptionMetrics, PollSettings};
 use crate::sync::{STATUS_CONFIGMAP, SyncEngine, resolve_head};
 
 /// The controller's settings from its flags.
-pub fn settings(a: &ControllerArgs) -> Settings {
-    Settings {
-        spot_to_spot_consolidation: a.feature_spot_to_spot,
+/// The controller's settings from its flags; an error when `FEATURE_GATES`
+/// is not a list of known gates (the flag is checked as it is parsed).
+pub fn settings(a: &ControllerArgs) -> Result<Settings, String> {
+    let gates = super::feature_gates(a.feature_gates.as_deref(), Default::default())?;
+    Ok(Settings {
+        spot_to_spot_consolidation: gates.spot_to_spot_consolidation || a.feature_spot_to_spot,
+        static_capacity: gates.static_capacity,
+        node_repair: gates.node_repair,
         rebalance_as_interruption: a.feature_rebalance,
         batch_idle: a.batch_idle_duration,
         batch_max: a.batch_max_duration,
         ..Settings::default()
-    }
+    })
 }
 
 /// The config sync's settings, if a repository is configured.
@@ -55,6 +60,7 @@ fn sync_settings(a: &ControllerArgs, namespace: &str) -> Option<crate::sync::Set
     s.git_ref.clone_from(&a.config_branch);
     s.prune = a.prune;
     s.namespace = namespace.to_string();
+    s.static_capacity = settings(a).is_ok_and(|c| c.static_capacity);
     Some(s)
 }
 
@@ -100,6 +106,14 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         io.log("hint: the defaults are 1s and 10s");
         return exit::ERROR;
     }
+    let controller_settings = match settings(a) {
+        Ok(s) => s,
+        Err(e) => {
+            io.log(&format!("error: {e}"));
+            io.log("hint: Karpenter's spelling, e.g. FEATURE_GATES=StaticCapacity=true,SpotToSpotConsolidation=false");
+            return exit::ERROR;
+        }
+    };
     let mut aws = match super::aws::aws_config(&a.aws, Some(&a.cluster)) {
         Ok(c) => c,
         Err(e) => {
@@ -294,7 +308,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             cluster: cluster.clone(),
             cloud,
             clock,
-            settings: settings(a),
+            settings: controller_settings.clone(),
             metrics,
             interruption_metrics,
             health: health.clone(),

@@ -126,6 +126,25 @@ pub fn main() -> ExitCode {
     ExitCode::from(run(cli, &mut io))
 }
 
+/// The feature gates of a command: `base` (Karpenter's defaults, or a
+/// scenario's settings), then `FEATURE_GATES` when `--feature-gates` is not
+/// given, then the flag; each names only the gates it sets.
+pub(crate) fn feature_gates(
+    flag: Option<&str>,
+    mut base: crate::controller::features::FeatureGates,
+) -> Result<crate::controller::features::FeatureGates, String> {
+    match flag {
+        Some(f) => base.apply(f).map_err(|e| format!("--feature-gates: {e}"))?,
+        None => {
+            if let Ok(env) = std::env::var(args::env::FEATURE_GATES) {
+                base.apply(&env)
+                    .map_err(|e| format!("{}: {e}", args::env::FEATURE_GATES))?;
+            }
+        }
+    }
+    Ok(base)
+}
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env(args::env::LOG).unwrap_or_else(|_| EnvFilter::new("warn"));

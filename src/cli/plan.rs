@@ -43,7 +43,26 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
         io.log("hint: run `dovetail validate` for every diagnostic");
         return exit::ERROR;
     }
-    let config = ConfigDocs::from_report(&report);
+    let gates = match super::feature_gates(a.feature_gates.as_deref(), Default::default()) {
+        Ok(g) => g,
+        Err(e) => {
+            io.log(&format!("error: {e}"));
+            return exit::ERROR;
+        }
+    };
+    let mut config = ConfigDocs::from_report(&report);
+    let statics = config.take_static();
+    if !statics.is_empty() {
+        io.log(&format!(
+            "note: static NodePool(s) {} take no pending pods; they keep spec.replicas nodes{}",
+            statics.join(", "),
+            if gates.static_capacity {
+                ""
+            } else {
+                " once the StaticCapacity feature gate is on (it is off: they are inactive)"
+            }
+        ));
+    }
     let catalog = match read_catalog(&a.catalog) {
         Ok(c) => c,
         Err(e) => {

@@ -96,7 +96,7 @@ pub(crate) fn run_with_progress(
             }
         },
     };
-    let scenario = match parsed {
+    let mut scenario = match parsed {
         Ok(s) => s,
         Err(d) => {
             let style = render::Style::for_stream(io.err_is_terminal);
@@ -104,6 +104,15 @@ pub(crate) fn run_with_progress(
             return exit::ERROR;
         }
     };
+    // The command line wins over the scenario's settings, gate by gate.
+    scenario.feature_gates =
+        match super::feature_gates(a.feature_gates.as_deref(), scenario.feature_gates) {
+            Ok(g) => g,
+            Err(e) => {
+                io.log(&format!("error: {e}"));
+                return exit::ERROR;
+            }
+        };
     let until = match a
         .until
         .as_deref()
@@ -378,6 +387,7 @@ mod tests {
                 metrics_every: None,
                 metrics_label: Vec::new(),
                 snapshot_out: None,
+                feature_gates: None,
             };
             run_with_progress(
                 &args,

@@ -59,11 +59,19 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
             return exit::ERROR;
         }
     };
+    let gates = match super::feature_gates(a.feature_gates.as_deref(), Default::default()) {
+        Ok(g) => g,
+        Err(e) => {
+            io.log(&format!("error: {e}"));
+            return exit::ERROR;
+        }
+    };
     let prefix = display_prefix(&a.repo.path);
     let opts = Options {
         allow_external_nodeclass: a.allow_external_nodeclass,
         path_prefix: prefix.clone(),
         catalog,
+        static_capacity: Some(gates.static_capacity),
     };
     let report = validate::validate(&loaded, &opts);
     let passes = report.passes(a.strict);

@@ -137,6 +137,22 @@ struct Facts {
     /// The next time a candidate becomes consolidatable, a pod's
     /// `do-not-disrupt` duration ends, or a budget window opens or closes.
     next_threshold: Option<Timestamp>,
+    /// The static NodePools, counted.
+    statics: BTreeMap<String, disruption::statics::StaticPool>,
+}
+
+/// The share of a NodeClaim's lifetime still ahead of it (1 without
+/// `expireAfter`), which weighs its disruption cost as the reference's
+/// `LifetimeRemaining` does.
+pub(super) fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
+    let expire_after = claim_expire_after(claim);
+    let expires_at = disruption::expires_at(expire_after, claim_created(claim, now));
+    match (expire_after, expires_at) {
+        (Some(d), Some(t)) if !d.is_zero() => {
+            (until(t, now).as_secs_f64() / d.as_secs_f64()).clamp(0.0, 1.0)
+        }
+        _ => 1.0,
+    }
 }
 
 fn since(t: Timestamp, now: Timestamp) -> Duration {
@@ -222,7 +238,7 @@ fn is_daemon(pod: &SlimPod) -> bool {
         .any(|o| o.kind == "DaemonSet")
 }
 
-fn is_finished(pod: &SlimPod) -> bool {
+pub(super) fn is_finished(pod: &SlimPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -243,7 +259,7 @@ pub(super) fn is_movable(pod: &SlimPod) -> bool {
 /// The cost of evicting one pod, as the reference weighs it: 1, plus its
 /// `controller.kubernetes.io/pod-deletion-cost` over 2^27, plus its
 /// priority over 2^25, within [-10, 10].
-fn eviction_cost(pod: &SlimPod) -> f64 {
+pub(super) fn eviction_cost(pod: &SlimPod) -> f64 {
     let mut cost = 1.0;
     if let Some(c) = pod
         .metadata
@@ -432,6 +448,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     pools: &facts.specs,
                     options: self.disruption_options(),
                     uninitialized: facts.uninitialized.clone(),
+                    statics: facts.statics.clone(),
                 },
                 &mut removals,
             ),
@@ -620,6 +637,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             pools: &facts.specs,
             options: self.disruption_options(),
             uninitialized: facts.uninitialized.clone(),
+            statics: facts.statics.clone(),
         };
         let revalidated = Removals::new(&facts.input, &homes, &opts)
             .ok()
@@ -926,10 +944,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 })
                 .unwrap_or(0.0);
 
-            // Remaining lifetime (weighs the disruption cost) and
             // consolidateAfter.
-            let expire_after = claim_expire_after(claim);
-            let expires_at = disruption::expires_at(expire_after, claim_created(claim, now));
             let disruption = pool.spec.disruption.as_ref();
             let consolidate_after = duration_or_never(
                 disruption.map(|d| d.consolidate_after.as_str()),
@@ -1000,12 +1015,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 pdbs.blocks(&running)
             });
 
-            let lifetime = match (expire_after, expires_at) {
-                (Some(d), Some(t)) if !d.is_zero() => {
-                    (until(t, now).as_secs_f64() / d.as_secs_f64()).clamp(0.0, 1.0)
-                }
-                _ => 1.0,
-            };
+            let lifetime = lifetime_remaining(claim, now);
             let cost: f64 = on_node.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime;
             candidates.push(Candidate {
                 node: node_name,
@@ -1023,6 +1033,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 blocked,
                 pods_blocked,
                 termination_grace_period: claim.spec.termination_grace_period.is_some(),
+                static_pool: pool.spec.replicas.is_some(),
             });
         }
         self.disruption.pod_marks = marks;
@@ -1053,13 +1064,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // a removal does without it: converting every pod of a large
         // cluster is most of a pass's cost.
         let now_ms = now.as_millisecond();
+        // The scheduling input's NodePools: replacements never come from a
+        // static pool (static drift builds its own from the template).
+        let dynamic = super::provisioner::dynamic_only(&specs, &pools);
+        let statics = self.static_pools();
         let needs_removals = disruption::needs_removals(&candidates, consolidation);
         let input_key = needs_removals.then(|| self.input_key(&candidates, &uninitialized));
         if let Some(kept) = self.disruption.input.take()
             && Some(kept.key) == input_key
         {
             let mut input = kept.input;
-            input.nodepools = specs.clone();
+            input.nodepools = dynamic;
             return Some(Facts {
                 candidates,
                 budgets,
@@ -1070,23 +1085,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 input_key,
                 uninitialized,
                 next_threshold,
+                statics,
             });
         }
         let snapshot = needs_removals.then(|| self.snapshot(&pods));
-        let mut input = match build_input_with_pools(
-            specs.clone(),
-            &catalog,
-            &[],
-            "",
-            snapshot.as_ref(),
-            now_ms,
-        ) {
-            Ok(i) => i,
-            Err(e) => {
-                self.event("Disruption".into(), "InputInvalid", e.to_string());
-                return None;
-            }
-        };
+        let mut input =
+            match build_input_with_pools(dynamic, &catalog, &[], "", snapshot.as_ref(), now_ms) {
+                Ok(i) => i,
+                Err(e) => {
+                    self.event("Disruption".into(), "InputInvalid", e.to_string());
+                    return None;
+                }
+            };
         input.pods.clear();
         // Capacity not yet initialized is no place for a plan's pods (they
         // would wait for it): the trials see it tainted, so pods go to
@@ -1142,6 +1152,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             input_key,
             uninitialized,
             next_threshold,
+            statics,
         })
     }
 
@@ -1322,22 +1333,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .inc();
             }
             match created {
-                Ok(_) => self.event(
-                    format!("NodeClaim/{name}"),
-                    "Provisioned",
-                    format!(
-                        "to replace {} ({}): {} type(s) from {} at ${:.4}/h",
-                        candidate_names.join(", "),
-                        cmd.reason,
-                        replacement.instance_types.len(),
-                        replacement
-                            .instance_types
-                            .first()
-                            .map(String::as_str)
-                            .unwrap_or("-"),
-                        replacement.price
-                    ),
-                ),
+                Ok(_) => {
+                    self.event(
+                        format!("NodeClaim/{name}"),
+                        "Provisioned",
+                        format!(
+                            "to replace {} ({}): {} at ${:.4}/h",
+                            candidate_names.join(", "),
+                            cmd.reason,
+                            match replacement.instance_types.first() {
+                                Some(first) => format!(
+                                    "{} type(s) from {first}",
+                                    replacement.instance_types.len()
+                                ),
+                                None => format!("NodePool {}'s template", replacement.nodepool),
+                            },
+                            replacement.price
+                        ),
+                    )
+                }
                 Err(e) => self.event(format!("NodeClaim/{name}"), "CreateFailed", e.to_string()),
             }
         }

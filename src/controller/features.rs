@@ -1,17 +1,18 @@
 //! Karpenter's feature gates, spelled as Karpenter spells them
-//! (`--feature-gates` / `FEATURE_GATES`: `Name=bool,...`). dovetail
-//! implements `SpotToSpotConsolidation`; the other gates of v1.14.1 are
-//! known, and may be set only to what dovetail does (a gate set to a
-//! behaviour dovetail lacks is an error, never silently ignored).
+//! (`--feature-gates` / `FEATURE_GATES`: `Name=bool,...`), with Karpenter
+//! v1.14.1's defaults. dovetail acts on `SpotToSpotConsolidation`,
+//! `StaticCapacity` and `NodeRepair`, and has `ReservedCapacity`'s behaviour either way; the
+//! other gates are known, and may be set only to what dovetail does (a gate
+//! set to a behaviour dovetail lacks is an error, never silently ignored).
 
 /// A gate of Karpenter v1.14.1, its default there, and the only value
 /// dovetail accepts (`None`: either).
 const GATES: [(&str, bool, Option<bool>); 6] = [
-    ("NodeRepair", false, Some(false)),
+    ("NodeRepair", false, None),
     ("ReservedCapacity", true, None),
     ("SpotToSpotConsolidation", false, None),
     ("NodeOverlay", false, Some(false)),
-    ("StaticCapacity", false, Some(false)),
+    ("StaticCapacity", false, None),
     ("CapacityBuffer", false, Some(false)),
 ];
 
@@ -20,12 +21,27 @@ const GATES: [(&str, bool, Option<bool>); 6] = [
 pub struct FeatureGates {
     /// A spot node may be replaced by cheaper spot capacity.
     pub spot_to_spot_consolidation: bool,
+    /// NodePools with `spec.replicas` keep that many NodeClaims; off, such
+    /// a NodePool launches nothing and is reported inactive.
+    pub static_capacity: bool,
+    /// Nodes unhealthy past their toleration are replaced without draining.
+    pub node_repair: bool,
 }
 
 impl FeatureGates {
-    /// Parses `Name=bool,...` (spaces around items allowed; empty is the
-    /// defaults). The error names the gate and lists the known ones.
+    /// Parses `Name=bool,...` onto the defaults (spaces around items
+    /// allowed; empty is the defaults). The error names the gate and lists
+    /// the known ones.
     pub fn parse(s: &str) -> Result<FeatureGates, String> {
+        let mut gates = FeatureGates::default();
+        gates.apply(s)?;
+        Ok(gates)
+    }
+
+    /// Sets the gates `s` names, leaving the others as they are: a flag
+    /// given on the command line wins over a scenario's settings gate by
+    /// gate.
+    pub fn apply(&mut self, s: &str) -> Result<(), String> {
         let known = || {
             GATES
                 .iter()
@@ -33,7 +49,6 @@ impl FeatureGates {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let mut gates = FeatureGates::default();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (name, value) = item
                 .split_once('=')
@@ -59,11 +74,14 @@ impl FeatureGates {
                     "feature gate {name}={value} is not implemented by dovetail yet"
                 ));
             }
-            if name == "SpotToSpotConsolidation" {
-                gates.spot_to_spot_consolidation = value;
+            match name {
+                "SpotToSpotConsolidation" => self.spot_to_spot_consolidation = value,
+                "StaticCapacity" => self.static_capacity = value,
+                "NodeRepair" => self.node_repair = value,
+                _ => {}
             }
         }
-        Ok(gates)
+        Ok(())
     }
 }
 
@@ -75,19 +93,43 @@ mod tests {
     fn gates_parse_with_karpenters_names_and_defaults() {
         assert_eq!(FeatureGates::parse("").unwrap(), FeatureGates::default());
         assert!(!FeatureGates::default().spot_to_spot_consolidation);
+        assert!(!FeatureGates::default().static_capacity);
         let g = FeatureGates::parse("SpotToSpotConsolidation=true, NodeRepair=false").unwrap();
         assert!(g.spot_to_spot_consolidation);
         assert!(
             FeatureGates::parse("ReservedCapacity=true,SpotToSpotConsolidation=False")
                 .is_ok_and(|g| !g.spot_to_spot_consolidation)
         );
+        assert!(
+            FeatureGates::parse("StaticCapacity=true")
+                .unwrap()
+                .static_capacity
+        );
+        // Karpenter's own default string parses to the defaults.
+        let karpenter = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
+        assert_eq!(
+            FeatureGates::parse(karpenter).unwrap(),
+            FeatureGates::default()
+        );
+    }
+
+    #[test]
+    fn a_later_setting_wins_gate_by_gate() {
+        let mut g = FeatureGates::parse("SpotToSpotConsolidation=true").unwrap();
+        g.apply("StaticCapacity=true").unwrap();
+        assert!(g.spot_to_spot_consolidation && g.static_capacity);
+        g.apply("SpotToSpotConsolidation=false").unwrap();
+        assert!(!g.spot_to_spot_consolidation && g.static_capacity);
     }
 
     #[test]
     fn unknown_or_unimplemented_gates_are_errors() {
         let e = FeatureGates::parse("SpotToSpot=true").unwrap_err();
         assert!(e.contains("SpotToSpotConsolidation (default false)"), "{e}");
-        assert!(FeatureGates::parse("NodeRepair=true").is_err());
+        assert!(e.contains("StaticCapacity (default false)"), "{e}");
+        assert!(FeatureGates::parse("NodeRepair=true").unwrap().node_repair);
+        assert!(FeatureGates::parse("NodeOverlay=true").is_err());
+        assert!(FeatureGates::parse("CapacityBuffer=true").is_err());
         assert!(FeatureGates::parse("SpotToSpotConsolidation").is_err());
         assert!(FeatureGates::parse("SpotToSpotConsolidation=yes").is_err());
     }

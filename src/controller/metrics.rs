@@ -98,6 +98,9 @@ pub struct Metrics {
     /// `reason` in snake case (`underutilized`, `expired`,
     /// `spot_interrupted`, `registration_timeout`, ...).
     pub nodeclaims_disrupted: IntCounterVec,
+    /// `karpenter_nodeclaims_unhealthy_disrupted_total{condition,nodepool,capacity_type,image_id}`:
+    /// node repair, by the condition in snake case (`ready`).
+    pub nodeclaims_unhealthy_disrupted: IntCounterVec,
     /// `karpenter_nodes_drained_total{nodepool}`
     pub nodes_drained: IntCounterVec,
     /// `karpenter_pods_drained_total{reason}`: the NodeClaim's disruption
@@ -202,6 +205,11 @@ impl Metrics {
             "karpenter_nodeclaims_disrupted_total",
             "Number of nodeclaims disrupted in total by Karpenter. Labeled by reason the nodeclaim was disrupted and the owning nodepool.",
             &["reason", "nodepool", "capacity_type"],
+        );
+        let nodeclaims_unhealthy_disrupted = counter(
+            "karpenter_nodeclaims_unhealthy_disrupted_total",
+            "Number of unhealthy nodeclaims disrupted in total by Karpenter. Labeled by condition on the node was disrupted, the owning nodepool, and the image ID.",
+            &["condition", "nodepool", "capacity_type", "image_id"],
         );
         let nodes_drained = counter(
             "karpenter_nodes_drained_total",
@@ -320,6 +328,7 @@ impl Metrics {
             eligible_nodes,
             allowed_disruptions,
             nodeclaims_disrupted,
+            nodeclaims_unhealthy_disrupted,
             nodes_drained,
             pods_drained,
             savings,
@@ -396,7 +405,8 @@ impl Metrics {
     pub fn eligible(&self, candidates: &[crate::disruption::Candidate]) {
         let (mut empty, mut drifted, mut underutilized) = (0, 0, 0);
         for c in candidates {
-            let consolidation = c.consolidatable && c.blocked_for_consolidation().is_none();
+            let consolidation =
+                !c.static_pool && c.consolidatable && c.blocked_for_consolidation().is_none();
             if consolidation && c.pods == 0 {
                 empty += 1;
             }

@@ -17,8 +17,10 @@ pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod provisioner;
+mod repair;
 pub mod runtime;
 pub mod state_metrics;
+mod static_capacity;
 mod termination;
 
 pub use disruption::{
@@ -63,6 +65,13 @@ pub struct Settings {
     /// cheaper types, as the reference requires). Off by default, as the
     /// reference's `SpotToSpotConsolidation` feature gate.
     pub spot_to_spot_consolidation: bool,
+    /// Whether NodePools with `spec.replicas` keep that many NodeClaims
+    /// (the reference's `StaticCapacity` feature gate, off by default: such
+    /// a NodePool is then reported inactive and launches nothing).
+    pub static_capacity: bool,
+    /// Whether nodes unhealthy past their toleration are replaced (the
+    /// reference's `NodeRepair` feature gate, off by default).
+    pub node_repair: bool,
     /// Whether a rebalance recommendation deletes its NodeClaim like a spot
     /// interruption (off: it is only recorded).
     pub rebalance_as_interruption: bool,
@@ -83,6 +92,8 @@ impl Default for Settings {
             replacement_timeout: Duration::from_secs(10 * 60),
             disruption_resync: Duration::from_secs(5 * 60),
             spot_to_spot_consolidation: false,
+            static_capacity: false,
+            node_repair: false,
             rebalance_as_interruption: false,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
@@ -199,6 +210,11 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// Pods seen pending, for the startup-duration summary, and the pod
     /// revision last looked at.
     pod_startup: (u64, state_metrics::PodStartup),
+    /// Static NodePools short of their replicas at `limits.nodes`, reported
+    /// once until they are not.
+    static_limited: std::collections::BTreeSet<String>,
+    /// Nodes whose repair was held back, and when that was last said.
+    repair_blocked: std::collections::HashMap<String, Timestamp>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -223,6 +239,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             unrecorded: None,
             provisionable: None,
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
+            static_limited: std::collections::BTreeSet::new(),
+            repair_blocked: std::collections::HashMap::new(),
         }
     }
 
@@ -258,6 +276,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now = self.clock.now();
         self.unavailable.expire(now);
         self.observe_pods();
+        let repair = self.reconcile_repair().await;
         let a = {
             let _timer = self.metrics.reconcile(LIFECYCLE);
             self.reconcile_lifecycle().await
@@ -279,7 +298,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 wait
             }
         };
-        a.min(b).min(c).min(self.settings.resync)
+        a.min(b).min(c).min(repair).min(self.settings.resync)
     }
 
     /// Pods that started since the last look, into the startup-duration

@@ -162,6 +162,22 @@ fn name_of_pool(pool: &NodePool) -> String {
     )
 }
 
+/// The NodePools pending pods may get new NodeClaims from: not the static
+/// ones (`spec.replicas`), which keep their replica count on their own
+/// (the reference's provisioner leaves them out whatever its gates).
+pub(super) fn dynamic_only(specs: &[NodePoolSpec], pools: &[Arc<NodePool>]) -> Vec<NodePoolSpec> {
+    let statics: BTreeSet<&str> = pools
+        .iter()
+        .filter(|p| p.spec.replicas.is_some())
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    specs
+        .iter()
+        .filter(|s| !statics.contains(s.name.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// Marks offerings that recently failed with insufficient capacity.
 fn without_unavailable(
     mut types: Vec<InstanceType>,
@@ -186,10 +202,16 @@ fn without_unavailable(
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Batches pending pods and provisions for a closed batch. Returns when
     /// it next needs to run.
+    /// Static NodePools are kept at their replica count first.
     pub async fn reconcile_provisioning(&mut self) -> Duration {
         let _timer = self
             .metrics
             .reconcile(super::metrics::controllers::PROVISIONER);
+        let statics = self.reconcile_static().await;
+        self.provision_pending().await.min(statics)
+    }
+
+    async fn provision_pending(&mut self) -> Duration {
         let now = self.clock.now();
         let pending = self.provisionable_pods();
         if pending.is_empty() {
@@ -485,6 +507,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut specs = Vec::new();
         let mut catalog: BTreeMap<String, InstanceType> = BTreeMap::new();
         for pool in &pools {
+            if pool.spec.replicas.is_some() && !self.settings.static_capacity {
+                self.static_inactive(pool).await;
+                continue;
+            }
             let class_name = &pool.spec.template.spec.node_class_ref.name;
             let Some(class) = classes.get(class_name) else {
                 let message =
@@ -534,6 +560,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             "NodeClassNotFound",
             "InstanceTypesUnavailable",
             "InvalidNodePool",
+            super::static_capacity::STATIC_DISABLED,
         ];
         if pool
             .condition(super::conditions::READY)
@@ -543,7 +570,32 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
     }
 
-    async fn set_pool_ready(&mut self, pool: &NodePool, ready: bool, reason: &str, message: &str) {
+    /// A static NodePool while the `StaticCapacity` gate is off: `Ready`
+    /// turns False with the reason, and an Event says so once, when the
+    /// condition changes (the reference launches nothing for it either,
+    /// but says nothing).
+    pub(super) async fn static_inactive(&mut self, pool: &NodePool) {
+        use super::static_capacity::{STATIC_DISABLED, STATIC_DISABLED_MESSAGE};
+        if self
+            .set_pool_ready(pool, false, STATIC_DISABLED, STATIC_DISABLED_MESSAGE)
+            .await
+        {
+            self.event(
+                name_of_pool(pool),
+                STATIC_DISABLED,
+                STATIC_DISABLED_MESSAGE.into(),
+            );
+        }
+    }
+
+    /// Whether the condition changed.
+    async fn set_pool_ready(
+        &mut self,
+        pool: &NodePool,
+        ready: bool,
+        reason: &str,
+        message: &str,
+    ) -> bool {
         let now = self.clock.now();
         let mut updated = pool.clone();
         let conds = updated
@@ -551,11 +603,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .get_or_insert_with(Default::default)
             .conditions
             .get_or_insert_with(Vec::new);
-        if super::set_condition(conds, super::conditions::READY, ready, reason, message, now)
-            && let Err(e) = self.cluster.replace_status(updated).await
-        {
+        if !super::set_condition(conds, super::conditions::READY, ready, reason, message, now) {
+            return false;
+        }
+        if let Err(e) = self.cluster.replace_status(updated).await {
             self.event(name_of_pool(pool), "StatusNotRecorded", e.to_string());
         }
+        true
     }
 
     /// The cluster as the scheduling core's input builder reads it.
@@ -598,7 +652,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// pending pod, as if the cluster were empty.
     pub async fn workload_lower_bound(&mut self) -> Option<f64> {
         let now = self.clock.now();
-        let (_, specs, catalog) = self.nodepool_specs().await;
+        let (pools, specs, catalog) = self.nodepool_specs().await;
+        let specs = dynamic_only(&specs, &pools);
         // The cluster without its nodes, claims and pods; every pod is
         // converted as the pod that needs capacity.
         let snapshot = Snapshot {
@@ -652,6 +707,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now = self.clock.now();
         let mut out = Provisioned::default();
         let (pools, specs, catalog) = self.nodepool_specs().await;
+        let specs = dynamic_only(&specs, &pools);
         let snapshot = self.snapshot(pods);
         let now_ms = now.as_millisecond();
         let input = match build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms)
@@ -794,10 +850,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .unwrap_or_default();
         labels.insert(LABEL_NODEPOOL.to_string(), pool_name.clone());
         let mut requirements = claim.requirements.clone();
-        requirements.add(
-            crate::api::LABEL_INSTANCE_TYPE,
-            Requirement::in_values(claim.instance_types.iter().cloned()),
-        );
+        // A static pool's claim lists no types: the cloud provider takes
+        // the cheapest its requirements allow, as the reference's does.
+        if !claim.instance_types.is_empty() {
+            requirements.add(
+                crate::api::LABEL_INSTANCE_TYPE,
+                Requirement::in_values(claim.instance_types.iter().cloned()),
+            );
+        }
         let requests: BTreeMap<String, Quantity> = claim
             .requests
             .to_strings()

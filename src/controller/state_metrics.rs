@@ -305,7 +305,7 @@ fn node_resources(
 /// (`status.resources`): the capacity of its nodes and NodeClaims not being
 /// deleted or disrupted (a node's own once registered, else the claim's),
 /// `nodes` their count.
-fn nodepool_usage(
+pub(super) fn nodepool_usage(
     claims: &[Arc<NodeClaim>],
     nodes: &HashMap<&str, &Arc<Node>>,
 ) -> BTreeMap<String, Resources> {

@@ -22,7 +22,9 @@
 //! is deleted (not evicted: budgets no longer count) when what is left of
 //! the period equals its own `terminationGracePeriodSeconds` (default
 //! 30s), so it gets its full grace period before the deadline (the
-//! reference's `DeleteExpiringPods`). Past the deadline, pods still
+//! reference's `DeleteExpiringPods`). Node repair brings the deadline
+//! forward to the repair (`karpenter.sh/nodeclaim-termination-timestamp`):
+//! every pod is deleted at once. Past the deadline, pods still
 //! terminating no longer hold the node. A drain stops when the instance is
 //! already gone (EC2 reclaimed or stopped it): the pods left are lost with
 //! it, and the node is released.
@@ -77,22 +79,38 @@ fn pod_grace(pod: &SlimPod) -> Duration {
 }
 
 /// When a deleting NodeClaim's `terminationGracePeriod` runs out: its
-/// deletion plus the period; `None` without one.
+/// deletion plus the period, or the earlier termination timestamp node
+/// repair stamps (`karpenter.sh/nodeclaim-termination-timestamp`); `None`
+/// without either.
 fn termination_deadline(claim: &NodeClaim) -> Option<Timestamp> {
-    let grace = match crate::timing::parse_duration(
-        claim.spec.termination_grace_period.as_deref()?,
-        crate::timing::DurationSyntax::Hms,
-    ) {
-        Ok(crate::timing::NillableDuration::After(d)) => d,
-        _ => return None,
-    };
-    claim
+    let stamped = claim
         .metadata
-        .deletion_timestamp
-        .as_ref()?
-        .0
-        .checked_add(grace)
-        .ok()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::repair::ANNOTATION_TERMINATION_TIMESTAMP))
+        .and_then(|v| crate::clock::parse_rfc3339(v).ok());
+    let grace = match claim
+        .spec
+        .termination_grace_period
+        .as_deref()
+        .map(|g| crate::timing::parse_duration(g, crate::timing::DurationSyntax::Hms))
+    {
+        Some(Ok(crate::timing::NillableDuration::After(d))) => Some(d),
+        _ => None,
+    };
+    let by_grace = grace.and_then(|g| {
+        claim
+            .metadata
+            .deletion_timestamp
+            .as_ref()?
+            .0
+            .checked_add(g)
+            .ok()
+    });
+    match (stamped, by_grace) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn claim_name(claim: &NodeClaim) -> String {
@@ -304,7 +322,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                             format!("Pod/{key}"),
                             "Deleted",
                             format!(
-                                "the terminationGracePeriod of {object} ends in {left}s: deleted so it gets its own grace period before then"
+                                "{object} must be gone in {left}s (its terminationGracePeriod, or node repair): deleted so it gets its own grace period before then"
                             ),
                         );
                         deleted.push(pod);

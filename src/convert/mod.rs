@@ -116,6 +116,26 @@ impl ConfigDocs {
                 .collect(),
         }
     }
+
+    /// Takes out the static NodePools (`spec.replicas` set) and returns
+    /// their names: pending pods never get new capacity from them (the
+    /// reference's provisioner leaves them out, whatever its gates), they
+    /// keep their replica count on their own.
+    pub fn take_static(&mut self) -> Vec<String> {
+        let (statics, dynamic): (Vec<_>, Vec<_>) = std::mem::take(&mut self.nodepools)
+            .into_iter()
+            .partition(|(_, l)| {
+                l.object
+                    .pointer("/spec/replicas")
+                    .is_some_and(|r| !r.is_null())
+            });
+        self.nodepools = dynamic;
+        statics
+            .iter()
+            .filter_map(|(_, l)| l.object.pointer("/metadata/name")?.as_str())
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 /// Builds the core's input from already-read documents: NodePools see the

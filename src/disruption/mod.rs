@@ -11,15 +11,21 @@
 //! Methods run in order, the first that decides something wins a pass:
 //! 1. **emptiness**: consolidatable nodes with no pod to move, within the
 //!    `Empty` budgets;
-//! 2. **drift**: drifted nodes within the `Drifted` budgets; empty ones are
+//! 2. **static drift**: drifted nodes of static NodePools ([`statics`]),
+//!    each replaced by a NodeClaim of its pool's template, within the
+//!    `Drifted` budgets and `limits.nodes`, once a scale-down is done;
+//! 3. **drift**: drifted nodes within the `Drifted` budgets; empty ones are
 //!    deleted together, otherwise the cheapest to disrupt whose pods can be
 //!    placed is replaced by whatever they need;
-//! 3. **multi-node consolidation**: the largest prefix of the consolidatable
+//! 4. **multi-node consolidation**: the largest prefix of the consolidatable
 //!    candidates (cheapest to disrupt first, within the `Underutilized`
 //!    budgets) whose pods fit the remaining nodes plus at most one strictly
 //!    cheaper NodeClaim, found by binary search over the prefix length;
-//! 4. **single-node consolidation**: every candidate is tried (never a
+//! 5. **single-node consolidation**: every candidate is tried (never a
 //!    timeout); the one saving most per hour wins.
+//!
+//! Nodes of static NodePools are never consolidated (emptiness included)
+//! and drift only through static drift, as in the reference.
 //!
 //! What blocks a candidate depends on the method, as in the reference:
 //! a node's own `karpenter.sh/do-not-disrupt` or a pending pod nominated
@@ -47,6 +53,8 @@
 
 pub mod budgets;
 pub mod pods;
+pub mod repair;
+pub mod statics;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -116,6 +124,7 @@ impl std::fmt::Display for Reason {
 pub enum Method {
     Expiration,
     Emptiness,
+    StaticDrift,
     Drift,
     MultiNodeConsolidation,
     SingleNodeConsolidation,
@@ -129,7 +138,7 @@ impl Method {
             Method::Emptiness => "empty",
             Method::MultiNodeConsolidation => "multi",
             Method::SingleNodeConsolidation => "single",
-            Method::Expiration | Method::Drift => "",
+            Method::Expiration | Method::StaticDrift | Method::Drift => "",
         }
     }
 
@@ -174,6 +183,9 @@ pub struct Candidate {
     /// Its NodeClaim has a `terminationGracePeriod`: a drain ends by then
     /// whatever its pods ask, so drift may take it despite `pods_blocked`.
     pub termination_grace_period: bool,
+    /// Its NodePool is static (`spec.replicas`): never consolidated, and
+    /// replaced one for one when drifted.
+    pub static_pool: bool,
 }
 
 impl Candidate {
@@ -197,6 +209,7 @@ impl Candidate {
             blocked: None,
             pods_blocked: None,
             termination_grace_period: false,
+            static_pool: false,
         }
     }
 
@@ -266,6 +279,9 @@ impl Command {
                 .replacements
                 .iter()
                 .map(|r| {
+                    if r.instance_types.is_empty() {
+                        return format!("NodePool {}'s template", r.nodepool);
+                    }
                     let shown: Vec<&str> = r
                         .instance_types
                         .iter()
@@ -315,6 +331,8 @@ pub struct Pass<'a> {
     /// Nodes and NodeClaims (by the scheduling input's names) not yet
     /// initialized: a plan may not rely on them.
     pub uninitialized: BTreeSet<String>,
+    /// The static NodePools, counted.
+    pub statics: BTreeMap<String, statics::StaticPool>,
 }
 
 /// What a pass found, and how much it looked at.
@@ -338,6 +356,7 @@ pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
             .then_with(|| a.node.cmp(&b.node))
     });
     out.command = emptiness(pass, &sorted)
+        .or_else(|| static_drift(pass, &sorted))
         .or_else(|| drift(pass, &sorted, removals, &mut out))
         .or_else(|| {
             pass.consolidation
@@ -360,8 +379,9 @@ pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
 /// [`decide`] and [`revalidate`] call [`Removals`] only in these cases.
 pub fn needs_removals(candidates: &[Candidate], consolidation: bool) -> bool {
     candidates.iter().any(|c| {
-        (!c.drift.is_empty() && c.blocked_for_drift().is_none() && c.pods > 0)
+        (!c.static_pool && !c.drift.is_empty() && c.blocked_for_drift().is_none() && c.pods > 0)
             || (consolidation
+                && !c.static_pool
                 && c.consolidatable
                 && c.underutilized
                 && c.blocked_for_consolidation().is_none()
@@ -391,7 +411,8 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
         })
         .collect::<Option<_>>()?;
     let eligible = |c: &&Candidate| {
-        c.consolidatable
+        !c.static_pool
+            && c.consolidatable
             && c.blocked_for_consolidation().is_none()
             && match cmd.method {
                 Method::Emptiness => c.pods == 0,
@@ -510,10 +531,12 @@ fn emptiness(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
     let empty = within_budget(
         pass,
         Reason::Empty,
-        sorted
-            .iter()
-            .copied()
-            .filter(|c| c.pods == 0 && c.consolidatable && c.blocked_for_consolidation().is_none()),
+        sorted.iter().copied().filter(|c| {
+            !c.static_pool
+                && c.pods == 0
+                && c.consolidatable
+                && c.blocked_for_consolidation().is_none()
+        }),
     );
     if empty.is_empty() {
         return None;
@@ -539,7 +562,7 @@ fn drift(
         sorted
             .iter()
             .copied()
-            .filter(|c| !c.drift.is_empty() && c.blocked_for_drift().is_none()),
+            .filter(|c| !c.static_pool && !c.drift.is_empty() && c.blocked_for_drift().is_none()),
     );
     let empty: Vec<&Candidate> = drifted.iter().copied().filter(|c| c.pods == 0).collect();
     if !empty.is_empty() {
@@ -566,6 +589,56 @@ fn drift(
     None
 }
 
+/// Static drift: per static NodePool, its drifted nodes (cheapest to
+/// disrupt first) up to what its `Drifted` budget and `limits.nodes` allow,
+/// each replaced by a NodeClaim of the pool's template; nothing while the
+/// pool is above `replicas` (its scale-down goes first).
+fn static_drift(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
+    let mut by_pool: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
+    for c in sorted
+        .iter()
+        .copied()
+        .filter(|c| c.static_pool && !c.drift.is_empty() && c.blocked_for_drift().is_none())
+    {
+        by_pool.entry(c.nodepool.as_str()).or_default().push(c);
+    }
+    let mut candidates = Vec::new();
+    let mut replacements = Vec::new();
+    for (pool, cs) in by_pool {
+        let (Some(state), Some(spec)) = (
+            pass.statics.get(pool),
+            pass.pools.iter().find(|p| p.name == pool),
+        ) else {
+            continue;
+        };
+        let budget = pass
+            .budgets
+            .get(pool)
+            .map_or(usize::MAX, |b| b.remaining(Reason::Drifted));
+        if budget == 0 || !state.may_drift() {
+            continue;
+        }
+        let wanted = i64::try_from(budget.min(cs.len())).unwrap_or(i64::MAX);
+        let granted = usize::try_from(state.reserve(wanted)).unwrap_or(0);
+        for c in cs.into_iter().take(granted) {
+            candidates.push(c.clone());
+            replacements.push(statics::template_claim(spec));
+        }
+    }
+    if candidates.is_empty() {
+        return None;
+    }
+    let savings = candidates.iter().map(|c| c.price).sum::<f64>()
+        - replacements.iter().map(|r| r.price).sum::<f64>();
+    Some(Command {
+        method: Method::StaticDrift,
+        reason: Reason::Drifted,
+        candidates,
+        replacements,
+        savings,
+    })
+}
+
 /// Consolidation candidates: consolidatable, not blocked, in pools that
 /// consolidate underused nodes, within the `Underutilized` budgets.
 fn underutilized<'c>(pass: &Pass<'_>, sorted: &[&'c Candidate]) -> Vec<&'c Candidate> {
@@ -573,7 +646,8 @@ fn underutilized<'c>(pass: &Pass<'_>, sorted: &[&'c Candidate]) -> Vec<&'c Candi
         pass,
         Reason::Underutilized,
         sorted.iter().copied().filter(|c| {
-            c.consolidatable
+            !c.static_pool
+                && c.consolidatable
                 && c.underutilized
                 && c.blocked_for_consolidation().is_none()
                 && c.pods > 0

@@ -137,6 +137,7 @@ fn run_with(
         pools: &f.input.nodepools,
         options: Options::default(),
         uninitialized,
+        statics: BTreeMap::new(),
     };
     decide(&pass, &mut removals)
 }
@@ -361,6 +362,7 @@ fn spot_is_replaced_by_spot_only_with_enough_cheaper_types() {
         pools: &f.input.nodepools,
         options: Options { spot_to_spot: true },
         uninitialized: BTreeSet::new(),
+        statics: BTreeMap::new(),
     };
     let cmd = decide(&pass, &mut removals).command;
     assert!(cmd.is_none(), "{cmd:?}");
@@ -462,4 +464,211 @@ proptest! {
         prop_assert_eq!(full.trials, 0);
         prop_assert_eq!(full.command, without.command);
     }
+}
+
+// Static NodePools: pkg/controllers/disruption/{consolidation,emptiness,
+// drift,staticdrift}_test.go of Karpenter v1.14.1, named after their It()s.
+
+/// `f`'s nodes as the nodes of a static pool `general` of `replicas`, all
+/// running, with `limits.nodes` of `limit`, drifted.
+fn static_fixture(
+    nodes: &[(&str, &str, &[i64])],
+    replicas: i64,
+    limit: Option<i64>,
+) -> (Fixture, BTreeMap<String, statics::StaticPool>) {
+    let mut f = cluster(nodes);
+    for c in &mut f.candidates {
+        c.static_pool = true;
+        c.drift = vec![DriftReason::NodePoolTemplate { fields: vec![] }];
+    }
+    let state = statics::StaticPool {
+        replicas,
+        node_limit: limit,
+        running: nodes.len(),
+        ..statics::StaticPool::default()
+    };
+    (f, BTreeMap::from([("general".to_string(), state)]))
+}
+
+fn run_static(
+    f: &Fixture,
+    budgets: BTreeMap<String, Allowed>,
+    statics: BTreeMap<String, statics::StaticPool>,
+) -> Option<Command> {
+    let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
+    let mut removals = Removals::new(&f.input, &homes, &opts()).unwrap();
+    let pass = Pass {
+        candidates: f.candidates.clone(),
+        budgets,
+        consolidation: true,
+        pools: &f.input.nodepools,
+        options: Options::default(),
+        uninitialized: BTreeSet::new(),
+        statics,
+    };
+    decide(&pass, &mut removals).command
+}
+
+#[test]
+fn should_not_consolidate_static_node_pool_nodes() {
+    // Two empty nodes and two underused ones: emptiness and consolidation
+    // would take them all in a dynamic pool.
+    let nodes: &[(&str, &str, &[i64])] = &[
+        ("a", "medium", &[]),
+        ("b", "medium", &[]),
+        ("c", "medium", &[1000]),
+        ("d", "large", &[1000]),
+    ];
+    let (mut f, statics) = static_fixture(nodes, 4, None);
+    for c in &mut f.candidates {
+        c.drift.clear();
+    }
+    assert!(run_static(&f, unbounded(), statics).is_none());
+    assert!(!needs_removals(&f.candidates, true));
+}
+
+#[test]
+fn should_not_consider_static_nodepool_for_drift() {
+    // Drift of a static node is static drift: a template replacement per
+    // node, never a removal trial that would move its pods elsewhere.
+    let (f, statics) = static_fixture(&[("a", "medium", &[1000]), ("b", "medium", &[])], 2, None);
+    let cmd = run_static(&f, unbounded(), statics).unwrap();
+    assert_eq!(cmd.method, Method::StaticDrift);
+    assert_eq!(cmd.reason, Reason::Drifted);
+    assert_eq!(cmd.candidates.len(), 2);
+    assert_eq!(cmd.replacements.len(), 2);
+    assert!(
+        cmd.replacements
+            .iter()
+            .all(|r| r.nodepool == "general" && r.pods.is_empty() && r.instance_types.is_empty())
+    );
+    assert_eq!(cmd.decision(), "replace");
+    assert!(!needs_removals(&f.candidates, false));
+}
+
+#[test]
+fn should_respect_disruption_budgets_nodes_count_for_static_drift() {
+    let nodes: &[(&str, &str, &[i64])] = &[
+        ("a", "medium", &[]),
+        ("b", "medium", &[]),
+        ("c", "medium", &[]),
+    ];
+    let (f, statics) = static_fixture(nodes, 3, None);
+    let cmd = run_static(&f, budget(Reason::Drifted, 2), statics.clone()).unwrap();
+    assert_eq!(cmd.candidates.len(), 2);
+    assert!(run_static(&f, budget(Reason::Drifted, 0), statics).is_none());
+}
+
+#[test]
+fn should_not_drift_nodes_when_we_cannot_acquire_limits() {
+    let nodes: &[(&str, &str, &[i64])] = &[("a", "medium", &[]), ("b", "medium", &[])];
+    let (f, statics) = static_fixture(nodes, 2, Some(2));
+    assert!(run_static(&f, unbounded(), statics).is_none());
+}
+
+#[test]
+fn should_drift_nodes_when_we_can_acquire_limits() {
+    let nodes: &[(&str, &str, &[i64])] = &[("a", "medium", &[]), ("b", "medium", &[])];
+    let (f, statics) = static_fixture(nodes, 2, Some(4));
+    assert_eq!(
+        run_static(&f, unbounded(), statics)
+            .unwrap()
+            .candidates
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn should_drift_partially_when_we_can_acquire_some_limits() {
+    let nodes: &[(&str, &str, &[i64])] = &[
+        ("a", "medium", &[]),
+        ("b", "medium", &[]),
+        ("c", "medium", &[]),
+    ];
+    let (f, statics) = static_fixture(nodes, 3, Some(4));
+    let cmd = run_static(&f, unbounded(), statics).unwrap();
+    assert_eq!(nodes_of(&cmd), ["a"]);
+}
+
+#[test]
+fn should_keep_drifting_partially_when_we_can_acquire_some_limits_for_each_reconcile() {
+    // The next pass: `a` is being replaced (its replacement running), so
+    // the limit leaves room for none until `a` is gone.
+    let nodes: &[(&str, &str, &[i64])] = &[("b", "medium", &[]), ("c", "medium", &[])];
+    let (f, mut statics) = static_fixture(nodes, 3, Some(4));
+    let s = statics.get_mut("general").unwrap();
+    s.running = 3;
+    s.pending_disruption = 1;
+    assert!(run_static(&f, unbounded(), statics.clone()).is_none());
+    // `a` gone: one more.
+    let s = statics.get_mut("general").unwrap();
+    s.pending_disruption = 0;
+    assert_eq!(
+        run_static(&f, unbounded(), statics)
+            .unwrap()
+            .candidates
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn should_wait_until_nodes_are_deprovisioned_when_we_are_overscaled() {
+    let nodes: &[(&str, &str, &[i64])] = &[
+        ("a", "medium", &[]),
+        ("b", "medium", &[]),
+        ("c", "medium", &[]),
+    ];
+    let (f, statics) = static_fixture(nodes, 2, None);
+    assert!(run_static(&f, unbounded(), statics).is_none());
+}
+
+#[test]
+fn should_handle_drift_for_multiple_static_node_pools_independently() {
+    let nodes: &[(&str, &str, &[i64])] = &[("a", "medium", &[]), ("b", "medium", &[])];
+    let (mut f, mut statics) = static_fixture(nodes, 1, None);
+    f.candidates[1].nodepool = "other".into();
+    let mut other = f.input.nodepools[0].clone();
+    other.name = "other".into();
+    f.input.nodepools.push(other);
+    statics.get_mut("general").unwrap().running = 1;
+    // `other` is over its replicas: it waits, `general` drifts.
+    statics.insert(
+        "other".into(),
+        statics::StaticPool {
+            replicas: 0,
+            running: 1,
+            ..statics::StaticPool::default()
+        },
+    );
+    let cmd = run_static(&f, unbounded(), statics).unwrap();
+    assert_eq!(nodes_of(&cmd), ["a"]);
+    assert_eq!(cmd.replacements[0].nodepool, "general");
+}
+
+#[test]
+fn should_ignore_nodes_without_the_drifted_status_condition() {
+    let (mut f, statics) = static_fixture(&[("a", "medium", &[])], 1, None);
+    f.candidates[0].drift.clear();
+    assert!(run_static(&f, unbounded(), statics).is_none());
+}
+
+#[test]
+fn should_ignore_nodes_with_the_karpenter_sh_do_not_disrupt_annotation() {
+    let (mut f, statics) = static_fixture(&[("a", "medium", &[])], 1, None);
+    f.candidates[0].blocked = Some("node a has karpenter.sh/do-not-disrupt: \"true\"".into());
+    assert!(run_static(&f, unbounded(), statics).is_none());
+}
+
+#[test]
+fn should_handle_missing_node_limits_gracefully() {
+    let (f, statics) = static_fixture(&[("a", "medium", &[])], 1, None);
+    assert_eq!(
+        run_static(&f, unbounded(), statics)
+            .unwrap()
+            .candidates
+            .len(),
+        1
+    );
 }

@@ -129,7 +129,8 @@ fn owner(pod: &SlimPod) -> Option<String> {
 
 /// Runs `plan`: loads the inputs, solves once, reports.
 pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
-    let config = read_config(&opts.config)?;
+    let mut config = read_config(&opts.config)?;
+    config.take_static();
     if config.nodepools.is_empty() {
         return Err(PlanError::NoNodePools(opts.config.display().to_string()));
     }

@@ -61,6 +61,7 @@ impl ConfigRepo {
         cluster: Arc<MemoryCluster>,
         clock: Arc<dyn Clock>,
         start: Timestamp,
+        static_capacity: bool,
     ) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("dovetail-simulate-config-")
@@ -73,7 +74,9 @@ impl ConfigRepo {
         let git = Repository::init_opts(dir.path(), &opts)
             .map_err(git_err("cannot create a temporary repository"))?;
         commit(&git, "the configuration at the start", start)?;
-        let engine = SyncEngine::new(cluster, clock, Settings::new(dir.path()));
+        let mut settings = Settings::new(dir.path());
+        settings.static_capacity = static_capacity;
+        let engine = SyncEngine::new(cluster, clock, settings);
         Ok(ConfigRepo {
             dir,
             git,

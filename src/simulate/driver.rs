@@ -19,7 +19,9 @@ use super::commit::ConfigRepo;
 use super::kubelet::Kubelet;
 use super::kubescheduler::KubeScheduler;
 use super::report::{Progress, Recorder, Report};
-use super::scenario::{Action, InterruptStep, InterruptTarget, Manifest, Scenario};
+use super::scenario::{
+    Action, InterruptStep, InterruptTarget, Manifest, NodeConditionStep, Scenario,
+};
 use super::workloads::Workloads;
 use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
@@ -312,6 +314,8 @@ fn new_controller(
             // through what the passes see change.
             disruption_resync: SIM_RESYNC,
             spot_to_spot_consolidation: gates.spot_to_spot_consolidation,
+            static_capacity: gates.static_capacity,
+            node_repair: gates.node_repair,
             ..Settings::default()
         },
     )
@@ -590,6 +594,7 @@ impl Simulation {
                 );
             }
             Action::Interrupt(step) => self.interrupt(step)?,
+            Action::NodeCondition(step) => self.node_condition(step)?,
             Action::Commit(step) => {
                 let repo = match self.config_repo.as_mut() {
                     Some(repo) => repo,
@@ -599,6 +604,7 @@ impl Simulation {
                             self.cluster.clone(),
                             self.clock.clone(),
                             self.scenario.start,
+                            self.scenario.feature_gates.static_capacity,
                         )
                         .map_err(SimError::Setup)?,
                     ),
@@ -616,6 +622,16 @@ impl Simulation {
     }
 
     /// The instances an `interrupt` step is about, by id.
+    /// The nodes a step's selector matches, not being deleted, by name.
+    fn selected_nodes(&self, step: &str, s: &str) -> Result<Vec<Arc<Node>>, SimError> {
+        let sel = parse_selector(s)
+            .map_err(|e| SimError::Setup(format!("{step}: selector {s:?}: {e}")))?;
+        let mut nodes = self.cluster.list::<Node>(None, &sel).items;
+        nodes.retain(|n| n.metadata.deletion_timestamp.is_none());
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(nodes)
+    }
+
     fn interrupt_targets(&self, step: &InterruptStep) -> Result<Vec<String>, SimError> {
         let instance_of = |node: &Node| {
             node.spec
@@ -638,11 +654,7 @@ impl Simulation {
                 })
             }
             InterruptTarget::Selector(s) => {
-                let sel = parse_selector(s)
-                    .map_err(|e| SimError::Setup(format!("interrupt: selector {s:?}: {e}")))?;
-                let mut nodes = self.cluster.list::<Node>(None, &sel).items;
-                nodes.retain(|n| n.metadata.deletion_timestamp.is_none());
-                nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                let nodes = self.selected_nodes("interrupt", s)?;
                 Ok(nodes
                     .iter()
                     .filter_map(|n| instance_of(n))
@@ -650,6 +662,80 @@ impl Simulation {
                     .collect())
             }
         }
+    }
+
+    /// The `nodeCondition` step: the kubelet reports a condition on the
+    /// nodes named; its transition time is now when its status changes.
+    fn node_condition(&mut self, step: &NodeConditionStep) -> Result<(), SimError> {
+        use k8s_openapi::api::core::v1::NodeCondition;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let now = self.clock.now();
+        let names: Vec<String> = match &step.target {
+            InterruptTarget::Node(name) => {
+                if self
+                    .cluster
+                    .get_opt::<Node>(&ObjectKey::cluster(name.as_str()))
+                    .is_none()
+                {
+                    return Err(SimError::Setup(format!(
+                        "nodeCondition: node {name:?} does not exist"
+                    )));
+                }
+                vec![name.clone()]
+            }
+            InterruptTarget::Instance(id) => {
+                return Err(SimError::Setup(format!(
+                    "nodeCondition: names nodes, not instances ({id})"
+                )));
+            }
+            InterruptTarget::Selector(s) => self
+                .selected_nodes("nodeCondition", s)?
+                .iter()
+                .filter_map(|n| n.metadata.name.clone())
+                .take(step.count.unwrap_or(usize::MAX))
+                .collect(),
+        };
+        for name in names {
+            let key = ObjectKey::cluster(name.as_str());
+            let Some(node) = self.cluster.get_opt::<Node>(&key) else {
+                continue;
+            };
+            let mut updated = (*node).clone();
+            let conditions = updated
+                .status
+                .get_or_insert_with(Default::default)
+                .conditions
+                .get_or_insert_with(Vec::new);
+            let t = Time(now);
+            match conditions.iter_mut().find(|c| c.type_ == step.type_) {
+                Some(c) => {
+                    if c.status != step.status {
+                        c.last_transition_time = Some(t.clone());
+                    }
+                    c.status.clone_from(&step.status);
+                    c.last_heartbeat_time = Some(t);
+                    c.reason = Some("SimulatedCondition".into());
+                }
+                None => conditions.push(NodeCondition {
+                    type_: step.type_.clone(),
+                    status: step.status.clone(),
+                    reason: Some("SimulatedCondition".into()),
+                    last_heartbeat_time: Some(t.clone()),
+                    last_transition_time: Some(t),
+                    ..NodeCondition::default()
+                }),
+            }
+            self.cluster
+                .update_status(updated)
+                .map_err(|e| SimError::Setup(format!("nodeCondition: node {name:?}: {e}")))?;
+            self.recorder.event(
+                now,
+                format!("Node/{name}"),
+                "NodeCondition",
+                format!("{}={}", step.type_, step.status),
+            );
+        }
+        Ok(())
     }
 
     /// The `interrupt` step: the simulated EC2 sends the event, and it is

@@ -157,6 +157,21 @@ pub enum Action {
     /// EC2 or AWS Health sends an event about instances: the simulated EC2
     /// delivers it to the controller as EventBridge JSON.
     Interrupt(InterruptStep),
+    /// The simulated kubelet (or the EKS node monitoring agent) reports a
+    /// node condition: nodes can be broken, for node repair.
+    NodeCondition(NodeConditionStep),
+}
+
+/// The `nodeCondition` step: a condition the kubelet sets on nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConditionStep {
+    /// `Node(name)` or `Selector(label=value,...)`.
+    pub target: InterruptTarget,
+    /// With a selector: the first `count` matching nodes by name.
+    pub count: Option<usize>,
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
 }
 
 /// The `interrupt` step: which event, about which instances.
@@ -205,12 +220,13 @@ pub struct CommitFile {
     pub pos: Pos,
 }
 
-const STEP_KINDS: [&str; 9] = [
+const STEP_KINDS: [&str; 10] = [
     "apply",
     "scale",
     "delete",
     "commit",
     "interrupt",
+    "nodeCondition",
     "advance",
     "publishImage",
     "upgradeKubernetes",
@@ -1072,6 +1088,7 @@ fn timeline(ctx: &Ctx, node: &Node) -> Result<Vec<Step>, ScenarioError> {
                 Action::Restart
             }
             "interrupt" => Action::Interrupt(interrupt_step(ctx, body)?),
+            "nodeCondition" => Action::NodeCondition(node_condition_step(ctx, body)?),
             other => {
                 return Err(ctx.err_at(
                     key.pos,
@@ -1168,27 +1185,7 @@ fn interrupt_step(ctx: &Ctx, body: &Node) -> Result<InterruptStep, ScenarioError
             ));
         }
     };
-    let count = match body.get("count") {
-        None => None,
-        Some(n) => {
-            if !matches!(target, InterruptTarget::Selector(_)) {
-                return Err(ctx.err(n, "count goes with `selector`"));
-            }
-            let c = match &n.value {
-                Value::Number(x) => x
-                    .as_u64()
-                    .filter(|c| (1..=MAX_INTERRUPT_COUNT).contains(c))
-                    .and_then(|c| usize::try_from(c).ok()),
-                _ => None,
-            };
-            Some(c.ok_or_else(|| {
-                ctx.err(
-                    n,
-                    format!("count must be an integer from 1 to {MAX_INTERRUPT_COUNT}"),
-                )
-            })?)
-        }
-    };
+    let count = selector_count(ctx, body, &target)?;
     let state = match (kind, body.get("state")) {
         (Kind::StateChange, Some(n)) => {
             let s = ctx.str(n, "state")?;
@@ -1222,6 +1219,95 @@ fn interrupt_step(ctx: &Ctx, body: &Node) -> Result<InterruptStep, ScenarioError
         target,
         count,
         state,
+    })
+}
+
+/// The `count` of a step that names nodes by `selector`: the first `count`
+/// matching nodes by name.
+fn selector_count(
+    ctx: &Ctx,
+    body: &Node,
+    target: &InterruptTarget,
+) -> Result<Option<usize>, ScenarioError> {
+    let Some(n) = body.get("count") else {
+        return Ok(None);
+    };
+    if !matches!(target, InterruptTarget::Selector(_)) {
+        return Err(ctx.err(n, "count goes with `selector`"));
+    }
+    let c = match &n.value {
+        Value::Number(x) => x
+            .as_u64()
+            .filter(|c| (1..=MAX_INTERRUPT_COUNT).contains(c))
+            .and_then(|c| usize::try_from(c).ok()),
+        _ => None,
+    };
+    c.map(Some).ok_or_else(|| {
+        ctx.err(
+            n,
+            format!("count must be an integer from 1 to {MAX_INTERRUPT_COUNT}"),
+        )
+    })
+}
+
+fn node_condition_step(ctx: &Ctx, body: &Node) -> Result<NodeConditionStep, ScenarioError> {
+    check_keys(
+        ctx,
+        body,
+        &["node", "selector", "count", "type", "status"],
+        "nodeCondition",
+    )?;
+    let target = match (body.get("node"), body.get("selector")) {
+        (Some(n), None) => {
+            let v = ctx.str(n, "node")?;
+            if v.is_empty() {
+                return Err(ctx.err(n, "node must name a node"));
+            }
+            InterruptTarget::Node(v.to_string())
+        }
+        (None, Some(n)) => {
+            let v = ctx.str(n, "selector")?;
+            if let Err(e) = super::driver::parse_selector(v) {
+                return Err(ctx.err(n, format!("selector {v:?}: {e}")));
+            }
+            InterruptTarget::Selector(v.to_string())
+        }
+        (Some(_), Some(n)) => {
+            return Err(ctx.err(
+                n,
+                "nodeCondition names its nodes one way: `selector` cannot go with `node`",
+            ));
+        }
+        (None, None) => {
+            return Err(ctx.err(
+                body,
+                "nodeCondition needs `node` (a node's name) or `selector` (label=value,...)",
+            ));
+        }
+    };
+    let count = selector_count(ctx, body, &target)?;
+    let type_node = body
+        .get("type")
+        .ok_or_else(|| ctx.err(body, "nodeCondition needs `type`, e.g. Ready"))?;
+    let type_ = ctx.str(type_node, "type")?.to_string();
+    if type_.is_empty() {
+        return Err(ctx.err(type_node, "type must name a condition, e.g. Ready"));
+    }
+    let status_node = body
+        .get("status")
+        .ok_or_else(|| ctx.err(body, "nodeCondition needs `status`: True, False or Unknown"))?;
+    let status = ctx.str(status_node, "status")?.to_string();
+    if !["True", "False", "Unknown"].contains(&status.as_str()) {
+        return Err(ctx.err(
+            status_node,
+            format!("status {status:?}: expected True, False or Unknown"),
+        ));
+    }
+    Ok(NodeConditionStep {
+        target,
+        count,
+        type_,
+        status,
     })
 }
 
@@ -1346,10 +1432,32 @@ mod tests {
     }
 
     #[test]
+    fn node_condition_steps_name_their_nodes_one_way_and_a_known_status() {
+        assert_eq!(
+            err(
+                "config: r\ntimeline:\n  - at: 1m\n    nodeCondition: {node: n1, type: Ready, status: Broken}\n"
+            ),
+            "4:52: status \"Broken\": expected True, False or Unknown"
+        );
+        assert_eq!(
+            err(
+                "config: r\ntimeline:\n  - at: 1m\n    nodeCondition: {node: n1, selector: a=b, type: Ready, status: Unknown}\n"
+            ),
+            "4:41: nodeCondition names its nodes one way: `selector` cannot go with `node`"
+        );
+        assert_eq!(
+            err(
+                "config: r\ntimeline:\n  - at: 1m\n    nodeCondition: {node: n1, count: 2, type: Ready, status: Unknown}\n"
+            ),
+            "4:38: count goes with `selector`"
+        );
+    }
+
+    #[test]
     fn bad_input_names_the_line() {
         assert_eq!(
             err("config: r\ntimeline:\n  - at: 1m\n    launch: {}\n"),
-            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, advance, publishImage, upgradeKubernetes, restart"
+            "4:5: unknown step `launch`; expected one of apply, scale, delete, commit, interrupt, nodeCondition, advance, publishImage, upgradeKubernetes, restart"
         );
         assert_eq!(
             err(

@@ -432,6 +432,7 @@ impl<C: Cluster> SyncEngine<C> {
         .map_err(|e| Box::new(Outcome::Source { error: e.into() }))?;
         let opts = Options {
             allow_external_nodeclass: self.settings.allow_external_nodeclass,
+            static_capacity: Some(self.settings.static_capacity),
             ..Options::default()
         };
         let report = validate::validate(&loaded, &opts);

@@ -88,6 +88,9 @@ pub struct Settings {
     pub status_name: String,
     /// Accept nodeClassRefs to EC2NodeClasses that are not in the repository.
     pub allow_external_nodeclass: bool,
+    /// The controller runs with the `StaticCapacity` feature gate (else
+    /// static NodePools are warned about as inactive).
+    pub static_capacity: bool,
     pub limits: Limits,
     pub retry_initial: Duration,
     pub retry_max: Duration,
@@ -105,6 +108,7 @@ impl Settings {
             namespace: DEFAULT_NAMESPACE.to_string(),
             status_name: STATUS_CONFIGMAP.to_string(),
             allow_external_nodeclass: false,
+            static_capacity: false,
             limits: Limits::default(),
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,

@@ -38,6 +38,10 @@ pub struct Options {
     pub path_prefix: String,
     /// With `--catalog`: warn about NodePools no instance type satisfies.
     pub catalog: Option<std::sync::Arc<Vec<crate::model::InstanceType>>>,
+    /// Whether the controller runs with the `StaticCapacity` feature gate:
+    /// `Some(false)` reports a NodePool with `spec.replicas` as inactive;
+    /// `None` (not known, e.g. `diff`) says nothing about it.
+    pub static_capacity: Option<bool>,
 }
 
 /// An object of one of dovetail's kinds found in the repository.
@@ -222,6 +226,9 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
         report.diagnostics.extend(diags);
     }
     cross_object(&mut report, loaded, opts);
+    if opts.static_capacity == Some(false) {
+        inactive_static_pools(&mut report, loaded);
+    }
     report.timings.cross = t.elapsed();
 
     if !opts.path_prefix.is_empty() {
@@ -555,6 +562,37 @@ fn dedupe(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
     let mut seen = std::collections::HashSet::new();
     diags.retain(|d| seen.insert((d.path.clone(), d.message.clone(), d.line, d.column)));
     diags
+}
+
+/// The warning on a static NodePool while the `StaticCapacity` gate is
+/// off: the controller launches nothing for it, as Karpenter does, and says
+/// so rather than ignoring `spec.replicas` in silence.
+pub const STATIC_INACTIVE: &str = "static NodePool (spec.replicas) is inactive: the StaticCapacity feature gate is off, so no node is launched for it";
+
+fn inactive_static_pools(report: &mut Report, loaded: &Loaded) {
+    let path = JsonPath::parse("spec.replicas");
+    let mut diags = Vec::new();
+    for o in report.objects_of(ApiKind::NodePool) {
+        if o.value.pointer("/spec/replicas").is_none_or(Value::is_null) {
+            continue;
+        }
+        let pos = loaded
+            .files
+            .iter()
+            .find(|f| f.path == o.file)
+            .and_then(|f| f.docs.iter().find(|d| d.index == o.index))
+            .map(|d| d.root.locate(&path))
+            .unwrap_or(o.pos);
+        diags.push(
+            Diagnostic::warning("static-inactive", STATIC_INACTIVE)
+                .in_file(o.file.clone())
+                .at(pos)
+                .with_object(o.display())
+                .with_path(path.clone())
+                .with_hint("run the controller with --feature-gates StaticCapacity=true (or FEATURE_GATES), and validate with the same flag"),
+        );
+    }
+    report.diagnostics.extend(diags);
 }
 
 fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
