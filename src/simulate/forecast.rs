@@ -31,23 +31,12 @@ use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 use crate::diag::Pos;
 use crate::snapshot::Located;
 
-/// Kinds the simulation restores from a snapshot; others are skipped.
-const RESTORED: [&str; 13] = [
-    "Node",
-    "Pod",
-    "NodeClaim",
-    "DaemonSet",
-    "PodDisruptionBudget",
-    "PersistentVolume",
-    "PersistentVolumeClaim",
-    "StorageClass",
-    "Deployment",
-    "ReplicaSet",
-    "StatefulSet",
-    "Job",
-    // Replaced by each side's configuration, read for their status.
-    "EC2NodeClass",
-];
+/// Whether a forecast uses objects of `kind`: those of a snapshot
+/// ([`super::snapshot::KINDS`]) but NodePools, which each side's
+/// configuration replaces (EC2NodeClasses too, but their status is read).
+fn restored(kind: &str) -> bool {
+    kind != "NodePool" && super::snapshot::KINDS.contains(&kind)
+}
 
 /// Why a forecast could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -389,7 +378,7 @@ pub fn prepare(file: &str, objects: Vec<Located>) -> Result<Start, ForecastError
     let mut kept: Vec<Located> = Vec::new();
     for mut o in objects {
         let kind = str_at(&o.object, "/kind").unwrap_or_default();
-        if !RESTORED.contains(&kind) {
+        if !restored(kind) {
             *skipped.entry(kind.to_string()).or_default() += 1;
             continue;
         }
