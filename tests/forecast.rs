@@ -148,6 +148,32 @@ fn pinning_al2023_replaces_every_node_of_the_class_paced_by_the_budget() {
     for f in ["a.json", "b.json", "a.html", "b.html"] {
         assert!(reports.join(f).is_file(), "{f}");
     }
+    // A window that ends mid-drift says so.
+    let config = format!("{}/config", repo.path());
+    let short = dovetail(&[
+        "diff",
+        &config,
+        "--from",
+        "HEAD~1",
+        "--to",
+        "HEAD",
+        "--forecast",
+        "--snapshot",
+        &snap,
+        "--for",
+        "30s",
+        "--feature-gates",
+        "SpotToSpotConsolidation=true",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(short.code, 1, "{}", short.stderr);
+    let doc: Value = serde_json::from_str(&short.stdout).unwrap();
+    assert_eq!(
+        doc["forecast"]["b"]["drift_in_progress"], 1,
+        "{}",
+        short.stdout
+    );
     let b_report: Value =
         serde_json::from_str(&std::fs::read_to_string(reports.join("b.json")).unwrap()).unwrap();
     assert_eq!(
@@ -378,4 +404,11 @@ fn a_forecast_without_a_cluster_or_with_an_unknown_deployment_is_refused() {
     );
     let out = forecast(&repo, &snap, &["--scale", "web=3"]);
     assert_eq!(out.code, 2);
+    let out = forecast(&repo, &snap, &["--feature-gates", "Nope=true"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("SpotToSpotConsolidation"),
+        "lists the known gates: {}",
+        out.stderr
+    );
 }

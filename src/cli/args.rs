@@ -164,6 +164,9 @@ pub struct DiffArgs {
         requires = "forecast"
     )]
     pub launch_delay: String,
+    /// With --forecast: Karpenter's feature gates both sides' controllers run with (Name=bool,...; default: FEATURE_GATES, else Karpenter's defaults).
+    #[arg(long, value_name = "GATES", requires = "forecast", value_parser = parse_feature_gates)]
+    pub feature_gates: Option<String>,
     /// With --forecast: write each side's whole simulation report into DIR (a.json, a.html, b.json, b.html; the HTML with the charts of `simulate --output html`).
     #[arg(long, value_name = "DIR", requires = "forecast")]
     pub forecast_reports: Option<PathBuf>,

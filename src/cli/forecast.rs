@@ -40,7 +40,7 @@ pub(super) fn settings(a: &DiffArgs) -> Result<Option<Settings>, String> {
         catalog: a.catalog.clone(),
         launch_delay: duration("--launch-delay", &a.launch_delay)?,
         scales: a.scale.clone(),
-        feature_gates: Default::default(),
+        feature_gates: super::feature_gates(a.feature_gates.as_deref(), Default::default())?,
     }))
 }
 

@@ -777,6 +777,9 @@ pub struct Outcome {
     pub disruptions: Vec<Disrupted>,
     /// Seconds from the start until the last drifted node is gone.
     pub last_drift_replaced_seconds: Option<f64>,
+    /// Nodes whose drift replacement had started but not finished when
+    /// the window ended (more may wait their turn).
+    pub drift_in_progress: usize,
     pub pods_waited: usize,
     pub p50_pending_seconds: f64,
     pub p99_pending_seconds: f64,
@@ -820,6 +823,7 @@ impl Outcome {
             r.nodes.iter().map(|n| (n.nodeclaim.as_str(), n)).collect();
         let mut disrupted: BTreeMap<(String, String), usize> = BTreeMap::new();
         let mut last_drift: Option<f64> = None;
+        let mut drift_in_progress = 0;
         let mut seen = BTreeSet::new();
         for d in &r.disruptions {
             for claim in &d.nodeclaims {
@@ -829,10 +833,13 @@ impl Outcome {
                 let node = by_claim.get(claim.as_str());
                 let pool = node.map_or_else(String::new, |n| n.nodepool.clone());
                 *disrupted.entry((d.reason.clone(), pool)).or_default() += 1;
-                if d.reason == "Drifted"
-                    && let Some(gone) = node.and_then(|n| n.deleted_at.as_deref()).and_then(offset)
-                {
-                    last_drift = Some(last_drift.map_or(gone, |l: f64| l.max(gone)));
+                if d.reason == "Drifted" {
+                    match node.and_then(|n| n.deleted_at.as_deref()).and_then(offset) {
+                        Some(gone) => {
+                            last_drift = Some(last_drift.map_or(gone, |l: f64| l.max(gone)));
+                        }
+                        None => drift_in_progress += 1,
+                    }
                 }
             }
         }
@@ -888,6 +895,7 @@ impl Outcome {
                 })
                 .collect(),
             last_drift_replaced_seconds: last_drift,
+            drift_in_progress,
             pods_waited: r.pods.iter().filter(|p| p.pending_seconds > 0.0).count(),
             p50_pending_seconds: s.p50_pending_seconds,
             p99_pending_seconds: s.p99_pending_seconds,
@@ -1232,6 +1240,13 @@ fn details(o: &Outcome) -> String {
     }
     if let Some(t) = o.last_drift_replaced_seconds {
         let _ = writeln!(out, "- the last drifted node is gone after {}", duration(t));
+    }
+    if o.drift_in_progress > 0 {
+        let _ = writeln!(
+            out,
+            "- {} drifted node(s) still being replaced when the window ends: the drift outlasts it",
+            o.drift_in_progress
+        );
     }
     for l in &o.limits_reached {
         let _ = writeln!(
