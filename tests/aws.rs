@@ -280,6 +280,47 @@ fn recorded(claim: &NodeClaim, provider_id: &str) -> NodeClaim {
     c
 }
 
+/// AMI terms by `name`, with and without `owner`, resolve as EC2 answers
+/// them: the owner goes in DescribeImages' Owners (default `self` and
+/// `amazon`), never in a filter EC2 does not have.
+#[test]
+fn ami_name_terms_resolve_with_and_without_an_owner() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "names").await;
+        let aws = env.provider(&moto.endpoint(), env.config()).await;
+        let image = env
+            .ec2
+            .describe_images()
+            .image_ids(&env.images[0])
+            .send()
+            .await
+            .expect("DescribeImages");
+        let name = image.images()[0].name().expect("a name").to_string();
+        for owner in [None, Some("amazon")] {
+            let mut class = env.nodeclass();
+            class.spec.ami_selector_terms[0].alias = None;
+            class.spec.ami_selector_terms[0].name = Some(name.clone());
+            class.spec.ami_selector_terms[0].owner = owner.map(str::to_string);
+            let r = aws.resolve_node_class(&class).await.expect("resolves");
+            let ids: Vec<&str> = r.amis.iter().map(|a| a.id.as_str()).collect();
+            assert!(
+                ids.contains(&env.images[0].as_str()),
+                "owner {owner:?}: {ids:?} {:?}",
+                r.problems
+            );
+        }
+        // An owner that has no such image selects nothing.
+        let mut class = env.nodeclass();
+        class.spec.ami_selector_terms[0].alias = None;
+        class.spec.ami_selector_terms[0].name = Some(name);
+        class.spec.ami_selector_terms[0].owner = Some("123456789012".into());
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert!(r.amis.is_empty(), "{:?}", r.amis);
+    });
+}
+
 #[test]
 fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them() {
     let Some(moto) = moto::server() else { return };

@@ -395,20 +395,14 @@ impl Resolver<'_> {
         if let Some(name) = &term.name {
             filters.push(filter("name", name));
         }
+        // DescribeImages' Owners (account ids or `self`, `amazon`, ...),
+        // as Karpenter passes them: EC2 has no filter that takes aliases.
         let owners: Vec<String> = match (&term.owner, &term.name) {
             (Some(o), _) => vec![o.clone()],
             (None, Some(_)) => DEFAULT_OWNERS.iter().map(|s| s.to_string()).collect(),
             (None, None) => Vec::new(),
         };
-        if !owners.is_empty() {
-            filters.push(
-                Filter::builder()
-                    .name("owner-id-or-alias")
-                    .set_values(Some(owners))
-                    .build(),
-            );
-        }
-        self.describe_images(filters).await
+        self.describe_images_of(filters, owners).await
     }
 
     /// Parameter name -> value, for those that exist.
@@ -478,15 +472,29 @@ impl Resolver<'_> {
     }
 
     async fn describe_images(&self, filters: Vec<Filter>) -> Result<Vec<ImageFacts>, AwsError> {
+        self.describe_images_of(filters, Vec::new()).await
+    }
+
+    /// DescribeImages with `filters`, of `owners` (any when empty),
+    /// deprecated images included: EKS deprecates its AMIs about two years
+    /// after release, and a pinned version or an id still names one.
+    async fn describe_images_of(
+        &self,
+        filters: Vec<Filter>,
+        owners: Vec<String>,
+    ) -> Result<Vec<ImageFacts>, AwsError> {
         // Deprecation is a fact about the wall clock.
         let now = SystemClock.now();
         let ec2 = self.ec2;
+        let owners = (!owners.is_empty()).then_some(owners);
         paginate(
             self.retry,
             "ec2:DescribeImages",
             |token| {
                 ec2.describe_images()
                     .set_filters(Some(filters.clone()))
+                    .set_owners(owners.clone())
+                    .include_deprecated(true)
                     .set_next_token(token)
                     .send()
             },
