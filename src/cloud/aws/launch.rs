@@ -82,6 +82,23 @@ pub fn cluster_tag(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
 }
 
+/// Whether the kubelet accepts `key` in `--node-labels`: it refuses keys
+/// in the `kubernetes.io` and `k8s.io` domains (and their subdomains) but
+/// for `kubelet.kubernetes.io` and `node.kubernetes.io`, and refuses to
+/// start with one. Such labels (`node-role.kubernetes.io/worker`, which
+/// `validate` accepts on a NodePool) reach the Node when its NodeClaim
+/// registers it, as Karpenter sets them.
+fn kubelet_may_set(key: &str) -> bool {
+    let Some((domain, _)) = key.split_once('/') else {
+        return true;
+    };
+    let under = |d: &str, root: &str| d == root || d.ends_with(&format!(".{root}"));
+    if under(domain, "kubelet.kubernetes.io") || under(domain, "node.kubernetes.io") {
+        return true;
+    }
+    !under(domain, "kubernetes.io") && !under(domain, "k8s.io")
+}
+
 /// A NodeClaim's labels and taints as the kubelet registers them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Registration {
@@ -101,6 +118,7 @@ impl Registration {
             .iter()
             .flatten()
             .filter(|(k, _)| k.as_str() == NODEPOOL || !is_well_known(k))
+            .filter(|(k, _)| kubelet_may_set(k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let mut taints = vec![format!("{TAINT_UNREGISTERED}:NoExecute")];
@@ -571,7 +589,7 @@ impl TemplateSpec {
             LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
             LaunchTemplateInstanceMetadataEndpointState,
             LaunchTemplateInstanceMetadataOptionsRequest,
-            LaunchTemplateInstanceMetadataProtocolIpv6,
+            LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
             LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
             LaunchTemplatesMonitoringRequest, RequestLaunchTemplateData,
         };
@@ -597,6 +615,10 @@ impl TemplateSpec {
                 Some(HttpTokens::Optional) => LaunchTemplateHttpTokensState::Optional,
                 _ => LaunchTemplateHttpTokensState::Required,
             })
+            // dovetail's tag keys hold `/`, which instance metadata tags
+            // refuse: an account whose defaults turn them on would fail
+            // every launch. Karpenter disables them too.
+            .instance_metadata_tags(LaunchTemplateInstanceMetadataTagsState::Disabled)
             .build();
         let devices = self
             .block_devices
@@ -1016,6 +1038,8 @@ mod tests {
             ("karpenter.sh/nodepool".into(), "default".into()),
             ("team".into(), "a".into()),
             ("node.kubernetes.io/instance-type".into(), "m5.large".into()),
+            ("node-role.kubernetes.io/worker".into(), "".into()),
+            ("example.k8s.io/tier".into(), "a".into()),
         ]));
         c.spec.taints = Some(vec![Taint {
             key: "dedicated".into(),
@@ -1029,10 +1053,17 @@ mod tests {
     #[test]
     fn registration_keeps_pool_and_custom_labels_and_adds_the_unregistered_taint() {
         let r = Registration::of(&claim());
+        // Not node-role.kubernetes.io or example.k8s.io: the kubelet refuses
+        // them (the NodeClaim sets them at registration).
         assert_eq!(
             r.labels.keys().collect::<Vec<_>>(),
             ["karpenter.sh/nodepool", "team"]
         );
+        assert!(
+            kubelet_may_set("kubelet.kubernetes.io/x") && kubelet_may_set("a.node.kubernetes.io/x")
+        );
+        assert!(!kubelet_may_set("kubernetes.io/x") && !kubelet_may_set("k8s.io/x"));
+        assert!(kubelet_may_set("team") && kubelet_may_set("example.com/k8s.io"));
         assert_eq!(
             r.taints,
             [
@@ -1216,6 +1247,12 @@ mod tests {
                 .and_then(|m| m.http_tokens())
                 .map(|t| t.as_str()),
             Some("required")
+        );
+        assert_eq!(
+            data.metadata_options()
+                .and_then(|m| m.instance_metadata_tags())
+                .map(|t| t.as_str()),
+            Some("disabled")
         );
         assert_eq!(
             data.block_device_mappings()[0]
