@@ -388,27 +388,24 @@ fn a_forecast_without_a_cluster_or_with_an_unknown_deployment_is_refused() {
     );
     let dir = tempfile::tempdir().unwrap();
     let snap = snapshot(&dir);
-    let out = forecast(&repo, &snap, &["--scale", "deployment/shop/nope=3@1h"]);
-    assert_eq!(out.code, 2, "{}", out.stdout);
-    assert!(
-        out.stderr.contains("deployment/shop/nope"),
-        "{}",
-        out.stderr
-    );
-    let out = forecast(&repo, &snap, &["--scale", "deployment/shop/web=3@7h"]);
-    assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("after the window's end"),
-        "{}",
-        out.stderr
-    );
-    let out = forecast(&repo, &snap, &["--scale", "web=3"]);
-    assert_eq!(out.code, 2);
-    let out = forecast(&repo, &snap, &["--feature-gates", "Nope=true"]);
-    assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("SpotToSpotConsolidation"),
-        "lists the known gates: {}",
-        out.stderr
-    );
+    // Each refused with exit 2, and the message names what is wrong.
+    for (args, says) in [
+        (
+            ["--scale", "deployment/shop/nope=3@1h"],
+            "deployment/shop/nope",
+        ),
+        (
+            ["--scale", "deployment/shop/web=3@7h"],
+            "after the window's end",
+        ),
+        (
+            ["--scale", "web=3"],
+            "deployment/NAMESPACE/NAME=REPLICAS@OFFSET",
+        ),
+        (["--feature-gates", "Nope=true"], "SpotToSpotConsolidation"),
+    ] {
+        let out = forecast(&repo, &snap, &args);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stdout);
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+    }
 }

@@ -75,27 +75,7 @@ fn prepared(file: &str, objects: Vec<Located>, io: &mut Io) -> Result<Start, u8>
 /// One side: its label and the EC2NodeClasses and NodePools of its
 /// configuration.
 pub(super) fn side(label: String, objects: &[Object], path: &str) -> Side {
-    let mut config = manifests_of(objects, path);
-    // Live objects come with what the API server set: applied as new.
-    for m in &mut config {
-        if let Some(o) = m.object.as_object_mut() {
-            o.remove("status");
-            if let Some(meta) = o.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-                for field in [
-                    "resourceVersion",
-                    "uid",
-                    "creationTimestamp",
-                    "generation",
-                    "managedFields",
-                    "deletionTimestamp",
-                    "finalizers",
-                ] {
-                    meta.remove(field);
-                }
-            }
-        }
-    }
-    Side { label, config }
+    Side::new(label, manifests_of(objects, path))
 }
 
 /// Runs both sides; an error is printed with its diagnostics. With

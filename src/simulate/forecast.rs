@@ -153,6 +153,34 @@ pub struct Side {
     pub config: Vec<Manifest>,
 }
 
+impl Side {
+    /// A side of `config`. Objects read from a live cluster come with what
+    /// the API server set (uid, resourceVersion, status, ...): they are
+    /// applied as new objects, so that goes. (The snapshot's objects, by
+    /// contrast, are restored with theirs: see [`strip_server_fields`].)
+    pub fn new(label: String, mut config: Vec<Manifest>) -> Side {
+        for m in &mut config {
+            if let Some(o) = m.object.as_object_mut() {
+                o.remove("status");
+                if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                    for field in [
+                        "resourceVersion",
+                        "uid",
+                        "creationTimestamp",
+                        "generation",
+                        "managedFields",
+                        "deletionTimestamp",
+                        "finalizers",
+                    ] {
+                        meta.remove(field);
+                    }
+                }
+            }
+        }
+        Side { label, config }
+    }
+}
+
 /// A snapshot made ready to start simulations from.
 #[derive(Debug, Clone)]
 pub struct Start {
