@@ -75,45 +75,91 @@ impl Clock for SystemClock {
 /// A virtual clock that only moves when told to, and never backwards.
 ///
 /// Clones share the same time, so the simulator can hold one handle and
-/// give another to the controller.
+/// give another to the controller. [`ManualClock::follow_wall`] makes it
+/// run on its own at a multiple of real time (`simulate --serve`); it can
+/// still be set forward.
 #[derive(Debug, Clone)]
 pub struct ManualClock {
-    now: Arc<Mutex<Timestamp>>,
+    now: Arc<Mutex<Reading>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    at: Timestamp,
+    /// While following the wall: when `at` was read, and the speed.
+    wall: Option<(std::time::Instant, f64)>,
+}
+
+impl Reading {
+    fn now(&self) -> Timestamp {
+        match self.wall {
+            None => self.at,
+            Some((since, speed)) => {
+                let elapsed = since.elapsed().mul_f64(speed);
+                self.at.checked_add(elapsed).unwrap_or(self.at)
+            }
+        }
+    }
+
+    /// Re-anchors at `to`, keeping the wall mode.
+    fn anchor(&mut self, to: Timestamp) {
+        self.at = to;
+        if let Some((since, _)) = self.wall.as_mut() {
+            *since = std::time::Instant::now();
+        }
+    }
 }
 
 impl ManualClock {
     /// A clock reading `start`.
     pub fn new(start: Timestamp) -> Self {
         ManualClock {
-            now: Arc::new(Mutex::new(start)),
+            now: Arc::new(Mutex::new(Reading {
+                at: start,
+                wall: None,
+            })),
         }
+    }
+
+    /// From now on the clock moves by itself, `speed` times as fast as the
+    /// wall clock (1.0: real time).
+    pub fn follow_wall(&self, speed: f64) {
+        let mut r = self.now.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = r.now();
+        r.at = at;
+        r.wall = Some((std::time::Instant::now(), speed.max(0.0)));
     }
 
     /// Sets the time. Setting the current time again is allowed; an earlier
     /// time is an error and leaves the clock unchanged.
     pub fn set(&self, to: Timestamp) -> Result<(), ClockError> {
-        let mut now = self.now.lock().unwrap_or_else(PoisonError::into_inner);
-        if to < *now {
-            return Err(ClockError::Backwards { from: *now, to });
+        let mut r = self.now.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = r.now();
+        if to < now {
+            return Err(ClockError::Backwards { from: now, to });
         }
-        *now = to;
+        r.anchor(to);
         Ok(())
     }
 
     /// Moves the time forward by `by` and returns the new time.
     pub fn advance(&self, by: Duration) -> Result<Timestamp, ClockError> {
-        let mut now = self.now.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut r = self.now.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = r.now();
         let next = now
             .checked_add(by)
-            .map_err(|_| ClockError::OutOfRange { from: *now, by })?;
-        *now = next;
+            .map_err(|_| ClockError::OutOfRange { from: now, by })?;
+        r.anchor(next);
         Ok(next)
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock().unwrap_or_else(PoisonError::into_inner)
+        self.now
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .now()
     }
 }
 
@@ -174,6 +220,19 @@ mod tests {
         let err = clock.set(ts("2026-01-01T12:00:00Z")).unwrap_err();
         assert!(matches!(err, ClockError::Backwards { .. }), "{err}");
         assert_eq!(clock.now(), ts("2026-01-02T00:00:00Z"));
+    }
+
+    #[test]
+    fn a_clock_following_the_wall_moves_by_itself_and_can_be_set_forward() {
+        let start = ts("2026-01-01T00:00:00Z");
+        let clock = ManualClock::new(start);
+        clock.follow_wall(1000.0);
+        std::thread::sleep(Duration::from_millis(20));
+        let t = clock.now();
+        assert!(t >= ts("2026-01-01T00:00:20Z"), "{t}");
+        clock.set(ts("2026-01-02T00:00:00Z")).expect("forward");
+        assert!(clock.now() >= ts("2026-01-02T00:00:00Z"));
+        assert!(clock.set(start).is_err());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod model;
 pub mod par;
 pub mod plan;
 pub mod scheduling;
+pub mod serve;
 pub mod simulate;
 pub mod snapshot;
 pub mod sync;

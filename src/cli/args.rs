@@ -261,6 +261,38 @@ pub struct SimulateArgs {
     /// Karpenter's feature gates (Name=bool,...; default: FEATURE_GATES); each gate named here wins over the scenario's settings.featureGates.
     #[arg(long, value_name = "GATES", value_parser = parse_feature_gates)]
     pub feature_gates: Option<String>,
+    /// Serve the simulated cluster as a Kubernetes API on ADDR, a loopback address such as 127.0.0.1:8443 (port 0: any free port), running in real time until interrupted or the scenario ends; kubectl and `dovetail controller` can use it.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<String>,
+    /// With --serve: write a kubeconfig for the served API to FILE.
+    #[arg(long, value_name = "FILE", requires = "serve")]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// With --serve: run SPEED times as fast as real time (with the in-process controller only; an external controller keeps real time).
+    #[arg(long, value_name = "SPEED", default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+    /// With --serve: `in-process` runs dovetail's controller in this process; `none` leaves the cluster to an external `dovetail controller`.
+    #[arg(long, value_name = "WHERE", default_value = "in-process", value_parser = ["in-process", "none"])]
+    pub controller: String,
+    /// With --serve --controller none: the EC2 API (such as moto) whose running instances tagged for --cluster-name get Nodes [default: the simulated EC2].
+    #[arg(long, value_name = "URL", requires = "serve")]
+    pub ec2_endpoint: Option<String>,
+    /// With --ec2-endpoint: the cluster name the instances are tagged with.
+    #[arg(long, value_name = "NAME", default_value = "dovetail")]
+    pub cluster_name: String,
+    /// With --ec2-endpoint: the AWS region [default: AWS_REGION, else the scenario's].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// With --serve: a fault of the served API, `key=value,...` with verb, resource, latency, status, retryAfter, dropWatchAfter, writeTimeout and times (e.g. verb=create,resource=nodeclaims,status=429,retryAfter=1,times=3); repeatable, added to the scenario's `faults:`.
+    #[arg(long, value_name = "SPEC", requires = "serve", value_parser = crate::serve::faults::FaultRule::parse)]
+    pub fault: Vec<crate::serve::faults::FaultRule>,
+}
+
+/// `--speed`: a positive multiple of real time.
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number (1 is real time)")),
+    }
 }
 
 /// `--metrics-label NAME=VALUE`: a Prometheus label name (not one of the
@@ -520,6 +552,9 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease [default: HOSTNAME, the pod's name].
     #[arg(long, value_name = "NAME", env = "DOVETAIL_IDENTITY")]
     pub identity: Option<String>,
+    /// The kubeconfig file whose current context to use [default: in-cluster, else KUBECONFIG or ~/.kube/config].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
     /// How long the first list of every watched kind may take before the controller gives up.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_poll_interval, env = "DOVETAIL_CACHE_SYNC_TIMEOUT")]
     pub cache_sync_timeout: std::time::Duration,

@@ -71,8 +71,22 @@ fn identity(a: &ControllerArgs) -> String {
         .unwrap_or_else(|| format!("dovetail-{}", std::process::id()))
 }
 
+/// The kube client: from `kubeconfig` (its current context) when given,
+/// else as kube infers it (in-cluster, `KUBECONFIG`, `~/.kube/config`).
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, kube::Error> {
+    let Some(path) = kubeconfig else {
+        return Client::try_default().await;
+    };
+    let file = kube::config::Kubeconfig::read_from(path).map_err(kube::Error::InferKubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(kube::Error::InferKubeconfig)?;
+    Client::try_from(config)
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
-async fn terminated() {
+pub(super) async fn terminated() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -139,10 +153,10 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         }
     };
     runtime.block_on(async {
-        let client = match Client::try_default().await {
+        let client = match client(a.kubeconfig.as_deref()).await {
             Ok(c) => c,
             Err(e) => {
-                io.error(&e, Some("run inside a cluster, or set KUBECONFIG or ~/.kube/config"));
+                io.error(&e, Some("run inside a cluster, or give --kubeconfig, or set KUBECONFIG or ~/.kube/config"));
                 return exit::ERROR;
             }
         };

@@ -12,6 +12,7 @@ mod live;
 pub mod log;
 mod plan;
 pub mod render;
+mod serve;
 mod simulate;
 mod snapshot;
 mod sync;
@@ -155,8 +156,18 @@ fn init_logging() {
         .try_init();
 }
 
+/// Chooses rustls' cryptography for the process. Both of its providers are
+/// compiled in (kube's TLS stack asks for ring, the AWS SDK's for
+/// aws-lc-rs), and with two rustls cannot choose: the first TLS client
+/// built without this, a kube `Client` among them, panics.
+pub fn install_tls_provider() {
+    // Err only if a provider is installed already, which is as good.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli, io: &mut Io) -> u8 {
+    install_tls_provider();
     match cli.command {
         Command::Validate(a) => validate::run(&a, io),
         Command::Crds(a) => crds(&a, io),

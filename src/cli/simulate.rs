@@ -162,13 +162,24 @@ pub(crate) fn run_with_progress(
             return exit::ERROR;
         }
     }
+    if a.serve.is_some() {
+        // Served runs keep real time: objects carry today's timestamps, as
+        // an external controller on the wall clock expects.
+        scenario.start =
+            crate::clock::truncate_to_second(crate::clock::Clock::now(&crate::clock::SystemClock));
+        if until.is_some() {
+            scenario.until = run_for;
+        }
+    }
     let sim = Simulation::new(scenario, a.catalog.as_deref()).map(|s| match &a.metrics {
         Some(_) => s.with_metrics(snapshot_every, a.metrics_label.clone()),
         None => s,
     });
     // Listed after the run, for --snapshot-out.
     let cluster = sim.as_ref().ok().map(Simulation::cluster);
-    let result = if io.err_is_terminal {
+    let result = if let Some(addr) = &a.serve {
+        sim.and_then(|s| super::serve::run(a, addr, s, io))
+    } else if io.err_is_terminal {
         // One line on stderr, redrawn in place and cleared at the end.
         let err = &mut *io.err;
         let mut progress = ProgressReporter::new(after, every, |p| {
@@ -388,6 +399,14 @@ mod tests {
                 metrics_label: Vec::new(),
                 snapshot_out: None,
                 feature_gates: None,
+                serve: None,
+                kubeconfig_out: None,
+                speed: 1.0,
+                controller: "in-process".into(),
+                ec2_endpoint: None,
+                cluster_name: "dovetail".into(),
+                region: None,
+                fault: Vec::new(),
             };
             run_with_progress(
                 &args,

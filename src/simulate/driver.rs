@@ -176,7 +176,106 @@ pub struct Simulation {
     interruption_handling: Vec<std::time::Duration>,
     /// The metrics to keep for the report ([`Simulation::with_metrics`]).
     metrics: Option<MetricsPlan>,
+    /// Whether dovetail's controller runs in this process; `false` when an
+    /// external `dovetail controller` runs the served cluster.
+    in_process: bool,
+    /// The EC2 the instances come from when it is not the simulated one
+    /// (`simulate --serve --ec2-endpoint`), with its last listing.
+    external: Option<External>,
 }
+
+/// An EC2 API the simulation only reads: its instances tagged for the
+/// cluster get Nodes, labelled from the simulation's catalog.
+struct External {
+    ec2: ExternalEc2,
+    instances: Vec<crate::cloud::Instance>,
+    listed: Option<std::time::Instant>,
+}
+
+/// Where `simulate --serve --ec2-endpoint` reads instances.
+#[derive(Debug, Clone)]
+pub struct ExternalEc2 {
+    pub client: aws_sdk_ec2::Client,
+    pub region: String,
+    /// Instances tagged `kubernetes.io/cluster/<cluster>: owned` are the
+    /// cluster's.
+    pub cluster: String,
+}
+
+impl ExternalEc2 {
+    /// The cluster's instances that are not terminated, as the kubelet
+    /// stand-in needs them.
+    async fn list(&self, catalog: &[InstanceType]) -> Result<Vec<crate::cloud::Instance>, String> {
+        use aws_sdk_ec2::types::Filter;
+        let mut out = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .client
+                .describe_instances()
+                .filters(
+                    Filter::builder()
+                        .name(format!("tag:kubernetes.io/cluster/{}", self.cluster))
+                        .values("owned")
+                        .build(),
+                )
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(|e| {
+                    format!(
+                        "ec2:DescribeInstances: {}",
+                        aws_sdk_ec2::error::DisplayErrorContext(&e)
+                    )
+                })?;
+            for i in page.reservations().iter().flat_map(|r| r.instances()) {
+                let labels = |name: &str| {
+                    catalog
+                        .iter()
+                        .find(|t| t.name == name)
+                        .map(|t| {
+                            t.requirements
+                                .labels()
+                                .into_iter()
+                                .filter(|(k, _)| crate::model::labels::is_well_known(k))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                if let Some(instance) =
+                    crate::cloud::aws::instances::convert(i, &self.region, labels, |_, _, _| None)
+                    && instance.state != crate::cloud::InstanceState::Terminated
+                {
+                    out.push(instance);
+                }
+            }
+            token = page.next_token().map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+}
+
+/// How `simulate --serve` runs the simulation.
+pub struct Served {
+    /// Multiple of real time (only with the in-process controller).
+    pub speed: f64,
+    /// Run dovetail's controller in this process.
+    pub in_process: bool,
+    /// The EC2 to read instances from instead of the simulated one.
+    pub ec2: Option<ExternalEc2>,
+    /// Set to stop the run (Ctrl-C, SIGTERM).
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How often an external EC2 is listed.
+const EXTERNAL_LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest real-time pause of a served run between passes, so that
+/// writes through the served API are acted on promptly.
+const SERVED_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Which metrics a run keeps: the last gather, and with `every` a snapshot
 /// at the start and every `every` of simulated time.
@@ -395,7 +494,10 @@ impl Simulation {
         adopt_initial_nodes(&cluster, &cloud, start)?;
 
         let controller = new_controller(&cluster, &cloud, dyn_clock, scenario.feature_gates);
+        // Timers and I/O for an external EC2 (`simulate --serve
+        // --ec2-endpoint`); the simulation itself keeps virtual time.
         let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
             .build()
             .map_err(|e| SimError::Setup(e.to_string()))?;
         // The initial state's nodes and pods are known before the first
@@ -422,6 +524,8 @@ impl Simulation {
             workload_pods: None,
             interruption_handling: Vec::new(),
             metrics: None,
+            in_process: true,
+            external: None,
         })
     }
 
@@ -483,6 +587,11 @@ impl Simulation {
 
     /// The in-memory API server the controller runs against, which keeps
     /// the log of the controller's writes ([`MemoryCluster::accesses`]).
+    /// The scenario being run.
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+
     pub fn cluster(&self) -> Arc<MemoryCluster> {
         self.cluster.clone()
     }
@@ -849,17 +958,35 @@ impl Simulation {
         }
         let w = self.workloads.sync(&self.cluster, now);
         let s = self.scheduler.schedule(&self.cluster, now);
-        let wake_p = self
-            .runtime
-            .block_on(self.controller.reconcile_provisioning());
-        let wake_n = self
-            .runtime
-            .block_on(self.controller.reconcile_nodeclaims());
-        let wake_d = self
-            .runtime
-            .block_on(self.controller.reconcile_disruption());
+        let (mut wake_p, mut wake_n, mut wake_d) = (Duration::MAX, Duration::MAX, Duration::MAX);
+        if self.in_process {
+            wake_p = self
+                .runtime
+                .block_on(self.controller.reconcile_provisioning());
+            wake_n = self
+                .runtime
+                .block_on(self.controller.reconcile_nodeclaims());
+            wake_d = self
+                .runtime
+                .block_on(self.controller.reconcile_disruption());
+        }
         let budgets = self.workloads.disruption_budgets(&self.cluster);
-        let instances = self.cloud.instances_now();
+        let instances = match self.external.as_mut() {
+            None => self.cloud.instances_now(),
+            Some(ext) => {
+                if ext
+                    .listed
+                    .is_none_or(|t| t.elapsed() >= EXTERNAL_LIST_EVERY)
+                {
+                    match self.runtime.block_on(ext.ec2.list(&self.catalog)) {
+                        Ok(list) => ext.instances = list,
+                        Err(error) => tracing::warn!(%error, "cannot list the EC2 instances"),
+                    }
+                    ext.listed = Some(std::time::Instant::now());
+                }
+                Arc::new(ext.instances.clone())
+            }
+        };
         let k = self
             .kubelet
             .sync(&self.cluster, &instances, &self.catalog, now);
@@ -1027,6 +1154,75 @@ impl Simulation {
                 break;
             }
         }
+        self.finish()
+    }
+
+    /// Runs the scenario in real time (times `speed` with the in-process
+    /// controller) for `simulate --serve`, until its end or until stopped:
+    /// the scenario's steps at their offsets from the start, and a pass of
+    /// every actor whenever something may be due, at most
+    /// [`SERVED_PAUSE`] apart so that writes through the served API are
+    /// acted on promptly.
+    pub fn run_served(mut self, served: Served) -> Result<Report, SimError> {
+        use std::sync::atomic::Ordering;
+        self.in_process = served.in_process;
+        if let Some(ec2) = served.ec2 {
+            self.external = Some(External {
+                ec2,
+                instances: Vec::new(),
+                listed: None,
+            });
+        }
+        let speed = if served.in_process {
+            served.speed.max(f64::MIN_POSITIVE)
+        } else {
+            1.0
+        };
+        let start = self.scenario.start;
+        let end = at(start, self.scenario.until);
+        let steps = std::mem::take(&mut self.scenario.steps);
+        let mut next_step = 0;
+        crate::serve::ensure_namespaces(&self.cluster);
+        self.clock.follow_wall(speed);
+        while !served.stop.load(Ordering::Relaxed) {
+            let now = self.clock.now();
+            let mut stepped = false;
+            while next_step < steps.len() && at(start, steps[next_step].at) <= now {
+                let action = steps[next_step].action.clone();
+                self.run_step(&action)?;
+                next_step += 1;
+                stepped = true;
+            }
+            if stepped {
+                crate::serve::ensure_namespaces(&self.cluster);
+            }
+            let (changed, wake) = self.tick();
+            self.sample_fleet(now);
+            self.ticks += 1;
+            if changed {
+                self.changed_ticks += 1;
+            }
+            if now >= end {
+                break;
+            }
+            // Bounded before scaling: `wake` may be "never".
+            let mut pause = if changed {
+                Duration::ZERO
+            } else {
+                wake.min(SERVED_PAUSE.mul_f64(speed)).div_f64(speed)
+            };
+            if let Some(s) = steps.get(next_step) {
+                let due =
+                    Duration::try_from(at(start, s.at).duration_since(now)).unwrap_or_default();
+                pause = pause.min(due.div_f64(speed));
+            }
+            std::thread::sleep(pause.clamp(Duration::from_millis(10), SERVED_PAUSE));
+        }
+        self.finish()
+    }
+
+    /// The report at the end of a run.
+    fn finish(mut self) -> Result<Report, SimError> {
         tracing::debug!(
             ticks = self.ticks,
             changed_ticks = self.changed_ticks,

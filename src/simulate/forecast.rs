@@ -646,6 +646,7 @@ impl Start {
                 })
                 .collect(),
             until: settings.window,
+            faults: Vec::new(),
         }
     }
 }

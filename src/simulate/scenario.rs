@@ -50,6 +50,44 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     /// Offset from `start` at which the simulation ends.
     pub until: Duration,
+    /// Faults of the served API (`simulate --serve`).
+    pub faults: Vec<crate::serve::faults::FaultRule>,
+}
+
+/// `faults:`: a list of maps with the keys of `--fault` (`verb` and
+/// `resource` may be lists).
+fn faults(ctx: &Ctx<'_>, n: &Node) -> Result<Vec<crate::serve::faults::FaultRule>, ScenarioError> {
+    let Value::Seq(items) = &n.value else {
+        return Err(ctx.err(n, "faults must be a list of faults such as {verb: create, resource: nodeclaims, status: 429, retryAfter: 1}"));
+    };
+    let mut out = Vec::new();
+    for item in items {
+        let Value::Map(entries) = &item.value else {
+            return Err(ctx.err(item, "a fault is a map of verb, resource, latency, status, retryAfter, dropWatchAfter, writeTimeout and times"));
+        };
+        let mut terms = Vec::new();
+        for (key, value) in entries {
+            let scalar = |v: &Node| match &v.value {
+                Value::Str(s) => Ok(s.clone()),
+                Value::Number(n) => Ok(n.to_string()),
+                _ => Err(ctx.err(v, format!("fault {}: a string or a number", key.name))),
+            };
+            let text = match &value.value {
+                Value::Seq(vs) => vs
+                    .iter()
+                    .map(scalar)
+                    .collect::<Result<Vec<_>, _>>()?
+                    .join("|"),
+                _ => scalar(value)?,
+            };
+            terms.push(format!("{}={text}", key.name));
+        }
+        out.push(
+            crate::serve::faults::FaultRule::parse(&terms.join(","))
+                .map_err(|e| ctx.err(item, e))?,
+        );
+    }
+    Ok(out)
 }
 
 /// A Kubernetes object from the scenario, with where it was written.
@@ -452,7 +490,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         root,
         &[
             "start", "config", "catalog", "region", "zones", "initial", "cloud", "settings",
-            "timeline", "until",
+            "timeline", "until", "faults",
         ],
         "the scenario",
     )?;
@@ -523,6 +561,10 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => timeline(&ctx, n)?,
         None => Vec::new(),
     };
+    let faults = match root.get("faults") {
+        Some(n) => faults(&ctx, n)?,
+        None => Vec::new(),
+    };
     check_pod_total(&ctx, &steps)?;
     let last = steps.last().map(|s| s.at).unwrap_or_default();
     let until = match root.get("until") {
@@ -557,6 +599,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         feature_gates,
         steps,
         until,
+        faults,
     })
 }
 
