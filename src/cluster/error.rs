@@ -41,6 +41,10 @@ pub enum ApiError {
     /// 429: an eviction would violate a PodDisruptionBudget.
     #[error("{message}")]
     TooManyRequests { message: String },
+    /// 415: the request's content type is not one the resource takes
+    /// (a strategic merge patch of a custom resource).
+    #[error("{message}")]
+    UnsupportedMediaType { message: String },
     /// 500: the server cannot handle the request, e.g. a pod covered by more
     /// than one PodDisruptionBudget.
     #[error("internal error: {message}")]
@@ -57,6 +61,7 @@ impl ApiError {
             ApiError::BadRequest { .. } => 400,
             ApiError::Gone { .. } => 410,
             ApiError::TooManyRequests { .. } => 429,
+            ApiError::UnsupportedMediaType { .. } => 415,
             ApiError::Internal { .. } => 500,
         }
     }
@@ -71,6 +76,7 @@ impl ApiError {
             ApiError::BadRequest { .. } => "BadRequest",
             ApiError::Gone { .. } => "Expired",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
+            ApiError::UnsupportedMediaType { .. } => "UnsupportedMediaType",
             ApiError::Internal { .. } => "InternalError",
         }
     }
@@ -85,6 +91,7 @@ impl ApiError {
             ApiError::BadRequest { .. } => "bad_request",
             ApiError::Gone { .. } => "gone",
             ApiError::TooManyRequests { .. } => "too_many_requests",
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::Internal { .. } => "internal",
         }
     }

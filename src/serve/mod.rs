@@ -1353,7 +1353,7 @@ fn not_found_path() -> Response<Body> {
 }
 
 fn unsupported_media(content_type: &str) -> ApiError {
-    ApiError::BadRequest {
+    ApiError::UnsupportedMediaType {
         message: format!(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
         ),

@@ -658,7 +658,7 @@ mod tests {
         });
         let t = p.table("Pod", &[pod], "7", None, "None", now);
         assert_eq!(
-            t["rows"][0]["cells"][1..5],
+            t["rows"][0]["cells"].as_array().unwrap()[1..5],
             json!(["1/1", "Terminating", "2", "60s"])
                 .as_array()
                 .unwrap()[..]
