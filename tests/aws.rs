@@ -32,7 +32,7 @@ use crate::aws_proxy;
 use crate::moto;
 use crate::support::root;
 
-const K8S: &str = "1.34";
+pub(crate) const K8S: &str = "1.34";
 
 fn from_yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
     serde_saphyr::from_str(s).expect("valid test YAML")
@@ -49,19 +49,19 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A VPC of one test in moto: subnets in two zones and a security group
 /// tagged for the test's cluster, and two images published in turn under
 /// the test's SSM root as the AL2023 alias.
-struct Env {
-    region: String,
-    cluster: String,
-    ec2: aws_sdk_ec2::Client,
+pub(crate) struct Env {
+    pub(crate) region: String,
+    pub(crate) cluster: String,
+    pub(crate) ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
     subnets: Vec<(String, String)>,
     security_group: String,
     images: [String; 2],
-    ssm_root: String,
+    pub(crate) ssm_root: String,
 }
 
 impl Env {
-    async fn new(endpoint: &str, region: &str, cluster: &str) -> Env {
+    pub(crate) async fn new(endpoint: &str, region: &str, cluster: &str) -> Env {
         let sdk = moto::sdk_config(endpoint, region).await;
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let ssm = aws_sdk_ssm::Client::new(&sdk);

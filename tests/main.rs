@@ -21,6 +21,7 @@ mod newcomer;
 mod node_repair;
 mod plan;
 mod report_html;
+mod serve;
 mod simulate;
 mod static_capacity;
 mod support;

@@ -213,7 +213,7 @@ impl Printers {
                 .iter()
                 .map(|c| match &c.path {
                     None => name.clone(),
-                    Some(p) => crd_cell(o, p, c.kind),
+                    Some(p) => crd_cell(o, p, c.kind, now),
                 })
                 .collect()
         } else {
@@ -510,12 +510,14 @@ pub fn human_duration(seconds: i64) -> String {
 }
 
 /// One CRD printer cell: the first value the JSONPath finds, typed as the
-/// column says; `null` when it finds nothing.
-fn crd_cell(o: &Value, path: &str, kind: &str) -> Value {
+/// column says, a `date` as an age (as the CRD table convertor does);
+/// `null` when it finds nothing.
+fn crd_cell(o: &Value, path: &str, kind: &str, now: Timestamp) -> Value {
     let Some(v) = jsonpath_first(o, path) else {
         return Value::Null;
     };
     match (kind, v) {
+        ("date", v) => age(Some(v), now).into(),
         ("integer" | "number" | "boolean", v) => v.clone(),
         (_, Value::String(s)) => Value::String(s.clone()),
         (_, v) => Value::String(v.to_string()),

