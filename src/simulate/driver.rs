@@ -349,8 +349,11 @@ impl Simulation {
         let start = scenario.start;
         let clock = Arc::new(ManualClock::new(start));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster =
-            Arc::new(MemoryCluster::new(dyn_clock.clone()).with_watch_log_capacity(WATCH_LOG));
+        let cluster = Arc::new(
+            MemoryCluster::new(dyn_clock.clone())
+                .with_watch_log_capacity(WATCH_LOG)
+                .with_default_termination_grace_period(scenario.pods.termination_grace_period),
+        );
         crate::cluster::admission::register(&cluster)
             .map_err(|e| SimError::Setup(e.to_string()))?;
 
@@ -884,6 +887,12 @@ impl Simulation {
             {
                 wake = wake.min(Duration::try_from(ready.duration_since(now)).unwrap_or_default());
             }
+        }
+        // Kubelets delete terminating pods when their grace period ends.
+        if let Some(t) = self.kubelet.next_stop()
+            && t > now
+        {
+            wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());
         }
         // EC2 reclaims interrupted spot instances on its own schedule.
         if let Some(t) = self.cloud.next_reclaim() {

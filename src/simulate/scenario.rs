@@ -45,6 +45,8 @@ pub struct Scenario {
     /// (shared: a forecast starts two simulations from one snapshot).
     pub initial: std::sync::Arc<[Manifest]>,
     pub cloud: CloudSettings,
+    /// How the cluster treats pods (`pods:`).
+    pub pods: PodSettings,
     /// The controller's feature gates (`settings: {featureGates: ...}`).
     pub feature_gates: crate::controller::features::FeatureGates,
     pub steps: Vec<Step>,
@@ -101,6 +103,26 @@ impl Default for CloudSettings {
         }
     }
 }
+
+/// What the simulated API server assumes of pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSettings {
+    /// The `terminationGracePeriodSeconds` of pods that do not set one
+    /// (`pods: {terminationGracePeriod: 30s}`): how long a deleted pod
+    /// takes to stop. Kubernetes defaults the field to 30 s.
+    pub termination_grace_period: Duration,
+}
+
+impl Default for PodSettings {
+    fn default() -> Self {
+        PodSettings {
+            termination_grace_period: DEFAULT_TERMINATION_GRACE_PERIOD,
+        }
+    }
+}
+
+/// The default of a pod's `terminationGracePeriodSeconds`.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD: Duration = Duration::from_secs(30);
 
 /// A window during which matching offerings fail with insufficient capacity.
 /// Unset filters match everything.
@@ -451,8 +473,8 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         &ctx,
         root,
         &[
-            "start", "config", "catalog", "region", "zones", "initial", "cloud", "settings",
-            "timeline", "until",
+            "start", "config", "catalog", "region", "zones", "initial", "cloud", "pods",
+            "settings", "timeline", "until",
         ],
         "the scenario",
     )?;
@@ -506,6 +528,10 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => cloud_settings(&ctx, n)?,
         None => CloudSettings::default(),
     };
+    let pods = match root.get("pods") {
+        Some(n) => pod_settings(&ctx, n)?,
+        None => PodSettings::default(),
+    };
     let feature_gates = match root.get("settings") {
         Some(n) => {
             check_keys(&ctx, n, &["featureGates"], "settings")?;
@@ -554,6 +580,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         zones_pos,
         initial: initial.into(),
         cloud,
+        pods,
         feature_gates,
         steps,
         until,
@@ -590,6 +617,22 @@ fn list<'n>(ctx: &Ctx, node: &'n Node, what: &str) -> Result<&'n [Node], Scenari
         Value::Seq(items) => Ok(items),
         _ => Err(ctx.err(node, format!("{what} must be a list"))),
     }
+}
+
+fn pod_settings(ctx: &Ctx, node: &Node) -> Result<PodSettings, ScenarioError> {
+    check_keys(ctx, node, &["terminationGracePeriod"], "pods")?;
+    let mut p = PodSettings::default();
+    if let Some(n) = node.get("terminationGracePeriod") {
+        let d = ctx.duration(n, "terminationGracePeriod")?;
+        if d.subsec_nanos() != 0 {
+            return Err(ctx.err(
+                n,
+                "terminationGracePeriod must be whole seconds, as terminationGracePeriodSeconds is",
+            ));
+        }
+        p.termination_grace_period = d;
+    }
+    Ok(p)
 }
 
 fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError> {
@@ -1487,7 +1530,7 @@ mod tests {
         );
         assert_eq!(
             err("config: r\nfoo: 1\n"),
-            "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, settings, timeline, until"
+            "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, pods, settings, timeline, until"
         );
         assert_eq!(
             err("config: r\nsettings: {featureGates: \"SpotToSpot=true\"}\n"),
