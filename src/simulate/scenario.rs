@@ -623,14 +623,9 @@ fn pod_settings(ctx: &Ctx, node: &Node) -> Result<PodSettings, ScenarioError> {
     check_keys(ctx, node, &["terminationGracePeriod"], "pods")?;
     let mut p = PodSettings::default();
     if let Some(n) = node.get("terminationGracePeriod") {
-        let d = ctx.duration(n, "terminationGracePeriod")?;
-        if d.subsec_nanos() != 0 {
-            return Err(ctx.err(
-                n,
-                "terminationGracePeriod must be whole seconds, as terminationGracePeriodSeconds is",
-            ));
-        }
-        p.termination_grace_period = d;
+        // Durations here are whole hours, minutes and seconds, as the
+        // pod's terminationGracePeriodSeconds is whole seconds.
+        p.termination_grace_period = ctx.duration(n, "terminationGracePeriod")?;
     }
     Ok(p)
 }
@@ -1467,6 +1462,24 @@ mod tests {
         assert_eq!(ats, [0, 600, 900, 900]);
         assert_eq!(s.until, Duration::from_secs(900) + DEFAULT_TAIL);
         assert_eq!(s.start, parse_rfc3339(DEFAULT_START).unwrap());
+    }
+
+    #[test]
+    fn pods_set_the_default_termination_grace_period() {
+        let s = parse_str("config: r\n").unwrap();
+        assert_eq!(s.pods.termination_grace_period, Duration::from_secs(30));
+        let s = parse_str("config: r\npods: {terminationGracePeriod: 2m}\n").unwrap();
+        assert_eq!(s.pods.termination_grace_period, Duration::from_secs(120));
+        let s = parse_str("config: r\npods: {terminationGracePeriod: 0s}\n").unwrap();
+        assert_eq!(s.pods.termination_grace_period, Duration::ZERO);
+        assert_eq!(
+            err("config: r\npods: {terminationGracePeriod: 1.5s}\n"),
+            "2:32: terminationGracePeriod: invalid duration \"1.5s\": use hours, minutes and seconds such as 24h, 1h30m or 30s"
+        );
+        assert_eq!(
+            err("config: r\npods: {grace: 1m}\n"),
+            "2:8: unknown field `grace` in pods; expected one of terminationGracePeriod"
+        );
     }
 
     fn err(s: &str) -> String {
