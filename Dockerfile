@@ -19,10 +19,12 @@ COPY src ./src
 COPY benches ./benches
 COPY tests/main.rs ./tests/main.rs
 # tests/scenarios/demo.yaml and examples-repo/ are compiled into the binary
-# (the bundled demo of `dovetail simulate`); crds/ and schemas/ are checked
-# against the types by unit tests only.
+# (the bundled demo of `dovetail simulate`), and so are crds/ (the printer
+# columns of `simulate --serve`); schemas/ is checked against the types by
+# unit tests only.
 COPY tests/scenarios/demo.yaml ./tests/scenarios/demo.yaml
 COPY examples-repo ./examples-repo
+COPY crds ./crds
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin dovetail \

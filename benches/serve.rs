@@ -191,6 +191,7 @@ fn main() {
         latencies.iter().copied().fold(0.0, f64::max)
     );
     let _ = watch.kill();
+    let _ = watch.wait();
     let (rss, hwm) = memory(server.id());
     println!("memory after the lists: RSS {rss:.0} MiB, peak {hwm:.0} MiB");
     let _ = server.kill();

@@ -44,7 +44,14 @@ fn a_node_whose_ready_goes_unknown_is_replaced_after_30_minutes_but_not_while_2_
             .trim_start_matches("NodeClaim/");
         let gone = at(&r, &by_claim[claim]["deleted_at"]);
         let t = e["t"].as_f64().unwrap();
-        assert!(gone - t < 10.0, "{claim} went at +{gone}s");
+        // Its pod is deleted with a grace period of 1 s, but the kubelet
+        // stopped reporting and never confirms it: the drain stops waiting
+        // a minute past the pod's deletionTimestamp (IsStuckTerminating),
+        // then the instance goes.
+        assert!(
+            (t + 61.0..t + 70.0).contains(&gone),
+            "{claim} went at +{gone}s"
+        );
         let replacement = array(&r["nodes"])
             .iter()
             .filter(|n| at(&r, &n["launched_at"]) >= t)

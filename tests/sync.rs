@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use dovetail::api::{EC2NodeClass, NodePool};
 use dovetail::clock::{Clock, ManualClock, Timestamp};
 use dovetail::cluster::{
-    ApiError, ApplyParams, Cluster, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector,
-    admission,
+    ApiError, ApplyParams, Cluster, DeleteOutcome, DeleteParams, MemoryCluster, Object, ObjectKey,
+    Selector, admission,
 };
 use dovetail::sync::{Outcome, Settings, SyncEngine, SyncStatus, watch};
 
@@ -614,11 +614,12 @@ impl Cluster for Flaky {
         Cluster::replace_status(&self.inner, obj)
     }
 
-    fn delete<K: Object>(
+    fn delete_with<K: Object>(
         &self,
         key: &ObjectKey,
+        params: &DeleteParams,
     ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send {
-        Cluster::delete(&self.inner, key)
+        Cluster::delete_with(&self.inner, key, params)
     }
 
     fn apply<K: Object>(

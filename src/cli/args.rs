@@ -553,7 +553,7 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "NAME", env = "DOVETAIL_IDENTITY")]
     pub identity: Option<String>,
     /// The kubeconfig file whose current context to use [default: in-cluster, else KUBECONFIG or ~/.kube/config].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "DOVETAIL_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// How long the first list of every watched kind may take before the controller gives up.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_poll_interval, env = "DOVETAIL_CACHE_SYNC_TIMEOUT")]

@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::views;
 use super::{
-    Access, ApiError, ApplyParams, DeleteOutcome, MemoryCluster, Object, ObjectKey, Selector, Write,
+    Access, ApiError, ApplyParams, DeleteOutcome, DeleteParams, MemoryCluster, Object, ObjectKey,
+    Selector, Write,
 };
 use crate::api::SlimPod;
 
@@ -40,9 +41,27 @@ pub trait Cluster: Send + Sync {
         obj: K,
     ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
 
+    /// Deletes an object with the default options (background
+    /// propagation; a pod's own grace period).
     fn delete<K: Object>(
         &self,
         key: &ObjectKey,
+    ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send {
+        async move {
+            let params = DeleteParams::default();
+            self.delete_with(key, &params).await
+        }
+    }
+
+    /// Deletes an object with `params` (`DeleteOptions`): preconditions, a
+    /// grace period for pods, the propagation to dependents, a dry run.
+    /// A pod bound to a node is deleted gracefully: it answers
+    /// [`DeleteOutcome::Terminating`] and stays until its kubelet stopped
+    /// it.
+    fn delete_with<K: Object>(
+        &self,
+        key: &ObjectKey,
+        params: &DeleteParams,
     ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send;
 
     /// Server-side apply of `obj` under `params.field_manager`: creates the
@@ -56,7 +75,8 @@ pub trait Cluster: Send + Sync {
     ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
 
     /// The eviction subresource: refused (429) when a PodDisruptionBudget
-    /// would be violated.
+    /// would be violated. An evicted pod is deleted gracefully, as
+    /// [`Cluster::delete`] deletes it.
     fn evict(
         &self,
         namespace: &str,
@@ -157,9 +177,10 @@ impl Cluster for MemoryCluster {
         )
     }
 
-    fn delete<K: Object>(
+    fn delete_with<K: Object>(
         &self,
         key: &ObjectKey,
+        params: &DeleteParams,
     ) -> impl Future<Output = Result<DeleteOutcome<K>, ApiError>> + Send {
         let access = [Access::of::<K>("delete", None)];
         std::future::ready(
@@ -169,7 +190,7 @@ impl Cluster for MemoryCluster {
             .and_then(|()| {
                 if views::is_view::<K>() {
                     // A pod deleted through its view: the outcome as the view.
-                    let outcome = MemoryCluster::delete::<Pod>(self, key)?;
+                    let outcome = MemoryCluster::delete_with::<Pod>(self, key, params)?;
                     let view = |p: &Arc<Pod>| Arc::new(SlimPod::from(&**p));
                     let outcome = match &outcome {
                         DeleteOutcome::Deleted(p) => DeleteOutcome::Deleted(view(p)),
@@ -179,7 +200,7 @@ impl Cluster for MemoryCluster {
                         message: "the pod view's type".into(),
                     });
                 }
-                MemoryCluster::delete(self, key)
+                MemoryCluster::delete_with(self, key, params)
             }),
         )
     }

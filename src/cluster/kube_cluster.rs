@@ -48,7 +48,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::core::{Request, Status};
 use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -539,7 +539,11 @@ impl Cluster for KubeCluster {
         self.write(Write::ReplaceStatus, &obj).await
     }
 
-    async fn delete<K: Object>(&self, key: &ObjectKey) -> Result<DeleteOutcome<K>, ApiError> {
+    async fn delete_with<K: Object>(
+        &self,
+        key: &ObjectKey,
+        params: &super::DeleteParams,
+    ) -> Result<DeleteOutcome<K>, ApiError> {
         let key = self.key_of::<K>(&ObjectMeta {
             name: Some(key.name.clone()),
             namespace: Some(key.namespace.clone()),
@@ -547,7 +551,7 @@ impl Cluster for KubeCluster {
         });
         let response = async {
             let mut request = collection::<K>(&key)
-                .delete(&key.name, &DeleteParams::background())
+                .delete(&key.name, &delete_params(params))
                 .map_err(kube::Error::BuildRequest)?;
             request.extensions_mut().insert("delete");
             self.client.request_status::<K>(request).await
@@ -556,6 +560,29 @@ impl Cluster for KubeCluster {
         let response = response.await.map_err(|e| api_error(e, &resource, &key))?;
         // The object when it still exists or the kind returns deleted
         // objects, else a success `Status`.
+        if params.dry_run {
+            // Nothing changed: the answer is what would have happened.
+            return response.either(
+                |obj| {
+                    let obj = Arc::new(obj);
+                    Ok(if obj.meta().deletion_timestamp.is_some() {
+                        DeleteOutcome::Terminating(obj)
+                    } else {
+                        DeleteOutcome::Deleted(obj)
+                    })
+                },
+                |status| {
+                    self.last_state::<K>(&key, &status)
+                        .map(DeleteOutcome::Deleted)
+                        .ok_or_else(|| ApiError::Internal {
+                            message: format!(
+                                "{resource} {:?}: the dry run returned no object and none is cached",
+                                key.name
+                            ),
+                        })
+                },
+            );
+        }
         response.either(
             |obj| {
                 let obj = Arc::new(obj);
@@ -650,6 +677,32 @@ impl KubeCluster {
             },
         });
         serde_json::from_value(minimal).ok().map(Arc::new)
+    }
+}
+
+/// kube's `DeleteParams` for dovetail's. A negative grace period is sent as
+/// 1 s, what the API server makes of it.
+fn delete_params(params: &super::DeleteParams) -> kube::api::DeleteParams {
+    let preconditions = &params.preconditions;
+    kube::api::DeleteParams {
+        dry_run: params.dry_run,
+        grace_period_seconds: params.grace_period_seconds.map(|g| {
+            if g < 0 {
+                1
+            } else {
+                u32::try_from(g).unwrap_or(u32::MAX)
+            }
+        }),
+        propagation_policy: Some(match params.propagation {
+            super::Propagation::Background => PropagationPolicy::Background,
+            super::Propagation::Foreground => PropagationPolicy::Foreground,
+            super::Propagation::Orphan => PropagationPolicy::Orphan,
+        }),
+        preconditions: (preconditions.uid.is_some() || preconditions.resource_version.is_some())
+            .then(|| kube::api::Preconditions {
+                uid: preconditions.uid.clone(),
+                resource_version: preconditions.resource_version.clone(),
+            }),
     }
 }
 

@@ -345,6 +345,57 @@ async fn delete_answered_with_a_terminating_object_is_terminating() {
     assert!(matches!(pod.unwrap(), DeleteOutcome::Terminating(_)));
 }
 
+/// `DeleteParams` go to the API server as its `DeleteOptions`. A negative
+/// grace period is sent as 1 s, what the server makes of it.
+#[tokio::test(start_paused = true)]
+async fn delete_with_sends_the_delete_options() {
+    let (cluster, mut api) = mock_cluster();
+    let server = tokio::spawn(async move {
+        let exchange = api
+            .expect(Method::DELETE, "/api/v1/namespaces/web/pods/p?")
+            .await;
+        assert_eq!(
+            exchange.body,
+            json!({
+                "dryRun": ["All"],
+                "gracePeriodSeconds": 20,
+                "propagationPolicy": "Foreground",
+                "preconditions": {"uid": "u1"},
+            })
+        );
+        exchange.respond(200, with_deletion_timestamp(pod("web", "p", "4")));
+        let exchange = api
+            .expect(Method::DELETE, "/api/v1/namespaces/web/pods/p?")
+            .await;
+        assert_eq!(
+            exchange.body,
+            json!({"gracePeriodSeconds": 1, "propagationPolicy": "Background"})
+        );
+        exchange.respond(200, with_deletion_timestamp(pod("web", "p", "5")));
+    });
+    let dry = crate::cluster::DeleteParams {
+        preconditions: crate::cluster::Preconditions {
+            uid: Some("u1".into()),
+            resource_version: None,
+        },
+        grace_period_seconds: Some(20),
+        propagation: crate::cluster::Propagation::Foreground,
+        dry_run: true,
+    };
+    let first = cluster
+        .delete_with::<Pod>(&ObjectKey::new("web", "p"), &dry)
+        .await;
+    let second = cluster
+        .delete_with::<Pod>(
+            &ObjectKey::new("web", "p"),
+            &crate::cluster::DeleteParams::with_grace_period(-3),
+        )
+        .await;
+    server.await.unwrap();
+    assert!(matches!(first.unwrap(), DeleteOutcome::Terminating(_)));
+    assert!(matches!(second.unwrap(), DeleteOutcome::Terminating(_)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn delete_answered_with_the_final_object_is_deleted() {
     let (cluster, mut api) = mock_cluster();

@@ -11,9 +11,10 @@ use tokio::sync::watch;
 use super::apply::{self, ApplyParams};
 use super::pdb::{self, ALWAYS_ALLOW, BudgetPods};
 use super::seam::{Access, Fault, Seam};
+use super::store::Gc;
 use super::store::State;
 use super::{
-    ApiError, DeleteOutcome, Object, ObjectKey, ObjectList, Preconditions, Selector, Validator,
+    ApiError, DeleteOutcome, DeleteParams, Object, ObjectKey, ObjectList, Selector, Validator,
     WatchEvent,
 };
 use crate::clock::{Clock, Timestamp, truncate_to_second};
@@ -36,10 +37,12 @@ const CONFLICT_RETRIES: usize = 5;
 /// - every kind behaves as if it had a status subresource: [`replace`]
 ///   ignores status changes, [`update_status`] ignores everything else;
 /// - writes that change nothing are not stored and emit no event;
-/// - finalizers hold a deleted object with a `deletionTimestamp` until the
-///   last one is removed;
-/// - removing an object garbage-collects its dependents (background
-///   propagation) across all kinds;
+/// - pods are deleted gracefully, other kinds at once; finalizers hold a
+///   deleted object with a `deletionTimestamp` until the last one is
+///   removed (see the module's "Deletion");
+/// - removing an object garbage-collects its dependents across all kinds,
+///   in the background, the foreground or orphaning them as the delete
+///   asks;
 /// - each kind keeps a bounded watch log ([`watch_from`]).
 ///
 /// [`replace`]: MemoryCluster::replace
@@ -93,6 +96,20 @@ impl MemoryCluster {
     pub fn with_watch_log_capacity(self, capacity: usize) -> Self {
         self.write().shared.watch_log_capacity = capacity.max(1);
         self
+    }
+
+    /// Pods created without `spec.terminationGracePeriodSeconds` get
+    /// `grace` (whole seconds) instead of Kubernetes' default of 30 s, as
+    /// the API server's defaulting would give them.
+    pub fn with_default_termination_grace_period(self, grace: std::time::Duration) -> Self {
+        self.write().shared.default_grace_seconds =
+            i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// The grace period, in seconds, of pods that have none of their own.
+    pub fn default_termination_grace_period_seconds(&self) -> i64 {
+        self.read().shared.default_grace_seconds
     }
 
     /// The clock objects are stamped with.
@@ -214,7 +231,7 @@ impl MemoryCluster {
         let mut state = self.write();
         let (store, shared) = state.store_mut::<K>()?;
         let (obj, removed) = store.replace(obj, shared)?;
-        state.collect_garbage(removed, now);
+        state.collect_garbage(removed.map(Gc::Removed).into_iter().collect(), now);
         Ok(obj)
     }
 
@@ -268,23 +285,31 @@ impl MemoryCluster {
         }
     }
 
-    /// Deletes an object (DELETE, background propagation).
+    /// Deletes an object (DELETE) with the default options: background
+    /// propagation, a pod's own grace period.
     pub fn delete<K: Object>(&self, key: &ObjectKey) -> Result<DeleteOutcome<K>, ApiError> {
-        self.delete_with(key, &Preconditions::default())
+        self.delete_with(key, &DeleteParams::default())
     }
 
-    /// Deletes an object if the preconditions hold.
+    /// Deletes an object (DELETE) with `params`, as the module's "Deletion"
+    /// describes: preconditions (a conflict if they do not hold), pods'
+    /// graceful deletion
+    /// (<https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination>),
+    /// propagation to dependents
+    /// (<https://kubernetes.io/docs/concepts/architecture/garbage-collection/>),
+    /// and dry runs, which store nothing and emit no event.
+    ///
+    /// [`DeleteOutcome::Deleted`] means the object is gone (or would be);
+    /// [`DeleteOutcome::Terminating`] that it stays, marked with its
+    /// `deletionTimestamp`, until its grace period ends and its kubelet
+    /// deletes it, or its finalizers are removed.
     pub fn delete_with<K: Object>(
         &self,
         key: &ObjectKey,
-        preconditions: &Preconditions,
+        params: &DeleteParams,
     ) -> Result<DeleteOutcome<K>, ApiError> {
         let now = self.now();
-        let mut state = self.write();
-        let (store, shared) = state.store_mut::<K>()?;
-        let (outcome, removed) = store.delete(key, preconditions, now, shared)?;
-        state.collect_garbage(removed, now);
-        Ok(outcome)
+        self.write().delete(key, params, now)
     }
 
     /// The events of kind `K` after `resource_version`, oldest first. Use
@@ -411,8 +436,16 @@ impl MemoryCluster {
         Ok(pods.modify(&key, bound, shared))
     }
 
-    /// Evicts a pod (POST on `pods/eviction`), honouring
-    /// PodDisruptionBudgets as the API server does:
+    /// Evicts a pod (POST on `pods/eviction`) with the default options:
+    /// [`MemoryCluster::evict_with`].
+    pub fn evict(&self, namespace: &str, name: &str) -> Result<DeleteOutcome<Pod>, ApiError> {
+        self.evict_with(namespace, name, &DeleteParams::default())
+    }
+
+    /// Evicts a pod (POST on `pods/eviction`, `params` being the
+    /// Eviction's `deleteOptions`), honouring PodDisruptionBudgets as the
+    /// API server does:
+    /// - the preconditions must hold (a conflict otherwise);
     /// - pods that are `Pending`, `Succeeded`, `Failed` or already
     ///   terminating are deleted without consulting budgets;
     /// - a pod covered by more than one budget cannot be evicted
@@ -423,13 +456,25 @@ impl MemoryCluster {
     ///   `unhealthyPodEvictionPolicy` is `AlwaysAllow`).
     ///
     /// On success the pod gets a `DisruptionTarget` condition and is
-    /// deleted, honouring its finalizers.
-    pub fn evict(&self, namespace: &str, name: &str) -> Result<DeleteOutcome<Pod>, ApiError> {
+    /// deleted as [`MemoryCluster::delete_with`] deletes it: gracefully,
+    /// with its own grace period unless `params` sets one, so it stays
+    /// terminating (and no longer counts as healthy for budgets) until its
+    /// kubelet deletes it. A dry run checks all of this and stores nothing.
+    pub fn evict_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<DeleteOutcome<Pod>, ApiError> {
         let now = self.now();
         let key = ObjectKey::new(namespace, name);
         let mut state = self.write();
         let pod = match state.store::<Pod>() {
-            Some(pods) => pods.existing(&key)?,
+            Some(pods) => {
+                let pod = pods.existing(&key)?;
+                pods.check_preconditions(&key, &params.preconditions, &pod.metadata)?;
+                pod
+            }
             None => {
                 return Err(ApiError::NotFound {
                     resource: "pods".into(),
@@ -439,6 +484,9 @@ impl MemoryCluster {
         };
         if !pdb::can_ignore_pdb(&pod) {
             check_disruption_budget(&state, &pod)?;
+        }
+        if params.dry_run {
+            return state.delete(&key, params, now);
         }
         let (pods, shared) = state.store_mut::<Pod>()?;
         let mut marked = Pod::clone(&pod);
@@ -451,9 +499,13 @@ impl MemoryCluster {
         ) {
             pods.modify(&key, marked, shared);
         }
-        let (outcome, removed) = pods.delete(&key, &Preconditions::default(), now, shared)?;
-        state.collect_garbage(removed, now);
-        Ok(outcome)
+        // The preconditions held for the pod the budget was checked for;
+        // the condition just changed its resourceVersion.
+        let params = DeleteParams {
+            preconditions: Default::default(),
+            ..params.clone()
+        };
+        state.delete(&key, &params, now)
     }
 }
 

@@ -12,14 +12,44 @@
 //! waits on [`MemoryCluster::subscribe`] and then reads
 //! [`MemoryCluster::watch_from`].
 //!
+//! # Deletion
+//! Deletes follow the API server's documented semantics, with
+//! [`DeleteParams`] as `DeleteOptions`:
+//! - Pods are deleted gracefully
+//!   (<https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination>):
+//!   a pod bound to a node and not finished gets `deletionTimestamp` = now
+//!   plus its grace period and `deletionGracePeriodSeconds`, and stays (a
+//!   MODIFIED event) until its kubelet deletes it with a grace period of 0
+//!   once its containers stopped (the simulation's kubelet does). An
+//!   unbound or finished pod, or a grace period of 0, removes it at once
+//!   (finalizers still hold it). A second delete may only shorten the
+//!   grace period; 0 on a terminating pod force-deletes it. A negative
+//!   grace period counts as 1 s, as the API server's delete path does.
+//!   Other kinds have no grace period.
+//! - Propagation
+//!   (<https://kubernetes.io/docs/concepts/architecture/garbage-collection/>):
+//!   background removes the dependents once the owner is gone; orphan
+//!   drops the owner's references from its dependents (what the garbage
+//!   collector does for the `orphan` finalizer); foreground marks the
+//!   owner terminating with the `foregroundDeletion` finalizer, deletes its
+//!   dependents, and removes the owner once no dependent that blocks it
+//!   (`blockOwnerDeletion`) is left.
+//! - A dry run checks everything (preconditions, budgets for an eviction)
+//!   and answers with what would happen, storing nothing.
+//!
 //! # Differences from a real API server
 //! Deliberate, to keep the store small, fast and reproducible:
-//! - Deletion has no grace period: an object without finalizers is gone at
-//!   once, including pods (no kubelet confirmation).
-//! - Garbage collection runs inside the delete, in background mode only
-//!   (no foreground or orphan propagation, `blockOwnerDeletion` ignored),
-//!   and only when an owner is removed: an object created with references
-//!   to owners that never existed is kept.
+//! - Garbage collection runs inside the writes that cause it (the delete,
+//!   the update that removes a last finalizer), not in a controller that
+//!   catches up later; it follows owners only when an owner is removed or
+//!   deleted with a propagation: an object created with references to
+//!   owners that never existed is kept. The `orphan` and
+//!   `foregroundDeletion` finalizers are handled within the delete rather
+//!   than observed by a collector (an orphaning delete leaves no `orphan`
+//!   finalizer behind).
+//! - Pods get `spec.terminationGracePeriodSeconds` defaulted on create (30
+//!   seconds, or [`MemoryCluster::with_default_termination_grace_period`]),
+//!   the only pod default the store applies.
 //! - Every kind behaves as if it had a status subresource, but create keeps
 //!   the status it is given (the real server resets a pod's status), so
 //!   tests and simulations can create running pods in one step.
@@ -28,10 +58,12 @@
 //! - uids and `generateName` suffixes come from a fixed sequence, so runs
 //!   are reproducible.
 //! - Evictions compute the PodDisruptionBudget's status from the current
-//!   pods instead of reading the status a disruption controller wrote. The
-//!   expected pods are the `spec.replicas` of the pods' controllers when
-//!   those objects are stored (of any kind), otherwise one per non-terminal
-//!   pod; the real controller ignores pods without a controller.
+//!   pods instead of reading the status a disruption controller wrote
+//!   (terminating pods are not healthy, as the disruption controller
+//!   counts them). The expected pods are the `spec.replicas` of the pods'
+//!   controllers when those objects are stored (of any kind), otherwise one
+//!   per non-terminal pod; the real controller ignores pods without a
+//!   controller.
 //! - Watches have no bookmarks and no selectors; watching from a future
 //!   resource version returns no events rather than an error. Lists have no
 //!   pagination.
@@ -214,6 +246,65 @@ pub struct Preconditions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
 }
+
+/// What happens to an object's dependents when it is deleted
+/// (`propagationPolicy`), as the garbage collector documents it
+/// (<https://kubernetes.io/docs/concepts/architecture/garbage-collection/#cascading-deletion>).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// The object goes (or starts terminating) now; its dependents are
+    /// deleted once it is gone.
+    #[default]
+    Background,
+    /// The object is marked with the `foregroundDeletion` finalizer and
+    /// stays until its dependents that block it (`blockOwnerDeletion`) are
+    /// gone; its dependents are deleted at once.
+    Foreground,
+    /// The dependents lose their reference to the object and stay.
+    Orphan,
+}
+
+impl Propagation {
+    /// The `propagationPolicy` value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Propagation::Background => "Background",
+            Propagation::Foreground => "Foreground",
+            Propagation::Orphan => "Orphan",
+        }
+    }
+}
+
+/// The options of a delete or an eviction (`DeleteOptions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteParams {
+    pub preconditions: Preconditions,
+    /// For pods: the grace period, overriding the pod's
+    /// `terminationGracePeriodSeconds`; 0 deletes at once. Negative values
+    /// count as 1, as on the API server's delete path. Ignored for kinds
+    /// without graceful deletion.
+    pub grace_period_seconds: Option<i64>,
+    pub propagation: Propagation,
+    /// Check and answer as the delete would, storing nothing.
+    pub dry_run: bool,
+}
+
+impl DeleteParams {
+    /// A delete with this grace period and otherwise the defaults.
+    pub fn with_grace_period(seconds: i64) -> Self {
+        DeleteParams {
+            grace_period_seconds: Some(seconds),
+            ..DeleteParams::default()
+        }
+    }
+}
+
+/// The finalizer that holds an owner deleted in the foreground until its
+/// blocking dependents are gone.
+pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+/// How long a pod's grace period is when neither the delete nor the pod
+/// says: the default of `spec.terminationGracePeriodSeconds`.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
 
 /// An admission check for one kind, run on create and every update
 /// (including status updates) before anything is stored. `old` is the

@@ -3,15 +3,18 @@
 //! needs. Everything here runs under the cluster's lock.
 
 use std::any::{Any, TypeId};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::SignedDuration;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use super::{
-    ApiError, DeleteOutcome, EventType, KindScope, Object, ObjectKey, Preconditions, Validator,
+    ApiError, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, DeleteOutcome, DeleteParams, EventType,
+    FINALIZER_FOREGROUND, KindScope, Object, ObjectKey, Preconditions, Propagation, Validator,
     WatchEvent,
 };
 use crate::clock::{Timestamp, truncate_to_second};
@@ -38,9 +41,13 @@ pub(super) struct Shared {
     seq: u64,
     /// Where each stored object is, by uid.
     uids: HashMap<String, (KindId, ObjectKey)>,
-    /// Owner uid → the objects naming it in their `ownerReferences`.
-    dependents: HashMap<String, BTreeSet<(KindId, ObjectKey)>>,
+    /// Owner uid → the objects naming it in their `ownerReferences`, each
+    /// with whether its reference blocks the owner's foreground deletion
+    /// (`blockOwnerDeletion`).
+    dependents: HashMap<String, BTreeMap<(KindId, ObjectKey), bool>>,
     pub(super) watch_log_capacity: usize,
+    /// A pod's grace period when it has none of its own.
+    pub(super) default_grace_seconds: i64,
 }
 
 impl Shared {
@@ -93,11 +100,30 @@ impl Shared {
 
     fn index_owners(&mut self, kind: &KindId, key: &ObjectKey, meta: &ObjectMeta) {
         for owner in meta.owner_references.iter().flatten() {
-            self.dependents
+            let blocks = self
+                .dependents
                 .entry(owner.uid.clone())
                 .or_default()
-                .insert((kind.clone(), key.clone()));
+                .entry((kind.clone(), key.clone()))
+                .or_default();
+            *blocks |= owner.block_owner_deletion == Some(true);
         }
+    }
+
+    /// Whether an object that blocks the foreground deletion of the owner
+    /// `uid` is still stored.
+    fn has_blocking_dependents(&self, uid: &str) -> bool {
+        self.dependents
+            .get(uid)
+            .is_some_and(|deps| deps.values().any(|blocks| *blocks))
+    }
+
+    /// The objects naming `uid` as an owner.
+    fn dependents_of(&self, uid: &str) -> Vec<(KindId, ObjectKey)> {
+        self.dependents
+            .get(uid)
+            .map(|deps| deps.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn unindex_owners(&mut self, kind: &KindId, key: &ObjectKey, meta: &ObjectMeta) {
@@ -133,18 +159,123 @@ pub(super) struct KindStore<K> {
 
 /// The kind-independent face of a [`KindStore`], for cross-kind work.
 pub(super) trait ErasedStore: Any + Send + Sync {
-    /// Garbage-collects the dependent `key` of the removed owner `owner_uid`.
-    /// Returns the dependent's uid if it was removed too.
+    /// Garbage-collects the dependent `key` of the owner `owner_uid`
+    /// (removed, or deleted in the foreground): with `keep` (another owner
+    /// still holds it) only the reference to `owner_uid` is dropped,
+    /// otherwise the dependent is deleted with `propagation`. Returns the
+    /// work that leaves.
     fn collect(
         &mut self,
         key: &ObjectKey,
         owner_uid: &str,
+        keep: bool,
+        propagation: Propagation,
         now: Timestamp,
         shared: &mut Shared,
-    ) -> Option<String>;
+    ) -> Vec<Gc>;
+
+    /// Drops the dependent `key`'s references to `owner_uid` (orphaning).
+    fn drop_owner(&mut self, key: &ObjectKey, owner_uid: &str, shared: &mut Shared);
+
+    /// The uid of the object `key`.
+    fn uid(&self, key: &ObjectKey) -> Option<String>;
+
+    /// The uids the object `key` names as owners.
+    fn owners(&self, key: &ObjectKey) -> Vec<String>;
+
+    /// Whether the object `key` is being deleted in the foreground (it
+    /// waits for its dependents: not an owner that holds them).
+    fn waiting_for_dependents(&self, key: &ObjectKey) -> bool;
+
+    /// If the object `key` waits for its dependents and none that blocks
+    /// it is left, removes its `foregroundDeletion` finalizer, and the
+    /// object if that was the last. Returns what was removed.
+    fn finish_foreground(&mut self, key: &ObjectKey, shared: &mut Shared) -> Option<Removed>;
 
     /// The integer `spec.replicas` of the object `key`, if it has one.
     fn replicas(&self, key: &ObjectKey) -> Option<i32>;
+}
+
+/// An object removed from the store, for garbage collection to follow.
+#[derive(Debug, Clone)]
+pub(super) struct Removed {
+    pub(super) uid: String,
+    /// The uids its owner references name.
+    pub(super) owners: Vec<String>,
+}
+
+/// Garbage-collection work a write leaves behind, done by
+/// [`State::collect_garbage`] (the garbage collector's part, run inside
+/// the write).
+#[derive(Debug, Clone)]
+pub(super) enum Gc {
+    /// The object is gone: its dependents are deleted (background), and an
+    /// owner waiting for it in the foreground may now go.
+    Removed(Removed),
+    /// The owner is being deleted in the foreground: its dependents are
+    /// deleted.
+    DeleteDependents(String),
+    /// The owner is deleted orphaning its dependents: they lose their
+    /// references to it.
+    Orphan(String),
+    /// The owner deleted in the foreground may have no blocking dependent
+    /// left.
+    Foreground(String),
+}
+
+/// What a delete does to the stored object.
+pub(super) enum Plan<K> {
+    /// Nothing (a deletion already pending, not shortened).
+    Keep,
+    /// The object is stored with its deletion marks: terminating.
+    Mark(K),
+    /// The object is removed; this is its last state.
+    Remove(K),
+}
+
+fn as_pod<K: Object>(obj: &K) -> Option<&Pod> {
+    (obj as &dyn Any).downcast_ref::<Pod>()
+}
+
+fn as_pod_mut<K: Object>(obj: &mut K) -> Option<&mut Pod> {
+    (obj as &mut dyn Any).downcast_mut::<Pod>()
+}
+
+fn has_finalizers(meta: &ObjectMeta) -> bool {
+    meta.finalizers.as_ref().is_some_and(|f| !f.is_empty())
+}
+
+/// Sets the pod fields the API server defaults that deletion reads: a
+/// pod's `spec.terminationGracePeriodSeconds`.
+fn default_fields<K: Object>(obj: &mut K, grace_seconds: i64) {
+    if let Some(spec) = as_pod_mut(obj).and_then(|p| p.spec.as_mut())
+        && spec.termination_grace_period_seconds.is_none()
+    {
+        spec.termination_grace_period_seconds = Some(grace_seconds);
+    }
+}
+
+/// The grace period the API server gives a pod it starts deleting (the
+/// pod strategy's `CheckGracefulDelete`): the delete's, else the pod's own
+/// `terminationGracePeriodSeconds`, else `default`; 0 for a pod that is
+/// not bound to a node or has finished (nothing has to stop); a negative
+/// value counts as 1.
+fn pod_grace_seconds(pod: &Pod, requested: Option<i64>, default: i64) -> i64 {
+    let spec = pod.spec.as_ref();
+    let bound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    if !bound || finished {
+        return 0;
+    }
+    let period = requested
+        .or_else(|| spec.and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(default);
+    if period < 0 { 1 } else { period }
 }
 
 /// An object's JSON split into its status and the rest (the "spec"),
@@ -361,8 +492,9 @@ impl<K: Object> KindStore<K> {
     }
 
     /// Removes an object for good, recording `last` (its final state) in the
-    /// Deleted event. Returns the final state and the object's uid.
-    fn remove(&mut self, key: &ObjectKey, mut last: K, shared: &mut Shared) -> (Arc<K>, String) {
+    /// Deleted event. Returns the final state and what garbage collection
+    /// follows from the removal.
+    fn remove(&mut self, key: &ObjectKey, mut last: K, shared: &mut Shared) -> (Arc<K>, Removed) {
         let rv = shared.next_resource_version();
         if let Some(old) = self.objects.remove(key) {
             shared.unindex_owners(&self.info.id, key, old.meta());
@@ -370,6 +502,13 @@ impl<K: Object> KindStore<K> {
         last.meta_mut().resource_version = Some(rv_string(rv));
         let uid = last.meta().uid.clone().unwrap_or_default();
         shared.uids.remove(&uid);
+        let owners = last
+            .meta()
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|r| r.uid.clone())
+            .collect();
         let last = Arc::new(last);
         self.push_event(
             EventType::Deleted,
@@ -377,7 +516,7 @@ impl<K: Object> KindStore<K> {
             rv,
             shared.watch_log_capacity,
         );
-        (last, uid)
+        (last, Removed { uid, owners })
     }
 
     /// Creates an object. With `restore`, the object's own uid,
@@ -441,6 +580,9 @@ impl<K: Object> KindStore<K> {
         if !restore {
             meta.deletion_timestamp = None;
             meta.deletion_grace_period_seconds = None;
+        }
+        default_fields(&mut obj, shared.default_grace_seconds);
+        if !restore {
             self.validate(&key, None, &obj)?;
         }
         Ok(self.commit(key, obj, None, shared))
@@ -477,13 +619,15 @@ impl<K: Object> KindStore<K> {
     /// Replaces an object (PUT). Status changes are ignored, as with a
     /// status subresource; `generation` moves when anything but metadata and
     /// status changes. Returns the stored object and, if the update removed
-    /// the last finalizer of a terminating object, the uid of the removed
-    /// object.
+    /// the last finalizer of a terminating object whose grace period is
+    /// over (0, as for every kind but a pod still terminating), what was
+    /// removed.
     pub(super) fn replace(
         &mut self,
         mut obj: K,
         shared: &mut Shared,
-    ) -> Result<(Arc<K>, Option<String>), ApiError> {
+    ) -> Result<(Arc<K>, Option<Removed>), ApiError> {
+        default_fields(&mut obj, shared.default_grace_seconds);
         let key = self.normalise_key(obj.meta_mut());
         let old = self.existing(&key)?;
         let old_meta = old.meta();
@@ -532,11 +676,13 @@ impl<K: Object> KindStore<K> {
             obj.meta_mut().generation = Some(old_meta.generation.unwrap_or(0).saturating_add(1));
         }
         self.validate(&key, Some(old.as_ref()), &obj)?;
-        if obj.meta().deletion_timestamp.is_some()
-            && obj.meta().finalizers.as_ref().is_none_or(Vec::is_empty)
+        let meta = obj.meta();
+        if meta.deletion_timestamp.is_some()
+            && !has_finalizers(meta)
+            && meta.deletion_grace_period_seconds.unwrap_or(0) == 0
         {
-            let (last, uid) = self.remove(&key, obj, shared);
-            return Ok((last, Some(uid)));
+            let (last, removed) = self.remove(&key, obj, shared);
+            return Ok((last, Some(removed)));
         }
         Ok((self.commit(key, obj, Some(old.as_ref()), shared), None))
     }
@@ -576,17 +722,13 @@ impl<K: Object> KindStore<K> {
         self.commit(key.clone(), obj, old.as_deref(), shared)
     }
 
-    /// Deletes an object: marks it terminating if it has finalizers,
-    /// otherwise removes it. Returns the outcome and, if removed, its uid.
-    pub(super) fn delete(
-        &mut self,
+    /// Fails with a conflict unless the preconditions of a delete hold.
+    pub(super) fn check_preconditions(
+        &self,
         key: &ObjectKey,
         preconditions: &Preconditions,
-        now: Timestamp,
-        shared: &mut Shared,
-    ) -> Result<(DeleteOutcome<K>, Option<String>), ApiError> {
-        let old = self.existing(key)?;
-        let meta = old.meta();
+        meta: &ObjectMeta,
+    ) -> Result<(), ApiError> {
         self.check_precondition(
             key,
             "UID",
@@ -600,8 +742,7 @@ impl<K: Object> KindStore<K> {
             preconditions.resource_version.as_deref(),
             meta.resource_version.as_deref(),
             "modified",
-        )?;
-        Ok(self.delete_unchecked(key, old, now, shared))
+        )
     }
 
     /// Fails with a conflict if a `field` precondition is set and differs
@@ -626,27 +767,154 @@ impl<K: Object> KindStore<K> {
         }
     }
 
-    fn delete_unchecked(
+    /// What deleting `old` with `params` at `now` does, as the API
+    /// server's delete path decides it (`rest.BeforeDelete` and the
+    /// registry's graceful deletion):
+    /// - a pod is deleted gracefully: `deletionTimestamp` is now plus its
+    ///   grace period ([`pod_grace_seconds`]) and `deletionGracePeriodSeconds`
+    ///   that period; it stays while the period is above 0 or finalizers
+    ///   hold it;
+    /// - a pod already terminating: a shorter grace period moves its
+    ///   deletion earlier (never before now; a period that would end in the
+    ///   past becomes 1 s, or stays 0 for a force delete), 0 removes it
+    ///   unless finalizers hold it; a longer or no grace period changes
+    ///   nothing;
+    /// - any other kind: finalizers hold it with `deletionTimestamp` now
+    ///   and a grace period of 0, otherwise it is removed; deleting it again
+    ///   changes nothing;
+    /// - a foreground deletion adds the `foregroundDeletion` finalizer.
+    pub(super) fn plan_delete(
+        &self,
+        old: &K,
+        params: &DeleteParams,
+        now: Timestamp,
+        default_grace: i64,
+    ) -> Plan<K> {
+        let requested = params
+            .grace_period_seconds
+            .map(|g| if g < 0 { 1 } else { g });
+        let now = truncate_to_second(now);
+        let meta = old.meta();
+        if let Some(stamp) = &meta.deletion_timestamp {
+            let pending = meta.deletion_grace_period_seconds.unwrap_or(0);
+            if as_pod(old).is_none() || pending <= 0 {
+                return if has_finalizers(meta) {
+                    Plan::Keep
+                } else {
+                    Plan::Remove(K::clone(old))
+                };
+            }
+            let Some(mut period) = requested.filter(|g| *g < pending) else {
+                return Plan::Keep;
+            };
+            let mut at = stamp
+                .0
+                .checked_add(SignedDuration::from_secs(period - pending))
+                .unwrap_or(now);
+            if at < now {
+                at = now;
+                if period != 0 {
+                    period = 1;
+                }
+            }
+            let mut obj = K::clone(old);
+            let m = obj.meta_mut();
+            m.deletion_timestamp = Some(Time(at));
+            m.deletion_grace_period_seconds = Some(period);
+            return if period == 0 && !has_finalizers(obj.meta()) {
+                Plan::Remove(obj)
+            } else {
+                Plan::Mark(obj)
+            };
+        }
+        let mut obj = K::clone(old);
+        let m = obj.meta_mut();
+        if params.propagation == Propagation::Foreground {
+            let finalizers = m.finalizers.get_or_insert_default();
+            if !finalizers.iter().any(|f| f == FINALIZER_FOREGROUND) {
+                finalizers.push(FINALIZER_FOREGROUND.to_string());
+            }
+        }
+        let grace = match as_pod(old) {
+            Some(pod) => pod_grace_seconds(pod, requested, default_grace),
+            None if has_finalizers(m) => 0,
+            None => return Plan::Remove(obj),
+        };
+        m.deletion_timestamp = Some(Time(
+            now.checked_add(SignedDuration::from_secs(grace))
+                .unwrap_or(now),
+        ));
+        m.deletion_grace_period_seconds = Some(grace);
+        if as_pod(old).is_some()
+            && let Some(generation) = m.generation
+        {
+            // A graceful deletion moves the pod's generation.
+            m.generation = Some(generation.saturating_add(1));
+        }
+        if grace > 0 || has_finalizers(m) {
+            Plan::Mark(obj)
+        } else {
+            Plan::Remove(obj)
+        }
+    }
+
+    /// Carries out a [`Plan`] for the stored object `old`.
+    pub(super) fn apply_plan(
         &mut self,
         key: &ObjectKey,
         old: Arc<K>,
+        plan: Plan<K>,
+        shared: &mut Shared,
+    ) -> (DeleteOutcome<K>, Option<Removed>) {
+        match plan {
+            Plan::Keep => (DeleteOutcome::Terminating(old), None),
+            Plan::Mark(obj) => {
+                let obj = self.commit(key.clone(), obj, Some(old.as_ref()), shared);
+                (DeleteOutcome::Terminating(obj), None)
+            }
+            Plan::Remove(obj) => {
+                let (last, removed) = self.remove(key, obj, shared);
+                (DeleteOutcome::Deleted(last), Some(removed))
+            }
+        }
+    }
+
+    /// Deletes the stored object `key` with `params` (no preconditions, no
+    /// dry run): the collector's delete. Returns the work left.
+    fn delete_for_collection(
+        &mut self,
+        key: &ObjectKey,
+        propagation: Propagation,
         now: Timestamp,
         shared: &mut Shared,
-    ) -> (DeleteOutcome<K>, Option<String>) {
-        let meta = old.meta();
-        if meta.deletion_timestamp.is_some() {
-            return (DeleteOutcome::Terminating(old), None);
+    ) -> Vec<Gc> {
+        let Some(old) = self.objects.get(key).cloned() else {
+            return Vec::new();
+        };
+        let starting = old.meta().deletion_timestamp.is_none();
+        let uid = old.meta().uid.clone().unwrap_or_default();
+        let params = DeleteParams {
+            propagation: propagation.clone(),
+            ..DeleteParams::default()
+        };
+        let plan = self.plan_delete(&old, &params, now, shared.default_grace_seconds);
+        let keep = matches!(plan, Plan::Keep);
+        let (_, removed) = self.apply_plan(key, old, plan, shared);
+        let mut work: Vec<Gc> = removed.map(Gc::Removed).into_iter().collect();
+        if starting && !keep && propagation == Propagation::Foreground {
+            work.push(Gc::DeleteDependents(uid));
         }
-        let mut obj = K::clone(&old);
-        if meta.finalizers.as_ref().is_some_and(|f| !f.is_empty()) {
-            let meta = obj.meta_mut();
-            meta.deletion_timestamp = Some(now_time(now));
-            meta.deletion_grace_period_seconds = Some(0);
-            let obj = self.commit(key.clone(), obj, Some(old.as_ref()), shared);
-            return (DeleteOutcome::Terminating(obj), None);
-        }
-        let (last, uid) = self.remove(key, obj, shared);
-        (DeleteOutcome::Deleted(last), Some(uid))
+        work
+    }
+}
+
+/// What a delete answers in a dry run: the object as the plan would leave
+/// it, nothing stored.
+pub(super) fn dry_outcome<K>(old: Arc<K>, plan: Plan<K>) -> DeleteOutcome<K> {
+    match plan {
+        Plan::Keep => DeleteOutcome::Terminating(old),
+        Plan::Mark(obj) => DeleteOutcome::Terminating(Arc::new(obj)),
+        Plan::Remove(obj) => DeleteOutcome::Deleted(Arc::new(obj)),
     }
 }
 
@@ -655,23 +923,93 @@ impl<K: Object> ErasedStore for KindStore<K> {
         &mut self,
         key: &ObjectKey,
         owner_uid: &str,
+        keep: bool,
+        propagation: Propagation,
         now: Timestamp,
         shared: &mut Shared,
-    ) -> Option<String> {
-        let obj = self.objects.get(key).cloned()?;
+    ) -> Vec<Gc> {
+        if keep {
+            self.drop_owner(key, owner_uid, shared);
+            return Vec::new();
+        }
+        self.delete_for_collection(key, propagation, now, shared)
+    }
+
+    fn drop_owner(&mut self, key: &ObjectKey, owner_uid: &str, shared: &mut Shared) {
+        let Some(obj) = self.objects.get(key).cloned() else {
+            return;
+        };
         let refs = obj.meta().owner_references.as_deref().unwrap_or_default();
-        let other_owner_alive = refs
-            .iter()
-            .any(|r| r.uid != owner_uid && shared.uids.contains_key(&r.uid));
-        if other_owner_alive {
-            let mut updated = K::clone(&obj);
-            if let Some(refs) = updated.meta_mut().owner_references.as_mut() {
-                refs.retain(|r| r.uid != owner_uid);
-            }
-            self.modify(key, updated, shared);
+        if !refs.iter().any(|r| r.uid == owner_uid) {
+            return;
+        }
+        let mut updated = K::clone(&obj);
+        if let Some(refs) = updated.meta_mut().owner_references.as_mut() {
+            refs.retain(|r| r.uid != owner_uid);
+        }
+        if updated
+            .meta()
+            .owner_references
+            .as_ref()
+            .is_some_and(Vec::is_empty)
+        {
+            updated.meta_mut().owner_references = None;
+        }
+        self.modify(key, updated, shared);
+    }
+
+    fn uid(&self, key: &ObjectKey) -> Option<String> {
+        self.objects.get(key)?.meta().uid.clone()
+    }
+
+    fn owners(&self, key: &ObjectKey) -> Vec<String> {
+        self.objects
+            .get(key)
+            .map(|o| {
+                o.meta()
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .map(|r| r.uid.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn waiting_for_dependents(&self, key: &ObjectKey) -> bool {
+        self.objects.get(key).is_some_and(|o| {
+            let meta = o.meta();
+            meta.deletion_timestamp.is_some()
+                && meta
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == FINALIZER_FOREGROUND)
+        })
+    }
+
+    fn finish_foreground(&mut self, key: &ObjectKey, shared: &mut Shared) -> Option<Removed> {
+        if !self.waiting_for_dependents(key) {
             return None;
         }
-        self.delete_unchecked(key, obj, now, shared).1
+        let obj = self.objects.get(key).cloned()?;
+        let uid = obj.meta().uid.clone().unwrap_or_default();
+        if shared.has_blocking_dependents(&uid) {
+            return None;
+        }
+        let mut updated = K::clone(&obj);
+        let meta = updated.meta_mut();
+        if let Some(f) = meta.finalizers.as_mut() {
+            f.retain(|f| f != FINALIZER_FOREGROUND);
+        }
+        if meta.finalizers.as_ref().is_some_and(Vec::is_empty) {
+            meta.finalizers = None;
+        }
+        if !has_finalizers(meta) && meta.deletion_grace_period_seconds.unwrap_or(0) == 0 {
+            return Some(self.remove(key, updated, shared).1);
+        }
+        self.modify(key, updated, shared);
+        None
     }
 
     fn replicas(&self, key: &ObjectKey) -> Option<i32> {
@@ -697,6 +1035,7 @@ impl State {
                 uids: HashMap::new(),
                 dependents: HashMap::new(),
                 watch_log_capacity: DEFAULT_WATCH_LOG_CAPACITY,
+                default_grace_seconds: DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS,
             },
             kinds: BTreeMap::new(),
             by_type: HashMap::new(),
@@ -745,19 +1084,137 @@ impl State {
         self.kinds.get(kind)?.replicas(key)
     }
 
-    /// Garbage-collects the dependents of removed objects, transitively, in
-    /// a deterministic order.
-    pub(super) fn collect_garbage(&mut self, removed: Option<String>, now: Timestamp) {
-        let mut work: VecDeque<String> = removed.into_iter().collect();
-        while let Some(owner_uid) = work.pop_front() {
-            let Some(dependents) = self.shared.dependents.remove(&owner_uid) else {
-                continue;
-            };
-            for (kind, key) in dependents {
-                if let Some(store) = self.kinds.get_mut(&kind)
-                    && let Some(uid) = store.collect(&key, &owner_uid, now, &mut self.shared)
-                {
-                    work.push_back(uid);
+    /// Deletes the object `key` of kind `K` as a DELETE with `params` does
+    /// (see [`KindStore::plan_delete`]), after its preconditions, and does
+    /// the garbage collection that follows. A foreground delete answers
+    /// with the object marked, as the API server does, even when the
+    /// collection removes it at once (it had no blocking dependent).
+    pub(super) fn delete<K: Object>(
+        &mut self,
+        key: &ObjectKey,
+        params: &DeleteParams,
+        now: Timestamp,
+    ) -> Result<DeleteOutcome<K>, ApiError> {
+        let (store, shared) = self.store_mut::<K>()?;
+        let old = store.existing(key)?;
+        store.check_preconditions(key, &params.preconditions, old.meta())?;
+        let plan = store.plan_delete(&old, params, now, shared.default_grace_seconds);
+        if params.dry_run {
+            return Ok(dry_outcome(old, plan));
+        }
+        let starting = old.meta().deletion_timestamp.is_none() && !matches!(plan, Plan::Keep);
+        let uid = old.meta().uid.clone().unwrap_or_default();
+        if starting && params.propagation == Propagation::Orphan {
+            // The garbage collector's part of the `orphan` finalizer, done
+            // before the object can go (its removal would collect them).
+            self.collect_garbage(vec![Gc::Orphan(uid.clone())], now);
+        }
+        let (store, shared) = self.store_mut::<K>()?;
+        let (outcome, removed) = store.apply_plan(key, old, plan, shared);
+        let mut work: Vec<Gc> = removed.map(Gc::Removed).into_iter().collect();
+        if starting && params.propagation == Propagation::Foreground {
+            work.push(Gc::DeleteDependents(uid));
+        }
+        self.collect_garbage(work, now);
+        Ok(outcome)
+    }
+
+    /// Whether the owner `uid` still holds its dependents: stored, and not
+    /// itself waiting for them (a foreground deletion).
+    fn is_solid(&self, uid: &str) -> bool {
+        let Some((kind, key)) = self.shared.uids.get(uid) else {
+            return false;
+        };
+        self.kinds
+            .get(kind)
+            .is_some_and(|store| !store.waiting_for_dependents(key))
+    }
+
+    /// Whether the object `key` of `kind` has an owner other than
+    /// `owner_uid` that still holds it.
+    fn held_by_another(&self, kind: &KindId, key: &ObjectKey, owner_uid: &str) -> bool {
+        let owners = self
+            .kinds
+            .get(kind)
+            .map(|s| s.owners(key))
+            .unwrap_or_default();
+        owners.iter().any(|o| o != owner_uid && self.is_solid(o))
+    }
+
+    /// Does the garbage collector's work that writes left, transitively and
+    /// in a deterministic order: dependents of removed objects are deleted
+    /// (background) or, when another owner holds them, lose the reference;
+    /// owners deleted in the foreground have their dependents deleted (in
+    /// the foreground themselves when they have dependents of their own, as
+    /// the collector does) and go once no blocking dependent is left;
+    /// orphaned dependents lose their references.
+    pub(super) fn collect_garbage(&mut self, work: Vec<Gc>, now: Timestamp) {
+        let mut queue: VecDeque<Gc> = work.into();
+        while let Some(item) = queue.pop_front() {
+            match item {
+                Gc::Removed(removed) => {
+                    let dependents = self
+                        .shared
+                        .dependents
+                        .remove(&removed.uid)
+                        .unwrap_or_default();
+                    for (kind, key) in dependents.into_keys() {
+                        let keep = self.held_by_another(&kind, &key, &removed.uid);
+                        if let Some(store) = self.kinds.get_mut(&kind) {
+                            queue.extend(store.collect(
+                                &key,
+                                &removed.uid,
+                                keep,
+                                Propagation::Background,
+                                now,
+                                &mut self.shared,
+                            ));
+                        }
+                    }
+                    queue.extend(removed.owners.into_iter().map(Gc::Foreground));
+                }
+                Gc::DeleteDependents(owner_uid) => {
+                    for (kind, key) in self.shared.dependents_of(&owner_uid) {
+                        let keep = self.held_by_another(&kind, &key, &owner_uid);
+                        let has_dependents = self
+                            .kinds
+                            .get(&kind)
+                            .and_then(|s| s.uid(&key))
+                            .is_some_and(|uid| !self.shared.dependents_of(&uid).is_empty());
+                        let propagation = if has_dependents {
+                            Propagation::Foreground
+                        } else {
+                            Propagation::Background
+                        };
+                        if let Some(store) = self.kinds.get_mut(&kind) {
+                            queue.extend(store.collect(
+                                &key,
+                                &owner_uid,
+                                keep,
+                                propagation,
+                                now,
+                                &mut self.shared,
+                            ));
+                        }
+                    }
+                    queue.push_back(Gc::Foreground(owner_uid));
+                }
+                Gc::Orphan(owner_uid) => {
+                    for (kind, key) in self.shared.dependents_of(&owner_uid) {
+                        if let Some(store) = self.kinds.get_mut(&kind) {
+                            store.drop_owner(&key, &owner_uid, &mut self.shared);
+                        }
+                    }
+                }
+                Gc::Foreground(owner_uid) => {
+                    let Some((kind, key)) = self.shared.uids.get(&owner_uid).cloned() else {
+                        continue;
+                    };
+                    if let Some(store) = self.kinds.get_mut(&kind)
+                        && let Some(removed) = store.finish_foreground(&key, &mut self.shared)
+                    {
+                        queue.push_back(Gc::Removed(removed));
+                    }
                 }
             }
         }

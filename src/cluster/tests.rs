@@ -442,6 +442,13 @@ fn finalizers_hold_a_deleted_object_until_the_last_is_removed() {
     );
 }
 
+fn with(preconditions: Preconditions) -> DeleteParams {
+    DeleteParams {
+        preconditions,
+        ..DeleteParams::default()
+    }
+}
+
 #[test]
 fn delete_preconditions_must_match() {
     let (c, _) = cluster();
@@ -451,7 +458,7 @@ fn delete_preconditions_must_match() {
         resource_version: None,
     };
     assert!(
-        c.delete_with::<Pod>(&key("ns", "a"), &wrong_uid)
+        c.delete_with::<Pod>(&key("ns", "a"), &with(wrong_uid))
             .unwrap_err()
             .is_conflict()
     );
@@ -460,7 +467,7 @@ fn delete_preconditions_must_match() {
         resource_version: Some("0".into()),
     };
     assert!(
-        c.delete_with::<Pod>(&key("ns", "a"), &stale)
+        c.delete_with::<Pod>(&key("ns", "a"), &with(stale))
             .unwrap_err()
             .is_conflict()
     );
@@ -469,7 +476,7 @@ fn delete_preconditions_must_match() {
         resource_version: p.metadata.resource_version.clone(),
     };
     assert!(
-        c.delete_with::<Pod>(&key("ns", "a"), &exact)
+        c.delete_with::<Pod>(&key("ns", "a"), &with(exact))
             .expect("deleted")
             .is_deleted()
     );
@@ -1258,4 +1265,540 @@ fn pods_read_through_the_slim_view_follow_their_changes() {
         "{refused:?}"
     );
     assert!(c.get_opt::<Pod>(&key("web", "b")).is_some());
+}
+
+// --- graceful deletion, propagation, dry runs ------------------------------
+
+/// A running, ready pod bound to `node`, with its own grace period if
+/// given.
+fn bound_pod(name: &str, app: &str, node: &str, grace: Option<i64>) -> Pod {
+    let mut p = pod_in("ns", name, app, "Running", true);
+    let spec = p.spec.get_or_insert_default();
+    spec.node_name = Some(node.into());
+    spec.termination_grace_period_seconds = grace;
+    p
+}
+
+fn at(seconds: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        start()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+            .expect("in range"),
+    ))
+}
+
+fn force() -> DeleteParams {
+    DeleteParams::with_grace_period(0)
+}
+
+#[test]
+fn a_bound_pod_is_deleted_gracefully_and_removed_when_its_kubelet_deletes_it() {
+    let (c, clock) = cluster();
+    let created = c.create(bound_pod("a", "web", "n1", Some(45))).unwrap();
+    let before = c.resource_version();
+
+    let out = c.delete::<Pod>(&key("ns", "a")).unwrap();
+    let DeleteOutcome::Terminating(marked) = out else {
+        panic!("a bound pod stays while it stops: {out:?}");
+    };
+    assert_eq!(marked.metadata.deletion_timestamp, at(45));
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(45));
+    assert_eq!(
+        marked.metadata.generation,
+        created.metadata.generation.map(|g| g + 1),
+        "a graceful deletion moves the generation"
+    );
+    assert_eq!(
+        c.get::<Pod>(&key("ns", "a"))
+            .unwrap()
+            .metadata
+            .deletion_timestamp,
+        at(45)
+    );
+
+    // Deleting it again without a shorter grace period changes nothing.
+    clock.advance(Duration::from_secs(10)).unwrap();
+    let again = c.delete::<Pod>(&key("ns", "a")).unwrap();
+    assert_eq!(rv(again.object().as_ref()), rv(&*marked));
+
+    // Its kubelet deletes it with a grace period of 0 once it stopped.
+    clock.advance(Duration::from_secs(35)).unwrap();
+    let gone = c.delete_with::<Pod>(&key("ns", "a"), &force()).unwrap();
+    assert!(gone.is_deleted());
+    assert!(c.get_opt::<Pod>(&key("ns", "a")).is_none());
+    let events = c.watch_from::<Pod>(before).unwrap();
+    assert_eq!(
+        event_summary(&events)
+            .into_iter()
+            .map(|(t, k, _)| (t, k))
+            .collect::<Vec<_>>(),
+        [
+            (EventType::Modified, "ns/a".to_string()),
+            (EventType::Deleted, "ns/a".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn pods_get_thirty_seconds_or_the_cluster_default_when_they_set_no_grace_period() {
+    let (c, _) = cluster();
+    let p = c.create(bound_pod("a", "web", "n1", None)).unwrap();
+    assert_eq!(
+        p.spec.as_ref().unwrap().termination_grace_period_seconds,
+        Some(30),
+        "defaulted on create, as the API server does"
+    );
+    let out = c.delete::<Pod>(&key("ns", "a")).unwrap();
+    assert_eq!(out.object().metadata.deletion_timestamp, at(30));
+
+    let clock = ManualClock::new(start());
+    let c = MemoryCluster::new(Arc::new(clock))
+        .with_default_termination_grace_period(Duration::from_secs(120));
+    assert_eq!(c.default_termination_grace_period_seconds(), 120);
+    c.create(bound_pod("a", "web", "n1", None)).unwrap();
+    c.create(bound_pod("own", "web", "n1", Some(5))).unwrap();
+    let out = c.delete::<Pod>(&key("ns", "a")).unwrap();
+    assert_eq!(
+        out.object().metadata.deletion_grace_period_seconds,
+        Some(120)
+    );
+    let out = c.delete::<Pod>(&key("ns", "own")).unwrap();
+    assert_eq!(out.object().metadata.deletion_grace_period_seconds, Some(5));
+}
+
+#[test]
+fn unbound_finished_or_zero_grace_pods_are_removed_at_once() {
+    let (c, _) = cluster();
+    c.create(pod_in("ns", "pending", "web", "Pending", false))
+        .unwrap();
+    let mut done = bound_pod("done", "web", "n1", Some(60));
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    c.create(done).unwrap();
+    c.create(bound_pod("zero", "web", "n1", Some(0))).unwrap();
+    c.create(bound_pod("asked", "web", "n1", Some(60))).unwrap();
+    for name in ["pending", "done", "zero"] {
+        let out = c.delete::<Pod>(&key("ns", name)).unwrap();
+        assert!(out.is_deleted(), "{name}: {out:?}");
+        // The last state says when and how it was deleted.
+        assert_eq!(out.object().metadata.deletion_grace_period_seconds, Some(0));
+        assert!(c.get_opt::<Pod>(&key("ns", name)).is_none());
+    }
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "asked"), &force())
+            .unwrap()
+            .is_deleted()
+    );
+}
+
+#[test]
+fn a_second_delete_only_shortens_the_grace_period() {
+    let (c, clock) = cluster();
+    c.create(bound_pod("a", "web", "n1", Some(60))).unwrap();
+    c.delete::<Pod>(&key("ns", "a")).unwrap();
+    clock.advance(Duration::from_secs(5)).unwrap();
+
+    // Longer: nothing changes.
+    let longer = c
+        .delete_with::<Pod>(&key("ns", "a"), &DeleteParams::with_grace_period(600))
+        .unwrap();
+    assert_eq!(longer.object().metadata.deletion_timestamp, at(60));
+    // Shorter: the deletion moves earlier, counted from the first delete.
+    let shorter = c
+        .delete_with::<Pod>(&key("ns", "a"), &DeleteParams::with_grace_period(20))
+        .unwrap();
+    assert!(matches!(shorter, DeleteOutcome::Terminating(_)));
+    assert_eq!(shorter.object().metadata.deletion_timestamp, at(20));
+    assert_eq!(
+        shorter.object().metadata.deletion_grace_period_seconds,
+        Some(20)
+    );
+    // A grace period that would have ended already ends now, as 1 s.
+    clock.advance(Duration::from_secs(10)).unwrap();
+    let past = c
+        .delete_with::<Pod>(&key("ns", "a"), &DeleteParams::with_grace_period(3))
+        .unwrap();
+    assert_eq!(past.object().metadata.deletion_timestamp, at(15));
+    assert_eq!(
+        past.object().metadata.deletion_grace_period_seconds,
+        Some(1)
+    );
+}
+
+#[test]
+fn a_negative_grace_period_counts_as_one_second() {
+    let (c, _) = cluster();
+    c.create(bound_pod("a", "web", "n1", Some(60))).unwrap();
+    let out = c
+        .delete_with::<Pod>(&key("ns", "a"), &DeleteParams::with_grace_period(-5))
+        .unwrap();
+    assert_eq!(out.object().metadata.deletion_grace_period_seconds, Some(1));
+    assert_eq!(out.object().metadata.deletion_timestamp, at(1));
+}
+
+#[test]
+fn a_force_delete_removes_a_terminating_pod_unless_finalizers_hold_it() {
+    let (c, _) = cluster();
+    c.create(bound_pod("a", "web", "n1", Some(60))).unwrap();
+    let mut held = bound_pod("held", "web", "n1", Some(60));
+    held.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(held).unwrap();
+    c.delete::<Pod>(&key("ns", "a")).unwrap();
+    c.delete::<Pod>(&key("ns", "held")).unwrap();
+
+    // kubectl delete --force --grace-period=0
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "a"), &force())
+            .unwrap()
+            .is_deleted()
+    );
+    let out = c.delete_with::<Pod>(&key("ns", "held"), &force()).unwrap();
+    let DeleteOutcome::Terminating(p) = out else {
+        panic!("the finalizer holds it: {out:?}");
+    };
+    assert_eq!(p.metadata.deletion_timestamp, at(0));
+    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(0));
+    c.update_with::<Pod>(&key("ns", "held"), |p| p.metadata.finalizers = None)
+        .unwrap();
+    assert!(c.get_opt::<Pod>(&key("ns", "held")).is_none());
+}
+
+#[test]
+fn removing_the_last_finalizer_of_a_pod_still_stopping_keeps_it_until_its_kubelet_deletes_it() {
+    let (c, _) = cluster();
+    let mut p = bound_pod("a", "web", "n1", Some(60));
+    p.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(p).unwrap();
+    c.delete::<Pod>(&key("ns", "a")).unwrap();
+    c.update_with::<Pod>(&key("ns", "a"), |p| p.metadata.finalizers = None)
+        .unwrap();
+    let p = c.get::<Pod>(&key("ns", "a")).expect("still stopping");
+    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(60));
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "a"), &force())
+            .unwrap()
+            .is_deleted()
+    );
+}
+
+#[test]
+fn preconditions_are_checked_before_a_graceful_delete() {
+    let (c, _) = cluster();
+    let p = c.create(bound_pod("a", "web", "n1", Some(60))).unwrap();
+    let stale = DeleteParams {
+        preconditions: Preconditions {
+            uid: p.metadata.uid.clone(),
+            resource_version: Some("0".into()),
+        },
+        ..DeleteParams::default()
+    };
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "a"), &stale)
+            .unwrap_err()
+            .is_conflict()
+    );
+    assert_eq!(
+        c.get::<Pod>(&key("ns", "a"))
+            .unwrap()
+            .metadata
+            .deletion_timestamp,
+        None
+    );
+}
+
+#[test]
+fn a_dry_run_checks_and_answers_but_stores_nothing() {
+    let (c, _) = cluster();
+    let rs: ReplicaSet = from_json(json!({
+        "metadata": {"namespace": "ns", "name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}},
+    }));
+    let rs = c.create(rs).unwrap();
+    let mut owned = bound_pod("a", "web", "n1", Some(60));
+    owned.metadata.owner_references = Some(vec![from_json(owner_ref(&*rs))]);
+    c.create(owned).unwrap();
+    c.create(bound_pod("b", "web", "n1", Some(60))).unwrap();
+    c.create(pdb("ns", "web-pdb", "web", json!({"minAvailable": 2})))
+        .unwrap();
+    let before = c.resource_version();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+
+    let out = c.delete_with::<Pod>(&key("ns", "a"), &dry).unwrap();
+    assert_eq!(out.object().metadata.deletion_timestamp, at(60));
+    let out = c
+        .delete_with::<Pod>(
+            &key("ns", "a"),
+            &DeleteParams {
+                dry_run: true,
+                ..force()
+            },
+        )
+        .unwrap();
+    assert!(out.is_deleted());
+    for propagation in [Propagation::Foreground, Propagation::Orphan] {
+        let params = DeleteParams {
+            propagation,
+            dry_run: true,
+            ..DeleteParams::default()
+        };
+        assert!(
+            c.delete_with::<ReplicaSet>(&key("ns", "web"), &params)
+                .unwrap()
+                .is_deleted()
+                != (params.propagation == Propagation::Foreground)
+        );
+    }
+    // A dry run still checks preconditions and budgets.
+    let stale = DeleteParams {
+        preconditions: Preconditions {
+            uid: Some("nope".into()),
+            resource_version: None,
+        },
+        ..dry.clone()
+    };
+    assert!(
+        c.delete_with::<Pod>(&key("ns", "a"), &stale)
+            .unwrap_err()
+            .is_conflict()
+    );
+    assert_refused(c.evict_with("ns", "a", &dry).unwrap_err(), "web-pdb");
+    c.delete::<PodDisruptionBudget>(&key("ns", "web-pdb"))
+        .unwrap();
+    let before_evict = c.resource_version();
+    let evicted = c.evict_with("ns", "a", &dry).unwrap();
+    assert_eq!(evicted.object().metadata.deletion_timestamp, at(60));
+
+    assert_eq!(c.resource_version(), before_evict, "nothing stored");
+    let changes = c.watch_from::<Pod>(before).unwrap();
+    assert!(changes.is_empty(), "no pod event: {changes:?}");
+    let a = c.get::<Pod>(&key("ns", "a")).unwrap();
+    assert_eq!(a.metadata.deletion_timestamp, None);
+    assert!(a.metadata.owner_references.is_some());
+    assert!(c.get_opt::<ReplicaSet>(&key("ns", "web")).is_some());
+}
+
+/// A ReplicaSet `web` and bound pods it controls, whose references block
+/// its foreground deletion as `blocking` says.
+fn owned_bound_pods(c: &MemoryCluster, blocking: &[bool]) -> Arc<ReplicaSet> {
+    let rs: ReplicaSet = from_json(json!({
+        "metadata": {"namespace": "ns", "name": "web"},
+        "spec": {"replicas": blocking.len(), "selector": {"matchLabels": {"app": "web"}}},
+    }));
+    let rs = c.create(rs).unwrap();
+    for (i, blocks) in blocking.iter().enumerate() {
+        let mut reference = owner_ref(&*rs);
+        reference["controller"] = json!(true);
+        reference["blockOwnerDeletion"] = json!(blocks);
+        let mut p = bound_pod(&format!("web-{i}"), "web", "n1", Some(30));
+        p.metadata.owner_references = Some(vec![from_json(reference)]);
+        c.create(p).unwrap();
+    }
+    rs
+}
+
+#[test]
+fn an_orphaning_delete_keeps_the_dependents_without_their_owner() {
+    let (c, _) = cluster();
+    owned_bound_pods(&c, &[true, false]);
+    let params = DeleteParams {
+        propagation: Propagation::Orphan,
+        ..DeleteParams::default()
+    };
+    let out = c
+        .delete_with::<ReplicaSet>(&key("ns", "web"), &params)
+        .unwrap();
+    assert!(out.is_deleted());
+    for name in ["web-0", "web-1"] {
+        let p = c
+            .get::<Pod>(&key("ns", name))
+            .expect("orphaned, not deleted");
+        assert_eq!(p.metadata.owner_references, None, "{name}");
+        assert_eq!(p.metadata.deletion_timestamp, None, "{name}");
+    }
+}
+
+#[test]
+fn a_background_delete_deletes_the_dependents_gracefully_once_the_owner_is_gone() {
+    let (c, _) = cluster();
+    owned_bound_pods(&c, &[true]);
+    assert!(
+        c.delete::<ReplicaSet>(&key("ns", "web"))
+            .unwrap()
+            .is_deleted()
+    );
+    let p = c.get::<Pod>(&key("ns", "web-0")).expect("stopping");
+    assert_eq!(p.metadata.deletion_timestamp, at(30));
+}
+
+#[test]
+fn a_foreground_delete_holds_the_owner_until_its_blocking_dependents_are_gone() {
+    let (c, _) = cluster();
+    owned_bound_pods(&c, &[true, true, false]);
+    let params = DeleteParams {
+        propagation: Propagation::Foreground,
+        ..DeleteParams::default()
+    };
+    let out = c
+        .delete_with::<ReplicaSet>(&key("ns", "web"), &params)
+        .unwrap();
+    let DeleteOutcome::Terminating(rs) = out else {
+        panic!("the owner waits for its dependents: {out:?}");
+    };
+    assert_eq!(rs.metadata.deletion_timestamp, at(0));
+    assert_eq!(
+        rs.metadata.finalizers.as_deref(),
+        Some(&["foregroundDeletion".to_string()][..])
+    );
+    for i in 0..3 {
+        let p = c.get::<Pod>(&key("ns", &format!("web-{i}"))).unwrap();
+        assert_eq!(p.metadata.deletion_timestamp, at(30), "web-{i} is deleted");
+    }
+    // The dependent that does not block goes first: the owner stays.
+    c.delete_with::<Pod>(&key("ns", "web-2"), &force()).unwrap();
+    c.delete_with::<Pod>(&key("ns", "web-0"), &force()).unwrap();
+    assert!(c.get_opt::<ReplicaSet>(&key("ns", "web")).is_some());
+    // The last blocking dependent goes: so does the owner.
+    c.delete_with::<Pod>(&key("ns", "web-1"), &force()).unwrap();
+    assert!(c.get_opt::<ReplicaSet>(&key("ns", "web")).is_none());
+
+    // Without dependents, the owner goes at once (the answer still shows
+    // it marked, as the API server's does).
+    owned_bound_pods(&c, &[]);
+    let out = c
+        .delete_with::<ReplicaSet>(&key("ns", "web"), &params)
+        .unwrap();
+    assert!(matches!(out, DeleteOutcome::Terminating(_)));
+    assert!(c.get_opt::<ReplicaSet>(&key("ns", "web")).is_none());
+}
+
+#[test]
+fn a_dependent_held_by_its_finalizer_holds_its_foreground_owner() {
+    let (c, _) = cluster();
+    let ds = c.create(daemonset("ds")).unwrap();
+    let mut reference = owner_ref(&*ds);
+    reference["blockOwnerDeletion"] = json!(true);
+    let mut held = owned_pod("held", &[reference]);
+    held.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(held).unwrap();
+    let params = DeleteParams {
+        propagation: Propagation::Foreground,
+        ..DeleteParams::default()
+    };
+    c.delete_with::<DaemonSet>(&key("ns", "ds"), &params)
+        .unwrap();
+    let p = c.get::<Pod>(&key("ns", "held")).unwrap();
+    assert!(p.metadata.deletion_timestamp.is_some());
+    assert!(c.get_opt::<DaemonSet>(&key("ns", "ds")).is_some());
+    c.update_with::<Pod>(&key("ns", "held"), |p| p.metadata.finalizers = None)
+        .unwrap();
+    assert!(c.get_opt::<Pod>(&key("ns", "held")).is_none());
+    assert!(c.get_opt::<DaemonSet>(&key("ns", "ds")).is_none());
+}
+
+#[test]
+fn an_evicted_pod_under_a_budget_stays_terminating_and_no_longer_counts_healthy() {
+    let (c, clock) = cluster();
+    let rs: ReplicaSet = from_json(json!({
+        "metadata": {"namespace": "ns", "name": "web"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}},
+    }));
+    let rs = c.create(rs).unwrap();
+    let mut controller = owner_ref(&*rs);
+    controller["controller"] = json!(true);
+    for i in 0..3 {
+        let mut p = bound_pod(&format!("web-{i}"), "web", "n1", Some(60));
+        p.metadata.owner_references = Some(vec![from_json(controller.clone())]);
+        c.create(p).unwrap();
+    }
+    let budget = c
+        .create(pdb("ns", "web-pdb", "web", json!({"minAvailable": 2})))
+        .unwrap();
+
+    let out = c.evict("ns", "web-0").unwrap();
+    let DeleteOutcome::Terminating(p) = out else {
+        panic!("an evicted pod stops gracefully: {out:?}");
+    };
+    assert_eq!(p.metadata.deletion_timestamp, at(60));
+    let status = c.disruption_budget_status(&budget).unwrap();
+    assert_eq!((status.current_healthy, status.disruptions_allowed), (2, 0));
+    assert!(!is_pod_healthy(&p));
+    // The budget now refuses the next eviction, while web-0 still stops.
+    assert_refused(c.evict("ns", "web-1").unwrap_err(), "web-pdb");
+    // Evicting the terminating pod again is allowed and changes nothing.
+    let again = c.evict("ns", "web-0").unwrap();
+    assert_eq!(again.object().metadata.deletion_timestamp, at(60));
+    // An eviction may ask for a shorter grace period.
+    let shorter = c
+        .evict_with("ns", "web-0", &DeleteParams::with_grace_period(10))
+        .unwrap();
+    assert_eq!(shorter.object().metadata.deletion_timestamp, at(10));
+    // Once it is gone and its replacement is ready, the next may go.
+    clock.advance(Duration::from_secs(10)).unwrap();
+    c.delete_with::<Pod>(&key("ns", "web-0"), &force()).unwrap();
+    let mut replacement = bound_pod("web-3", "web", "n2", Some(60));
+    replacement.metadata.owner_references = Some(vec![from_json(controller)]);
+    c.create(replacement).unwrap();
+    c.evict("ns", "web-1").expect("3 healthy, 2 needed");
+}
+
+#[test]
+fn eviction_preconditions_must_match() {
+    let (c, _) = cluster();
+    let p = c.create(bound_pod("a", "web", "n1", Some(60))).unwrap();
+    let wrong = DeleteParams {
+        preconditions: Preconditions {
+            uid: Some("nope".into()),
+            resource_version: None,
+        },
+        ..DeleteParams::default()
+    };
+    assert!(c.evict_with("ns", "a", &wrong).unwrap_err().is_conflict());
+    let right = DeleteParams {
+        preconditions: Preconditions {
+            uid: p.metadata.uid.clone(),
+            resource_version: None,
+        },
+        ..DeleteParams::default()
+    };
+    assert!(matches!(
+        c.evict_with("ns", "a", &right).unwrap(),
+        DeleteOutcome::Terminating(_)
+    ));
+}
+
+#[test]
+fn a_terminating_pod_cannot_be_bound() {
+    let (c, _) = cluster();
+    let mut p = pod("ns", "a", "web");
+    p.metadata.finalizers = Some(vec!["x/hold".into()]);
+    c.create(p).unwrap();
+    c.delete::<Pod>(&key("ns", "a")).unwrap();
+    assert!(c.bind("ns", "a", "n1").unwrap_err().is_conflict());
+}
+
+#[test]
+fn the_cluster_interface_deletes_with_a_grace_period_through_the_pod_view() {
+    use crate::api::SlimPod;
+    use futures::FutureExt;
+    let (c, _) = cluster();
+    c.create(bound_pod("a", "web", "n1", Some(60))).unwrap();
+    let out =
+        Cluster::delete_with::<SlimPod>(&c, &key("ns", "a"), &DeleteParams::with_grace_period(7))
+            .now_or_never()
+            .expect("ready")
+            .unwrap();
+    let DeleteOutcome::Terminating(view) = out else {
+        panic!("{out:?}");
+    };
+    assert_eq!(view.metadata.deletion_timestamp, at(7));
+    let out = Cluster::delete::<SlimPod>(&c, &key("ns", "a"))
+        .now_or_never()
+        .expect("ready")
+        .unwrap();
+    assert!(
+        !out.is_deleted(),
+        "a plain delete leaves the shorter period"
+    );
 }

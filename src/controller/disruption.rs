@@ -245,15 +245,26 @@ pub(super) fn is_finished(pod: &SlimPod) -> bool {
     )
 }
 
-/// Pods that would have to move if their node went away: not finished or
-/// going, not DaemonSet or mirror pods, not pods that tolerate the
-/// disrupted taint.
+/// Pods that would have to move if their node went away, as the
+/// reference's `IsReschedulable` has it: not finished, not going (but a
+/// StatefulSet's terminating pod, which its controller recreates under the
+/// same name once it is gone, so it needs room elsewhere), not DaemonSet
+/// or mirror pods, not pods that tolerate the disrupted taint.
 pub(super) fn is_movable(pod: &SlimPod) -> bool {
     !is_finished(pod)
-        && pod.metadata.deletion_timestamp.is_none()
+        && (pod.metadata.deletion_timestamp.is_none() || is_stateful(pod))
         && !is_mirror(pod)
         && !is_daemon(pod)
         && !tolerates_disrupted(pod)
+}
+
+/// Whether a StatefulSet (`apps/v1`) owns the pod.
+fn is_stateful(pod: &SlimPod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "StatefulSet" && o.api_version == "apps/v1")
 }
 
 /// The cost of evicting one pod, as the reference weighs it: 1, plus its
@@ -1648,6 +1659,30 @@ mod tests {
             namespace: namespace.map(str::to_string),
             ..ObjectMeta::default()
         }
+    }
+
+    /// pkg/utils/pod IsReschedulable: a terminating pod has left, but a
+    /// StatefulSet's, which comes back under its name once it is gone,
+    /// still needs room; DaemonSet pods never move.
+    #[test]
+    fn terminating_pods_do_not_move_but_a_stateful_set_s_do() {
+        let pod = |owner: &str, terminating: bool| -> SlimPod {
+            let mut v = serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default", "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": "u", "controller": true}
+                ]},
+                "spec": {"nodeName": "n", "containers": []},
+                "status": {"phase": "Running"},
+            });
+            if terminating {
+                v["metadata"]["deletionTimestamp"] = "2026-01-05T00:00:30Z".into();
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        assert!(is_movable(&pod("ReplicaSet", false)));
+        assert!(!is_movable(&pod("ReplicaSet", true)));
+        assert!(is_movable(&pod("StatefulSet", true)));
+        assert!(!is_movable(&pod("DaemonSet", false)));
     }
 
     /// The scheduling input a pass keeps is rebuilt when any kind it was

@@ -699,6 +699,28 @@ mod tests {
         for _ in 0..n {
             rt.pass(controller).await;
             clock.advance(step).unwrap();
+            stop_terminated_pods(&rt.cluster, clock.now());
+        }
+    }
+
+    /// The kubelets' part of a pod's deletion: a pod whose grace period is
+    /// over has stopped, and its kubelet deletes it for good.
+    fn stop_terminated_pods(cluster: &MemoryCluster, now: crate::clock::Timestamp) {
+        for pod in cluster
+            .list::<Pod>(None, &crate::cluster::Selector::everything())
+            .items
+        {
+            if pod
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .is_some_and(|t| t.0 <= now)
+            {
+                let _ = cluster.delete_with::<Pod>(
+                    &ObjectKey::of(pod.as_ref()),
+                    &crate::cluster::DeleteParams::with_grace_period(0),
+                );
+            }
         }
     }
 

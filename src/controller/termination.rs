@@ -2,32 +2,44 @@
 //! until its node is drained, its instance is terminated and its node is
 //! gone. A node deleted directly takes its NodeClaim with it.
 //!
-//! The drain taints the node `karpenter.sh/disrupted:NoSchedule` and evicts
-//! its pods through the eviction API, so PodDisruptionBudgets hold (a 429
-//! is retried with a backoff that doubles up to [`DRAIN_BACKOFF_MAX`]), in
+//! The drain follows Karpenter v1.14.1's terminator
+//! (`pkg/controllers/node/termination/terminator/terminator.go`, `Drain`,
+//! with the pod predicates of `pkg/utils/pod/scheduling.go`). It taints the
+//! node `karpenter.sh/disrupted:NoSchedule` and evicts its pods through
+//! the eviction API, so PodDisruptionBudgets hold (a 429 is retried with a
+//! backoff that doubles up to [`DRAIN_BACKOFF_MAX`]; the reference's
+//! eviction queue, `eviction.go`, retries with its own rate limiter), in
 //! the reference's order: non-critical pods, then non-critical DaemonSet
-//! pods, then critical pods, then critical DaemonSet pods, each group only
-//! once the one before is gone: an evicted pod still terminating holds its
-//! group until it is gone, or until a minute past its deletionTimestamp
-//! (the reference's "stuck terminating"). Critical means the
-//! `system-cluster-critical` or `system-node-critical` priority class.
+//! pods, then critical pods, then critical DaemonSet pods
+//! (`groupPodsByPriority`). Critical means the `system-cluster-critical` or
+//! `system-node-critical` priority class. A group is evicted only once
+//! every pod of the groups before it is gone: an evicted pod is deleted
+//! gracefully and stays, terminating, until its kubelet has stopped it, and
+//! it holds its group (and the node) until then, or until a minute past
+//! its `deletionTimestamp` (`IsStuckTerminating`: the timestamp is the end
+//! of its grace period, the minute is for a kubelet that never confirms).
 //! Mirror pods, finished pods and pods that tolerate the disrupted taint
-//! (they would be scheduled straight back) are not evicted, and pods whose
-//! `karpenter.sh/do-not-disrupt` is active (see
-//! [`crate::disruption::pods`]) are left to the NodeClaim's
+//! (they would be scheduled straight back) are not waited for
+//! (`IsWaitingEviction`), and pods whose `karpenter.sh/do-not-disrupt` is
+//! active (see [`crate::disruption::pods`]) are waited for but not evicted
+//! (`IsEvictable`): they are left to the NodeClaim's
 //! `terminationGracePeriod`.
 //!
 //! With a `terminationGracePeriod`, the node is gone by the NodeClaim's
-//! deletion plus that period, whatever its pods ask: each pod still there
-//! is deleted (not evicted: budgets no longer count) when what is left of
-//! the period equals its own `terminationGracePeriodSeconds` (default
-//! 30s), so it gets its full grace period before the deadline (the
-//! reference's `DeleteExpiringPods`). Node repair brings the deadline
-//! forward to the repair (`karpenter.sh/nodeclaim-termination-timestamp`):
-//! every pod is deleted at once. Past the deadline, pods still
-//! terminating no longer hold the node. A drain stops when the instance is
-//! already gone (EC2 reclaimed or stopped it): the pods left are lost with
-//! it, and the node is released.
+//! deletion plus that period, whatever its pods ask (`DeleteExpiringPods`):
+//! each pod still there is deleted (not evicted: budgets no longer count)
+//! once what is left of the period is at most its own
+//! `terminationGracePeriodSeconds` (default 30s), with the time left as the
+//! delete's grace period (at least 1 s), so it gets its full grace period
+//! before the deadline; a pod already terminating whose grace period ends
+//! after the deadline (`IsPodEligibleForForcedEviction`) is deleted again
+//! with the time left. Node repair brings the deadline forward to the
+//! repair (`karpenter.sh/nodeclaim-termination-timestamp`): every pod is
+//! deleted at once with a grace period of 1 s. The instance is terminated,
+//! and the Node deleted, only once no pod is waited for any more
+//! (`controller.go`: `awaitDrain` before `awaitInstanceTermination`). A
+//! drain stops when the instance is already gone (EC2 reclaimed or stopped
+//! it): the pods left are lost with it, and the node is released.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,7 +54,7 @@ use crate::api::{
 };
 use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider};
-use crate::cluster::{Cluster, ObjectKey};
+use crate::cluster::{Cluster, DeleteOutcome, DeleteParams, ObjectKey};
 
 /// How soon to look again while pods are still draining.
 const DRAIN_POLL: Duration = Duration::from_secs(5);
@@ -128,21 +140,24 @@ fn has_finalizer(meta: &kube::api::ObjectMeta) -> bool {
 /// drain (the reference's `IsStuckTerminating`).
 const STUCK_TERMINATING: Duration = Duration::from_secs(60);
 
+/// When a terminating pod stops holding a drain: a minute past its
+/// deletionTimestamp.
+fn stuck_at(pod: &SlimPod) -> Option<Timestamp> {
+    let deleted = pod.metadata.deletion_timestamp.as_ref()?;
+    deleted.0.checked_add(STUCK_TERMINATING).ok()
+}
+
 /// Pods a drain must see gone (the reference's `IsWaitingEviction`): not
 /// finished, not mirror pods, not pods that tolerate the disrupted taint,
-/// and not terminating for more than a minute past their deletionTimestamp.
-/// Past the NodeClaim's deadline (`grace_over`), terminating pods no longer
-/// count.
-fn waiting(pod: &SlimPod, now: Timestamp, grace_over: bool) -> bool {
+/// and not terminating for more than a minute past their deletionTimestamp
+/// (the end of their grace period).
+fn waiting(pod: &SlimPod, now: Timestamp) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return false;
     }
-    if let Some(deleted) = &pod.metadata.deletion_timestamp {
-        let terminating_for = Duration::try_from(now.duration_since(deleted.0)).unwrap_or_default();
-        if terminating_for > STUCK_TERMINATING || grace_over {
-            return false;
-        }
+    if stuck_at(pod).is_some_and(|stuck| now > stuck) {
+        return false;
     }
     let mirror = pod
         .metadata
@@ -150,6 +165,17 @@ fn waiting(pod: &SlimPod, now: Timestamp, grace_over: bool) -> bool {
         .as_ref()
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
     !mirror && !super::disruption::tolerates_disrupted(pod)
+}
+
+/// Whether a pod the drain waits for is to be deleted before the
+/// NodeClaim's deadline (the reference's `Drain` picks them for
+/// `DeleteExpiringPods`): not terminating yet, or terminating with a grace
+/// period that ends after the deadline (`IsPodEligibleForForcedEviction`).
+fn expiring(pod: &SlimPod, deadline: Timestamp) -> bool {
+    pod.metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_none_or(|t| t.0 > deadline)
 }
 
 /// Among pods a drain waits for, those to evict now: not already
@@ -235,7 +261,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let now = self.clock.now();
         for claim in terminating {
-            let grace_over = termination_deadline(claim).is_some_and(|t| t <= now);
             let node = claim
                 .status
                 .as_ref()
@@ -248,7 +273,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .into_iter()
                     .flatten()
                     .copied()
-                    .filter(|p| waiting(p, now, grace_over))
+                    .filter(|p| waiting(p, now))
                     .collect();
                 if !draining.is_empty() && !self.instance_gone(claim).await {
                     super::disruption::taint_disrupted(&*self.cluster, node).await;
@@ -287,8 +312,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// One step of a drain: deletes the pods whose time has come under the
     /// NodeClaim's `terminationGracePeriod`, and evicts the evictable pods
-    /// of the first group still there. `pods` are those the drain waits
-    /// for. Returns when to look again.
+    /// of the first group that still has a pod it waits for. `pods` are
+    /// those the drain waits for. Returns when to look again.
     async fn drain(&mut self, claim: &NodeClaim, pods: &[&Arc<SlimPod>]) -> Duration {
         let now = self.clock.now();
         let name = claim_name(claim);
@@ -300,10 +325,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut next_delete: Option<Timestamp> = None;
         let mut deleted: Vec<&Arc<SlimPod>> = Vec::new();
         if let Some(deadline) = termination_deadline(claim) {
-            for pod in pods
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-            {
+            for pod in pods.iter().filter(|p| expiring(p, deadline)) {
+                // terminator.go, podDeleteTimeWithGracePeriod: the pod's
+                // own grace period before the deadline.
                 let at = deadline
                     .checked_sub(pod_grace(pod))
                     .unwrap_or(Timestamp::UNIX_EPOCH);
@@ -311,21 +335,32 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     next_delete = Some(next_delete.map_or(at, |n: Timestamp| n.min(at)));
                     continue;
                 }
+                // DeleteExpiringPods: the time left as the grace period, at
+                // least 1 s (0 would remove the pod before its containers
+                // stopped).
+                let left = deadline.duration_since(now).as_secs().max(1);
                 let key = ObjectKey::of(pod.as_ref());
-                match self.cluster.delete::<SlimPod>(&key).await {
-                    Ok(_) => {
+                let params = DeleteParams::with_grace_period(left);
+                match self.cluster.delete_with::<SlimPod>(&key, &params).await {
+                    Ok(outcome) => {
+                        deleted.push(pod);
+                        let moved = match &outcome {
+                            DeleteOutcome::Deleted(_) => true,
+                            DeleteOutcome::Terminating(p) => {
+                                p.metadata.deletion_timestamp != pod.metadata.deletion_timestamp
+                            }
+                        };
+                        if !moved {
+                            continue;
+                        }
                         drained.inc();
-                        let left = Duration::try_from(deadline.duration_since(now))
-                            .unwrap_or_default()
-                            .as_secs();
                         self.event(
                             format!("Pod/{key}"),
                             "Deleted",
                             format!(
-                                "{object} must be gone in {left}s (its terminationGracePeriod, or node repair): deleted so it gets its own grace period before then"
+                                "{object} must be gone in {left}s (its terminationGracePeriod, or node repair): deleted with a grace period of {left}s so it gets its own grace period before then"
                             ),
                         );
-                        deleted.push(pod);
                     }
                     Err(e) if e.is_not_found() => deleted.push(pod),
                     Err(e) => self.event(
@@ -336,11 +371,40 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
             }
         }
-        let until_delete = next_delete.map(|t| {
+        let until = |t: Timestamp| {
             Duration::try_from(t.duration_since(now))
                 .unwrap_or(DRAIN_POLL)
                 .max(Duration::from_secs(1))
-        });
+        };
+        let until_delete = next_delete.map(until);
+        // The first group with a pod still there holds the drain, its
+        // terminating and protected pods included (terminator.go: the
+        // groups of `IsWaitingEviction` pods; only `IsEvictable` ones are
+        // queued for eviction).
+        let group = pods.iter().map(|p| drain_group(p)).min().unwrap_or(0);
+        let to_evict: Vec<&&Arc<SlimPod>> = pods
+            .iter()
+            .filter(|p| drain_group(p) == group && evictable(p, now))
+            .filter(|p| !deleted.iter().any(|d| Arc::ptr_eq(d, p)))
+            .collect();
+        if to_evict.is_empty() {
+            self.drains.entry(name).or_insert(DrainBackoff {
+                next: now,
+                wait: DRAIN_POLL,
+            });
+            // Nothing to evict: the drain waits for its terminating pods to
+            // go (a change it is woken for) or to be stuck, for protected
+            // pods, or for the next deletion under the deadline.
+            let protected = pods.iter().any(|p| p.metadata.deletion_timestamp.is_none());
+            let stuck = pods.iter().filter_map(|p| stuck_at(p)).min();
+            let mut wait = stuck.map_or(self.settings.resync, |t| {
+                until(t.checked_add(Duration::from_secs(1)).unwrap_or(t))
+            });
+            if protected {
+                wait = wait.min(DRAIN_POLL);
+            }
+            return until_delete.map_or(wait, |d| d.min(wait));
+        }
         let backoff = self.drains.get(&name).copied();
         if let Some(b) = backoff
             && b.next > now
@@ -348,16 +412,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let wait = Duration::try_from(b.next.duration_since(now)).unwrap_or(DRAIN_POLL);
             return until_delete.map_or(wait, |d| d.min(wait));
         }
-        let left: Vec<&&Arc<SlimPod>> = pods
-            .iter()
-            .filter(|p| !deleted.iter().any(|d| Arc::ptr_eq(d, p)))
-            .collect();
-        let group = left.iter().map(|p| drain_group(p)).min().unwrap_or(0);
         let mut refused = false;
-        for pod in left
-            .iter()
-            .filter(|p| drain_group(p) == group && evictable(p, now))
-        {
+        for pod in to_evict {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
             match self.cluster.evict(ns, pod_name).await {
@@ -500,6 +556,372 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 self.event(name, "Terminated", "node and instance released".into())
             }
             Err(e) => self.event(name, "TerminationFailed", e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The drain's rules against the in-memory cluster: Karpenter v1.14.1's
+    //! node/termination suite_test.go and terminator/suite_test.go cases
+    //! about evictions, terminating pods and `terminationGracePeriod`.
+
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::cloud::{Instance, InstanceState};
+    use crate::cluster::{MemoryCluster, Selector};
+    use crate::controller::Settings;
+
+    const PROVIDER_ID: &str = "aws:///us-east-1a/i-0123";
+
+    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
+        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    struct Env {
+        clock: Arc<ManualClock>,
+        cluster: Arc<MemoryCluster>,
+        cloud: Arc<SimEc2>,
+        controller: Controller<MemoryCluster, SimEc2>,
+        rt: tokio::runtime::Runtime,
+        /// Whether the node's kubelet deletes pods whose grace period
+        /// ended.
+        kubelet: bool,
+    }
+
+    /// A node `n1` of NodeClaim `c1` on a running instance; the claim's
+    /// `terminationGracePeriod` if given.
+    fn env(grace: Option<&str>) -> Env {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let node: Node = from_yaml(&format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: n1, labels: {{karpenter.sh/nodepool: general}}, finalizers: [karpenter.sh/termination]}}\nspec: {{providerID: \"{PROVIDER_ID}\"}}\nstatus:\n  conditions: [{{type: Ready, status: \"True\"}}]\n"
+        ));
+        cluster.create(node).unwrap();
+        let grace = grace.map_or(String::new(), |g| {
+            format!("  terminationGracePeriod: {g}\n")
+        });
+        let claim: NodeClaim = from_yaml(&format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: c1, labels: {{karpenter.sh/nodepool: general}}, finalizers: [karpenter.sh/termination]}}\nspec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  requirements: []\n{grace}"
+        ));
+        let claim = cluster.create(claim).unwrap();
+        let mut with_status = (*claim).clone();
+        with_status.status = Some(crate::api::nodeclaim::NodeClaimStatus {
+            node_name: Some("n1".into()),
+            provider_id: Some(PROVIDER_ID.into()),
+            ..Default::default()
+        });
+        cluster.update_status(with_status).unwrap();
+        let catalog = SimEc2::builtin_catalog().unwrap();
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        cloud
+            .adopt(Instance {
+                id: String::new(),
+                provider_id: PROVIDER_ID.into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: "on-demand".into(),
+                price: 0.0,
+                launched_at: Timestamp::UNIX_EPOCH,
+                state: InstanceState::Running,
+                nodeclaim: "c1".into(),
+                nodepool: "general".into(),
+                labels: Default::default(),
+                image_id: None,
+                subnet_id: None,
+                security_group_ids: Vec::new(),
+            })
+            .unwrap();
+        let settings = Settings {
+            resync: Duration::from_secs(3600),
+            ..Settings::default()
+        };
+        let controller = Controller::new(cluster.clone(), cloud.clone(), dyn_clock, settings);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        Env {
+            clock,
+            cluster,
+            cloud,
+            controller,
+            rt,
+            kubelet: true,
+        }
+    }
+
+    /// A running pod on `n1` with a grace period, in drain group `kind`:
+    /// `""`, `"daemon"` or `"critical"`; `extra` is more metadata YAML.
+    fn pod(name: &str, grace: i64, kind: &str, extra: &str) -> Pod {
+        let owner = if kind == "daemon" {
+            ", ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: ds, uid: ds-uid, controller: true}]"
+        } else {
+            ""
+        };
+        let priority = if kind == "critical" {
+            "  priorityClassName: system-node-critical\n"
+        } else {
+            ""
+        };
+        from_yaml(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default{owner}{extra}}}\nspec:\n  nodeName: n1\n  terminationGracePeriodSeconds: {grace}\n{priority}  containers: [{{name: c, image: x}}]\nstatus:\n  phase: Running\n  conditions: [{{type: Ready, status: \"True\"}}]\n"
+        ))
+    }
+
+    impl Env {
+        fn at(&self) -> i64 {
+            self.clock.now().as_second()
+        }
+
+        /// One termination pass, then the kubelet's part; when to look
+        /// again.
+        fn pass(&mut self) -> Duration {
+            let wait = self.rt.block_on(self.controller.reconcile_termination());
+            if self.kubelet {
+                let now = self.clock.now();
+                for p in self.pods() {
+                    if p.metadata
+                        .deletion_timestamp
+                        .as_ref()
+                        .is_some_and(|t| t.0 <= now)
+                    {
+                        self.cluster
+                            .delete_with::<Pod>(
+                                &ObjectKey::of(p.as_ref()),
+                                &DeleteParams::with_grace_period(0),
+                            )
+                            .unwrap();
+                    }
+                }
+            }
+            wait
+        }
+
+        /// Passes every second up to `until` seconds.
+        fn run_until(&mut self, until: i64) {
+            while self.at() < until {
+                self.pass();
+                self.clock.advance(Duration::from_secs(1)).unwrap();
+            }
+            self.pass();
+        }
+
+        fn pods(&self) -> Vec<Arc<Pod>> {
+            self.cluster
+                .list::<Pod>(None, &Selector::everything())
+                .items
+        }
+
+        fn pod(&self, name: &str) -> Option<Arc<Pod>> {
+            self.cluster
+                .get_opt::<Pod>(&ObjectKey::new("default", name))
+        }
+
+        /// When the pod's deletion ends (its deletionTimestamp), in seconds.
+        fn ends(&self, name: &str) -> Option<i64> {
+            Some(
+                self.pod(name)?
+                    .metadata
+                    .deletion_timestamp
+                    .as_ref()?
+                    .0
+                    .as_second(),
+            )
+        }
+
+        fn instance_runs(&self) -> bool {
+            self.cloud
+                .instances_now()
+                .iter()
+                .any(|i| i.provider_id == PROVIDER_ID && i.state == InstanceState::Running)
+        }
+
+        fn node_exists(&self) -> bool {
+            self.cluster
+                .get_opt::<Node>(&ObjectKey::cluster("n1"))
+                .is_some()
+        }
+
+        fn delete_claim(&self) {
+            self.cluster
+                .delete::<NodeClaim>(&ObjectKey::cluster("c1"))
+                .unwrap();
+        }
+    }
+
+    /// terminator/suite_test.go: "should evict pods in order and wait
+    /// until pods are fully deleted", "should evict non-critical pods
+    /// first"; node/termination: "should not delete nodes until all pods
+    /// are deleted".
+    #[test]
+    fn each_group_is_evicted_once_the_pods_of_the_one_before_are_gone() {
+        let mut e = env(None);
+        e.cluster.create(pod("app", 120, "", "")).unwrap();
+        e.cluster.create(pod("logs", 30, "daemon", "")).unwrap();
+        e.cluster.create(pod("dns", 10, "critical", "")).unwrap();
+        e.delete_claim();
+
+        e.pass();
+        assert_eq!(
+            e.ends("app"),
+            Some(120),
+            "evicted with its own grace period"
+        );
+        assert_eq!(e.ends("logs"), None, "waits for the group before");
+        // While the application pod stops, nothing else moves.
+        e.run_until(119);
+        assert_eq!(e.ends("logs"), None);
+        assert!(e.instance_runs() && e.node_exists());
+        // It is gone at 120: the DaemonSet pod is next, then the critical.
+        e.run_until(121);
+        assert!(e.pod("app").is_none());
+        assert_eq!(e.ends("logs"), Some(151));
+        assert_eq!(e.ends("dns"), None);
+        e.run_until(151);
+        assert!(e.pod("logs").is_none());
+        assert_eq!(e.ends("dns"), None);
+        e.pass();
+        let dns = e.ends("dns").expect("the critical pod is evicted last");
+        assert_eq!(
+            dns,
+            151 + 10,
+            "evicted as soon as the DaemonSet pod is gone"
+        );
+        assert!(e.instance_runs(), "not while a pod stops");
+        e.run_until(dns + 1);
+        assert!(e.pods().is_empty());
+        assert!(!e.instance_runs(), "terminated once the node is drained");
+        assert!(!e.node_exists());
+        assert!(
+            e.cluster
+                .get_opt::<NodeClaim>(&ObjectKey::cluster("c1"))
+                .is_none()
+        );
+    }
+
+    /// pkg/utils/pod IsStuckTerminating; node/termination: "should not
+    /// wait for pods that are stuck terminating" (a kubelet that never
+    /// confirms).
+    #[test]
+    fn a_pod_nobody_confirms_holds_the_node_until_a_minute_past_its_grace_period() {
+        let mut e = env(None);
+        e.kubelet = false;
+        e.cluster.create(pod("app", 30, "", "")).unwrap();
+        e.delete_claim();
+        let wait = e.pass();
+        assert_eq!(e.ends("app"), Some(30));
+        assert!(wait <= DRAIN_POLL);
+        e.clock.advance(Duration::from_secs(1)).unwrap();
+        // Nothing left to evict: the next look is when it is stuck.
+        assert_eq!(e.pass(), Duration::from_secs(90));
+        e.run_until(90);
+        assert!(e.instance_runs(), "held until 30 s + 1 min");
+        e.run_until(91);
+        assert!(!e.instance_runs());
+        assert!(e.pod("app").is_some(), "lost with its node");
+    }
+
+    /// terminator/suite_test.go: "should preemptively delete pods to
+    /// satisfy their terminationGracePeriodSeconds"; node/termination:
+    /// "should only delete pods when their terminationGracePeriodSeconds
+    /// is less than the the node's remaining terminationGracePeriod".
+    #[test]
+    fn under_a_grace_period_pods_are_deleted_in_time_for_their_own_grace_period() {
+        let mut e = env(Some("300s"));
+        let protected = ", annotations: {karpenter.sh/do-not-disrupt: \"true\"}";
+        e.cluster.create(pod("keeper", 120, "", protected)).unwrap();
+        e.cluster.create(pod("quick", 10, "", protected)).unwrap();
+        e.delete_claim();
+        e.pass();
+        assert_eq!(e.ends("keeper"), None, "do-not-disrupt: not evicted");
+        e.run_until(179);
+        assert_eq!(e.ends("keeper"), None);
+        e.run_until(180);
+        // Deleted with the 120 s left: gone by the deadline.
+        assert_eq!(e.ends("keeper"), Some(300));
+        assert_eq!(
+            e.pod("keeper")
+                .unwrap()
+                .metadata
+                .deletion_grace_period_seconds,
+            Some(120)
+        );
+        assert_eq!(e.ends("quick"), None);
+        e.run_until(290);
+        assert_eq!(e.ends("quick"), Some(300));
+        assert!(e.instance_runs());
+        e.run_until(301);
+        assert!(e.pods().is_empty());
+        assert!(!e.instance_runs());
+    }
+
+    /// terminator/suite_test.go: "should delete pods with a
+    /// terminationGracePeriodSeconds longer than the node's remaining
+    /// grace period" (IsPodEligibleForForcedEviction): an evicted pod whose
+    /// own grace period outlasts the deadline is deleted again with the
+    /// time left.
+    #[test]
+    fn a_terminating_pod_that_would_outlast_the_deadline_is_deleted_again_with_the_time_left() {
+        let mut e = env(Some("100s"));
+        e.cluster.create(pod("slow", 600, "", "")).unwrap();
+        e.delete_claim();
+        e.pass();
+        // Evicted at 0 with its 600 s; its delete time (100 - 600) has
+        // passed, so it is shortened to the 100 s left.
+        assert_eq!(e.ends("slow"), Some(100));
+        assert_eq!(
+            e.pod("slow")
+                .unwrap()
+                .metadata
+                .deletion_grace_period_seconds,
+            Some(100)
+        );
+        e.run_until(99);
+        assert!(e.instance_runs());
+        e.run_until(101);
+        assert!(e.pod("slow").is_none());
+        assert!(!e.instance_runs());
+    }
+
+    /// node/health (node repair) sets the termination timestamp to now:
+    /// every pod is deleted at once with a grace period of 1 s.
+    #[test]
+    fn a_deadline_now_deletes_every_pod_with_one_second() {
+        let mut e = env(None);
+        e.cluster.create(pod("app", 300, "", "")).unwrap();
+        e.cluster.create(pod("logs", 300, "daemon", "")).unwrap();
+        e.cluster
+            .update_with::<NodeClaim>(&ObjectKey::cluster("c1"), |c| {
+                c.metadata.annotations.get_or_insert_default().insert(
+                    super::super::repair::ANNOTATION_TERMINATION_TIMESTAMP.into(),
+                    "1970-01-01T00:00:00Z".into(),
+                );
+            })
+            .unwrap();
+        e.delete_claim();
+        e.pass();
+        for name in ["app", "logs"] {
+            assert_eq!(e.ends(name), Some(1), "{name}");
+        }
+        assert!(e.events_named("Evicted").is_empty(), "deleted, not evicted");
+        e.run_until(2);
+        assert!(e.pods().is_empty());
+        assert!(!e.instance_runs());
+    }
+
+    impl Env {
+        fn events_named(&mut self, reason: &str) -> Vec<String> {
+            self.controller
+                .drain_events()
+                .into_iter()
+                .filter(|ev| ev.reason == reason)
+                .map(|ev| ev.object)
+                .collect()
         }
     }
 }

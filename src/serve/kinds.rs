@@ -275,12 +275,8 @@ impl<K: Object> ServedKind for Typed<K> {
         key: &ObjectKey,
         params: &DeleteParams,
     ) -> Result<(bool, Stored), ApiError> {
-        if params.dry_run {
-            let obj = c.get::<K>(key).map_err(|e| rename(e, &self.meta))?;
-            return Ok((false, erase(obj)));
-        }
         match c
-            .delete_with::<K>(key, &params.preconditions)
+            .delete_with::<K>(key, params)
             .map_err(|e| rename(e, &self.meta))?
         {
             DeleteOutcome::Deleted(o) => Ok((true, erase(o))),

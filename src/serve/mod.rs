@@ -40,11 +40,13 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Namespace;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::cluster::{ApiError, ApplyParams, MemoryCluster, ObjectKey, Preconditions};
+use crate::cluster::{
+    ApiError, ApplyParams, DeleteParams, MemoryCluster, ObjectKey, Preconditions, Propagation,
+};
 use faults::Faults;
 use kinds::{Kinds, ServedKind, Stored};
 use patch::PatchType;
@@ -93,15 +95,6 @@ const PATCH_RETRIES: usize = 5;
 
 /// The body of every response.
 pub type Body = BoxBody<Bytes, Infallible>;
-
-/// How a delete is asked for (`DeleteOptions`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeleteParams {
-    pub preconditions: Preconditions,
-    pub grace_period_seconds: Option<i64>,
-    pub propagation: Option<String>,
-    pub dry_run: bool,
-}
 
 /// What the served API needs beyond the cluster.
 #[derive(Debug, Clone)]
@@ -802,8 +795,13 @@ impl ApiServer {
                 if meta.kind == "Namespace" && gone {
                     self.delete_namespace_contents(&key().name);
                 }
+                // 202 only for a cascading delete that did not complete, as
+                // the API server answers (handlers/delete.go): a pod in its
+                // grace period, or an object held by finalizers, is 200.
+                let cascading =
+                    parse_json(body)?.get("orphanDependents") == Some(&Value::Bool(false));
                 Ok(object_response(
-                    if gone || params.dry_run { 200 } else { 202 },
+                    if !gone && cascading { 202 } else { 200 },
                     &obj,
                 ))
             }
@@ -1200,25 +1198,7 @@ impl ApiServer {
             .unwrap_or(Value::Null);
         let mut params = delete_options(&options)?;
         params.dry_run |= query.dry_run()?;
-        let key = ObjectKey::new(&namespace, &name);
-        if params.dry_run {
-            self.cluster.get::<Pod>(&key)?;
-            return Ok(success_status(201, None));
-        }
-        if let Some(uid) = &params.preconditions.uid {
-            let pod = self.cluster.get::<Pod>(&key)?;
-            if pod.metadata.uid.as_deref() != Some(uid.as_str()) {
-                return Err(ApiError::Conflict {
-                    resource: "pods".into(),
-                    key,
-                    message: format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        pod.metadata.uid.clone().unwrap_or_default()
-                    ),
-                });
-            }
-        }
-        self.cluster.evict(&namespace, &name)?;
+        self.cluster.evict_with(&namespace, &name, &params)?;
         Ok(success_status(201, None))
     }
 
@@ -1250,10 +1230,10 @@ pub fn ensure_namespaces(cluster: &MemoryCluster) {
     for kind in kinds.iter().filter(|k| k.meta().namespaced) {
         let (items, _) = kind.list(cluster, None, &crate::cluster::Selector::everything());
         for o in items {
-            if let Some(ns) = &o.meta().namespace {
-                if !names.contains(ns) {
-                    names.insert(ns.clone());
-                }
+            if let Some(ns) = &o.meta().namespace
+                && !names.contains(ns)
+            {
+                names.insert(ns.clone());
             }
         }
     }
@@ -1307,20 +1287,17 @@ fn field_validation(
         return Ok(Vec::new());
     }
     let unknown = kind.unknown_fields(obj)?;
-    let builtin = is_builtin(&kind.meta().group);
     let messages: Vec<String> = unknown
         .iter()
-        .map(|p| {
-            if builtin {
-                format!("unknown field \"{}\"", p.trim_start_matches('.'))
-            } else {
-                format!("unknown field \"{}\"", p.trim_start_matches('.'))
-            }
-        })
+        .map(|p| format!("unknown field \"{}\"", p.trim_start_matches('.')))
         .collect();
     if mode == "Strict" && !messages.is_empty() {
+        let m = kind.meta();
         return Err(bad(format!(
-            "strict decoding error: {}",
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            m.kind,
+            m.version,
+            m.kind,
             messages.join(", ")
         )));
     }
@@ -1418,30 +1395,26 @@ fn delete_params(query: &Query, body: &[u8]) -> Result<DeleteParams, ApiError> {
         p.grace_period_seconds = Some(g);
     }
     if let Some(policy) = query.get("propagationPolicy") {
-        p.propagation = Some(policy.to_string());
+        p.propagation = propagation(policy)?;
     }
     p.dry_run |= query.dry_run()?;
-    if let Some(policy) = &p.propagation
-        && !matches!(policy.as_str(), "Background" | "Foreground" | "Orphan")
-    {
-        return Err(ApiError::Invalid {
+    Ok(p)
+}
+
+/// A `propagationPolicy`, refused as the API server refuses others.
+fn propagation(policy: &str) -> Result<Propagation, ApiError> {
+    match policy {
+        "Background" => Ok(Propagation::Background),
+        "Foreground" => Ok(Propagation::Foreground),
+        "Orphan" => Ok(Propagation::Orphan),
+        other => Err(ApiError::Invalid {
             resource: "DeleteOptions.meta.k8s.io".into(),
             key: ObjectKey::default(),
             messages: vec![format!(
-                "propagationPolicy: Unsupported value: {policy:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+                "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
             )],
-        });
+        }),
     }
-    if p.grace_period_seconds.is_some_and(|g| g < 0) {
-        return Err(ApiError::Invalid {
-            resource: "DeleteOptions.meta.k8s.io".into(),
-            key: ObjectKey::default(),
-            messages: vec![
-                "gracePeriodSeconds: Invalid value: must be greater than or equal to 0".into(),
-            ],
-        });
-    }
-    Ok(p)
 }
 
 /// `DeleteOptions` from a JSON body (an Eviction's `deleteOptions`, or a
@@ -1472,17 +1445,13 @@ fn delete_options(v: &Value) -> Result<DeleteParams, ApiError> {
                 .map(String::from),
         },
         grace_period_seconds: v.get("gracePeriodSeconds").and_then(Value::as_i64),
-        propagation: v
-            .get("propagationPolicy")
-            .and_then(Value::as_str)
-            .map(String::from)
-            .or_else(
-                || match v.get("orphanDependents").and_then(Value::as_bool) {
-                    Some(true) => Some("Orphan".into()),
-                    Some(false) => Some("Background".into()),
-                    None => None,
-                },
-            ),
+        propagation: match v.get("propagationPolicy").and_then(Value::as_str) {
+            Some(policy) => propagation(policy)?,
+            None if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) => {
+                Propagation::Orphan
+            }
+            None => Propagation::Background,
+        },
         dry_run,
     })
 }

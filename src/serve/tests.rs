@@ -746,3 +746,126 @@ fn the_scale_subresource_reads_and_sets_replicas() {
     assert_eq!(patched.body["spec"]["replicas"], 5);
     assert_eq!(h.get(&format!("{deploys}/web")).body["spec"]["replicas"], 5);
 }
+
+/// Graceful deletion: a pod bound to a node stays, terminating, for its
+/// grace period (202 Accepted with `deletionTimestamp` and
+/// `deletionGracePeriodSeconds`); `gracePeriodSeconds=0` deletes it at once;
+/// a pod never bound goes at once
+/// (<https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination>).
+#[test]
+fn pods_on_nodes_terminate_for_their_grace_period() {
+    let h = serve();
+    let pods = "/api/v1/namespaces/default/pods";
+    let mut bound = pod("bound", Some("n1"), json!({}));
+    bound["status"] = json!({"phase": "Running"});
+    let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(bound).unwrap();
+    h.cluster.create(p).unwrap();
+    let deleted = h.call("DELETE", &format!("{pods}/bound"), &[], "");
+    assert_eq!(deleted.code, 200, "202 is only for orphanDependents=false");
+    assert_eq!(deleted.body["metadata"]["deletionGracePeriodSeconds"], 30);
+    assert_eq!(
+        deleted.body["metadata"]["deletionTimestamp"],
+        "2026-01-01T00:00:30Z"
+    );
+    assert_eq!(
+        h.get(&format!("{pods}/bound")).code,
+        200,
+        "still terminating"
+    );
+    let forced = h.call(
+        "DELETE",
+        &format!("{pods}/bound?gracePeriodSeconds=0"),
+        &[],
+        "",
+    );
+    assert_eq!(forced.code, 200);
+    assert_eq!(h.get(&format!("{pods}/bound")).code, 404);
+    h.post(pods, &pod("pending", None, json!({})));
+    assert_eq!(
+        h.call("DELETE", &format!("{pods}/pending"), &[], "").code,
+        200
+    );
+    assert_eq!(h.get(&format!("{pods}/pending")).code, 404);
+    // Binding, as the scheduler does: once.
+    h.post(pods, &pod("unbound", None, json!({})));
+    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "unbound", "namespace": "default"}, "target": {"kind": "Node", "name": "n2"}});
+    assert_eq!(
+        h.post(&format!("{pods}/unbound/binding"), &binding).code,
+        201
+    );
+    assert_eq!(
+        h.get(&format!("{pods}/unbound")).body["spec"]["nodeName"],
+        "n2"
+    );
+    assert_eq!(
+        h.post(&format!("{pods}/unbound/binding"), &binding).code,
+        409
+    );
+}
+
+/// Propagation: background deletes the dependents, orphan keeps them
+/// without the owner reference
+/// (<https://kubernetes.io/docs/concepts/architecture/garbage-collection/#cascading-deletion>).
+#[test]
+fn deletes_propagate_to_dependents_as_asked() {
+    let h = serve();
+    for policy in ["Background", "Orphan"] {
+        let owner = h.post(CMS, &configmap("owner", json!({})));
+        let mut dependent = configmap("dependent", json!({}));
+        dependent["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner.body["metadata"]["uid"]
+        }]);
+        assert_eq!(h.post(CMS, &dependent).code, 201);
+        let body = json!({"propagationPolicy": policy}).to_string();
+        assert_eq!(
+            h.call("DELETE", &format!("{CMS}/owner"), &[], &body).code,
+            200
+        );
+        let left = h.get(&format!("{CMS}/dependent"));
+        match policy {
+            "Background" => assert_eq!(left.code, 404, "collected"),
+            _ => {
+                assert_eq!(left.code, 200, "orphaned");
+                assert!(
+                    left.body["metadata"]
+                        .get("ownerReferences")
+                        .is_none_or(|r| r.as_array().is_none_or(Vec::is_empty))
+                );
+                h.call("DELETE", &format!("{CMS}/dependent"), &[], "");
+            }
+        }
+    }
+    let refused = h.call(
+        "DELETE",
+        &format!("{CMS}/x?propagationPolicy=Sideways"),
+        &[],
+        "",
+    );
+    assert_eq!(refused.code, 422);
+}
+
+/// A streaming list: `sendInitialEvents=true` sends the current objects
+/// as ADDED, then a bookmark annotated `k8s.io/initial-events-end`
+/// (API concepts, streaming lists).
+#[test]
+fn a_watch_with_initial_events_ends_them_with_a_bookmark() {
+    let h = serve();
+    h.post(CMS, &configmap("a", json!({})));
+    h.post(CMS, &configmap("b", json!({})));
+    let events = h.watch(
+        &format!("{CMS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"),
+        3,
+        Duration::from_secs(5),
+        || {},
+    );
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds, ["ADDED", "ADDED", "BOOKMARK"]);
+    assert_eq!(
+        events[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let refused = h.get(&format!("{CMS}?watch=1&sendInitialEvents=true"));
+    assert_eq!(refused.code, 422);
+}

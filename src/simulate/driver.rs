@@ -271,6 +271,10 @@ pub struct Served {
     pub stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// How long a node's kubelet may be silent before it is NotReady, and
+/// then removed when its instance is gone (`--node-monitor-grace-period`).
+const NODE_MONITOR_GRACE: std::time::Duration = std::time::Duration::from_secs(40);
+
 /// How often an external EC2 is listed.
 const EXTERNAL_LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// The longest real-time pause of a served run between passes, so that
@@ -448,8 +452,11 @@ impl Simulation {
         let start = scenario.start;
         let clock = Arc::new(ManualClock::new(start));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster =
-            Arc::new(MemoryCluster::new(dyn_clock.clone()).with_watch_log_capacity(WATCH_LOG));
+        let cluster = Arc::new(
+            MemoryCluster::new(dyn_clock.clone())
+                .with_watch_log_capacity(WATCH_LOG)
+                .with_default_termination_grace_period(scenario.pods.termination_grace_period),
+        );
         crate::cluster::admission::register(&cluster)
             .map_err(|e| SimError::Setup(e.to_string()))?;
 
@@ -505,7 +512,8 @@ impl Simulation {
         let mut recorder = Recorder::new(start);
         recorder.observe(&cluster, &cloud.instances_now(), start);
         Ok(Simulation {
-            kubelet: Kubelet::new(scenario.cloud.launch_delay),
+            kubelet: Kubelet::new(scenario.cloud.launch_delay)
+                .with_kubernetes_version(&scenario.cloud.kubernetes_version),
             scheduler: KubeScheduler::new(),
             workloads: Workloads::default(),
             recorder,
@@ -1012,6 +1020,12 @@ impl Simulation {
                 wake = wake.min(Duration::try_from(ready.duration_since(now)).unwrap_or_default());
             }
         }
+        // Kubelets delete terminating pods when their grace period ends.
+        if let Some(t) = self.kubelet.next_stop()
+            && t > now
+        {
+            wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());
+        }
         // EC2 reclaims interrupted spot instances on its own schedule.
         if let Some(t) = self.cloud.next_reclaim() {
             wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());
@@ -1166,6 +1180,12 @@ impl Simulation {
     pub fn run_served(mut self, served: Served) -> Result<Report, SimError> {
         use std::sync::atomic::Ordering;
         self.in_process = served.in_process;
+        if !served.in_process {
+            // No controller holds the Nodes of gone instances: the cloud's
+            // node lifecycle controller removes them once NotReady.
+            let kubelet = std::mem::replace(&mut self.kubelet, Kubelet::new(Duration::ZERO));
+            self.kubelet = kubelet.with_node_lifecycle(NODE_MONITOR_GRACE);
+        }
         if let Some(ec2) = served.ec2 {
             self.external = Some(External {
                 ec2,

@@ -631,6 +631,7 @@ impl Start {
                 observed_aliases: self.observed.clone(),
                 ..CloudSettings::default()
             },
+            pods: Default::default(),
             feature_gates: settings.feature_gates,
             steps: settings
                 .scales

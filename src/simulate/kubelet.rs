@@ -10,8 +10,17 @@
 //!   controller removes it) and `Ready=True`;
 //! - a Node whose instance is gone is deleted, unless it has finalizers
 //!   (then dovetail's termination controller owns its end); pods bound to a
-//!   node that does not exist are deleted, as the pod garbage collector
-//!   does with orphaned pods;
+//!   node that does not exist are force-deleted (grace period 0), as the
+//!   pod garbage collector does with orphaned pods;
+//! - a pod being deleted gracefully on a node whose kubelet runs (its
+//!   `Ready` condition is not `Unknown`) stops: its `Ready` and
+//!   `ContainersReady` conditions go `False` at once (its containers are
+//!   being stopped), and once its `deletionTimestamp` (the end of its grace
+//!   period) has come the kubelet deletes it with a grace period of 0, which
+//!   removes it (<https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination>).
+//!   Containers take their whole grace period to stop. On a node whose
+//!   kubelet stopped reporting, terminating pods stay until the node is
+//!   gone;
 //! - every DaemonSet gets a running pod on each Node whose `NoSchedule` and
 //!   `NoExecute` taints its pods tolerate (with the tolerations the
 //!   DaemonSet controller adds) and whose labels match its node selector and
@@ -39,8 +48,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Affinity, Node, NodeAddress, NodeAffinity, NodeCondition, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus,
+    Affinity, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+    Node, NodeAddress, NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodStatus,
     Taint as K8sTaint, Toleration as K8sToleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -53,7 +63,7 @@ use crate::api::labels::{
 };
 use crate::clock::{Timestamp, truncate_to_second};
 use crate::cloud::{Instance, InstanceState};
-use crate::cluster::{MemoryCluster, ObjectKey, Selector};
+use crate::cluster::{DeleteParams, MemoryCluster, ObjectKey, Selector};
 use crate::model::{Effect, InstanceType, Resources, Taint, Toleration};
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
@@ -96,6 +106,11 @@ pub struct KubeletReport {
     pub deleted: Vec<String>,
     /// Pods deleted because the node they are bound to does not exist.
     pub orphans_deleted: Vec<String>,
+    /// Terminating pods whose containers started stopping (`Ready=False`).
+    pub stopping: Vec<String>,
+    /// Terminating pods whose grace period ended: the kubelet deleted them
+    /// for good.
+    pub stopped: Vec<String>,
     /// DaemonSet pods created (already running).
     pub daemon_pods: Vec<String>,
     /// Pods that started running.
@@ -113,6 +128,8 @@ impl KubeletReport {
         self.registered.is_empty()
             && self.deleted.is_empty()
             && self.orphans_deleted.is_empty()
+            && self.stopping.is_empty()
+            && self.stopped.is_empty()
             && self.daemon_pods.is_empty()
             && self.started.is_empty()
             && self.completed.is_empty()
@@ -125,18 +142,57 @@ impl KubeletReport {
 pub struct Kubelet {
     launch_delay: Duration,
     /// The cluster's resourceVersion after a pass that left no Job pod
-    /// running: until something changes, the pods need nothing.
+    /// running: until something changes, the pods need nothing (but the
+    /// next end of a grace period).
     quiet: Cell<Option<u64>>,
+    /// The earliest end of a grace period of a pod the kubelets are
+    /// stopping, as the last sync saw them.
+    next_stop: Cell<Option<Timestamp>>,
+    /// The kubelets' version (`nodeInfo.kubeletVersion`), from the
+    /// cluster's Kubernetes version.
+    kubelet_version: String,
+    /// With `Some`, a node whose instance is gone first goes `NotReady`
+    /// (its kubelet stops posting status) and is removed this long after,
+    /// as EKS's node lifecycle controller does; `None` removes it at once.
+    node_gone_after: Option<Duration>,
 }
 
 impl Kubelet {
+    /// Nodes report `kubernetes_version` (`1.33`) as their kubelet's.
+    pub fn with_kubernetes_version(mut self, kubernetes_version: &str) -> Self {
+        let v = kubernetes_version.trim_start_matches('v');
+        self.kubelet_version = if v.split('.').count() >= 3 {
+            format!("v{v}")
+        } else {
+            format!("v{v}.0")
+        };
+        self
+    }
+
+    /// Nodes of gone instances go `NotReady` first and are removed `after`
+    /// that (`simulate --serve --controller none`: the cloud's node
+    /// lifecycle controller, whose node-monitor grace period is 40 s).
+    pub fn with_node_lifecycle(mut self, after: Duration) -> Self {
+        self.node_gone_after = Some(after);
+        self
+    }
+
     /// A kubelet that registers a node `launch_delay` after its instance
     /// was launched (the scenario's `cloud.launchDelay`).
     pub fn new(launch_delay: Duration) -> Self {
         Kubelet {
             launch_delay,
             quiet: Cell::new(None),
+            next_stop: Cell::new(None),
+            kubelet_version: "v1.33.0".to_string(),
+            node_gone_after: None,
         }
+    }
+
+    /// When the next terminating pod's grace period ends (its kubelet then
+    /// deletes it), as the last [`Kubelet::sync`] saw the pods.
+    pub fn next_stop(&self) -> Option<Timestamp> {
+        self.next_stop.get()
     }
 
     /// When the node of `instance` registers: `launched_at` plus the launch
@@ -166,10 +222,19 @@ impl Kubelet {
             .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
             .collect();
         self.register_nodes(cluster, instances, catalog, now, &mut nodes, &mut report);
-        delete_nodes_without_instance(cluster, instances, &mut nodes, &mut report);
-        if self.quiet.get() == Some(cluster.resource_version()) {
+        delete_nodes_without_instance(
+            cluster,
+            instances,
+            &mut nodes,
+            &mut report,
+            self.node_gone_after.map(|after| (after, now)),
+        );
+        if self.quiet.get() == Some(cluster.resource_version())
+            && self.next_stop.get().is_none_or(|t| t > now)
+        {
             return report;
         }
+        let mut next_stop: Option<Timestamp> = None;
         let mut jobs_running = false;
         let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
         let by_name: HashMap<&str, &Arc<Node>> =
@@ -183,20 +248,45 @@ impl Kubelet {
             {
                 daemon_pods.insert((uid, node));
             }
-            if pod.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
             let Some(node_name) = node_name(pod) else {
                 continue;
             };
+            // A pod already deleted with a grace period of 0 waits for its
+            // finalizers alone.
+            let forced = pod.metadata.deletion_grace_period_seconds == Some(0);
             let Some(node) = by_name.get(node_name) else {
+                if pod.metadata.deletion_timestamp.is_some() && forced {
+                    continue;
+                }
                 let key = key();
-                match cluster.delete::<Pod>(&key) {
+                match cluster.delete_with::<Pod>(&key, &DeleteParams::with_grace_period(0)) {
                     Ok(_) => report.orphans_deleted.push(key.to_string()),
                     Err(e) => report.errors.push((key.to_string(), e.to_string())),
                 }
                 continue;
             };
+            if let Some(deleted) = &pod.metadata.deletion_timestamp {
+                if forced || !kubelet_runs(node) {
+                    continue;
+                }
+                let key = key();
+                if deleted.0 <= now {
+                    match cluster.delete_with::<Pod>(&key, &DeleteParams::with_grace_period(0)) {
+                        Ok(_) => report.stopped.push(key.to_string()),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => report.errors.push((key.to_string(), e.to_string())),
+                    }
+                    continue;
+                }
+                next_stop = Some(next_stop.map_or(deleted.0, |t| t.min(deleted.0)));
+                if is_pod_ready(pod) {
+                    match cluster.update_status_with::<Pod>(&key, |p| stop_pod(p, now)) {
+                        Ok(_) => report.stopping.push(key.to_string()),
+                        Err(e) => report.errors.push((key.to_string(), e.to_string())),
+                    }
+                }
+                continue;
+            }
             let job_pod = controller_of_kind(pod, "Job").is_some();
             match phase(pod) {
                 None | Some("Pending") if is_node_ready(node) => {
@@ -237,6 +327,7 @@ impl Kubelet {
         run_daemon_sets(cluster, &nodes, &daemon_pods, now, &mut report);
         self.quiet
             .set((!jobs_running).then(|| cluster.resource_version()));
+        self.next_stop.set(next_stop);
         report
     }
 
@@ -275,7 +366,14 @@ impl Kubelet {
             let address = free_address(&instance.id, |a| {
                 taken.contains(&node_name_for(a, instance))
             });
-            let node = new_node(instance, instance_type, address, now);
+            let mut node = new_node(instance, instance_type, address, now);
+            if let Some(status) = node.status.as_mut() {
+                status.node_info = Some(node_info(
+                    &node.metadata,
+                    &self.kubelet_version,
+                    &instance.id,
+                ));
+            }
             let name = node.metadata.name.clone().unwrap_or_default();
             match cluster.create(node) {
                 Ok(created) => {
@@ -302,6 +400,7 @@ fn delete_nodes_without_instance(
     instances: &[Instance],
     nodes: &mut BTreeMap<String, Arc<Node>>,
     report: &mut KubeletReport,
+    lifecycle: Option<(Duration, Timestamp)>,
 ) {
     let alive: HashSet<&str> = instances
         .iter()
@@ -318,6 +417,11 @@ fn delete_nodes_without_instance(
         .map(|(name, _)| name.clone())
         .collect();
     for name in gone {
+        if let Some((after, now)) = lifecycle
+            && !unreachable_for(cluster, &name, after, now, report)
+        {
+            continue;
+        }
         match cluster.delete::<Node>(&ObjectKey::cluster(&name)) {
             Ok(outcome) if outcome.is_deleted() => {
                 nodes.remove(&name);
@@ -327,6 +431,99 @@ fn delete_nodes_without_instance(
             Ok(_) => {}
             Err(e) => report.errors.push((name, e.to_string())),
         }
+    }
+}
+
+/// Marks a node whose instance is gone `Ready=Unknown` and tainted
+/// unreachable, as the node lifecycle controller does when its kubelet
+/// stops posting status; whether it has been so for `after` (then the
+/// cloud's node lifecycle controller removes it).
+fn unreachable_for(
+    cluster: &MemoryCluster,
+    name: &str,
+    after: Duration,
+    now: Timestamp,
+    report: &mut KubeletReport,
+) -> bool {
+    let key = ObjectKey::cluster(name);
+    let Some(node) = cluster.get_opt::<Node>(&key) else {
+        return false;
+    };
+    let since = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == "Ready" && c.status == "Unknown")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    if let Some(since) = since {
+        return now.duration_since(since) >= jiff_span(after);
+    }
+    let stamp = Time(truncate_to_second(now));
+    let marked = cluster.update_status_with::<Node>(&key, |n| {
+        let status = n.status.get_or_insert_default();
+        for c in status.conditions.get_or_insert_default().iter_mut() {
+            if c.type_ == "Ready" {
+                c.status = "Unknown".into();
+                c.reason = Some("NodeStatusUnknown".into());
+                c.message = Some("Kubelet stopped posting node status.".into());
+                c.last_transition_time = Some(stamp.clone());
+            }
+        }
+    });
+    let tainted = cluster.update_with::<Node>(&key, |n| {
+        let taints = n
+            .spec
+            .get_or_insert_default()
+            .taints
+            .get_or_insert_default();
+        if !taints.iter().any(|t| t.key == TAINT_UNREACHABLE) {
+            taints.push(K8sTaint {
+                key: TAINT_UNREACHABLE.into(),
+                effect: "NoExecute".into(),
+                time_added: Some(stamp.clone()),
+                ..K8sTaint::default()
+            });
+        }
+    });
+    if let Err(e) = marked.and(tainted) {
+        report.errors.push((name.to_string(), e.to_string()));
+    }
+    after.is_zero()
+}
+
+fn jiff_span(d: Duration) -> k8s_openapi::jiff::SignedDuration {
+    k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or(k8s_openapi::jiff::SignedDuration::MAX)
+}
+
+/// The taint the node lifecycle controller puts on a node whose kubelet
+/// stopped posting status.
+const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// What a kubelet reports of its machine (`status.nodeInfo`).
+fn node_info(meta: &ObjectMeta, kubelet_version: &str, instance_id: &str) -> NodeSystemInfo {
+    let label = |k: &str| {
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    NodeSystemInfo {
+        architecture: label(LABEL_ARCH),
+        operating_system: label(LABEL_OS),
+        kubelet_version: kubelet_version.to_string(),
+        kube_proxy_version: kubelet_version.to_string(),
+        os_image: "Amazon Linux 2023".into(),
+        kernel_version: "6.1.0".into(),
+        container_runtime_version: "containerd://1.7.27".into(),
+        machine_id: instance_id.to_string(),
+        system_uuid: instance_id.to_string(),
+        boot_id: instance_id.to_string(),
+        ..NodeSystemInfo::default()
     }
 }
 
@@ -455,6 +652,27 @@ fn new_node(
     }
 }
 
+/// Whether the node's kubelet runs: it reports the node's `Ready`
+/// condition (`True` or `False`; `Unknown` means it stopped reporting).
+fn kubelet_runs(node: &Node) -> bool {
+    !node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+        })
+}
+
+/// Whether a pod has the condition `Ready=True`.
+fn is_pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Whether a node reports `Ready=True`.
 pub fn is_node_ready(node: &Node) -> bool {
     node.status
@@ -527,9 +745,67 @@ fn running_status(status: &mut PodStatus, now: Timestamp) {
 
 fn start_pod(pod: &mut Pod, now: Timestamp) {
     running_status(pod.status.get_or_insert_default(), now);
+    let started = Time(truncate_to_second(now));
+    let statuses = container_statuses(
+        pod,
+        |_| ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(started.clone()),
+            }),
+            ..ContainerState::default()
+        },
+        true,
+    );
+    pod.status.get_or_insert_default().container_statuses = Some(statuses);
+}
+
+/// A terminating pod whose containers are being stopped: no longer ready.
+fn stop_pod(pod: &mut Pod, now: Timestamp) {
+    let status = pod.status.get_or_insert_default();
+    let now = Time(truncate_to_second(now));
+    for type_ in ["ContainersReady", "Ready"] {
+        set_condition(status, type_, false, Some("PodTerminating"), &now);
+    }
+}
+
+/// A status per container of the pod, each in `state`.
+fn container_statuses(
+    pod: &Pod,
+    state: impl Fn(&str) -> ContainerState,
+    ready: bool,
+) -> Vec<ContainerStatus> {
+    pod.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .map(|c| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            image_id: String::new(),
+            ready,
+            started: Some(ready),
+            restart_count: 0,
+            state: Some(state(&c.name)),
+            ..ContainerStatus::default()
+        })
+        .collect()
 }
 
 fn complete_pod(pod: &mut Pod, now: Timestamp) {
+    let finished = Time(truncate_to_second(now));
+    let statuses = container_statuses(
+        pod,
+        |_| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                finished_at: Some(finished.clone()),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        },
+        false,
+    );
+    pod.status.get_or_insert_default().container_statuses = Some(statuses);
     let status = pod.status.get_or_insert_default();
     status.phase = Some("Succeeded".into());
     let now = Time(truncate_to_second(now));
@@ -949,6 +1225,114 @@ mod tests {
             vec![kept],
             "the finalizer keeps it for the controller"
         );
+    }
+
+    /// A running, ready pod bound to `node` with a grace period.
+    fn running_on(name: &str, node: &str, grace: i64) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": grace,
+                "containers": [{"name": "c"}],
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "ContainersReady", "status": "True"},
+                ],
+            },
+        }))
+        .expect("valid pod")
+    }
+
+    fn condition(pod: &Pod, type_: &str) -> Option<String> {
+        pod.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    }
+
+    #[test]
+    fn a_terminating_pod_stops_being_ready_and_is_gone_when_its_grace_period_ends() {
+        let (cluster, clock) = cluster();
+        let kubelet = Kubelet::new(DELAY);
+        cluster
+            .create(ready_node("n1", json!({}), json!([])))
+            .unwrap();
+        cluster.create(running_on("slow", "n1", 120)).unwrap();
+        cluster.create(running_on("quick", "n1", 10)).unwrap();
+        assert!(kubelet.sync(&cluster, &[], &catalog(), start()).is_empty());
+        assert_eq!(kubelet.next_stop(), None);
+
+        for name in ["slow", "quick"] {
+            cluster
+                .delete::<Pod>(&ObjectKey::new("default", name))
+                .unwrap();
+        }
+        let report = kubelet.sync(&cluster, &[], &catalog(), start());
+        assert_eq!(report.stopping, ["default/quick", "default/slow"]);
+        assert!(report.stopped.is_empty());
+        for p in pods(&cluster) {
+            assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
+            assert_eq!(condition(&p, "ContainersReady").as_deref(), Some("False"));
+        }
+        // The simulation wakes when the first grace period ends.
+        assert_eq!(kubelet.next_stop(), Some(at(10)));
+        assert!(kubelet.sync(&cluster, &[], &catalog(), at(9)).is_empty());
+
+        clock.set(at(10)).unwrap();
+        let report = kubelet.sync(&cluster, &[], &catalog(), at(10));
+        assert_eq!(report.stopped, ["default/quick"]);
+        assert_eq!(kubelet.next_stop(), Some(at(120)));
+        clock.set(at(120)).unwrap();
+        let report = kubelet.sync(&cluster, &[], &catalog(), at(120));
+        assert_eq!(report.stopped, ["default/slow"]);
+        assert!(pods(&cluster).is_empty());
+        assert_eq!(kubelet.next_stop(), None);
+    }
+
+    #[test]
+    fn a_node_whose_kubelet_stopped_reporting_keeps_its_terminating_pods() {
+        let (cluster, clock) = cluster();
+        let kubelet = Kubelet::new(DELAY);
+        let mut node = ready_node("n1", json!({}), json!([]));
+        node.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
+        cluster.create(node).unwrap();
+        cluster.create(running_on("a", "n1", 30)).unwrap();
+        cluster
+            .delete::<Pod>(&ObjectKey::new("default", "a"))
+            .unwrap();
+        clock.set(at(600)).unwrap();
+        assert!(kubelet.sync(&cluster, &[], &catalog(), at(600)).is_empty());
+        assert_eq!(pods(&cluster).len(), 1, "nothing confirms it stopped");
+        assert_eq!(kubelet.next_stop(), None);
+        // Once the node is gone, the pod garbage collector force-deletes it.
+        cluster.delete::<Node>(&ObjectKey::cluster("n1")).unwrap();
+        let report = kubelet.sync(&cluster, &[], &catalog(), at(601));
+        assert_eq!(report.orphans_deleted, ["default/a"]);
+        assert!(pods(&cluster).is_empty());
+    }
+
+    #[test]
+    fn orphaned_pods_are_force_deleted_once_even_when_a_finalizer_holds_them() {
+        let (cluster, _) = cluster();
+        let kubelet = Kubelet::new(DELAY);
+        let mut held = running_on("held", "gone", 300);
+        held.metadata.finalizers = Some(vec!["x/hold".into()]);
+        cluster.create(held).unwrap();
+        cluster.create(running_on("plain", "gone", 300)).unwrap();
+        let report = kubelet.sync(&cluster, &[], &catalog(), start());
+        assert_eq!(report.orphans_deleted, ["default/held", "default/plain"]);
+        let left = pods(&cluster);
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].metadata.deletion_grace_period_seconds, Some(0));
+        // Its finalizer is not the kubelet's: nothing more to do.
+        assert!(kubelet.sync(&cluster, &[], &catalog(), at(1)).is_empty());
     }
 
     fn ready_node(name: &str, labels: Value, taints: Value) -> Node {

@@ -1697,6 +1697,41 @@ mod tests {
         );
     }
 
+    /// A pod being deleted gracefully keeps its resources on its node until
+    /// it is gone (kube-scheduler counts every pod bound to the node), and a
+    /// terminating pod is never scheduled.
+    #[test]
+    fn a_terminating_pod_holds_its_resources_until_it_is_gone_and_is_never_bound() {
+        use crate::cluster::DeleteParams;
+        let (cluster, _) = cluster();
+        let scheduler = KubeScheduler::new();
+        add_nodes(&cluster, [node("a", "z1", "2", "4Gi")]);
+        add_bound(&cluster, pod("old", "x", "1500m", "1Gi"), "a");
+        let mut held = pod("held", "x", "100m", "1Gi");
+        held["metadata"]["finalizers"] = json!(["x/hold"]);
+        add_pods(&cluster, [held]);
+        cluster
+            .delete::<Pod>(&ObjectKey::new("default", "held"))
+            .expect("held by its finalizer");
+        scheduler.schedule(&cluster, start());
+        cluster
+            .delete::<Pod>(&ObjectKey::new("default", "old"))
+            .expect("terminating");
+        add_pods(&cluster, [pod("new", "x", "1500m", "1Gi")]);
+        let report = scheduler.schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "new"), None, "{report:?}");
+        assert_eq!(bound_node(&report, "held"), None, "{report:?}");
+        cluster
+            .delete_with::<Pod>(
+                &ObjectKey::new("default", "old"),
+                &DeleteParams::with_grace_period(0),
+            )
+            .expect("gone");
+        let report = scheduler.schedule(&cluster, start());
+        assert_eq!(bound_node(&report, "new").as_deref(), Some("a"));
+        assert_eq!(bound_node(&report, "held"), None);
+    }
+
     #[test]
     fn resources_of_bound_unfinished_pods_are_taken() {
         let (cluster, _) = cluster();

@@ -85,6 +85,8 @@ pub struct PodRecord {
     deleted: Option<Timestamp>,
     #[serde(skip)]
     daemon: bool,
+    #[serde(skip)]
+    job: bool,
     /// `Deployment/namespace/name`: what the text report groups pods by.
     #[serde(skip)]
     workload: Option<String>,
@@ -730,6 +732,7 @@ impl Recorder {
             bound: None,
             deleted: None,
             daemon,
+            job,
             workload: crate::convert::workload_of(&crate::api::SlimPod::from(p))
                 .map(|(kind, ns, name)| format!("{kind}/{ns}/{name}")),
         });
@@ -765,10 +768,28 @@ impl Recorder {
                 }
             }
             Err(_) => {
-                // The log was compacted: relist, as a watcher would.
+                // The log was compacted: relist, as a watcher would. Pods
+                // no longer listed went since the last look: now is the
+                // closest to when they were gone that is known.
                 self.pod_version = cluster.resource_version();
-                for p in cluster.list::<Pod>(None, &Selector::everything()).items {
-                    self.upsert_pod(&p, now, false);
+                let listed = cluster.list::<Pod>(None, &Selector::everything()).items;
+                let mut present = std::collections::BTreeSet::new();
+                for p in &listed {
+                    self.upsert_pod(p, now, false);
+                    present.insert(format!(
+                        "{}/{}",
+                        p.metadata.namespace.as_deref().unwrap_or("default"),
+                        p.metadata.name.as_deref().unwrap_or_default()
+                    ));
+                }
+                for (key, record) in self.pods.iter_mut() {
+                    if record.deleted_at.is_none() && !present.contains(key) {
+                        if record.job && !terminal(&record.phase) {
+                            self.active_jobs = self.active_jobs.saturating_sub(1);
+                        }
+                        record.deleted_at = Some(format_rfc3339(now));
+                        record.deleted = Some(now);
+                    }
                 }
             }
         }
@@ -1323,6 +1344,59 @@ mod tests {
             (50.0, 60.0, 60.0)
         );
         assert_eq!(s.pods_created, 8);
+    }
+
+    /// A pod deleted gracefully is gone when its kubelet deletes it, not
+    /// when it was evicted; after a relist (the watch log compacted) the
+    /// pods no longer listed are gone as of then.
+    #[test]
+    fn deleted_at_is_when_a_pod_was_gone() {
+        use crate::cluster::{DeleteParams, MemoryCluster, ObjectKey};
+        let clock = std::sync::Arc::new(crate::clock::ManualClock::new(Timestamp::UNIX_EPOCH));
+        let t = |s: u64| {
+            Timestamp::UNIX_EPOCH
+                .checked_add(std::time::Duration::from_secs(s))
+                .unwrap()
+        };
+        let cluster = MemoryCluster::new(clock.clone()).with_watch_log_capacity(4);
+        let mut r = Recorder::new(t(0));
+        for name in ["a", "b"] {
+            cluster.create(pod(name, "Deployment", Some("n"))).unwrap();
+        }
+        r.observe(&cluster, &[], t(0));
+        cluster.delete::<Pod>(&ObjectKey::new("shop", "a")).unwrap();
+        r.observe(&cluster, &[], t(0));
+        clock.set(t(30)).unwrap();
+        cluster
+            .delete_with::<Pod>(
+                &ObjectKey::new("shop", "a"),
+                &DeleteParams::with_grace_period(0),
+            )
+            .unwrap();
+        r.observe(&cluster, &[], t(30));
+        assert_eq!(r.pods["shop/a"].deleted, Some(t(30)));
+
+        // Enough changes to compact the log past what the recorder saw.
+        for i in 0..6 {
+            cluster
+                .create(pod(&format!("c{i}"), "Deployment", None))
+                .unwrap();
+        }
+        cluster.delete::<Pod>(&ObjectKey::new("shop", "b")).unwrap();
+        cluster
+            .delete_with::<Pod>(
+                &ObjectKey::new("shop", "b"),
+                &DeleteParams::with_grace_period(0),
+            )
+            .unwrap();
+        assert!(
+            cluster.watch_from::<Pod>(r.pod_version).is_err(),
+            "compacted: the recorder relists"
+        );
+        r.observe(&cluster, &[], t(40));
+        assert_eq!(r.pods["shop/b"].deleted, Some(t(40)));
+        assert_eq!(r.pods["shop/a"].deleted, Some(t(30)));
+        assert_eq!(r.pods["shop/c5"].deleted, None);
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct Scenario {
     /// (shared: a forecast starts two simulations from one snapshot).
     pub initial: std::sync::Arc<[Manifest]>,
     pub cloud: CloudSettings,
+    /// How the cluster treats pods (`pods:`).
+    pub pods: PodSettings,
     /// The controller's feature gates (`settings: {featureGates: ...}`).
     pub feature_gates: crate::controller::features::FeatureGates,
     pub steps: Vec<Step>,
@@ -139,6 +141,26 @@ impl Default for CloudSettings {
         }
     }
 }
+
+/// What the simulated API server assumes of pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSettings {
+    /// The `terminationGracePeriodSeconds` of pods that do not set one
+    /// (`pods: {terminationGracePeriod: 30s}`): how long a deleted pod
+    /// takes to stop. Kubernetes defaults the field to 30 s.
+    pub termination_grace_period: Duration,
+}
+
+impl Default for PodSettings {
+    fn default() -> Self {
+        PodSettings {
+            termination_grace_period: DEFAULT_TERMINATION_GRACE_PERIOD,
+        }
+    }
+}
+
+/// The default of a pod's `terminationGracePeriodSeconds`.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD: Duration = Duration::from_secs(30);
 
 /// A window during which matching offerings fail with insufficient capacity.
 /// Unset filters match everything.
@@ -489,8 +511,8 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         &ctx,
         root,
         &[
-            "start", "config", "catalog", "region", "zones", "initial", "cloud", "settings",
-            "timeline", "until", "faults",
+            "start", "config", "catalog", "region", "zones", "initial", "cloud", "pods",
+            "settings", "timeline", "until", "faults",
         ],
         "the scenario",
     )?;
@@ -544,6 +566,10 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => cloud_settings(&ctx, n)?,
         None => CloudSettings::default(),
     };
+    let pods = match root.get("pods") {
+        Some(n) => pod_settings(&ctx, n)?,
+        None => PodSettings::default(),
+    };
     let feature_gates = match root.get("settings") {
         Some(n) => {
             check_keys(&ctx, n, &["featureGates"], "settings")?;
@@ -596,6 +622,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         zones_pos,
         initial: initial.into(),
         cloud,
+        pods,
         feature_gates,
         steps,
         until,
@@ -633,6 +660,17 @@ fn list<'n>(ctx: &Ctx, node: &'n Node, what: &str) -> Result<&'n [Node], Scenari
         Value::Seq(items) => Ok(items),
         _ => Err(ctx.err(node, format!("{what} must be a list"))),
     }
+}
+
+fn pod_settings(ctx: &Ctx, node: &Node) -> Result<PodSettings, ScenarioError> {
+    check_keys(ctx, node, &["terminationGracePeriod"], "pods")?;
+    let mut p = PodSettings::default();
+    if let Some(n) = node.get("terminationGracePeriod") {
+        // Durations here are whole hours, minutes and seconds, as the
+        // pod's terminationGracePeriodSeconds is whole seconds.
+        p.termination_grace_period = ctx.duration(n, "terminationGracePeriod")?;
+    }
+    Ok(p)
 }
 
 fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError> {
@@ -1469,6 +1507,24 @@ mod tests {
         assert_eq!(s.start, parse_rfc3339(DEFAULT_START).unwrap());
     }
 
+    #[test]
+    fn pods_set_the_default_termination_grace_period() {
+        let s = parse_str("config: r\n").unwrap();
+        assert_eq!(s.pods.termination_grace_period, Duration::from_secs(30));
+        let s = parse_str("config: r\npods: {terminationGracePeriod: 2m}\n").unwrap();
+        assert_eq!(s.pods.termination_grace_period, Duration::from_secs(120));
+        let s = parse_str("config: r\npods: {terminationGracePeriod: 0s}\n").unwrap();
+        assert_eq!(s.pods.termination_grace_period, Duration::ZERO);
+        assert_eq!(
+            err("config: r\npods: {terminationGracePeriod: 1.5s}\n"),
+            "2:32: terminationGracePeriod: invalid duration \"1.5s\": use hours, minutes and seconds such as 24h, 1h30m or 30s"
+        );
+        assert_eq!(
+            err("config: r\npods: {grace: 1m}\n"),
+            "2:8: unknown field `grace` in pods; expected one of terminationGracePeriod"
+        );
+    }
+
     fn err(s: &str) -> String {
         let e = parse_str(s).unwrap_err();
         format!("{}:{}: {}", e.line, e.column, e.message)
@@ -1530,7 +1586,7 @@ mod tests {
         );
         assert_eq!(
             err("config: r\nfoo: 1\n"),
-            "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, settings, timeline, until"
+            "2:1: unknown field `foo` in the scenario; expected one of start, config, catalog, region, zones, initial, cloud, pods, settings, timeline, until, faults"
         );
         assert_eq!(
             err("config: r\nsettings: {featureGates: \"SpotToSpot=true\"}\n"),
