@@ -148,6 +148,27 @@ struct Typed<K> {
     _kind: std::marker::PhantomData<fn() -> K>,
 }
 
+impl<K: Object> Typed<K> {
+    /// An update of an existing object by `write`; a dry run checks that
+    /// it exists and runs admission.
+    fn update(
+        &self,
+        c: &MemoryCluster,
+        obj: Value,
+        dry_run: bool,
+        write: fn(&MemoryCluster, K) -> Result<Arc<K>, ApiError>,
+    ) -> Result<Stored, ApiError> {
+        let obj: K = decode(&self.meta, obj)?;
+        if dry_run {
+            let key = ObjectKey::of(&obj);
+            c.get::<K>(&key).map_err(|e| rename(e, &self.meta))?;
+            c.dry_run(&obj)?;
+            return Ok(Arc::new(obj));
+        }
+        write(c, obj).map(erase)
+    }
+}
+
 /// Decodes a request body into `K`, as the API server's decoder would
 /// answer a body that does not fit the kind.
 pub fn decode<K: Object>(meta: &KindMeta, mut obj: Value) -> Result<K, ApiError> {
@@ -233,14 +254,7 @@ impl<K: Object> ServedKind for Typed<K> {
     }
 
     fn replace(&self, c: &MemoryCluster, obj: Value, dry_run: bool) -> Result<Stored, ApiError> {
-        let obj: K = decode(&self.meta, obj)?;
-        if dry_run {
-            let key = ObjectKey::of(&obj);
-            c.get::<K>(&key).map_err(|e| rename(e, &self.meta))?;
-            c.dry_run(&obj)?;
-            return Ok(Arc::new(obj));
-        }
-        c.replace(obj).map(erase)
+        self.update(c, obj, dry_run, MemoryCluster::replace)
     }
 
     fn replace_status(
@@ -249,14 +263,7 @@ impl<K: Object> ServedKind for Typed<K> {
         obj: Value,
         dry_run: bool,
     ) -> Result<Stored, ApiError> {
-        let obj: K = decode(&self.meta, obj)?;
-        if dry_run {
-            let key = ObjectKey::of(&obj);
-            c.get::<K>(&key).map_err(|e| rename(e, &self.meta))?;
-            c.dry_run(&obj)?;
-            return Ok(Arc::new(obj));
-        }
-        c.update_status(obj).map(erase)
+        self.update(c, obj, dry_run, MemoryCluster::update_status)
     }
 
     fn apply(
