@@ -66,7 +66,8 @@
 //!   controller.
 //! - Watches have no bookmarks and no selectors; watching from a future
 //!   resource version returns no events rather than an error. Lists have no
-//!   pagination.
+//!   pagination. The served API (`crate::serve`) adds all three over HTTP,
+//!   on top of this store.
 
 pub mod admission;
 mod apply;
