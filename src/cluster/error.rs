@@ -38,9 +38,14 @@ pub enum ApiError {
     /// 410: a watch asked for events that have been compacted away; relist.
     #[error("too old resource version: {requested} ({oldest})")]
     Gone { requested: u64, oldest: u64 },
-    /// 429: an eviction would violate a PodDisruptionBudget.
-    #[error("{message}")]
-    TooManyRequests { message: String },
+    /// 429: an eviction would violate a PodDisruptionBudget (`cause`: the
+    /// budget and its counts, as the `DisruptionBudget` cause of the
+    /// API server's `Status` says them), or the server is overloaded.
+    #[error("{message}{}", .cause.as_ref().map(|c| format!(" {c}")).unwrap_or_default())]
+    TooManyRequests {
+        message: String,
+        cause: Option<String>,
+    },
     /// 415: the request's content type is not one the resource takes
     /// (a strategic merge patch of a custom resource).
     #[error("{message}")]
@@ -128,12 +133,32 @@ impl From<ApiError> for Status {
                     .collect();
                 Some(details(resource, key, causes))
             }
+            ApiError::TooManyRequests {
+                cause: Some(cause), ..
+            } => Some(StatusDetails {
+                causes: vec![StatusCause {
+                    reason: "DisruptionBudget".into(),
+                    message: cause.clone(),
+                    field: String::new(),
+                }],
+                name: String::new(),
+                group: String::new(),
+                kind: String::new(),
+                uid: String::new(),
+                retry_after_seconds: 0,
+            }),
             _ => None,
+        };
+        let message = match &e {
+            ApiError::TooManyRequests { message, .. } | ApiError::BadRequest { message } => {
+                message.clone()
+            }
+            _ => e.to_string(),
         };
         Status {
             status: Some(StatusSummary::Failure),
             code: e.code(),
-            message: e.to_string(),
+            message,
             reason: e.reason().into(),
             details,
             metadata: None,

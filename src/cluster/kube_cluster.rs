@@ -777,6 +777,11 @@ fn api_error(error: kube::Error, resource: &str, key: &ObjectKey) -> ApiError {
             ApiError::Gone { requested, oldest }
         }
         429 => ApiError::TooManyRequests {
+            cause: status
+                .details
+                .as_ref()
+                .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"))
+                .map(|c| c.message.clone()),
             message: status.message,
         },
         500 => ApiError::Internal {

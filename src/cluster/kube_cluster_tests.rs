@@ -591,7 +591,10 @@ async fn an_eviction_refused_by_a_budget_maps_to_too_many_requests() {
     assert_eq!(
         e,
         ApiError::TooManyRequests {
-            message: message.into()
+            message: message.into(),
+            cause: Some(
+                "The disruption budget web needs 2 healthy pods and has 2 currently".into()
+            ),
         }
     );
 }

@@ -538,9 +538,8 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
     }
     let budget_name = budget.metadata.name.as_deref().unwrap_or_default();
     let refuse = |detail: String| ApiError::TooManyRequests {
-        message: format!(
-            "Cannot evict pod as it would violate the pod's disruption budget: the disruption budget {budget_name} {detail}"
-        ),
+        message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+        cause: Some(format!("The disruption budget {budget_name} {detail}")),
     };
     let counts = budget_pods(state, namespace, &selector);
     let status =

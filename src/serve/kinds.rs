@@ -2,7 +2,6 @@
 //! typed [`MemoryCluster`] store: the HTTP layer speaks JSON, the store
 //! speaks Rust types, and [`ServedKind`] is the seam between them.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -32,7 +31,6 @@ pub trait AnyObject: Send + Sync {
     fn to_json(&self) -> Value;
     /// Appends the object's JSON to `out`.
     fn write_json(&self, out: &mut Vec<u8>);
-    fn as_any(&self) -> &dyn Any;
 }
 
 impl<K: Object> AnyObject for K {
@@ -48,10 +46,6 @@ impl<K: Object> AnyObject for K {
         // Serializing a stored, typed object cannot fail: its maps have
         // string keys.
         let _ = serde_json::to_writer(&mut *out, self);
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -117,6 +117,8 @@ impl Default for ServeOptions {
 /// A `continue` token's snapshot: the rest of a paged list.
 struct Page {
     items: Arc<[Stored]>,
+    /// Where the next page starts in `items`.
+    offset: usize,
     resource_version: u64,
     created: Instant,
 }
@@ -261,10 +263,15 @@ fn status_response(
 /// eviction subresource does.
 pub fn error_response(e: &ApiError) -> Response<Body> {
     let status = kube::core::Status::from(e.clone());
-    let mut details = status.details.as_ref().map(|d| {
-        let mut v = json!({"name": d.name, "kind": d.kind});
-        if !d.group.is_empty() {
-            v["group"] = d.group.clone().into();
+    let details = status.details.as_ref().map(|d| {
+        let mut v = json!({});
+        for (field, value) in [("name", &d.name), ("group", &d.group), ("kind", &d.kind)] {
+            if !value.is_empty() {
+                v[field] = value.clone().into();
+            }
+        }
+        if d.retry_after_seconds > 0 {
+            v["retryAfterSeconds"] = d.retry_after_seconds.into();
         }
         if !d.causes.is_empty() {
             v["causes"] = d
@@ -275,19 +282,7 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
         }
         v
     });
-    let mut message = match e {
-        ApiError::BadRequest { message } => message.clone(),
-        _ => status.message.clone(),
-    };
-    if let ApiError::TooManyRequests { message: m } = e
-        && let Some((head, cause)) = m.split_once(": the disruption budget ")
-    {
-        message = format!("{}.", head.trim_end_matches('.'));
-        details = Some(json!({
-            "causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {cause}")}],
-        }));
-    }
-    status_response(status.code, &status.reason, &message, details)
+    status_response(status.code, &status.reason, &status.message, details)
 }
 
 fn success_status(code: u16, details: Option<Value>) -> Response<Body> {
@@ -756,7 +751,7 @@ impl ApiServer {
                 let dry_run = query.dry_run()?;
                 let obj = self.body_for(kind, target, body, false)?;
                 let warnings = field_validation(kind, &obj, query)?;
-                self.admit_create(kind, target, &obj)?;
+                self.admit_create(kind, target)?;
                 let obj = prepare_create(&meta.kind, obj);
                 let stored = kind.create(c, obj, dry_run)?;
                 Ok(with_warnings(object_response(201, &stored), &warnings))
@@ -813,10 +808,7 @@ impl ApiServer {
                 fields.check(&meta.kind)?;
                 let (items, rv) = kind.list(c, target.namespace.as_deref(), &labels);
                 let mut deleted = Vec::new();
-                for o in items
-                    .iter()
-                    .filter(|o| fields.is_empty() || fields.matches(&o.to_json()))
-                {
+                for o in items.iter().filter(|o| fields.matches_object(o.as_ref())) {
                     let k = ObjectKey::new(
                         o.meta().namespace.clone().unwrap_or_default(),
                         o.meta().name.clone().unwrap_or_default(),
@@ -848,62 +840,51 @@ impl ApiServer {
         let fields = query.fields()?;
         fields.check(&meta.kind)?;
         let limit = query.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
-        let (items, rv): (Arc<[Stored]>, u64) = match query
-            .get("continue")
-            .filter(|c| !c.is_empty())
-        {
-            Some(token) => {
-                let id: u64 = token
-                    .parse()
-                    .map_err(|_| bad("continue key is not valid"))?;
-                let mut pages = self
-                    .pages
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                match pages.remove(&id) {
-                    Some(p) if p.created.elapsed() < CONTINUE_TTL => (p.items, p.resource_version),
-                    _ => return Ok(expired_continue()),
+        let (items, offset, rv): (Arc<[Stored]>, usize, u64) =
+            match query.get("continue").filter(|c| !c.is_empty()) {
+                Some(token) => {
+                    let id: u64 = token
+                        .parse()
+                        .map_err(|_| bad("continue key is not valid"))?;
+                    let mut pages = self
+                        .pages
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    match pages.remove(&id) {
+                        Some(p) if p.created.elapsed() < CONTINUE_TTL => {
+                            (p.items, p.offset, p.resource_version)
+                        }
+                        _ => return Ok(expired_continue()),
+                    }
                 }
-            }
-            None => {
-                if let Some(rv) = query
-                    .get("resourceVersion")
-                    .filter(|v| !v.is_empty() && *v != "0")
-                    && query.get("resourceVersionMatch") == Some("Exact")
-                    && rv.parse::<u64>().ok() != Some(c.resource_version())
-                {
-                    return Err(ApiError::Gone {
-                        requested: rv.parse().unwrap_or(0),
-                        oldest: c.resource_version(),
-                    });
+                None => {
+                    if let Some(rv) = query
+                        .get("resourceVersion")
+                        .filter(|v| !v.is_empty() && *v != "0")
+                        && query.get("resourceVersionMatch") == Some("Exact")
+                        && rv.parse::<u64>().ok() != Some(c.resource_version())
+                    {
+                        return Err(ApiError::Gone {
+                            requested: rv.parse().unwrap_or(0),
+                            oldest: c.resource_version(),
+                        });
+                    }
+                    let (items, rv) = kind.list(c, namespace, &labels);
+                    let items: Vec<Stored> = if fields.is_empty() {
+                        items
+                    } else {
+                        items
+                            .into_iter()
+                            .filter(|o| fields.matches_object(o.as_ref()))
+                            .collect()
+                    };
+                    (items.into(), 0, rv)
                 }
-                let (items, rv) = kind.list(c, namespace, &labels);
-                let items: Vec<Stored> = if fields.is_empty() {
-                    items
-                } else if fields.only_metadata() {
-                    items
-                        .into_iter()
-                        .filter(|o| {
-                            fields.matches_meta(
-                                o.meta().name.as_deref().unwrap_or_default(),
-                                o.meta().namespace.as_deref().unwrap_or_default(),
-                            )
-                        })
-                        .collect()
-                } else {
-                    items
-                        .into_iter()
-                        .filter(|o| fields.matches(&o.to_json()))
-                        .collect()
-                };
-                (items.into(), rv)
-            }
-        };
-        let (page, rest): (&[Stored], &[Stored]) = match limit {
-            Some(l) if l < items.len() => items.split_at(l),
-            _ => (&items[..], &[]),
-        };
-        let cont = (!rest.is_empty()).then(|| {
+            };
+        // A page is a window on the first page's snapshot.
+        let end = limit.map_or(items.len(), |l| offset.saturating_add(l).min(items.len()));
+        let page = &items[offset.min(end)..end];
+        let cont = (end < items.len()).then(|| {
             let mut next = self
                 .next_page
                 .lock()
@@ -918,14 +899,15 @@ impl ApiServer {
             pages.insert(
                 id,
                 Page {
-                    items: rest.to_vec().into(),
+                    items: items.clone(),
+                    offset: end,
                     resource_version: rv,
                     created: Instant::now(),
                 },
             );
             id.to_string()
         });
-        let remaining = cont.as_ref().map(|_| rest.len());
+        let remaining = cont.as_ref().map(|_| items.len() - end);
         if table {
             let objects: Vec<Value> = page.iter().map(|o| o.to_json()).collect();
             let t = self.printers.table(
@@ -992,12 +974,7 @@ impl ApiServer {
 
     /// NamespaceLifecycle admission: a namespaced object is created only in
     /// a namespace that exists and is not terminating.
-    fn admit_create(
-        &self,
-        kind: &dyn ServedKind,
-        target: &Target,
-        _obj: &Value,
-    ) -> Result<(), ApiError> {
+    fn admit_create(&self, kind: &dyn ServedKind, target: &Target) -> Result<(), ApiError> {
         let Some(ns) = target
             .namespace
             .as_deref()
@@ -1066,7 +1043,7 @@ impl ApiServer {
             let warnings = field_validation(kind, &obj, query)?;
             let existed = kind.get(c, &key).is_ok();
             if !existed {
-                self.admit_create(kind, target, &obj)?;
+                self.admit_create(kind, target)?;
             }
             let params = ApplyParams {
                 field_manager: field_manager.into(),

@@ -256,6 +256,22 @@ impl FieldSelector {
             .all(|(f, _, _)| f == "metadata.name" || f == "metadata.namespace")
     }
 
+    /// Whether a stored object matches: from its metadata when only
+    /// metadata fields are selected, else from its JSON.
+    pub fn matches_object(&self, o: &dyn super::kinds::AnyObject) -> bool {
+        if self.is_empty() {
+            true
+        } else if self.only_metadata() {
+            let m = o.meta();
+            self.matches_meta(
+                m.name.as_deref().unwrap_or_default(),
+                m.namespace.as_deref().unwrap_or_default(),
+            )
+        } else {
+            self.matches(&o.to_json())
+        }
+    }
+
     pub fn matches_meta(&self, name: &str, namespace: &str) -> bool {
         self.terms.iter().all(|(field, equal, value)| {
             let actual = if field == "metadata.name" {

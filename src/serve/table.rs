@@ -218,7 +218,7 @@ impl Printers {
                 .collect()
         } else {
             let mut cells = vec![name];
-            cells.extend(builtin_cells(kind, o, age, now));
+            cells.extend(builtin_cells(kind, o, age));
             cells
         };
         let object = match include {
@@ -256,9 +256,9 @@ fn none_if_empty(s: impl Into<String>) -> Value {
     }
 }
 
-fn builtin_cells(kind: &str, o: &Value, age: String, now: Timestamp) -> Vec<Value> {
+fn builtin_cells(kind: &str, o: &Value, age: String) -> Vec<Value> {
     match kind {
-        "Pod" => pod_cells(o, age, now),
+        "Pod" => pod_cells(o, age),
         "Node" => node_cells(o, age),
         "Namespace" => vec![
             str_at(o, "/status/phase").unwrap_or("Active").into(),
@@ -319,7 +319,7 @@ fn builtin_cells(kind: &str, o: &Value, age: String, now: Timestamp) -> Vec<Valu
 }
 
 /// The cells of `kubectl get pods`, as `printPod` computes them.
-fn pod_cells(o: &Value, age: String, now: Timestamp) -> Vec<Value> {
+fn pod_cells(o: &Value, age: String) -> Vec<Value> {
     let statuses = o
         .pointer("/status/containerStatuses")
         .and_then(Value::as_array)
@@ -363,7 +363,6 @@ fn pod_cells(o: &Value, age: String, now: Timestamp) -> Vec<Value> {
     if o.pointer("/metadata/deletionTimestamp").is_some() && !node_lost {
         reason = "Terminating".into();
     }
-    let _ = now;
     vec![
         format!("{ready}/{total}").into(),
         reason.into(),

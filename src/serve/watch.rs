@@ -42,15 +42,7 @@ impl Filter {
         if !self.labels.matches_opt(meta.labels.as_ref()) {
             return false;
         }
-        self.fields.is_empty()
-            || if self.fields.only_metadata() {
-                self.fields.matches_meta(
-                    meta.name.as_deref().unwrap_or_default(),
-                    meta.namespace.as_deref().unwrap_or_default(),
-                )
-            } else {
-                self.fields.matches(&o.to_json())
-            }
+        self.fields.matches_object(o.as_ref())
     }
 
     /// Whether an object can leave the selection by changing.
