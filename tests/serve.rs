@@ -372,10 +372,22 @@ struct ControllerProcess {
     identity: String,
     child: Child,
     log: PathBuf,
+    /// The health endpoint's address.
+    health: String,
 }
 
 impl ControllerProcess {
     fn start(s: &Served, env: &crate::aws::Env, moto: &crate::moto::Moto, identity: &str) -> Self {
+        Self::start_with(s, env, moto, identity, &[])
+    }
+
+    fn start_with(
+        s: &Served,
+        env: &crate::aws::Env,
+        moto: &crate::moto::Moto,
+        identity: &str,
+        extra: &[&str],
+    ) -> Self {
         let port = |_: ()| {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
@@ -384,6 +396,7 @@ impl ControllerProcess {
                 .to_string()
         };
         let log = s.dir.path().join(format!("controller-{identity}.log"));
+        let health_port = port(());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_dovetail"));
         cmd.arg("controller")
             .arg("--kubeconfig")
@@ -411,7 +424,8 @@ impl ControllerProcess {
                 "10.100.0.0/16",
             ])
             .args(["--identity", identity, "--namespace", "default"])
-            .args(["--metrics-port", &port(()), "--health-port", &port(())])
+            .args(["--metrics-port", &port(()), "--health-port", &health_port])
+            .args(extra)
             .envs(moto.sdk_env(&env.region))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -420,7 +434,21 @@ impl ControllerProcess {
             identity: identity.to_string(),
             child: cmd.spawn().expect("dovetail controller starts"),
             log,
+            health: format!("127.0.0.1:{health_port}"),
         }
+    }
+
+    /// `/healthz`'s status code, if it answers.
+    fn healthz(&self) -> Option<u16> {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(&self.health).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        answer.split_whitespace().nth(1)?.parse().ok()
     }
 
     fn log(&self) -> String {
@@ -513,6 +541,298 @@ fn fleet(
     [claims, nodes, live]
 }
 
+/// `simulate --serve --controller none` with moto as EC2: a repository
+/// with an EC2NodeClass for `cluster` and the serve scenario's NodePool,
+/// and a Deployment `shop/web` of `replicas` pods at 1 s.
+fn served_with_moto(
+    moto: &crate::moto::Moto,
+    cluster: &str,
+    work: &Path,
+    replicas: usize,
+    extra: &[&str],
+) -> Served {
+    let repo = work.join("repo");
+    std::fs::create_dir_all(&repo).expect("repo");
+    std::fs::write(
+        repo.join("nodeclass.yaml"),
+        format!(
+            "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  role: KarpenterNodeRole-{cluster}\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n"
+        ),
+    )
+    .expect("nodeclass");
+    std::fs::copy(
+        root().join("tests/scenarios/serve/repo/nodepool.yaml"),
+        repo.join("nodepool.yaml"),
+    )
+    .expect("nodepool");
+    let scenario = work.join("scenario.yaml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "config: repo\ncloud: {{launchDelay: 2s, kubernetesVersion: \"{}\"}}\ntimeline:\n  - at: 1s\n    apply:\n      - apiVersion: apps/v1\n        kind: Deployment\n        metadata: {{name: web, namespace: shop}}\n        spec:\n          replicas: {replicas}\n          selector: {{matchLabels: {{app: web}}}}\n          template:\n            metadata: {{labels: {{app: web}}}}\n            spec:\n              terminationGracePeriodSeconds: 1\n              containers: [{{name: web, image: example/web:1, resources: {{requests: {{cpu: \"1\", memory: 1Gi}}}}}}]\nuntil: 30m\n",
+            crate::aws::K8S
+        ),
+    )
+    .expect("scenario");
+    let endpoint = moto.endpoint();
+    let mut args = vec![
+        "--controller",
+        "none",
+        "--ec2-endpoint",
+        &endpoint,
+        "--cluster-name",
+        cluster,
+        "--region",
+        "us-east-1",
+    ];
+    args.extend_from_slice(extra);
+    Served::start(&scenario, &args, &moto.sdk_env("us-east-1"))
+}
+
+/// The served API's audit log: every write request, in order.
+fn audited(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// kube 5's default client retries a 429 fifteen times with backoff, so a
+/// PDB-blocked eviction held the controller's pass for minutes.
+/// dovetail's client answers it at once, waits out a throttled create's
+/// `Retry-After`, and never sends a create again after a 504.
+#[test]
+fn the_kube_client_answers_a_blocked_eviction_at_once_and_repeats_only_what_is_safe() {
+    if !kubectl_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    let audit_arg = audit.to_string_lossy().into_owned();
+    let s = Served::start(
+        &scenario(),
+        &[
+            "--audit-log",
+            &audit_arg,
+            "--fault",
+            "verb=create,resource=configmaps,status=429,retryAfter=1,times=2",
+            "--fault",
+            "verb=create,resource=serviceaccounts,status=504,times=1",
+        ],
+        &[],
+    );
+    s.wait_for("two ready web pods", Duration::from_secs(60), || {
+        s.ready_pods().len() == 2
+    });
+    let pod = s.ready_pods()[0].clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        use dovetail::cluster::{Cluster, KubeCluster};
+        use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+        let client = dovetail::cluster::kube_client::connect(Some(&s.kubeconfig), Some("test"))
+            .await
+            .expect("client");
+        let cluster = KubeCluster::new(client);
+
+        // The budget needs both pods: the eviction's 429 comes back at once.
+        let started = Instant::now();
+        let refused = cluster.evict("shop", &pod).await.unwrap_err();
+        assert_eq!(refused.code(), 429, "{refused}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the eviction took {:?}",
+            started.elapsed()
+        );
+        // kube's default stack is still retrying the same eviction 5 s on.
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&s.kubeconfig).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("config");
+        let default = kube::Client::try_from(config).expect("default client");
+        let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(default, "shop");
+        let slow = tokio::time::timeout(
+            Duration::from_secs(5),
+            pods.evict(&pod, &kube::api::EvictParams::default()),
+        )
+        .await;
+        assert!(
+            slow.is_err(),
+            "kube's default retry layer answered: {slow:?}"
+        );
+
+        // Throttled twice with Retry-After: 1, then created.
+        let started = Instant::now();
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "throttled", "namespace": "shop"}
+        }))
+        .expect("configmap");
+        cluster
+            .create(cm)
+            .await
+            .expect("created after the throttling");
+        let waited = started.elapsed();
+        assert!(
+            (Duration::from_secs(2)..Duration::from_secs(10)).contains(&waited),
+            "{waited:?}"
+        );
+
+        // A 504 on a create is the caller's to handle: sent once.
+        let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "once", "namespace": "shop"}
+        }))
+        .expect("serviceaccount");
+        let timed_out = cluster.create(sa.clone()).await.unwrap_err();
+        assert!(timed_out.to_string().contains("504 Timeout"), "{timed_out}");
+        cluster.create(sa).await.expect("created when sent again");
+    });
+    let writes = audited(&audit);
+    let by_test = |resource: &str| {
+        writes
+            .iter()
+            .filter(|w| w["resource"] == resource)
+            .filter(|w| {
+                w["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.contains("(test)"))
+            })
+            .map(|w| w["code"].as_u64().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by_test("pods/eviction"), [429]);
+    assert_eq!(by_test("configmaps"), [429, 429, 201]);
+    assert_eq!(by_test("serviceaccounts"), [504, 201]);
+}
+
+/// A leader stopped with SIGSTOP past its renew deadline is fenced: the
+/// standby takes the Lease after it expires and provisions, and once the
+/// old leader resumes, it writes nothing before it learns it lost.
+#[test]
+fn a_stopped_leader_is_fenced_before_the_standby_acts() {
+    if !kubectl_installed() {
+        return;
+    }
+    let Some(moto) = crate::moto::server() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = "serve-fence";
+    let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
+    let work = tempfile::tempdir().expect("tempdir");
+    let audit = work.path().join("audit.jsonl");
+    let audit_arg = audit.to_string_lossy().into_owned();
+    let s = served_with_moto(moto, cluster, work.path(), 1, &["--audit-log", &audit_arg]);
+    let a = ControllerProcess::start(&s, &env, moto, "replica-a");
+    let b = ControllerProcess::start(&s, &env, moto, "replica-b");
+    let logs = |s: &Served| format!("{}\n--- a:\n{}\n--- b:\n{}", s.log(), a.log(), b.log());
+    s.wait_for("a ready pod", Duration::from_secs(120), || {
+        s.ready_pods().len() == 1
+    });
+    let leader = holder(&s).unwrap_or_else(|| panic!("a leader\n{}", logs(&s)));
+    let (stopped, standby) = if leader == a.identity {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    stopped.signal("-STOP");
+    // Work only a leader does: the standby must take over to do it.
+    s.kubectl_ok(&["scale", "deployment/web", "-n", "shop", "--replicas=3"]);
+    s.wait_for(
+        "the standby to take the Lease",
+        Duration::from_secs(40),
+        || holder(&s).as_deref() == Some(standby.identity.as_str()),
+    );
+    s.wait_for("three ready pods", Duration::from_secs(120), || {
+        s.ready_pods().len() == 3
+    });
+    stopped.signal("-CONT");
+    std::thread::sleep(Duration::from_secs(6));
+    let agent = |w: &Value, id: &str| {
+        w["userAgent"]
+            .as_str()
+            .is_some_and(|u| u.contains(&format!("({id})")))
+    };
+    let writes = audited(&audit);
+    let took_over = writes
+        .iter()
+        .position(|w| {
+            agent(w, &standby.identity)
+                && w["resource"] == "leases"
+                && w["code"].as_u64().is_some_and(|c| c < 300)
+        })
+        .expect("the standby wrote the Lease");
+    let after: Vec<&Value> = writes[took_over..]
+        .iter()
+        .filter(|w| agent(w, &stopped.identity))
+        .filter(|w| w["code"].as_u64().is_some_and(|c| c < 400))
+        .collect();
+    assert!(
+        after.is_empty(),
+        "the deposed leader wrote after the standby took over: {after:?}\n{}",
+        logs(&s)
+    );
+    assert!(
+        stopped.log().contains("leadership lost"),
+        "{}",
+        stopped.log()
+    );
+    // The standby did the work: it created NodeClaims after taking over.
+    assert!(
+        writes[took_over..]
+            .iter()
+            .any(|w| agent(w, &standby.identity)
+                && w["resource"] == "nodeclaims"
+                && w["verb"] == "POST"),
+        "{writes:?}"
+    );
+}
+
+/// A controller whose pass is stuck (every NodeClaim create takes 20 s,
+/// within the API call deadline) fails `/healthz` once no pass has
+/// finished for its liveness timeout, so the kubelet restarts it.
+#[test]
+fn healthz_fails_when_the_leaders_passes_stop_finishing() {
+    if !kubectl_installed() {
+        return;
+    }
+    let Some(moto) = crate::moto::server() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = "serve-liveness";
+    let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
+    let work = tempfile::tempdir().expect("tempdir");
+    let s = served_with_moto(
+        moto,
+        cluster,
+        work.path(),
+        2,
+        &["--fault", "verb=create,resource=nodeclaims,latency=25s"],
+    );
+    let c =
+        ControllerProcess::start_with(&s, &env, moto, "replica-a", &["--liveness-timeout", "5s"]);
+    s.wait_for("the controller to lead", Duration::from_secs(60), || {
+        holder(&s).is_some() && c.healthz() == Some(200)
+    });
+    s.wait_for("/healthz to fail", Duration::from_secs(40), || {
+        c.healthz() == Some(503)
+    });
+}
+
 /// The production binary end to end: `simulate --serve --controller none`
 /// with moto as EC2, and two `dovetail controller` processes. Pods get
 /// nodes, one replica leads, and NodeClaims, Nodes and instances agree;
@@ -534,43 +854,7 @@ fn the_production_controller_runs_the_served_cluster_with_moto() {
     let cluster = "serve-e2e";
     let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
     let work = tempfile::tempdir().expect("tempdir");
-    let repo = work.path().join("repo");
-    std::fs::create_dir_all(&repo).expect("repo");
-    std::fs::write(
-        repo.join("nodeclass.yaml"),
-        format!(
-            "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  role: KarpenterNodeRole-{cluster}\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n"
-        ),
-    )
-    .expect("nodeclass");
-    std::fs::copy(
-        root().join("tests/scenarios/serve/repo/nodepool.yaml"),
-        repo.join("nodepool.yaml"),
-    )
-    .expect("nodepool");
-    let scenario = work.path().join("scenario.yaml");
-    std::fs::write(
-        &scenario,
-        format!(
-            "config: repo\ncloud: {{launchDelay: 2s, kubernetesVersion: \"{}\"}}\ntimeline:\n  - at: 1s\n    apply:\n      - apiVersion: apps/v1\n        kind: Deployment\n        metadata: {{name: web, namespace: shop}}\n        spec:\n          replicas: 2\n          selector: {{matchLabels: {{app: web}}}}\n          template:\n            metadata: {{labels: {{app: web}}}}\n            spec:\n              terminationGracePeriodSeconds: 1\n              containers: [{{name: web, image: example/web:1, resources: {{requests: {{cpu: \"1\", memory: 1Gi}}}}}}]\nuntil: 30m\n",
-            crate::aws::K8S
-        ),
-    )
-    .expect("scenario");
-    let s = Served::start(
-        &scenario,
-        &[
-            "--controller",
-            "none",
-            "--ec2-endpoint",
-            &moto.endpoint(),
-            "--cluster-name",
-            cluster,
-            "--region",
-            "us-east-1",
-        ],
-        &moto.sdk_env("us-east-1"),
-    );
+    let s = served_with_moto(moto, cluster, work.path(), 2, &[]);
     let a = ControllerProcess::start(&s, &env, moto, "replica-a");
     let b = ControllerProcess::start(&s, &env, moto, "replica-b");
     let logs = |s: &Served| format!("{}\n--- a:\n{}\n--- b:\n{}", s.log(), a.log(), b.log());

@@ -267,6 +267,9 @@ pub struct SimulateArgs {
     /// With --serve: write a kubeconfig for the served API to FILE.
     #[arg(long, value_name = "FILE", requires = "serve")]
     pub kubeconfig_out: Option<PathBuf>,
+    /// With --serve: record every write request (verb, resource, name, response code, user agent) in FILE, one JSON line each, as the API server's audit log does.
+    #[arg(long, value_name = "FILE", requires = "serve")]
+    pub audit_log: Option<PathBuf>,
     /// With --serve: run SPEED times as fast as real time (with the in-process controller only; an external controller keeps real time).
     #[arg(long, value_name = "SPEED", default_value_t = 1.0, value_parser = parse_speed)]
     pub speed: f64,
@@ -558,6 +561,9 @@ pub struct ControllerArgs {
     /// How long the first list of every watched kind may take before the controller gives up.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_poll_interval, env = "DOVETAIL_CACHE_SYNC_TIMEOUT")]
     pub cache_sync_timeout: std::time::Duration,
+    /// While leading, /healthz fails when no controller pass has finished (or one has run) for this long, so the kubelet restarts a wedged controller.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_poll_interval, env = "DOVETAIL_LIVENESS_TIMEOUT")]
+    pub liveness_timeout: std::time::Duration,
 }
 
 #[cfg(test)]

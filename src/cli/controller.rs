@@ -18,7 +18,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::Client;
 use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -28,7 +27,7 @@ use super::{Io, exit};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::clock::{Clock, SystemClock};
 use crate::cloud::aws::AwsProvider;
-use crate::cluster::{KubeCluster, WatchOptions, slim};
+use crate::cluster::{Fenced, KubeCluster, WatchOptions, slim};
 use crate::controller::Settings;
 use crate::controller::http::{Endpoints, Health, serve};
 use crate::controller::leader::{Elector, LeaseConfig};
@@ -69,20 +68,6 @@ fn identity(a: &ControllerArgs) -> String {
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
         .unwrap_or_else(|| format!("dovetail-{}", std::process::id()))
-}
-
-/// The kube client: from `kubeconfig` (its current context) when given,
-/// else as kube infers it (in-cluster, `KUBECONFIG`, `~/.kube/config`).
-async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, kube::Error> {
-    let Some(path) = kubeconfig else {
-        return Client::try_default().await;
-    };
-    let file = kube::config::Kubeconfig::read_from(path).map_err(kube::Error::InferKubeconfig)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(kube::Error::InferKubeconfig)?;
-    Client::try_from(config)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -153,7 +138,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         }
     };
     runtime.block_on(async {
-        let client = match client(a.kubeconfig.as_deref()).await {
+        let client = match crate::cluster::kube_client::connect(a.kubeconfig.as_deref(), Some(&identity(a))).await {
             Ok(c) => c,
             Err(e) => {
                 io.error(&e, Some("run inside a cluster, or give --kubeconfig, or set KUBECONFIG or ~/.kube/config"));
@@ -217,7 +202,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         let cluster = Arc::new(cluster);
 
         // The endpoints answer from the start; /readyz once synced.
-        let health = Arc::new(Health::default());
+        let health = Arc::new(Health::with_liveness_timeout(a.liveness_timeout));
         let metrics = Metrics::new();
         let interruption_metrics = InterruptionMetrics::new();
         let sync_registry: Arc<OnceLock<Registry>> = Arc::new(OnceLock::new());
@@ -295,8 +280,14 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         };
         let cloud = Arc::new(Metered::new(provider, "aws", &metrics));
 
+        // Only the leader writes, and only while its last renewal vouches
+        // for it: every write of the loops and the sync passes the fence.
+        let fence = a
+            .leader_elect
+            .then(|| Arc::new(crate::cluster::Fence::new(clock.clone())));
+        let writer = Arc::new(Fenced::new(cluster.clone(), fence.clone()));
         let sync = sync.map(|s| {
-            let engine = SyncEngine::new(cluster.clone(), clock.clone(), s);
+            let engine = SyncEngine::new(writer.clone(), clock.clone(), s);
             let _ = sync_registry.set(engine.metrics().registry().clone());
             (engine, a.poll_interval)
         });
@@ -310,6 +301,10 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
                 LeaseConfig::new(&namespace, &a.lease_name, &identity),
             )
             .with_health(health.clone());
+            let elector = match &fence {
+                Some(f) => elector.with_fence(f.clone()),
+                None => elector,
+            };
             let leading = elector.leading();
             let (release_tx, release) = watch::channel(false);
             let task = tokio::spawn(elector.run(stopped(release)));
@@ -319,7 +314,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         };
 
         let mut rt = Runtime {
-            cluster: cluster.clone(),
+            cluster: writer,
             cloud,
             clock,
             settings: controller_settings.clone(),

@@ -124,7 +124,9 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, LiveError> {
 
 /// A client from the usual kubeconfig or in-cluster configuration.
 pub async fn connect() -> Result<Client, LiveError> {
-    Client::try_default().await.map_err(LiveError::Connect)
+    crate::cluster::kube_client::connect(None, None)
+        .await
+        .map_err(LiveError::Connect)
 }
 
 /// Every object of `kind`, all namespaces, page by page, each with its

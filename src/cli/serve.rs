@@ -57,10 +57,22 @@ pub fn run(a: &SimulateArgs, addr: &str, sim: Simulation, io: &mut Io) -> Result
     let scenario = sim.scenario();
     let mut rules = scenario.faults.clone();
     rules.extend(a.fault.iter().cloned());
+    let audit = match &a.audit_log {
+        None => None,
+        Some(path) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            std::fs::File::create(path).map_err(|e| {
+                setup(format!(
+                    "cannot write the audit log {}: {e}",
+                    path.display()
+                ))
+            })?,
+        ))),
+    };
     let server = ApiServer::new(
         sim.cluster(),
         ServeOptions {
             kubernetes_version: scenario.cloud.kubernetes_version.clone(),
+            audit,
             ..ServeOptions::default()
         },
         Faults::new(rules),

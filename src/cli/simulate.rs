@@ -401,6 +401,7 @@ mod tests {
                 feature_gates: None,
                 serve: None,
                 kubeconfig_out: None,
+                audit_log: None,
                 speed: 1.0,
                 controller: "in-process".into(),
                 ec2_endpoint: None,

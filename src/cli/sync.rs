@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
-
 use super::args::SyncArgs;
 use super::{Io, exit, render};
 use crate::api::{EC2NodeClass, NodePool};
@@ -40,7 +38,7 @@ pub fn run(a: &SyncArgs, io: &mut Io) -> u8 {
         }
     };
     runtime.block_on(async {
-        let client = match Client::try_default().await {
+        let client = match crate::cluster::kube_client::connect(None, None).await {
             Ok(c) => c,
             Err(e) => {
                 io.error(

@@ -7,20 +7,29 @@
 //! predates hyper's `server` feature in the tree; now that `crate::serve`
 //! builds on it, these three routes could move onto hyper too.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 
 /// The longest request head accepted.
 const MAX_REQUEST: usize = 8 * 1024;
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the leader's loop may go without finishing a pass before
+/// `/healthz` fails, by default. A pass runs at least every resync
+/// (60 s), and every API call in it has a deadline
+/// ([`crate::cluster::kube_client::API_CALL_TIMEOUT`]), so a loop that
+/// has not finished one for this long is wedged, and the kubelet restarts
+/// it.
+pub const LIVENESS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
 /// What the probes report, shared by the runtime and the server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
     /// Every cache has completed its initial list.
     pub synced: AtomicBool,
@@ -30,27 +39,101 @@ pub struct Health {
     pub standby_healthy: AtomicBool,
     /// The controller loop has stopped (a fatal error): not alive.
     pub stopped: AtomicBool,
+    /// How long the leader's loop may go without finishing a pass.
+    pub liveness_timeout: Duration,
+    /// The leader's loop: when it last made progress (started leading or
+    /// finished a pass), and since when a pass has been running.
+    progress: Mutex<Progress>,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    last: Option<Instant>,
+    running_since: Option<Instant>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health::with_liveness_timeout(LIVENESS_TIMEOUT)
+    }
 }
 
 impl Health {
+    pub fn with_liveness_timeout(liveness_timeout: Duration) -> Self {
+        Health {
+            synced: AtomicBool::new(false),
+            leading: AtomicBool::new(false),
+            standby_healthy: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            liveness_timeout,
+            progress: Mutex::new(Progress::default()),
+        }
+    }
+
+    fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The loop made progress: a term started, or a pass finished.
+    pub fn progressed(&self) {
+        let mut p = self.progress();
+        p.last = Some(Instant::now());
+        p.running_since = None;
+    }
+
+    /// A pass starts (before it waits for the controller).
+    pub fn pass_started(&self) {
+        self.progress().running_since = Some(Instant::now());
+    }
+
     /// `/readyz`: the caches are synced and the replica either leads or
     /// stands by healthily.
-    pub fn ready(&self) -> Result<(), &'static str> {
+    pub fn ready(&self) -> Result<(), String> {
         if !self.synced.load(Ordering::Relaxed) {
-            return Err("caches not synced");
+            return Err("caches not synced".into());
         }
         if !self.leading.load(Ordering::Relaxed) && !self.standby_healthy.load(Ordering::Relaxed) {
             return Err(
-                "neither leading nor standing by: leader election cannot reach the API server",
+                "neither leading nor standing by: leader election cannot reach the API server"
+                    .into(),
             );
         }
         Ok(())
     }
 
-    /// `/healthz`: the process serves and its loop has not stopped.
-    pub fn alive(&self) -> Result<(), &'static str> {
+    /// `/healthz`: the process serves, its loop has not stopped, and while
+    /// it leads, no pass has run, and no pass has been missing, for longer
+    /// than [`Health::liveness_timeout`]. A standby is alive: restarting it
+    /// would not bring the API server back.
+    pub fn alive(&self) -> Result<(), String> {
         if self.stopped.load(Ordering::Relaxed) {
-            return Err("controller loop stopped");
+            return Err("controller loop stopped".into());
+        }
+        if !self.leading.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let p = self.progress();
+        let limit = self.liveness_timeout;
+        if let Some(since) = p.running_since
+            && since.elapsed() > limit
+        {
+            return Err(format!(
+                "a controller pass has run for {}s (limit {}s)",
+                since.elapsed().as_secs(),
+                limit.as_secs()
+            ));
+        }
+        if let Some(last) = p.last
+            && p.running_since.is_none()
+            && last.elapsed() > limit
+        {
+            return Err(format!(
+                "no controller pass for {}s (limit {}s)",
+                last.elapsed().as_secs(),
+                limit.as_secs()
+            ));
         }
         Ok(())
     }
@@ -74,7 +157,7 @@ impl Endpoints {
             return (405, TEXT, "method not allowed\n".into());
         }
         let path = target.split('?').next().unwrap_or_default();
-        let probe = |r: Result<(), &'static str>| match r {
+        let probe = |r: Result<(), String>| match r {
             Ok(()) => (200, TEXT, "ok\n".to_string()),
             Err(why) => (503, TEXT, format!("{why}\n")),
         };

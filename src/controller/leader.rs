@@ -27,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use tokio::sync::watch;
 
 use crate::clock::{Clock, Timestamp};
-use crate::cluster::{ApiError, Cluster, ObjectKey};
+use crate::cluster::{ApiError, Cluster, Fence, ObjectKey};
 
 /// How a replica takes part in the election. The defaults are client-go's
 /// (and the reference autoscaler's).
@@ -77,6 +77,8 @@ pub struct Elector<C: Cluster> {
     leading: watch::Sender<bool>,
     /// The probes' view, updated after every round.
     health: Option<Arc<super::http::Health>>,
+    /// Until when this replica's writes may go ([`Fence`]).
+    fence: Option<Arc<Fence>>,
 }
 
 impl<C: Cluster> Elector<C> {
@@ -90,11 +92,19 @@ impl<C: Cluster> Elector<C> {
             healthy_at: None,
             leading: watch::Sender::new(false),
             health: None,
+            fence: None,
         }
     }
 
     /// Reports whether this replica stands by healthily to `health` (for
     /// `/readyz`) after every round.
+    /// Extends `fence` by each renewal (to its start plus the renew
+    /// deadline) and closes it when leadership is lost.
+    pub fn with_fence(mut self, fence: Arc<Fence>) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
     pub fn with_health(mut self, health: Arc<super::http::Health>) -> Self {
         self.health = Some(health);
         self
@@ -122,6 +132,9 @@ impl<C: Cluster> Elector<C> {
     }
 
     fn set_leading(&self, leading: bool) {
+        if !leading && let Some(f) = &self.fence {
+            f.close();
+        }
         self.leading.send_if_modified(|l| {
             let changed = *l != leading;
             *l = leading;
@@ -133,12 +146,48 @@ impl<C: Cluster> Elector<C> {
     /// whether this replica leads afterwards. An error is a round that did
     /// not reach a decision (the server failed); while leading, such
     /// rounds are tolerated until the renew deadline.
+    ///
+    /// A round is bounded as client-go bounds it: while leading, by what is
+    /// left of the renew deadline since the last renewal (a round that
+    /// passes it steps down at once, whether or not the request ever
+    /// returns); while standing by, by the renew deadline.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, ApiError> {
-        let result = self.round().await;
+        let started = self.clock.now();
+        let bound = match self.renewed.filter(|_| self.is_leader()) {
+            Some(t) => self
+                .config
+                .renew_deadline
+                .saturating_sub(elapsed(t, started)),
+            None => self.config.renew_deadline,
+        };
+        let timed_out = || ApiError::Internal {
+            message: format!(
+                "the election round did not finish within {:.1}s",
+                bound.as_secs_f64()
+            ),
+        };
+        // While leading, a round that runs out of time ran out of the
+        // renew deadline.
+        let (result, deadline_passed) = if bound.is_zero() {
+            (Err(timed_out()), true)
+        } else {
+            match tokio::time::timeout(bound, self.round()).await {
+                Ok(r) => (r, false),
+                Err(_) => (Err(timed_out()), true),
+            }
+        };
         let now = self.clock.now();
         match &result {
             Ok(true) => {
-                self.renewed = Some(now);
+                // The renewal vouches from when it was sent, not answered.
+                self.renewed = Some(started);
+                if let Some(f) = &self.fence {
+                    f.extend(
+                        started
+                            .checked_add(self.config.renew_deadline)
+                            .unwrap_or(started),
+                    );
+                }
                 self.healthy_at = Some(now);
                 self.set_leading(true);
             }
@@ -151,9 +200,10 @@ impl<C: Cluster> Elector<C> {
                 self.set_leading(false);
             }
             Err(error) => {
-                let late = self
-                    .renewed
-                    .is_none_or(|t| elapsed(t, now) >= self.config.renew_deadline);
+                let late = deadline_passed
+                    || self
+                        .renewed
+                        .is_none_or(|t| elapsed(t, now) >= self.config.renew_deadline);
                 if self.is_leader() && late {
                     tracing::warn!(lease = %self.config.name, %error, "leadership lost: the lease could not be renewed within the renew deadline");
                     self.renewed = None;
@@ -403,9 +453,13 @@ mod tests {
         let lease = r.lease();
         assert_eq!(lease.holder_identity.as_deref(), Some("b"));
         assert_eq!(lease.lease_transitions, Some(1));
-        // a comes back: it finds b holding a fresh lease and stops leading.
+        // a comes back past its renew deadline: it stops leading before it
+        // sends anything, then finds b holding a fresh lease.
         let leading_a = a.leading();
         assert!(*leading_a.borrow());
+        let late = a.try_acquire_or_renew().await.unwrap_err();
+        assert!(late.to_string().contains("did not finish"), "{late}");
+        assert!(!*leading_a.borrow());
         assert!(!a.try_acquire_or_renew().await.unwrap());
         assert!(!*leading_a.borrow());
     }
@@ -425,9 +479,37 @@ mod tests {
         r.advance(2);
         assert_eq!(a.try_acquire_or_renew().await, Err(down.clone()));
         assert!(a.is_leader(), "one failed renewal is tolerated");
-        r.advance(8);
+        r.advance(7);
         assert_eq!(a.try_acquire_or_renew().await, Err(down));
+        assert!(
+            a.is_leader(),
+            "9s without a renewal: still within the deadline"
+        );
+        r.advance(1);
+        assert!(a.try_acquire_or_renew().await.is_err());
         assert!(!a.is_leader(), "10s without a renewal: stepped down");
+    }
+
+    #[tokio::test]
+    async fn the_fence_opens_with_each_renewal_for_the_renew_deadline_and_closes_on_step_down() {
+        let r = Replicas::new();
+        let fence = Arc::new(Fence::new(r.clock.clone()));
+        let mut a = r.elector("a").with_fence(fence.clone());
+        assert!(fence.check().is_err(), "closed until the first renewal");
+        a.try_acquire_or_renew().await.unwrap();
+        fence.check().unwrap();
+        // Stopped for 10 s (SIGSTOP): the fence has passed before the
+        // election task runs again, so nothing is written on the old term.
+        r.advance(10);
+        assert!(fence.check().is_err());
+        assert!(a.try_acquire_or_renew().await.is_err());
+        assert!(!a.is_leader());
+        assert!(fence.check().is_err());
+        // A new term opens it again.
+        assert!(a.try_acquire_or_renew().await.unwrap());
+        fence.check().unwrap();
+        a.release().await.unwrap();
+        assert!(fence.check().is_err());
     }
 
     #[tokio::test]

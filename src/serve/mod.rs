@@ -103,6 +103,10 @@ pub struct ServeOptions {
     pub kubernetes_version: String,
     /// How often a watch that asked for bookmarks gets one.
     pub bookmark_every: Duration,
+    /// Where each write request is recorded, one JSON line each, as the
+    /// API server's audit log at the `Metadata` level records it (see
+    /// [`ApiServer::audit`]).
+    pub audit: Option<Arc<Mutex<std::fs::File>>>,
 }
 
 impl Default for ServeOptions {
@@ -110,6 +114,7 @@ impl Default for ServeOptions {
         ServeOptions {
             kubernetes_version: "1.33".into(),
             bookmark_every: Duration::from_secs(60),
+            audit: None,
         }
     }
 }
@@ -602,7 +607,59 @@ impl ApiServer {
         })
     }
 
+    /// Answers a request for a resource, and records writes in the audit
+    /// log.
     async fn resource(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        kind: &dyn ServedKind,
+        target: Target,
+        query: Query,
+    ) -> Response<Body> {
+        if self.options.audit.is_none() || matches!(*req.method(), Method::GET | Method::HEAD) {
+            return self.resource_inner(req, kind, target, query).await;
+        }
+        let method = req.method().to_string();
+        let agent = req
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let resource = match &target.sub {
+            Some(s) => format!("{}/{s}", kind.meta().plural),
+            None => kind.meta().plural.clone(),
+        };
+        let (namespace, name) = (target.namespace.clone(), target.name.clone());
+        let response = self.resource_inner(req, kind, target, query).await;
+        self.audit(&json!({
+            "stageTimestamp": crate::clock::format_rfc3339(self.cluster.clock().now()),
+            "verb": method,
+            "resource": resource,
+            "namespace": namespace,
+            "name": name,
+            "code": response.status().as_u16(),
+            "userAgent": agent,
+        }));
+        response
+    }
+
+    /// Appends one record to the audit log; a failed write is logged.
+    fn audit(&self, record: &Value) {
+        let Some(file) = &self.options.audit else {
+            return;
+        };
+        let mut line = record.to_string();
+        line.push('\n');
+        let mut file = file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(error) = std::io::Write::write_all(&mut *file, line.as_bytes()) {
+            tracing::warn!(%error, "cannot write the audit log");
+        }
+    }
+
+    async fn resource_inner(
         self: &Arc<Self>,
         req: Request<Incoming>,
         kind: &dyn ServedKind,
