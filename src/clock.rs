@@ -13,21 +13,39 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// An instant in UTC with nanosecond precision: the type `meta/v1` `Time` wraps.
 pub use k8s_openapi::jiff::Timestamp;
 
+/// A wait on a [`Clock`].
+pub type Sleep = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
+
 /// A source of the current time.
 pub trait Clock: Send + Sync {
     /// The current time.
     fn now(&self) -> Timestamp;
+
+    /// Resolves once `d` has passed on this clock: the wall clock sleeps
+    /// (tokio's timer); a [`ManualClock`] wakes the sleeper when it is set
+    /// to or past the deadline.
+    fn sleep(&self, d: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep(d))
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
     }
+
+    fn sleep(&self, d: Duration) -> Sleep {
+        (**self).sleep(d)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     fn now(&self) -> Timestamp {
         (**self).now()
+    }
+
+    fn sleep(&self, d: Duration) -> Sleep {
+        (**self).sleep(d)
     }
 }
 
@@ -81,6 +99,53 @@ impl Clock for SystemClock {
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     now: Arc<Mutex<Reading>>,
+    /// Sleepers on virtual time: deadline and id, and the waker to call
+    /// when the clock reaches it.
+    timers: Arc<Mutex<Timers>>,
+}
+
+#[derive(Debug, Default)]
+struct Timers {
+    next_id: u64,
+    waiting: std::collections::BTreeMap<(Timestamp, u64), std::task::Waker>,
+}
+
+/// A [`ManualClock::sleep`] on virtual time.
+struct VirtualSleep {
+    clock: ManualClock,
+    deadline: Timestamp,
+    id: u64,
+}
+
+impl std::future::Future for VirtualSleep {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.clock.now() >= self.deadline {
+            self.clock
+                .timers()
+                .waiting
+                .remove(&(self.deadline, self.id));
+            return std::task::Poll::Ready(());
+        }
+        self.clock
+            .timers()
+            .waiting
+            .insert((self.deadline, self.id), cx.waker().clone());
+        std::task::Poll::Pending
+    }
+}
+
+impl Drop for VirtualSleep {
+    fn drop(&mut self) {
+        self.clock
+            .timers()
+            .waiting
+            .remove(&(self.deadline, self.id));
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -118,6 +183,66 @@ impl ManualClock {
                 at: start,
                 wall: None,
             })),
+            timers: Arc::new(Mutex::new(Timers::default())),
+        }
+    }
+
+    fn follows_wall(&self) -> bool {
+        self.now
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .wall
+            .is_some()
+    }
+
+    fn timers(&self) -> std::sync::MutexGuard<'_, Timers> {
+        self.timers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The earliest deadline a sleeper waits for, if any.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.timers().waiting.keys().next().map(|(t, _)| *t)
+    }
+
+    /// Wakes the sleepers whose deadline has come.
+    fn wake_due(&self) {
+        let now = self.now();
+        let due: Vec<std::task::Waker> = {
+            let mut timers = self.timers();
+            let later = timers.waiting.split_off(&(now, u64::MAX));
+            std::mem::replace(&mut timers.waiting, later)
+                .into_values()
+                .collect()
+        };
+        for w in due {
+            w.wake();
+        }
+    }
+
+    /// Runs `fut` to completion on virtual time: whenever it waits, the
+    /// clock is set to the earliest sleeper's deadline (as tokio's paused
+    /// clock auto-advances), so a future that sleeps takes virtual time
+    /// and no wall time. A future waiting on anything else is polled
+    /// again after a yield.
+    pub async fn run<F: std::future::Future>(&self, fut: F) -> F::Output {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            let polled = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => Some(v),
+                    std::task::Poll::Pending => None,
+                })
+            })
+            .await;
+            if let Some(v) = polled {
+                return v;
+            }
+            match self.next_deadline() {
+                Some(t) if !self.follows_wall() => {
+                    let _ = self.set(t.max(self.now()));
+                }
+                _ => tokio::task::yield_now().await,
+            }
         }
     }
 
@@ -139,6 +264,8 @@ impl ManualClock {
             return Err(ClockError::Backwards { from: now, to });
         }
         r.anchor(to);
+        drop(r);
+        self.wake_due();
         Ok(())
     }
 
@@ -150,6 +277,8 @@ impl ManualClock {
             .checked_add(by)
             .map_err(|_| ClockError::OutOfRange { from: now, by })?;
         r.anchor(next);
+        drop(r);
+        self.wake_due();
         Ok(next)
     }
 }
@@ -160,6 +289,29 @@ impl Clock for ManualClock {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .now()
+    }
+
+    /// On virtual time, a sleeper that [`ManualClock::run`] (or whoever
+    /// sets the clock) wakes; following the wall, a tokio sleep of `d`
+    /// divided by the speed.
+    fn sleep(&self, d: Duration) -> Sleep {
+        let wall = self.now.lock().unwrap_or_else(PoisonError::into_inner).wall;
+        if let Some((_, speed)) = wall {
+            let real = if speed > 0.0 { d.div_f64(speed) } else { d };
+            return Box::pin(tokio::time::sleep(real));
+        }
+        let now = self.now();
+        let deadline = now.checked_add(d).unwrap_or(now);
+        let id = {
+            let mut t = self.timers();
+            t.next_id += 1;
+            t.next_id
+        };
+        Box::pin(VirtualSleep {
+            clock: self.clone(),
+            deadline,
+            id,
+        })
     }
 }
 

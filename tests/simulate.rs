@@ -490,3 +490,84 @@ fn pending_time_ends_at_deletion_and_pods_pending_at_the_end_are_listed() {
         text.stdout
     );
 }
+
+/// A launch that fails with access denied backs off, is deleted at the
+/// 5-minute launch timeout (Karpenter's `launch_timeout`), and its pod
+/// gets another claim that launches once the policy allows it.
+#[test]
+fn a_launch_denied_is_deleted_after_the_timeout_and_its_pods_get_another_claim() {
+    let r = report(&["tests/scenarios/launch/access-denied.yaml"]);
+    let events = r["events"].as_array().unwrap();
+    let at = |e: &Value| e["t"].as_f64().unwrap_or_default();
+    let failed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "LaunchFailed")
+        .collect();
+    let first = failed.first().expect("the launch failed");
+    let claim = first["object"].as_str().unwrap();
+    assert!(
+        first["message"].as_str().unwrap().contains("access denied"),
+        "{first}"
+    );
+    // Backed off: far fewer attempts than passes in five minutes.
+    let attempts = failed.iter().filter(|e| e["object"] == claim).count();
+    assert!((3..=12).contains(&attempts), "{attempts} attempts");
+    let timeout = events
+        .iter()
+        .find(|e| e["object"] == claim && e["reason"] == "LaunchTimeout")
+        .unwrap_or_else(|| {
+            panic!(
+                "{claim} deleted at the launch timeout: {:?}",
+                reasons_for(&r, claim)
+            )
+        });
+    let waited = at(timeout) - at(first);
+    assert!(
+        (299.0..=330.0).contains(&waited),
+        "deleted {waited}s after the first failure"
+    );
+    // Another claim launches once the policy allows it, and the pod runs.
+    let launched: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "Launched")
+        .collect();
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    assert_ne!(launched[0]["object"], claim);
+    assert!(at(launched[0]) >= 480.0, "{}", launched[0]);
+    let pod = &r["pods"].as_array().unwrap()[0];
+    assert!(pod["node"].is_string(), "{pod}");
+    assert_eq!(r["nodes"].as_array().unwrap().len(), 1);
+}
+
+/// A scale-up of 1,000 pending pods while each EC2 call takes 1 s: the
+/// launches go out 20 at a time, so every NodeClaim is launched within
+/// ceil(claims / 20) seconds of its provisioning, plus one second for the
+/// controller's one listing of instances before its first launch. One at
+/// a time (`launchConcurrency: 1`) it took a second per claim.
+#[test]
+fn a_scale_up_reaches_all_its_launches_within_the_concurrency_bound() {
+    let r = report(&["tests/scenarios/launch/scale-up.yaml"]);
+    let events = r["events"].as_array().unwrap();
+    let times = |reason: &str| -> Vec<f64> {
+        events
+            .iter()
+            .filter(|e| e["reason"] == reason)
+            .map(|e| e["t"].as_f64().unwrap())
+            .collect()
+    };
+    let provisioned = times("Provisioned");
+    let launched = times("Launched");
+    assert!(provisioned.len() > 100, "{} claims", provisioned.len());
+    assert_eq!(launched.len(), provisioned.len());
+    let first = provisioned.iter().copied().fold(f64::INFINITY, f64::min);
+    let last = launched.iter().copied().fold(0.0, f64::max);
+    let bound = 1.0 + (provisioned.len() as f64 / 20.0).ceil();
+    assert!(
+        last - first <= bound,
+        "{} launches took {}s, bound {bound}s",
+        launched.len(),
+        last - first
+    );
+    let pods = r["pods"].as_array().unwrap();
+    assert!(pods.iter().all(|p| p["node"].is_string()));
+}

@@ -1607,12 +1607,44 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 }
 
+/// The label that takes a node out of external load balancers' targets
+/// (the cloud provider's service controller and the AWS Load Balancer
+/// Controller honour it), set while a node drains, as Karpenter's
+/// terminator does, so connections drain before the instance goes.
+pub const LABEL_EXCLUDE_BALANCERS: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
 /// Taints a node `karpenter.sh/disrupted:NoSchedule`, if it is not yet.
 pub(crate) async fn taint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
-    if has_taint(node, TAINT_DISRUPTED) {
+    taint(cluster, node, false).await;
+}
+
+/// Taints a node that is terminating, and takes it out of external load
+/// balancers, in one write.
+pub(crate) async fn taint_terminating<C: Cluster>(cluster: &C, node: &Node) {
+    taint(cluster, node, true).await;
+}
+
+async fn taint(cluster: &impl Cluster, node: &Node, exclude_balancers: bool) {
+    let labelled = !exclude_balancers
+        || node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(LABEL_EXCLUDE_BALANCERS));
+    if has_taint(node, TAINT_DISRUPTED) && labelled {
         return;
     }
     let mut n = node.clone();
+    if !labelled {
+        n.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(LABEL_EXCLUDE_BALANCERS.into(), "karpenter".into());
+    }
+    if has_taint(node, TAINT_DISRUPTED) {
+        let _ = cluster.replace(n).await;
+        return;
+    }
     n.spec
         .get_or_insert_with(Default::default)
         .taints

@@ -13,7 +13,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::Controller;
+use k8s_openapi::api::core::v1::Node;
+
+use super::{Controller, conditions, is_true};
 use crate::api::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider, InstanceState};
 use crate::cluster::Cluster;
@@ -65,14 +67,32 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter(|i| !matches!(i.state, InstanceState::Terminated))
             .map(|i| i.provider_id.as_str())
             .collect();
+        // As Karpenter: only registered claims (a launch a moment ago may
+        // not be listed yet: DescribeInstances lags; an unregistered claim
+        // is the registration timeout's), and never one whose Node is
+        // Ready (its kubelet runs, whatever the list says: a tag edited
+        // away from every instance must not delete every claim).
+        let ready_nodes: HashSet<String> = self
+            .cluster
+            .list::<Node>()
+            .iter()
+            .filter(|n| node_ready(n))
+            .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
+            .collect();
         let gone: Vec<std::sync::Arc<NodeClaim>> = claims
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
             .filter(|c| {
+                is_true(
+                    c.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    conditions::REGISTERED,
+                )
+            })
+            .filter(|c| {
                 c.status
                     .as_ref()
                     .and_then(|s| s.provider_id.as_deref())
-                    .is_some_and(|p| !live.contains(p))
+                    .is_some_and(|p| !live.contains(p) && !ready_nodes.contains(p))
             })
             .cloned()
             .collect();
@@ -111,6 +131,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         next
     }
+}
+
+/// Whether a Node's `Ready` condition is True.
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[cfg(test)]
@@ -192,8 +220,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_nodeclaim_whose_instance_is_gone_is_deleted() {
+    /// Karpenter's garbage-collection suite: one NodeClaim with an
+    /// instance, `registered` or not, and its Node (`ready`, not ready, or
+    /// none); the instance terminated outside dovetail; whether the
+    /// collector deletes the NodeClaim.
+    fn collects(registered: bool, node: Option<bool>, claims: usize) -> usize {
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
@@ -202,34 +233,89 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
-        let mut claim = NodeClaim::test("reclaimed");
-        let instance = rt
-            .block_on(cloud.create(&claim, &EC2NodeClass::test("default"), &BTreeSet::new()))
-            .expect("launches")
-            .instance;
-        claim
-            .status
-            .get_or_insert_with(Default::default)
-            .provider_id = Some(instance.provider_id.clone());
-        cluster.create(claim).expect("created");
+        for n in 0..claims {
+            let name = format!("reclaimed-{n}");
+            let mut claim = NodeClaim::test(&name);
+            let instance = rt
+                .block_on(cloud.create(&claim, &EC2NodeClass::test("default"), &BTreeSet::new()))
+                .expect("launches")
+                .instance;
+            let status = claim.status.get_or_insert_with(Default::default);
+            status.provider_id = Some(instance.provider_id.clone());
+            if registered {
+                let conds = status.conditions.get_or_insert_with(Vec::new);
+                crate::controller::set_condition(
+                    conds,
+                    conditions::REGISTERED,
+                    true,
+                    "Registered",
+                    "",
+                    clock.now(),
+                );
+            }
+            cluster.create(claim).expect("created");
+            if let Some(ready) = node {
+                let node: Node = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name},
+                    "spec": {"providerID": instance.provider_id},
+                    "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+                }))
+                .expect("node");
+                cluster.create(node).expect("created");
+            }
+            cloud
+                .terminate_externally(&instance.id, "terminated outside dovetail")
+                .expect("terminated");
+        }
         let mut controller = Controller::new(
             cluster.clone(),
             cloud.clone(),
             dyn_clock,
             Settings::default(),
         );
+        clock.advance(Duration::from_secs(20)).expect("forward");
         rt.block_on(controller.reconcile_garbage());
-        assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
-        cloud
-            .terminate_externally(&instance.id, "spot reclaimed")
-            .expect("terminated");
-        rt.block_on(controller.reconcile_garbage());
-        assert!(Cluster::list::<NodeClaim>(cluster.as_ref()).is_empty());
-        let events = controller.drain_events();
-        assert!(
-            events.iter().any(|e| e.reason == "InstanceGone"),
-            "{events:?}"
-        );
+        let left = Cluster::list::<NodeClaim>(cluster.as_ref()).len();
+        let gone = controller
+            .drain_events()
+            .iter()
+            .filter(|e| e.reason == "InstanceGone")
+            .count();
+        assert_eq!(claims - left, gone);
+        gone
+    }
+
+    #[test]
+    fn should_delete_the_nodeclaim_when_the_node_is_there_in_a_not_ready_state_and_the_instance_is_gone()
+     {
+        assert_eq!(collects(true, Some(false), 1), 1);
+    }
+
+    #[test]
+    fn shouldnt_delete_the_nodeclaim_when_the_node_is_there_in_a_ready_state_and_the_instance_is_gone()
+     {
+        assert_eq!(collects(true, Some(true), 1), 0);
+    }
+
+    #[test]
+    fn should_delete_many_nodeclaims_when_the_nodes_are_there_in_a_not_ready_state_and_the_instances_are_gone()
+     {
+        assert_eq!(collects(true, Some(false), 25), 25);
+    }
+
+    #[test]
+    fn shouldnt_delete_the_nodeclaim_when_the_node_isnt_there_and_the_instance_is_gone() {
+        // Not registered: the registration timeout's, not the collector's.
+        assert_eq!(collects(false, None, 1), 0);
+        // Registered, and its Node is gone too: nothing vouches for it.
+        assert_eq!(collects(true, None, 1), 1);
+    }
+
+    #[test]
+    fn a_registered_nodeclaim_launched_a_moment_ago_but_not_yet_listed_is_kept() {
+        // DescribeInstances lags a launch: an unregistered claim whose
+        // instance the list does not show yet is never collected.
+        assert_eq!(collects(false, Some(false), 3), 0);
     }
 
     /// A controller stopped between a launch and the NodeClaim status that

@@ -11,8 +11,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
-use super::{Controller, conditions, is_true, set_condition};
+use super::{Controller, conditions, is_true, set_condition, set_condition_status};
 use crate::api::common::Taint;
+use crate::api::common::{ConditionStatus, find_condition};
 use crate::api::{
     EC2NodeClass, FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE,
     NodeClaim, NodePool, TAINT_UNREGISTERED,
@@ -21,10 +22,74 @@ use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider, Instance, InstanceState, Launched};
 use crate::cluster::{Cluster, ObjectKey};
 
+/// How long a NodeClaim may keep failing to launch before it is deleted
+/// (Karpenter's `LaunchTimeout`); its pods then get another claim.
+pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// The wait after a failed launch; it doubles with each failure up to
+/// [`LAUNCH_BACKOFF_MAX`].
+const LAUNCH_BACKOFF_MIN: Duration = Duration::from_secs(2);
+const LAUNCH_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
 /// Node labels the reference sets when a NodeClaim's node registers and
 /// when it is initialised; the scheduler reads the latter.
 pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
 pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
+
+/// Adds the NodeClaim conditions not written yet as `Unknown`, as
+/// Karpenter initializes them (`AwaitingReconciliation`), so
+/// `kubectl get nodeclaims` shows `READY Unknown` until the node is ready.
+/// Whether any was added.
+fn awaiting(conds: &mut Vec<crate::api::common::Condition>, now: crate::clock::Timestamp) -> bool {
+    let mut added = false;
+    for t in [
+        conditions::LAUNCHED,
+        conditions::REGISTERED,
+        conditions::INITIALIZED,
+        conditions::READY,
+    ] {
+        if !conds.iter().any(|c| c.type_ == t) {
+            added |= set_condition_status(
+                conds,
+                t,
+                ConditionStatus::Unknown,
+                "AwaitingReconciliation",
+                "object is awaiting reconciliation",
+                now,
+            );
+        }
+    }
+    added
+}
+
+/// A launch to send: the NodeClaim, its class, and the offerings known to
+/// be out of capacity.
+#[derive(Debug, Clone)]
+pub struct LaunchJob {
+    pub claim: NodeClaim,
+    pub class: EC2NodeClass,
+    pub skip: std::collections::BTreeSet<crate::cloud::OfferingKey>,
+}
+
+/// A launch and what the cloud answered.
+pub type LaunchOutcome = (LaunchJob, Result<Launched, CloudError>);
+
+/// Sends `jobs` to the cloud, at most `concurrency` at a time (each is one
+/// CreateFleet call, which the AWS provider may batch with others).
+pub async fn send_launches<P: CloudProvider>(
+    cloud: &P,
+    jobs: Vec<LaunchJob>,
+    concurrency: usize,
+) -> Vec<LaunchOutcome> {
+    use futures::StreamExt;
+    futures::stream::iter(jobs)
+        .map(|job| async move {
+            let result = cloud.create(&job.claim, &job.class, &job.skip).await;
+            (job, result)
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
+}
 
 fn name_of(claim: &NodeClaim) -> String {
     format!(
@@ -68,17 +133,59 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n)))
             .collect();
         let mut next = self.settings.resync;
+        let mut jobs = Vec::new();
         for claim in self.cluster.list::<NodeClaim>() {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let status = claim.status.as_ref();
             let provider_id = status.and_then(|s| s.provider_id.as_deref());
+            let conds = status.and_then(|s| s.conditions.as_ref());
             let Some(provider_id) = provider_id else {
-                self.launch(&claim).await;
+                // A launch that has kept failing is given up on, so its pods
+                // get another claim (Karpenter's launch timeout).
+                let failing = crate::api::common::find_condition(
+                    conds.map(Vec::as_slice),
+                    conditions::LAUNCHED,
+                )
+                .filter(|c| c.status != ConditionStatus::True)
+                .map(|c| c.last_transition_time.0);
+                if let Some(since) = failing
+                    && elapsed(since, now) >= LAUNCH_TIMEOUT
+                {
+                    let why = find_condition(conds.map(Vec::as_slice), conditions::LAUNCHED)
+                        .and_then(|c| c.message.clone())
+                        .unwrap_or_default();
+                    let deleted = self
+                        .delete_claim(
+                            &claim,
+                            "LaunchTimeout",
+                            format!("not launched within {}s: {why}", LAUNCH_TIMEOUT.as_secs()),
+                        )
+                        .await;
+                    if deleted {
+                        self.launch_failures.remove(&name_of_claim(&claim));
+                        self.metrics.disrupted(&claim, "launch_timeout");
+                        if let Some(pool) = claim.nodepool_name() {
+                            self.registration_failed(pool, "LaunchTimeout", &why);
+                        }
+                    }
+                    continue;
+                }
+                if let Some(&(_, retry_at)) = self.launch_failures.get(&name_of_claim(&claim))
+                    && retry_at > now
+                {
+                    next = next.min(elapsed(now, retry_at));
+                    continue;
+                }
+                if let Some(since) = failing {
+                    next = next.min(LAUNCH_TIMEOUT.saturating_sub(elapsed(since, now)));
+                }
+                if let Some(job) = self.prepare_launch(&claim).await {
+                    jobs.push(job);
+                }
                 continue;
             };
-            let conds = status.and_then(|s| s.conditions.as_ref());
             match by_provider.get(provider_id) {
                 None => {
                     let launched = crate::api::common::find_condition(
@@ -101,6 +208,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                             .await;
                         if deleted {
                             self.metrics.disrupted(&claim, "registration_timeout");
+                            if let Some(pool) = claim.nodepool_name() {
+                                self.registration_failed(
+                                    pool,
+                                    "RegistrationFailed",
+                                    "Failed to register node",
+                                );
+                            }
                         }
                     } else {
                         next = next.min(self.settings.registration_ttl - waited);
@@ -116,25 +230,26 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Some(_) => {}
             }
         }
-        next
+        next.min(self.launch_all(jobs).await)
     }
 
-    async fn launch(&mut self, claim: &NodeClaim) {
+    /// What a NodeClaim without an instance needs: a launch to send, or
+    /// nothing (its class is missing, or an instance already launched for
+    /// it was recorded instead).
+    async fn prepare_launch(&mut self, claim: &NodeClaim) -> Option<LaunchJob> {
         let now = self.clock.now();
         let class_name = claim.spec.node_class_ref.name.clone();
         let Some(class) = self
             .cluster
             .get::<EC2NodeClass>(&ObjectKey::cluster(&class_name))
         else {
-            self.set_claim_condition(
+            self.launch_failed(
                 claim,
-                conditions::LAUNCHED,
-                false,
                 "NodeClassNotFound",
                 &format!("EC2NodeClass {class_name:?} not found"),
             )
             .await;
-            return;
+            return None;
         };
         if let Some(instance) = self.unrecorded_launch(claim).await {
             self.event(
@@ -146,10 +261,75 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 ),
             );
             self.record_launch(claim, &class, instance).await;
+            return None;
+        }
+        Some(LaunchJob {
+            claim: claim.clone(),
+            class: (*class).clone(),
+            skip: self.unavailable.active(now),
+        })
+    }
+
+    /// Sends `jobs` now, or leaves them for the runtime to send outside
+    /// the controller's lock ([`Controller::take_launches`]); returns when
+    /// a failed one is due again.
+    async fn launch_all(&mut self, jobs: Vec<LaunchJob>) -> Duration {
+        if jobs.is_empty() {
+            return Duration::MAX;
+        }
+        if self.defer_launches {
+            self.deferred_launches.extend(jobs);
+            return Duration::MAX;
+        }
+        let outcomes =
+            send_launches(self.cloud.as_ref(), jobs, self.settings.launch_concurrency).await;
+        self.finish_launches(outcomes).await
+    }
+
+    /// The launches a pass left to send (with `defer_launches`).
+    pub fn take_launches(&mut self) -> Vec<LaunchJob> {
+        std::mem::take(&mut self.deferred_launches)
+    }
+
+    /// Records what the cloud answered to launches; returns when a failed
+    /// one is due again.
+    pub async fn finish_launches(&mut self, mut outcomes: Vec<LaunchOutcome>) -> Duration {
+        // In the order of the claims, whatever order the answers came in.
+        outcomes.sort_by(|a, b| a.0.claim.metadata.name.cmp(&b.0.claim.metadata.name));
+        let mut next = Duration::MAX;
+        for (job, result) in outcomes {
+            self.finish_launch(&job, result).await;
+            let now = self.clock.now();
+            if let Some(&(_, retry_at)) = self.launch_failures.get(&name_of_claim(&job.claim)) {
+                next = next.min(elapsed(now, retry_at));
+            }
+        }
+        next
+    }
+
+    async fn finish_launch(&mut self, job: &LaunchJob, result: Result<Launched, CloudError>) {
+        let (claim, class) = (&job.claim, &job.class);
+        // Deleted while its launch was in flight (the interruption handler
+        // or a user does not wait for a pass): the instance goes too.
+        let current = self
+            .cluster
+            .get::<NodeClaim>(&ObjectKey::cluster(name_of_claim(claim)));
+        if let Ok(Launched { instance, .. }) = &result
+            && current.is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+        {
+            if let Err(e) = self.cloud.delete(&instance.provider_id).await {
+                self.event(
+                    name_of(claim),
+                    "LaunchNotRecorded",
+                    format!(
+                        "the NodeClaim was deleted while {} launched, and terminating it failed: {e}",
+                        instance.id
+                    ),
+                );
+            }
             return;
         }
-        let skip = self.unavailable.active(now);
-        match self.cloud.create(claim, &class, &skip).await {
+        match result {
             Ok(Launched { instance, refused }) => {
                 if !refused.is_empty() {
                     let tried = self.mark_unavailable(refused);
@@ -162,7 +342,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         ),
                     );
                 }
-                self.record_launch(claim, &class, instance).await
+                self.record_launch(claim, class, instance).await
             }
             Err(CloudError::InsufficientCapacity { offerings }) => {
                 let tried = self.mark_unavailable(offerings);
@@ -180,17 +360,64 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     self.metrics.disrupted(claim, "insufficient_capacity");
                 }
             }
+            Err(CloudError::NodeClassNotReady { name, reason }) => {
+                // As Karpenter: a class that is not ready deletes the claim;
+                // the provisioner skips the pool until the class is ready.
+                let deleted = self
+                    .delete_claim(
+                        claim,
+                        "NodeClassNotReady",
+                        format!("EC2NodeClass {name:?} is not ready: {reason}"),
+                    )
+                    .await;
+                if deleted {
+                    self.launch_failures.remove(&name_of_claim(claim));
+                    self.metrics.disrupted(claim, "nodeclass_not_ready");
+                }
+            }
             Err(e) => {
                 self.event(name_of(claim), "LaunchFailed", e.to_string());
-                self.set_claim_condition(
-                    claim,
-                    conditions::LAUNCHED,
-                    false,
-                    "LaunchFailed",
-                    &e.to_string(),
-                )
-                .await;
+                let reason = match &e {
+                    CloudError::AccessDenied { .. } => "AccessDenied",
+                    CloudError::InvalidRequest(_) => "InvalidRequest",
+                    CloudError::Throttled { .. } => "Throttled",
+                    _ => "LaunchFailed",
+                };
+                self.launch_failed(claim, reason, &e.to_string()).await;
             }
+        }
+    }
+
+    /// A launch that failed and will be tried again after a backoff,
+    /// until [`LAUNCH_TIMEOUT`]: `Launched` turns `Unknown` with the reason
+    /// (its transition time, the first failure, starts the timeout).
+    async fn launch_failed(&mut self, claim: &NodeClaim, reason: &str, message: &str) {
+        let now = self.clock.now();
+        let entry = self
+            .launch_failures
+            .entry(name_of_claim(claim))
+            .or_insert((0, now));
+        entry.0 += 1;
+        let backoff = LAUNCH_BACKOFF_MIN
+            .saturating_mul(1 << (entry.0 - 1).min(16))
+            .min(LAUNCH_BACKOFF_MAX);
+        entry.1 = now.checked_add(backoff).unwrap_or(now);
+        let mut updated = claim.clone();
+        let conds = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        let changed = set_condition_status(
+            conds,
+            conditions::LAUNCHED,
+            ConditionStatus::Unknown,
+            reason,
+            message,
+            now,
+        );
+        if awaiting(conds, now) || changed {
+            let _ = self.cluster.replace_status(updated).await;
         }
     }
 
@@ -276,11 +503,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let conds = status.conditions.get_or_insert_with(Vec::new);
         set_condition(conds, conditions::LAUNCHED, true, "Launched", "", now);
+        awaiting(conds, now);
         if let Err(e) = self.cluster.replace_status(updated).await {
             self.event(name_of(claim), "LaunchNotRecorded", e.to_string());
             self.remember_unrecorded(claim, instance);
             return;
         }
+        self.launch_failures.remove(&name_of_claim(claim));
         self.event(
             name_of(claim),
             "Launched",
@@ -431,26 +660,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         match self.cluster.replace_status(updated).await {
             Ok(_) => self.event(name_of(claim), "Initialized", "node is ready".into()),
             Err(e) => self.event(name_of(claim), "InitializationFailed", e.to_string()),
-        }
-    }
-
-    async fn set_claim_condition(
-        &mut self,
-        claim: &NodeClaim,
-        type_: &str,
-        status: bool,
-        reason: &str,
-        message: &str,
-    ) {
-        let now = self.clock.now();
-        let mut updated = claim.clone();
-        let conds = updated
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
-        if set_condition(conds, type_, status, reason, message, now) {
-            let _ = self.cluster.replace_status(updated).await;
         }
     }
 

@@ -16,6 +16,7 @@ pub mod interruption;
 pub mod leader;
 mod lifecycle;
 pub mod metrics;
+mod pool_status;
 mod provisioner;
 mod repair;
 pub mod runtime;
@@ -27,6 +28,7 @@ pub use disruption::{
     ANNOTATION_DISRUPTION_DECIDED, ANNOTATION_DISRUPTION_REASON, ANNOTATION_REPLACED_BY,
     ANNOTATION_REPLACES, CONDITION_DISRUPTION_REASON, DISRUPTION_POLL, DisruptionState,
 };
+pub use lifecycle::{LaunchJob, LaunchOutcome, send_launches};
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
 #[cfg(test)]
@@ -42,6 +44,12 @@ use crate::api::common::{Condition, ConditionStatus};
 use crate::clock::{Clock, Timestamp};
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::Cluster;
+
+/// How many launches are in flight at once by default: with EC2's
+/// CreateFleet answering in about a second, a scale-up of N NodeClaims
+/// sends all its launches within ceil(N / 20) seconds, well inside EC2's
+/// request-rate limits for mutating calls.
+pub const LAUNCH_CONCURRENCY: usize = 20;
 
 /// Timers of the controller. The defaults are the reference autoscaler's.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +88,8 @@ pub struct Settings {
     pub batch_idle: Duration,
     /// ...or when it has been open this long.
     pub batch_max: Duration,
+    /// How many launches (CreateFleet calls) are in flight at once.
+    pub launch_concurrency: usize,
 }
 
 impl Default for Settings {
@@ -97,6 +107,7 @@ impl Default for Settings {
             rebalance_as_interruption: false,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
+            launch_concurrency: LAUNCH_CONCURRENCY,
         }
     }
 }
@@ -215,6 +226,17 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     static_limited: std::collections::BTreeSet<String>,
     /// Nodes whose repair was held back, and when that was last said.
     repair_blocked: std::collections::HashMap<String, Timestamp>,
+    /// NodeClaims whose launch failed, by name: how many times, and when
+    /// the next launch may be tried.
+    launch_failures: std::collections::HashMap<String, (u32, Timestamp)>,
+    /// Whether launches are left for the runtime to send outside the
+    /// controller's lock ([`Controller::take_launches`]) rather than sent
+    /// within the pass.
+    pub defer_launches: bool,
+    /// NodePools whose NodeClaims were given up on before registering
+    /// since the last status write: the reason and message.
+    registration_failures: BTreeMap<String, (String, String)>,
+    deferred_launches: Vec<lifecycle::LaunchJob>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -237,6 +259,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             unschedulable: BTreeMap::new(),
             sequence: 0,
             unrecorded: None,
+            launch_failures: std::collections::HashMap::new(),
+            defer_launches: false,
+            registration_failures: BTreeMap::new(),
+            deferred_launches: Vec::new(),
             provisionable: None,
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
             static_limited: std::collections::BTreeSet::new(),
@@ -285,6 +311,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let _timer = self.metrics.reconcile(TERMINATION);
             self.reconcile_termination().await
         };
+        self.reconcile_pool_status().await;
         // Orphaned instances are looked for only when due: a list of every
         // instance is not a per-pass cost.
         let c = match self.gc_due {
@@ -329,6 +356,18 @@ pub(crate) fn set_condition(
     } else {
         ConditionStatus::False
     };
+    set_condition_status(conditions, type_, status, reason, message, now)
+}
+
+/// [`set_condition`] with any status, `Unknown` included.
+pub(crate) fn set_condition_status(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> bool {
     if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
         let same = c.status == status
             && c.reason.as_deref() == Some(reason)

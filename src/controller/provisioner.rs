@@ -453,8 +453,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .collect()
     }
 
-    /// The resourceVersion of every NodePool and EC2NodeClass: a change to
-    /// the configuration (a raised limit, a new pool) calls for a new solve.
+    /// The generation of every NodePool and the resourceVersion of every
+    /// EC2NodeClass: a change to the configuration (a raised limit, a new
+    /// pool, a class that resolved other subnets) calls for a new solve.
     fn config_versions(&self) -> BTreeMap<String, String> {
         fn versions<K: Resource>(items: Vec<Arc<K>>, kind: &str) -> Vec<(String, String)> {
             items
@@ -468,7 +469,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 })
                 .collect()
         }
-        let mut out = versions(self.cluster.list::<NodePool>(), "NodePool");
+        // A NodePool's own status (nodes, resources, conditions) changes
+        // with every launch: only its spec, whose changes bump the
+        // generation, calls for a new solve.
+        let mut out: Vec<(String, String)> = self
+            .cluster
+            .list::<NodePool>()
+            .iter()
+            .map(|p| {
+                (
+                    format!(
+                        "NodePool/{}",
+                        p.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    format!("g{}", p.metadata.generation.unwrap_or_default()),
+                )
+            })
+            .collect();
         out.extend(versions(
             self.cluster.list::<EC2NodeClass>(),
             "EC2NodeClass",
@@ -562,9 +579,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             "InvalidNodePool",
             super::static_capacity::STATIC_DISABLED,
         ];
-        if pool
-            .condition(super::conditions::READY)
-            .is_some_and(|c| !c.is_true() && c.reason.as_deref().is_some_and(|r| ours.contains(&r)))
+        let ready = pool.condition(super::conditions::READY);
+        if ready.is_none()
+            || ready.is_some_and(|c| {
+                !c.is_true() && c.reason.as_deref().is_some_and(|r| ours.contains(&r))
+            })
         {
             self.set_pool_ready(pool, true, "Ready", "").await;
         }

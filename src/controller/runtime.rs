@@ -333,6 +333,41 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
         let a = controller.reconcile_provisioning().await;
         let b = controller.reconcile_nodeclaims().await;
         let c = controller.reconcile_disruption().await;
+        self.record(controller).await;
+        a.min(b).min(c)
+    }
+
+    /// One pass as [`Runtime::run`] runs it: the reconciles hold the
+    /// controller, the launches they decided are sent without it (at most
+    /// [`Settings::launch_concurrency`] at once), and their answers are
+    /// recorded holding it again. So interruption handling, which needs
+    /// the controller, never waits for CreateFleet calls.
+    pub async fn pass_shared(
+        &mut self,
+        controller: &tokio::sync::Mutex<Controller<C, P>>,
+    ) -> Duration {
+        let (wait, jobs) = {
+            let mut c = controller.lock().await;
+            c.defer_launches = true;
+            let a = c.reconcile_provisioning().await;
+            let b = c.reconcile_nodeclaims().await;
+            let d = c.reconcile_disruption().await;
+            (a.min(b).min(d), c.take_launches())
+        };
+        let mut more = Duration::MAX;
+        if !jobs.is_empty() {
+            let outcomes =
+                super::send_launches(self.cloud.as_ref(), jobs, self.settings.launch_concurrency)
+                    .await;
+            more = controller.lock().await.finish_launches(outcomes).await;
+        }
+        let mut c = controller.lock().await;
+        self.record(&mut c).await;
+        wait.min(more)
+    }
+
+    /// Writes the Events a pass recorded.
+    async fn record(&mut self, controller: &mut Controller<C, P>) {
         let events = controller.drain_events();
         let now = self.clock.now();
         self.events
@@ -341,7 +376,6 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
         // The simulation's report reads decisions; here they went out as
         // Events and metrics already.
         controller.drain_decisions();
-        a.min(b).min(c)
     }
 
     /// Runs until `shutdown` resolves: while `leading` is true, the
@@ -364,6 +398,7 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
                     changed = leading.changed() => if changed.is_err() { return },
                 }
             }
+            self.health.progressed();
             self.health.leading.store(true, Ordering::Relaxed);
             tracing::info!("leading: the controller runs");
             let controller = tokio::sync::Mutex::new(self.controller());
@@ -405,11 +440,12 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
         loop {
             let started = tokio::time::Instant::now();
             changes.borrow_and_update();
-            let wait = {
-                let mut controller = controller.lock().await;
-                self.pass(&mut controller).await
-            }
-            .max(Duration::from_millis(10));
+            self.health.pass_started();
+            let wait = self
+                .pass_shared(controller)
+                .await
+                .max(Duration::from_millis(10));
+            self.health.progressed();
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 changed = changes.changed() => {

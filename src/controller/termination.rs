@@ -276,7 +276,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .filter(|p| waiting(p, now))
                     .collect();
                 if !draining.is_empty() && !self.instance_gone(claim).await {
-                    super::disruption::taint_disrupted(&*self.cluster, node).await;
+                    super::disruption::taint_terminating(&*self.cluster, node).await;
                     let wait = self.drain(claim, &draining).await;
                     next = next.min(wait);
                     continue;

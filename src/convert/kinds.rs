@@ -279,6 +279,14 @@ pub fn existing_nodes(
             pods_by_node.entry(node).or_default().push(bound_pod(p)?);
         }
     }
+    // A registered node's NodeClaim, by provider id: until the node is
+    // initialized, its startup taints are not the node's to keep, and its
+    // allocatable fills what the kubelet has not registered yet (GPUs).
+    let claims_by_provider: HashMap<&str, &Value> = s
+        .nodeclaims
+        .iter()
+        .filter_map(|c| Some((get(c, "/status/providerID")?.as_str()?, c)))
+        .collect();
     let mut out = Vec::new();
     for n in &s.nodes {
         let name = n.metadata.name.clone().unwrap_or_default();
@@ -317,6 +325,35 @@ pub fn existing_nodes(
             || labels
                 .get("karpenter.sh/initialized")
                 .is_some_and(|v| v == "true");
+        let mut allocatable = allocatable;
+        let claim = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| claims_by_provider.get(p));
+        if !initialized && let Some(c) = claim {
+            // As Karpenter's state node: the claim's startup taints are
+            // ignored, and each resource the node reports as zero is the
+            // claim's.
+            let claim_name = get(c, "/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let startup = taints(get(c, "/spec/startupTaints"), "spec.startupTaints")
+                .map_err(|e| (format!("NodeClaim/{claim_name}"), e.to_string()))?;
+            node_taints.retain(|t| {
+                !startup
+                    .iter()
+                    .any(|s| s.key == t.key && s.effect == t.effect)
+            });
+            let promised = resources(get(c, "/status/allocatable"), "status.allocatable")
+                .map_err(|e| (format!("NodeClaim/{claim_name}"), e.to_string()))?
+                .unwrap_or_default();
+            for (k, v) in &promised.0 {
+                if allocatable.get(k) == 0 {
+                    allocatable.set(k, *v);
+                }
+            }
+        }
         out.push(ExistingNode {
             nodepool: labels.get(NODEPOOL).cloned(),
             pods: pods_by_node.remove(name.as_str()).unwrap_or_default(),
@@ -398,4 +435,63 @@ pub fn existing_nodes(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Node;
+
+    use super::*;
+
+    /// A node that registered but is not initialized yet: Cilium's startup
+    /// taint is on it and the kubelet has not registered its GPUs.
+    fn initializing(initialized: bool) -> ExistingNode {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {
+                "karpenter.sh/nodepool": "gpu",
+                "karpenter.sh/initialized": if initialized { "true" } else { "false" },
+            }},
+            "spec": {"providerID": "aws:///us-east-1a/i-1", "taints": [
+                {"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoExecute"},
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            ]},
+            "status": {"allocatable": {"cpu": "8", "memory": "30Gi", "pods": "58", "nvidia.com/gpu": "0"}},
+        }))
+        .expect("node");
+        let claim = serde_json::json!({
+            "metadata": {"name": "gpu-abc", "labels": {"karpenter.sh/nodepool": "gpu"}},
+            "spec": {
+                "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}],
+                "startupTaints": [{"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoExecute"}],
+            },
+            "status": {"providerID": "aws:///us-east-1a/i-1", "nodeName": "n1",
+                "allocatable": {"cpu": "8", "memory": "30Gi", "pods": "58", "nvidia.com/gpu": "1"}},
+        });
+        let s = Snapshot {
+            nodes: vec![Arc::new(node)],
+            nodeclaims: vec![claim],
+            ..Snapshot::default()
+        };
+        let mut nodes = existing_nodes(&s, &[]).expect("converts");
+        assert_eq!(nodes.len(), 1, "the claim is the node's, not in flight");
+        nodes.remove(0)
+    }
+
+    #[test]
+    fn an_initializing_node_ignores_its_startup_taints_and_promises_the_claims_resources() {
+        let n = initializing(false);
+        let keys: Vec<&str> = n.taints.iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(keys, ["dedicated"]);
+        assert_eq!(n.allocatable.get("nvidia.com/gpu"), 1);
+        assert_eq!(n.allocatable.get("cpu"), 8000);
+    }
+
+    #[test]
+    fn an_initialized_node_is_what_its_kubelet_reports() {
+        let n = initializing(true);
+        assert_eq!(n.taints.len(), 2);
+        assert_eq!(n.allocatable.get("nvidia.com/gpu"), 0);
+    }
 }

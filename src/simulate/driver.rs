@@ -405,8 +405,9 @@ fn new_controller(
     cluster: &Arc<MemoryCluster>,
     cloud: &Arc<SimEc2>,
     clock: Arc<dyn Clock>,
-    gates: crate::controller::features::FeatureGates,
+    scenario: &Scenario,
 ) -> Controller<MemoryCluster, SimEc2> {
+    let gates = scenario.feature_gates;
     Controller::new(
         cluster.clone(),
         cloud.clone(),
@@ -419,6 +420,7 @@ fn new_controller(
             spot_to_spot_consolidation: gates.spot_to_spot_consolidation,
             static_capacity: gates.static_capacity,
             node_repair: gates.node_repair,
+            launch_concurrency: scenario.launch_concurrency,
             ..Settings::default()
         },
     )
@@ -489,6 +491,17 @@ impl Simulation {
                 until: w.until.map(|u| at(start, u)),
             })
             .collect();
+        config.call_latency = scenario.cloud.api_latency;
+        config.launch_errors = scenario
+            .cloud
+            .launch_errors
+            .iter()
+            .map(|w| crate::cloud::sim::LaunchErrorWindow {
+                error: w.error.clone(),
+                from: at(start, w.from),
+                until: w.until.map(|u| at(start, u)),
+            })
+            .collect();
         let cloud = Arc::new(SimEc2::new(config, dyn_clock.clone()));
         let catalog = cloud.catalog().to_vec();
 
@@ -500,7 +513,7 @@ impl Simulation {
         }
         adopt_initial_nodes(&cluster, &cloud, start)?;
 
-        let controller = new_controller(&cluster, &cloud, dyn_clock, scenario.feature_gates);
+        let controller = new_controller(&cluster, &cloud, dyn_clock, &scenario);
         // Timers and I/O for an external EC2 (`simulate --serve
         // --ec2-endpoint`); the simulation itself keeps virtual time.
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -697,12 +710,7 @@ impl Simulation {
             }
             Action::Restart => {
                 let clock: Arc<dyn Clock> = self.clock.clone();
-                self.controller = new_controller(
-                    &self.cluster,
-                    &self.cloud,
-                    clock,
-                    self.scenario.feature_gates,
-                );
+                self.controller = new_controller(&self.cluster, &self.cloud, clock, &self.scenario);
                 self.recorder.event(
                     now,
                     "Controller/dovetail".into(),
@@ -909,9 +917,13 @@ impl Simulation {
         for body in &bodies {
             let received = std::time::Instant::now();
             let handler = crate::controller::interruption::Handler::new(&mut self.controller);
-            let outcome = self
-                .runtime
-                .block_on(deliver(body, Some(now), now, &handler, &metrics));
+            let outcome = self.runtime.block_on(self.clock.run(deliver(
+                body,
+                Some(now),
+                now,
+                &handler,
+                &metrics,
+            )));
             self.interruption_handling.push(received.elapsed());
             match outcome {
                 Outcome::Handled(_) | Outcome::Ignored(_) => {}
@@ -968,15 +980,18 @@ impl Simulation {
         let s = self.scheduler.schedule(&self.cluster, now);
         let (mut wake_p, mut wake_n, mut wake_d) = (Duration::MAX, Duration::MAX, Duration::MAX);
         if self.in_process {
+            // Calls to the simulated EC2 take its latency on the virtual
+            // clock: a pass that waits for them moves the time forward.
+            let clock = self.clock.clone();
             wake_p = self
                 .runtime
-                .block_on(self.controller.reconcile_provisioning());
+                .block_on(clock.run(self.controller.reconcile_provisioning()));
             wake_n = self
                 .runtime
-                .block_on(self.controller.reconcile_nodeclaims());
+                .block_on(clock.run(self.controller.reconcile_nodeclaims()));
             wake_d = self
                 .runtime
-                .block_on(self.controller.reconcile_disruption());
+                .block_on(clock.run(self.controller.reconcile_disruption()));
         }
         let budgets = self.workloads.disruption_budgets(&self.cluster);
         let instances = match self.external.as_mut() {
@@ -1148,6 +1163,9 @@ impl Simulation {
             {
                 p.report(&self.recorder.progress(now, end));
             }
+            // A pass that waited for the simulated EC2 (`cloud.apiLatency`)
+            // took virtual time: carry on from where it left the clock.
+            let now = self.clock.now();
             if now >= end {
                 break;
             }

@@ -633,6 +633,7 @@ impl Start {
             },
             pods: Default::default(),
             feature_gates: settings.feature_gates,
+            launch_concurrency: crate::controller::LAUNCH_CONCURRENCY,
             steps: settings
                 .scales
                 .iter()

@@ -49,6 +49,9 @@ pub struct Scenario {
     pub pods: PodSettings,
     /// The controller's feature gates (`settings: {featureGates: ...}`).
     pub feature_gates: crate::controller::features::FeatureGates,
+    /// How many launches the controller sends at once
+    /// (`settings: {launchConcurrency: N}`).
+    pub launch_concurrency: usize,
     pub steps: Vec<Step>,
     /// Offset from `start` at which the simulation ends.
     pub until: Duration,
@@ -115,6 +118,10 @@ pub struct CloudSettings {
     /// From `RunInstances` to the node registering with the cluster.
     pub launch_delay: Duration,
     pub insufficient_capacity: Vec<CapacityWindow>,
+    /// Periods in which every launch fails (`cloud.launchErrors`).
+    pub launch_errors: Vec<LaunchErrorWindow>,
+    /// How long each EC2 API call takes to answer (`cloud.apiLatency`).
+    pub api_latency: Duration,
     /// The cluster's Kubernetes version: AMI aliases resolve for it.
     pub kubernetes_version: String,
     /// Images of the account, for `amiSelectorTerms` by id, name or tags.
@@ -133,6 +140,8 @@ impl Default for CloudSettings {
         CloudSettings {
             launch_delay: DEFAULT_LAUNCH_DELAY,
             insufficient_capacity: Vec::new(),
+            launch_errors: Vec::new(),
+            api_latency: Duration::ZERO,
             kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_string(),
             images: Vec::new(),
             subnets: None,
@@ -170,6 +179,15 @@ pub struct CapacityWindow {
     pub zone: Option<String>,
     pub capacity_type: Option<String>,
     /// Offsets from the start.
+    pub from: Duration,
+    pub until: Option<Duration>,
+}
+
+/// A `cloud.launchErrors` entry: every launch fails with `error` from
+/// `from` until `until` (offsets from the start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchErrorWindow {
+    pub error: String,
     pub from: Duration,
     pub until: Option<Duration>,
 }
@@ -570,9 +588,22 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => pod_settings(&ctx, n)?,
         None => PodSettings::default(),
     };
+    let mut launch_concurrency = crate::controller::LAUNCH_CONCURRENCY;
     let feature_gates = match root.get("settings") {
         Some(n) => {
-            check_keys(&ctx, n, &["featureGates"], "settings")?;
+            check_keys(&ctx, n, &["featureGates", "launchConcurrency"], "settings")?;
+            if let Some(c) = n.get("launchConcurrency") {
+                launch_concurrency = match &c.value {
+                    Value::Number(n) if n.as_u64().is_some_and(|i| i >= 1) => {
+                        usize::try_from(n.as_u64().unwrap_or(1)).unwrap_or(usize::MAX)
+                    }
+                    _ => {
+                        return Err(
+                            ctx.err(c, "launchConcurrency must be a whole number of at least 1")
+                        );
+                    }
+                };
+            }
             match n.get("featureGates") {
                 Some(g) => {
                     crate::controller::features::FeatureGates::parse(ctx.str(g, "featureGates")?)
@@ -624,6 +655,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         cloud,
         pods,
         feature_gates,
+        launch_concurrency,
         steps,
         until,
         faults,
@@ -680,6 +712,8 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
         &[
             "launchDelay",
             "insufficientCapacity",
+            "launchErrors",
+            "apiLatency",
             "kubernetesVersion",
             "images",
             "subnets",
@@ -745,6 +779,9 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
     if let Some(n) = node.get("launchDelay") {
         c.launch_delay = ctx.duration(n, "launchDelay")?;
     }
+    if let Some(n) = node.get("apiLatency") {
+        c.api_latency = ctx.duration(n, "apiLatency")?;
+    }
     if let Some(n) = node.get("insufficientCapacity") {
         let Value::Seq(items) = &n.value else {
             return Err(ctx.err(n, "insufficientCapacity must be a list of windows"));
@@ -788,6 +825,38 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
                 from,
                 until,
             });
+        }
+    }
+    if let Some(n) = node.get("launchErrors") {
+        let Value::Seq(items) = &n.value else {
+            return Err(ctx.err(n, "launchErrors must be a list of windows"));
+        };
+        for w in items {
+            check_keys(ctx, w, &["error", "from", "until"], "a launchErrors window")?;
+            let Some(e) = w.get("error") else {
+                return Err(ctx.err(w, "a launchErrors window needs an error"));
+            };
+            let error = ctx.str(e, "error")?.to_string();
+            let known = crate::cloud::sim::LaunchErrorWindow::ERRORS;
+            if !known.contains(&error.as_str()) {
+                return Err(ctx.err(
+                    e,
+                    format!("error {error:?} is not one of {}", known.join(", ")),
+                ));
+            }
+            let from = match w.get("from") {
+                Some(n) => ctx.duration(n, "from")?,
+                None => Duration::ZERO,
+            };
+            let until = w
+                .get("until")
+                .map(|n| ctx.duration(n, "until"))
+                .transpose()?;
+            if until.is_some_and(|u| u <= from) {
+                return Err(ctx.err(w, "the window ends before it starts"));
+            }
+            c.launch_errors
+                .push(LaunchErrorWindow { error, from, until });
         }
     }
     Ok(c)
@@ -1594,7 +1663,7 @@ mod tests {
         );
         assert_eq!(
             err("config: r\nsettings: {spotToSpot: true}\n"),
-            "2:12: unknown field `spotToSpot` in settings; expected one of featureGates"
+            "2:12: unknown field `spotToSpot` in settings; expected one of featureGates, launchConcurrency"
         );
     }
 

@@ -206,6 +206,37 @@ impl CapacityWindow {
     }
 }
 
+/// A scripted period in which every launch fails with `error`, as a
+/// scenario's `cloud.launchErrors` entries describe: `AccessDenied` (the
+/// controller's role may not call CreateFleet or pass the instance
+/// profile) or `InternalError` (EC2 answers 500).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchErrorWindow {
+    pub error: String,
+    pub from: Timestamp,
+    pub until: Option<Timestamp>,
+}
+
+impl LaunchErrorWindow {
+    /// The errors a window may script.
+    pub const ERRORS: [&str; 2] = ["AccessDenied", "InternalError"];
+
+    fn error_at(&self, now: Timestamp) -> Option<CloudError> {
+        if now < self.from || self.until.is_some_and(|u| now >= u) {
+            return None;
+        }
+        Some(match self.error.as_str() {
+            "AccessDenied" => CloudError::AccessDenied {
+                action: "ec2:CreateFleet".into(),
+                message: "UnauthorizedOperation: You are not authorized to perform this operation (scripted)".into(),
+            },
+            _ => CloudError::Api(
+                "InternalError: An internal error has occurred (scripted)".into(),
+            ),
+        })
+    }
+}
+
 /// How the simulated EC2 behaves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
@@ -217,6 +248,11 @@ pub struct SimConfig {
     /// From launch until the instance is `Running`.
     pub launch_delay: Duration,
     pub insufficient_capacity: Vec<CapacityWindow>,
+    /// Periods in which every launch fails.
+    pub launch_errors: Vec<LaunchErrorWindow>,
+    /// How long each EC2 API call (CreateFleet, TerminateInstances,
+    /// DescribeInstances) takes to answer; zero by default.
+    pub call_latency: Duration,
     /// Whether spot offerings exist.
     pub spot: bool,
     /// The cluster's Kubernetes version (AMI aliases resolve for it).
@@ -244,6 +280,8 @@ impl SimConfig {
             zones: default_zones(DEFAULT_REGION),
             launch_delay: DEFAULT_LAUNCH_DELAY,
             insufficient_capacity: Vec::new(),
+            launch_errors: Vec::new(),
+            call_latency: Duration::ZERO,
             spot: true,
             kubernetes_version: nodeclass::DEFAULT_KUBERNETES_VERSION.to_string(),
             images: Vec::new(),
@@ -400,6 +438,8 @@ pub struct SimEc2 {
     region: String,
     launch_delay: Duration,
     windows: Vec<CapacityWindow>,
+    launch_errors: Vec<LaunchErrorWindow>,
+    call_latency: Duration,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     /// The catalog as node classes with each kubelet configuration seen so
@@ -427,6 +467,8 @@ impl SimEc2 {
             zones,
             launch_delay,
             insufficient_capacity,
+            launch_errors,
+            call_latency,
             spot,
             kubernetes_version,
             images,
@@ -448,6 +490,8 @@ impl SimEc2 {
             region,
             launch_delay,
             windows: insufficient_capacity,
+            launch_errors,
+            call_latency,
             clock,
             state: Mutex::new(State {
                 account: Some(account),
@@ -681,6 +725,22 @@ impl SimEc2 {
         );
         adjusted.push((kubelet.clone(), Arc::clone(&catalog)));
         catalog
+    }
+
+    /// A call's answer, after the EC2 API's latency on the simulation's
+    /// clock: the call takes effect when it is sent and answers
+    /// [`SimConfig::call_latency`] later.
+    fn answer<T: Send + 'static>(
+        &self,
+        result: Result<T, CloudError>,
+    ) -> impl Future<Output = Result<T, CloudError>> + Send + 'static {
+        let wait = (!self.call_latency.is_zero()).then(|| self.clock.sleep(self.call_latency));
+        async move {
+            if let Some(w) = wait {
+                w.await;
+            }
+            result
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -941,31 +1001,35 @@ impl CloudProvider for SimEc2 {
         unavailable: &BTreeSet<OfferingKey>,
     ) -> impl Future<Output = Result<Launched, CloudError>> + Send {
         let nodeclaim = claim.metadata.name.clone().unwrap_or_default();
-        ready(self.call(
-            |state, now| self.launch(state, now, claim, nodeclass, unavailable),
-            |result| {
-                Call::Create {
-                    nodeclaim,
-                    result: result
-                        .as_ref()
-                        .map(|l| Launch {
-                            instance_id: l.instance.id.clone(),
-                            offering: OfferingKey {
-                                instance_type: l.instance.instance_type.clone(),
-                                zone: l.instance.zone.clone(),
-                                capacity_type: l.instance.capacity_type.clone(),
-                            },
-                            price: l.instance.price,
-                            refused: l.refused.clone(),
-                        })
-                        .map_err(Clone::clone),
+        let result = self.call(
+            |state, now| {
+                if let Some(e) = self.launch_errors.iter().find_map(|w| w.error_at(now)) {
+                    return Err(e);
                 }
+                self.launch(state, now, claim, nodeclass, unavailable)
             },
-        ))
+            |result| Call::Create {
+                nodeclaim,
+                result: result
+                    .as_ref()
+                    .map(|l| Launch {
+                        instance_id: l.instance.id.clone(),
+                        offering: OfferingKey {
+                            instance_type: l.instance.instance_type.clone(),
+                            zone: l.instance.zone.clone(),
+                            capacity_type: l.instance.capacity_type.clone(),
+                        },
+                        price: l.instance.price,
+                        refused: l.refused.clone(),
+                    })
+                    .map_err(Clone::clone),
+            },
+        );
+        self.answer(result)
     }
 
     fn delete(&self, provider_id: &str) -> impl Future<Output = Result<(), CloudError>> + Send {
-        ready(self.call(
+        let result = self.call(
             |state, _| {
                 let id = find(state, provider_id)?.id.clone();
                 state.instances.remove(&id);
@@ -976,21 +1040,23 @@ impl CloudProvider for SimEc2 {
                 provider_id: provider_id.to_string(),
                 result: result.clone(),
             },
-        ))
+        );
+        self.answer(result)
     }
 
     fn get(&self, provider_id: &str) -> impl Future<Output = Result<Instance, CloudError>> + Send {
-        ready(self.call(
+        let result = self.call(
             |state, now| find(state, provider_id).map(|i| self.observe(i, now)),
             |result| Call::Get {
                 provider_id: provider_id.to_string(),
                 result: result.as_ref().map(|i| i.state).map_err(Clone::clone),
             },
-        ))
+        );
+        self.answer(result)
     }
 
     fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
-        ready(self.call(
+        let result = self.call(
             |state, now| {
                 Ok(state
                     .instances
@@ -1001,7 +1067,8 @@ impl CloudProvider for SimEc2 {
             |result| Call::List {
                 result: result.as_ref().map(Vec::len).map_err(Clone::clone),
             },
-        ))
+        );
+        self.answer(result)
     }
 
     fn instance_types(

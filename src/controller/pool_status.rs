@@ -1,0 +1,266 @@
+//! What a NodePool's status reports, as Karpenter's NodePool counter,
+//! readiness and registration-health controllers write it:
+//!
+//! - `status.nodes` and `status.resources`: the NodePool's NodeClaims and
+//!   the sum of their capacity (launched ones; in-flight claims have none
+//!   yet), so `kubectl get nodepools` shows NODES and limits can be read
+//!   against usage;
+//! - `NodeClassReady`: whether the NodePool's EC2NodeClass exists and is
+//!   Ready;
+//! - `NodeRegistrationHealthy`: `Unknown` until a NodeClaim of the pool
+//!   registers (`True`), `False` with the launch's or the registration's
+//!   reason when a NodeClaim was given up on;
+//! - `Ready`: `True` for a pool the provisioner can use (it sets `False`
+//!   with the reason otherwise), so `kubectl wait` and Argo CD's health
+//!   see a healthy pool.
+//!
+//! One status write per NodePool whose status changed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::{Controller, conditions, set_condition, set_condition_status};
+use crate::api::common::ConditionStatus;
+use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::cloud::CloudProvider;
+use crate::cluster::{Cluster, ObjectKey};
+use crate::model::Resources;
+
+pub const NODE_CLASS_READY: &str = "NodeClassReady";
+pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+
+impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    /// A NodeClaim of `pool` was given up on before its node registered:
+    /// the pool's `NodeRegistrationHealthy` turns False with the reason.
+    pub(super) fn registration_failed(&mut self, pool: &str, reason: &str, message: &str) {
+        self.registration_failures
+            .insert(pool.to_string(), (reason.to_string(), message.to_string()));
+    }
+
+    /// Writes every NodePool's status that changed (see the module
+    /// documentation).
+    pub(super) async fn reconcile_pool_status(&mut self) {
+        let now = self.clock.now();
+        let claims = self.cluster.list::<NodeClaim>();
+        let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
+        for c in &claims {
+            if let Some(p) = c.nodepool_name() {
+                by_pool.entry(p).or_default().push(c);
+            }
+        }
+        let failures = std::mem::take(&mut self.registration_failures);
+        for pool in self.cluster.list::<NodePool>() {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            let mine = by_pool.get(name.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            let mut updated = (*pool).clone();
+            let status = updated.status.get_or_insert_with(Default::default);
+            let mut changed = false;
+
+            let nodes = i64::try_from(mine.len()).unwrap_or(i64::MAX);
+            if status.nodes != Some(nodes) {
+                status.nodes = Some(nodes);
+                changed = true;
+            }
+            let mut total = Resources::default();
+            for c in mine {
+                if let Some(capacity) = c.status.as_ref().and_then(|s| s.capacity.as_ref())
+                    && let Ok(r) = Resources::from_k8s(capacity)
+                {
+                    total.add(&r);
+                }
+            }
+            let resources: BTreeMap<String, Quantity> = total
+                .to_strings()
+                .into_iter()
+                .map(|(k, v)| (k, Quantity(v)))
+                .collect();
+            if status.resources.as_ref().unwrap_or(&BTreeMap::new()) != &resources {
+                status.resources = Some(resources);
+                changed = true;
+            }
+
+            let conds = status.conditions.get_or_insert_with(Vec::new);
+            let class_name = &pool.spec.template.spec.node_class_ref.name;
+            let class = self
+                .cluster
+                .get::<EC2NodeClass>(&ObjectKey::cluster(class_name));
+            changed |= match class {
+                None => set_condition(
+                    conds,
+                    NODE_CLASS_READY,
+                    false,
+                    "NodeClassNotFound",
+                    &format!("EC2NodeClass {class_name:?} not found"),
+                    now,
+                ),
+                Some(c) => {
+                    let ready = crate::api::common::find_condition(
+                        c.status.as_ref().and_then(|s| s.conditions.as_deref()),
+                        conditions::READY,
+                    );
+                    match ready.map(|r| r.status) {
+                        Some(ConditionStatus::True) => {
+                            set_condition(conds, NODE_CLASS_READY, true, "NodeClassReady", "", now)
+                        }
+                        Some(ConditionStatus::False) => set_condition(
+                            conds,
+                            NODE_CLASS_READY,
+                            false,
+                            "NodeClassNotReady",
+                            &format!("EC2NodeClass {class_name:?} is not ready"),
+                            now,
+                        ),
+                        _ => set_condition_status(
+                            conds,
+                            NODE_CLASS_READY,
+                            ConditionStatus::Unknown,
+                            "AwaitingReconciliation",
+                            &format!("EC2NodeClass {class_name:?} has not reported readiness"),
+                            now,
+                        ),
+                    }
+                }
+            };
+
+            // The latest registration; a False condition turns True only
+            // when a claim registers after it was set.
+            let last_registered = mine
+                .iter()
+                .filter_map(|c| {
+                    crate::api::common::find_condition(
+                        c.status.as_ref().and_then(|s| s.conditions.as_deref()),
+                        conditions::REGISTERED,
+                    )
+                })
+                .filter(|c| c.is_true())
+                .map(|c| c.last_transition_time.0)
+                .max();
+            let current = conds.iter().find(|c| c.type_ == NODE_REGISTRATION_HEALTHY);
+            let known = current.is_some();
+            let registered = last_registered.is_some_and(|t| {
+                current.is_none_or(|c| {
+                    c.status != ConditionStatus::False || t > c.last_transition_time.0
+                })
+            });
+            changed |= if let Some((reason, message)) = failures.get(&name) {
+                set_condition(
+                    conds,
+                    NODE_REGISTRATION_HEALTHY,
+                    false,
+                    reason,
+                    message,
+                    now,
+                )
+            } else if registered {
+                set_condition(
+                    conds,
+                    NODE_REGISTRATION_HEALTHY,
+                    true,
+                    "NodeRegistrationHealthy",
+                    "",
+                    now,
+                )
+            } else if !known {
+                set_condition_status(
+                    conds,
+                    NODE_REGISTRATION_HEALTHY,
+                    ConditionStatus::Unknown,
+                    "AwaitingReconciliation",
+                    "no NodeClaim of this NodePool has registered yet",
+                    now,
+                )
+            } else {
+                false
+            };
+            if changed && let Err(e) = self.cluster.replace_status(updated).await {
+                tracing::debug!(nodepool = %name, error = %e, "NodePool status not written; the next pass retries");
+                if let Some(f) = failures.get(&name) {
+                    self.registration_failures.insert(name.clone(), f.clone());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::cluster::MemoryCluster;
+    use crate::controller::Settings;
+
+    #[tokio::test]
+    async fn a_pool_reports_its_nodes_resources_and_readiness() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let cloud = Arc::new(SimEc2::new(
+            SimConfig::new(SimEc2::builtin_catalog().expect("catalog")),
+            dyn_clock.clone(),
+        ));
+        cluster.create(NodePool::test("general")).expect("pool");
+        let mut controller =
+            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        controller.reconcile_pool_status().await;
+        let pool = Cluster::get::<NodePool>(cluster.as_ref(), &ObjectKey::cluster("general"))
+            .expect("pool");
+        let status = pool.status.as_ref().expect("status");
+        assert_eq!(status.nodes, Some(0));
+        let class = pool.condition(NODE_CLASS_READY).expect("NodeClassReady");
+        assert_eq!(class.reason.as_deref(), Some("NodeClassNotFound"));
+        let health = pool
+            .condition(NODE_REGISTRATION_HEALTHY)
+            .expect("NodeRegistrationHealthy");
+        assert_eq!(health.status, ConditionStatus::Unknown);
+
+        // A registered claim of 4 CPUs: counted, and registration is healthy.
+        let mut claim = NodeClaim::test("general-a");
+        claim
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(crate::api::LABEL_NODEPOOL.into(), "general".into());
+        let s = claim.status.get_or_insert_with(Default::default);
+        s.capacity = Some(BTreeMap::from([("cpu".to_string(), Quantity("4".into()))]));
+        set_condition(
+            s.conditions.get_or_insert_with(Vec::new),
+            conditions::REGISTERED,
+            true,
+            "Registered",
+            "",
+            clock.now(),
+        );
+        cluster.create(claim).expect("claim");
+        controller.reconcile_pool_status().await;
+        let pool = Cluster::get::<NodePool>(cluster.as_ref(), &ObjectKey::cluster("general"))
+            .expect("pool");
+        let status = pool.status.as_ref().expect("status");
+        assert_eq!(status.nodes, Some(1));
+        assert_eq!(
+            status
+                .resources
+                .as_ref()
+                .and_then(|r| r.get("cpu"))
+                .map(|q| q.0.as_str()),
+            Some("4")
+        );
+        assert!(
+            pool.condition(NODE_REGISTRATION_HEALTHY)
+                .expect("health")
+                .is_true()
+        );
+
+        // A claim given up on: False with its reason.
+        controller.registration_failed("general", "LaunchTimeout", "not launched within 300s");
+        controller.reconcile_pool_status().await;
+        let pool = Cluster::get::<NodePool>(cluster.as_ref(), &ObjectKey::cluster("general"))
+            .expect("pool");
+        let health = pool.condition(NODE_REGISTRATION_HEALTHY).expect("health");
+        assert_eq!(health.status, ConditionStatus::False);
+        assert_eq!(health.reason.as_deref(), Some("LaunchTimeout"));
+    }
+}
