@@ -115,36 +115,50 @@ pub async fn run_interruption<C: Cluster + 'static, P: CloudProvider + 'static>(
 }
 
 /// The controller's Events as Kubernetes Events.
-#[derive(Debug)]
+///
+/// [`EventRecorder::record`] writes them and returns when they are
+/// written; [`EventRecorder::record_later`] hands them to a background
+/// task, so a pass never waits for one POST per pod it reports on. At most
+/// [`MAX_QUEUED_EVENTS`] wait to be written; beyond that, new ones are
+/// dropped (and logged), as client-go's event broadcaster drops when its
+/// queue is full.
+#[derive(Debug, Clone)]
 pub struct EventRecorder {
     /// `reportingInstance`: this replica.
     instance: String,
     /// When each (object, reason, message) was last written.
-    written: HashMap<(String, String, String), Timestamp>,
+    written: Arc<std::sync::Mutex<HashMap<(String, String, String), Timestamp>>>,
+    /// Events handed to background writers and not written yet.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// The most Events waiting for a background writer.
+pub const MAX_QUEUED_EVENTS: usize = 1000;
 
 impl EventRecorder {
     pub fn new(instance: &str) -> Self {
         EventRecorder {
             instance: instance.to_string(),
-            written: HashMap::new(),
+            written: Arc::default(),
+            queued: Arc::default(),
         }
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), Timestamp>> {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Writes the events about objects (skipping repeats within
     /// [`EVENT_DEDUPE`]); an Event that cannot be written is logged and
     /// dropped. Returns how many were written.
-    pub async fn record<C: Cluster>(
-        &mut self,
-        cluster: &C,
-        events: &[Event],
-        now: Timestamp,
-    ) -> usize {
-        self.written.retain(|_, t| since(*t, now) < EVENT_DEDUPE);
+    pub async fn record<C: Cluster>(&self, cluster: &C, events: &[Event], now: Timestamp) -> usize {
+        self.written().retain(|_, t| since(*t, now) < EVENT_DEDUPE);
         let mut n = 0;
         for e in events {
             let key = (e.object.clone(), e.reason.clone(), e.message.clone());
-            if self.written.contains_key(&key) {
+            if self.written().contains_key(&key) {
                 continue;
             }
             let Some(event) = kube_event(cluster, e, &self.instance, now) else {
@@ -152,7 +166,7 @@ impl EventRecorder {
             };
             match cluster.create(event).await {
                 Ok(_) => {
-                    self.written.insert(key, now);
+                    self.written().insert(key, now);
                     n += 1;
                 }
                 Err(error) => {
@@ -161,6 +175,37 @@ impl EventRecorder {
             }
         }
         n
+    }
+
+    /// Hands `events` to a background task that writes them as
+    /// [`EventRecorder::record`] does, within [`MAX_QUEUED_EVENTS`].
+    /// Returns how many were dropped because the queue was full.
+    pub fn record_later<C: Cluster + 'static>(
+        &self,
+        cluster: Arc<C>,
+        mut events: Vec<Event>,
+        now: Timestamp,
+    ) -> usize {
+        use std::sync::atomic::Ordering::SeqCst;
+        if events.is_empty() {
+            return 0;
+        }
+        let room = MAX_QUEUED_EVENTS.saturating_sub(self.queued.load(SeqCst));
+        let dropped = events.len().saturating_sub(room);
+        if dropped > 0 {
+            events.truncate(room);
+            tracing::warn!(dropped, "the Event queue is full; Events dropped");
+        }
+        if events.is_empty() {
+            return dropped;
+        }
+        self.queued.fetch_add(events.len(), SeqCst);
+        let recorder = self.clone();
+        tokio::spawn(async move {
+            recorder.record(cluster.as_ref(), &events, now).await;
+            recorder.queued.fetch_sub(events.len(), SeqCst);
+        });
+        dropped
     }
 }
 
@@ -362,11 +407,15 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
             more = controller.lock().await.finish_launches(outcomes).await;
         }
         let mut c = controller.lock().await;
-        self.record(&mut c).await;
+        // The Events go out in the background: the pass does not wait.
+        let events = c.drain_events();
+        c.drain_decisions();
+        self.events
+            .record_later(self.cluster.clone(), events, self.clock.now());
         wait.min(more)
     }
 
-    /// Writes the Events a pass recorded.
+    /// Writes the Events a pass recorded, and waits for them.
     async fn record(&mut self, controller: &mut Controller<C, P>) {
         let events = controller.drain_events();
         let now = self.clock.now();
@@ -701,6 +750,38 @@ mod tests {
         assert_eq!(rt.events.record(cluster.as_ref(), &batch, t).await, 0);
         let later = t.checked_add(EVENT_DEDUPE).unwrap();
         assert_eq!(rt.events.record(cluster.as_ref(), &batch, later).await, 4);
+    }
+
+    #[tokio::test]
+    async fn events_written_later_are_bounded_and_deduplicated() {
+        let (rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        let event = |i: usize| Event {
+            t: clock.now(),
+            kind: "NodePool".into(),
+            object: "NodePool/general".into(),
+            reason: "Probe".into(),
+            message: format!("event {i}"),
+            related: Vec::new(),
+        };
+        let recorder = EventRecorder::new("replica-a");
+        let flood: Vec<Event> = (0..MAX_QUEUED_EVENTS + 500).map(event).collect();
+        let dropped = recorder.record_later(cluster.clone(), flood, clock.now());
+        assert_eq!(dropped, 500);
+        // Written in the background, then the queue has room again.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let written = events(&cluster).len();
+        assert_eq!(written, MAX_QUEUED_EVENTS);
+        assert_eq!(
+            recorder.record_later(cluster.clone(), vec![event(0), event(1)], clock.now()),
+            0
+        );
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(events(&cluster).len(), written, "repeats are not written");
     }
 
     #[tokio::test]
