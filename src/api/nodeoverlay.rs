@@ -28,6 +28,7 @@ use super::common::{
     category = "karpenter",
     status = "NodeOverlayStatus",
     derive = "PartialEq",
+    annotation("controller-gen.kubebuilder.io/version", "v0.20.1"),
     printcolumn(
         name = "Ready",
         type_ = "string",
