@@ -217,7 +217,16 @@ fn catalog_warns_about_unsatisfiable_requirements() {
 #[test]
 fn karpenter_v1_14_objects_with_status_and_alpha_kinds_are_valid() {
     let dir = "tests/fixtures/validate/karpenter-v1.14-valid";
-    let out = dovetail(&["validate", dir, "--worktree", "--strict"]);
+    // With the gates dovetail acts on them under (without, each overlay
+    // and buffer gets a warning that it is inactive).
+    let out = dovetail(&[
+        "validate",
+        dir,
+        "--worktree",
+        "--strict",
+        "--feature-gates",
+        "NodeOverlay=true,CapacityBuffer=true",
+    ]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(
         out.stdout

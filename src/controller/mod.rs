@@ -8,6 +8,7 @@
 //! virtual clock, the in-cluster runtime on watch events and at that time.
 //! Time comes only from the injected [`Clock`].
 
+mod buffers;
 mod disruption;
 pub mod features;
 mod gc;
@@ -16,6 +17,7 @@ pub mod interruption;
 pub mod leader;
 mod lifecycle;
 pub mod metrics;
+mod overlays;
 mod provisioner;
 mod repair;
 pub mod runtime;
@@ -72,6 +74,12 @@ pub struct Settings {
     /// Whether nodes unhealthy past their toleration are replaced (the
     /// reference's `NodeRepair` feature gate, off by default).
     pub node_repair: bool,
+    /// Whether NodeOverlays change the instance types the NodePools see
+    /// (the reference's `NodeOverlay` feature gate, off by default).
+    pub node_overlay: bool,
+    /// Whether CapacityBuffers keep spare capacity (the reference's
+    /// `CapacityBuffer` feature gate, off by default).
+    pub capacity_buffer: bool,
     /// Whether a rebalance recommendation deletes its NodeClaim like a spot
     /// interruption (off: it is only recorded).
     pub rebalance_as_interruption: bool,
@@ -94,6 +102,8 @@ impl Default for Settings {
             spot_to_spot_consolidation: false,
             static_capacity: false,
             node_repair: false,
+            node_overlay: false,
+            capacity_buffer: false,
             rebalance_as_interruption: false,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
@@ -215,6 +225,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     static_limited: std::collections::BTreeSet<String>,
     /// Nodes whose repair was held back, and when that was last said.
     repair_blocked: std::collections::HashMap<String, Timestamp>,
+    /// The NodeOverlays as last read, and what applying them did.
+    overlays: overlays::OverlayCache,
+    /// The CapacityBuffers' virtual pods, and where the last solve put them.
+    buffers: buffers::BufferState,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -241,6 +255,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
             static_limited: std::collections::BTreeSet::new(),
             repair_blocked: std::collections::HashMap::new(),
+            overlays: overlays::OverlayCache::default(),
+            buffers: buffers::BufferState::default(),
         }
     }
 

@@ -433,6 +433,8 @@ impl<C: Cluster> SyncEngine<C> {
         let opts = Options {
             allow_external_nodeclass: self.settings.allow_external_nodeclass,
             static_capacity: Some(self.settings.static_capacity),
+            node_overlay: Some(self.settings.node_overlay),
+            capacity_buffer: Some(self.settings.capacity_buffer),
             ..Options::default()
         };
         let report = validate::validate(&loaded, &opts);

@@ -12,6 +12,8 @@
 pub mod catalog;
 pub mod kinds;
 pub mod names;
+#[cfg(test)]
+mod nodeoverlay_cases;
 pub mod rules;
 pub mod runtime;
 pub mod schema;
@@ -42,6 +44,12 @@ pub struct Options {
     /// `Some(false)` reports a NodePool with `spec.replicas` as inactive;
     /// `None` (not known, e.g. `diff`) says nothing about it.
     pub static_capacity: Option<bool>,
+    /// Likewise for the `NodeOverlay` gate: `Some(false)` reports
+    /// NodeOverlays as not applied.
+    pub node_overlay: Option<bool>,
+    /// Likewise for the `CapacityBuffer` gate: `Some(false)` reports
+    /// CapacityBuffers as not acted on.
+    pub capacity_buffer: Option<bool>,
 }
 
 /// An object of one of dovetail's kinds found in the repository.
@@ -226,6 +234,14 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
     cross_object(&mut report, loaded, opts);
     if opts.static_capacity == Some(false) {
         inactive_static_pools(&mut report, loaded);
+    }
+    for (kind, gate) in [
+        (ApiKind::NodeOverlay, opts.node_overlay),
+        (ApiKind::CapacityBuffer, opts.capacity_buffer),
+    ] {
+        if gate == Some(false) {
+            inactive_gated_kind(&mut report, kind);
+        }
     }
     report.timings.cross = t.elapsed();
 
@@ -576,6 +592,29 @@ fn inactive_static_pools(report: &mut Report, loaded: &Loaded) {
                 .with_hint("run the controller with --feature-gates StaticCapacity=true (or FEATURE_GATES), and validate with the same flag"),
         );
     }
+    report.diagnostics.extend(diags);
+}
+
+/// A NodeOverlay or CapacityBuffer while its feature gate is off: applied
+/// to the cluster, but the controller leaves it alone, as Karpenter does.
+fn inactive_gated_kind(report: &mut Report, kind: ApiKind) {
+    let what = match kind {
+        ApiKind::NodeOverlay => "is not applied to instance types",
+        _ => "keeps no capacity",
+    };
+    let diags: Vec<Diagnostic> = report
+        .objects_of(kind)
+        .map(|o| {
+            Diagnostic::warning(
+                "gate-off",
+                format!("{kind} {what}: the {kind} feature gate is off"),
+            )
+            .in_file(o.file.clone())
+            .at(o.pos)
+            .with_object(o.display())
+            .with_hint(format!("run the controller with --feature-gates {kind}=true (or FEATURE_GATES), and validate with the same flag"))
+        })
+        .collect();
     report.diagnostics.extend(diags);
 }
 

@@ -1,0 +1,159 @@
+//! NodeOverlays under the `NodeOverlay` feature gate: the cluster's
+//! overlays are read (and converted again only when one changed), applied
+//! to the NodePools' instance types where those enter every solve
+//! ([`Controller::nodepool_specs`](super::Controller)), and each overlay's
+//! `ValidationSucceeded` and `Ready` conditions say whether it applies
+//! (reason `Conflict` or `RuntimeValidation` when it does not), as the
+//! reference's `nodeoverlay` controller writes them. NodeClaims of
+//! overlaid types are annotated as the reference's are
+//! (`karpenter.sh/price-overlay-applied`,
+//! `karpenter.sh/capacity-overlay-applied`), and a price-overlaid one
+//! carries its launch order for the cloud provider.
+
+use std::collections::BTreeMap;
+
+use super::Controller;
+use crate::api::{
+    ANNOTATION_CAPACITY_OVERLAY_APPLIED, ANNOTATION_LAUNCH_PRIORITY,
+    ANNOTATION_PRICE_OVERLAY_APPLIED, ApiKind, NodeOverlay,
+};
+use crate::cloud::CloudProvider;
+use crate::cluster::Cluster;
+use crate::model::overlay::{Outcome, Overlay, Verdict};
+use crate::scheduling::{NewNodeClaim, NodePoolSpec};
+
+/// The condition the reference sets from its checks.
+pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+
+/// The cluster's overlays as the core reads them, and the NodeOverlay
+/// revision they were read at.
+#[derive(Debug, Default)]
+pub(super) struct OverlayCache {
+    revision: Option<u64>,
+    overlays: Vec<Overlay>,
+    /// What the last application did.
+    pub(super) outcome: Outcome,
+}
+
+impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    /// Applies the NodeOverlays to the NodePools' instance types, and
+    /// records each overlay's verdict in its status. Nothing with the gate
+    /// off.
+    pub(super) async fn apply_overlays(&mut self, specs: &mut [NodePoolSpec]) {
+        if !self.settings.node_overlay {
+            self.overlays.outcome = Outcome::default();
+            return;
+        }
+        let revision = self.cluster.revision::<NodeOverlay>();
+        if self.overlays.revision != Some(revision) {
+            self.overlays.overlays = self
+                .cluster
+                .list::<NodeOverlay>()
+                .iter()
+                .filter(|o| o.metadata.deletion_timestamp.is_none())
+                .map(|o| {
+                    let mut doc = serde_json::to_value(o.as_ref()).unwrap_or_default();
+                    if let Some(m) = doc.as_object_mut() {
+                        m.insert(
+                            "apiVersion".into(),
+                            ApiKind::NodeOverlay.api_version().into(),
+                        );
+                        m.insert("kind".into(), ApiKind::NodeOverlay.kind().into());
+                        m.remove("status");
+                    }
+                    crate::convert::overlay(&doc)
+                })
+                .collect();
+            self.overlays.revision = Some(revision);
+        }
+        let outcome = crate::convert::apply_overlays(&self.overlays.overlays, specs);
+        self.write_overlay_statuses(&outcome).await;
+        self.overlays.outcome = outcome;
+    }
+
+    /// `ValidationSucceeded` and `Ready` of each overlay, written where
+    /// they changed.
+    async fn write_overlay_statuses(&mut self, outcome: &Outcome) {
+        let now = self.clock.now();
+        let verdicts: BTreeMap<&str, &Verdict> = outcome
+            .verdicts
+            .iter()
+            .map(|(n, v)| (n.as_str(), v))
+            .collect();
+        for o in self.cluster.list::<NodeOverlay>() {
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let Some(verdict) = verdicts.get(name.as_str()) else {
+                continue;
+            };
+            let mut updated = (*o).clone();
+            let conds = updated
+                .status
+                .get_or_insert_with(Default::default)
+                .conditions
+                .get_or_insert_with(Vec::new);
+            let (ok, reason) = match verdict.reason() {
+                None => (true, VALIDATION_SUCCEEDED),
+                Some(r) => (false, r),
+            };
+            let message = verdict.message();
+            let a = super::set_condition(conds, VALIDATION_SUCCEEDED, ok, reason, &message, now);
+            let ready_reason = if ok { "Ready" } else { reason };
+            let b = super::set_condition(
+                conds,
+                super::conditions::READY,
+                ok,
+                ready_reason,
+                &message,
+                now,
+            );
+            if !(a || b) {
+                continue;
+            }
+            if let Err(e) = self.cluster.replace_status(updated).await {
+                self.event(
+                    format!("NodeOverlay/{name}"),
+                    "StatusNotRecorded",
+                    e.to_string(),
+                );
+            } else if !ok {
+                self.event(
+                    format!("NodeOverlay/{name}"),
+                    reason,
+                    format!("not applied: {message}"),
+                );
+            }
+        }
+    }
+
+    /// The annotations a new NodeClaim of `pool` gets from the overlays
+    /// of its instance types: the reference's markers, and the launch
+    /// order of a price-overlaid one (its types, cheapest overlaid first).
+    pub(super) fn overlay_annotations(
+        &self,
+        pool: &str,
+        claim: &NewNodeClaim,
+    ) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let outcome = &self.overlays.outcome;
+        let has = |set: &std::collections::BTreeSet<(String, String)>| {
+            claim
+                .instance_types
+                .iter()
+                .any(|t| set.contains(&(pool.to_string(), t.clone())))
+        };
+        if has(&outcome.price_overlaid) {
+            out.insert(ANNOTATION_PRICE_OVERLAY_APPLIED.to_string(), "true".into());
+            out.insert(
+                ANNOTATION_LAUNCH_PRIORITY.to_string(),
+                claim.instance_types.join(","),
+            );
+        }
+        if has(&outcome.capacity_overlaid) {
+            out.insert(
+                ANNOTATION_CAPACITY_OVERLAY_APPLIED.to_string(),
+                "true".into(),
+            );
+        }
+        out
+    }
+}
