@@ -111,7 +111,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let key = key_of(&b);
             let mut updated = (*b).clone();
             let status = updated.status.get_or_insert_with(Default::default);
-            status.provisioning_strategy = b.spec.provisioning_strategy.clone();
+            // The CRD's default, which an API server applies on create.
+            status.provisioning_strategy = Some(
+                b.spec
+                    .provisioning_strategy
+                    .clone()
+                    .unwrap_or_else(|| crate::api::capacitybuffer::ACTIVE_CAPACITY.into()),
+            );
             let outcome = self.resolve_buffer(&b);
             let conds = status.conditions.get_or_insert_with(Vec::new);
             let resolved = match outcome {
@@ -368,5 +374,520 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Whether a pod key is a buffer's virtual pod.
     pub(super) fn is_virtual(&self, pod: &str) -> bool {
         self.buffers.owners.contains_key(pod)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Karpenter v1.14.1's capacitybuffer controller cases
+    //! (pkg/controllers/capacitybuffer/suite_test.go) and virtual pod cache
+    //! cases (pkg/state/virtualpods/virtualpods_test.go), against the
+    //! in-memory API server, named after their `It`s. Not ported: the
+    //! `podTemplateToBuffers` mapping (every buffer is resolved again when
+    //! any PodTemplate or workload changes), the cache's hydration and
+    //! locking cases (the state is rebuilt whole from the cluster's cache),
+    //! and "should NOT trigger the provisioner when resolution fails" as
+    //! such (an unresolved buffer has no virtual pods to solve for, tested
+    //! below).
+
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::cluster::MemoryCluster;
+    use crate::controller::Settings;
+
+    struct Env {
+        cluster: Arc<MemoryCluster>,
+        controller: Controller<MemoryCluster, SimEc2>,
+        clock: Arc<ManualClock>,
+        rt: tokio::runtime::Runtime,
+    }
+
+    fn env() -> Env {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let cloud = Arc::new(SimEc2::new(
+            SimConfig::new(SimEc2::builtin_catalog().unwrap()),
+            dyn_clock.clone(),
+        ));
+        let settings = Settings {
+            capacity_buffer: true,
+            ..Settings::default()
+        };
+        Env {
+            controller: Controller::new(cluster.clone(), cloud, dyn_clock, settings),
+            cluster,
+            clock,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap(),
+        }
+    }
+
+    fn obj<K: serde::de::DeserializeOwned>(v: Value) -> K {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn template(name: &str, cpu: &str) -> PodTemplate {
+        obj(json!({"apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": {"name": name, "namespace": "default"},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+                {"name": "app", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}}))
+    }
+
+    fn workload<K: serde::de::DeserializeOwned>(
+        kind: &str,
+        name: &str,
+        replicas: Option<i32>,
+    ) -> K {
+        let mut spec = json!({"selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+                {"name": "app", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}});
+        if let Some(r) = replicas {
+            spec["replicas"] = json!(r);
+        }
+        if kind == "StatefulSet" {
+            spec["serviceName"] = json!(name);
+        }
+        obj(json!({"apiVersion": "apps/v1", "kind": kind,
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}))
+    }
+
+    fn buffer(name: &str, spec: Value) -> CapacityBuffer {
+        obj(
+            json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+        )
+    }
+
+    impl Env {
+        fn reconcile(&mut self) {
+            self.rt.block_on(self.controller.reconcile_buffers());
+        }
+
+        fn get(&self, name: &str) -> CapacityBuffer {
+            (*self
+                .cluster
+                .get_opt::<CapacityBuffer>(&ObjectKey::new("default", name))
+                .unwrap())
+            .clone()
+        }
+
+        /// `(status, reason)` of `ReadyForProvisioning`.
+        fn ready(&self, name: &str) -> (String, String) {
+            let b = self.get(name);
+            let c = crate::api::common::find_condition(
+                b.status.as_ref().and_then(|s| s.conditions.as_deref()),
+                READY_FOR_PROVISIONING,
+            )
+            .cloned()
+            .unwrap();
+            (format!("{:?}", c.status), c.reason.unwrap_or_default())
+        }
+
+        fn replicas(&self, name: &str) -> Option<i32> {
+            self.get(name).status.and_then(|s| s.replicas)
+        }
+
+        fn virtual_pods_of(&self, name: &str) -> usize {
+            let key = format!("default/{name}");
+            self.controller
+                .buffers
+                .owners
+                .values()
+                .filter(|b| **b == key)
+                .count()
+        }
+    }
+
+    #[test]
+    fn should_resolve_a_podtemplate_and_set_readyforprovisioning_true() {
+        let mut e = env();
+        e.cluster.create(template("test-template", "1")).unwrap();
+        e.cluster
+            .create(buffer(
+                "test-buffer",
+                json!({"podTemplateRef": {"name": "test-template"}, "replicas": 5}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(
+            e.ready("test-buffer"),
+            ("True".into(), REASON_RESOLVED.into())
+        );
+        let status = e.get("test-buffer").status.unwrap();
+        assert_eq!(status.pod_template_ref.unwrap().name, "test-template");
+        assert_eq!(status.pod_template_generation, Some(1));
+        assert_eq!(status.replicas, Some(5));
+        assert_eq!(
+            status.provisioning_strategy.as_deref(),
+            Some("buffer.x-k8s.io/active-capacity")
+        );
+    }
+
+    #[test]
+    fn should_set_readyforprovisioning_false_when_podtemplate_is_not_found() {
+        let mut e = env();
+        e.cluster
+            .create(buffer(
+                "test-buffer-missing",
+                json!({"podTemplateRef": {"name": "nonexistent"}, "replicas": 3}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(
+            e.ready("test-buffer-missing"),
+            ("False".into(), REASON_POD_TEMPLATE_NOT_FOUND.into())
+        );
+        assert_eq!(e.virtual_pods_of("test-buffer-missing"), 0);
+    }
+
+    #[test]
+    fn should_resolve_a_deployment_and_calculate_percentage_based_replicas() {
+        let mut e = env();
+        e.cluster
+            .create(workload::<Deployment>("Deployment", "my-app", Some(10)))
+            .unwrap();
+        e.cluster
+            .create(buffer(
+                "test-buffer-scalable",
+                json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "my-app"}, "percentage": 20}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.ready("test-buffer-scalable").0, "True");
+        assert_eq!(e.replicas("test-buffer-scalable"), Some(2));
+        assert!(
+            e.get("test-buffer-scalable")
+                .status
+                .unwrap()
+                .pod_template_ref
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn should_set_readyforprovisioning_false_when_scalable_ref_is_not_found() {
+        let mut e = env();
+        e.cluster
+            .create(buffer(
+                "test-buffer-missing-ref",
+                json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "nonexistent"}, "replicas": 3}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(
+            e.ready("test-buffer-missing-ref"),
+            ("False".into(), REASON_SCALABLE_REF_NOT_FOUND.into())
+        );
+    }
+
+    #[test]
+    fn should_resolve_a_statefulset() {
+        let mut e = env();
+        e.cluster
+            .create(workload::<StatefulSet>("StatefulSet", "my-sts", Some(5)))
+            .unwrap();
+        e.cluster
+            .create(buffer(
+                "test-buffer-sts",
+                json!({"scalableRef": {"apiGroup": "apps", "kind": "StatefulSet", "name": "my-sts"}, "percentage": 20}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.ready("test-buffer-sts").0, "True");
+        assert_eq!(e.replicas("test-buffer-sts"), Some(1));
+    }
+
+    #[test]
+    fn should_return_error_for_unsupported_kind_and_api_group() {
+        // The reference fails the reconcile (and retries); here the buffer
+        // is marked not ready with the reason, and keeps no capacity.
+        let mut e = env();
+        for (name, group, kind) in [
+            ("bad-kind", "batch", "Job"),
+            ("bad-group", "batch", "Deployment"),
+        ] {
+            e.cluster
+                .create(buffer(
+                    name,
+                    json!({"scalableRef": {"apiGroup": group, "kind": kind, "name": "x"}, "percentage": 20}),
+                ))
+                .unwrap();
+        }
+        e.reconcile();
+        for name in ["bad-kind", "bad-group"] {
+            assert_eq!(
+                e.ready(name),
+                ("False".into(), REASON_RESOLUTION_FAILED.into())
+            );
+            assert_eq!(e.virtual_pods_of(name), 0);
+        }
+    }
+
+    #[test]
+    fn should_default_to_1_replica_when_workload_has_nil_spec_replicas() {
+        let mut e = env();
+        e.cluster
+            .create(workload::<Deployment>(
+                "Deployment",
+                "nil-replicas-app",
+                None,
+            ))
+            .unwrap();
+        e.cluster
+            .create(buffer(
+                "test-buffer-nil-replicas",
+                json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "nil-replicas-app"}, "percentage": 100}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.replicas("test-buffer-nil-replicas"), Some(1));
+    }
+
+    #[test]
+    fn should_resolve_buffer_replicas_from_replicas_percentage_and_limits() {
+        let mut e = env();
+        e.cluster.create(template("pt", "1")).unwrap();
+        let d = |name: &str, replicas| workload::<Deployment>("Deployment", name, Some(replicas));
+        for (name, r) in [("d-10", 10), ("d-1", 1)] {
+            e.cluster.create(d(name, r)).unwrap();
+        }
+        let pt = |extra: Value| {
+            let mut s = json!({"podTemplateRef": {"name": "pt"}});
+            for (k, v) in extra.as_object().unwrap() {
+                s[k] = v.clone();
+            }
+            s
+        };
+        let sr = |deploy: &str, extra: Value| {
+            let mut s =
+                json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": deploy}});
+            for (k, v) in extra.as_object().unwrap() {
+                s[k] = v.clone();
+            }
+            s
+        };
+        let cases = [
+            ("fixed-replicas-only", pt(json!({"replicas": 7})), 7),
+            (
+                "replicas-capped-by-binding-limit",
+                pt(json!({"replicas": 10, "limits": {"cpu": "3"}})),
+                3,
+            ),
+            (
+                "non-binding-limit-does-not-reduce",
+                pt(json!({"replicas": 3, "limits": {"cpu": "10"}})),
+                3,
+            ),
+            ("limits-only", pt(json!({"limits": {"cpu": "5"}})), 5),
+            ("percentage-only", sr("d-10", json!({"percentage": 20})), 2),
+            (
+                "replicas-gt-percentage",
+                sr("d-10", json!({"replicas": 5, "percentage": 20})),
+                5,
+            ),
+            (
+                "percentage-gt-replicas",
+                sr("d-10", json!({"replicas": 5, "percentage": 80})),
+                8,
+            ),
+            (
+                "max-capped-by-limit",
+                sr(
+                    "d-10",
+                    json!({"replicas": 5, "percentage": 80, "limits": {"cpu": "4"}}),
+                ),
+                4,
+            ),
+            (
+                "percentage-rounds-up-to-1",
+                sr("d-1", json!({"percentage": 10})),
+                1,
+            ),
+        ];
+        for (name, spec, _) in &cases {
+            e.cluster.create(buffer(name, spec.clone())).unwrap();
+        }
+        e.reconcile();
+        for (name, _, want) in cases {
+            assert_eq!(e.replicas(name), Some(want), "{name}");
+            assert_eq!(
+                e.virtual_pods_of(name),
+                usize::try_from(want).unwrap(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn should_re_resolve_the_template_when_its_generation_changes() {
+        let mut e = env();
+        e.cluster.create(template("watched-template", "1")).unwrap();
+        e.cluster
+            .create(buffer(
+                "b",
+                json!({"podTemplateRef": {"name": "watched-template"}, "limits": {"cpu": "4"}}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.replicas("b"), Some(4));
+        let mut t = (*e
+            .cluster
+            .get_opt::<PodTemplate>(&ObjectKey::new("default", "watched-template"))
+            .unwrap())
+        .clone();
+        t.template = template("watched-template", "2").template;
+        e.cluster.replace(t).unwrap();
+        e.reconcile();
+        assert_eq!(e.replicas("b"), Some(2), "4 cpu hold two 2-cpu chunks");
+        assert_eq!(e.get("b").status.unwrap().pod_template_generation, Some(2));
+    }
+
+    #[test]
+    fn should_populate_the_cache_after_a_successful_reconcile_and_evict_it_when_the_buffer_is_deleted()
+     {
+        let mut e = env();
+        e.cluster.create(template("t", "1")).unwrap();
+        e.cluster
+            .create(buffer(
+                "b",
+                json!({"podTemplateRef": {"name": "t"}, "replicas": 3}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.virtual_pods_of("b"), 3);
+        e.cluster
+            .delete::<CapacityBuffer>(&ObjectKey::new("default", "b"))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.virtual_pods_of("b"), 0);
+    }
+
+    #[test]
+    fn should_remove_the_cache_entry_when_resolution_fails_with_notfound() {
+        let mut e = env();
+        e.cluster.create(template("t", "1")).unwrap();
+        e.cluster
+            .create(buffer(
+                "b",
+                json!({"podTemplateRef": {"name": "t"}, "replicas": 3}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.virtual_pods_of("b"), 3);
+        e.cluster
+            .delete::<PodTemplate>(&ObjectKey::new("default", "t"))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.virtual_pods_of("b"), 0);
+        assert_eq!(e.ready("b").1, REASON_POD_TEMPLATE_NOT_FOUND);
+    }
+
+    #[test]
+    fn should_not_touch_the_cache_when_a_buffer_has_neither_ref_set() {
+        let mut e = env();
+        e.cluster
+            .create(buffer("b", json!({"replicas": 3})))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.virtual_pods_of("b"), 0);
+        assert_eq!(
+            e.ready("b"),
+            ("False".into(), REASON_RESOLUTION_FAILED.into())
+        );
+    }
+
+    #[test]
+    fn nothing_with_the_gate_off() {
+        let mut e = env();
+        e.controller.settings.capacity_buffer = false;
+        e.cluster.create(template("t", "1")).unwrap();
+        e.cluster
+            .create(buffer(
+                "b",
+                json!({"podTemplateRef": {"name": "t"}, "replicas": 3}),
+            ))
+            .unwrap();
+        e.reconcile();
+        assert_eq!(e.virtual_pods_of("b"), 0);
+        assert!(e.get("b").status.is_none());
+    }
+
+    /// "should trigger the provisioner after a successful reconcile": the
+    /// virtual pods get a NodeClaim; they are never created as pods, and
+    /// the buffer's `Provisioning` says they need new capacity.
+    #[test]
+    fn should_trigger_the_provisioner_after_a_successful_reconcile() {
+        let mut e = env();
+        let yaml = |text: &str| -> Value { serde_saphyr::from_str(text).unwrap() };
+        e.cluster
+            .create(obj::<EC2NodeClass>(yaml(include_str!(
+                "../../examples-repo/nodeclasses/default.yaml"
+            ))))
+            .unwrap();
+        e.cluster
+            .create(obj::<NodePool>(yaml(include_str!(
+                "../../examples-repo/nodepools/general.yaml"
+            ))))
+            .unwrap();
+        e.cluster.create(template("t", "1")).unwrap();
+        e.cluster
+            .create(buffer(
+                "b",
+                json!({"podTemplateRef": {"name": "t"}, "replicas": 2}),
+            ))
+            .unwrap();
+        let mut pass = |e: &mut Env, by: Duration| {
+            e.clock.advance(by).unwrap();
+            e.rt.block_on(e.controller.reconcile_provisioning());
+        };
+        pass(&mut e, Duration::ZERO);
+        pass(&mut e, crate::controller::BATCH_IDLE);
+        let claims = Cluster::list::<NodeClaim>(e.cluster.as_ref());
+        assert!(!claims.is_empty(), "no NodeClaim for the chunks");
+        let requested: i64 = claims
+            .iter()
+            .filter_map(|c| {
+                c.spec
+                    .resources
+                    .as_ref()?
+                    .requests
+                    .as_ref()?
+                    .get("cpu")
+                    .cloned()
+            })
+            .map(|q| crate::model::quantity::parse_quantity("cpu", &q.0).unwrap())
+            .sum();
+        assert!(
+            requested >= 2000,
+            "the claims hold the two chunks: {requested}m"
+        );
+        assert!(Cluster::list::<SlimPod>(e.cluster.as_ref()).is_empty());
+        let b = e.get("b");
+        let provisioning = crate::api::common::find_condition(
+            b.status.as_ref().and_then(|s| s.conditions.as_deref()),
+            buffers::PROVISIONING,
+        )
+        .cloned()
+        .unwrap();
+        assert_eq!(
+            provisioning.reason.as_deref(),
+            Some(buffers::REASON_REQUIRES_NEW_CAPACITY)
+        );
+        assert!(e.controller.unschedulable().is_empty());
+        assert!(
+            e.controller
+                .drain_events()
+                .iter()
+                .all(|ev| !ev.object.contains("capacity-buffer-")),
+            "no Event names a virtual pod"
+        );
     }
 }

@@ -157,3 +157,143 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::cluster::{MemoryCluster, ObjectKey};
+    use crate::controller::{BATCH_IDLE, Settings};
+
+    fn obj<K: serde::de::DeserializeOwned>(v: Value) -> K {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn overlay(name: &str, weight: i32, family: &str, adjustment: &str) -> NodeOverlay {
+        obj(
+            json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": name},
+            "spec": {"weight": weight, "priceAdjustment": adjustment, "requirements": [
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": [family]}]}}),
+        )
+    }
+
+    /// The reference's "should pass with a single overlay" and "should
+    /// fail when requirements overlays overlap", through the controller:
+    /// statuses written once, NodeClaims of overlaid types annotated and
+    /// given their launch order.
+    #[test]
+    fn overlays_statuses_and_nodeclaim_annotations() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let cloud = Arc::new(SimEc2::new(
+            SimConfig::new(SimEc2::builtin_catalog().unwrap()),
+            dyn_clock.clone(),
+        ));
+        let yaml = |text: &str| -> Value { serde_saphyr::from_str(text).unwrap() };
+        cluster
+            .create(obj::<EC2NodeClass>(yaml(include_str!(
+                "../../examples-repo/nodeclasses/default.yaml"
+            ))))
+            .unwrap();
+        cluster
+            .create(obj::<NodePool>(yaml(include_str!(
+                "../../examples-repo/nodepools/general.yaml"
+            ))))
+            .unwrap();
+        // m7i free, so its claims come first; a second overlay of the same
+        // weight on the same offerings conflicts.
+        cluster
+            .create(overlay("m7i-free", 10, "m7i", "-100%"))
+            .unwrap();
+        cluster.create(overlay("a-m7i", 10, "m7i", "+1")).unwrap();
+        cluster
+            .create(obj::<Pod>(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "i",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
+                "status": {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})))
+            .unwrap();
+        let settings = Settings {
+            node_overlay: true,
+            ..Settings::default()
+        };
+        let mut controller = Controller::new(cluster.clone(), cloud, dyn_clock, settings);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+        clock.advance(BATCH_IDLE).unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+
+        let condition = |name: &str, type_: &str| {
+            let o = cluster
+                .get_opt::<NodeOverlay>(&ObjectKey::cluster(name))
+                .unwrap();
+            crate::api::common::find_condition(
+                o.status.as_ref().and_then(|s| s.conditions.as_deref()),
+                type_,
+            )
+            .cloned()
+            .unwrap()
+        };
+        assert!(condition("m7i-free", VALIDATION_SUCCEEDED).is_true());
+        assert!(condition("m7i-free", "Ready").is_true());
+        let conflict = condition("a-m7i", VALIDATION_SUCCEEDED);
+        assert!(!conflict.is_true());
+        assert_eq!(conflict.reason.as_deref(), Some("Conflict"));
+        assert_eq!(
+            conflict.message.as_deref(),
+            Some("conflict with another overlay")
+        );
+
+        let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+        assert_eq!(claims.len(), 1);
+        let a = claims[0].metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            a.get(ANNOTATION_PRICE_OVERLAY_APPLIED).map(String::as_str),
+            Some("true")
+        );
+        let order = a.get(ANNOTATION_LAUNCH_PRIORITY).unwrap();
+        assert!(order.starts_with("m7i."), "{order}");
+        assert!(a.get(ANNOTATION_CAPACITY_OVERLAY_APPLIED).is_none());
+        // The launch follows the overlaid order.
+        rt.block_on(controller.reconcile_nodeclaims());
+        let launched = Cluster::list::<NodeClaim>(cluster.as_ref())[0]
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            launched
+                .get(crate::api::LABEL_INSTANCE_TYPE)
+                .is_some_and(|t| t.starts_with("m7i.")),
+            "{launched:?}"
+        );
+        // Statuses are written once: another pass changes nothing.
+        let before = cluster
+            .get_opt::<NodeOverlay>(&ObjectKey::cluster("a-m7i"))
+            .unwrap()
+            .metadata
+            .resource_version
+            .clone();
+        clock.advance(std::time::Duration::from_secs(61)).unwrap();
+        rt.block_on(controller.reconcile_provisioning());
+        let after = cluster
+            .get_opt::<NodeOverlay>(&ObjectKey::cluster("a-m7i"))
+            .unwrap()
+            .metadata
+            .resource_version
+            .clone();
+        assert_eq!(before, after);
+    }
+}

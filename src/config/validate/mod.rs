@@ -9,6 +9,8 @@
 //!
 //! Every problem becomes a [`Diagnostic`] at the most specific YAML node.
 
+#[cfg(test)]
+mod capacitybuffer_cases;
 pub mod catalog;
 pub mod kinds;
 pub mod names;
