@@ -185,14 +185,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     pods.push(Arc::new(p));
                 }
             }
-            if updated.status != b.status {
-                if let Err(e) = self.cluster.replace_status(updated).await {
-                    self.event(
-                        format!("CapacityBuffer/{key}"),
-                        "StatusNotRecorded",
-                        e.to_string(),
-                    );
-                }
+            if updated.status != b.status
+                && let Err(e) = self.cluster.replace_status(updated).await
+            {
+                self.event(
+                    format!("CapacityBuffer/{key}"),
+                    "StatusNotRecorded",
+                    e.to_string(),
+                );
             }
         }
         self.buffers.pods = pods;
@@ -844,7 +844,7 @@ mod tests {
                 json!({"podTemplateRef": {"name": "t"}, "replicas": 2}),
             ))
             .unwrap();
-        let mut pass = |e: &mut Env, by: Duration| {
+        let pass = |e: &mut Env, by: Duration| {
             e.clock.advance(by).unwrap();
             e.rt.block_on(e.controller.reconcile_provisioning());
         };

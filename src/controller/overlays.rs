@@ -265,7 +265,7 @@ mod tests {
         );
         let order = a.get(ANNOTATION_LAUNCH_PRIORITY).unwrap();
         assert!(order.starts_with("m7i."), "{order}");
-        assert!(a.get(ANNOTATION_CAPACITY_OVERLAY_APPLIED).is_none());
+        assert!(!a.contains_key(ANNOTATION_CAPACITY_OVERLAY_APPLIED));
         // The launch follows the overlaid order.
         rt.block_on(controller.reconcile_nodeclaims());
         let launched = Cluster::list::<NodeClaim>(cluster.as_ref())[0]
