@@ -1,6 +1,7 @@
 //! CapacityBuffer (`autoscaling.x-k8s.io/v1beta1`, as Karpenter v1.14.1
 //! serves it): spare capacity kept for placeholder pods of a PodTemplate or
-//! a scalable workload. dovetail validates it; it does not act on it yet.
+//! a scalable workload. Kept under the `CapacityBuffer` feature gate by
+//! `controller::buffers` (the rules are `crate::buffers`).
 
 use std::collections::BTreeMap;
 

@@ -131,7 +131,8 @@ pub struct TransitionViolation {
 /// What a pass does.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
-    /// In dependency order: EC2NodeClasses, then NodePools, each by name.
+    /// In dependency order: EC2NodeClasses, NodePools, NodeOverlays, then
+    /// CapacityBuffers, each by name (`namespace/name` for buffers).
     pub writes: Vec<Write>,
     /// Managed objects no longer in the repository, in deletion order
     /// (NodePools, then EC2NodeClasses), as `(kind, name)`.
