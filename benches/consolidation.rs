@@ -151,6 +151,7 @@ fn cluster(
             pods_blocked: None,
             termination_grace_period: false,
             static_pool: false,
+            buffer_pods: 0,
         });
         for p in pods {
             homes.push(name.clone());

@@ -784,10 +784,10 @@ fn watched_kinds() -> BTreeMap<String, bool> {
 /// `(group, plural)` of a kind the controller watches, by its Rust name.
 fn resource_of(kind: &str) -> (String, String) {
     use dovetail::cluster::Access;
-    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{
-        ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+        ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
     };
     use k8s_openapi::api::storage::v1::StorageClass;
     let a = match kind {
@@ -804,6 +804,12 @@ fn resource_of(kind: &str) -> (String, String) {
         "StorageClass" => Access::of::<StorageClass>("list", None),
         "Lease" => Access::of::<Lease>("list", None),
         "ConfigMap" => Access::of::<ConfigMap>("list", None),
+        "NodeOverlay" => Access::of::<dovetail::api::NodeOverlay>("list", None),
+        "CapacityBuffer" => Access::of::<dovetail::api::CapacityBuffer>("list", None),
+        "PodTemplate" => Access::of::<PodTemplate>("list", None),
+        "Deployment" => Access::of::<Deployment>("list", None),
+        "StatefulSet" => Access::of::<StatefulSet>("list", None),
+        "ReplicaSet" => Access::of::<ReplicaSet>("list", None),
         other => panic!(
             "dovetail controller watches {other}: add it to this table, and grant list and watch on it in deploy/rbac.yaml"
         ),

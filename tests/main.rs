@@ -3,6 +3,7 @@
 
 mod aws;
 mod aws_proxy;
+mod capacity_buffer;
 mod conformance;
 mod dashboards;
 mod deploy;
@@ -18,6 +19,7 @@ mod karpenter_disruption;
 mod karpenter_scheduling;
 mod moto;
 mod newcomer;
+mod node_overlay;
 mod node_repair;
 mod plan;
 mod report_html;

@@ -217,16 +217,26 @@ fn catalog_warns_about_unsatisfiable_requirements() {
 #[test]
 fn karpenter_v1_14_objects_with_status_and_alpha_kinds_are_valid() {
     let dir = "tests/fixtures/validate/karpenter-v1.14-valid";
-    let out = dovetail(&["validate", dir, "--worktree", "--strict"]);
+    // With the gates dovetail acts on them under (without, each overlay
+    // and buffer gets a warning that it is inactive).
+    let out = dovetail(&[
+        "validate",
+        dir,
+        "--worktree",
+        "--strict",
+        "--feature-gates",
+        "NodeOverlay=true,CapacityBuffer=true",
+    ]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(
         out.stdout
-            .ends_with("validate: 0 errors, 0 warnings in 3 files (3 objects)\n"),
+            .ends_with("validate: 0 errors, 0 warnings in 3 files (7 objects)\n"),
         "{}",
         out.stdout
     );
-    // Each status is noted once, at its own line; the alpha kinds (not
-    // counted among dovetail's objects) have no finding at all.
+    // Each status is noted once, at its own line; the NodeOverlays and the
+    // CapacityBuffer (counted among dovetail's objects since dovetail acts
+    // on them) have no finding at all.
     assert_eq!(out.stdout.matches("note: ").count(), 3, "{}", out.stdout);
     assert!(
         out.stdout

@@ -1,6 +1,7 @@
 //! CapacityBuffer (`autoscaling.x-k8s.io/v1beta1`, as Karpenter v1.14.1
 //! serves it): spare capacity kept for placeholder pods of a PodTemplate or
-//! a scalable workload. dovetail validates it; it does not act on it yet.
+//! a scalable workload. Kept under the `CapacityBuffer` feature gate by
+//! `controller::buffers` (the rules are `crate::buffers`).
 
 use std::collections::BTreeMap;
 
@@ -24,7 +25,50 @@ use super::common::{Condition, quantity_value_schema};
     category = "autoscaling",
     namespaced,
     status = "CapacityBufferStatus",
-    derive = "PartialEq"
+    derive = "PartialEq",
+    annotation("controller-gen.kubebuilder.io/version", "v0.20.1"),
+    printcolumn(
+        name = "Strategy",
+        type_ = "string",
+        json_path = ".spec.provisioningStrategy",
+        description = "The strategy to be used."
+    ),
+    printcolumn(
+        name = "PodTemplate",
+        type_ = "string",
+        json_path = ".status.podTemplateRef.name",
+        description = "The name of the PodTemplate used."
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.replicas",
+        description = "The actual number of buffer chunks."
+    ),
+    printcolumn(
+        name = "ConditionsType",
+        type_ = "string",
+        json_path = ".status.conditions[*].type",
+        description = "List of all condition types."
+    ),
+    printcolumn(
+        name = "ConditionsStatus",
+        type_ = "string",
+        json_path = ".status.conditions[*].status",
+        description = "List of all condition statuses."
+    ),
+    printcolumn(
+        name = "ConditionsReason",
+        type_ = "string",
+        json_path = ".status.conditions[*].reason",
+        description = "List of all condition reasons."
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp",
+        description = "The age of the CapacityBuffer."
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -99,4 +143,16 @@ pub struct CapacityBufferStatus {
     /// The number of chunks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+}
+
+/// The strategy the reference acts on, and the default.
+pub const ACTIVE_CAPACITY: &str = "buffer.x-k8s.io/active-capacity";
+
+impl CapacityBuffer {
+    /// The defaults the API server applies (`spec.provisioningStrategy`).
+    pub fn apply_defaults(&mut self) {
+        self.spec
+            .provisioning_strategy
+            .get_or_insert_with(|| ACTIVE_CAPACITY.to_string());
+    }
 }

@@ -1,4 +1,4 @@
-//! The CustomResourceDefinitions of the three kinds, generated from the Rust
+//! The CustomResourceDefinitions of dovetail's kinds, generated from the Rust
 //! types, and their checked-in copies under `crds/`.
 //!
 //! `kube`'s derive produces the schema; [`crd`] then brings it to the shape
@@ -17,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
+use super::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// The command that regenerates the checked-in CRDs.
 pub const REGENERATE_HINT: &str =
@@ -29,6 +29,8 @@ pub fn crd(kind: ApiKind) -> CustomResourceDefinition {
         ApiKind::NodePool => NodePool::crd(),
         ApiKind::NodeClaim => NodeClaim::crd(),
         ApiKind::EC2NodeClass => EC2NodeClass::crd(),
+        ApiKind::NodeOverlay => NodeOverlay::crd(),
+        ApiKind::CapacityBuffer => CapacityBuffer::crd(),
     };
     crd.spec.names.list_kind = Some(format!("{}List", kind.kind()));
     for version in &mut crd.spec.versions {
@@ -53,38 +55,8 @@ pub fn openapi_schema(kind: ApiKind) -> Value {
     serde_json::to_value(schema).expect("a schema serialises to JSON")
 }
 
-/// The `openAPIV3Schema` of a kind `validate` checks without acting on
-/// it, with controller-gen's conventions, as JSON.
-pub fn extra_openapi_schema(kind: super::ExtraKind) -> Value {
-    use super::ExtraKind;
-    let crd = match kind {
-        ExtraKind::NodeOverlay => super::nodeoverlay::NodeOverlay::crd(),
-        ExtraKind::CapacityBuffer => super::capacitybuffer::CapacityBuffer::crd(),
-    };
-    let schema = crd.spec.versions[0]
-        .schema
-        .as_ref()
-        .and_then(|v| v.open_api_v3_schema.clone())
-        .expect("every generated CRD has a schema");
-    let mut value = serde_json::to_value(schema).expect("a schema serialises to JSON");
-    if let Some(root) = value.as_object_mut() {
-        root.remove("title");
-    }
-    strip_keywords(&mut value);
-    if let Some(Value::Object(properties)) = value.get_mut("properties") {
-        properties.insert(
-            "apiVersion".into(),
-            type_meta_schema(API_VERSION_DESCRIPTION),
-        );
-        properties.insert("kind".into(), type_meta_schema(KIND_DESCRIPTION));
-        properties.insert("metadata".into(), json!({"type": "object"}));
-    }
-    integral_numbers(&mut value);
-    value
-}
-
 /// The CRDs of all kinds, in a stable order: nodepools, nodeclaims,
-/// ec2nodeclasses.
+/// ec2nodeclasses, nodeoverlays, capacitybuffers.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     ApiKind::ALL.into_iter().map(crd).collect()
 }
@@ -257,7 +229,7 @@ mod tests {
     fn crds_yaml_is_every_file_in_order() {
         let yaml = crds_yaml();
         let docs: Vec<&str> = yaml.split("---\n").filter(|d| !d.is_empty()).collect();
-        assert_eq!(docs.len(), 3);
+        assert_eq!(docs.len(), ApiKind::ALL.len());
         for (doc, kind) in docs.iter().zip(ApiKind::ALL) {
             assert!(
                 doc.contains(&format!("name: {}.{}", kind.plural(), kind.group())),

@@ -113,6 +113,18 @@ pub const CONDITION_READY: &str = "Ready";
 /// The NodeClaim condition set when the NodeClaim has drifted.
 pub const CONDITION_DRIFTED: &str = "Drifted";
 
+/// On a NodeClaim whose instance types a NodeOverlay priced: the reference
+/// then launches by the overlaid prices (CreateFleet's `prioritized`
+/// strategies) instead of EC2's own.
+pub const ANNOTATION_PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+/// On a NodeClaim whose instance types a NodeOverlay gave capacity.
+pub const ANNOTATION_CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
+/// dovetail's: a price-overlaid NodeClaim's instance types in the order
+/// of their overlaid prices, cheapest first, comma-separated, which the
+/// launch follows (the reference passes its overlaid offerings to the
+/// cloud provider in memory; a NodeClaim carries them here).
+pub const ANNOTATION_LAUNCH_PRIORITY: &str = "dovetail.dev/launch-priority";
+
 #[cfg(test)]
 mod tests {
     use super::*;

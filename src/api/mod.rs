@@ -1,6 +1,7 @@
-//! The Karpenter v1 API types (NodePool, NodeClaim, EC2NodeClass), their
-//! defaults, and the CustomResourceDefinitions and JSON Schemas generated
-//! from them.
+//! The Karpenter v1 API types (NodePool, NodeClaim, EC2NodeClass), Karpenter
+//! v1.14's NodeOverlay (`karpenter.sh/v1alpha1`) and the SIG Autoscaling
+//! CapacityBuffer (`autoscaling.x-k8s.io/v1beta1`), their defaults, and the
+//! CustomResourceDefinitions and JSON Schemas generated from them.
 //!
 //! The types follow the Karpenter v1.14.1 CRDs field for field: the same
 //! names, types, enums, patterns, bounds, defaults and CEL rules. Durations
@@ -33,6 +34,7 @@ mod behaviour;
 #[cfg(test)]
 mod conformance;
 
+pub use capacitybuffer::CapacityBuffer;
 pub use common::{
     Condition, ConditionStatus, NodeClassReference, NodeSelectorRequirementWithMinValues, Operator,
     Taint, TaintEffect,
@@ -41,6 +43,7 @@ pub use crd::{crd_files, crds, crds_yaml, openapi_schema, write_crds};
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use labels::*;
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodeoverlay::NodeOverlay;
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use pod::{SlimContainer, SlimPod, SlimPodSpec, SlimPodStatus, SlimResources, SlimVolume};
 pub use schema::{schema_files, validation_schema, write_schemas};
@@ -60,23 +63,52 @@ pub enum ApiKind {
     NodePool,
     NodeClaim,
     EC2NodeClass,
+    /// `karpenter.sh/v1alpha1` NodeOverlay (feature gate `NodeOverlay`).
+    NodeOverlay,
+    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffer, the SIG Autoscaling
+    /// API as Karpenter v1.14.1 serves it (feature gate `CapacityBuffer`).
+    CapacityBuffer,
 }
+
+/// The API group of CapacityBuffer.
+pub const GROUP_AUTOSCALING: &str = "autoscaling.x-k8s.io";
 
 impl ApiKind {
     /// Every kind, in the order of [`crds`].
-    pub const ALL: [ApiKind; 3] = [ApiKind::NodePool, ApiKind::NodeClaim, ApiKind::EC2NodeClass];
+    pub const ALL: [ApiKind; 5] = [
+        ApiKind::NodePool,
+        ApiKind::NodeClaim,
+        ApiKind::EC2NodeClass,
+        ApiKind::NodeOverlay,
+        ApiKind::CapacityBuffer,
+    ];
 
-    /// The API group (`karpenter.sh`, `karpenter.k8s.aws`).
+    /// The kinds a configuration repository holds and sync applies, in
+    /// the order sync applies them (a NodePool names its EC2NodeClass).
+    pub const SYNCED: [ApiKind; 4] = [
+        ApiKind::EC2NodeClass,
+        ApiKind::NodePool,
+        ApiKind::NodeOverlay,
+        ApiKind::CapacityBuffer,
+    ];
+
+    /// The API group (`karpenter.sh`, `karpenter.k8s.aws`,
+    /// `autoscaling.x-k8s.io`).
     pub fn group(self) -> &'static str {
         match self {
-            ApiKind::NodePool | ApiKind::NodeClaim => GROUP_KARPENTER,
+            ApiKind::NodePool | ApiKind::NodeClaim | ApiKind::NodeOverlay => GROUP_KARPENTER,
             ApiKind::EC2NodeClass => GROUP_KARPENTER_AWS,
+            ApiKind::CapacityBuffer => GROUP_AUTOSCALING,
         }
     }
 
-    /// The API version (`v1`).
+    /// The API version (`v1`, `v1alpha1`, `v1beta1`).
     pub fn version(self) -> &'static str {
-        VERSION_V1
+        match self {
+            ApiKind::NodeOverlay => "v1alpha1",
+            ApiKind::CapacityBuffer => "v1beta1",
+            _ => VERSION_V1,
+        }
     }
 
     /// The `apiVersion` of objects of this kind (`karpenter.sh/v1`).
@@ -84,6 +116,19 @@ impl ApiKind {
         match self {
             ApiKind::NodePool | ApiKind::NodeClaim => "karpenter.sh/v1",
             ApiKind::EC2NodeClass => "karpenter.k8s.aws/v1",
+            ApiKind::NodeOverlay => "karpenter.sh/v1alpha1",
+            ApiKind::CapacityBuffer => "autoscaling.x-k8s.io/v1beta1",
+        }
+    }
+
+    /// An earlier `apiVersion` with the same schema that the v1.14.1 CRD no
+    /// longer serves (v1.14 graduated CapacityBuffer to v1beta1, while its
+    /// concept page still shows v1alpha1): `validate` warns about it, sync
+    /// and diff read such a document as the served version.
+    pub fn previous_api_version(self) -> Option<&'static str> {
+        match self {
+            ApiKind::CapacityBuffer => Some("autoscaling.x-k8s.io/v1alpha1"),
+            _ => None,
         }
     }
 
@@ -93,6 +138,8 @@ impl ApiKind {
             ApiKind::NodePool => "NodePool",
             ApiKind::NodeClaim => "NodeClaim",
             ApiKind::EC2NodeClass => "EC2NodeClass",
+            ApiKind::NodeOverlay => "NodeOverlay",
+            ApiKind::CapacityBuffer => "CapacityBuffer",
         }
     }
 
@@ -102,6 +149,8 @@ impl ApiKind {
             ApiKind::NodePool => "nodepools",
             ApiKind::NodeClaim => "nodeclaims",
             ApiKind::EC2NodeClass => "ec2nodeclasses",
+            ApiKind::NodeOverlay => "nodeoverlays",
+            ApiKind::CapacityBuffer => "capacitybuffers",
         }
     }
 
@@ -112,79 +161,44 @@ impl ApiKind {
             ApiKind::NodePool => "nodepool",
             ApiKind::NodeClaim => "nodeclaim",
             ApiKind::EC2NodeClass => "ec2nodeclass",
+            ApiKind::NodeOverlay => "nodeoverlay",
+            ApiKind::CapacityBuffer => "capacitybuffer",
         }
     }
 
+    /// Whether objects of this kind live in a namespace (only
+    /// CapacityBuffer does).
+    pub fn namespaced(self) -> bool {
+        self == ApiKind::CapacityBuffer
+    }
+
     /// The kind of an object with this `apiVersion` and `kind`, if it is one
-    /// of the Karpenter kinds.
+    /// of dovetail's kinds in the version the v1.14.1 CRDs serve.
     pub fn from_type_meta(api_version: &str, kind: &str) -> Option<ApiKind> {
         ApiKind::ALL
             .into_iter()
             .find(|k| k.api_version() == api_version && k.kind() == kind)
     }
-}
 
-/// Kinds of Karpenter v1.14 that `validate` checks against their v1.14.1
-/// schemas but that dovetail does not act on (yet): they are not
-/// [`ApiKind`]s, so sync, diff and the controller leave them alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ExtraKind {
-    /// `karpenter.sh/v1alpha1` NodeOverlay.
-    NodeOverlay,
-    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffer.
-    CapacityBuffer,
-}
-
-impl ExtraKind {
-    pub const ALL: [ExtraKind; 2] = [ExtraKind::NodeOverlay, ExtraKind::CapacityBuffer];
-
-    /// The API group.
-    pub fn group(self) -> &'static str {
-        match self {
-            ExtraKind::NodeOverlay => GROUP_KARPENTER,
-            ExtraKind::CapacityBuffer => "autoscaling.x-k8s.io",
+    /// The name objects of this kind are known by in sync and diff:
+    /// `namespace/name` for a namespaced kind (the namespace `default` when
+    /// the document sets none, as for `kubectl apply` in that namespace),
+    /// the name otherwise.
+    pub fn object_name(self, doc: &serde_json::Value) -> String {
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        if self.namespaced() {
+            let ns = doc
+                .pointer("/metadata/namespace")
+                .and_then(serde_json::Value::as_str)
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default");
+            format!("{ns}/{name}")
+        } else {
+            name.to_string()
         }
-    }
-
-    /// The `apiVersion` the v1.14.1 CRD serves.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            ExtraKind::NodeOverlay => "karpenter.sh/v1alpha1",
-            ExtraKind::CapacityBuffer => "autoscaling.x-k8s.io/v1beta1",
-        }
-    }
-
-    /// An earlier `apiVersion` with the same schema that the v1.14.1 CRD no
-    /// longer serves (v1.14 graduated CapacityBuffer to v1beta1, while its
-    /// concept page still shows v1alpha1).
-    pub fn previous_api_version(self) -> Option<&'static str> {
-        match self {
-            ExtraKind::NodeOverlay => None,
-            ExtraKind::CapacityBuffer => Some("autoscaling.x-k8s.io/v1alpha1"),
-        }
-    }
-
-    pub fn kind(self) -> &'static str {
-        match self {
-            ExtraKind::NodeOverlay => "NodeOverlay",
-            ExtraKind::CapacityBuffer => "CapacityBuffer",
-        }
-    }
-
-    /// Whether objects of this kind live in a namespace.
-    pub fn namespaced(self) -> bool {
-        self == ExtraKind::CapacityBuffer
-    }
-
-    /// The CRD's `openAPIV3Schema`, generated from the Rust types.
-    pub fn openapi_schema(self) -> serde_json::Value {
-        crd::extra_openapi_schema(self)
-    }
-}
-
-impl std::fmt::Display for ExtraKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.kind())
     }
 }
 
@@ -211,6 +225,10 @@ mod tests {
         check::<NodePool>(ApiKind::NodePool);
         check::<NodeClaim>(ApiKind::NodeClaim);
         check::<EC2NodeClass>(ApiKind::EC2NodeClass);
+        check::<nodeoverlay::NodeOverlay>(ApiKind::NodeOverlay);
+        check::<capacitybuffer::CapacityBuffer>(ApiKind::CapacityBuffer);
+        assert!(ApiKind::CapacityBuffer.namespaced());
+        assert!(!ApiKind::NodeOverlay.namespaced());
     }
 
     #[test]

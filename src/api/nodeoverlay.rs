@@ -1,7 +1,7 @@
 //! NodeOverlay (`karpenter.sh/v1alpha1`): adjusts the price or adds
 //! extended-resource capacity of the instance types its requirements
-//! select, in scheduling simulations. dovetail validates it against the
-//! v1.14.1 schema; it does not act on it yet.
+//! select, in scheduling simulations. Applied under the `NodeOverlay`
+//! feature gate by `model::overlay` (through `convert::apply_overlays`).
 
 use std::collections::BTreeMap;
 
@@ -28,6 +28,7 @@ use super::common::{
     category = "karpenter",
     status = "NodeOverlayStatus",
     derive = "PartialEq",
+    annotation("controller-gen.kubebuilder.io/version", "v0.20.1"),
     printcolumn(
         name = "Ready",
         type_ = "string",

@@ -1,5 +1,5 @@
-//! JSON Schemas (draft 2020-12) for validating NodePool, NodeClaim and
-//! EC2NodeClass documents with the `jsonschema` crate, derived from the
+//! JSON Schemas (draft 2020-12) for validating NodePool, NodeClaim,
+//! EC2NodeClass, NodeOverlay and CapacityBuffer documents with the `jsonschema` crate, derived from the
 //! CRDs' `openAPIV3Schema` and checked in as `schemas/<kind>.schema.json`.
 //!
 //! The translation from the Kubernetes structural schema:
@@ -37,10 +37,13 @@ pub fn validation_schema(kind: ApiKind) -> Value {
         .or_insert_with(|| json!({}))
         .as_object_mut()
         .expect("properties is an object");
-    properties.insert(
-        "apiVersion".into(),
-        json!({"type": "string", "const": kind.api_version()}),
-    );
+    // A kind's previous version has the same schema; `validate` warns
+    // about it.
+    let api_version = match kind.previous_api_version() {
+        Some(previous) => json!({"type": "string", "enum": [kind.api_version(), previous]}),
+        None => json!({"type": "string", "const": kind.api_version()}),
+    };
+    properties.insert("apiVersion".into(), api_version);
     properties.insert(
         "kind".into(),
         json!({"type": "string", "const": kind.kind()}),
@@ -70,43 +73,6 @@ pub fn validation_schema(kind: ApiKind) -> Value {
     document.insert("title".into(), kind.kind().into());
     document.extend(std::mem::take(root));
     Value::Object(document)
-}
-
-/// The JSON Schema `validate` checks documents of an [`ExtraKind`]
-/// against (the same translation as [`validation_schema`]; `apiVersion`
-/// may also be the kind's previous version, which `validate` warns about).
-pub fn extra_validation_schema(kind: super::ExtraKind) -> Value {
-    let mut schema = kind.openapi_schema();
-    translate(&mut schema);
-    let root = schema
-        .as_object_mut()
-        .expect("the root schema is an object");
-    let properties = root
-        .entry("properties")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .expect("properties is an object");
-    let versions: Vec<&str> = std::iter::once(kind.api_version())
-        .chain(kind.previous_api_version())
-        .collect();
-    properties.insert(
-        "apiVersion".into(),
-        json!({"type": "string", "enum": versions}),
-    );
-    properties.insert(
-        "kind".into(),
-        json!({"type": "string", "const": kind.kind()}),
-    );
-    properties.insert("metadata".into(), metadata_schema());
-    let required = root
-        .entry("required")
-        .or_insert_with(|| json!([]))
-        .as_array_mut()
-        .expect("required is an array");
-    for name in ["metadata", "kind", "apiVersion"] {
-        required.insert(0, name.into());
-    }
-    schema
 }
 
 /// The file name of a kind's JSON Schema under `schemas/`.

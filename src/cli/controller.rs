@@ -13,9 +13,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use prometheus::Registry;
@@ -24,7 +26,7 @@ use tokio::sync::watch;
 
 use super::args::ControllerArgs;
 use super::{Io, exit};
-use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
+use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, SlimPod};
 use crate::clock::{Clock, SystemClock};
 use crate::cloud::aws::AwsProvider;
 use crate::cluster::{Fenced, KubeCluster, WatchOptions, slim};
@@ -45,6 +47,8 @@ pub fn settings(a: &ControllerArgs) -> Result<Settings, String> {
         spot_to_spot_consolidation: gates.spot_to_spot_consolidation || a.feature_spot_to_spot,
         static_capacity: gates.static_capacity,
         node_repair: gates.node_repair,
+        node_overlay: gates.node_overlay,
+        capacity_buffer: gates.capacity_buffer,
         rebalance_as_interruption: a.feature_rebalance,
         batch_idle: a.batch_idle_duration,
         batch_max: a.batch_max_duration,
@@ -59,7 +63,11 @@ fn sync_settings(a: &ControllerArgs, namespace: &str) -> Option<crate::sync::Set
     s.git_ref.clone_from(&a.config_branch);
     s.prune = a.prune;
     s.namespace = namespace.to_string();
-    s.static_capacity = settings(a).is_ok_and(|c| c.static_capacity);
+    if let Ok(c) = settings(a) {
+        s.static_capacity = c.static_capacity;
+        s.node_overlay = c.node_overlay;
+        s.capacity_buffer = c.capacity_buffer;
+    }
     Some(s)
 }
 
@@ -181,6 +189,20 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
                 .watch::<PersistentVolume>()?
                 .watch::<PersistentVolumeClaim>()?
                 .watch::<StorageClass>()?;
+            // The gated kinds only with their gates on: a cluster without
+            // their CRDs (Karpenter's defaults) never lists them.
+            let gated = settings(a).unwrap_or_default();
+            if gated.node_overlay {
+                cluster.watch::<NodeOverlay>()?;
+            }
+            if gated.capacity_buffer {
+                cluster
+                    .watch::<CapacityBuffer>()?
+                    .watch::<PodTemplate>()?
+                    .watch::<Deployment>()?
+                    .watch::<StatefulSet>()?
+                    .watch::<ReplicaSet>()?;
+            }
             if a.leader_elect {
                 cluster.watch_in::<Lease>(
                     &namespace,

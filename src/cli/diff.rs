@@ -231,10 +231,18 @@ pub(crate) fn run_cluster(
         invalid_to(&side, &to, io);
         return exit::ERROR;
     }
-    let live = match rt.block_on(live::list_all(
-        client,
-        &[live::NODEPOOL, live::EC2NODECLASS],
-    )) {
+    // NodeOverlays and CapacityBuffers are listed when the repository has
+    // some: a cluster without their CRDs (the gates off) answers 404.
+    let mut kinds = vec![live::NODEPOOL, live::EC2NODECLASS];
+    for (kind, live_kind) in [
+        (ApiKind::NodeOverlay, live::NODEOVERLAY),
+        (ApiKind::CapacityBuffer, live::CAPACITYBUFFER),
+    ] {
+        if to.objects_of(kind).next().is_some() {
+            kinds.push(live_kind);
+        }
+    }
+    let live = match rt.block_on(live::list_all(client, &kinds)) {
         Ok(values) => live_objects(&values, &to.objects),
         Err(e) => return live_failed(&e, io),
     };
@@ -313,9 +321,10 @@ fn live_objects(values: &[Value], repo: &[Object]) -> Vec<Object> {
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)?
                 .to_string();
+            let key = kind.object_name(v);
             let file = repo
                 .iter()
-                .find(|o| o.kind == kind && o.name == name)
+                .find(|o| o.kind == kind && o.key() == key)
                 .map_or_else(|| LIVE_FILE.to_string(), |o| o.file.clone());
             Some(Object {
                 kind,

@@ -57,6 +57,13 @@ pub const NODECLAIM: Kind = Kind::new("karpenter.sh", "v1", "NodeClaim", "nodecl
 pub const NODEPOOL: Kind = Kind::new("karpenter.sh", "v1", "NodePool", "nodepools");
 pub const EC2NODECLASS: Kind =
     Kind::new("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses");
+pub const NODEOVERLAY: Kind = Kind::new("karpenter.sh", "v1alpha1", "NodeOverlay", "nodeoverlays");
+pub const CAPACITYBUFFER: Kind = Kind::new(
+    "autoscaling.x-k8s.io",
+    "v1beta1",
+    "CapacityBuffer",
+    "capacitybuffers",
+);
 
 /// The kinds of a snapshot (CONVENTIONS.md), in the order they are written:
 /// the state plan and diff read, then the workload controllers a forecast

@@ -7,7 +7,7 @@ use super::validate::{display_prefix, load_repo};
 use super::{CATALOG_HINT, Io, exit, render};
 use crate::clock::{Clock, SystemClock};
 use crate::config::validate::{self, Options};
-use crate::convert::{ConfigDocs, build_input};
+use crate::convert::{ConfigDocs, build_input_from, nodepool_specs_with_overlays};
 use crate::diag::Severity;
 use crate::model::catalog::read_catalog;
 use crate::plan::read_pods;
@@ -63,6 +63,18 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
             }
         ));
     }
+    if !config.overlays.is_empty() && !gates.node_overlay {
+        io.log(&format!(
+            "note: NodeOverlay(s) {} are not applied: the NodeOverlay feature gate is off",
+            config
+                .overlays
+                .iter()
+                .map(|o| o.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        config.overlays.clear();
+    }
     let catalog = match read_catalog(&a.catalog) {
         Ok(c) => c,
         Err(e) => {
@@ -91,14 +103,24 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
         }
     };
     let now_ms = SystemClock.now().as_millisecond();
-    let input = match build_input(
-        &config,
-        &catalog,
-        &pods,
-        &a.pods.display().to_string(),
-        snapshot.as_ref().map(|(s, o)| (s, o)),
-        now_ms,
-    ) {
+    let input = match nodepool_specs_with_overlays(&config, &catalog).and_then(|(specs, o)| {
+        for (name, verdict) in &o.verdicts {
+            if let Some(reason) = verdict.reason() {
+                io.log(&format!(
+                    "warning: NodeOverlay {name} is not applied ({reason}): {}",
+                    verdict.message()
+                ));
+            }
+        }
+        build_input_from(
+            specs,
+            &catalog,
+            &pods,
+            &a.pods.display().to_string(),
+            snapshot.as_ref().map(|(s, o)| (s, o)),
+            now_ms,
+        )
+    }) {
         Ok(i) => i,
         Err(e) => {
             io.diagnostics(&[e.diagnostic()]);

@@ -72,6 +72,8 @@ pub fn run(a: &ValidateArgs, io: &mut Io) -> u8 {
         path_prefix: prefix.clone(),
         catalog,
         static_capacity: Some(gates.static_capacity),
+        node_overlay: Some(gates.node_overlay),
+        capacity_buffer: Some(gates.capacity_buffer),
     };
     let report = validate::validate(&loaded, &opts);
     let passes = report.passes(a.strict);

@@ -19,6 +19,29 @@ use crate::model::{InstanceType, Offering, Operator, Requirement, Requirements, 
 /// is checked as against an absent label.
 pub(crate) const INSTANCE_PROPERTY_PREFIX: &str = "karpenter.k8s.aws/instance-";
 
+/// The launch order of a price-overlaid NodeClaim's instance types (see
+/// [`api::ANNOTATION_LAUNCH_PRIORITY`]): type name → rank, lower first.
+/// `None` for a NodeClaim no overlay priced, which launches by price.
+pub(crate) fn launch_priority(claim: &NodeClaim) -> Option<BTreeMap<String, usize>> {
+    let annotations = claim.metadata.annotations.as_ref()?;
+    if annotations
+        .get(api::ANNOTATION_PRICE_OVERLAY_APPLIED)
+        .is_none_or(|v| v != "true")
+    {
+        return None;
+    }
+    let order = annotations.get(api::ANNOTATION_LAUNCH_PRIORITY)?;
+    Some(
+        order
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .enumerate()
+            .map(|(i, t)| (t.to_string(), i))
+            .collect(),
+    )
+}
+
 /// The model's requirements of an API requirement list.
 pub(crate) fn requirements_of(
     list: &[NodeSelectorRequirementWithMinValues],

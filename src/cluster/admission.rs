@@ -3,7 +3,7 @@
 //! on updates, as a real API server applies the CRDs' schemas and rules.
 
 use super::{ApiError, MemoryCluster, Object};
-use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::config::validate::{self, transition};
 
 /// The admission errors of writing `new` over `old`, as `path: message`.
@@ -35,5 +35,11 @@ pub fn register(cluster: &MemoryCluster) -> Result<(), ApiError> {
     })?;
     cluster.add_validator::<NodeClaim>(|old: Option<&NodeClaim>, new: &NodeClaim| {
         check(ApiKind::NodeClaim, old, new)
+    })?;
+    cluster.add_validator::<NodeOverlay>(|old: Option<&NodeOverlay>, new: &NodeOverlay| {
+        check(ApiKind::NodeOverlay, old, new)
+    })?;
+    cluster.add_validator::<CapacityBuffer>(|old: Option<&CapacityBuffer>, new: &CapacityBuffer| {
+        check(ApiKind::CapacityBuffer, old, new)
     })
 }

@@ -542,6 +542,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             c.node.hash(&mut h);
         }
         uninitialized.hash(&mut h);
+        self.buffers.on_nodes.hash(&mut h);
         h.finish()
     }
 
@@ -561,6 +562,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.cluster.revision::<NodePool>().hash(&mut h);
         self.cluster.revision::<EC2NodeClass>().hash(&mut h);
         self.cluster.revision::<PodDisruptionBudget>().hash(&mut h);
+        self.cluster
+            .revision::<crate::api::NodeOverlay>()
+            .hash(&mut h);
+        self.buffers.on_nodes.hash(&mut h);
         for (k, _) in self.unavailable.iter() {
             k.hash(&mut h);
         }
@@ -944,7 +949,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     _ => {}
                 }
             }
-            let price = offering_price(&all_types, &instance_type, &zone, &capacity_type)
+            // Its own NodePool's offering first: overlays price types per
+            // NodePool.
+            let price = offering_price(&pool_types, &instance_type, &zone, &capacity_type)
+                .or_else(|| offering_price(&all_types, &instance_type, &zone, &capacity_type))
                 .or_else(|| {
                     catalog
                         .iter()
@@ -1028,6 +1036,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             let lifetime = lifetime_remaining(claim, now);
             let cost: f64 = on_node.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime;
+            let buffer_pods = self.buffers.on_nodes.get(&node_name).map_or(0, Vec::len);
             candidates.push(Candidate {
                 node: node_name,
                 nodeclaim: claim_name(claim),
@@ -1037,6 +1046,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 capacity_type,
                 price,
                 pods: on_node.len(),
+                buffer_pods,
                 disruption_cost: cost,
                 drift: drift_reasons,
                 consolidatable,
@@ -1099,7 +1109,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 statics,
             });
         }
-        let snapshot = needs_removals.then(|| self.snapshot(&pods));
+        // CapacityBuffers' virtual pods on the nodes the last solve put
+        // them: their room is taken, as the pending pods' room is in the
+        // reference's simulation.
+        let snapshot = needs_removals.then(|| {
+            let mut with_virtual = pods.clone();
+            with_virtual.extend(self.virtual_pods_bound());
+            self.snapshot(&with_virtual)
+        });
         let mut input =
             match build_input_with_pools(dynamic, &catalog, &[], "", snapshot.as_ref(), now_ms) {
                 Ok(i) => i,
@@ -1134,12 +1151,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 &snapshot.persistent_volumes,
                 &snapshot.storage_classes,
             );
+            let virtual_on: Vec<Arc<SlimPod>> = self.virtual_pods_bound();
             for c in &candidates {
+                let own_virtual = virtual_on.iter().filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(c.node.as_str())
+                });
                 for p in pods_by_node
                     .get(c.node.as_str())
                     .into_iter()
                     .flatten()
+                    .copied()
                     .filter(|p| is_movable(p))
+                    .chain(own_virtual)
                 {
                     match pod_spec(p, &volumes, now_ms) {
                         Ok(spec) => {

@@ -1,9 +1,9 @@
 //! Karpenter's feature gates, spelled as Karpenter spells them
 //! (`--feature-gates` / `FEATURE_GATES`: `Name=bool,...`), with Karpenter
 //! v1.14.1's defaults. dovetail acts on `SpotToSpotConsolidation`,
-//! `StaticCapacity` and `NodeRepair`, and has `ReservedCapacity`'s behaviour either way; the
-//! other gates are known, and may be set only to what dovetail does (a gate
-//! set to a behaviour dovetail lacks is an error, never silently ignored).
+//! `StaticCapacity`, `NodeRepair`, `NodeOverlay` and `CapacityBuffer`, and
+//! has `ReservedCapacity`'s behaviour either way. A gate set to a behaviour
+//! dovetail lacks would be an error, never silently ignored (none is left).
 
 /// A gate of Karpenter v1.14.1, its default there, and the only value
 /// dovetail accepts (`None`: either).
@@ -11,9 +11,9 @@ const GATES: [(&str, bool, Option<bool>); 6] = [
     ("NodeRepair", false, None),
     ("ReservedCapacity", true, None),
     ("SpotToSpotConsolidation", false, None),
-    ("NodeOverlay", false, Some(false)),
+    ("NodeOverlay", false, None),
     ("StaticCapacity", false, None),
-    ("CapacityBuffer", false, Some(false)),
+    ("CapacityBuffer", false, None),
 ];
 
 /// The gates dovetail acts on.
@@ -26,6 +26,10 @@ pub struct FeatureGates {
     pub static_capacity: bool,
     /// Nodes unhealthy past their toleration are replaced without draining.
     pub node_repair: bool,
+    /// NodeOverlays change the instance types' prices and capacity.
+    pub node_overlay: bool,
+    /// CapacityBuffers keep spare capacity for their virtual pods.
+    pub capacity_buffer: bool,
 }
 
 impl FeatureGates {
@@ -78,6 +82,8 @@ impl FeatureGates {
                 "SpotToSpotConsolidation" => self.spot_to_spot_consolidation = value,
                 "StaticCapacity" => self.static_capacity = value,
                 "NodeRepair" => self.node_repair = value,
+                "NodeOverlay" => self.node_overlay = value,
+                "CapacityBuffer" => self.capacity_buffer = value,
                 _ => {}
             }
         }
@@ -128,8 +134,16 @@ mod tests {
         assert!(e.contains("SpotToSpotConsolidation (default false)"), "{e}");
         assert!(e.contains("StaticCapacity (default false)"), "{e}");
         assert!(FeatureGates::parse("NodeRepair=true").unwrap().node_repair);
-        assert!(FeatureGates::parse("NodeOverlay=true").is_err());
-        assert!(FeatureGates::parse("CapacityBuffer=true").is_err());
+        assert!(
+            FeatureGates::parse("NodeOverlay=true")
+                .unwrap()
+                .node_overlay
+        );
+        assert!(
+            FeatureGates::parse("CapacityBuffer=true")
+                .unwrap()
+                .capacity_buffer
+        );
         assert!(FeatureGates::parse("SpotToSpotConsolidation").is_err());
         assert!(FeatureGates::parse("SpotToSpotConsolidation=yes").is_err());
     }

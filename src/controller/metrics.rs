@@ -407,7 +407,7 @@ impl Metrics {
         for c in candidates {
             let consolidation =
                 !c.static_pool && c.consolidatable && c.blocked_for_consolidation().is_none();
-            if consolidation && c.pods == 0 {
+            if consolidation && c.is_empty() {
                 empty += 1;
             }
             if consolidation && c.underutilized {

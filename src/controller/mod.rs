@@ -8,6 +8,7 @@
 //! virtual clock, the in-cluster runtime on watch events and at that time.
 //! Time comes only from the injected [`Clock`].
 
+mod buffers;
 mod disruption;
 pub mod features;
 mod gc;
@@ -17,6 +18,7 @@ pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod pool_status;
+mod overlays;
 mod provisioner;
 mod repair;
 pub mod runtime;
@@ -80,6 +82,12 @@ pub struct Settings {
     /// Whether nodes unhealthy past their toleration are replaced (the
     /// reference's `NodeRepair` feature gate, off by default).
     pub node_repair: bool,
+    /// Whether NodeOverlays change the instance types the NodePools see
+    /// (the reference's `NodeOverlay` feature gate, off by default).
+    pub node_overlay: bool,
+    /// Whether CapacityBuffers keep spare capacity (the reference's
+    /// `CapacityBuffer` feature gate, off by default).
+    pub capacity_buffer: bool,
     /// Whether a rebalance recommendation deletes its NodeClaim like a spot
     /// interruption (off: it is only recorded).
     pub rebalance_as_interruption: bool,
@@ -104,6 +112,8 @@ impl Default for Settings {
             spot_to_spot_consolidation: false,
             static_capacity: false,
             node_repair: false,
+            node_overlay: false,
+            capacity_buffer: false,
             rebalance_as_interruption: false,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
@@ -237,6 +247,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// since the last status write: the reason and message.
     registration_failures: BTreeMap<String, (String, String)>,
     deferred_launches: Vec<lifecycle::LaunchJob>,
+    /// The NodeOverlays as last read, and what applying them did.
+    overlays: overlays::OverlayCache,
+    /// The CapacityBuffers' virtual pods, and where the last solve put them.
+    buffers: buffers::BufferState,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -267,6 +281,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
             static_limited: std::collections::BTreeSet::new(),
             repair_blocked: std::collections::HashMap::new(),
+            overlays: overlays::OverlayCache::default(),
+            buffers: buffers::BufferState::default(),
         }
     }
 

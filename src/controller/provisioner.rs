@@ -208,12 +208,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .metrics
             .reconcile(super::metrics::controllers::PROVISIONER);
         let statics = self.reconcile_static().await;
+        self.reconcile_buffers().await;
         self.provision_pending().await.min(statics)
     }
 
     async fn provision_pending(&mut self) -> Duration {
         let now = self.clock.now();
-        let pending = self.provisionable_pods();
+        let mut pending = self.provisionable_pods();
+        // CapacityBuffers' virtual pods are pending in every solve.
+        pending.extend(self.buffers.owners.keys().cloned());
         if pending.is_empty() {
             self.batch = Batch::default();
             self.unschedulable.clear();
@@ -434,6 +437,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         Some(claim) => Planned::InFlight(claim.clone()),
                         None => {
                             let grace = match previous.get(&pod) {
+                                _ if self.is_virtual(&pod) => super::buffers::BUFFER_RESYNC,
                                 Some(Planned::Ready { grace, .. }) => {
                                     grace.saturating_mul(2).min(self.settings.resync)
                                 }
@@ -561,6 +565,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
             }
         }
+        self.apply_overlays(&mut specs).await;
         (pools, specs, catalog.into_values().collect())
     }
 
@@ -691,10 +696,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             &snapshot.persistent_volumes,
             &snapshot.storage_classes,
         );
+        // CapacityBuffers' virtual pods need their capacity too.
         input.pods = self
             .cluster
             .list::<SlimPod>()
             .iter()
+            .chain(self.buffers.pods.iter())
             .filter(|p| {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                 !matches!(phase, Some("Succeeded" | "Failed"))
@@ -727,7 +734,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut out = Provisioned::default();
         let (pools, specs, catalog) = self.nodepool_specs().await;
         let specs = dynamic_only(&specs, &pools);
-        let snapshot = self.snapshot(pods);
+        let mut pods = pods.to_vec();
+        pods.extend(self.buffers.pods.iter().cloned());
+        let snapshot = self.snapshot(&pods);
         let now_ms = now.as_millisecond();
         let input = match build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms)
         {
@@ -753,14 +762,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 return out;
             }
         };
+        // Virtual pods are no pods of the cluster: no Events, and never
+        // among the pods consolidation waits for; their buffers' status
+        // says where they went.
         self.unschedulable = result
             .unschedulable
             .iter()
+            .filter(|u| !self.is_virtual(&u.pod))
             .map(|u| (u.pod.clone(), u.reason.clone()))
             .collect();
         for (pod, reason) in self.unschedulable.clone() {
             self.event(format!("Pod/{pod}"), "FailedProvisioning", reason);
         }
+        self.record_buffer_solve(&result).await;
         for placement in &result.existing {
             for pod in &placement.pods {
                 out.placed
@@ -896,6 +910,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     if let Some(class) = class {
                         a.extend(crate::drift::stamp_annotations(pool, class));
                     }
+                    a.extend(self.overlay_annotations(&pool_name, claim));
                     (!a.is_empty()).then_some(a)
                 },
                 finalizers: Some(vec![FINALIZER_TERMINATION.to_string()]),

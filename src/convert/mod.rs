@@ -12,12 +12,14 @@
 //! instead of JSON values.
 
 mod kinds;
+mod overlay;
 
 use serde_json::Value;
 
 pub use kinds::{
     daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
 };
+pub use overlay::{apply_overlays, overlay};
 
 use crate::api::SlimPod;
 use crate::diag::Pos;
@@ -93,6 +95,10 @@ pub struct ConfigDocs {
     /// (file, object) of each NodePool.
     pub nodepools: Vec<(String, Located)>,
     pub nodeclasses: Vec<(String, Located)>,
+    /// The NodeOverlays, applied to the NodePools' instance types (only
+    /// under the `NodeOverlay` feature gate: a caller without it clears
+    /// them).
+    pub overlays: Vec<crate::model::overlay::Overlay>,
 }
 
 impl ConfigDocs {
@@ -113,6 +119,10 @@ impl ConfigDocs {
             nodeclasses: report
                 .objects_of(ApiKind::EC2NodeClass)
                 .map(located)
+                .collect(),
+            overlays: report
+                .objects_of(ApiKind::NodeOverlay)
+                .map(|o| overlay(&o.value))
                 .collect(),
         }
     }
@@ -152,8 +162,26 @@ pub fn build_input(
     build_input_from(nodepools, catalog, pods, pods_file, snapshot, now_ms)
 }
 
-/// The core's NodePools from the repository's documents and a catalog.
+/// The core's NodePools from the repository's documents and a catalog,
+/// with the repository's NodeOverlays applied.
 pub fn nodepool_specs(
+    config: &ConfigDocs,
+    catalog: &[InstanceType],
+) -> Result<Vec<NodePoolSpec>, Invalid> {
+    nodepool_specs_with_overlays(config, catalog).map(|(specs, _)| specs)
+}
+
+/// [`nodepool_specs`], with what the overlays did.
+pub fn nodepool_specs_with_overlays(
+    config: &ConfigDocs,
+    catalog: &[InstanceType],
+) -> Result<(Vec<NodePoolSpec>, crate::model::overlay::Outcome), Invalid> {
+    let mut specs = nodepool_specs_plain(config, catalog)?;
+    let outcome = apply_overlays(&config.overlays, &mut specs);
+    Ok((specs, outcome))
+}
+
+fn nodepool_specs_plain(
     config: &ConfigDocs,
     catalog: &[InstanceType],
 ) -> Result<Vec<NodePoolSpec>, Invalid> {

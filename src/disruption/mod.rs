@@ -163,6 +163,11 @@ pub struct Candidate {
     /// Pods that would have to move: not DaemonSet or mirror pods, not
     /// pods that tolerate the disrupted taint, not finished.
     pub pods: usize,
+    /// Virtual pods of CapacityBuffers the last provisioning solve put on
+    /// it: such a node is not empty (the reference's `HasBufferPods`), and
+    /// a consolidation of it must find them room as well (they are among
+    /// the scheduling input's pods that may move).
+    pub buffer_pods: usize,
     /// How costly disrupting it is (pod priorities and deletion costs, pod
     /// count, remaining lifetime): the cheapest go first.
     pub disruption_cost: f64,
@@ -189,6 +194,11 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// No pod to move and no buffer's room to keep: emptiness may delete it.
+    pub fn is_empty(&self) -> bool {
+        self.pods == 0 && self.buffer_pods == 0
+    }
+
     /// A consolidatable, unblocked candidate for tests: one pod, on-demand
     /// in `us-east-1a`, NodeClaim `<node>-claim` of NodePool `general`.
     #[cfg(test)]
@@ -202,6 +212,7 @@ impl Candidate {
             capacity_type: "on-demand".into(),
             price,
             pods: 1,
+            buffer_pods: 0,
             disruption_cost: 1.0,
             drift: Vec::new(),
             consolidatable: true,
@@ -415,7 +426,7 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
             && c.consolidatable
             && c.blocked_for_consolidation().is_none()
             && match cmd.method {
-                Method::Emptiness => c.pods == 0,
+                Method::Emptiness => c.is_empty(),
                 _ => c.underutilized && c.pods > 0,
             }
     };
@@ -533,7 +544,7 @@ fn emptiness(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
         Reason::Empty,
         sorted.iter().copied().filter(|c| {
             !c.static_pool
-                && c.pods == 0
+                && c.is_empty()
                 && c.consolidatable
                 && c.blocked_for_consolidation().is_none()
         }),

@@ -672,3 +672,69 @@ fn should_handle_missing_node_limits_gracefully() {
         1
     );
 }
+
+// Karpenter v1.14.1's consolidation suite, "Buffer Pods"
+// (disruption/consolidation_test.go): nodes holding a CapacityBuffer's
+// virtual pods. The controller puts those pods in the input as pods that
+// may move from their node (as the fixture's pods are), and counts them in
+// `buffer_pods`.
+
+/// `cluster`, with the last `virtual` pods of each node a buffer's.
+fn with_buffers(nodes: &[(&str, &str, &[i64])], virtual_: &[(&str, usize)]) -> Fixture {
+    let mut f = cluster(nodes);
+    for (node, n) in virtual_ {
+        let c = f.candidates.iter_mut().find(|c| c.node == *node).unwrap();
+        c.pods -= n;
+        c.buffer_pods = *n;
+    }
+    f
+}
+
+#[test]
+fn should_not_empty_consolidate_a_node_with_only_buffer_pods() {
+    let f = with_buffers(
+        &[("a", "large", &[1000, 1000, 1000, 1000, 1000])],
+        &[("a", 5)],
+    );
+    assert!(run(&f, unbounded(), true).command.is_none());
+}
+
+#[test]
+fn should_allow_consolidation_of_a_node_with_real_pods_and_buffer_pods_to_a_cheaper_instance() {
+    // A large node with one real pod and two one-cpu chunks: a medium one
+    // holds all three, and is what replaces it.
+    let f = with_buffers(&[("a", "large", &[1000, 1000, 1000])], &[("a", 2)]);
+    let cmd = run(&f, unbounded(), true).command.unwrap();
+    assert!(cmd.method.is_consolidation());
+    assert_eq!(cmd.decision(), "replace");
+    let requested: i64 = cmd.replacements[0].requests.get("cpu");
+    assert!(
+        requested >= 3000,
+        "the replacement keeps the buffer's room: {requested}"
+    );
+}
+
+#[test]
+fn should_skip_buffer_only_nodes_in_single_node_consolidation_but_protect_via_emptiness() {
+    let f = with_buffers(
+        &[
+            ("a", "large", &[1000, 1000, 1000, 1000]),
+            ("b", "large", &[1000, 1000, 1000]),
+        ],
+        &[("a", 4), ("b", 2)],
+    );
+    let out = run(&f, unbounded(), true);
+    if let Some(cmd) = &out.command {
+        assert!(!nodes_of(cmd).contains(&"a"), "{cmd:?}");
+    }
+}
+
+#[test]
+fn should_consolidate_a_buffer_node_once_buffer_pods_are_cleared() {
+    let held = with_buffers(&[("a", "medium", &[1000, 1000, 1000])], &[("a", 3)]);
+    assert!(run(&held, unbounded(), true).command.is_none());
+    let cleared = cluster(&[("a", "medium", &[])]);
+    let cmd = run(&cleared, unbounded(), true).command.unwrap();
+    assert_eq!(cmd.method, Method::Emptiness);
+    assert_eq!(nodes_of(&cmd), ["a"]);
+}

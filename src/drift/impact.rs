@@ -41,7 +41,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// Adds an object of `kind` given as JSON (NodeClaims are ignored). The
+    /// Adds an object of `kind` given as JSON (NodeClaims, NodeOverlays and
+    /// CapacityBuffers, which drift nothing, are ignored). The
     /// error says why it does not deserialise.
     pub fn insert_value(&mut self, kind: ApiKind, value: &Value) -> Result<(), String> {
         let display = crate::snapshot::kind_name(value);
@@ -57,7 +58,7 @@ impl Config {
                 let name = class.metadata.name.clone().unwrap_or_default();
                 self.ec2nodeclasses.insert(name, class);
             }
-            ApiKind::NodeClaim => {}
+            ApiKind::NodeClaim | ApiKind::NodeOverlay | ApiKind::CapacityBuffer => {}
         }
         Ok(())
     }

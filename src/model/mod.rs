@@ -5,6 +5,7 @@
 pub mod catalog;
 pub mod instance_type;
 pub mod labels;
+pub mod overlay;
 pub mod quantity;
 pub mod requirements;
 pub mod resources;

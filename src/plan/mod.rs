@@ -131,6 +131,9 @@ fn owner(pod: &SlimPod) -> Option<String> {
 pub fn run(opts: &PlanOptions) -> Result<PlanReport, PlanError> {
     let mut config = read_config(&opts.config)?;
     config.take_static();
+    // Karpenter's NodeOverlay gate is off by default; `dovetail plan
+    // --feature-gates NodeOverlay=true` applies them.
+    config.overlays.clear();
     if config.nodepools.is_empty() {
         return Err(PlanError::NoNodePools(opts.config.display().to_string()));
     }

@@ -9,8 +9,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
-    ServiceAccount,
+    ConfigMap, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+    Service, ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::DeleteParams;
-use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::cluster::{
     ApiError, ApplyParams, DeleteOutcome, EventType, MemoryCluster, Object, ObjectKey, Selector,
 };
@@ -426,6 +426,17 @@ impl Kinds {
             categories: &["karpenter"],
             extra_subresources: &[],
         });
+        k.add::<NodeOverlay>(Presentation {
+            short_names: &["overlays"],
+            categories: &["karpenter"],
+            extra_subresources: &[],
+        });
+        k.add::<CapacityBuffer>(Presentation {
+            short_names: &["cb"],
+            categories: &["autoscaling"],
+            extra_subresources: &[],
+        });
+        k.add::<PodTemplate>(PLAIN);
         k
     }
 

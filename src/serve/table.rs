@@ -55,10 +55,12 @@ pub struct Printers {
     crd_columns: BTreeMap<String, Vec<Column>>,
 }
 
-const CRDS: [&str; 3] = [
+const CRDS: [&str; 5] = [
     include_str!("../../crds/karpenter.sh_nodepools.yaml"),
     include_str!("../../crds/karpenter.sh_nodeclaims.yaml"),
     include_str!("../../crds/karpenter.k8s.aws_ec2nodeclasses.yaml"),
+    include_str!("../../crds/karpenter.sh_nodeoverlays.yaml"),
+    include_str!("../../crds/autoscaling.x-k8s.io_capacitybuffers.yaml"),
 ];
 
 impl Default for Printers {

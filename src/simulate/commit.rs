@@ -61,7 +61,7 @@ impl ConfigRepo {
         cluster: Arc<MemoryCluster>,
         clock: Arc<dyn Clock>,
         start: Timestamp,
-        static_capacity: bool,
+        gates: crate::controller::features::FeatureGates,
     ) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("dovetail-simulate-config-")
@@ -75,7 +75,9 @@ impl ConfigRepo {
             .map_err(git_err("cannot create a temporary repository"))?;
         commit(&git, "the configuration at the start", start)?;
         let mut settings = Settings::new(dir.path());
-        settings.static_capacity = static_capacity;
+        settings.static_capacity = gates.static_capacity;
+        settings.node_overlay = gates.node_overlay;
+        settings.capacity_buffer = gates.capacity_buffer;
         let engine = SyncEngine::new(cluster, clock, settings);
         Ok(ConfigRepo {
             dir,

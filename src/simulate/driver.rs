@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
@@ -23,7 +23,7 @@ use super::scenario::{
     Action, InterruptStep, InterruptTarget, Manifest, NodeConditionStep, Scenario,
 };
 use super::workloads::Workloads;
-use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
 use crate::cloud::sim::{CapacityWindow, SimConfig, SimEc2};
 use crate::cluster::{MemoryCluster, Object, ObjectKey, Selector};
@@ -119,10 +119,13 @@ fn apply_as(cluster: &MemoryCluster, m: &Manifest, restore: bool) -> Result<(), 
         "NodeClaim" => upsert::<NodeClaim>(cluster, m, restore),
         "NodePool" => upsert::<NodePool>(cluster, m, restore),
         "EC2NodeClass" => upsert::<EC2NodeClass>(cluster, m, restore),
+        "NodeOverlay" => upsert::<NodeOverlay>(cluster, m, restore),
+        "CapacityBuffer" => upsert::<CapacityBuffer>(cluster, m, restore),
+        "PodTemplate" => upsert::<PodTemplate>(cluster, m, restore),
         other => Err(input_error(
             m,
             format!(
-                "cannot apply kind {other:?}: the simulation supports Pod, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, Node, NodeClaim, NodePool and EC2NodeClass"
+                "cannot apply kind {other:?}: the simulation supports Pod, PodTemplate, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, Node, NodeClaim, NodePool, EC2NodeClass, NodeOverlay and CapacityBuffer"
             ),
         )),
     }
@@ -386,10 +389,11 @@ pub fn config_manifests(report: validate::Report, path: &str) -> Result<Vec<Mani
     Ok(manifests_of(&report.objects, path))
 }
 
-/// The EC2NodeClasses, then the NodePools, of configuration objects, as
-/// the simulation applies them; `path` prefixes their files in messages.
+/// The EC2NodeClasses, the NodePools, then the NodeOverlays and
+/// CapacityBuffers of configuration objects, as the simulation applies
+/// them (sync's order); `path` prefixes their files in messages.
 pub fn manifests_of(objects: &[validate::Object], path: &str) -> Vec<Manifest> {
-    [ApiKind::EC2NodeClass, ApiKind::NodePool]
+    ApiKind::SYNCED
         .into_iter()
         .flat_map(|kind| objects.iter().filter(move |o| o.kind == kind))
         .map(|o| Manifest {
@@ -421,6 +425,8 @@ fn new_controller(
             static_capacity: gates.static_capacity,
             node_repair: gates.node_repair,
             launch_concurrency: scenario.launch_concurrency,
+            node_overlay: gates.node_overlay,
+            capacity_buffer: gates.capacity_buffer,
             ..Settings::default()
         },
     )
@@ -670,6 +676,11 @@ impl Simulation {
                     "Job" => delete_matching::<Job>(&self.cluster, ns, nm, &sel),
                     "DaemonSet" => delete_matching::<DaemonSet>(&self.cluster, ns, nm, &sel),
                     "NodePool" => delete_matching::<NodePool>(&self.cluster, ns, nm, &sel),
+                    "NodeOverlay" => delete_matching::<NodeOverlay>(&self.cluster, ns, nm, &sel),
+                    "CapacityBuffer" => {
+                        delete_matching::<CapacityBuffer>(&self.cluster, ns, nm, &sel)
+                    }
+                    "PodTemplate" => delete_matching::<PodTemplate>(&self.cluster, ns, nm, &sel),
                     "NodeClaim" => delete_matching::<NodeClaim>(&self.cluster, ns, nm, &sel),
                     "Node" => delete_matching::<Node>(&self.cluster, ns, nm, &sel),
                     other => {
@@ -729,7 +740,7 @@ impl Simulation {
                             self.cluster.clone(),
                             self.clock.clone(),
                             self.scenario.start,
-                            self.scenario.feature_gates.static_capacity,
+                            self.scenario.feature_gates,
                         )
                         .map_err(SimError::Setup)?,
                     ),

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::plan::{self, DesiredObject, LiveObject, Plan, WriteKind};
 use super::status::{self, SyncStatus, reasons};
 use super::{FIELD_MANAGER, Metrics, Settings};
-use crate::api::{ApiKind, EC2NodeClass, NodePool};
+use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeOverlay, NodePool};
 use crate::clock::{Clock, Timestamp};
 use crate::cluster::{ApiError, ApplyParams, Cluster, Object, ObjectKey};
 use crate::config::load::{self, Loaded};
@@ -433,6 +433,8 @@ impl<C: Cluster> SyncEngine<C> {
         let opts = Options {
             allow_external_nodeclass: self.settings.allow_external_nodeclass,
             static_capacity: Some(self.settings.static_capacity),
+            node_overlay: Some(self.settings.node_overlay),
+            capacity_buffer: Some(self.settings.capacity_buffer),
             ..Options::default()
         };
         let report = validate::validate(&loaded, &opts);
@@ -470,8 +472,8 @@ impl<C: Cluster> SyncEngine<C> {
         let objects = report
             .objects
             .iter()
-            .filter(|o| matches!(o.kind, ApiKind::NodePool | ApiKind::EC2NodeClass))
-            .map(|o| DesiredObject::new(o.kind, &o.name, &o.file, &o.value, revision))
+            .filter(|o| ApiKind::SYNCED.contains(&o.kind))
+            .map(|o| DesiredObject::new(o.kind, &o.key(), &o.file, &o.value, revision))
             .collect();
         Ok(Desired {
             sha: head.sha.clone(),
@@ -485,10 +487,15 @@ impl<C: Cluster> SyncEngine<C> {
     fn live(&self) -> Vec<LiveObject> {
         fn of<K: Object>(cluster: &impl Cluster, kind: ApiKind, out: &mut Vec<LiveObject>) {
             for o in cluster.list::<K>() {
-                if let Ok(value) = serde_json::to_value(o.as_ref()) {
+                if let Ok(mut value) = serde_json::to_value(o.as_ref()) {
+                    // A typed object serialises without its type meta.
+                    if let Some(object) = value.as_object_mut() {
+                        object.insert("apiVersion".into(), kind.api_version().into());
+                        object.insert("kind".into(), kind.kind().into());
+                    }
                     out.push(LiveObject {
                         kind,
-                        name: o.meta().name.clone().unwrap_or_default(),
+                        name: kind.object_name(&value),
                         value,
                     });
                 }
@@ -497,6 +504,8 @@ impl<C: Cluster> SyncEngine<C> {
         let mut out = Vec::new();
         of::<EC2NodeClass>(self.cluster.as_ref(), ApiKind::EC2NodeClass, &mut out);
         of::<NodePool>(self.cluster.as_ref(), ApiKind::NodePool, &mut out);
+        of::<NodeOverlay>(self.cluster.as_ref(), ApiKind::NodeOverlay, &mut out);
+        of::<CapacityBuffer>(self.cluster.as_ref(), ApiKind::CapacityBuffer, &mut out);
         out
     }
 
@@ -517,6 +526,16 @@ impl<C: Cluster> SyncEngine<C> {
                 .apply(typed::<EC2NodeClass>(o)?, params)
                 .await
                 .map(drop),
+            ApiKind::NodeOverlay => self
+                .cluster
+                .apply(typed::<NodeOverlay>(o)?, params)
+                .await
+                .map(drop),
+            ApiKind::CapacityBuffer => self
+                .cluster
+                .apply(typed::<CapacityBuffer>(o)?, params)
+                .await
+                .map(drop),
             ApiKind::NodeClaim => Err(ApiError::BadRequest {
                 message: format!("{}: NodeClaims are not synced", o.display()),
             }),
@@ -525,10 +544,15 @@ impl<C: Cluster> SyncEngine<C> {
 
     /// Deletes an object; one already gone counts as deleted.
     async fn delete_object(&self, kind: ApiKind, name: &str) -> Result<(), ApiError> {
-        let key = ObjectKey::cluster(name);
+        let key = match name.split_once('/') {
+            Some((namespace, name)) if kind.namespaced() => ObjectKey::new(namespace, name),
+            _ => ObjectKey::cluster(name),
+        };
         let result = match kind {
             ApiKind::NodePool => self.cluster.delete::<NodePool>(&key).await.map(drop),
             ApiKind::EC2NodeClass => self.cluster.delete::<EC2NodeClass>(&key).await.map(drop),
+            ApiKind::NodeOverlay => self.cluster.delete::<NodeOverlay>(&key).await.map(drop),
+            ApiKind::CapacityBuffer => self.cluster.delete::<CapacityBuffer>(&key).await.map(drop),
             ApiKind::NodeClaim => Ok(()),
         };
         match result {
@@ -765,7 +789,7 @@ impl<C: Cluster> SyncEngine<C> {
             .as_ref()
             .map(|d| d.objects.as_slice())
             .unwrap_or_default();
-        [ApiKind::EC2NodeClass, ApiKind::NodePool]
+        ApiKind::SYNCED
             .into_iter()
             .map(|k| (k, objects.iter().filter(|o| o.kind == k).count()))
             .collect()

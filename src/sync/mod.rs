@@ -91,6 +91,10 @@ pub struct Settings {
     /// The controller runs with the `StaticCapacity` feature gate (else
     /// static NodePools are warned about as inactive).
     pub static_capacity: bool,
+    /// Likewise `NodeOverlay` and `CapacityBuffer`: their objects are
+    /// applied either way, and warned about while the gate is off.
+    pub node_overlay: bool,
+    pub capacity_buffer: bool,
     pub limits: Limits,
     pub retry_initial: Duration,
     pub retry_max: Duration,
@@ -109,6 +113,8 @@ impl Settings {
             status_name: STATUS_CONFIGMAP.to_string(),
             allow_external_nodeclass: false,
             static_capacity: false,
+            node_overlay: false,
+            capacity_buffer: false,
             limits: Limits::default(),
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,

@@ -45,6 +45,18 @@ impl DesiredObject {
         let mut value = raw.clone();
         if let Some(object) = value.as_object_mut() {
             object.remove("status");
+            // A version the CRD no longer serves, with the same schema, is
+            // applied as the served one (`validate` warns about it).
+            object.insert("apiVersion".into(), kind.api_version().into());
+            if kind.namespaced()
+                && let Some((namespace, _)) = name.split_once('/')
+                && let Some(metadata) = object
+                    .entry("metadata")
+                    .or_insert_with(|| Value::Object(Map::new()))
+                    .as_object_mut()
+            {
+                metadata.insert("namespace".into(), namespace.into());
+            }
             let metadata = object
                 .entry("metadata")
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -119,7 +131,8 @@ pub struct TransitionViolation {
 /// What a pass does.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
-    /// In dependency order: EC2NodeClasses, then NodePools, each by name.
+    /// In dependency order: EC2NodeClasses, NodePools, NodeOverlays, then
+    /// CapacityBuffers, each by name (`namespace/name` for buffers).
     pub writes: Vec<Write>,
     /// Managed objects no longer in the repository, in deletion order
     /// (NodePools, then EC2NodeClasses), as `(kind, name)`.
@@ -137,7 +150,9 @@ fn apply_rank(kind: ApiKind) -> u8 {
     match kind {
         ApiKind::EC2NodeClass => 0,
         ApiKind::NodePool => 1,
-        ApiKind::NodeClaim => 2,
+        ApiKind::NodeOverlay => 2,
+        ApiKind::CapacityBuffer => 3,
+        ApiKind::NodeClaim => 4,
     }
 }
 

@@ -36,7 +36,10 @@
 //! one with the most free addresses), cheapest first, at most
 //! [`MAX_INSTANCE_TYPES`] types. Spot when the NodeClaim allows it and a
 //! spot offering is left, with `price-capacity-optimized`; otherwise
-//! on-demand with `lowest-price`.
+//! on-demand with `lowest-price`. A NodeClaim a NodeOverlay priced
+//! (`karpenter.sh/price-overlay-applied`) launches in its overlaid order
+//! (`dovetail.dev/launch-priority`) with `capacity-optimized-prioritized`
+//! and `prioritized`, as the reference does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hasher;
@@ -52,7 +55,8 @@ use crate::api::ec2nodeclass::{
 };
 use crate::api::{EC2NodeClass, NodeClaim, TAINT_UNREGISTERED};
 use crate::cloud::select::{
-    claim_requests, image_for, instance_constraints, offering_key, requirements_of, type_allowed,
+    claim_requests, image_for, instance_constraints, launch_priority, offering_key,
+    requirements_of, type_allowed,
 };
 use crate::cloud::{CloudError, NodeClassResolution, OfferingKey};
 use crate::model::InstanceType;
@@ -705,6 +709,9 @@ pub struct Override {
     pub zone: String,
     pub subnet_id: String,
     pub price: f64,
+    /// Its rank in a price-overlaid NodeClaim's launch order (CreateFleet
+    /// priority, lower first); `None` launches by price.
+    pub priority: Option<usize>,
 }
 
 /// A launch, ready to send: the capacity type, the launch template per
@@ -832,8 +839,18 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
         crate::api::CAPACITY_TYPE_ON_DEMAND
     };
     candidates.retain(|c| c.3 == capacity_type);
+    // A price-overlaid NodeClaim launches in its overlaid order, with
+    // CreateFleet's `prioritized` strategies, as the reference does.
+    let priority = launch_priority(claim);
+    let rank = |t: &str| {
+        priority
+            .as_ref()
+            .map_or(0, |p| p.get(t).copied().unwrap_or(usize::MAX))
+    };
     candidates.sort_by(|a, b| {
-        a.0.total_cmp(&b.0)
+        rank(a.1)
+            .cmp(&rank(b.1))
+            .then_with(|| a.0.total_cmp(&b.0))
             .then_with(|| a.1.cmp(b.1))
             .then_with(|| a.2.cmp(b.2))
     });
@@ -872,6 +889,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             zone: zone.to_string(),
             subnet_id: subnet.to_string(),
             price,
+            priority: priority.as_ref().map(|_| rank(it)),
         };
         match configs.iter_mut().find(|(t, _)| t.image_id == image.id) {
             Some((_, overrides)) => overrides.push(o),

@@ -695,6 +695,7 @@ impl AwsProvider {
                                     .instance_type(o.instance_type.as_str().into())
                                     .subnet_id(&o.subnet_id)
                                     .availability_zone(&o.zone)
+                                    .set_priority(o.priority.map(|p| p as f64))
                                     .build()
                             })
                             .collect(),
@@ -720,6 +721,11 @@ impl AwsProvider {
             })
             .collect();
         let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
+        let prioritized = plan
+            .configs
+            .iter()
+            .flat_map(|(_, o)| o)
+            .any(|o| o.priority.is_some());
         let total = i32::try_from(claims.len()).unwrap_or(i32::MAX);
         let ec2 = &self.ec2;
         let out = call(&self.config.retry, "ec2:CreateFleet", || {
@@ -737,12 +743,20 @@ impl AwsProvider {
                 )
                 .on_demand_options(
                     OnDemandOptionsRequest::builder()
-                        .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                        .allocation_strategy(if prioritized {
+                            FleetOnDemandAllocationStrategy::Prioritized
+                        } else {
+                            FleetOnDemandAllocationStrategy::LowestPrice
+                        })
                         .build(),
                 )
                 .spot_options(
                     SpotOptionsRequest::builder()
-                        .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                        .allocation_strategy(if prioritized {
+                            SpotAllocationStrategy::CapacityOptimizedPrioritized
+                        } else {
+                            SpotAllocationStrategy::PriceCapacityOptimized
+                        })
                         .build(),
                 )
                 .set_launch_template_configs(Some(configs.clone()))

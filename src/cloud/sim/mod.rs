@@ -120,8 +120,8 @@ use std::collections::BTreeSet;
 
 use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
 use super::select::{
-    claim_requests, image_for, instance_constraints, instance_labels, nodepool_constraints,
-    offering_key, requirements_of, type_allowed,
+    claim_requests, image_for, instance_constraints, instance_labels, launch_priority,
+    nodepool_constraints, offering_key, requirements_of, type_allowed,
 };
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
@@ -870,9 +870,18 @@ impl SimEc2 {
             .iter()
             .any(|(_, o)| o.capacity_type == api::CAPACITY_TYPE_SPOT);
         overrides.retain(|(_, o)| (o.capacity_type == api::CAPACITY_TYPE_SPOT) == spot);
+        // A price-overlaid NodeClaim launches in its overlaid order (the
+        // reference's `prioritized` fleet strategies), then by price.
+        let priority = launch_priority(claim);
+        let rank = |it: &InstanceType| {
+            priority
+                .as_ref()
+                .map_or(0, |p| p.get(&it.name).copied().unwrap_or(usize::MAX))
+        };
         overrides.sort_by(|(ita, a), (itb, b)| {
-            a.price
-                .total_cmp(&b.price)
+            rank(ita)
+                .cmp(&rank(itb))
+                .then_with(|| a.price.total_cmp(&b.price))
                 .then_with(|| ita.name.cmp(&itb.name))
                 .then_with(|| a.zone.cmp(&b.zone))
         });

@@ -217,10 +217,10 @@ pub fn diff_with_objects(revisions: &Revisions, opts: &Options) -> Result<Compar
 
 /// Objects by kind and name; of duplicates (which the validator reports),
 /// the first.
-fn by_key(objects: &[Object]) -> BTreeMap<(&'static str, &str), &Object> {
+fn by_key(objects: &[Object]) -> BTreeMap<(&'static str, String), &Object> {
     let mut map = BTreeMap::new();
     for o in objects.iter().filter(|o| !o.name.is_empty()) {
-        map.entry((o.kind.kind(), o.name.as_str())).or_insert(o);
+        map.entry((o.kind.kind(), o.key())).or_insert(o);
     }
     map
 }
@@ -230,7 +230,7 @@ fn by_key(objects: &[Object]) -> BTreeMap<(&'static str, &str), &Object> {
 /// `opts.path_prefix` is prepended to file names.
 pub fn compare(from: &[Object], to: &[Object], to_loaded: &Loaded, opts: &Options) -> Comparison {
     let (old, new) = (by_key(from), by_key(to));
-    let mut keys: Vec<&(&str, &str)> = old.keys().chain(new.keys()).collect();
+    let mut keys: Vec<&(&str, String)> = old.keys().chain(new.keys()).collect();
     keys.sort();
     keys.dedup();
     let mut out = Comparison::default();
@@ -308,7 +308,7 @@ fn object_diff(
     };
     ObjectDiff {
         kind: any.kind,
-        name: any.name.clone(),
+        name: any.key(),
         change,
         file: format!("{prefix}{}", any.file),
         previous_file,

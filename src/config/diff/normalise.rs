@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::diag::JsonPath;
 
 /// `metadata` fields the API server manages; never part of a change.
@@ -58,6 +58,8 @@ fn defaulted(kind: ApiKind, raw: &Value) -> Option<Value> {
         ApiKind::NodePool => typed(raw, NodePool::apply_defaults),
         ApiKind::NodeClaim => typed(raw, NodeClaim::apply_defaults),
         ApiKind::EC2NodeClass => typed(raw, EC2NodeClass::apply_defaults),
+        ApiKind::NodeOverlay => typed(raw, |_: &mut NodeOverlay| {}),
+        ApiKind::CapacityBuffer => typed(raw, CapacityBuffer::apply_defaults),
     }
 }
 

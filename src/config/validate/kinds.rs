@@ -4,14 +4,16 @@
 
 use serde_json::Value;
 
-use crate::api::{ApiKind, ExtraKind};
+use crate::api::ApiKind;
 use crate::diag::JsonPath;
 
 /// What a document was recognised as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Classified {
-    /// A kind dovetail validates.
+    /// A kind dovetail validates; `previous` when written in a version the
+    /// v1.14.1 CRD no longer serves (same schema, a warning).
     Known(ApiKind),
+    Previous(ApiKind),
     /// A retired Karpenter API: an error, with the migration findings.
     Retired {
         message: String,
@@ -24,16 +26,21 @@ pub enum Classified {
         message: String,
         hint: Option<String>,
     },
-    /// A Karpenter v1.14 kind dovetail validates but does not act on;
-    /// `previous` when written in a version the v1.14.1 CRD no longer serves.
-    Extra { kind: ExtraKind, previous: bool },
     /// A Karpenter kind in a group that does not serve it, or a group one
     /// typo away from a Karpenter group: a warning, with the likely group.
-    WrongGroup { message: String, hint: String },
+    WrongGroup {
+        message: String,
+        hint: String,
+    },
     /// Any other Kubernetes object: skipped.
-    Other { api_version: String, kind: String },
+    Other {
+        api_version: String,
+        kind: String,
+    },
     /// No `apiVersion` or `kind`.
-    NotAnObject { missing: &'static str },
+    NotAnObject {
+        missing: &'static str,
+    },
 }
 
 const KARPENTER_GROUPS: [&str; 2] = ["karpenter.sh", "karpenter.k8s.aws"];
@@ -47,12 +54,6 @@ fn home_of(kind: &str) -> Option<(&'static str, &'static str)> {
         .iter()
         .find(|k| k.kind() == kind)
         .map(|k| (k.group(), k.api_version()))
-        .or_else(|| {
-            ExtraKind::ALL
-                .iter()
-                .find(|k| k.kind() == kind)
-                .map(|k| (k.group(), k.api_version()))
-        })
 }
 
 /// A document in a group no Karpenter kind is served in, that is likely
@@ -100,20 +101,9 @@ pub fn classify(doc: &Value) -> Classified {
             return Classified::Known(k);
         }
     }
-    for k in ExtraKind::ALL {
-        if k.kind() == kind {
-            if k.api_version() == api_version {
-                return Classified::Extra {
-                    kind: k,
-                    previous: false,
-                };
-            }
-            if k.previous_api_version() == Some(api_version) {
-                return Classified::Extra {
-                    kind: k,
-                    previous: true,
-                };
-            }
+    for k in ApiKind::ALL {
+        if k.kind() == kind && k.previous_api_version() == Some(api_version) {
+            return Classified::Previous(k);
         }
     }
     match (api_version, kind) {

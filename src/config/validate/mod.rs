@@ -9,9 +9,13 @@
 //!
 //! Every problem becomes a [`Diagnostic`] at the most specific YAML node.
 
+#[cfg(test)]
+mod capacitybuffer_cases;
 pub mod catalog;
 pub mod kinds;
 pub mod names;
+#[cfg(test)]
+mod nodeoverlay_cases;
 pub mod rules;
 pub mod runtime;
 pub mod schema;
@@ -42,6 +46,12 @@ pub struct Options {
     /// `Some(false)` reports a NodePool with `spec.replicas` as inactive;
     /// `None` (not known, e.g. `diff`) says nothing about it.
     pub static_capacity: Option<bool>,
+    /// Likewise for the `NodeOverlay` gate: `Some(false)` reports
+    /// NodeOverlays as not applied.
+    pub node_overlay: Option<bool>,
+    /// Likewise for the `CapacityBuffer` gate: `Some(false)` reports
+    /// CapacityBuffers as not acted on.
+    pub capacity_buffer: Option<bool>,
 }
 
 /// An object of one of dovetail's kinds found in the repository.
@@ -65,6 +75,12 @@ pub struct Object {
 impl Object {
     pub fn display(&self) -> String {
         format!("{}/{}", self.kind.kind(), self.name)
+    }
+
+    /// The name sync and diff know it by: `namespace/name` for a
+    /// namespaced kind (see [`ApiKind::object_name`]).
+    pub fn key(&self) -> String {
+        self.kind.object_name(&self.value)
     }
 }
 
@@ -90,9 +106,6 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 pub struct Report {
     pub diagnostics: Vec<Diagnostic>,
     pub objects: Vec<Object>,
-    /// Documents of the Karpenter kinds `validate` checks without acting
-    /// on them (NodeOverlay, CapacityBuffer).
-    pub extra_objects: usize,
     pub files: usize,
     pub documents: usize,
     pub timings: Timings,
@@ -133,12 +146,9 @@ fn drop_status(json: &mut Value) -> bool {
     let api_version = json.get("apiVersion").and_then(Value::as_str);
     let kind = json.get("kind").and_then(Value::as_str);
     let ours = match (api_version, kind) {
-        (Some(a), Some(k)) => {
-            ApiKind::from_type_meta(a, k).is_some()
-                || crate::api::ExtraKind::ALL.iter().any(|e| {
-                    e.kind() == k && (e.api_version() == a || e.previous_api_version() == Some(a))
-                })
-        }
+        (Some(a), Some(k)) => ApiKind::ALL.iter().any(|e| {
+            e.kind() == k && (e.api_version() == a || e.previous_api_version() == Some(a))
+        }),
         _ => false,
     };
     ours && json
@@ -190,8 +200,9 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
         .map(|c| (c.as_slice(), catalog::defined_keys(c)));
     let jobs: Vec<(&Doc, &Classification)> = docs.iter().zip(&classes).collect();
     let ruled: Vec<Vec<Diagnostic>> = crate::par::map(&jobs, |(doc, c)| match &c.class {
-        Some(Classified::Known(kind)) => check_rules(doc, *kind, catalog.as_ref()),
-        Some(Classified::Extra { kind, .. }) => check_extra_rules(doc, *kind),
+        Some(Classified::Known(kind) | Classified::Previous(kind)) => {
+            check_rules(doc, *kind, catalog.as_ref())
+        }
         _ => Vec::new(),
     });
     report.timings.rules = t.elapsed();
@@ -201,10 +212,7 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
         let mut diags = class.diagnostics;
         diags.extend(rule_diags);
         let diags = dedupe(diags);
-        if let Some(Classified::Extra { .. }) = class.class {
-            report.extra_objects += 1;
-        }
-        if let Some(Classified::Known(kind)) = class.class {
+        if let Some(Classified::Known(kind) | Classified::Previous(kind)) = class.class {
             let name = doc
                 .json
                 .pointer("/metadata/name")
@@ -229,6 +237,14 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
     if opts.static_capacity == Some(false) {
         inactive_static_pools(&mut report, loaded);
     }
+    for (kind, gate) in [
+        (ApiKind::NodeOverlay, opts.node_overlay),
+        (ApiKind::CapacityBuffer, opts.capacity_buffer),
+    ] {
+        if gate == Some(false) {
+            inactive_gated_kind(&mut report, kind);
+        }
+    }
     report.timings.cross = t.elapsed();
 
     if !opts.path_prefix.is_empty() {
@@ -252,24 +268,65 @@ pub fn check_object(kind: ApiKind, value: &Value) -> Vec<String> {
         .into_iter()
         .map(|f| format!("{}: {}", f.path, f.message))
         .collect();
-    let cel = match kind {
+    if !out.is_empty() {
+        return out;
+    }
+    out.extend(
+        cel_rules(kind, value)
+            .into_iter()
+            .map(|(path, message)| format!("{path}: {message}")),
+    );
+    out.extend(
+        runtime_findings(kind, value)
+            .into_iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| format!("{}: {}", f.path, f.message)),
+    );
+    out
+}
+
+/// The non-transition CEL rules of a kind's CRD on an object whose
+/// schema check passed: natively for NodePool and EC2NodeClass (checked
+/// against the reference CRDs), by kube-cel on the generated schema for
+/// NodeOverlay and CapacityBuffer.
+fn cel_rules(kind: ApiKind, value: &Value) -> Vec<(JsonPath, String)> {
+    let native = match kind {
         ApiKind::NodePool => rules::nodepool(value),
         ApiKind::EC2NodeClass => rules::ec2nodeclass(value),
         ApiKind::NodeClaim => Vec::new(),
+        ApiKind::NodeOverlay | ApiKind::CapacityBuffer => return kube_cel_rules(kind, value),
     };
-    out.extend(
-        cel.into_iter()
-            .map(|f| format!("{}: {}", f.path, f.message)),
-    );
-    if kind == ApiKind::NodePool {
-        out.extend(
-            runtime::nodepool(value)
-                .into_iter()
-                .filter(|f| f.severity == Severity::Error)
-                .map(|f| format!("{}: {}", f.path, f.message)),
-        );
+    native.into_iter().map(|f| (f.path, f.message)).collect()
+}
+
+/// The CEL rules of a kind's generated CRD schema, evaluated by kube-cel.
+fn kube_cel_rules(kind: ApiKind, value: &Value) -> Vec<(JsonPath, String)> {
+    static SCHEMAS: std::sync::OnceLock<Vec<(ApiKind, Value)>> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        [ApiKind::NodeOverlay, ApiKind::CapacityBuffer]
+            .into_iter()
+            .map(|k| (k, crate::api::openapi_schema(k)))
+            .collect()
+    });
+    let Some((_, schema)) = schemas.iter().find(|(k, _)| *k == kind) else {
+        return Vec::new();
+    };
+    match kube::core::cel::Validator::new().validate(schema, value, None) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors
+            .iter()
+            .map(|e| (JsonPath::parse(&e.field_path), e.message.clone()))
+            .collect(),
     }
-    out
+}
+
+/// The reference's runtime checks of a kind (and dovetail's warnings).
+fn runtime_findings(kind: ApiKind, value: &Value) -> Vec<runtime::Finding> {
+    match kind {
+        ApiKind::NodePool => runtime::nodepool(value),
+        ApiKind::NodeOverlay => runtime::nodeoverlay(value),
+        _ => Vec::new(),
+    }
 }
 
 fn locate(doc: &Doc, path: &JsonPath) -> Pos {
@@ -335,7 +392,26 @@ fn classify_and_check_schema(doc: &Doc) -> Classification {
         ));
     }
     match &class {
-        Classified::Known(kind) => {
+        Classified::Known(kind) | Classified::Previous(kind) => {
+            if matches!(class, Classified::Previous(_)) {
+                let version = doc
+                    .json
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                diagnostics.push(diag_at(
+                    doc,
+                    Diagnostic::warning(
+                        "api-version",
+                        format!(
+                            "{version} {kind} is not served by the Karpenter v1.14.1 CRD, which serves {}",
+                            kind.api_version()
+                        ),
+                    )
+                    .with_hint(format!("set apiVersion: {}", kind.api_version())),
+                    root.key("apiVersion"),
+                ));
+            }
             for f in schema::check(*kind, &doc.json) {
                 let mut d = Diagnostic::error("schema", f.message);
                 if let Some(h) = f.hint {
@@ -362,35 +438,6 @@ fn classify_and_check_schema(doc: &Doc) -> Classification {
                     path.clone(),
                 ));
             }
-        }
-        Classified::Extra { kind, previous } => {
-            if *previous {
-                let version = doc
-                    .json
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                diagnostics.push(diag_at(
-                    doc,
-                    Diagnostic::warning(
-                        "api-version",
-                        format!(
-                            "{version} {kind} is not served by the Karpenter v1.14.1 CRD, which serves {}",
-                            kind.api_version()
-                        ),
-                    )
-                    .with_hint(format!("set apiVersion: {}", kind.api_version())),
-                    root.key("apiVersion"),
-                ));
-            }
-            for f in schema::check_extra(*kind, &doc.json) {
-                let mut d = Diagnostic::error("schema", f.message);
-                if let Some(h) = f.hint {
-                    d = d.with_hint(h);
-                }
-                diagnostics.push(diag_at(doc, d, f.path).with_keyword(f.keyword));
-            }
-            extra_metadata_checks(doc, *kind, &mut diagnostics);
         }
         Classified::WrongGroup { message, hint } => diagnostics.push(diag_at(
             doc,
@@ -457,21 +504,6 @@ fn metadata_checks(doc: &Doc, kind: ApiKind, out: &mut Vec<Diagnostic>) {
             path,
         ));
     }
-}
-
-fn extra_metadata_checks(doc: &Doc, kind: crate::api::ExtraKind, out: &mut Vec<Diagnostic>) {
-    if let Some(name) = doc.json.pointer("/metadata/name").and_then(Value::as_str)
-        && !names::is_dns1123_subdomain(name)
-    {
-        out.push(diag_at(
-            doc,
-            Diagnostic::error(
-                "name",
-                format!("{name:?} is not a valid name: use lower-case letters, digits, '-' and '.', starting and ending with an alphanumeric character"),
-            ),
-            JsonPath::parse("metadata.name"),
-        ));
-    }
     if !kind.namespaced() && doc.json.pointer("/metadata/namespace").is_some() {
         out.push(diag_at(
             doc,
@@ -484,39 +516,6 @@ fn extra_metadata_checks(doc: &Doc, kind: crate::api::ExtraKind, out: &mut Vec<D
     }
 }
 
-/// The CEL rules of a NodeOverlay's or CapacityBuffer's CRD, evaluated by
-/// kube-cel on the generated schema (only where the schema check passed:
-/// a rule over a mistyped field is the schema's error to report).
-fn check_extra_rules(doc: &Doc, kind: crate::api::ExtraKind) -> Vec<Diagnostic> {
-    if !schema::check_extra(kind, &doc.json).is_empty() {
-        return Vec::new();
-    }
-    static SCHEMAS: std::sync::OnceLock<Vec<(crate::api::ExtraKind, Value)>> =
-        std::sync::OnceLock::new();
-    let schemas = SCHEMAS.get_or_init(|| {
-        crate::api::ExtraKind::ALL
-            .into_iter()
-            .map(|k| (k, k.openapi_schema()))
-            .collect()
-    });
-    let Some((_, schema)) = schemas.iter().find(|(k, _)| *k == kind) else {
-        return Vec::new();
-    };
-    match kube::core::cel::Validator::new().validate(schema, &doc.json, None) {
-        Ok(()) => Vec::new(),
-        Err(errors) => errors
-            .iter()
-            .map(|e| {
-                diag_at(
-                    doc,
-                    Diagnostic::error("cel", e.message.clone()),
-                    JsonPath::parse(&e.field_path),
-                )
-            })
-            .collect(),
-    }
-}
-
 type CatalogRef<'a> = (
     &'a [crate::model::InstanceType],
     std::collections::HashSet<String>,
@@ -524,17 +523,20 @@ type CatalogRef<'a> = (
 
 fn check_rules(doc: &Doc, kind: ApiKind, catalog: Option<&CatalogRef>) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let cel = match kind {
-        ApiKind::NodePool => rules::nodepool(&doc.json),
-        ApiKind::EC2NodeClass => rules::ec2nodeclass(&doc.json),
-        ApiKind::NodeClaim => Vec::new(),
-    };
-    for f in cel {
-        out.push(diag_at(doc, Diagnostic::error("cel", f.message), f.path));
+    // A rule over a mistyped field is the schema's error to report.
+    if matches!(kind, ApiKind::NodeOverlay | ApiKind::CapacityBuffer)
+        && !schema::check(kind, &doc.json).is_empty()
+    {
+        return out;
     }
-    if kind == ApiKind::NodePool {
-        let mut findings = runtime::nodepool(&doc.json);
-        if let Some((types, keys)) = catalog {
+    for (path, message) in cel_rules(kind, &doc.json) {
+        out.push(diag_at(doc, Diagnostic::error("cel", message), path));
+    }
+    {
+        let mut findings = runtime_findings(kind, &doc.json);
+        if kind == ApiKind::NodePool
+            && let Some((types, keys)) = catalog
+        {
             findings.extend(catalog::check_nodepool(&doc.json, types, keys));
         }
         for f in findings {
@@ -595,6 +597,29 @@ fn inactive_static_pools(report: &mut Report, loaded: &Loaded) {
     report.diagnostics.extend(diags);
 }
 
+/// A NodeOverlay or CapacityBuffer while its feature gate is off: applied
+/// to the cluster, but the controller leaves it alone, as Karpenter does.
+fn inactive_gated_kind(report: &mut Report, kind: ApiKind) {
+    let what = match kind {
+        ApiKind::NodeOverlay => "is not applied to instance types",
+        _ => "keeps no capacity",
+    };
+    let diags: Vec<Diagnostic> = report
+        .objects_of(kind)
+        .map(|o| {
+            Diagnostic::warning(
+                "gate-off",
+                format!("{kind} {what}: the {kind} feature gate is off"),
+            )
+            .in_file(o.file.clone())
+            .at(o.pos)
+            .with_object(o.display())
+            .with_hint(format!("run the controller with --feature-gates {kind}=true (or FEATURE_GATES), and validate with the same flag"))
+        })
+        .collect();
+    report.diagnostics.extend(diags);
+}
+
 fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
     let docs: HashMap<(&str, usize), &YamlDoc> = loaded
         .files
@@ -602,13 +627,13 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
         .flat_map(|f| f.docs.iter().map(move |d| ((f.path.as_str(), d.index), d)))
         .collect();
     let lookup = |file: &str, index: usize| docs.get(&(file, index)).copied();
-    let mut first: HashMap<(ApiKind, &str), &Object> = HashMap::new();
+    let mut first: HashMap<(ApiKind, String), &Object> = HashMap::new();
     let mut diags = Vec::new();
     for o in &report.objects {
         if o.name.is_empty() {
             continue;
         }
-        if let Some(prev) = first.get(&(o.kind, o.name.as_str())) {
+        if let Some(prev) = first.get(&(o.kind, o.key())) {
             diags.push(
                 Diagnostic::error(
                     "duplicate",
@@ -627,7 +652,7 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
                 .with_path(JsonPath::parse("metadata.name")),
             );
         } else {
-            first.insert((o.kind, o.name.as_str()), o);
+            first.insert((o.kind, o.key()), o);
         }
     }
 
@@ -691,14 +716,15 @@ fn cross_object(report: &mut Report, loaded: &Loaded, opts: &Options) {
         }
     }
 
+    // A repository that holds only NodeOverlays or CapacityBuffers is not
+    // empty either.
     let has_config = report
         .objects
         .iter()
-        .any(|o| matches!(o.kind, ApiKind::NodePool | ApiKind::EC2NodeClass));
+        .any(|o| ApiKind::SYNCED.contains(&o.kind));
     // A repository of retired API versions gets its migration findings only.
     let retired = report.diagnostics.iter().any(|d| d.code == "retired-api");
-    // Nor is one that holds only NodeOverlays or CapacityBuffers.
-    if !has_config && !retired && report.extra_objects == 0 {
+    if !has_config && !retired {
         diags.push(
             Diagnostic::error("empty-repository", "no NodePool or EC2NodeClass found")
                 .with_hint("check the path, the --ref, and .dovetailignore"),

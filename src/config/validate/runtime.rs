@@ -296,6 +296,18 @@ pub fn nodepool(doc: &Value) -> Vec<Finding> {
     out.0
 }
 
+/// Runtime checks for a NodeOverlay, the reference's `RuntimeValidate`:
+/// each requirement as a NodePool's (key and value syntax, well-known
+/// values; restricted domains and operators are the CRD's rules). Its
+/// capacity's restricted resources are a CEL rule of the CRD.
+pub fn nodeoverlay(doc: &Value) -> Vec<Finding> {
+    let mut out = Out::default();
+    if let Some(spec) = doc.get("spec").filter(|s| s.is_object()) {
+        check_requirements(&mut out, spec, &JsonPath::root().key("spec"));
+    }
+    out.0
+}
+
 /// GPU instance categories on AWS.
 const GPU_CATEGORIES: [&str; 2] = ["g", "p"];
 

@@ -118,30 +118,6 @@ pub fn check(kind: ApiKind, doc: &Value) -> Vec<Finding> {
     check_with(compiled(kind), Some(kind), doc)
 }
 
-/// Validates `doc` against the schema of a kind `validate` checks without
-/// acting on it (NodeOverlay, CapacityBuffer).
-pub fn check_extra(kind: api::ExtraKind, doc: &Value) -> Vec<Finding> {
-    static CACHE: OnceLock<Vec<(api::ExtraKind, Compiled)>> = OnceLock::new();
-    let all = CACHE.get_or_init(|| {
-        api::ExtraKind::ALL
-            .into_iter()
-            .map(|k| {
-                let schema = api::schema::extra_validation_schema(k);
-                let validator = jsonschema::validator_for(&schema).unwrap_or_else(|e| {
-                    panic!("generated schema for {} does not compile: {e}", k.kind())
-                });
-                (k, Compiled { schema, validator })
-            })
-            .collect()
-    });
-    let c = &all
-        .iter()
-        .find(|(k, _)| *k == kind)
-        .expect("every ExtraKind has a schema")
-        .1;
-    check_with(c, None, doc)
-}
-
 fn check_with(c: &Compiled, kind: Option<ApiKind>, doc: &Value) -> Vec<Finding> {
     let mut out = Vec::new();
     for err in c.validator.iter_errors(doc) {

@@ -43,7 +43,7 @@ pub fn check(kind: ApiKind, old: &Value, new: &Value) -> Vec<Finding> {
     match kind {
         ApiKind::NodePool => nodepool(old, new),
         ApiKind::NodeClaim => nodeclaim(old, new),
-        ApiKind::EC2NodeClass => Vec::new(),
+        ApiKind::EC2NodeClass | ApiKind::NodeOverlay | ApiKind::CapacityBuffer => Vec::new(),
     }
 }
 
@@ -277,6 +277,9 @@ mod tests {
             ApiKind::NodeClaim => NODECLAIM.get_or_init(|| load("karpenter.sh_nodeclaims.yaml")),
             ApiKind::EC2NodeClass => {
                 EC2NODECLASS.get_or_init(|| load("karpenter.k8s.aws_ec2nodeclasses.yaml"))
+            }
+            ApiKind::NodeOverlay | ApiKind::CapacityBuffer => {
+                unreachable!("{kind} has no transition rules")
             }
         }
     }
