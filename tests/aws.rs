@@ -954,6 +954,89 @@ fn allocatable_matches_the_published_values_for_the_instance_types_moto_knows() 
     assert!(not_listed.is_empty(), "{not_listed:?}");
     assert!(parsed.len() >= matched);
 
+    // Kubelet settings as Karpenter v1.14.1 and nodeadm apply them, against
+    // the published values: with `maxPods: 110` and a reserved ENI, kube
+    // memory is still reserved for the ENI-limited pods of the default
+    // network card, so only pods change; an `evictionSoft` threshold only
+    // warns, so nothing changes.
+    let variants: [(&str, &str, &[&str], Option<&str>); 2] = [
+        (
+            "maxPods: 110, --reserved-enis 1",
+            "kubelet: {maxPods: 110}",
+            &["--reserved-enis", "1"],
+            Some("110"),
+        ),
+        (
+            "evictionSoft memory.available 500Mi",
+            "kubelet: {evictionSoft: {memory.available: 500Mi}, evictionSoftGracePeriod: {memory.available: 1m}}",
+            &[],
+            None,
+        ),
+    ];
+    for (label, kubelet, flags, pods) in variants {
+        let class_path = dir.path().join("class.yaml");
+        std::fs::write(
+            &class_path,
+            format!(
+                "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: variant}}\n\
+                 spec:\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  role: R\n  \
+                 subnetSelectorTerms: [{{id: subnet-1}}]\n  securityGroupSelectorTerms: [{{id: sg-1}}]\n  {kubelet}\n"
+            ),
+        )
+        .expect("write");
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+            .args([
+                "aws",
+                "instance-types",
+                "--output",
+                "json",
+                "--isolated-vpc",
+            ])
+            .arg("--pricing-file")
+            .arg(&price_file)
+            .arg("--nodeclass")
+            .arg(&class_path)
+            .args(flags)
+            .envs(moto.sdk_env(region))
+            .output()
+            .expect("runs dovetail");
+        assert!(
+            output.status.success(),
+            "{label}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        let ours = allocatable_of(&doc);
+        let mut matched = 0;
+        let mut differ = Vec::new();
+        for name in &known {
+            let (Some(a), Some(b)) = (ours.get(name), theirs.get(name)) else {
+                continue;
+            };
+            let mut want = b.clone();
+            if let Some(p) = pods {
+                want.insert("pods".to_string(), p.to_string());
+            }
+            if *a == want {
+                matched += 1;
+            } else {
+                differ.push(format!("{name}: ours {a:?}, expected {want:?}"));
+            }
+        }
+        eprintln!(
+            "allocatable ({label}): {matched} of {} types moto offers in {region} match ({:.1}%), {} differ",
+            known.len(),
+            matched as f64 / known.len() as f64 * 100.0,
+            differ.len()
+        );
+        assert!(
+            differ.is_empty(),
+            "{label}: {:#?}",
+            &differ[..differ.len().min(10)]
+        );
+        assert!(matched as f64 / known.len() as f64 >= 0.95, "{label}");
+    }
+
     // The table, for a node class with a 50Gi root volume.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
         .args(["aws", "instance-types", "--isolated-vpc", "--pricing-file"])
