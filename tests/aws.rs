@@ -167,6 +167,19 @@ impl Env {
             .expect("PutParameter");
     }
 
+    /// Writes an SSM parameter under the test's root.
+    async fn put_parameter(&self, path: &str, value: &str) {
+        self.ssm
+            .put_parameter()
+            .name(format!("{}{path}", self.ssm_root))
+            .value(value)
+            .r#type(aws_sdk_ssm::types::ParameterType::String)
+            .overwrite(true)
+            .send()
+            .await
+            .expect("PutParameter");
+    }
+
     fn config(&self) -> AwsConfig {
         let mut c = AwsConfig::new(&self.cluster);
         c.kubernetes_version = Some(K8S.to_string());
@@ -1226,4 +1239,305 @@ fn aws_instance_types_rejects_bad_input_before_calling_aws() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("no/such.yaml"), "{}", out.stderr);
     assert!(out.stderr.contains("hint: "), "{}", out.stderr);
+}
+
+/// The settings Bottlerocket accepts under `settings.kubernetes` that
+/// Karpenter v1.14.1 models (`BottlerocketKubernetes`); anything else
+/// makes Bottlerocket refuse the user data and the node never joins.
+const BOTTLEROCKET_KUBERNETES_SETTINGS: &[&str] = &[
+    "api-server",
+    "cloud-provider",
+    "cluster-certificate",
+    "cluster-name",
+    "cluster-dns-ip",
+    "credential-providers",
+    "node-labels",
+    "node-taints",
+    "max-pods",
+    "static-pods",
+    "eviction-hard",
+    "eviction-soft",
+    "eviction-soft-grace-period",
+    "eviction-max-pod-grace-period",
+    "kube-reserved",
+    "system-reserved",
+    "allowed-unsafe-sysctls",
+    "server-tls-bootstrap",
+    "registry-qps",
+    "registry-burst",
+    "event-qps",
+    "event-burst",
+    "kube-api-qps",
+    "kube-api-burst",
+    "container-log-max-size",
+    "container-log-max-files",
+    "cpu-manager-policy",
+    "cpu-manager-policy-options",
+    "cpu-manager-reconcile-period",
+    "memory-manager-policy",
+    "topology-manager-scope",
+    "topology-manager-policy",
+    "topology-manager-policy-options",
+    "image-gc-high-threshold-percent",
+    "image-gc-low-threshold-percent",
+    "ids-per-pod",
+    "cpu-cfs-quota-enforced",
+    "shutdown-grace-period",
+    "shutdown-grace-period-for-critical-pods",
+    "cluster-domain",
+    "seccomp-default",
+    "pod-pids-limit",
+    "device-ownership-from-security-context",
+    "single-process-oom-kill",
+    "container-log-max-workers",
+    "container-log-monitor-interval",
+    "hostname-override-source",
+    "log-level",
+];
+
+/// A launch template as EC2 reports it.
+struct ReadBack {
+    data: aws_sdk_ec2::types::ResponseLaunchTemplateData,
+    user_data: String,
+}
+
+/// Every launch template of node class `class`, read back from EC2.
+async fn read_back(env: &Env, class: &str) -> Vec<ReadBack> {
+    use base64::Engine;
+    let templates = env
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                .values(class)
+                .build(),
+        )
+        .filters(
+            Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{}", env.cluster))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("DescribeLaunchTemplates");
+    let mut out = Vec::new();
+    for t in templates.launch_templates() {
+        let versions = env
+            .ec2
+            .describe_launch_template_versions()
+            .launch_template_id(t.launch_template_id().expect("an id"))
+            .versions("$Latest")
+            .send()
+            .await
+            .expect("DescribeLaunchTemplateVersions");
+        let data = versions.launch_template_versions()[0]
+            .launch_template_data()
+            .expect("data")
+            .clone();
+        let user_data = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(data.user_data().expect("user data"))
+                .expect("base64"),
+        )
+        .expect("UTF-8");
+        out.push(ReadBack { data, user_data });
+    }
+    out
+}
+
+/// The `--node-labels` flag's keys in `text` (AL2, AL2023, Windows).
+fn node_label_keys(text: &str) -> Vec<String> {
+    let Some(i) = text.find("--node-labels=") else {
+        return Vec::new();
+    };
+    text[i + "--node-labels=".len()..]
+        .split([' ', '"', '\'', '\n'])
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_string()))
+        .collect()
+}
+
+fn forbidden_label(key: &str) -> bool {
+    let domain = key.split_once('/').map_or("", |(d, _)| d);
+    let under = |root: &str| domain == root || domain.ends_with(&format!(".{root}"));
+    (under("kubernetes.io") || under("k8s.io"))
+        && !under("kubelet.kubernetes.io")
+        && !under("node.kubernetes.io")
+}
+
+/// Launches from a node class of every AMI family, with and without
+/// `instanceStorePolicy: RAID0`, and reads each launch template back from
+/// EC2: its metadata options and block devices, and user data that sets
+/// max pods (the launched type's, or the class's), configures RAID0 when
+/// asked, keeps `kubernetes.io`/`k8s.io` labels out of the kubelet's
+/// flags, writes only settings Bottlerocket accepts, and gives AL2023's
+/// NodeConfig the cluster's service CIDR.
+#[test]
+fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "readback").await;
+        for path in [
+            format!("/eks/optimized-ami/{K8S}/amazon-linux-2/recommended/image_id"),
+            format!("/bottlerocket/aws-k8s-{K8S}/x86_64/latest/image_id"),
+            format!("/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-{K8S}/image_id"),
+        ] {
+            env.put_parameter(&path, &env.images[0]).await;
+        }
+        let aws = env.provider(&moto.endpoint(), env.config()).await;
+        let labels = "{karpenter.sh/nodepool: default, team: a, node-role.kubernetes.io/worker: '', \
+                      example.k8s.io/tier: gold, node.kubernetes.io/lifecycle: x}";
+        // (class, alias, RAID0, instance type, kubelet, hop limit)
+        let cases: [(&str, &str, bool, &str, &str, i32); 8] = [
+            ("al2023", "al2023@latest", false, "m5.large", "{}", 1),
+            ("al2023-raid0", "al2023@latest", true, "m5d.large", "{}", 1),
+            ("al2023-pods", "al2023@latest", false, "m5.large", "{maxPods: 110}", 2),
+            ("al2", "al2@latest", false, "m5.large", "{}", 1),
+            ("al2-raid0", "al2@latest", true, "m5d.large", "{}", 1),
+            ("bottlerocket", "bottlerocket@latest", false, "m5.large", "{podsPerCore: 4}", 2),
+            ("bottlerocket-raid0", "bottlerocket@latest", true, "m5d.large", "{}", 2),
+            ("windows", "windows2022@latest", false, "m5.large", "{}", 1),
+        ];
+        for (name, alias, raid0, instance_type, kubelet, hops) in cases {
+            let mut class: EC2NodeClass = from_yaml(&format!(
+                "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: {name}}}\n\
+                 spec:\n  amiSelectorTerms: [{{alias: '{alias}'}}]\n  role: R\n  \
+                 subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]\n  \
+                 securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]\n  \
+                 kubelet: {kubelet}\n  metadataOptions: {{httpPutResponseHopLimit: {hops}}}\n{1}",
+                env.cluster,
+                if raid0 { "  instanceStorePolicy: RAID0\n" } else { "" }
+            ));
+            class.apply_defaults();
+            let r = aws.resolve_node_class(&class).await.expect("resolves");
+            assert!(r.is_ready(), "{name}: {:?}", r.problems);
+            let class = with_status(class, &r);
+            let claim: NodeClaim = from_yaml(&format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: {name}-a\n  labels: {labels}\n\
+                 spec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {name}}}\n  \
+                 requirements:\n  - {{key: node.kubernetes.io/instance-type, operator: In, values: [{instance_type}]}}\n  \
+                 - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n"
+            ));
+            let launched = aws
+                .create(&claim, &class, &BTreeSet::new())
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(launched.instance.instance_type, instance_type, "{name}");
+            // The pods a node of the type has under this class.
+            let pods = aws
+                .instance_types_for(&class)
+                .await
+                .expect("types")
+                .iter()
+                .find(|t| t.name == instance_type)
+                .map(|t| t.capacity.get("pods"))
+                .expect("the type");
+            let templates = read_back(&env, name).await;
+            assert_eq!(templates.len(), 1, "{name}");
+            let t = &templates[0];
+
+            let m = t.data.metadata_options().expect("metadata options");
+            assert_eq!(m.http_tokens().map(|x| x.as_str()), Some("required"), "{name}");
+            assert_eq!(m.http_put_response_hop_limit(), Some(hops), "{name}");
+            assert_eq!(m.http_endpoint().map(|x| x.as_str()), Some("enabled"), "{name}");
+            assert_eq!(
+                m.instance_metadata_tags().map(|x| x.as_str()),
+                Some("disabled"),
+                "{name}"
+            );
+            let devices: Vec<(String, Option<i32>, Option<String>, Option<bool>)> = t
+                .data
+                .block_device_mappings()
+                .iter()
+                .map(|b| {
+                    let ebs = b.ebs().expect("an EBS volume");
+                    (
+                        b.device_name().unwrap_or_default().to_string(),
+                        ebs.volume_size(),
+                        ebs.volume_type().map(|v| v.as_str().to_string()),
+                        ebs.encrypted(),
+                    )
+                })
+                .collect();
+            let gp3 = |d: &str, gib: i32| (d.to_string(), Some(gib), Some("gp3".to_string()), Some(true));
+            let want = match alias.split('@').next() {
+                Some("bottlerocket") => vec![gp3("/dev/xvda", 4), gp3("/dev/xvdb", 20)],
+                Some("windows2022") => vec![gp3("/dev/sda1", 50)],
+                _ => vec![gp3("/dev/xvda", 20)],
+            };
+            assert_eq!(devices, want, "{name}");
+
+            let ud = &t.user_data;
+            let keys: Vec<String> = match alias.split('@').next() {
+                Some("al2023") => {
+                    // The last MIME part is dovetail's NodeConfig.
+                    let body = ud
+                        .rsplit("Content-Type: application/node.eks.aws")
+                        .next()
+                        .and_then(|b| b.split("\n--//").next())
+                        .expect("a NodeConfig part");
+                    let config: serde_json::Value =
+                        serde_json::from_str(body.trim()).expect("a JSON NodeConfig");
+                    assert_eq!(config["kind"], "NodeConfig", "{name}");
+                    assert_eq!(config["spec"]["cluster"]["cidr"], "10.100.0.0/16", "{name}");
+                    assert_eq!(config["spec"]["kubelet"]["config"]["maxPods"], pods, "{name}");
+                    let strategy = &config["spec"]["instance"]["localStorage"]["strategy"];
+                    if raid0 {
+                        assert_eq!(strategy, "RAID0", "{name}");
+                    } else {
+                        assert!(strategy.is_null(), "{name}: {config}");
+                    }
+                    node_label_keys(&config["spec"]["kubelet"]["flags"].to_string())
+                }
+                Some("al2") => {
+                    assert!(ud.contains("/etc/eks/bootstrap.sh"), "{name}: {ud}");
+                    assert!(ud.contains("--use-max-pods false"), "{name}: {ud}");
+                    assert!(ud.contains(&format!("--max-pods={pods} ")) || ud.contains(&format!("--max-pods={pods}'")), "{name}: {ud}");
+                    assert_eq!(ud.contains("--local-disks raid0"), raid0, "{name}: {ud}");
+                    node_label_keys(ud)
+                }
+                Some("bottlerocket") => {
+                    let doc: toml_edit::DocumentMut = ud.parse().expect("TOML");
+                    let k = doc["settings"]["kubernetes"].as_table().expect("settings.kubernetes");
+                    let unknown: Vec<&str> = k
+                        .iter()
+                        .map(|(key, _)| key)
+                        .filter(|key| !BOTTLEROCKET_KUBERNETES_SETTINGS.contains(key))
+                        .collect();
+                    assert!(unknown.is_empty(), "{name}: Bottlerocket has no {unknown:?}: {ud}");
+                    assert_eq!(k["max-pods"].as_integer(), Some(pods), "{name}");
+                    let command = doc
+                        .get("settings")
+                        .and_then(|s| s.get("bootstrap-commands"))
+                        .and_then(|c| c.get("000-mount-instance-storage"));
+                    assert_eq!(command.is_some(), raid0, "{name}: {ud}");
+                    if raid0 {
+                        let c = command.expect("the command");
+                        assert_eq!(c["essential"].as_bool(), Some(true));
+                        assert!(c["commands"].to_string().contains("ephemeral-storage"));
+                    }
+                    k["node-labels"]
+                        .as_table()
+                        .expect("labels")
+                        .iter()
+                        .map(|(key, _)| key.to_string())
+                        .collect()
+                }
+                _ => {
+                    assert!(ud.starts_with("<powershell>"), "{name}: {ud}");
+                    assert!(ud.contains(&format!("--max-pods={pods}")), "{name}: {ud}");
+                    node_label_keys(ud)
+                }
+            };
+            assert!(keys.contains(&"team".to_string()), "{name}: {keys:?}");
+            assert!(keys.contains(&"node.kubernetes.io/lifecycle".to_string()), "{name}: {keys:?}");
+            let forbidden: Vec<&String> = keys.iter().filter(|k| forbidden_label(k)).collect();
+            assert!(forbidden.is_empty(), "{name}: the kubelet refuses {forbidden:?}");
+        }
+    });
 }

@@ -72,7 +72,7 @@ use super::{
     instance_drift,
 };
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::drift::DriftReason;
 use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
 use crate::model::{InstanceType, Offering};
@@ -174,7 +174,31 @@ pub struct AwsProvider {
     batches: Mutex<HashMap<String, Pending>>,
     /// Instance id -> instance, for drift checks.
     instances: tokio::sync::Mutex<Option<(Instant, HashMap<String, Instance>)>>,
+    /// What CreateFleet found unusable, until when.
+    marks: Mutex<Marks>,
 }
+
+/// Subnets out of addresses and capacity types that cannot launch, each
+/// until a time (Karpenter's unavailable-offerings cache keeps them as
+/// long as offerings: [`UNAVAILABLE_TTL`]).
+#[derive(Default)]
+struct Marks {
+    subnets: BTreeMap<String, Timestamp>,
+    capacity_types: BTreeMap<String, Timestamp>,
+}
+
+impl Marks {
+    fn active(map: &BTreeMap<String, Timestamp>, now: Timestamp) -> BTreeSet<String> {
+        map.iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+/// How long a subnet out of addresses or a capacity type that failed for
+/// want of a role stays unused (Karpenter's `UnavailableOfferingsTTL`).
+pub const UNAVAILABLE_TTL: std::time::Duration = std::time::Duration::from_secs(3 * 60);
 
 impl std::fmt::Debug for AwsProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -231,6 +255,7 @@ impl AwsProvider {
             templates: tokio::sync::Mutex::new(BTreeMap::new()),
             batches: Mutex::new(HashMap::new()),
             instances: tokio::sync::Mutex::new(None),
+            marks: Mutex::new(Marks::default()),
         })
     }
 
@@ -240,6 +265,40 @@ impl AwsProvider {
 
     pub fn config(&self) -> &AwsConfig {
         &self.config
+    }
+
+    /// Records what a CreateFleet answer found unusable.
+    fn mark(&self, outcome: &launch::FleetOutcome) {
+        if outcome.full_subnets.is_empty() && !outcome.spot_role_missing {
+            return;
+        }
+        let now = self.clock.now();
+        let until = now.checked_add(UNAVAILABLE_TTL).unwrap_or(now);
+        let mut marks = lock(&self.marks);
+        for subnet in &outcome.full_subnets {
+            tracing::warn!(subnet = %subnet, "no free address in the subnet; skipping it for 3 minutes");
+            marks.subnets.insert(subnet.clone(), until);
+        }
+        if outcome.spot_role_missing {
+            tracing::warn!(
+                "spot cannot launch: the account has no Spot service-linked role and the controller may not create it \
+                 (create it once: aws iam create-service-linked-role --aws-service-name spot.amazonaws.com); \
+                 launching on demand for 3 minutes"
+            );
+            marks
+                .capacity_types
+                .insert(crate::api::CAPACITY_TYPE_SPOT.to_string(), until);
+        }
+    }
+
+    /// The subnets out of addresses, and whether spot is out, now.
+    fn active_marks(&self) -> (BTreeSet<String>, bool) {
+        let now = self.clock.now();
+        let marks = lock(&self.marks);
+        (
+            Marks::active(&marks.subnets, now),
+            Marks::active(&marks.capacity_types, now).contains(crate::api::CAPACITY_TYPE_SPOT),
+        )
     }
 
     fn overheads(&self) -> Overheads {
@@ -394,8 +453,49 @@ impl AwsProvider {
     /// Every instance type a node class can launch, with its allocatable
     /// and its priced offerings in the zones of the node class's subnets
     /// (every zone when its status reports none). This is what
-    /// `dovetail aws instance-types` prints.
+    /// `dovetail aws instance-types` prints. Offerings in a zone whose
+    /// subnets recently had no free address, and spot offerings while spot
+    /// lacks its service-linked role, are unavailable.
     pub async fn instance_types_for(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+        let types = self.unmarked_instance_types(nodeclass).await?;
+        let (full_subnets, spot_out) = self.active_marks();
+        // Zones whose subnets are all out of addresses.
+        let subnets = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.subnets.as_deref())
+            .unwrap_or_default();
+        let full_zones: BTreeSet<&str> = subnets
+            .iter()
+            .map(|s| s.zone.as_str())
+            .filter(|z| {
+                subnets
+                    .iter()
+                    .filter(|s| s.zone == *z)
+                    .all(|s| full_subnets.contains(&s.id))
+            })
+            .collect();
+        if full_zones.is_empty() && !spot_out {
+            return Ok(types);
+        }
+        let mut marked = (*types).clone();
+        for it in &mut marked {
+            for o in &mut it.offerings {
+                if full_zones.contains(o.zone.as_str())
+                    || (spot_out && o.capacity_type == crate::api::CAPACITY_TYPE_SPOT)
+                {
+                    o.available = false;
+                }
+            }
+        }
+        Ok(Arc::new(marked))
+    }
+
+    /// [`Self::instance_types_for`] before the marks of recent launches.
+    async fn unmarked_instance_types(
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
@@ -630,6 +730,7 @@ impl AwsProvider {
         let Some(o) = outcome else {
             return vec![Err(CloudError::Api("launch templates kept disappearing".into())); n];
         };
+        self.mark(&o);
         if n > 1 {
             for (instance, claim) in o.instances.iter().zip(claims) {
                 let ec2 = &self.ec2;
@@ -722,8 +823,13 @@ impl AwsProvider {
         let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
         let total = i32::try_from(claims.len()).unwrap_or(i32::MAX);
         let ec2 = &self.ec2;
+        // One token for every attempt of this request: a CreateFleet that
+        // succeeded but whose answer was lost (a 5xx, a timeout) is not
+        // carried out again when retried.
+        let token = error::client_token();
         let out = call(&self.config.retry, "ec2:CreateFleet", || {
             ec2.create_fleet()
+                .client_token(&token)
                 .r#type(FleetType::Instant)
                 .target_capacity_specification(
                     TargetCapacitySpecificationRequest::builder()
@@ -750,8 +856,19 @@ impl AwsProvider {
                 .set_context(plan.context.clone())
                 .send()
         })
-        .await?;
-        Ok(launch::outcome(&out, plan))
+        .await;
+        match out {
+            Ok(out) => Ok(launch::outcome(&out, plan)),
+            // A launch template deleted out of band (the whole request
+            // fails when it names one EC2 does not know).
+            Err(e) if e.code().is_some_and(launch::is_template_not_found) => {
+                Ok(launch::FleetOutcome {
+                    template_missing: true,
+                    ..launch::FleetOutcome::default()
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Joins or opens the batch of launches with `plan`'s key and returns
@@ -971,7 +1088,8 @@ impl CloudProvider for AwsProvider {
                 reason: resolution.problems.join("; "),
             });
         }
-        let types = self.instance_types_for(nodeclass).await?;
+        let types = self.unmarked_instance_types(nodeclass).await?;
+        let (full_subnets, spot_out) = self.active_marks();
         let family = Family::of(nodeclass);
         let plan = launch::plan(
             claim,
@@ -985,6 +1103,8 @@ impl CloudProvider for AwsProvider {
                 resolution: &resolution,
                 types: &types,
                 unavailable,
+                unavailable_subnets: &full_subnets,
+                spot_unavailable: spot_out,
             },
         )?;
         let (fleet, refused) = self.launch_batched(&plan, &name).await?;
@@ -1070,15 +1190,40 @@ impl CloudProvider for AwsProvider {
         if let Some((_, cache)) = self.instances.lock().await.as_mut() {
             cache.remove(id);
         }
-        let previous = out
-            .terminating_instances()
-            .first()
-            .and_then(|c| c.previous_state())
-            .and_then(|s| s.name())
-            .map(|n| n.as_str().to_string());
-        match previous.as_deref() {
-            Some("terminated" | "shutting-down") => Err(not_found()),
-            _ => Ok(()),
+        let change = out.terminating_instances().first();
+        let state = |s: Option<&aws_sdk_ec2::types::InstanceState>| {
+            s.and_then(|s| s.name()).map(|n| n.as_str().to_string())
+        };
+        if let Some("terminated" | "shutting-down") =
+            state(change.and_then(|c| c.previous_state())).as_deref()
+        {
+            return Err(not_found());
+        }
+        // Done only once EC2 says the instance is going: an answer that
+        // leaves it running (or no answer for it) is checked again, and
+        // failing that the delete is retried.
+        let mut current = state(change.and_then(|c| c.current_state()));
+        if !matches!(current.as_deref(), Some("shutting-down" | "terminated")) {
+            current = match self.get(provider_id).await {
+                Ok(i) => Some(
+                    match i.state {
+                        InstanceState::ShuttingDown => "shutting-down",
+                        InstanceState::Terminated => "terminated",
+                        InstanceState::Running => "running",
+                        InstanceState::Pending => "pending",
+                    }
+                    .to_string(),
+                ),
+                Err(CloudError::NotFound(_)) => Some("terminated".to_string()),
+                Err(e) => return Err(e),
+            };
+        }
+        match current.as_deref() {
+            Some("shutting-down" | "terminated") => Ok(()),
+            other => Err(CloudError::Api(format!(
+                "instance {id} is still {} after TerminateInstances; the delete will be retried",
+                other.unwrap_or("running")
+            ))),
         }
     }
 
