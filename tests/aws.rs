@@ -1541,3 +1541,280 @@ fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
         }
     });
 }
+
+/// The controller and the AWS provider through the proxy, with `pool`'s
+/// NodePool and the test's resolved node class stored in a memory cluster.
+async fn controller_for(
+    env: &Env,
+    aws: &Arc<AwsProvider>,
+    class: &EC2NodeClass,
+    pool: &str,
+) -> (
+    Arc<ManualClock>,
+    Arc<MemoryCluster>,
+    Controller<MemoryCluster, AwsProvider>,
+) {
+    let clock = Arc::new(ManualClock::new(SystemClock.now()));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+    let stored = cluster.create(env.nodeclass()).expect("created");
+    let mut with = (*stored).clone();
+    with.status = class.status.clone();
+    Cluster::replace_status(cluster.as_ref(), with)
+        .await
+        .expect("status");
+    cluster
+        .create(from_yaml::<NodePool>(pool))
+        .expect("created");
+    let controller = Controller::new(cluster.clone(), aws.clone(), dyn_clock, Settings::default());
+    (clock, cluster, controller)
+}
+
+fn pending_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    from_yaml(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
+         status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
+    ))
+}
+
+/// One provisioning pass that creates a NodeClaim, and its launch.
+async fn provision_and_launch(
+    clock: &ManualClock,
+    controller: &mut Controller<MemoryCluster, AwsProvider>,
+) {
+    controller.reconcile_provisioning().await;
+    clock.advance(BATCH_IDLE).expect("forward");
+    controller.reconcile_provisioning().await;
+    controller.reconcile_nodeclaims().await;
+}
+
+/// `InsufficientFreeAddressesInSubnet`, as Karpenter classifies it: the
+/// override's offering is refused and its subnet marked; EC2 launches
+/// from the next override, in the other zone; later launches leave the
+/// subnet's zone out until the mark expires.
+#[test]
+fn a_subnet_out_of_addresses_sends_launches_to_another_zone() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "full-subnet").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        let (subnet_a, zone_a) = env.subnets[0].clone();
+        let (subnet_b, zone_b) = env.subnets[1].clone();
+        proxy
+            .faults
+            .lock()
+            .unwrap()
+            .full_subnets
+            .insert(subnet_a.clone());
+
+        let launched = aws
+            .create(&claim("full-1", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches in the other zone");
+        assert_eq!(launched.instance.zone, zone_b);
+        assert_eq!(
+            launched.instance.subnet_id.as_deref(),
+            Some(subnet_b.as_str())
+        );
+        assert_eq!(
+            launched.refused,
+            [dovetail::cloud::OfferingKey {
+                instance_type: "m5.large".into(),
+                zone: zone_a.clone(),
+                capacity_type: "on-demand".into(),
+            }]
+        );
+        let first = proxy.bodies("CreateFleet").remove(0);
+        assert!(
+            first.contains(&subnet_a),
+            "the first launch tried {subnet_a}"
+        );
+
+        // The zone of the full subnet is out: not offered, not tried.
+        let types = aws.instance_types_for(&class).await.expect("types");
+        let m5 = types
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .expect("m5.large");
+        for o in &m5.offerings {
+            assert_eq!(o.available, o.zone != zone_a, "{o:?}");
+        }
+        let second = aws
+            .create(&claim("full-2", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        assert_eq!(second.instance.zone, zone_b);
+        assert!(second.refused.is_empty());
+        let last = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");
+        assert!(!last.contains(&subnet_a), "{last}");
+        // A claim for that zone alone cannot launch, and asks EC2 nothing.
+        let mut only_a = claim("full-3", &["m5.large"]);
+        only_a
+            .spec
+            .requirements
+            .push(dovetail::api::NodeSelectorRequirementWithMinValues::new(
+                "topology.kubernetes.io/zone",
+                dovetail::api::Operator::In,
+                &[zone_a.as_str()],
+            ));
+        let fleets = proxy.count("CreateFleet");
+        assert!(matches!(
+            aws.create(&only_a, &class, &BTreeSet::new()).await,
+            Err(CloudError::InsufficientCapacity { .. })
+        ));
+        assert_eq!(proxy.count("CreateFleet"), fleets);
+    });
+}
+
+/// Without the Spot service-linked role (and the right to create it),
+/// EC2 refuses every spot launch. As Karpenter does, spot is marked
+/// unavailable, the claim fails as insufficient capacity, and the next
+/// claim for the same pods launches on demand.
+#[test]
+fn a_missing_spot_service_linked_role_ends_in_an_on_demand_launch() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "spot-role").await;
+        let aws = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
+        let class = env.resolved(&aws).await;
+        proxy.faults.lock().unwrap().spot_role_missing = true;
+        let (clock, cluster, mut controller) = controller_for(
+            &env,
+            &aws,
+            &class,
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      \
+             nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      \
+             - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}\n      \
+             - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}\n",
+        )
+        .await;
+        cluster.create(pending_pod("web")).expect("created");
+        provision_and_launch(&clock, &mut controller).await;
+        // The spot launch failed; its claim is gone.
+        let asked = proxy.bodies("CreateFleet");
+        assert_eq!(asked.len(), 1);
+        assert!(
+            asked[0].contains("DefaultTargetCapacityType=spot"),
+            "{}",
+            asked[0]
+        );
+        assert!(Cluster::list::<NodeClaim>(cluster.as_ref()).is_empty());
+        let events = controller.drain_events();
+        assert!(
+            events.iter().any(|e| e.reason == "InsufficientCapacity"),
+            "{events:?}"
+        );
+        // The next solve launches the pod's node on demand.
+        clock.advance(Duration::from_secs(1)).expect("forward");
+        provision_and_launch(&clock, &mut controller).await;
+        let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+        assert_eq!(claims.len(), 1);
+        let labels = claims[0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+        let asked = proxy.bodies("CreateFleet");
+        assert_eq!(asked.len(), 2);
+        assert!(
+            asked[1].contains("DefaultTargetCapacityType=on-demand"),
+            "{}",
+            asked[1]
+        );
+        let pid = claims[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .expect("launched");
+        assert_eq!(aws.get(&pid).await.expect("exists").capacity_type, "on-demand");
+    });
+}
+
+/// A CreateFleet whose answer is lost (EC2 launched, the caller got a 503)
+/// is retried with the same ClientToken, so EC2 answers with the first
+/// fleet instead of launching a second instance.
+#[test]
+fn a_create_fleet_retried_after_a_lost_answer_carries_the_same_client_token() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "token").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        proxy.faults.lock().unwrap().lose_fleet_answers = 1;
+        let launched = aws
+            .create(&claim("token-1", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches after the retry");
+        let bodies = proxy.bodies("CreateFleet");
+        assert_eq!(bodies.len(), 2, "one attempt, one retry");
+        let token = |body: &str| -> Option<String> {
+            body.split('&')
+                .find_map(|p| p.strip_prefix("ClientToken="))
+                .map(str::to_string)
+        };
+        let first = token(&bodies[0]).expect("a ClientToken");
+        assert_eq!(token(&bodies[1]).as_deref(), Some(first.as_str()));
+        // One instance, the one the first attempt launched.
+        let listed: Vec<String> = aws
+            .list()
+            .await
+            .expect("lists")
+            .into_iter()
+            .filter(|i| i.nodeclaim == "token-1")
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(listed, [launched.instance.id.clone()]);
+        // Another launch is another request: a new token.
+        aws.create(&claim("token-2", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        let third = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");
+        assert_ne!(token(&third).as_deref(), Some(first.as_str()));
+    });
+}
+
+/// A launch template deleted behind dovetail's back (by hand, or by
+/// another cleanup): EC2 refuses the CreateFleet that names it; the cache
+/// is dropped and the template made again, and the launch goes on.
+#[test]
+fn a_launch_template_deleted_out_of_band_is_recreated_by_the_next_launch() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "lt-gone").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        aws.create(&claim("lt-1", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        let names = env.launch_templates().await;
+        assert_eq!(names.len(), 1);
+        env.ec2
+            .delete_launch_template()
+            .launch_template_name(&names[0])
+            .send()
+            .await
+            .expect("DeleteLaunchTemplate");
+        assert!(env.launch_templates().await.is_empty());
+        let second = aws
+            .create(&claim("lt-2", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches after recreating the template");
+        assert_eq!(
+            env.launch_templates().await,
+            names,
+            "the same template again"
+        );
+        assert_eq!(proxy.count("CreateLaunchTemplate"), 2);
+        assert_eq!(
+            env.tags(&second.instance.id).await["karpenter.sh/nodeclaim"],
+            "lt-2"
+        );
+    });
+}

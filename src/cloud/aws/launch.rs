@@ -950,14 +950,19 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     let constraints = instance_constraints(&requirements);
     let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
     let mut subnet_of_zone: BTreeMap<&str, &str> = BTreeMap::new();
+    // Zones whose every subnet is out of addresses: their offerings are
+    // unavailable, as if out of capacity.
+    let mut full_zones: BTreeSet<&str> = BTreeSet::new();
     for s in &input.resolution.subnets {
         if input.unavailable_subnets.contains(&s.id) {
+            full_zones.insert(s.zone.as_str());
             continue;
         }
         subnet_of_zone
             .entry(s.zone.as_str())
             .or_insert(s.id.as_str());
     }
+    full_zones.retain(|z| !subnet_of_zone.contains_key(z));
 
     let mut allowed_any = false;
     let mut known_out = Vec::new();
@@ -976,6 +981,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             let key = offering_key(it, o);
             if input.unavailable.contains(&key)
                 || (input.spot_unavailable && o.capacity_type == crate::api::CAPACITY_TYPE_SPOT)
+                || full_zones.contains(o.zone.as_str())
             {
                 known_out.push(key);
                 continue;
