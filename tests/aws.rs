@@ -761,16 +761,31 @@ fn on_demand_prices_come_from_the_pricing_api() {
     let rt = runtime();
     rt.block_on(async {
         let proxy = aws_proxy::start(moto.addr).await;
-        let pages: Vec<serde_json::Value> = serde_json::from_str(
-            &std::fs::read_to_string(root().join("tests/fixtures/aws/get-products-us-east-2.json"))
-                .expect("fixture"),
-        )
-        .expect("JSON");
-        proxy.faults.lock().unwrap().pricing_pages = pages.iter().map(|p| p.to_string()).collect();
+        let pages = |file: &str| -> Vec<String> {
+            let pages: Vec<serde_json::Value> = serde_json::from_str(
+                &std::fs::read_to_string(root().join("tests/fixtures/aws").join(file))
+                    .expect("fixture"),
+            )
+            .expect("JSON");
+            pages.iter().map(|p| p.to_string()).collect()
+        };
+        {
+            let mut f = proxy.faults.lock().unwrap();
+            f.pricing_pages = pages("get-products-us-east-2.json");
+            f.pricing_metal_pages = pages("get-products-metal-us-east-2.json");
+        }
         let env = Env::new(&proxy.endpoint(), "us-east-2", "pricing").await;
+        // A price file under the API's prices, over the built-in ones.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("prices.json");
+        std::fs::write(
+            &file,
+            r#"{"schema_version": 1, "regions": {"us-east-2": {"on_demand": {"c5.large": 0.5, "r5.large": 0.2}}}}"#,
+        )
+        .expect("write");
         let mut config = env.config();
         config.isolated_vpc = false;
-        config.pricing_file = None;
+        config.pricing_file = Some(file);
         let aws = env.provider(&proxy.endpoint(), config).await;
         let types = aws
             .instance_types_for(&env.nodeclass())
@@ -783,39 +798,138 @@ fn on_demand_prices_come_from_the_pricing_api() {
                 .and_then(|t| t.offerings.iter().find(|o| o.capacity_type == "on-demand"))
                 .map(|o| o.price)
         };
-        assert_eq!(price("c5.large"), Some(0.085));
+        assert_eq!(price("c5.large"), Some(0.085), "the API's price wins");
         assert_eq!(price("m5.xlarge"), Some(0.192), "the second page is read");
         assert_eq!(price("t3.medium"), Some(0.0416));
-        // No on-demand price, no on-demand offering (moto's placeholder spot
-        // prices still offer spot).
-        assert_eq!(price("r5.large"), None);
-        let on_demand: Vec<&str> = types
-            .iter()
-            .filter(|t| t.offerings.iter().any(|o| o.capacity_type == "on-demand"))
-            .map(|t| t.name.as_str())
-            .collect();
-        assert_eq!(
-            on_demand,
-            ["c5.large", "m5.large", "m5.xlarge", "t3.medium"]
-        );
+        assert_eq!(price("m5.metal"), Some(4.608), "bare metal is priced");
+        assert_eq!(price("r5.large"), Some(0.2), "the price file's over the built-in");
+        // Types neither lists keep their built-in price (us-east-1's table
+        // stands in for us-east-2).
+        let (builtin, from) = dovetail::cloud::aws::pricing::builtin("us-east-2");
+        assert_eq!(from, "us-east-1");
+        assert_eq!(price("m6i.large"), builtin.get("m6i.large").copied());
+        assert!(price("m6i.large").is_some());
+
+        // Two queries, as Karpenter makes them: shared instances (two
+        // pages), then bare metal.
         let bodies = proxy.bodies("GetProducts");
-        assert_eq!(bodies.len(), 2);
-        let first: serde_json::Value = serde_json::from_str(&bodies[0]).expect("JSON request");
-        assert_eq!(first["ServiceCode"], "AmazonEC2");
-        let filters = first["Filters"].to_string();
-        for f in [
-            "regionCode",
-            "us-east-2",
-            "operatingSystem",
-            "Linux",
-            "tenancy",
-            "Shared",
-            "capacitystatus",
-            "Used",
-        ] {
-            assert!(filters.contains(f), "{filters}");
+        assert_eq!(bodies.len(), 3);
+        let filters = |body: &str| -> BTreeMap<String, String> {
+            let v: serde_json::Value = serde_json::from_str(body).expect("JSON request");
+            assert_eq!(v["ServiceCode"], "AmazonEC2");
+            v["Filters"]
+                .as_array()
+                .expect("filters")
+                .iter()
+                .map(|f| {
+                    assert_eq!(f["Type"], "TERM_MATCH");
+                    (
+                        f["Field"].as_str().expect("field").to_string(),
+                        f["Value"].as_str().expect("value").to_string(),
+                    )
+                })
+                .collect()
+        };
+        let shared = filters(&bodies[0]);
+        let metal = filters(&bodies[2]);
+        for f in [&shared, &metal] {
+            for (k, v) in [
+                ("regionCode", "us-east-2"),
+                ("operatingSystem", "Linux"),
+                ("preInstalledSw", "NA"),
+                ("capacitystatus", "Used"),
+                ("marketoption", "OnDemand"),
+            ] {
+                assert_eq!(f.get(k).map(String::as_str), Some(v), "{f:?}");
+            }
         }
+        assert_eq!(shared["tenancy"], "Shared");
+        assert_eq!(shared["productFamily"], "Compute Instance");
+        assert_eq!(metal["tenancy"], "Dedicated");
+        assert_eq!(metal["productFamily"], "Compute Instance (bare metal)");
         assert!(bodies[1].contains("page-2"), "{}", bodies[1]);
+    });
+}
+
+/// With the Pricing API denied and no price file, the built-in prices
+/// stand in: launches are priced and go on, and getting, listing and
+/// garbage-collecting instances never ask the Pricing API at all.
+#[test]
+fn with_the_pricing_api_denied_and_no_price_file_the_builtin_prices_keep_everything_working() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        proxy
+            .faults
+            .lock()
+            .unwrap()
+            .deny
+            .insert("GetProducts".to_string());
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "no-pricing").await;
+        let mut config = env.config();
+        config.isolated_vpc = false;
+        config.pricing_file = None;
+        let aws = Arc::new(env.provider(&proxy.endpoint(), config).await);
+        // Reading instances first: no pricing call.
+        assert!(aws.list().await.expect("lists").is_empty());
+        assert_eq!(proxy.count("GetProducts"), 0);
+
+        let (builtin, _) = dovetail::cloud::aws::pricing::builtin("us-west-2");
+        let class = env.resolved(&aws).await;
+        let launched = aws
+            .create(
+                &claim("priced", &["m5.large", "c5.large"]),
+                &class,
+                &BTreeSet::new(),
+            )
+            .await
+            .expect("launches on the built-in prices");
+        assert!(proxy.count("GetProducts") > 0, "the API was tried");
+        let i = &launched.instance;
+        let cheaper = if builtin["c5.large"] < builtin["m5.large"] {
+            "c5.large"
+        } else {
+            "m5.large"
+        };
+        assert_eq!(i.instance_type, cheaper);
+        assert_eq!(i.price, builtin[cheaper]);
+        let asked = proxy.count("GetProducts");
+        assert_eq!(
+            aws.get(&i.provider_id).await.expect("gets").price,
+            builtin[cheaper]
+        );
+        assert_eq!(aws.list().await.expect("lists").len(), 1);
+        let orphan = aws
+            .create(&claim("crashed", &["c5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+
+        // Garbage collection of the orphan, as in a controller.
+        let clock = Arc::new(ManualClock::new(SystemClock.now()));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        cluster
+            .create(recorded(&claim("priced", &["m5.large"]), &i.provider_id))
+            .expect("created");
+        let mut controller = Controller::new(cluster, aws.clone(), dyn_clock, Settings::default());
+        clock.advance(Duration::from_secs(6 * 60)).expect("forward");
+        controller.reconcile_garbage().await;
+        assert!(matches!(
+            aws.get(&orphan.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
+        let left: Vec<String> = aws
+            .list()
+            .await
+            .expect("lists")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(left, [i.id.clone()]);
+        // The failed API is not asked again at every call.
+        assert_eq!(proxy.count("GetProducts"), asked);
     });
 }
 
@@ -1816,5 +1930,205 @@ fn a_launch_template_deleted_out_of_band_is_recreated_by_the_next_launch() {
             env.tags(&second.instance.id).await["karpenter.sh/nodeclaim"],
             "lt-2"
         );
+    });
+}
+
+/// The built-in prices (`src/cloud/aws/builtin-prices.json`) are generated
+/// from the published catalog: its on-demand prices (every zone of it
+/// offers a type at one price), with its source and date. After a new
+/// catalog, `DOVETAIL_BLESS=1 cargo test --test main builtin_prices`
+/// writes them again.
+#[test]
+fn builtin_prices_are_generated_from_the_published_catalog() {
+    let catalog: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(shared_catalog()).expect("catalog"))
+            .expect("JSON");
+    let source = catalog["source"].as_str().expect("the catalog's source");
+    // The catalog's source ends with its date, `(YYYY-MM)`.
+    let date = source
+        .rsplit_once('(')
+        .and_then(|(_, d)| d.strip_suffix(')'))
+        .expect("a date in the source");
+    let region = "us-east-1";
+    let mut prices = BTreeMap::new();
+    for t in catalog["instanceTypes"].as_array().expect("types") {
+        let name = t["name"].as_str().expect("name");
+        let offered: BTreeSet<String> = t["offerings"]
+            .as_array()
+            .expect("offerings")
+            .iter()
+            .filter(|o| o["capacityType"] == "on-demand")
+            .map(|o| o["price"].to_string())
+            .collect();
+        assert!(
+            offered.len() <= 1,
+            "{name}: one price per type: {offered:?}"
+        );
+        if let Some(p) = offered.into_iter().next() {
+            prices.insert(name.to_string(), p);
+        }
+    }
+    let body: Vec<String> = prices
+        .iter()
+        .map(|(name, p)| format!("    \"{name}\": {p}"))
+        .collect();
+    let text = format!(
+        "{{\"schema_version\": 1,\n \"source\": {},\n \"date\": \"{date}\",\n \"regions\": {{\"{region}\": {{\"on_demand\": {{\n{}\n}}}}}}}}\n",
+        serde_json::Value::String(format!(
+            "{source}; generated from ../shared/data/aws-catalog.json"
+        )),
+        body.join(",\n")
+    );
+    crate::support::assert_matches_file(&text, Path::new("src/cloud/aws/builtin-prices.json"));
+    // It is a price file dovetail reads.
+    let read = dovetail::cloud::aws::pricing::parse_price_file(&text, region).expect("valid");
+    assert_eq!(read.len(), prices.len());
+    assert!(read.len() > 1000, "{}", read.len());
+}
+
+/// Polls `check` every 20 ms for up to 10 s.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The provider's background work: the Kubernetes version is read again
+/// (every 5 minutes, here every 50 ms), so after an upgrade the alias
+/// resolves to the new version's image and running nodes drift; and while
+/// the replica leads, launch templates no node class uses any more are
+/// deleted.
+#[test]
+fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templates() {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "eu-west-1", "upgrade").await;
+        env.put_parameter(
+            "/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/standard/recommended/image_id",
+            &env.images[1],
+        )
+        .await;
+        let mut config = env.config();
+        config.kubernetes_version_ttl = Duration::from_millis(50);
+        config.launch_template_cleanup_interval = Duration::from_millis(50);
+        config.background_tick = Duration::from_millis(10);
+        config.pricing_file = None;
+        let aws = Arc::new(env.provider(&moto.endpoint(), config).await);
+        let version = Arc::new(Mutex::new(K8S.to_string()));
+        let leading = Arc::new(AtomicBool::new(false));
+        let classes: Arc<Mutex<Vec<EC2NodeClass>>> = Arc::new(Mutex::new(Vec::new()));
+        let work = {
+            let (version, leading, classes) = (version.clone(), leading.clone(), classes.clone());
+            dovetail::cloud::aws::Background {
+                kubernetes_version: Some(Arc::new(move || {
+                    let v = version.lock().unwrap().clone();
+                    Box::pin(async move { Ok(format!("v{v}.2-eks-f69f56f")) })
+                })),
+                nodeclasses: Box::new(move || {
+                    leading
+                        .load(Ordering::Relaxed)
+                        .then(|| classes.lock().unwrap().clone())
+                }),
+            }
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let background = {
+            let aws = aws.clone();
+            tokio::spawn(async move {
+                aws.run_background(work, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            })
+        };
+
+        let class = env.resolved(&aws).await;
+        assert_eq!(
+            class.status.as_ref().unwrap().amis.as_ref().unwrap()[0].id,
+            env.images[0]
+        );
+        let a = claim("upgrade-a", &["m5.large"]);
+        let launched = aws
+            .create(&a, &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        let a = recorded(&a, &launched.provider_id);
+        let before = env.launch_templates().await;
+        assert_eq!(before.len(), 1);
+
+        // The control plane is upgraded.
+        *version.lock().unwrap() = "1.35".to_string();
+        eventually("the version change", async || {
+            aws.kubernetes_version().as_deref() == Some("1.35")
+        })
+        .await;
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert_eq!(r.amis[0].id, env.images[1], "the 1.35 image");
+        let class = with_status(class, &r);
+        assert_eq!(
+            aws.is_drifted(&a, &class).await.expect("checks"),
+            vec![DriftReason::Ami {
+                image: env.images[0].clone()
+            }]
+        );
+
+        // Not leading: nothing is deleted. Leading: the old image's
+        // template goes.
+        *classes.lock().unwrap() = vec![class.clone()];
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(env.launch_templates().await, before);
+        leading.store(true, Ordering::Relaxed);
+        eventually("the cleanup", async || {
+            env.launch_templates().await.is_empty()
+        })
+        .await;
+
+        let _ = stop_tx.send(());
+        background.await.expect("the background work stops");
+    });
+}
+
+/// A delete is done only once EC2 has the instance shutting down: a
+/// TerminateInstances that leaves it running is an error (retried by the
+/// controller), not a success that releases the NodeClaim.
+#[test]
+fn delete_is_done_only_once_the_instance_is_shutting_down() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "still-running").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        let i = aws
+            .create(&claim("running", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        proxy.faults.lock().unwrap().terminate_keeps_running = true;
+        let err = aws.delete(&i.provider_id).await.unwrap_err();
+        assert!(
+            matches!(&err, CloudError::Api(m) if m.contains("still running")),
+            "{err}"
+        );
+        assert_eq!(
+            aws.get(&i.provider_id).await.expect("exists").state,
+            InstanceState::Running
+        );
+        proxy.faults.lock().unwrap().terminate_keeps_running = false;
+        aws.delete(&i.provider_id).await.expect("terminates");
+        assert!(matches!(
+            aws.delete(&i.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
     });
 }

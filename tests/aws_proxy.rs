@@ -19,7 +19,8 @@
 //!   `ClientToken` seen before gets the first answer again, launching
 //!   nothing;
 //! - the Pricing API, which moto lacks: GetProducts answers come from
-//!   recorded responses, page by page.
+//!   recorded responses, page by page (the bare-metal query's apart);
+//! - a TerminateInstances that leaves the instance running.
 //!
 //! Every request's action is logged, so tests can count calls.
 
@@ -52,6 +53,12 @@ pub struct Faults {
     /// request with `NextToken` T gets the page after the one that
     /// returned T.
     pub pricing_pages: Vec<String>,
+    /// The same for the bare-metal query (product family `Compute
+    /// Instance (bare metal)`).
+    pub pricing_metal_pages: Vec<String>,
+    /// TerminateInstances is answered as if the instance kept running,
+    /// and not carried out.
+    pub terminate_keeps_running: bool,
 }
 
 /// A request as the proxy saw it.
@@ -557,6 +564,7 @@ async fn serve(
         Deny,
         Pricing(Option<String>),
         Fleet,
+        KeepRunning,
         Forward,
     }
     let plan = {
@@ -577,10 +585,14 @@ async fn serve(
                         .and_then(|t| t.as_str())
                         .map(str::to_string)
                 });
+            let pages = if body.contains("Compute Instance (bare metal)") {
+                &f.pricing_metal_pages
+            } else {
+                &f.pricing_pages
+            };
             let index = match &token {
                 None => Some(0),
-                Some(t) => f
-                    .pricing_pages
+                Some(t) => pages
                     .iter()
                     .position(|p| {
                         serde_json::from_str::<serde_json::Value>(p)
@@ -592,7 +604,9 @@ async fn serve(
                     })
                     .map(|i| i + 1),
             };
-            Plan::Pricing(index.and_then(|i| f.pricing_pages.get(i).cloned()))
+            Plan::Pricing(index.and_then(|i| pages.get(i).cloned()))
+        } else if action == "TerminateInstances" && f.terminate_keeps_running {
+            Plan::KeepRunning
         } else if action == "CreateFleet" {
             Plan::Fleet
         } else {
@@ -686,6 +700,18 @@ async fn serve(
             }
             let (status, ct, answer) = answer;
             respond(&mut conn, &status, &ct, &[], &answer).await
+        }
+        Plan::KeepRunning => {
+            let id = form(&body)
+                .into_iter()
+                .find(|(k, _)| k == "InstanceId.1")
+                .map(|(_, v)| v)
+                .unwrap_or_default();
+            let xml = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<TerminateInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><instancesSet><item><instanceId>{id}</instanceId>\
+                 <currentState><code>16</code><name>running</name></currentState><previousState><code>16</code><name>running</name></previousState></item></instancesSet></TerminateInstancesResponse>"
+            );
+            respond(&mut conn, "200 OK", "text/xml", &[], xml.as_bytes()).await
         }
         Plan::Forward => {
             let (status, ct, answer) = forward(upstream, &req, &req.body).await?;

@@ -33,6 +33,7 @@
 //!   [`AwsProvider::cleanup_launch_templates`] once their node class is gone
 //!   or no longer resolves to their image.
 
+pub mod background;
 pub mod config;
 pub mod error;
 pub mod iam;
@@ -42,10 +43,12 @@ pub mod launch;
 pub mod nodeclass;
 pub mod pricing;
 
+pub use background::{Background, VersionSource};
 pub use config::{AwsConfig, ClusterAccess, kubernetes_version};
 pub use error::{AwsError, RetrySettings};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use aws_config::SdkConfig;
@@ -87,8 +90,13 @@ struct Catalog {
     /// Instance type -> the zones that offer it.
     zones: Arc<BTreeMap<String, BTreeSet<String>>>,
     types_at: Option<Instant>,
+    /// The built-in prices, the price file's over them, the Pricing API's
+    /// over both.
     on_demand: Arc<OnDemandPrices>,
-    on_demand_at: Option<Instant>,
+    /// Whether `on_demand` holds at least the built-in and file prices.
+    on_demand_loaded: bool,
+    /// When the Pricing API is next asked (`None`: not yet asked).
+    on_demand_due: Option<Instant>,
     spot: Arc<SpotPrices>,
     spot_at: Option<Instant>,
     /// Bumped whenever anything above changes.
@@ -104,6 +112,27 @@ struct CatalogView {
     spot: Arc<SpotPrices>,
     version: u64,
 }
+
+fn view(c: &Catalog) -> CatalogView {
+    CatalogView {
+        types: Arc::clone(&c.types),
+        zones: Arc::clone(&c.zones),
+        on_demand: Arc::clone(&c.on_demand),
+        spot: Arc::clone(&c.spot),
+        version: c.version,
+    }
+}
+
+/// What the Pricing API said.
+enum PricingAnswer {
+    /// Nothing asked: an isolated VPC, or GovCloud.
+    NotAsked,
+    Prices(OnDemandPrices),
+    Failed,
+}
+
+/// How soon the Pricing API is asked again after it failed.
+const PRICING_RETRY: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 impl CatalogView {
     fn price(&self, instance_type: &str, zone: &str, capacity_type: &str) -> Option<f64> {
@@ -176,6 +205,10 @@ pub struct AwsProvider {
     instances: tokio::sync::Mutex<Option<(Instant, HashMap<String, Instance>)>>,
     /// What CreateFleet found unusable, until when.
     marks: Mutex<Marks>,
+    /// Whether [`AwsProvider::run_background`] keeps the catalog fresh.
+    background: AtomicBool,
+    /// The cluster's Kubernetes version, as last read.
+    kubernetes_version: Mutex<Option<String>>,
 }
 
 /// Subnets out of addresses and capacity types that cannot launch, each
@@ -242,7 +275,9 @@ impl AwsProvider {
                 .region(aws_config::Region::new(config::pricing_region(&region)))
                 .build(),
         );
+        let kubernetes_version = Mutex::new(config.kubernetes_version.clone());
         Ok(AwsProvider {
+            kubernetes_version,
             config,
             region,
             ec2,
@@ -256,6 +291,7 @@ impl AwsProvider {
             batches: Mutex::new(HashMap::new()),
             instances: tokio::sync::Mutex::new(None),
             marks: Mutex::new(Marks::default()),
+            background: AtomicBool::new(false),
         })
     }
 
@@ -308,13 +344,28 @@ impl AwsProvider {
         }
     }
 
-    /// The catalog, refreshing what is older than its TTL. A refresh that
-    /// fails keeps the previous data (logged); with no data at all it is
-    /// an error.
+    /// The catalog for launches and instance types: what was never read is
+    /// read now; what is older than its TTL too, unless
+    /// [`Self::run_background`] keeps it fresh. A refresh that fails keeps
+    /// the previous data (logged); with no instance types at all it is an
+    /// error. On-demand prices never fail: the built-in ones stand in.
     async fn catalog(&self) -> Result<CatalogView, CloudError> {
+        self.refresh_catalog(!self.background.load(Ordering::Relaxed))
+            .await
+    }
+
+    /// Reads again whatever part of the catalog is older than its TTL (the
+    /// background refresh).
+    pub async fn refresh(&self) -> Result<(), CloudError> {
+        self.refresh_catalog(true).await.map(|_| ())
+    }
+
+    async fn refresh_catalog(&self, refresh_stale: bool) -> Result<CatalogView, CloudError> {
         let mut c = self.catalog.lock().await;
         let now = Instant::now();
-        let stale = |at: Option<Instant>, ttl| at.is_none_or(|t| now.duration_since(t) >= ttl);
+        let stale = |at: Option<Instant>, ttl| {
+            at.is_none_or(|t| refresh_stale && now.duration_since(t) >= ttl)
+        };
         if stale(c.types_at, self.config.instance_types_ttl) {
             match self.fetch_types().await {
                 Ok((types, zones)) => {
@@ -329,18 +380,31 @@ impl AwsProvider {
                 Err(e) => return Err(e.into()),
             }
         }
-        if stale(c.on_demand_at, self.config.on_demand_prices_ttl) {
-            match self.fetch_on_demand().await {
-                Ok(prices) => {
-                    c.on_demand = Arc::new(prices);
-                    c.on_demand_at = Some(now);
-                    c.version += 1;
+        self.load_base_prices(&mut c)?;
+        let due = c
+            .on_demand_due
+            .is_none_or(|due| refresh_stale && now >= due);
+        if due {
+            let (answer, next) = self.fetch_on_demand().await;
+            let fresh = match answer {
+                // The price file may have changed.
+                PricingAnswer::NotAsked => Some(BTreeMap::new()),
+                PricingAnswer::Prices(api) => Some(api),
+                PricingAnswer::Failed => None,
+            };
+            if let Some(api) = fresh {
+                match self.base_prices() {
+                    Ok(mut all) => {
+                        all.extend(api);
+                        c.on_demand = Arc::new(all);
+                        c.version += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the price file; keeping the prices known")
+                    }
                 }
-                Err(e) if c.on_demand_at.is_some() => {
-                    tracing::warn!(error = %e, "refreshing on-demand prices; keeping the previous ones");
-                }
-                Err(e) => return Err(CloudError::Api(e)),
             }
+            c.on_demand_due = Some(now + next);
         }
         if stale(c.spot_at, self.config.spot_prices_ttl) {
             match pricing::fetch_spot(&self.ec2, &self.config.retry).await {
@@ -353,13 +417,51 @@ impl AwsProvider {
             }
             c.spot_at = Some(now);
         }
-        Ok(CatalogView {
-            types: Arc::clone(&c.types),
-            zones: Arc::clone(&c.zones),
-            on_demand: Arc::clone(&c.on_demand),
-            spot: Arc::clone(&c.spot),
-            version: c.version,
-        })
+        Ok(view(&c))
+    }
+
+    /// The catalog for reading instances (get, list, drift, garbage
+    /// collection): never the Pricing API nor spot prices, only instance
+    /// types if none were read yet, and no failure: an instance's labels
+    /// then lack its type's facts.
+    async fn instances_catalog(&self) -> CatalogView {
+        let mut c = self.catalog.lock().await;
+        if c.types_at.is_none() {
+            match self.fetch_types().await {
+                Ok((types, zones)) => {
+                    c.types = Arc::new(types);
+                    c.zones = Arc::new(zones);
+                    c.types_at = Some(Instant::now());
+                    c.version += 1;
+                }
+                Err(e) => tracing::warn!(error = %e, "reading instance types for instance labels"),
+            }
+        }
+        if let Err(e) = self.load_base_prices(&mut c) {
+            tracing::warn!(error = %e, "reading the price file");
+        }
+        view(&c)
+    }
+
+    /// Puts the built-in and price-file prices in place if nothing is yet.
+    fn load_base_prices(&self, c: &mut Catalog) -> Result<(), CloudError> {
+        if c.on_demand_loaded {
+            return Ok(());
+        }
+        let base = self.base_prices().map_err(CloudError::InvalidRequest)?;
+        c.on_demand = Arc::new(base);
+        c.on_demand_loaded = true;
+        c.version += 1;
+        Ok(())
+    }
+
+    /// The built-in prices with the price file's over them.
+    fn base_prices(&self) -> Result<OnDemandPrices, String> {
+        let (mut prices, _) = pricing::builtin(&self.region);
+        if let Some(path) = &self.config.pricing_file {
+            prices.extend(pricing::read_price_file(path, &self.region)?);
+        }
+        Ok(prices)
     }
 
     #[allow(clippy::type_complexity)]
@@ -418,35 +520,24 @@ impl AwsProvider {
         Ok((types, zones))
     }
 
-    /// On-demand prices: the Pricing API (unless in an isolated VPC), with
-    /// the price file filling the gaps or standing in when the API fails.
-    async fn fetch_on_demand(&self) -> Result<OnDemandPrices, String> {
-        let file = match &self.config.pricing_file {
-            Some(path) => Some(pricing::read_price_file(path, &self.region)?),
-            None => None,
-        };
-        if self.config.isolated_vpc {
-            return file.ok_or_else(|| {
-                "no on-demand prices: in an isolated VPC the price file (--pricing-file) is required"
-                    .to_string()
-            });
+    /// The Pricing API's on-demand prices, if it is asked and answers, and
+    /// when to ask again: after the TTL, or [`PRICING_RETRY`] after a
+    /// failure. Not asked in an isolated VPC nor in GovCloud, which has no
+    /// Pricing API.
+    async fn fetch_on_demand(&self) -> (PricingAnswer, std::time::Duration) {
+        let ttl = self.config.on_demand_prices_ttl;
+        if self.config.isolated_vpc || !pricing::has_pricing_api(&self.region) {
+            return (PricingAnswer::NotAsked, ttl);
         }
         match pricing::fetch_on_demand(&self.pricing, &self.config.retry, &self.region).await {
-            Ok(mut api) => {
-                for (k, v) in file.unwrap_or_default() {
-                    api.entry(k).or_insert(v);
-                }
-                Ok(api)
+            Ok(prices) => (PricingAnswer::Prices(prices), ttl),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "the Pricing API failed; keeping the on-demand prices already known (built-in, price file, or last read)"
+                );
+                (PricingAnswer::Failed, PRICING_RETRY.min(ttl))
             }
-            Err(e) => match file {
-                Some(f) => {
-                    tracing::warn!(error = %e, "the Pricing API failed; using the price file");
-                    Ok(f)
-                }
-                None => Err(format!(
-                    "no on-demand prices: {e} (a price file, --pricing-file, can stand in)"
-                )),
-            },
         }
     }
 
@@ -582,14 +673,48 @@ impl AwsProvider {
             .collect())
     }
 
-    fn resolver(&self) -> nodeclass::Resolver<'_> {
+    /// The cluster's Kubernetes version AMI aliases resolve for.
+    pub fn kubernetes_version(&self) -> Option<String> {
+        lock(&self.kubernetes_version).clone()
+    }
+
+    /// Sets the cluster's Kubernetes version (`1.35`, or as the API server
+    /// reports it, `v1.35.2-eks-...`); later resolutions of AMI aliases
+    /// use it. A version that does not parse is ignored (logged).
+    pub fn set_kubernetes_version(&self, version: &str) {
+        let Some((major, minor)) = config::parse_minor(version) else {
+            tracing::warn!(
+                version,
+                "ignoring a Kubernetes version that is not MAJOR.MINOR"
+            );
+            return;
+        };
+        let v = format!("{major}.{minor}");
+        let mut current = lock(&self.kubernetes_version);
+        if current.as_deref() != Some(v.as_str()) {
+            tracing::info!(from = ?*current, to = %v, "the cluster's Kubernetes version changed; AMI aliases follow it");
+            *current = Some(v);
+        }
+    }
+
+    fn resolver<'a>(&'a self, kubernetes_version: Option<&'a str>) -> nodeclass::Resolver<'a> {
         nodeclass::Resolver {
             ec2: &self.ec2,
             ssm: &self.ssm,
             retry: &self.config.retry,
             ssm_root: &self.config.ssm_parameter_root,
-            kubernetes_version: self.config.kubernetes_version.as_deref(),
+            kubernetes_version,
         }
+    }
+
+    /// The key of a node class's cached resolution: its spec and the
+    /// Kubernetes version its aliases resolve for.
+    fn resolution_key(&self, class: &EC2NodeClass) -> String {
+        format!(
+            "{}@{}",
+            serde_json::to_string(&class.spec).unwrap_or_default(),
+            self.kubernetes_version().unwrap_or_default()
+        )
     }
 
     /// What a launch from the node class uses: its status when that
@@ -618,7 +743,7 @@ impl AwsProvider {
             }
         }
         let name = class.metadata.name.clone().unwrap_or_default();
-        let spec = serde_json::to_string(&class.spec).unwrap_or_default();
+        let spec = self.resolution_key(class);
         let mut cache = self.resolutions.lock().await;
         if let Some((at, s, r)) = cache.get(&name)
             && *s == spec
@@ -626,7 +751,10 @@ impl AwsProvider {
         {
             return Ok(r.clone());
         }
-        let r = self.resolver().resolve(class).await?;
+        let r = self
+            .resolver(self.kubernetes_version().as_deref())
+            .resolve(class)
+            .await?;
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
     }
@@ -950,7 +1078,7 @@ impl AwsProvider {
         filters: Vec<Filter>,
         ids: Vec<String>,
     ) -> Result<Vec<Instance>, CloudError> {
-        let view = self.catalog().await?;
+        let view = self.instances_catalog().await;
         let ec2 = &self.ec2;
         let listed = paginate(
             &self.config.retry,
@@ -1287,9 +1415,12 @@ impl CloudProvider for AwsProvider {
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<NodeClassResolution, CloudError> {
-        let r = self.resolver().resolve(nodeclass).await?;
+        let r = self
+            .resolver(self.kubernetes_version().as_deref())
+            .resolve(nodeclass)
+            .await?;
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
-        let spec = serde_json::to_string(&nodeclass.spec).unwrap_or_default();
+        let spec = self.resolution_key(nodeclass);
         self.resolutions
             .lock()
             .await
