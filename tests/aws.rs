@@ -1265,8 +1265,8 @@ fn the_iam_policy_allows_every_action_the_code_calls() {
 
     // Every SDK operation the code calls, and every action it names to the
     // retry wrapper, is listed.
-    let op =
-        regex::Regex::new(r"\b(ec2|ssm|sqs|pricing)\s*\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)").unwrap();
+    let op = regex::Regex::new(r"\b(ec2|ssm|sqs|pricing|iam)\s*\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")
+        .unwrap();
     let named = regex::Regex::new(r#""((?:ec2|ssm|sqs|pricing|iam):[A-Za-z]+)""#).unwrap();
     let mut called = BTreeSet::new();
     let mut named_actions = BTreeSet::new();
@@ -2131,4 +2131,200 @@ fn delete_is_done_only_once_the_instance_is_shutting_down() {
             Err(CloudError::NotFound(_))
         ));
     });
+}
+
+/// Node classes with `spec.role` get an instance profile as Karpenter
+/// makes them (name from the cluster and a hash of the class, Karpenter's
+/// path and tags, the role added), reuse a profile their status names
+/// when it holds the role (adopting Karpenter's), make a new one when the
+/// role changes, report a missing role as a problem without leaving a
+/// profile behind, and lose profiles nothing uses any more (never one a
+/// live instance runs with).
+#[test]
+fn role_based_node_classes_get_adopt_and_garbage_collect_instance_profiles() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "profiles").await;
+        // The test's own IAM calls go to moto, past the proxy's count.
+        let sdk = moto::sdk_config(&moto.endpoint(), &env.region).await;
+        let iam = aws_sdk_iam::Client::new(&sdk);
+        let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+        for role in ["ProfilesNodeRole", "ProfilesOtherRole"] {
+            iam.create_role()
+                .role_name(role)
+                .assume_role_policy_document(trust)
+                .send()
+                .await
+                .expect("CreateRole");
+        }
+        let mut config = env.config();
+        config.protected_profile_ttl = Duration::ZERO;
+        let aws = env.provider(&proxy.endpoint(), config).await;
+        let path = "/karpenter/us-east-2/profiles/";
+        let listed = async || -> BTreeMap<String, (String, Option<String>)> {
+            let out = iam
+                .list_instance_profiles()
+                .path_prefix(path)
+                .send()
+                .await
+                .expect("ListInstanceProfiles");
+            out.instance_profiles()
+                .iter()
+                .map(|p| {
+                    (
+                        p.instance_profile_name().to_string(),
+                        (
+                            p.path().to_string(),
+                            p.roles().first().map(|r| r.role_name().to_string()),
+                        ),
+                    )
+                })
+                .collect()
+        };
+
+        let mut class = env.nodeclass();
+        class.metadata.uid = Some("0a1b2c3d".into());
+        class.spec.role = Some("ProfilesNodeRole".into());
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert!(r.is_ready(), "{:?}", r.problems);
+        let profile = r.instance_profile.clone().expect("a profile");
+        assert!(profile.starts_with("profiles_"), "{profile}");
+        let all = listed().await;
+        assert_eq!(
+            all.get(&profile),
+            Some(&(
+                format!("{path}0a1b2c3d/"),
+                Some("ProfilesNodeRole".to_string())
+            ))
+        );
+        let tags: BTreeMap<String, String> = iam
+            .get_instance_profile()
+            .instance_profile_name(&profile)
+            .send()
+            .await
+            .expect("GetInstanceProfile")
+            .instance_profile()
+            .expect("a profile")
+            .tags()
+            .iter()
+            .map(|t| (t.key().to_string(), t.value().to_string()))
+            .collect();
+        for (k, v) in [
+            ("kubernetes.io/cluster/profiles", "owned"),
+            ("eks:eks-cluster-name", "profiles"),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ("topology.kubernetes.io/region", "us-east-2"),
+            ("team", "platform"),
+        ] {
+            assert_eq!(tags.get(k).map(String::as_str), Some(v), "{tags:?}");
+        }
+
+        // With the status naming it, the profile is used as it is.
+        let class = with_status(class, &r);
+        let again = aws.resolve_node_class(&class).await.expect("resolves");
+        assert_eq!(again.instance_profile.as_deref(), Some(profile.as_str()));
+        assert_eq!(proxy.count("CreateInstanceProfile"), 1);
+        // Launches run with it.
+        let launched = aws
+            .create(&claim("profiled", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        // moto's fleet instances ignore the template's profile (EC2 gives
+        // it to them): associate it as EC2 would have.
+        moto_ec2(&moto.endpoint(), &env.region)
+            .await
+            .associate_iam_instance_profile()
+            .instance_id(&launched.id)
+            .iam_instance_profile(
+                aws_sdk_ec2::types::IamInstanceProfileSpecification::builder()
+                    .name(&profile)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("AssociateIamInstanceProfile");
+        let template = read_back(&env, "default").await;
+        assert_eq!(
+            template[0]
+                .data
+                .iam_instance_profile()
+                .and_then(|p| p.name()),
+            Some(profile.as_str())
+        );
+
+        // A profile Karpenter made, named in the status: adopted.
+        let karpenters = "profiles_1234567890";
+        iam.create_instance_profile()
+            .instance_profile_name(karpenters)
+            .path(format!("{path}0a1b2c3d/"))
+            .send()
+            .await
+            .expect("CreateInstanceProfile");
+        iam.add_role_to_instance_profile()
+            .instance_profile_name(karpenters)
+            .role_name("ProfilesNodeRole")
+            .send()
+            .await
+            .expect("AddRoleToInstanceProfile");
+        let mut adopted = class.clone();
+        adopted.status.as_mut().unwrap().instance_profile = Some(karpenters.into());
+        let r = aws.resolve_node_class(&adopted).await.expect("resolves");
+        assert_eq!(r.instance_profile.as_deref(), Some(karpenters));
+        assert_eq!(proxy.count("CreateInstanceProfile"), 1);
+
+        // A new role: a new profile.
+        let mut changed = class.clone();
+        changed.spec.role = Some("ProfilesOtherRole".into());
+        let r = aws.resolve_node_class(&changed).await.expect("resolves");
+        let other = r.instance_profile.clone().expect("a profile");
+        assert_ne!(other, profile);
+        assert_eq!(
+            listed().await[&other].1.as_deref(),
+            Some("ProfilesOtherRole")
+        );
+        let changed = with_status(changed, &r);
+
+        // A role IAM does not know: a problem, and no profile left.
+        let mut missing = class.clone();
+        missing.metadata.name = Some("missing".into());
+        missing.metadata.uid = Some("ffff".into());
+        missing.spec.role = Some("NoSuchRole".into());
+        missing.status = None;
+        let r = aws.resolve_node_class(&missing).await.expect("resolves");
+        assert!(!r.is_ready());
+        assert!(
+            r.problems.iter().any(|p| p.starts_with("spec.role") && p.contains("NoSuchRole")),
+            "{:?}",
+            r.problems
+        );
+        assert!(!listed().await.values().any(|(p, _)| p.contains("ffff")));
+
+        // Garbage collection: what the class's status names and what the
+        // running instance uses stay; Karpenter's, unused, goes.
+        let deleted = aws
+            .cleanup_instance_profiles(std::slice::from_ref(&changed))
+            .await
+            .expect("cleans");
+        assert_eq!(deleted, [karpenters.to_string()]);
+        let left: BTreeSet<String> = listed().await.into_keys().collect();
+        assert_eq!(left, BTreeSet::from([profile.clone(), other.clone()]));
+        // The node class is gone and its instance terminated: all go.
+        aws.delete(&launched.provider_id).await.expect("terminates");
+        let deleted: BTreeSet<String> = aws
+            .cleanup_instance_profiles(&[])
+            .await
+            .expect("cleans")
+            .into_iter()
+            .collect();
+        assert_eq!(deleted, BTreeSet::from([profile, other]));
+        assert!(listed().await.is_empty());
+    });
+}
+
+/// An EC2 client straight to moto (past any proxy).
+async fn moto_ec2(endpoint: &str, region: &str) -> aws_sdk_ec2::Client {
+    aws_sdk_ec2::Client::new(&moto::sdk_config(endpoint, region).await)
 }

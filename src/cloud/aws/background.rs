@@ -13,6 +13,9 @@
 //!   longer resolves to their image are deleted every
 //!   [`AwsConfig::launch_template_cleanup_interval`], while this replica
 //!   leads ([`Background::nodeclasses`] answers `None` otherwise).
+//! - **Instance profiles** made for node classes' roles that no node class
+//!   nor instance uses any more are deleted at the same pace
+//!   ([`super::instanceprofile`]).
 //!
 //! Each pass logs what failed and goes on; nothing here stops a launch.
 //!
@@ -92,6 +95,13 @@ impl AwsProvider {
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "cleaning up launch templates"),
+            }
+            match self.cleanup_instance_profiles(&classes).await {
+                Ok(deleted) if !deleted.is_empty() => {
+                    tracing::info!(profiles = ?deleted, "deleted instance profiles no node class uses");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cleaning up instance profiles"),
             }
         }
     }

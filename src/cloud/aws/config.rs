@@ -44,6 +44,10 @@ const LAUNCH_BATCH_MAX: Duration = Duration::from_secs(1);
 const KUBERNETES_VERSION_TTL: Duration = Duration::from_secs(5 * 60);
 /// How often unused launch templates are looked for and deleted.
 const LAUNCH_TEMPLATE_CLEANUP_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// How long an instance profile just made or replaced is kept from garbage
+/// collection, as the node class's status may not name it yet (Karpenter's
+/// `ProtectedProfilesTTL`).
+const PROTECTED_PROFILE_TTL: Duration = Duration::from_secs(60 * 60);
 /// How often the background work looks at what is due.
 const BACKGROUND_TICK: Duration = Duration::from_secs(30);
 /// No AWS call takes longer than this, retries aside.
@@ -97,6 +101,7 @@ pub struct AwsConfig {
     pub launch_batch_max: Duration,
     pub kubernetes_version_ttl: Duration,
     pub launch_template_cleanup_interval: Duration,
+    pub protected_profile_ttl: Duration,
     pub background_tick: Duration,
 }
 
@@ -124,6 +129,7 @@ impl AwsConfig {
             launch_batch_max: LAUNCH_BATCH_MAX,
             kubernetes_version_ttl: KUBERNETES_VERSION_TTL,
             launch_template_cleanup_interval: LAUNCH_TEMPLATE_CLEANUP_INTERVAL,
+            protected_profile_ttl: PROTECTED_PROFILE_TTL,
             background_tick: BACKGROUND_TICK,
         }
     }

@@ -38,6 +38,7 @@ pub mod config;
 pub mod error;
 pub mod iam;
 pub mod instance_types;
+pub mod instanceprofile;
 pub mod instances;
 pub mod launch;
 pub mod nodeclass;
@@ -209,6 +210,11 @@ pub struct AwsProvider {
     background: AtomicBool,
     /// The cluster's Kubernetes version, as last read.
     kubernetes_version: Mutex<Option<String>>,
+    iam: aws_sdk_iam::Client,
+    /// Instance profile -> its role, as last read.
+    profiles: Mutex<HashMap<String, (Instant, Option<String>)>>,
+    /// Instance profiles kept from garbage collection until a time.
+    protected_profiles: Mutex<HashMap<String, Instant>>,
 }
 
 /// Subnets out of addresses and capacity types that cannot launch, each
@@ -292,6 +298,9 @@ impl AwsProvider {
             instances: tokio::sync::Mutex::new(None),
             marks: Mutex::new(Marks::default()),
             background: AtomicBool::new(false),
+            iam: aws_sdk_iam::Client::new(sdk),
+            profiles: Mutex::new(HashMap::new()),
+            protected_profiles: Mutex::new(HashMap::new()),
         })
     }
 
@@ -728,16 +737,18 @@ impl AwsProvider {
             let amis = status.amis.clone().unwrap_or_default();
             let subnets = status.subnets.clone().unwrap_or_default();
             let groups = status.security_groups.clone().unwrap_or_default();
-            if !amis.is_empty() && !subnets.is_empty() && !groups.is_empty() {
+            // A role's profile is known once the status names it.
+            let profile = match &class.spec.role {
+                Some(_) => status.instance_profile.clone(),
+                None => class.spec.instance_profile.clone(),
+            };
+            let profile_known = profile.is_some() || class.spec.role.is_none();
+            if !amis.is_empty() && !subnets.is_empty() && !groups.is_empty() && profile_known {
                 return Ok(NodeClassResolution {
                     amis,
                     subnets,
                     security_groups: groups,
-                    instance_profile: status
-                        .instance_profile
-                        .clone()
-                        .or_else(|| class.spec.instance_profile.clone())
-                        .or_else(|| class.spec.role.clone()),
+                    instance_profile: profile,
                     problems: Vec::new(),
                 });
             }
@@ -755,8 +766,166 @@ impl AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(class)
             .await?;
+        let r = self.with_instance_profile(class, r).await?;
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
+    }
+
+    /// `r` with the instance profile of a node class that names a role:
+    /// the one its status names if that holds the role, else one made for
+    /// it ([`instanceprofile`]); a role IAM does not know is a problem.
+    async fn with_instance_profile(
+        &self,
+        class: &EC2NodeClass,
+        mut r: NodeClassResolution,
+    ) -> Result<NodeClassResolution, CloudError> {
+        let Some(role) = class.spec.role.as_deref().filter(|r| !r.is_empty()) else {
+            return Ok(r);
+        };
+        let want = instanceprofile::role_name(role).to_string();
+        let profiles = instanceprofile::Profiles {
+            iam: &self.iam,
+            retry: &self.config.retry,
+        };
+        let current = class
+            .status
+            .as_ref()
+            .and_then(|s| s.instance_profile.clone())
+            .filter(|p| !p.is_empty());
+        if let Some(current) = &current {
+            let cached = lock(&self.profiles)
+                .get(current)
+                .filter(|(at, _)| at.elapsed() < instanceprofile::PROFILE_TTL)
+                .map(|(_, role)| role.clone());
+            let role_now = match cached {
+                Some(role) => role,
+                None => {
+                    let role = profiles.role_of(current).await?.flatten();
+                    lock(&self.profiles).insert(current.clone(), (Instant::now(), role.clone()));
+                    role
+                }
+            };
+            if role_now.as_deref() == Some(want.as_str()) {
+                r.instance_profile = Some(current.clone());
+                return Ok(r);
+            }
+        }
+        let cluster = &self.config.cluster_name;
+        let name = instanceprofile::profile_name(cluster, &self.region, class, role);
+        let uid = class
+            .metadata
+            .uid
+            .clone()
+            .or_else(|| class.metadata.name.clone())
+            .unwrap_or_default();
+        let path = instanceprofile::class_path(&self.region, cluster, &uid);
+        let tags = instanceprofile::profile_tags(cluster, &self.region, class);
+        match profiles.ensure(&name, role, &tags, &path).await {
+            Ok(()) => {
+                tracing::info!(profile = %name, role = %want, "instance profile ready for the node class's role");
+                let until = Instant::now() + self.config.protected_profile_ttl;
+                let mut protected = lock(&self.protected_profiles);
+                protected.insert(name.clone(), until);
+                if let Some(old) = current {
+                    protected.insert(old, until);
+                }
+                drop(protected);
+                lock(&self.profiles).insert(name.clone(), (Instant::now(), Some(want)));
+                r.instance_profile = Some(name);
+            }
+            Err(instanceprofile::EnsureError::RoleNotFound(message)) => {
+                // Leave no empty profile behind.
+                if let Err(e) = profiles.delete(&name).await {
+                    tracing::warn!(profile = %name, error = %e, "deleting an instance profile whose role is missing");
+                }
+                r.instance_profile = None;
+                r.problems.push(format!(
+                    "spec.role: IAM has no role {want:?} for the instance profile ({message})"
+                ));
+            }
+            Err(instanceprofile::EnsureError::Aws(e)) => return Err(e.into()),
+        }
+        Ok(r)
+    }
+
+    /// Deletes the instance profiles dovetail (or Karpenter) made for this
+    /// cluster's node classes that no node class in `nodeclasses` names
+    /// in its status, no live instance of the cluster uses, and that were
+    /// not made or replaced within the last hour. Returns their names.
+    pub async fn cleanup_instance_profiles(
+        &self,
+        nodeclasses: &[EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        let profiles = instanceprofile::Profiles {
+            iam: &self.iam,
+            retry: &self.config.retry,
+        };
+        let listed = profiles
+            .list(&instanceprofile::cluster_path(
+                &self.region,
+                &self.config.cluster_name,
+            ))
+            .await?;
+        if listed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut keep: BTreeSet<String> = nodeclasses
+            .iter()
+            .filter_map(|c| c.status.as_ref()?.instance_profile.clone())
+            .collect();
+        keep.extend(self.instance_profiles_in_use().await?);
+        let now = Instant::now();
+        {
+            let mut protected = lock(&self.protected_profiles);
+            protected.retain(|_, until| *until > now);
+            keep.extend(protected.keys().cloned());
+        }
+        let mut deleted = Vec::new();
+        for name in listed.into_iter().filter(|n| !keep.contains(n)) {
+            profiles.delete(&name).await?;
+            lock(&self.profiles).remove(&name);
+            deleted.push(name);
+        }
+        Ok(deleted)
+    }
+
+    /// The instance profiles the cluster's live instances run with.
+    async fn instance_profiles_in_use(&self) -> Result<BTreeSet<String>, CloudError> {
+        let ec2 = &self.ec2;
+        let filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
+                .values("owned")
+                .build(),
+            Filter::builder()
+                .name("instance-state-name")
+                .set_values(Some(LIVE_STATES.iter().map(|s| s.to_string()).collect()))
+                .build(),
+        ];
+        let arns = paginate(
+            &self.config.retry,
+            "ec2:DescribeInstances",
+            |token| {
+                ec2.describe_instances()
+                    .set_filters(Some(filters.clone()))
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| {
+                let arns = page
+                    .reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(|i| i.iam_instance_profile()?.arn().map(str::to_string))
+                    .collect();
+                (arns, page.next_token().map(str::to_string))
+            },
+        )
+        .await?;
+        Ok(arns
+            .iter()
+            .map(|arn| arn.rsplit('/').next().unwrap_or(arn).to_string())
+            .collect())
     }
 
     /// The id of the launch template named `name`, if it exists.
@@ -1419,6 +1588,7 @@ impl CloudProvider for AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(nodeclass)
             .await?;
+        let r = self.with_instance_profile(nodeclass, r).await?;
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
         let spec = self.resolution_key(nodeclass);
         self.resolutions
