@@ -927,7 +927,7 @@ fn with_the_pricing_api_denied_and_no_price_file_the_builtin_prices_keep_everyth
             .into_iter()
             .map(|i| i.id)
             .collect();
-        assert_eq!(left, [i.id.clone()]);
+        assert_eq!(left, std::slice::from_ref(&i.id));
         // The failed API is not asked again at every call.
         assert_eq!(proxy.count("GetProducts"), asked);
     });
@@ -1564,7 +1564,8 @@ fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
                 Some("disabled"),
                 "{name}"
             );
-            let devices: Vec<(String, Option<i32>, Option<String>, Option<bool>)> = t
+            type Device = (String, Option<i32>, Option<String>, Option<bool>);
+            let devices: Vec<Device> = t
                 .data
                 .block_device_mappings()
                 .iter()
@@ -1882,7 +1883,7 @@ fn a_create_fleet_retried_after_a_lost_answer_carries_the_same_client_token() {
             .filter(|i| i.nodeclaim == "token-1")
             .map(|i| i.id)
             .collect();
-        assert_eq!(listed, [launched.instance.id.clone()]);
+        assert_eq!(listed, std::slice::from_ref(&launched.instance.id));
         // Another launch is another request: a new token.
         aws.create(&claim("token-2", &["m5.large"]), &class, &BTreeSet::new())
             .await
