@@ -233,7 +233,8 @@ impl Profiles<'_> {
         }
     }
 
-    /// The names of the profiles under `prefix`.
+    /// The names of the profiles under `prefix` (checked here too: a
+    /// profile of another cluster must never be taken for one of ours).
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>, AwsError> {
         let iam = self.iam;
         paginate(
@@ -249,6 +250,7 @@ impl Profiles<'_> {
                 let names = page
                     .instance_profiles()
                     .iter()
+                    .filter(|p| p.path().starts_with(prefix))
                     .map(|p| p.instance_profile_name().to_string())
                     .collect();
                 let next = page
