@@ -1556,6 +1556,22 @@ fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
                 .await
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(launched.instance.instance_type, instance_type, "{name}");
+            // Karpenter's labels for the zone's id and the tenancy.
+            let zone_id = r
+                .subnets
+                .iter()
+                .find(|s| s.zone == launched.instance.zone)
+                .and_then(|s| s.zone_id.clone())
+                .expect("moto reports zone ids");
+            let labels = &launched.instance.labels;
+            assert_eq!(labels.get("topology.k8s.aws/zone-id"), Some(&zone_id), "{name}");
+            assert_eq!(
+                labels.get("karpenter.k8s.aws/instance-tenancy").map(String::as_str),
+                Some("default"),
+                "{name}"
+            );
+            let listed = aws.get(&launched.instance.provider_id).await.expect("gets");
+            assert_eq!(listed.labels.get("topology.k8s.aws/zone-id"), Some(&zone_id));
             // The pods a node of the type has under this class.
             let pods = aws
                 .instance_types_for(&class)

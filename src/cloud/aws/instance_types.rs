@@ -75,6 +75,12 @@ const CPU_TIERS: [(i64, i64, f64); 4] = [
 ];
 
 pub const LABEL_PREFIX: &str = "karpenter.k8s.aws/instance-";
+/// The tenancy an instance runs with: `default` or `dedicated`.
+pub const LABEL_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+pub const TENANCY_DEFAULT: &str = "default";
+pub const TENANCY_DEDICATED: &str = "dedicated";
+/// The zone's id (`use1-az1`), the same in every account, unlike its name.
+pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
 
 /// GPUs of one kind (`count` 0 for a fraction of one).
 #[derive(Debug, Clone, PartialEq)]
@@ -640,6 +646,12 @@ pub fn instance_type(
     let types: BTreeSet<&str> = offerings.iter().map(|o| o.capacity_type.as_str()).collect();
     requirements.add(ZONE, Requirement::in_values(zones));
     requirements.add(CAPACITY_TYPE, Requirement::in_values(types));
+    // Either tenancy can launch (a dedicated one through the launch
+    // template's placement), as in Karpenter.
+    requirements.add(
+        LABEL_TENANCY,
+        Requirement::in_values([TENANCY_DEFAULT, TENANCY_DEDICATED]),
+    );
     InstanceType {
         name: info.name.clone(),
         requirements,

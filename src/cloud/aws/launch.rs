@@ -45,7 +45,9 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::config::ClusterAccess;
-use super::instance_types::Family;
+use super::instance_types::{
+    Family, LABEL_TENANCY, LABEL_ZONE_ID, TENANCY_DEDICATED, TENANCY_DEFAULT,
+};
 use crate::api::ec2nodeclass::{
     Ami, BlockDevice, BlockDeviceMapping, EnabledDisabled, HttpTokens, InstanceStorePolicy,
     KubeletConfiguration, MetadataOptions, VolumeType,
@@ -741,6 +743,9 @@ pub struct TemplateSpec {
     pub monitoring: bool,
     pub public_ip: Option<bool>,
     pub nodeclass: String,
+    /// `dedicated` when the NodeClaim allows only dedicated tenancy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenancy: Option<String>,
 }
 
 impl TemplateSpec {
@@ -834,6 +839,13 @@ impl TemplateSpec {
                     .build(),
             );
         }
+        if self.tenancy.as_deref() == Some(TENANCY_DEDICATED) {
+            data = data.placement(
+                aws_sdk_ec2::types::LaunchTemplatePlacementRequest::builder()
+                    .tenancy(aws_sdk_ec2::types::Tenancy::Dedicated)
+                    .build(),
+            );
+        }
         match self.public_ip {
             // A public address is set on the primary interface, which then
             // carries the security groups.
@@ -885,6 +897,8 @@ pub struct Override {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchPlan {
     pub capacity_type: String,
+    /// `default` or `dedicated` (Karpenter's choice: default when allowed).
+    pub tenancy: String,
     pub configs: Vec<(TemplateSpec, Vec<Override>)>,
     pub tags: BTreeMap<String, String>,
     pub context: Option<String>,
@@ -949,6 +963,23 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     let requests = claim_requests(claim)?;
     let constraints = instance_constraints(&requirements);
     let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
+    // Default tenancy where the claim allows it, as Karpenter chooses.
+    let tenancy = if allows(LABEL_TENANCY, TENANCY_DEFAULT) {
+        TENANCY_DEFAULT
+    } else {
+        TENANCY_DEDICATED
+    };
+    // A zone's id, where the node class's status knows it.
+    let zone_id_of: BTreeMap<&str, &str> = input
+        .resolution
+        .subnets
+        .iter()
+        .filter_map(|s| Some((s.zone.as_str(), s.zone_id.as_deref()?)))
+        .collect();
+    let zone_id_allowed = |zone: &str| match requirements.get(LABEL_ZONE_ID) {
+        None => true,
+        Some(r) => zone_id_of.get(zone).is_some_and(|id| r.has(id)),
+    };
     let mut subnet_of_zone: BTreeMap<&str, &str> = BTreeMap::new();
     // Zones whose every subnet is out of addresses: their offerings are
     // unavailable, as if out of capacity.
@@ -974,7 +1005,10 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
         }
         let image = image_for(&input.resolution.amis, it);
         for o in &it.offerings {
-            if !allows(ZONE, &o.zone) || !allows(CAPACITY_TYPE, &o.capacity_type) {
+            if !allows(ZONE, &o.zone)
+                || !allows(CAPACITY_TYPE, &o.capacity_type)
+                || !zone_id_allowed(&o.zone)
+            {
                 continue;
             }
             allowed_any = true;
@@ -1096,6 +1130,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                     monitoring: spec.detailed_monitoring.unwrap_or(false),
                     public_ip: spec.associate_public_ip_address,
                     nodeclass: class_name.clone(),
+                    tenancy: (tenancy == TENANCY_DEDICATED).then(|| tenancy.to_string()),
                 },
                 vec![o],
             )),
@@ -1111,6 +1146,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     }
     Ok(LaunchPlan {
         capacity_type: capacity_type.to_string(),
+        tenancy: tenancy.to_string(),
         configs,
         tags,
         context: spec.context.clone(),
@@ -1646,6 +1682,7 @@ mod tests {
             monitoring: false,
             public_ip: None,
             nodeclass: "default".into(),
+            tenancy: None,
         };
         let name = t.name("prod");
         assert!(name.starts_with("dovetail/prod/") && name.len() == "dovetail/prod/".len() + 16);
@@ -1871,6 +1908,74 @@ mod tests {
             p.configs[0].1.iter().all(|o| o.subnet_id == "subnet-b"),
             "{:?}",
             p.configs
+        );
+    }
+
+    #[test]
+    fn zone_ids_and_dedicated_tenancy_are_honoured() {
+        let types = plan_input_types();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let mut r = resolution();
+        r.subnets[0].zone_id = Some("use1-az1".into());
+        r.subnets[1].zone_id = Some("use1-az2".into());
+        let none = BTreeSet::new();
+        let input = PlanInput {
+            cluster: ClusterInfo {
+                name: "prod",
+                access: &a,
+            },
+            class: &class,
+            family: Family::Al2023,
+            resolution: &r,
+            types: &types,
+            unavailable: &none,
+            unavailable_subnets: &BTreeSet::new(),
+            spot_unavailable: false,
+        };
+        let mut c = claim_allowing(&["on-demand"]);
+        c.spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                LABEL_ZONE_ID,
+                crate::api::Operator::In,
+                &["use1-az2"],
+            ));
+        let p = plan(&c, &input).expect("plans");
+        assert!(
+            p.configs[0].1.iter().all(|o| o.zone == "us-east-1b"),
+            "{:?}",
+            p.configs
+        );
+        assert_eq!(p.tenancy, "default");
+        assert_eq!(p.configs[0].0.tenancy, None);
+        assert!(p.configs[0].0.request_data().placement().is_none());
+        // Only dedicated allowed: the template places instances on
+        // dedicated hardware.
+        c.spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                LABEL_TENANCY,
+                crate::api::Operator::In,
+                &["dedicated"],
+            ));
+        let p = plan(&c, &input).expect("plans");
+        assert_eq!(p.tenancy, "dedicated");
+        assert_eq!(
+            p.configs[0]
+                .0
+                .request_data()
+                .placement()
+                .and_then(|x| x.tenancy())
+                .map(|t| t.as_str()),
+            Some("dedicated")
+        );
+        // Types offer both tenancies, as in Karpenter.
+        assert!(
+            types[0]
+                .requirements
+                .get(LABEL_TENANCY)
+                .is_some_and(|r| r.has("default") && r.has("dedicated"))
         );
     }
 

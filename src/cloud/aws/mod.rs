@@ -79,7 +79,7 @@ use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp};
 use crate::drift::DriftReason;
 use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
-use crate::model::{InstanceType, Offering};
+use crate::model::{InstanceType, Offering, Requirement};
 
 /// Instance states `list` reports (terminated instances are gone).
 const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
@@ -215,6 +215,8 @@ pub struct AwsProvider {
     profiles: Mutex<HashMap<String, (Instant, Option<String>)>>,
     /// Instance profiles kept from garbage collection until a time.
     protected_profiles: Mutex<HashMap<String, Instant>>,
+    /// Zone name -> zone id, from the subnets of resolutions.
+    zone_ids: Mutex<BTreeMap<String, String>>,
 }
 
 /// Subnets out of addresses and capacity types that cannot launch, each
@@ -301,6 +303,7 @@ impl AwsProvider {
             iam: aws_sdk_iam::Client::new(sdk),
             profiles: Mutex::new(HashMap::new()),
             protected_profiles: Mutex::new(HashMap::new()),
+            zone_ids: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -310,6 +313,16 @@ impl AwsProvider {
 
     pub fn config(&self) -> &AwsConfig {
         &self.config
+    }
+
+    /// Remembers the zone ids `subnets` report, for instances' labels.
+    fn remember_zone_ids(&self, subnets: &[crate::api::ec2nodeclass::Subnet]) {
+        let mut ids = lock(&self.zone_ids);
+        for s in subnets {
+            if let Some(id) = &s.zone_id {
+                ids.insert(s.zone.clone(), id.clone());
+            }
+        }
     }
 
     /// Records what a CreateFleet answer found unusable.
@@ -611,6 +624,17 @@ impl AwsProvider {
             .and_then(|s| s.subnets.as_ref())
             .filter(|s| !s.is_empty())
             .map(|s| s.iter().map(|s| s.zone.clone()).collect());
+        // Zone name -> id, as the node class's subnets report them.
+        let subnets = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.subnets.as_deref())
+            .unwrap_or_default();
+        self.remember_zone_ids(subnets);
+        let zone_ids: BTreeMap<String, String> = subnets
+            .iter()
+            .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
+            .collect();
         let view = self.catalog().await?;
         {
             let computed = lock(&self.computed);
@@ -649,13 +673,18 @@ impl AwsProvider {
             if offerings.is_empty() {
                 continue;
             }
-            types.push(instance_types::instance_type(
-                info,
-                &settings,
-                &overheads,
-                &self.region,
-                offerings,
-            ));
+            let mut it =
+                instance_types::instance_type(info, &settings, &overheads, &self.region, offerings);
+            let ids: BTreeSet<&str> = it
+                .offerings
+                .iter()
+                .filter_map(|o| zone_ids.get(&o.zone).map(String::as_str))
+                .collect();
+            if !ids.is_empty() {
+                it.requirements
+                    .add(instance_types::LABEL_ZONE_ID, Requirement::in_values(ids));
+            }
+            types.push(it);
         }
         let types = Arc::new(types);
         lock(&self.computed).insert(
@@ -1283,11 +1312,12 @@ impl AwsProvider {
                     Some("windows" | "Windows") => "windows",
                     _ => "linux",
                 };
-                instances::convert(
+                instances::convert_with_zone_ids(
                     i,
                     &self.region,
                     |t| self.labels_of(&view, t, os),
                     |t, z, c| view.price(t, z, c),
+                    |z| lock(&self.zone_ids).get(z).cloned(),
                 )
             })
             .collect())
@@ -1431,7 +1461,19 @@ impl CloudProvider for AwsProvider {
                     .collect()
             })
             .unwrap_or_default();
-        let labels = instance_labels(type_labels, &key, &self.region, &nodepool);
+        let mut labels = instance_labels(type_labels, &key, &self.region, &nodepool);
+        labels.insert(
+            instance_types::LABEL_TENANCY.to_string(),
+            plan.tenancy.clone(),
+        );
+        if let Some(id) = resolution
+            .subnets
+            .iter()
+            .find(|s| s.zone == fleet.zone)
+            .and_then(|s| s.zone_id.clone())
+        {
+            labels.insert(instance_types::LABEL_ZONE_ID.to_string(), id);
+        }
         let mut security_group_ids: Vec<String> = resolution
             .security_groups
             .iter()
@@ -1589,6 +1631,7 @@ impl CloudProvider for AwsProvider {
             .resolve(nodeclass)
             .await?;
         let r = self.with_instance_profile(nodeclass, r).await?;
+        self.remember_zone_ids(&r.subnets);
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
         let spec = self.resolution_key(nodeclass);
         self.resolutions
