@@ -605,6 +605,8 @@ fn identical_concurrent_launches_share_one_create_fleet() {
         );
         let body = &proxy.bodies("CreateFleet")[0];
         assert!(body.contains("TotalTargetCapacity=3"), "{body}");
+        // The fleet is tagged too, as Karpenter tags it.
+        assert!(body.contains("ResourceType=fleet"), "{body}");
         // Each instance carries its own NodeClaim's tag.
         for i in &instances {
             assert_eq!(
@@ -1585,6 +1587,21 @@ fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
             assert_eq!(templates.len(), 1, "{name}");
             let t = &templates[0];
 
+            // Network interfaces are tagged with the launch's tags.
+            let eni_tags: BTreeMap<&str, &str> = t
+                .data
+                .tag_specifications()
+                .iter()
+                .filter(|s| s.resource_type().map(|r| r.as_str()) == Some("network-interface"))
+                .flat_map(|s| s.tags())
+                .filter_map(|t| Some((t.key()?, t.value()?)))
+                .collect();
+            assert_eq!(eni_tags.get("karpenter.sh/nodepool"), Some(&"default"), "{name}");
+            assert_eq!(
+                eni_tags.get(format!("kubernetes.io/cluster/{}", env.cluster).as_str()),
+                Some(&"owned"),
+                "{name}"
+            );
             let m = t.data.metadata_options().expect("metadata options");
             assert_eq!(m.http_tokens().map(|x| x.as_str()), Some("required"), "{name}");
             assert_eq!(m.http_put_response_hop_limit(), Some(hops), "{name}");

@@ -746,6 +746,11 @@ pub struct TemplateSpec {
     /// `dedicated` when the NodeClaim allows only dedicated tenancy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenancy: Option<String>,
+    /// The launch's tags, on the template, and on the network interfaces
+    /// (and spot requests) it creates.
+    pub tags: BTreeMap<String, String>,
+    /// Whether it launches spot (its spot requests are tagged).
+    pub spot: bool,
 }
 
 impl TemplateSpec {
@@ -836,6 +841,23 @@ impl TemplateSpec {
             data = data.iam_instance_profile(
                 LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
                     .name(profile)
+                    .build(),
+            );
+        }
+        let tags: Vec<aws_sdk_ec2::types::Tag> = self
+            .tags
+            .iter()
+            .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
+            .collect();
+        let mut tagged = vec![aws_sdk_ec2::types::ResourceType::NetworkInterface];
+        if self.spot {
+            tagged.push(aws_sdk_ec2::types::ResourceType::SpotInstancesRequest);
+        }
+        for resource in tagged {
+            data = data.tag_specifications(
+                aws_sdk_ec2::types::LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(resource)
+                    .set_tags(Some(tags.clone()))
                     .build(),
             );
         }
@@ -1105,6 +1127,17 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
         .metadata_options
         .clone()
         .unwrap_or_else(MetadataOptions::defaulted);
+    // The launch's tags (but the NodeClaim's): on the instances, volumes
+    // and fleet, and on the templates and what they create (network
+    // interfaces, spot requests), as Karpenter tags them.
+    let mut tags: BTreeMap<String, String> = spec.tags.clone().unwrap_or_default();
+    tags.insert(cluster_tag(input.cluster.name), "owned".to_string());
+    tags.insert(TAG_EKS_CLUSTER.to_string(), input.cluster.name.to_string());
+    tags.insert(TAG_NODECLASS.to_string(), class_name.clone());
+    if let Some(pool) = claim.nodepool_name() {
+        tags.insert(TAG_NODEPOOL.to_string(), pool.to_string());
+    }
+    let spot = capacity_type == crate::api::CAPACITY_TYPE_SPOT;
     let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
     for (price, it, zone, _, subnet, image, pods) in candidates {
         let o = Override {
@@ -1131,19 +1164,14 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                     public_ip: spec.associate_public_ip_address,
                     nodeclass: class_name.clone(),
                     tenancy: (tenancy == TENANCY_DEDICATED).then(|| tenancy.to_string()),
+                    tags: tags.clone(),
+                    spot,
                 },
                 vec![o],
             )),
         }
     }
 
-    let mut tags: BTreeMap<String, String> = spec.tags.clone().unwrap_or_default();
-    tags.insert(cluster_tag(input.cluster.name), "owned".to_string());
-    tags.insert(TAG_EKS_CLUSTER.to_string(), input.cluster.name.to_string());
-    tags.insert(TAG_NODECLASS.to_string(), class_name.clone());
-    if let Some(pool) = claim.nodepool_name() {
-        tags.insert(TAG_NODEPOOL.to_string(), pool.to_string());
-    }
     Ok(LaunchPlan {
         capacity_type: capacity_type.to_string(),
         tenancy: tenancy.to_string(),
@@ -1683,6 +1711,8 @@ mod tests {
             public_ip: None,
             nodeclass: "default".into(),
             tenancy: None,
+            tags: BTreeMap::from([("team".to_string(), "a".to_string())]),
+            spot: true,
         };
         let name = t.name("prod");
         assert!(name.starts_with("dovetail/prod/") && name.len() == "dovetail/prod/".len() + 16);
@@ -1711,6 +1741,14 @@ mod tests {
                 .and_then(|e| e.volume_size()),
             Some(20)
         );
+        // Network interfaces and (for spot) spot requests carry the tags.
+        let tagged: Vec<&str> = data
+            .tag_specifications()
+            .iter()
+            .filter(|t| t.tags().iter().any(|t| t.key() == Some("team")))
+            .filter_map(|t| t.resource_type().map(|r| r.as_str()))
+            .collect();
+        assert_eq!(tagged, ["network-interface", "spot-instances-request"]);
         assert_eq!(gib("100G"), Some(94));
         assert_eq!(gib("1Ti"), Some(1024));
     }

@@ -991,11 +991,10 @@ impl AwsProvider {
         }
         let retry = &self.config.retry;
         let ec2 = &self.ec2;
-        let tags = [
-            (cluster_tag(&self.config.cluster_name), "owned".to_string()),
-            (TAG_NODECLASS.to_string(), spec.nodeclass.clone()),
-            (TAG_IMAGE.to_string(), spec.image_id.clone()),
-        ];
+        let mut tags = spec.tags.clone();
+        tags.insert(cluster_tag(&self.config.cluster_name), "owned".to_string());
+        tags.insert(TAG_NODECLASS.to_string(), spec.nodeclass.clone());
+        tags.insert(TAG_IMAGE.to_string(), spec.image_id.clone());
         let created = call(retry, "ec2:CreateLaunchTemplate", || {
             ec2.create_launch_template()
                 .launch_template_name(&name)
@@ -1137,15 +1136,19 @@ impl AwsProvider {
         if let [claim] = claims {
             tags.push(Tag::builder().key(TAG_NODECLAIM).value(claim).build());
         }
-        let tag_specs: Vec<TagSpecification> = [ResourceType::Instance, ResourceType::Volume]
-            .into_iter()
-            .map(|r| {
-                TagSpecification::builder()
-                    .resource_type(r)
-                    .set_tags(Some(tags.clone()))
-                    .build()
-            })
-            .collect();
+        let tag_specs: Vec<TagSpecification> = [
+            ResourceType::Instance,
+            ResourceType::Volume,
+            ResourceType::Fleet,
+        ]
+        .into_iter()
+        .map(|r| {
+            TagSpecification::builder()
+                .resource_type(r)
+                .set_tags(Some(tags.clone()))
+                .build()
+        })
+        .collect();
         let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
         let total = i32::try_from(claims.len()).unwrap_or(i32::MAX);
         let ec2 = &self.ec2;
