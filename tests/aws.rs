@@ -65,6 +65,21 @@ impl Env {
         let sdk = moto::sdk_config(endpoint, region).await;
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let ssm = aws_sdk_ssm::Client::new(&sdk);
+        // The node role the test's node classes name (dovetail makes its
+        // instance profile). IAM is global: another region's test of the
+        // same cluster may have made it.
+        let made = aws_sdk_iam::Client::new(&sdk)
+            .create_role()
+            .role_name(format!("KarpenterNodeRole-{cluster}"))
+            .assume_role_policy_document(
+                r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#,
+            )
+            .send()
+            .await;
+        if let Err(e) = made {
+            use aws_sdk_iam::error::ProvideErrorMetadata;
+            assert_eq!(e.code(), Some("EntityAlreadyExists"), "CreateRole: {e:?}");
+        }
         let discovery = |r: ResourceType| {
             TagSpecification::builder()
                 .resource_type(r)
@@ -160,6 +175,19 @@ impl Env {
                 self.ssm_root
             ))
             .value(&self.images[which])
+            .r#type(aws_sdk_ssm::types::ParameterType::String)
+            .overwrite(true)
+            .send()
+            .await
+            .expect("PutParameter");
+    }
+
+    /// Writes an SSM parameter under the test's root.
+    async fn put_parameter(&self, path: &str, value: &str) {
+        self.ssm
+            .put_parameter()
+            .name(format!("{}{path}", self.ssm_root))
+            .value(value)
             .r#type(aws_sdk_ssm::types::ParameterType::String)
             .overwrite(true)
             .send()
@@ -346,10 +374,9 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
         assert_eq!(r.security_groups[0].id, env.security_group);
         assert_eq!(r.amis.len(), 1, "{:?}", r.amis);
         assert_eq!(r.amis[0].id, env.images[0]);
-        assert_eq!(
-            r.instance_profile.as_deref(),
-            Some("KarpenterNodeRole-resolve")
-        );
+        // The role's instance profile, made for the class.
+        let profile = r.instance_profile.clone().unwrap_or_default();
+        assert!(profile.starts_with("resolve_"), "{profile}");
         // What is missing is named.
         let mut lost = class.clone();
         lost.spec.subnet_selector_terms[0].tags = Some(BTreeMap::from([(
@@ -578,6 +605,8 @@ fn identical_concurrent_launches_share_one_create_fleet() {
         );
         let body = &proxy.bodies("CreateFleet")[0];
         assert!(body.contains("TotalTargetCapacity=3"), "{body}");
+        // The fleet is tagged too, as Karpenter tags it.
+        assert!(body.contains("ResourceType=fleet"), "{body}");
         // Each instance carries its own NodeClaim's tag.
         for i in &instances {
             assert_eq!(
@@ -748,16 +777,31 @@ fn on_demand_prices_come_from_the_pricing_api() {
     let rt = runtime();
     rt.block_on(async {
         let proxy = aws_proxy::start(moto.addr).await;
-        let pages: Vec<serde_json::Value> = serde_json::from_str(
-            &std::fs::read_to_string(root().join("tests/fixtures/aws/get-products-us-east-2.json"))
-                .expect("fixture"),
-        )
-        .expect("JSON");
-        proxy.faults.lock().unwrap().pricing_pages = pages.iter().map(|p| p.to_string()).collect();
+        let pages = |file: &str| -> Vec<String> {
+            let pages: Vec<serde_json::Value> = serde_json::from_str(
+                &std::fs::read_to_string(root().join("tests/fixtures/aws").join(file))
+                    .expect("fixture"),
+            )
+            .expect("JSON");
+            pages.iter().map(|p| p.to_string()).collect()
+        };
+        {
+            let mut f = proxy.faults.lock().unwrap();
+            f.pricing_pages = pages("get-products-us-east-2.json");
+            f.pricing_metal_pages = pages("get-products-metal-us-east-2.json");
+        }
         let env = Env::new(&proxy.endpoint(), "us-east-2", "pricing").await;
+        // A price file under the API's prices, over the built-in ones.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("prices.json");
+        std::fs::write(
+            &file,
+            r#"{"schema_version": 1, "regions": {"us-east-2": {"on_demand": {"c5.large": 0.5, "r5.large": 0.2}}}}"#,
+        )
+        .expect("write");
         let mut config = env.config();
         config.isolated_vpc = false;
-        config.pricing_file = None;
+        config.pricing_file = Some(file);
         let aws = env.provider(&proxy.endpoint(), config).await;
         let types = aws
             .instance_types_for(&env.nodeclass())
@@ -770,39 +814,138 @@ fn on_demand_prices_come_from_the_pricing_api() {
                 .and_then(|t| t.offerings.iter().find(|o| o.capacity_type == "on-demand"))
                 .map(|o| o.price)
         };
-        assert_eq!(price("c5.large"), Some(0.085));
+        assert_eq!(price("c5.large"), Some(0.085), "the API's price wins");
         assert_eq!(price("m5.xlarge"), Some(0.192), "the second page is read");
         assert_eq!(price("t3.medium"), Some(0.0416));
-        // No on-demand price, no on-demand offering (moto's placeholder spot
-        // prices still offer spot).
-        assert_eq!(price("r5.large"), None);
-        let on_demand: Vec<&str> = types
-            .iter()
-            .filter(|t| t.offerings.iter().any(|o| o.capacity_type == "on-demand"))
-            .map(|t| t.name.as_str())
-            .collect();
-        assert_eq!(
-            on_demand,
-            ["c5.large", "m5.large", "m5.xlarge", "t3.medium"]
-        );
+        assert_eq!(price("m5.metal"), Some(4.608), "bare metal is priced");
+        assert_eq!(price("r5.large"), Some(0.2), "the price file's over the built-in");
+        // Types neither lists keep their built-in price (us-east-1's table
+        // stands in for us-east-2).
+        let (builtin, from) = dovetail::cloud::aws::pricing::builtin("us-east-2");
+        assert_eq!(from, "us-east-1");
+        assert_eq!(price("m6i.large"), builtin.get("m6i.large").copied());
+        assert!(price("m6i.large").is_some());
+
+        // Two queries, as Karpenter makes them: shared instances (two
+        // pages), then bare metal.
         let bodies = proxy.bodies("GetProducts");
-        assert_eq!(bodies.len(), 2);
-        let first: serde_json::Value = serde_json::from_str(&bodies[0]).expect("JSON request");
-        assert_eq!(first["ServiceCode"], "AmazonEC2");
-        let filters = first["Filters"].to_string();
-        for f in [
-            "regionCode",
-            "us-east-2",
-            "operatingSystem",
-            "Linux",
-            "tenancy",
-            "Shared",
-            "capacitystatus",
-            "Used",
-        ] {
-            assert!(filters.contains(f), "{filters}");
+        assert_eq!(bodies.len(), 3);
+        let filters = |body: &str| -> BTreeMap<String, String> {
+            let v: serde_json::Value = serde_json::from_str(body).expect("JSON request");
+            assert_eq!(v["ServiceCode"], "AmazonEC2");
+            v["Filters"]
+                .as_array()
+                .expect("filters")
+                .iter()
+                .map(|f| {
+                    assert_eq!(f["Type"], "TERM_MATCH");
+                    (
+                        f["Field"].as_str().expect("field").to_string(),
+                        f["Value"].as_str().expect("value").to_string(),
+                    )
+                })
+                .collect()
+        };
+        let shared = filters(&bodies[0]);
+        let metal = filters(&bodies[2]);
+        for f in [&shared, &metal] {
+            for (k, v) in [
+                ("regionCode", "us-east-2"),
+                ("operatingSystem", "Linux"),
+                ("preInstalledSw", "NA"),
+                ("capacitystatus", "Used"),
+                ("marketoption", "OnDemand"),
+            ] {
+                assert_eq!(f.get(k).map(String::as_str), Some(v), "{f:?}");
+            }
         }
+        assert_eq!(shared["tenancy"], "Shared");
+        assert_eq!(shared["productFamily"], "Compute Instance");
+        assert_eq!(metal["tenancy"], "Dedicated");
+        assert_eq!(metal["productFamily"], "Compute Instance (bare metal)");
         assert!(bodies[1].contains("page-2"), "{}", bodies[1]);
+    });
+}
+
+/// With the Pricing API denied and no price file, the built-in prices
+/// stand in: launches are priced and go on, and getting, listing and
+/// garbage-collecting instances never ask the Pricing API at all.
+#[test]
+fn with_the_pricing_api_denied_and_no_price_file_the_builtin_prices_keep_everything_working() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        proxy
+            .faults
+            .lock()
+            .unwrap()
+            .deny
+            .insert("GetProducts".to_string());
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "no-pricing").await;
+        let mut config = env.config();
+        config.isolated_vpc = false;
+        config.pricing_file = None;
+        let aws = Arc::new(env.provider(&proxy.endpoint(), config).await);
+        // Reading instances first: no pricing call.
+        assert!(aws.list().await.expect("lists").is_empty());
+        assert_eq!(proxy.count("GetProducts"), 0);
+
+        let (builtin, _) = dovetail::cloud::aws::pricing::builtin("us-west-2");
+        let class = env.resolved(&aws).await;
+        let launched = aws
+            .create(
+                &claim("priced", &["m5.large", "c5.large"]),
+                &class,
+                &BTreeSet::new(),
+            )
+            .await
+            .expect("launches on the built-in prices");
+        assert!(proxy.count("GetProducts") > 0, "the API was tried");
+        let i = &launched.instance;
+        let cheaper = if builtin["c5.large"] < builtin["m5.large"] {
+            "c5.large"
+        } else {
+            "m5.large"
+        };
+        assert_eq!(i.instance_type, cheaper);
+        assert_eq!(i.price, builtin[cheaper]);
+        let asked = proxy.count("GetProducts");
+        assert_eq!(
+            aws.get(&i.provider_id).await.expect("gets").price,
+            builtin[cheaper]
+        );
+        assert_eq!(aws.list().await.expect("lists").len(), 1);
+        let orphan = aws
+            .create(&claim("crashed", &["c5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+
+        // Garbage collection of the orphan, as in a controller.
+        let clock = Arc::new(ManualClock::new(SystemClock.now()));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        cluster
+            .create(recorded(&claim("priced", &["m5.large"]), &i.provider_id))
+            .expect("created");
+        let mut controller = Controller::new(cluster, aws.clone(), dyn_clock, Settings::default());
+        clock.advance(Duration::from_secs(6 * 60)).expect("forward");
+        controller.reconcile_garbage().await;
+        assert!(matches!(
+            aws.get(&orphan.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
+        let left: Vec<String> = aws
+            .list()
+            .await
+            .expect("lists")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(left, std::slice::from_ref(&i.id));
+        // The failed API is not asked again at every call.
+        assert_eq!(proxy.count("GetProducts"), asked);
     });
 }
 
@@ -954,6 +1097,89 @@ fn allocatable_matches_the_published_values_for_the_instance_types_moto_knows() 
     assert!(not_listed.is_empty(), "{not_listed:?}");
     assert!(parsed.len() >= matched);
 
+    // Kubelet settings as Karpenter v1.14.1 and nodeadm apply them, against
+    // the published values: with `maxPods: 110` and a reserved ENI, kube
+    // memory is still reserved for the ENI-limited pods of the default
+    // network card, so only pods change; an `evictionSoft` threshold only
+    // warns, so nothing changes.
+    let variants: [(&str, &str, &[&str], Option<&str>); 2] = [
+        (
+            "maxPods: 110, --reserved-enis 1",
+            "kubelet: {maxPods: 110}",
+            &["--reserved-enis", "1"],
+            Some("110"),
+        ),
+        (
+            "evictionSoft memory.available 500Mi",
+            "kubelet: {evictionSoft: {memory.available: 500Mi}, evictionSoftGracePeriod: {memory.available: 1m}}",
+            &[],
+            None,
+        ),
+    ];
+    for (label, kubelet, flags, pods) in variants {
+        let class_path = dir.path().join("class.yaml");
+        std::fs::write(
+            &class_path,
+            format!(
+                "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: variant}}\n\
+                 spec:\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  role: R\n  \
+                 subnetSelectorTerms: [{{id: subnet-1}}]\n  securityGroupSelectorTerms: [{{id: sg-1}}]\n  {kubelet}\n"
+            ),
+        )
+        .expect("write");
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+            .args([
+                "aws",
+                "instance-types",
+                "--output",
+                "json",
+                "--isolated-vpc",
+            ])
+            .arg("--pricing-file")
+            .arg(&price_file)
+            .arg("--nodeclass")
+            .arg(&class_path)
+            .args(flags)
+            .envs(moto.sdk_env(region))
+            .output()
+            .expect("runs dovetail");
+        assert!(
+            output.status.success(),
+            "{label}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        let ours = allocatable_of(&doc);
+        let mut matched = 0;
+        let mut differ = Vec::new();
+        for name in &known {
+            let (Some(a), Some(b)) = (ours.get(name), theirs.get(name)) else {
+                continue;
+            };
+            let mut want = b.clone();
+            if let Some(p) = pods {
+                want.insert("pods".to_string(), p.to_string());
+            }
+            if *a == want {
+                matched += 1;
+            } else {
+                differ.push(format!("{name}: ours {a:?}, expected {want:?}"));
+            }
+        }
+        eprintln!(
+            "allocatable ({label}): {matched} of {} types moto offers in {region} match ({:.1}%), {} differ",
+            known.len(),
+            matched as f64 / known.len() as f64 * 100.0,
+            differ.len()
+        );
+        assert!(
+            differ.is_empty(),
+            "{label}: {:#?}",
+            &differ[..differ.len().min(10)]
+        );
+        assert!(matched as f64 / known.len() as f64 >= 0.95, "{label}");
+    }
+
     // The table, for a node class with a 50Gi root volume.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
         .args(["aws", "instance-types", "--isolated-vpc", "--pricing-file"])
@@ -1055,8 +1281,8 @@ fn the_iam_policy_allows_every_action_the_code_calls() {
 
     // Every SDK operation the code calls, and every action it names to the
     // retry wrapper, is listed.
-    let op =
-        regex::Regex::new(r"\b(ec2|ssm|sqs|pricing)\s*\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)").unwrap();
+    let op = regex::Regex::new(r"\b(ec2|ssm|sqs|pricing|iam)\s*\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")
+        .unwrap();
     let named = regex::Regex::new(r#""((?:ec2|ssm|sqs|pricing|iam):[A-Za-z]+)""#).unwrap();
     let mut called = BTreeSet::new();
     let mut named_actions = BTreeSet::new();
@@ -1143,4 +1369,1012 @@ fn aws_instance_types_rejects_bad_input_before_calling_aws() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("no/such.yaml"), "{}", out.stderr);
     assert!(out.stderr.contains("hint: "), "{}", out.stderr);
+}
+
+/// The settings Bottlerocket accepts under `settings.kubernetes` that
+/// Karpenter v1.14.1 models (`BottlerocketKubernetes`); anything else
+/// makes Bottlerocket refuse the user data and the node never joins.
+const BOTTLEROCKET_KUBERNETES_SETTINGS: &[&str] = &[
+    "api-server",
+    "cloud-provider",
+    "cluster-certificate",
+    "cluster-name",
+    "cluster-dns-ip",
+    "credential-providers",
+    "node-labels",
+    "node-taints",
+    "max-pods",
+    "static-pods",
+    "eviction-hard",
+    "eviction-soft",
+    "eviction-soft-grace-period",
+    "eviction-max-pod-grace-period",
+    "kube-reserved",
+    "system-reserved",
+    "allowed-unsafe-sysctls",
+    "server-tls-bootstrap",
+    "registry-qps",
+    "registry-burst",
+    "event-qps",
+    "event-burst",
+    "kube-api-qps",
+    "kube-api-burst",
+    "container-log-max-size",
+    "container-log-max-files",
+    "cpu-manager-policy",
+    "cpu-manager-policy-options",
+    "cpu-manager-reconcile-period",
+    "memory-manager-policy",
+    "topology-manager-scope",
+    "topology-manager-policy",
+    "topology-manager-policy-options",
+    "image-gc-high-threshold-percent",
+    "image-gc-low-threshold-percent",
+    "ids-per-pod",
+    "cpu-cfs-quota-enforced",
+    "shutdown-grace-period",
+    "shutdown-grace-period-for-critical-pods",
+    "cluster-domain",
+    "seccomp-default",
+    "pod-pids-limit",
+    "device-ownership-from-security-context",
+    "single-process-oom-kill",
+    "container-log-max-workers",
+    "container-log-monitor-interval",
+    "hostname-override-source",
+    "log-level",
+];
+
+/// A launch template as EC2 reports it.
+struct ReadBack {
+    data: aws_sdk_ec2::types::ResponseLaunchTemplateData,
+    user_data: String,
+}
+
+/// Every launch template of node class `class`, read back from EC2.
+async fn read_back(env: &Env, class: &str) -> Vec<ReadBack> {
+    use base64::Engine;
+    let templates = env
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                .values(class)
+                .build(),
+        )
+        .filters(
+            Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{}", env.cluster))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("DescribeLaunchTemplates");
+    let mut out = Vec::new();
+    for t in templates.launch_templates() {
+        let versions = env
+            .ec2
+            .describe_launch_template_versions()
+            .launch_template_id(t.launch_template_id().expect("an id"))
+            .versions("$Latest")
+            .send()
+            .await
+            .expect("DescribeLaunchTemplateVersions");
+        let data = versions.launch_template_versions()[0]
+            .launch_template_data()
+            .expect("data")
+            .clone();
+        let user_data = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(data.user_data().expect("user data"))
+                .expect("base64"),
+        )
+        .expect("UTF-8");
+        out.push(ReadBack { data, user_data });
+    }
+    out
+}
+
+/// The `--node-labels` flag's keys in `text` (AL2, AL2023, Windows).
+fn node_label_keys(text: &str) -> Vec<String> {
+    let Some(i) = text.find("--node-labels=") else {
+        return Vec::new();
+    };
+    text[i + "--node-labels=".len()..]
+        .split([' ', '"', '\'', '\n'])
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_string()))
+        .collect()
+}
+
+fn forbidden_label(key: &str) -> bool {
+    let domain = key.split_once('/').map_or("", |(d, _)| d);
+    let under = |root: &str| domain == root || domain.ends_with(&format!(".{root}"));
+    (under("kubernetes.io") || under("k8s.io"))
+        && !under("kubelet.kubernetes.io")
+        && !under("node.kubernetes.io")
+}
+
+/// Launches from a node class of every AMI family, with and without
+/// `instanceStorePolicy: RAID0`, and reads each launch template back from
+/// EC2: its metadata options and block devices, and user data that sets
+/// max pods (the launched type's, or the class's), configures RAID0 when
+/// asked, keeps `kubernetes.io`/`k8s.io` labels out of the kubelet's
+/// flags, writes only settings Bottlerocket accepts, and gives AL2023's
+/// NodeConfig the cluster's service CIDR.
+#[test]
+fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "readback").await;
+        for path in [
+            format!("/eks/optimized-ami/{K8S}/amazon-linux-2/recommended/image_id"),
+            format!("/bottlerocket/aws-k8s-{K8S}/x86_64/latest/image_id"),
+            format!("/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-{K8S}/image_id"),
+        ] {
+            env.put_parameter(&path, &env.images[0]).await;
+        }
+        let aws = env.provider(&moto.endpoint(), env.config()).await;
+        let labels = "{karpenter.sh/nodepool: default, team: a, node-role.kubernetes.io/worker: '', \
+                      example.k8s.io/tier: gold, node.kubernetes.io/lifecycle: x}";
+        // (class, alias, RAID0, instance type, kubelet, hop limit)
+        let cases: [(&str, &str, bool, &str, &str, i32); 8] = [
+            ("al2023", "al2023@latest", false, "m5.large", "{}", 1),
+            ("al2023-raid0", "al2023@latest", true, "m5d.large", "{}", 1),
+            ("al2023-pods", "al2023@latest", false, "m5.large", "{maxPods: 110}", 2),
+            ("al2", "al2@latest", false, "m5.large", "{}", 1),
+            ("al2-raid0", "al2@latest", true, "m5d.large", "{}", 1),
+            ("bottlerocket", "bottlerocket@latest", false, "m5.large", "{podsPerCore: 4}", 2),
+            ("bottlerocket-raid0", "bottlerocket@latest", true, "m5d.large", "{}", 2),
+            ("windows", "windows2022@latest", false, "m5.large", "{}", 1),
+        ];
+        for (name, alias, raid0, instance_type, kubelet, hops) in cases {
+            let mut class: EC2NodeClass = from_yaml(&format!(
+                "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: {name}}}\n\
+                 spec:\n  amiSelectorTerms: [{{alias: '{alias}'}}]\n  role: KarpenterNodeRole-{0}\n  \
+                 subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]\n  \
+                 securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]\n  \
+                 kubelet: {kubelet}\n  metadataOptions: {{httpPutResponseHopLimit: {hops}}}\n{1}",
+                env.cluster,
+                if raid0 { "  instanceStorePolicy: RAID0\n" } else { "" }
+            ));
+            class.apply_defaults();
+            let r = aws.resolve_node_class(&class).await.expect("resolves");
+            assert!(r.is_ready(), "{name}: {:?}", r.problems);
+            let class = with_status(class, &r);
+            let claim: NodeClaim = from_yaml(&format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: {name}-a\n  labels: {labels}\n\
+                 spec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {name}}}\n  \
+                 requirements:\n  - {{key: node.kubernetes.io/instance-type, operator: In, values: [{instance_type}]}}\n  \
+                 - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n"
+            ));
+            let launched = aws
+                .create(&claim, &class, &BTreeSet::new())
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(launched.instance.instance_type, instance_type, "{name}");
+            // Karpenter's labels for the zone's id and the tenancy.
+            let zone_id = r
+                .subnets
+                .iter()
+                .find(|s| s.zone == launched.instance.zone)
+                .and_then(|s| s.zone_id.clone())
+                .expect("moto reports zone ids");
+            let labels = &launched.instance.labels;
+            assert_eq!(labels.get("topology.k8s.aws/zone-id"), Some(&zone_id), "{name}");
+            assert_eq!(
+                labels.get("karpenter.k8s.aws/instance-tenancy").map(String::as_str),
+                Some("default"),
+                "{name}"
+            );
+            let listed = aws.get(&launched.instance.provider_id).await.expect("gets");
+            assert_eq!(listed.labels.get("topology.k8s.aws/zone-id"), Some(&zone_id));
+            // The pods a node of the type has under this class.
+            let pods = aws
+                .instance_types_for(&class)
+                .await
+                .expect("types")
+                .iter()
+                .find(|t| t.name == instance_type)
+                .map(|t| t.capacity.get("pods"))
+                .expect("the type");
+            let templates = read_back(&env, name).await;
+            assert_eq!(templates.len(), 1, "{name}");
+            let t = &templates[0];
+
+            // Network interfaces are tagged with the launch's tags.
+            let eni_tags: BTreeMap<&str, &str> = t
+                .data
+                .tag_specifications()
+                .iter()
+                .filter(|s| s.resource_type().map(|r| r.as_str()) == Some("network-interface"))
+                .flat_map(|s| s.tags())
+                .filter_map(|t| Some((t.key()?, t.value()?)))
+                .collect();
+            assert_eq!(eni_tags.get("karpenter.sh/nodepool"), Some(&"default"), "{name}");
+            assert_eq!(
+                eni_tags.get(format!("kubernetes.io/cluster/{}", env.cluster).as_str()),
+                Some(&"owned"),
+                "{name}"
+            );
+            let m = t.data.metadata_options().expect("metadata options");
+            assert_eq!(m.http_tokens().map(|x| x.as_str()), Some("required"), "{name}");
+            assert_eq!(m.http_put_response_hop_limit(), Some(hops), "{name}");
+            assert_eq!(m.http_endpoint().map(|x| x.as_str()), Some("enabled"), "{name}");
+            assert_eq!(
+                m.instance_metadata_tags().map(|x| x.as_str()),
+                Some("disabled"),
+                "{name}"
+            );
+            type Device = (String, Option<i32>, Option<String>, Option<bool>);
+            let devices: Vec<Device> = t
+                .data
+                .block_device_mappings()
+                .iter()
+                .map(|b| {
+                    let ebs = b.ebs().expect("an EBS volume");
+                    (
+                        b.device_name().unwrap_or_default().to_string(),
+                        ebs.volume_size(),
+                        ebs.volume_type().map(|v| v.as_str().to_string()),
+                        ebs.encrypted(),
+                    )
+                })
+                .collect();
+            let gp3 = |d: &str, gib: i32| (d.to_string(), Some(gib), Some("gp3".to_string()), Some(true));
+            let want = match alias.split('@').next() {
+                Some("bottlerocket") => vec![gp3("/dev/xvda", 4), gp3("/dev/xvdb", 20)],
+                Some("windows2022") => vec![gp3("/dev/sda1", 50)],
+                _ => vec![gp3("/dev/xvda", 20)],
+            };
+            assert_eq!(devices, want, "{name}");
+
+            let ud = &t.user_data;
+            let keys: Vec<String> = match alias.split('@').next() {
+                Some("al2023") => {
+                    // The last MIME part is dovetail's NodeConfig.
+                    let body = ud
+                        .rsplit("Content-Type: application/node.eks.aws")
+                        .next()
+                        .and_then(|b| b.split("\n--//").next())
+                        .expect("a NodeConfig part");
+                    let config: serde_json::Value =
+                        serde_json::from_str(body.trim()).expect("a JSON NodeConfig");
+                    assert_eq!(config["kind"], "NodeConfig", "{name}");
+                    assert_eq!(config["spec"]["cluster"]["cidr"], "10.100.0.0/16", "{name}");
+                    assert_eq!(config["spec"]["kubelet"]["config"]["maxPods"], pods, "{name}");
+                    let strategy = &config["spec"]["instance"]["localStorage"]["strategy"];
+                    if raid0 {
+                        assert_eq!(strategy, "RAID0", "{name}");
+                    } else {
+                        assert!(strategy.is_null(), "{name}: {config}");
+                    }
+                    node_label_keys(&config["spec"]["kubelet"]["flags"].to_string())
+                }
+                Some("al2") => {
+                    assert!(ud.contains("/etc/eks/bootstrap.sh"), "{name}: {ud}");
+                    assert!(ud.contains("--use-max-pods false"), "{name}: {ud}");
+                    assert!(ud.contains(&format!("--max-pods={pods} ")) || ud.contains(&format!("--max-pods={pods}'")), "{name}: {ud}");
+                    assert_eq!(ud.contains("--local-disks raid0"), raid0, "{name}: {ud}");
+                    node_label_keys(ud)
+                }
+                Some("bottlerocket") => {
+                    let doc: toml_edit::DocumentMut = ud.parse().expect("TOML");
+                    let k = doc["settings"]["kubernetes"].as_table().expect("settings.kubernetes");
+                    let unknown: Vec<&str> = k
+                        .iter()
+                        .map(|(key, _)| key)
+                        .filter(|key| !BOTTLEROCKET_KUBERNETES_SETTINGS.contains(key))
+                        .collect();
+                    assert!(unknown.is_empty(), "{name}: Bottlerocket has no {unknown:?}: {ud}");
+                    assert_eq!(k["max-pods"].as_integer(), Some(pods), "{name}");
+                    let command = doc
+                        .get("settings")
+                        .and_then(|s| s.get("bootstrap-commands"))
+                        .and_then(|c| c.get("000-mount-instance-storage"));
+                    assert_eq!(command.is_some(), raid0, "{name}: {ud}");
+                    if raid0 {
+                        let c = command.expect("the command");
+                        assert_eq!(c["essential"].as_bool(), Some(true));
+                        assert!(c["commands"].to_string().contains("ephemeral-storage"));
+                    }
+                    k["node-labels"]
+                        .as_table()
+                        .expect("labels")
+                        .iter()
+                        .map(|(key, _)| key.to_string())
+                        .collect()
+                }
+                _ => {
+                    assert!(ud.starts_with("<powershell>"), "{name}: {ud}");
+                    assert!(ud.contains(&format!("--max-pods={pods}")), "{name}: {ud}");
+                    node_label_keys(ud)
+                }
+            };
+            assert!(keys.contains(&"team".to_string()), "{name}: {keys:?}");
+            assert!(keys.contains(&"node.kubernetes.io/lifecycle".to_string()), "{name}: {keys:?}");
+            let forbidden: Vec<&String> = keys.iter().filter(|k| forbidden_label(k)).collect();
+            assert!(forbidden.is_empty(), "{name}: the kubelet refuses {forbidden:?}");
+        }
+    });
+}
+
+/// The controller and the AWS provider through the proxy, with `pool`'s
+/// NodePool and the test's resolved node class stored in a memory cluster.
+async fn controller_for(
+    env: &Env,
+    aws: &Arc<AwsProvider>,
+    class: &EC2NodeClass,
+    pool: &str,
+) -> (
+    Arc<ManualClock>,
+    Arc<MemoryCluster>,
+    Controller<MemoryCluster, AwsProvider>,
+) {
+    let clock = Arc::new(ManualClock::new(SystemClock.now()));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+    let stored = cluster.create(env.nodeclass()).expect("created");
+    let mut with = (*stored).clone();
+    with.status = class.status.clone();
+    Cluster::replace_status(cluster.as_ref(), with)
+        .await
+        .expect("status");
+    cluster
+        .create(from_yaml::<NodePool>(pool))
+        .expect("created");
+    let controller = Controller::new(cluster.clone(), aws.clone(), dyn_clock, Settings::default());
+    (clock, cluster, controller)
+}
+
+fn pending_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    from_yaml(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
+         status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
+    ))
+}
+
+/// One provisioning pass that creates a NodeClaim, and its launch.
+async fn provision_and_launch(
+    clock: &ManualClock,
+    controller: &mut Controller<MemoryCluster, AwsProvider>,
+) {
+    controller.reconcile_provisioning().await;
+    clock.advance(BATCH_IDLE).expect("forward");
+    controller.reconcile_provisioning().await;
+    controller.reconcile_nodeclaims().await;
+}
+
+/// `InsufficientFreeAddressesInSubnet`, as Karpenter classifies it: the
+/// override's offering is refused and its subnet marked; EC2 launches
+/// from the next override, in the other zone; later launches leave the
+/// subnet's zone out until the mark expires.
+#[test]
+fn a_subnet_out_of_addresses_sends_launches_to_another_zone() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "full-subnet").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        let (subnet_a, zone_a) = env.subnets[0].clone();
+        let (subnet_b, zone_b) = env.subnets[1].clone();
+        proxy
+            .faults
+            .lock()
+            .unwrap()
+            .full_subnets
+            .insert(subnet_a.clone());
+
+        let launched = aws
+            .create(&claim("full-1", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches in the other zone");
+        assert_eq!(launched.instance.zone, zone_b);
+        assert_eq!(
+            launched.instance.subnet_id.as_deref(),
+            Some(subnet_b.as_str())
+        );
+        assert_eq!(
+            launched.refused,
+            [dovetail::cloud::OfferingKey {
+                instance_type: "m5.large".into(),
+                zone: zone_a.clone(),
+                capacity_type: "on-demand".into(),
+            }]
+        );
+        let first = proxy.bodies("CreateFleet").remove(0);
+        assert!(
+            first.contains(&subnet_a),
+            "the first launch tried {subnet_a}"
+        );
+
+        // The zone of the full subnet is out: not offered, not tried.
+        let types = aws.instance_types_for(&class).await.expect("types");
+        let m5 = types
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .expect("m5.large");
+        for o in &m5.offerings {
+            assert_eq!(o.available, o.zone != zone_a, "{o:?}");
+        }
+        let second = aws
+            .create(&claim("full-2", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        assert_eq!(second.instance.zone, zone_b);
+        assert!(second.refused.is_empty());
+        let last = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");
+        assert!(!last.contains(&subnet_a), "{last}");
+        // A claim for that zone alone cannot launch, and asks EC2 nothing.
+        let mut only_a = claim("full-3", &["m5.large"]);
+        only_a
+            .spec
+            .requirements
+            .push(dovetail::api::NodeSelectorRequirementWithMinValues::new(
+                "topology.kubernetes.io/zone",
+                dovetail::api::Operator::In,
+                &[zone_a.as_str()],
+            ));
+        let fleets = proxy.count("CreateFleet");
+        assert!(matches!(
+            aws.create(&only_a, &class, &BTreeSet::new()).await,
+            Err(CloudError::InsufficientCapacity { .. })
+        ));
+        assert_eq!(proxy.count("CreateFleet"), fleets);
+    });
+}
+
+/// Without the Spot service-linked role (and the right to create it),
+/// EC2 refuses every spot launch. As Karpenter does, spot is marked
+/// unavailable, the claim fails as insufficient capacity, and the next
+/// claim for the same pods launches on demand.
+#[test]
+fn a_missing_spot_service_linked_role_ends_in_an_on_demand_launch() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "spot-role").await;
+        let aws = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
+        let class = env.resolved(&aws).await;
+        proxy.faults.lock().unwrap().spot_role_missing = true;
+        let (clock, cluster, mut controller) = controller_for(
+            &env,
+            &aws,
+            &class,
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      \
+             nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      \
+             - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}\n      \
+             - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}\n",
+        )
+        .await;
+        cluster.create(pending_pod("web")).expect("created");
+        provision_and_launch(&clock, &mut controller).await;
+        // The spot launch failed; its claim is gone.
+        let asked = proxy.bodies("CreateFleet");
+        assert_eq!(asked.len(), 1);
+        assert!(
+            asked[0].contains("DefaultTargetCapacityType=spot"),
+            "{}",
+            asked[0]
+        );
+        assert!(Cluster::list::<NodeClaim>(cluster.as_ref()).is_empty());
+        let events = controller.drain_events();
+        assert!(
+            events.iter().any(|e| e.reason == "InsufficientCapacity"),
+            "{events:?}"
+        );
+        // The next solve launches the pod's node on demand.
+        clock.advance(Duration::from_secs(1)).expect("forward");
+        provision_and_launch(&clock, &mut controller).await;
+        let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+        assert_eq!(claims.len(), 1);
+        let labels = claims[0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+        let asked = proxy.bodies("CreateFleet");
+        assert_eq!(asked.len(), 2);
+        assert!(
+            asked[1].contains("DefaultTargetCapacityType=on-demand"),
+            "{}",
+            asked[1]
+        );
+        let pid = claims[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .expect("launched");
+        assert_eq!(aws.get(&pid).await.expect("exists").capacity_type, "on-demand");
+    });
+}
+
+/// A CreateFleet whose answer is lost (EC2 launched, the caller got a 503)
+/// is retried with the same ClientToken, so EC2 answers with the first
+/// fleet instead of launching a second instance.
+#[test]
+fn a_create_fleet_retried_after_a_lost_answer_carries_the_same_client_token() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "token").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        proxy.faults.lock().unwrap().lose_fleet_answers = 1;
+        let launched = aws
+            .create(&claim("token-1", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches after the retry");
+        let bodies = proxy.bodies("CreateFleet");
+        assert_eq!(bodies.len(), 2, "one attempt, one retry");
+        let token = |body: &str| -> Option<String> {
+            body.split('&')
+                .find_map(|p| p.strip_prefix("ClientToken="))
+                .map(str::to_string)
+        };
+        let first = token(&bodies[0]).expect("a ClientToken");
+        assert_eq!(token(&bodies[1]).as_deref(), Some(first.as_str()));
+        // One instance, the one the first attempt launched.
+        let listed: Vec<String> = aws
+            .list()
+            .await
+            .expect("lists")
+            .into_iter()
+            .filter(|i| i.nodeclaim == "token-1")
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(listed, std::slice::from_ref(&launched.instance.id));
+        // Another launch is another request: a new token.
+        aws.create(&claim("token-2", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        let third = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");
+        assert_ne!(token(&third).as_deref(), Some(first.as_str()));
+    });
+}
+
+/// A launch template deleted behind dovetail's back (by hand, or by
+/// another cleanup): EC2 refuses the CreateFleet that names it; the cache
+/// is dropped and the template made again, and the launch goes on.
+#[test]
+fn a_launch_template_deleted_out_of_band_is_recreated_by_the_next_launch() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "lt-gone").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        aws.create(&claim("lt-1", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        let names = env.launch_templates().await;
+        assert_eq!(names.len(), 1);
+        env.ec2
+            .delete_launch_template()
+            .launch_template_name(&names[0])
+            .send()
+            .await
+            .expect("DeleteLaunchTemplate");
+        assert!(env.launch_templates().await.is_empty());
+        let second = aws
+            .create(&claim("lt-2", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches after recreating the template");
+        assert_eq!(
+            env.launch_templates().await,
+            names,
+            "the same template again"
+        );
+        assert_eq!(proxy.count("CreateLaunchTemplate"), 2);
+        assert_eq!(
+            env.tags(&second.instance.id).await["karpenter.sh/nodeclaim"],
+            "lt-2"
+        );
+    });
+}
+
+/// The built-in prices (`src/cloud/aws/builtin-prices.json`) are generated
+/// from the published catalog: its on-demand prices (every zone of it
+/// offers a type at one price), with its source and date. After a new
+/// catalog, `DOVETAIL_BLESS=1 cargo test --test main builtin_prices`
+/// writes them again.
+#[test]
+fn builtin_prices_are_generated_from_the_published_catalog() {
+    let catalog: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(shared_catalog()).expect("catalog"))
+            .expect("JSON");
+    let source = catalog["source"].as_str().expect("the catalog's source");
+    // The catalog's source ends with its date, `(YYYY-MM)`.
+    let date = source
+        .rsplit_once('(')
+        .and_then(|(_, d)| d.strip_suffix(')'))
+        .expect("a date in the source");
+    let region = "us-east-1";
+    let mut prices = BTreeMap::new();
+    for t in catalog["instanceTypes"].as_array().expect("types") {
+        let name = t["name"].as_str().expect("name");
+        let offered: BTreeSet<String> = t["offerings"]
+            .as_array()
+            .expect("offerings")
+            .iter()
+            .filter(|o| o["capacityType"] == "on-demand")
+            .map(|o| o["price"].to_string())
+            .collect();
+        assert!(
+            offered.len() <= 1,
+            "{name}: one price per type: {offered:?}"
+        );
+        if let Some(p) = offered.into_iter().next() {
+            prices.insert(name.to_string(), p);
+        }
+    }
+    let body: Vec<String> = prices
+        .iter()
+        .map(|(name, p)| format!("    \"{name}\": {p}"))
+        .collect();
+    let text = format!(
+        "{{\"schema_version\": 1,\n \"source\": {},\n \"date\": \"{date}\",\n \"regions\": {{\"{region}\": {{\"on_demand\": {{\n{}\n}}}}}}}}\n",
+        serde_json::Value::String(format!(
+            "{source}; generated from ../shared/data/aws-catalog.json"
+        )),
+        body.join(",\n")
+    );
+    crate::support::assert_matches_file(&text, Path::new("src/cloud/aws/builtin-prices.json"));
+    // It is a price file dovetail reads.
+    let read = dovetail::cloud::aws::pricing::parse_price_file(&text, region).expect("valid");
+    assert_eq!(read.len(), prices.len());
+    assert!(read.len() > 1000, "{}", read.len());
+}
+
+/// Polls `check` every 20 ms for up to 10 s.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The provider's background work: the Kubernetes version is read again
+/// (every 5 minutes, here every 50 ms), so after an upgrade the alias
+/// resolves to the new version's image and running nodes drift; and while
+/// the replica leads, launch templates no node class uses any more are
+/// deleted.
+#[test]
+fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templates() {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "eu-west-1", "upgrade").await;
+        env.put_parameter(
+            "/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/standard/recommended/image_id",
+            &env.images[1],
+        )
+        .await;
+        let mut config = env.config();
+        config.kubernetes_version_ttl = Duration::from_millis(50);
+        config.launch_template_cleanup_interval = Duration::from_millis(50);
+        config.background_tick = Duration::from_millis(10);
+        config.pricing_file = None;
+        let aws = Arc::new(env.provider(&moto.endpoint(), config).await);
+        let version = Arc::new(Mutex::new(K8S.to_string()));
+        let leading = Arc::new(AtomicBool::new(false));
+        let classes: Arc<Mutex<Vec<EC2NodeClass>>> = Arc::new(Mutex::new(Vec::new()));
+        let work = {
+            let (version, leading, classes) = (version.clone(), leading.clone(), classes.clone());
+            dovetail::cloud::aws::Background {
+                kubernetes_version: Some(Arc::new(move || {
+                    let v = version.lock().unwrap().clone();
+                    Box::pin(async move { Ok(format!("v{v}.2-eks-f69f56f")) })
+                })),
+                nodeclasses: Box::new(move || {
+                    leading
+                        .load(Ordering::Relaxed)
+                        .then(|| classes.lock().unwrap().clone())
+                }),
+            }
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let background = {
+            let aws = aws.clone();
+            tokio::spawn(async move {
+                aws.run_background(work, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            })
+        };
+
+        let class = env.resolved(&aws).await;
+        assert_eq!(
+            class.status.as_ref().unwrap().amis.as_ref().unwrap()[0].id,
+            env.images[0]
+        );
+        let a = claim("upgrade-a", &["m5.large"]);
+        let launched = aws
+            .create(&a, &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        let a = recorded(&a, &launched.provider_id);
+        let before = env.launch_templates().await;
+        assert_eq!(before.len(), 1);
+
+        // The control plane is upgraded.
+        *version.lock().unwrap() = "1.35".to_string();
+        eventually("the version change", async || {
+            aws.kubernetes_version().as_deref() == Some("1.35")
+        })
+        .await;
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert_eq!(r.amis[0].id, env.images[1], "the 1.35 image");
+        let class = with_status(class, &r);
+        assert_eq!(
+            aws.is_drifted(&a, &class).await.expect("checks"),
+            vec![DriftReason::Ami {
+                image: env.images[0].clone()
+            }]
+        );
+
+        // Not leading: nothing is deleted. Leading: the old image's
+        // template goes.
+        *classes.lock().unwrap() = vec![class.clone()];
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(env.launch_templates().await, before);
+        leading.store(true, Ordering::Relaxed);
+        eventually("the cleanup", async || {
+            env.launch_templates().await.is_empty()
+        })
+        .await;
+
+        let _ = stop_tx.send(());
+        background.await.expect("the background work stops");
+    });
+}
+
+/// A delete is done only once EC2 has the instance shutting down: a
+/// TerminateInstances that leaves it running is an error (retried by the
+/// controller), not a success that releases the NodeClaim.
+#[test]
+fn delete_is_done_only_once_the_instance_is_shutting_down() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "still-running").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        let i = aws
+            .create(&claim("running", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        proxy.faults.lock().unwrap().terminate_keeps_running = true;
+        let err = aws.delete(&i.provider_id).await.unwrap_err();
+        assert!(
+            matches!(&err, CloudError::Api(m) if m.contains("still running")),
+            "{err}"
+        );
+        assert_eq!(
+            aws.get(&i.provider_id).await.expect("exists").state,
+            InstanceState::Running
+        );
+        proxy.faults.lock().unwrap().terminate_keeps_running = false;
+        aws.delete(&i.provider_id).await.expect("terminates");
+        assert!(matches!(
+            aws.delete(&i.provider_id).await,
+            Err(CloudError::NotFound(_))
+        ));
+    });
+}
+
+/// Node classes with `spec.role` get an instance profile as Karpenter
+/// makes them (name from the cluster and a hash of the class, Karpenter's
+/// path and tags, the role added), reuse a profile their status names
+/// when it holds the role (adopting Karpenter's), make a new one when the
+/// role changes, report a missing role as a problem without leaving a
+/// profile behind, and lose profiles nothing uses any more (never one a
+/// live instance runs with).
+#[test]
+fn role_based_node_classes_get_adopt_and_garbage_collect_instance_profiles() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "profiles").await;
+        // The test's own IAM calls go to moto, past the proxy's count.
+        let sdk = moto::sdk_config(&moto.endpoint(), &env.region).await;
+        let iam = aws_sdk_iam::Client::new(&sdk);
+        let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+        for role in ["ProfilesNodeRole", "ProfilesOtherRole"] {
+            iam.create_role()
+                .role_name(role)
+                .assume_role_policy_document(trust)
+                .send()
+                .await
+                .expect("CreateRole");
+        }
+        let mut config = env.config();
+        config.protected_profile_ttl = Duration::ZERO;
+        let aws = env.provider(&proxy.endpoint(), config).await;
+        let path = "/karpenter/us-east-2/profiles/";
+        let listed = async || -> BTreeMap<String, (String, Option<String>)> {
+            let out = iam
+                .list_instance_profiles()
+                .path_prefix(path)
+                .send()
+                .await
+                .expect("ListInstanceProfiles");
+            // moto ignores PathPrefix.
+            out.instance_profiles()
+                .iter()
+                .filter(|p| p.path().starts_with(path))
+                .map(|p| {
+                    (
+                        p.instance_profile_name().to_string(),
+                        (
+                            p.path().to_string(),
+                            p.roles().first().map(|r| r.role_name().to_string()),
+                        ),
+                    )
+                })
+                .collect()
+        };
+
+        let mut class = env.nodeclass();
+        class.metadata.uid = Some("0a1b2c3d".into());
+        class.spec.role = Some("ProfilesNodeRole".into());
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert!(r.is_ready(), "{:?}", r.problems);
+        let profile = r.instance_profile.clone().expect("a profile");
+        assert!(profile.starts_with("profiles_"), "{profile}");
+        let all = listed().await;
+        assert_eq!(
+            all.get(&profile),
+            Some(&(
+                format!("{path}0a1b2c3d/"),
+                Some("ProfilesNodeRole".to_string())
+            ))
+        );
+        let tags: BTreeMap<String, String> = iam
+            .get_instance_profile()
+            .instance_profile_name(&profile)
+            .send()
+            .await
+            .expect("GetInstanceProfile")
+            .instance_profile()
+            .expect("a profile")
+            .tags()
+            .iter()
+            .map(|t| (t.key().to_string(), t.value().to_string()))
+            .collect();
+        for (k, v) in [
+            ("kubernetes.io/cluster/profiles", "owned"),
+            ("eks:eks-cluster-name", "profiles"),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ("topology.kubernetes.io/region", "us-east-2"),
+            ("team", "platform"),
+        ] {
+            assert_eq!(tags.get(k).map(String::as_str), Some(v), "{tags:?}");
+        }
+
+        // With the status naming it, the profile is used as it is.
+        let class = with_status(class, &r);
+        let again = aws.resolve_node_class(&class).await.expect("resolves");
+        assert_eq!(again.instance_profile.as_deref(), Some(profile.as_str()));
+        assert_eq!(proxy.count("CreateInstanceProfile"), 1);
+        // Launches run with it.
+        let launched = aws
+            .create(&claim("profiled", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        // moto's fleet instances ignore the template's profile (EC2 gives
+        // it to them): associate it as EC2 would have.
+        moto_ec2(&moto.endpoint(), &env.region)
+            .await
+            .associate_iam_instance_profile()
+            .instance_id(&launched.id)
+            .iam_instance_profile(
+                aws_sdk_ec2::types::IamInstanceProfileSpecification::builder()
+                    .name(&profile)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("AssociateIamInstanceProfile");
+        let template = read_back(&env, "default").await;
+        assert_eq!(
+            template[0]
+                .data
+                .iam_instance_profile()
+                .and_then(|p| p.name()),
+            Some(profile.as_str())
+        );
+
+        // A profile Karpenter made, named in the status: adopted.
+        let karpenters = "profiles_1234567890";
+        iam.create_instance_profile()
+            .instance_profile_name(karpenters)
+            .path(format!("{path}0a1b2c3d/"))
+            .send()
+            .await
+            .expect("CreateInstanceProfile");
+        iam.add_role_to_instance_profile()
+            .instance_profile_name(karpenters)
+            .role_name("ProfilesNodeRole")
+            .send()
+            .await
+            .expect("AddRoleToInstanceProfile");
+        let mut adopted = class.clone();
+        adopted.status.as_mut().unwrap().instance_profile = Some(karpenters.into());
+        let r = aws.resolve_node_class(&adopted).await.expect("resolves");
+        assert_eq!(r.instance_profile.as_deref(), Some(karpenters));
+        assert_eq!(proxy.count("CreateInstanceProfile"), 1);
+
+        // A new role: a new profile.
+        let mut changed = class.clone();
+        changed.spec.role = Some("ProfilesOtherRole".into());
+        let r = aws.resolve_node_class(&changed).await.expect("resolves");
+        let other = r.instance_profile.clone().expect("a profile");
+        assert_ne!(other, profile);
+        assert_eq!(
+            listed().await[&other].1.as_deref(),
+            Some("ProfilesOtherRole")
+        );
+        let changed = with_status(changed, &r);
+
+        // A role IAM does not know: a problem, and no profile left.
+        let mut missing = class.clone();
+        missing.metadata.name = Some("missing".into());
+        missing.metadata.uid = Some("ffff".into());
+        missing.spec.role = Some("NoSuchRole".into());
+        missing.status = None;
+        let r = aws.resolve_node_class(&missing).await.expect("resolves");
+        assert!(!r.is_ready());
+        assert!(
+            r.problems.iter().any(|p| p.starts_with("spec.role") && p.contains("NoSuchRole")),
+            "{:?}",
+            r.problems
+        );
+        assert!(!listed().await.values().any(|(p, _)| p.contains("ffff")));
+
+        // Garbage collection: what the class's status names and what the
+        // running instance uses stay; Karpenter's, unused, goes.
+        let deleted = aws
+            .cleanup_instance_profiles(std::slice::from_ref(&changed))
+            .await
+            .expect("cleans");
+        assert_eq!(deleted, [karpenters.to_string()]);
+        let left: BTreeSet<String> = listed().await.into_keys().collect();
+        assert_eq!(left, BTreeSet::from([profile.clone(), other.clone()]));
+        // The node class is gone and its instance terminated: all go.
+        aws.delete(&launched.provider_id).await.expect("terminates");
+        let deleted: BTreeSet<String> = aws
+            .cleanup_instance_profiles(&[])
+            .await
+            .expect("cleans")
+            .into_iter()
+            .collect();
+        assert_eq!(deleted, BTreeSet::from([profile, other]));
+        assert!(listed().await.is_empty());
+    });
+}
+
+/// An EC2 client straight to moto (past any proxy).
+async fn moto_ec2(endpoint: &str, region: &str) -> aws_sdk_ec2::Client {
+    aws_sdk_ec2::Client::new(&moto::sdk_config(endpoint, region).await)
 }

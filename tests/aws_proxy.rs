@@ -8,9 +8,19 @@
 //!   type are taken out of the request moto sees and reported back in the
 //!   answer's `errorSet` with `InsufficientInstanceCapacity`, as EC2 does
 //!   for an `instant` fleet (moto launches from the overrides left; with
-//!   none left the answer has errors and no instance);
+//!   none left the answer has errors and no instance); overrides into a
+//!   subnet out of addresses likewise, with
+//!   `InsufficientFreeAddressesInSubnet`;
+//! - a missing Spot service-linked role: a spot CreateFleet is answered
+//!   with `AuthFailure.ServiceLinkedRoleCreationNotPermitted` and no
+//!   instance;
+//! - a lost answer: a CreateFleet is carried out, then answered 503;
+//! - EC2's idempotency, which moto lacks: a CreateFleet with a
+//!   `ClientToken` seen before gets the first answer again, launching
+//!   nothing;
 //! - the Pricing API, which moto lacks: GetProducts answers come from
-//!   recorded responses, page by page.
+//!   recorded responses, page by page (the bare-metal query's apart);
+//! - a TerminateInstances that leaves the instance running.
 //!
 //! Every request's action is logged, so tests can count calls.
 
@@ -30,10 +40,25 @@ pub struct Faults {
     pub deny: BTreeSet<String>,
     /// Instance types CreateFleet has no capacity for (every zone).
     pub no_capacity: BTreeSet<String>,
+    /// Subnets with no free address.
+    pub full_subnets: BTreeSet<String>,
+    /// Spot CreateFleets fail for want of the Spot service-linked role.
+    pub spot_role_missing: bool,
+    /// How many more CreateFleet answers are lost: the fleet is launched,
+    /// then the caller gets a 503.
+    pub lose_fleet_answers: u32,
+    /// ClientToken -> the answer to the first CreateFleet carrying it.
+    pub fleet_answers: HashMap<String, Vec<u8>>,
     /// Recorded GetProducts responses (JSON bodies), served in order: the
     /// request with `NextToken` T gets the page after the one that
     /// returned T.
     pub pricing_pages: Vec<String>,
+    /// The same for the bare-metal query (product family `Compute
+    /// Instance (bare metal)`).
+    pub pricing_metal_pages: Vec<String>,
+    /// TerminateInstances is answered as if the instance kept running,
+    /// and not carried out.
+    pub terminate_keeps_running: bool,
 }
 
 /// A request as the proxy saw it.
@@ -288,14 +313,16 @@ struct Refused {
     subnet: String,
     zone: String,
     template: String,
+    code: &'static str,
 }
 
-/// Takes the overrides of faulted types out of a CreateFleet request.
-/// Returns the new body (configs and overrides renumbered), the refused
-/// overrides and whether any override is left.
+/// Takes the overrides of faulted types and full subnets out of a
+/// CreateFleet request. Returns the new body (configs and overrides
+/// renumbered), the refused overrides and whether any override is left.
 fn strip_overrides(
     params: &[(String, String)],
     faulted: &BTreeSet<String>,
+    full_subnets: &BTreeSet<String>,
 ) -> (String, Vec<Refused>, bool) {
     // (config, override) -> fields
     let mut overrides: BTreeMap<(usize, usize), BTreeMap<String, String>> = BTreeMap::new();
@@ -330,12 +357,21 @@ fn strip_overrides(
     let mut kept: BTreeMap<usize, Vec<BTreeMap<String, String>>> = BTreeMap::new();
     for ((c, _), fields) in overrides {
         let it = fields.get("InstanceType").cloned().unwrap_or_default();
-        if faulted.contains(&it) {
+        let subnet = fields.get("SubnetId").cloned().unwrap_or_default();
+        let code = if faulted.contains(&it) {
+            Some("InsufficientInstanceCapacity")
+        } else if full_subnets.contains(&subnet) {
+            Some("InsufficientFreeAddressesInSubnet")
+        } else {
+            None
+        };
+        if let Some(code) = code {
             refused.push(Refused {
                 instance_type: it,
-                subnet: fields.get("SubnetId").cloned().unwrap_or_default(),
+                subnet,
                 zone: fields.get("AvailabilityZone").cloned().unwrap_or_default(),
                 template: templates.get(&c).cloned().unwrap_or_default(),
+                code,
             });
         } else {
             kept.entry(c).or_default().push(fields);
@@ -383,18 +419,120 @@ fn error_set(refused: &[Refused], lifecycle: &str) -> String {
         } else {
             format!("<launchTemplateName>{}</launchTemplateName>", r.template)
         };
+        let message = match r.code {
+            "InsufficientFreeAddressesInSubnet" => format!(
+                "There are not enough free addresses in subnet '{}' to satisfy the requested number of instances.",
+                r.subnet
+            ),
+            "AuthFailure.ServiceLinkedRoleCreationNotPermitted" => {
+                "The provided credentials do not have permission to create the service-linked role for EC2 Spot Instances.".to_string()
+            }
+            _ => format!(
+                "We currently do not have sufficient {} capacity in the Availability Zone you requested ({}).",
+                r.instance_type, r.zone
+            ),
+        };
         out.push_str(&format!(
             "<item><launchTemplateAndOverrides><launchTemplateSpecification>{template}<version>1</version></launchTemplateSpecification>\
              <overrides><instanceType>{it}</instanceType><subnetId>{subnet}</subnetId><availabilityZone>{zone}</availabilityZone></overrides></launchTemplateAndOverrides>\
-             <lifecycle>{lifecycle}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode>\
-             <errorMessage>We currently do not have sufficient {it} capacity in the Availability Zone you requested ({zone}).</errorMessage></item>",
+             <lifecycle>{lifecycle}</lifecycle><errorCode>{code}</errorCode>\
+             <errorMessage>{message}</errorMessage></item>",
             it = r.instance_type,
             subnet = r.subnet,
             zone = r.zone,
+            code = r.code,
         ));
     }
     out.push_str("</errorSet>");
     out
+}
+
+/// A CreateFleet as EC2 would answer it under the faults: a token seen
+/// before gets its first answer again; a spot fleet without the Spot
+/// service-linked role fails; overrides of faulted types and full subnets
+/// are refused and moto launches from the rest.
+async fn fleet(
+    upstream: SocketAddr,
+    req: &Request,
+    body: &str,
+    faults: &Arc<Mutex<Faults>>,
+) -> std::io::Result<(String, String, Vec<u8>)> {
+    let params = form(body);
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let token = param("ClientToken");
+    let lifecycle = param("TargetCapacitySpecification.DefaultTargetCapacityType")
+        .unwrap_or_else(|| "on-demand".to_string());
+    let (faulted, full, role_missing) = {
+        let f = faults.lock().unwrap();
+        if let Some(answer) = token.as_ref().and_then(|t| f.fleet_answers.get(t)) {
+            return Ok(("200 OK".to_string(), "text/xml".to_string(), answer.clone()));
+        }
+        (
+            f.no_capacity.clone(),
+            f.full_subnets.clone(),
+            f.spot_role_missing,
+        )
+    };
+    let empty = |errors: String| {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><fleetId>fleet-00000000-0000-0000-0000-000000000000</fleetId>{errors}<fleetInstanceSet/></CreateFleetResponse>"
+        )
+        .into_bytes()
+    };
+    let (stripped, refused, any_left) = strip_overrides(&params, &faulted, &full);
+    let answer = if role_missing && lifecycle == "spot" {
+        // EC2 reports it once, against the override it tried first.
+        let (_, all, _) = strip_overrides(
+            &params,
+            &params
+                .iter()
+                .filter(|(k, _)| k.ends_with(".InstanceType"))
+                .map(|(_, v)| v.clone())
+                .collect(),
+            &BTreeSet::new(),
+        );
+        let mut first: Vec<Refused> = all.into_iter().take(1).collect();
+        for r in &mut first {
+            r.code = "AuthFailure.ServiceLinkedRoleCreationNotPermitted";
+        }
+        (
+            "200 OK".to_string(),
+            "text/xml".to_string(),
+            empty(error_set(&first, &lifecycle)),
+        )
+    } else if refused.is_empty() {
+        forward(upstream, req, &req.body).await?
+    } else if !any_left {
+        (
+            "200 OK".to_string(),
+            "text/xml".to_string(),
+            empty(error_set(&refused, &lifecycle)),
+        )
+    } else {
+        let errors = error_set(&refused, &lifecycle);
+        let (status, ct, answer) = forward(upstream, req, stripped.as_bytes()).await?;
+        let text = String::from_utf8_lossy(&answer).to_string();
+        let text = match text.rfind("</CreateFleetResponse>") {
+            Some(i) => format!("{}{errors}{}", &text[..i], &text[i..]),
+            None => text,
+        };
+        (status, ct, text.into_bytes())
+    };
+    if let Some(t) = token
+        && answer.0.starts_with("200")
+    {
+        faults
+            .lock()
+            .unwrap()
+            .fleet_answers
+            .insert(t, answer.2.clone());
+    }
+    Ok(answer)
 }
 
 async fn serve(
@@ -425,7 +563,8 @@ async fn serve(
         Throttle,
         Deny,
         Pricing(Option<String>),
-        Fleet(BTreeSet<String>),
+        Fleet,
+        KeepRunning,
         Forward,
     }
     let plan = {
@@ -446,10 +585,14 @@ async fn serve(
                         .and_then(|t| t.as_str())
                         .map(str::to_string)
                 });
+            let pages = if body.contains("Compute Instance (bare metal)") {
+                &f.pricing_metal_pages
+            } else {
+                &f.pricing_pages
+            };
             let index = match &token {
                 None => Some(0),
-                Some(t) => f
-                    .pricing_pages
+                Some(t) => pages
                     .iter()
                     .position(|p| {
                         serde_json::from_str::<serde_json::Value>(p)
@@ -461,9 +604,11 @@ async fn serve(
                     })
                     .map(|i| i + 1),
             };
-            Plan::Pricing(index.and_then(|i| f.pricing_pages.get(i).cloned()))
-        } else if action == "CreateFleet" && !f.no_capacity.is_empty() {
-            Plan::Fleet(f.no_capacity.clone())
+            Plan::Pricing(index.and_then(|i| pages.get(i).cloned()))
+        } else if action == "TerminateInstances" && f.terminate_keeps_running {
+            Plan::KeepRunning
+        } else if action == "CreateFleet" {
+            Plan::Fleet
         } else {
             Plan::Forward
         }
@@ -535,32 +680,38 @@ async fn serve(
             )
             .await
         }
-        Plan::Fleet(faulted) => {
-            let params = form(&body);
-            let lifecycle = params
-                .iter()
-                .find(|(k, _)| k == "TargetCapacitySpecification.DefaultTargetCapacityType")
-                .map_or("on-demand", |(_, v)| v.as_str())
-                .to_string();
-            let (stripped, refused, any_left) = strip_overrides(&params, &faulted);
-            if refused.is_empty() {
-                let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
-                return respond(&mut conn, &status, &ct, &[], &answer).await;
-            }
-            let errors = error_set(&refused, &lifecycle);
-            if !any_left {
-                let xml = format!(
-                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><fleetId>fleet-00000000-0000-0000-0000-000000000000</fleetId>{errors}<fleetInstanceSet/></CreateFleetResponse>"
-                );
-                return respond(&mut conn, "200 OK", "text/xml", &[], xml.as_bytes()).await;
-            }
-            let (status, ct, answer) = forward(upstream, &req, stripped.as_bytes()).await?;
-            let text = String::from_utf8_lossy(&answer).to_string();
-            let text = match text.rfind("</CreateFleetResponse>") {
-                Some(i) => format!("{}{errors}{}", &text[..i], &text[i..]),
-                None => text,
+        Plan::Fleet => {
+            let answer = fleet(upstream, &req, &body, &faults).await?;
+            let lost = {
+                let mut f = faults.lock().unwrap();
+                let lost = f.lose_fleet_answers > 0;
+                f.lose_fleet_answers = f.lose_fleet_answers.saturating_sub(1);
+                lost
             };
-            respond(&mut conn, &status, &ct, &[], text.as_bytes()).await
+            if lost {
+                return respond(
+                    &mut conn,
+                    "503 Service Unavailable",
+                    "text/xml",
+                    &[],
+                    &ec2_error("ServiceUnavailable", "The service is unavailable."),
+                )
+                .await;
+            }
+            let (status, ct, answer) = answer;
+            respond(&mut conn, &status, &ct, &[], &answer).await
+        }
+        Plan::KeepRunning => {
+            let id = form(&body)
+                .into_iter()
+                .find(|(k, _)| k == "InstanceId.1")
+                .map(|(_, v)| v)
+                .unwrap_or_default();
+            let xml = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<TerminateInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><instancesSet><item><instanceId>{id}</instanceId>\
+                 <currentState><code>16</code><name>running</name></currentState><previousState><code>16</code><name>running</name></previousState></item></instancesSet></TerminateInstancesResponse>"
+            );
+            respond(&mut conn, "200 OK", "text/xml", &[], xml.as_bytes()).await
         }
         Plan::Forward => {
             let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
@@ -579,7 +730,7 @@ fn create_fleet_overrides_of_faulted_types_are_taken_out_and_renumbered() {
         &TagSpecification.1.Tag.1.Value=a%2Bb";
     let params = form(body);
     let faulted = BTreeSet::from(["c5.large".to_string()]);
-    let (stripped, refused, left) = strip_overrides(&params, &faulted);
+    let (stripped, refused, left) = strip_overrides(&params, &faulted, &BTreeSet::new());
     assert!(left);
     assert_eq!(refused.len(), 2);
     assert_eq!(refused[1].template, "lt-2");

@@ -28,8 +28,8 @@ use super::args::ControllerArgs;
 use super::{Io, exit};
 use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, SlimPod};
 use crate::clock::{Clock, SystemClock};
-use crate::cloud::aws::AwsProvider;
-use crate::cluster::{Fenced, KubeCluster, WatchOptions, slim};
+use crate::cloud::aws::{AwsProvider, Background, VersionSource};
+use crate::cluster::{Cluster, Fenced, KubeCluster, WatchOptions, slim};
 use crate::controller::Settings;
 use crate::controller::http::{Endpoints, Health, serve};
 use crate::controller::leader::{Elector, LeaseConfig};
@@ -157,6 +157,11 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_string());
+        // Without --kubernetes-version, the version is read from the API
+        // server now and again every 5 minutes (AMI aliases follow an
+        // upgrade of the control plane).
+        let follow_version = aws.kubernetes_version.is_none();
+        let version_client = client.clone();
         if aws.kubernetes_version.is_none() {
             match crate::cloud::aws::kubernetes_version(&client).await {
                 Ok(v) => aws.kubernetes_version = Some(v),
@@ -335,6 +340,36 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             (watch::channel(true).1, None)
         };
 
+        // The provider's periodic work: prices and types refreshed, the
+        // Kubernetes version followed, and, while leading, launch templates
+        // no node class uses deleted.
+        let background = {
+            let cloud = cloud.clone();
+            let cluster = cluster.clone();
+            let leading = leading.clone();
+            let source: Option<VersionSource> = follow_version.then(|| {
+                let client = version_client.clone();
+                Arc::new(move || {
+                    let client = client.clone();
+                    Box::pin(async move { crate::cloud::aws::kubernetes_version(&client).await })
+                        as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+                }) as VersionSource
+            });
+            let work = Background {
+                kubernetes_version: source,
+                nodeclasses: Box::new(move || {
+                    (*leading.borrow()).then(|| {
+                        Cluster::list::<EC2NodeClass>(cluster.as_ref())
+                            .iter()
+                            .map(|c| (**c).clone())
+                            .collect()
+                    })
+                }),
+            };
+            let stop = stopped(stop.clone());
+            tokio::spawn(async move { cloud.inner().run_background(work, stop).await })
+        };
+
         let mut rt = Runtime {
             cluster: writer,
             cloud,
@@ -348,6 +383,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             interruption,
         };
         rt.run(cluster.changes(), leading, stopped(stop.clone())).await;
+        let _ = background.await;
         // The loops have stopped writing: now the Lease may go.
         if let Some((release, task)) = elector {
             let _ = release.send(true);

@@ -39,6 +39,17 @@ const INSTANCE_CACHE_TTL: Duration = Duration::from_secs(30);
 const LAUNCH_BATCH_IDLE: Duration = Duration::from_millis(35);
 /// ...but never longer than this in all (the reference's windows).
 const LAUNCH_BATCH_MAX: Duration = Duration::from_secs(1);
+/// How often the cluster's Kubernetes version is read again (Karpenter's
+/// version provider), so AMI aliases follow a control-plane upgrade.
+const KUBERNETES_VERSION_TTL: Duration = Duration::from_secs(5 * 60);
+/// How often unused launch templates are looked for and deleted.
+const LAUNCH_TEMPLATE_CLEANUP_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// How long an instance profile just made or replaced is kept from garbage
+/// collection, as the node class's status may not name it yet (Karpenter's
+/// `ProtectedProfilesTTL`).
+const PROTECTED_PROFILE_TTL: Duration = Duration::from_secs(60 * 60);
+/// How often the background work looks at what is due.
+const BACKGROUND_TICK: Duration = Duration::from_secs(30);
 /// No AWS call takes longer than this, retries aside.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -64,8 +75,9 @@ pub struct AwsConfig {
     /// Send every call to this endpoint (e.g. an emulator, or a VPC
     /// endpoint); `None` uses `AWS_ENDPOINT_URL` or the service's own.
     pub endpoint_url: Option<String>,
-    /// The cluster's Kubernetes version (`1.34`); AMI aliases resolve for
-    /// it. See [`kubernetes_version`] to read it from the API server.
+    /// The cluster's Kubernetes version (`1.34`) at start; AMI aliases
+    /// resolve for it. See [`kubernetes_version`] to read it from the API
+    /// server, and [`super::background`] to keep it current.
     pub kubernetes_version: Option<String>,
     /// Where AMI alias parameters live (`/aws/service`).
     pub ssm_parameter_root: String,
@@ -87,6 +99,10 @@ pub struct AwsConfig {
     pub instance_cache_ttl: Duration,
     pub launch_batch_idle: Duration,
     pub launch_batch_max: Duration,
+    pub kubernetes_version_ttl: Duration,
+    pub launch_template_cleanup_interval: Duration,
+    pub protected_profile_ttl: Duration,
+    pub background_tick: Duration,
 }
 
 impl AwsConfig {
@@ -111,6 +127,10 @@ impl AwsConfig {
             instance_cache_ttl: INSTANCE_CACHE_TTL,
             launch_batch_idle: LAUNCH_BATCH_IDLE,
             launch_batch_max: LAUNCH_BATCH_MAX,
+            kubernetes_version_ttl: KUBERNETES_VERSION_TTL,
+            launch_template_cleanup_interval: LAUNCH_TEMPLATE_CLEANUP_INTERVAL,
+            protected_profile_ttl: PROTECTED_PROFILE_TTL,
+            background_tick: BACKGROUND_TICK,
         }
     }
 

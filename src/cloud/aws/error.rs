@@ -101,6 +101,12 @@ fn random_u64() -> u64 {
     h.finish()
 }
 
+/// A fresh idempotency token (`ClientToken`): 32 random hex digits. A
+/// request sent again with the same token is not carried out twice.
+pub fn client_token() -> String {
+    format!("{:016x}{:016x}", random_u64(), random_u64())
+}
+
 /// Why an AWS call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AwsError {

@@ -3,7 +3,7 @@
 //! `deploy/iam-policy.json` must allow each of them; `tests/aws.rs` checks
 //! that, and that every AWS SDK operation called anywhere under `src/`
 //! (`ec2.describe_instances()`, `ssm.get_parameters()`, `sqs....`,
-//! `pricing....`: clients are named after their service) and every action
+//! `pricing....`, `iam....`: clients are named after their service) and every action
 //! named to [`super::error::call`] is listed here. Adding a call therefore
 //! means adding its action here and to the policy, or the test fails.
 
@@ -22,6 +22,12 @@ pub const ACTIONS: &[&str] = &[
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
     "ec2:TerminateInstances",
+    "iam:AddRoleToInstanceProfile",
+    "iam:CreateInstanceProfile",
+    "iam:DeleteInstanceProfile",
+    "iam:GetInstanceProfile",
+    "iam:ListInstanceProfiles",
+    "iam:RemoveRoleFromInstanceProfile",
     "pricing:GetProducts",
     "sqs:DeleteMessage",
     "sqs:GetQueueUrl",
@@ -38,6 +44,10 @@ pub const IMPLIED_ACTIONS: &[(&str, &str)] = &[
     ),
     (
         "iam:PassRole",
-        "launch templates give instances the node role's instance profile",
+        "launch templates give instances the node role's instance profile, and the role is added to instance profiles",
+    ),
+    (
+        "iam:TagInstanceProfile",
+        "instance profiles are created with their tags",
     ),
 ];

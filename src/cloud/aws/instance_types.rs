@@ -11,7 +11,7 @@
 //!   ENI-limited pod density (all but Windows, which gets 110),
 //!   `(ENIs of the default network card − reserved ENIs) × (IPv4 addresses
 //!   per ENI − 1) + 2`; then at most `podsPerCore × vCPUs` where the family
-//!   honours `podsPerCore` (not Windows).
+//!   honours `podsPerCore` (not Bottlerocket).
 //! - `ephemeral-storage`: with `instanceStorePolicy: RAID0` and local NVMe,
 //!   the NVMe size; else the root volume of `blockDeviceMappings` (the one
 //!   marked `rootVolume`, else the family's data device: `/dev/xvda`, for
@@ -25,14 +25,16 @@
 //! - kube-reserved: cpu by tiers of the vCPUs (6% of the first core, 1% of
 //!   the second, 0.5% of the third and fourth, 0.25% of the rest, each
 //!   tier truncated to whole millicores), memory `11Mi × pods + 255Mi`
-//!   (AL2 and Custom count the ENI-limited pods here whatever `maxPods`
-//!   says), ephemeral-storage 1Gi; `kubelet.kubeReserved` replaces any of
-//!   them.
+//!   (AL2023, AL2 and Custom count the ENI-limited pods without reserved
+//!   ENIs here, whatever `maxPods` and `--reserved-enis` say, as nodeadm
+//!   and the EKS bootstrap do; Bottlerocket and Windows the node's pods),
+//!   ephemeral-storage 1Gi; `kubelet.kubeReserved` replaces any of them.
 //! - system-reserved: `kubelet.systemReserved`, nothing by default.
 //! - eviction threshold: memory 100Mi, ephemeral-storage 10%; an
-//!   `evictionHard` (and, except on Windows, `evictionSoft`) signal for
-//!   `memory.available` or `nodefs.available` replaces it, a percentage
-//!   taken of the capacity; where both are set the larger wins.
+//!   `evictionHard` signal for `memory.available` or `nodefs.available`
+//!   replaces it, a percentage taken of the capacity (`100%` disables it:
+//!   0). `evictionSoft` is only a warning threshold and takes nothing from
+//!   allocatable.
 //!
 //! Allocatable is capacity less the three, never below zero.
 
@@ -73,6 +75,12 @@ const CPU_TIERS: [(i64, i64, f64); 4] = [
 ];
 
 pub const LABEL_PREFIX: &str = "karpenter.k8s.aws/instance-";
+/// The tenancy an instance runs with: `default` or `dedicated`.
+pub const LABEL_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+pub const TENANCY_DEFAULT: &str = "default";
+pub const TENANCY_DEDICATED: &str = "dedicated";
+/// The zone's id (`use1-az1`), the same in every account, unlike its name.
+pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
 
 /// GPUs of one kind (`count` 0 for a fraction of one).
 #[derive(Debug, Clone, PartialEq)]
@@ -361,15 +369,12 @@ impl Family {
     /// Whether kube-reserved memory counts the ENI-limited pods rather than
     /// the node's max pods.
     fn eni_limited_memory(self) -> bool {
-        matches!(self, Family::Al2 | Family::Custom)
+        matches!(self, Family::Al2 | Family::Al2023 | Family::Custom)
     }
 
+    /// Bottlerocket has no `pods-per-core` setting.
     fn pods_per_core(self) -> bool {
-        self != Family::Windows
-    }
-
-    fn eviction_soft(self) -> bool {
-        self != Family::Windows
+        self != Family::Bottlerocket
     }
 
     /// The device whose volume holds the node's ephemeral storage.
@@ -417,6 +422,8 @@ impl Threshold {
     fn of(self, capacity: i64) -> i64 {
         match self {
             Threshold::Absolute(v) => v,
+            // 100% is the kubelet's way to turn a threshold off.
+            Threshold::Percent(p) if p >= 100.0 => 0,
             Threshold::Percent(p) => (capacity as f64 / 100.0 * p).ceil() as i64,
         }
     }
@@ -430,9 +437,8 @@ pub struct NodeClassSettings {
     pods_per_core: Option<i64>,
     kube_reserved: Resources,
     system_reserved: Resources,
-    /// Signal -> threshold, per source.
+    /// Resource -> hard eviction threshold.
     eviction_hard: BTreeMap<String, Threshold>,
-    eviction_soft: BTreeMap<String, Threshold>,
     root_volume: Option<i64>,
     raid0: bool,
 }
@@ -499,7 +505,6 @@ impl NodeClassSettings {
             kube_reserved: reserved(&kubelet.kube_reserved, "kubeReserved")?,
             system_reserved: reserved(&kubelet.system_reserved, "systemReserved")?,
             eviction_hard: thresholds(&kubelet.eviction_hard, "evictionHard")?,
-            eviction_soft: thresholds(&kubelet.eviction_soft, "evictionSoft")?,
             root_volume: chosen.map(size).transpose()?.flatten(),
             raid0: spec.instance_store_policy == Some(InstanceStorePolicy::RAID0),
         })
@@ -587,14 +592,9 @@ pub fn capacity(info: &TypeInfo, settings: &NodeClassSettings, o: &Overheads) ->
 
 /// The overhead of a node of `info` with `capacity` (see the module
 /// documentation).
-pub fn overhead(
-    info: &TypeInfo,
-    capacity: &Resources,
-    settings: &NodeClassSettings,
-    o: &Overheads,
-) -> Overhead {
+pub fn overhead(info: &TypeInfo, capacity: &Resources, settings: &NodeClassSettings) -> Overhead {
     let pods = if settings.family.eni_limited_memory() {
-        info.eni_limited_pods(o.reserved_enis)
+        info.eni_limited_pods(0)
     } else {
         capacity.get(PODS)
     };
@@ -614,20 +614,8 @@ pub fn overhead(
         EPHEMERAL_STORAGE,
         Threshold::Percent(EVICTION_NODEFS_PERCENT).of(capacity.get(EPHEMERAL_STORAGE)),
     );
-    let mut sources = vec![&settings.eviction_hard];
-    if settings.family.eviction_soft() {
-        sources.push(&settings.eviction_soft);
-    }
-    let mut overridden: BTreeMap<&str, i64> = BTreeMap::new();
-    for source in sources {
-        for (resource, t) in source {
-            let v = t.of(capacity.get(resource));
-            let e = overridden.entry(resource.as_str()).or_insert(v);
-            *e = (*e).max(v);
-        }
-    }
-    for (r, v) in overridden {
-        eviction.set(r, v);
+    for (resource, t) in &settings.eviction_hard {
+        eviction.set(resource, t.of(capacity.get(resource)));
     }
     Overhead {
         kube_reserved: kube,
@@ -647,7 +635,7 @@ pub fn instance_type(
     offerings: Vec<Offering>,
 ) -> InstanceType {
     let capacity = capacity(info, settings, o);
-    let overhead = overhead(info, &capacity, settings, o);
+    let overhead = overhead(info, &capacity, settings);
     let mut allocatable = capacity.clone();
     allocatable.sub(&overhead.total());
     for v in allocatable.0.values_mut() {
@@ -658,6 +646,12 @@ pub fn instance_type(
     let types: BTreeSet<&str> = offerings.iter().map(|o| o.capacity_type.as_str()).collect();
     requirements.add(ZONE, Requirement::in_values(zones));
     requirements.add(CAPACITY_TYPE, Requirement::in_values(types));
+    // Either tenancy can launch (a dedicated one through the launch
+    // template's placement), as in Karpenter.
+    requirements.add(
+        LABEL_TENANCY,
+        Requirement::in_values([TENANCY_DEFAULT, TENANCY_DEDICATED]),
+    );
     InstanceType {
         name: info.name.clone(),
         requirements,
@@ -764,22 +758,56 @@ pub(crate) mod tests {
         let it = node(&m5_large(), &class);
         assert_eq!(alloc(&it, PODS), 110);
         assert_eq!(alloc(&it, CPU), 1800);
-        // AL2023 counts the node's max pods in kube-reserved memory; the
-        // soft threshold (500Mi) beats 5% of 7577Mi (379Mi).
+        // Regression: AL2023 counted the configured max pods (110) in
+        // kube-reserved memory, and subtracted the soft threshold (500Mi)
+        // because it beat the hard one. nodeadm reserves for the ENI-limited
+        // pods (29 on m5.large), and a soft threshold only warns: the hard
+        // one, 5% of 7577Mi, is what allocatable loses.
+        assert_eq!(it.overhead.kube_reserved.get(MEMORY), (11 * 29 + 255) * MIB);
+        let hard = (7577.0 * MIB as f64 * 0.05).ceil() as i64;
+        assert_eq!(it.overhead.eviction_threshold.get(MEMORY), hard);
         assert_eq!(
             alloc(&it, MEMORY),
-            (7577 - (11 * 110 + 255) - 100 - 500) * MIB
+            (7577 - (11 * 29 + 255) - 100) * MIB - hard
         );
-        // AL2 counts the ENI-limited pods.
-        class.spec.ami_family = Some(AmiFamily::AL2);
-        class.spec.ami_selector_terms[0].alias = Some("al2@latest".into());
-        let it = node(&m5_large(), &class);
+        // Reserved ENIs shrink the pods, not the memory reserved for them.
+        let reserved = Overheads {
+            reserved_enis: 1,
+            ..OVERHEADS
+        };
+        class.spec.kubelet.as_mut().unwrap().max_pods = None;
+        let it = instance_type(
+            &m5_large(),
+            &settings(&class),
+            &reserved,
+            "us-east-1",
+            vec![],
+        );
+        assert_eq!(alloc(&it, PODS), 2 * 9 + 2);
         assert_eq!(it.overhead.kube_reserved.get(MEMORY), (11 * 29 + 255) * MIB);
+        // Bottlerocket reserves for the node's pods; 100% turns a
+        // threshold off.
+        class.spec.ami_family = Some(AmiFamily::Bottlerocket);
+        class.spec.ami_selector_terms[0].alias = Some("bottlerocket@latest".into());
+        class.spec.kubelet.as_mut().unwrap().max_pods = Some(110);
+        class.spec.kubelet.as_mut().unwrap().eviction_hard =
+            Some(BTreeMap::from([("memory.available".into(), "100%".into())]));
+        let it = node(&m5_large(), &class);
+        assert_eq!(
+            it.overhead.kube_reserved.get(MEMORY),
+            (11 * 110 + 255) * MIB
+        );
+        assert_eq!(it.overhead.eviction_threshold.get(MEMORY), 0);
 
+        // podsPerCore caps pods, but not on Bottlerocket (no such setting).
         class.spec.kubelet = Some(KubeletConfiguration {
             pods_per_core: Some(4),
             ..KubeletConfiguration::default()
         });
+        let it = node(&m5_large(), &class);
+        assert_eq!(alloc(&it, PODS), 29);
+        class.spec.ami_family = Some(AmiFamily::AL2);
+        class.spec.ami_selector_terms[0].alias = Some("al2@latest".into());
         let it = node(&m5_large(), &class);
         assert_eq!(alloc(&it, PODS), 8);
     }

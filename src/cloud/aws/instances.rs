@@ -6,6 +6,7 @@ use crate::clock::Timestamp;
 use crate::cloud::select::instance_labels;
 use crate::cloud::{Instance, InstanceState, OfferingKey};
 
+use super::instance_types::{LABEL_TENANCY, LABEL_ZONE_ID, TENANCY_DEFAULT};
 use super::launch::{TAG_NODECLAIM, TAG_NODEPOOL};
 
 /// `aws:///<zone>/<id>`, as the kubelet sets `spec.providerID`.
@@ -55,6 +56,18 @@ pub fn convert(
     type_labels: impl Fn(&str) -> BTreeMap<String, String>,
     price: impl Fn(&str, &str, &str) -> Option<f64>,
 ) -> Option<Instance> {
+    convert_with_zone_ids(i, region, type_labels, price, |_| None)
+}
+
+/// [`convert`], with `zone_id` naming a zone's id where EC2 does not
+/// (the `topology.k8s.aws/zone-id` label).
+pub fn convert_with_zone_ids(
+    i: &aws_sdk_ec2::types::Instance,
+    region: &str,
+    type_labels: impl Fn(&str) -> BTreeMap<String, String>,
+    price: impl Fn(&str, &str, &str) -> Option<f64>,
+    zone_id: impl Fn(&str) -> Option<String>,
+) -> Option<Instance> {
     let id = i.instance_id()?.to_string();
     let instance_type = i.instance_type()?.as_str().to_string();
     let zone = i.placement()?.availability_zone()?.to_string();
@@ -74,7 +87,21 @@ pub fn convert(
         zone: zone.clone(),
         capacity_type: capacity_type.clone(),
     };
-    let labels = instance_labels(type_labels(&instance_type), &offering, region, &nodepool);
+    let mut labels = instance_labels(type_labels(&instance_type), &offering, region, &nodepool);
+    let placement = i.placement();
+    labels.insert(
+        LABEL_TENANCY.to_string(),
+        placement
+            .and_then(|p| p.tenancy())
+            .map_or(TENANCY_DEFAULT, |t| t.as_str())
+            .to_string(),
+    );
+    if let Some(id) = placement
+        .and_then(|p| p.availability_zone_id().map(str::to_string))
+        .or_else(|| zone_id(&zone))
+    {
+        labels.insert(LABEL_ZONE_ID.to_string(), id);
+    }
     let mut security_group_ids: Vec<String> = i
         .security_groups()
         .iter()
@@ -145,13 +172,16 @@ mod tests {
             )
             .launch_time(DateTime::from_secs(1_767_225_600))
             .build();
-        let got = convert(
+        let got = convert_with_zone_ids(
             &i,
             "us-east-1",
             |_| BTreeMap::from([("kubernetes.io/arch".to_string(), "amd64".to_string())]),
             |t, z, c| (t == "m5.large" && z == "us-east-1b" && c == "spot").then_some(0.035),
+            |z| (z == "us-east-1b").then(|| "use1-az2".to_string()),
         )
         .expect("converts");
+        assert_eq!(got.labels["topology.k8s.aws/zone-id"], "use1-az2");
+        assert_eq!(got.labels["karpenter.k8s.aws/instance-tenancy"], "default");
         assert_eq!(got.provider_id, "aws:///us-east-1b/i-1");
         assert_eq!(got.capacity_type, "spot");
         assert_eq!(got.state, InstanceState::Running);

@@ -48,10 +48,12 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::config::ClusterAccess;
-use super::instance_types::Family;
+use super::instance_types::{
+    Family, LABEL_TENANCY, LABEL_ZONE_ID, TENANCY_DEDICATED, TENANCY_DEFAULT,
+};
 use crate::api::ec2nodeclass::{
-    Ami, BlockDevice, BlockDeviceMapping, EnabledDisabled, HttpTokens, KubeletConfiguration,
-    MetadataOptions, VolumeType,
+    Ami, BlockDevice, BlockDeviceMapping, EnabledDisabled, HttpTokens, InstanceStorePolicy,
+    KubeletConfiguration, MetadataOptions, VolumeType,
 };
 use crate::api::{EC2NodeClass, NodeClaim, TAINT_UNREGISTERED};
 use crate::cloud::select::{
@@ -61,17 +63,27 @@ use crate::cloud::select::{
 use crate::cloud::{CloudError, NodeClassResolution, OfferingKey};
 use crate::model::InstanceType;
 use crate::model::labels::{CAPACITY_TYPE, NODEPOOL, ZONE, is_well_known};
+use crate::model::quantity::PODS;
 
 /// The reference's cap on instance types per CreateFleet call.
 pub const MAX_INSTANCE_TYPES: usize = 60;
-/// CreateFleet errors that mean an offering has no capacity now.
-pub const CAPACITY_ERRORS: [&str; 5] = [
+/// CreateFleet errors that mean an offering cannot be launched now
+/// (Karpenter's unfulfillable-capacity codes but reserved capacity's).
+pub const CAPACITY_ERRORS: [&str; 7] = [
     "InsufficientInstanceCapacity",
     "MaxSpotInstanceCountExceeded",
     "VcpuLimitExceeded",
     "UnfulfillableCapacity",
     "Unsupported",
+    "InsufficientFreeAddressesInSubnet",
+    "MaxFleetCountExceeded",
 ];
+/// A subnet has no free address: it is skipped for a while, and a zone
+/// whose subnets all are is skipped.
+pub const SUBNET_FULL: &str = "InsufficientFreeAddressesInSubnet";
+/// The account has no Spot service-linked role and the controller may not
+/// create it: spot cannot launch until someone creates the role.
+pub const SPOT_ROLE_MISSING: &str = "AuthFailure.ServiceLinkedRoleCreationNotPermitted";
 /// Tags dovetail puts on what it creates.
 pub const TAG_NODEPOOL: &str = "karpenter.sh/nodepool";
 pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
@@ -282,19 +294,36 @@ fn render_mime(parts: &[Part]) -> String {
     out
 }
 
-/// The kubelet settings the node class sets, as kubelet configuration keys.
-fn kubelet_config(k: &KubeletConfiguration, dns: Option<String>) -> serde_json::Map<String, Value> {
+/// The kubelet settings of a launch: the node class's, with `maxPods` set
+/// to the pods of the launch's instance types where the class sets none
+/// (Karpenter always passes max pods, so the node's bootstrap never
+/// computes its own) and `clusterDNS` defaulted to the cluster's.
+fn effective_kubelet(
+    class: &EC2NodeClass,
+    cluster: ClusterInfo<'_>,
+    max_pods: i64,
+) -> KubeletConfiguration {
+    let mut k = class.spec.kubelet.clone().unwrap_or_default();
+    if k.max_pods.is_none() {
+        k.max_pods = Some(i32::try_from(max_pods).unwrap_or(i32::MAX));
+    }
+    if k.cluster_dns.as_ref().is_none_or(Vec::is_empty)
+        && let Some(dns) = cluster.dns_ip()
+    {
+        k.cluster_dns = Some(vec![dns]);
+    }
+    k
+}
+
+/// The kubelet settings, as kubelet configuration keys (AL2023's
+/// `NodeConfig`).
+fn kubelet_config(k: &KubeletConfiguration) -> serde_json::Map<String, Value> {
     let mut c = serde_json::Map::new();
     let mut put = |key: &str, v: Value| {
         c.insert(key.to_string(), v);
     };
-    if let Some(dns) = k
-        .cluster_dns
-        .clone()
-        .map(Value::from)
-        .or(dns.map(|d| json!([d])))
-    {
-        put("clusterDNS", dns);
+    if let Some(dns) = &k.cluster_dns {
+        put("clusterDNS", json!(dns));
     }
     if let Some(v) = k.max_pods {
         put("maxPods", json!(v));
@@ -328,35 +357,91 @@ fn kubelet_config(k: &KubeletConfiguration, dns: Option<String>) -> serde_json::
     c
 }
 
-/// Renders the user data of a launch (see the module documentation).
+/// The kubelet's command-line flags for the kubelet settings, as the AL2
+/// and Windows bootstrap scripts pass them on (`--kubelet-extra-args`).
+fn kubelet_flags(registration: &Registration, k: &KubeletConfiguration) -> Vec<String> {
+    let mut flags = registration.kubelet_flags();
+    if let Some(v) = k.max_pods {
+        flags.push(format!("--max-pods={v}"));
+    }
+    if let Some(v) = k.pods_per_core {
+        flags.push(format!("--pods-per-core={v}"));
+    }
+    let join = |m: &BTreeMap<String, String>, sep: &str| {
+        m.iter()
+            .map(|(k, v)| format!("{k}{sep}{v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    for (flag, map, sep) in [
+        ("--system-reserved", &k.system_reserved, "="),
+        ("--kube-reserved", &k.kube_reserved, "="),
+        ("--eviction-hard", &k.eviction_hard, "<"),
+        ("--eviction-soft", &k.eviction_soft, "<"),
+        (
+            "--eviction-soft-grace-period",
+            &k.eviction_soft_grace_period,
+            "=",
+        ),
+    ] {
+        if let Some(m) = map.as_ref().filter(|m| !m.is_empty()) {
+            flags.push(format!("{flag}={}", join(m, sep)));
+        }
+    }
+    if let Some(v) = k.eviction_max_pod_grace_period {
+        flags.push(format!("--eviction-max-pod-grace-period={v}"));
+    }
+    if let Some(v) = k.image_gc_high_threshold_percent {
+        flags.push(format!("--image-gc-high-threshold={v}"));
+    }
+    if let Some(v) = k.image_gc_low_threshold_percent {
+        flags.push(format!("--image-gc-low-threshold={v}"));
+    }
+    if let Some(v) = k.cpu_cfs_quota {
+        flags.push(format!("--cpu-cfs-quota={v}"));
+    }
+    flags
+}
+
+/// Renders the user data of a launch (see the module documentation) for
+/// instance types whose nodes have `max_pods` pods.
 pub fn user_data(
     family: Family,
     class: &EC2NodeClass,
     cluster: ClusterInfo<'_>,
     registration: &Registration,
+    max_pods: i64,
 ) -> Result<String, String> {
     let user = class.spec.user_data.as_deref();
-    let kubelet = class.spec.kubelet.clone().unwrap_or_default();
+    let kubelet = effective_kubelet(class, cluster, max_pods);
+    let raid0 = class.spec.instance_store_policy == Some(InstanceStorePolicy::RAID0);
     match family {
         Family::Custom => Ok(user.unwrap_or_default().to_string()),
         Family::Al2023 => {
             let (endpoint, ca) = cluster.require()?;
-            let mut spec_cluster = json!({
-                "name": cluster.name,
-                "apiServerEndpoint": endpoint,
-                "certificateAuthority": ca,
+            // nodeadm refuses a NodeConfig without the service CIDR.
+            let cidr = cluster.access.service_cidr.as_deref().ok_or(
+                "the cluster's service CIDR is not configured (--service-cidr): AL2023's NodeConfig needs it",
+            )?;
+            let mut spec = json!({
+                "cluster": {
+                    "name": cluster.name,
+                    "apiServerEndpoint": endpoint,
+                    "certificateAuthority": ca,
+                    "cidr": cidr,
+                },
+                "kubelet": {
+                    "config": kubelet_config(&kubelet),
+                    "flags": registration.kubelet_flags(),
+                },
             });
-            if let Some(cidr) = &cluster.access.service_cidr {
-                spec_cluster["cidr"] = json!(cidr);
+            if raid0 {
+                spec["instance"] = json!({"localStorage": {"strategy": "RAID0"}});
             }
-            let flags = registration.kubelet_flags();
             let config = json!({
                 "apiVersion": "node.eks.aws/v1alpha1",
                 "kind": "NodeConfig",
-                "spec": {
-                    "cluster": spec_cluster,
-                    "kubelet": {"config": kubelet_config(&kubelet, cluster.dns_ip()), "flags": flags},
-                },
+                "spec": spec,
             });
             // JSON is YAML: nodeadm reads it as a NodeConfig document.
             let body = serde_json::to_string_pretty(&config).map_err(|e| e.to_string())?;
@@ -369,7 +454,6 @@ pub fn user_data(
         }
         Family::Al2 => {
             let (endpoint, ca) = cluster.require()?;
-            let mut extra = registration.kubelet_flags();
             let mut args = vec![
                 shell_quote(cluster.name),
                 "--apiserver-endpoint".into(),
@@ -377,16 +461,19 @@ pub fn user_data(
                 "--b64-cluster-ca".into(),
                 shell_quote(ca),
             ];
-            if let Some(dns) = cluster.dns_ip() {
+            if let Some(dns) = kubelet.cluster_dns.as_ref().and_then(|d| d.first()) {
                 args.push("--dns-cluster-ip".into());
-                args.push(shell_quote(&dns));
+                args.push(shell_quote(dns));
             }
-            if let Some(m) = kubelet.max_pods {
-                args.push("--use-max-pods false".into());
-                extra.push(format!("--max-pods={m}"));
-            }
+            // bootstrap.sh would compute its own max pods otherwise.
+            args.push("--use-max-pods false".into());
             args.push("--kubelet-extra-args".into());
-            args.push(shell_quote(&extra.join(" ")));
+            args.push(shell_quote(
+                &kubelet_flags(registration, &kubelet).join(" "),
+            ));
+            if raid0 {
+                args.push("--local-disks raid0".into());
+            }
             let script = format!(
                 "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n/etc/eks/bootstrap.sh {}\n",
                 args.join(" ")
@@ -400,20 +487,18 @@ pub fn user_data(
         }
         Family::Bottlerocket => {
             let (endpoint, ca) = cluster.require()?;
-            bottlerocket(user, cluster, endpoint, ca, &kubelet, registration)
+            let storage = raid0.then(|| bottlerocket_default_bind(class));
+            bottlerocket(user, cluster, endpoint, ca, &kubelet, registration, storage)
         }
         Family::Windows => {
             let (endpoint, ca) = cluster.require()?;
-            let mut extra = registration.kubelet_flags();
-            if let Some(m) = kubelet.max_pods {
-                extra.push(format!("--max-pods={m}"));
-            }
+            let extra = kubelet_flags(registration, &kubelet);
             let mut args = format!(
                 "-EKSClusterName '{}' -APIServerEndpoint '{endpoint}' -Base64ClusterCA '{ca}' -KubeletExtraArgs '{}'",
                 cluster.name,
                 extra.join(" ")
             );
-            if let Some(dns) = cluster.dns_ip() {
+            if let Some(dns) = kubelet.cluster_dns.as_ref().and_then(|d| d.first()) {
                 args.push_str(&format!(" -DNSClusterIP '{dns}'"));
             }
             let user_script = user
@@ -438,6 +523,59 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// Whether the node class's Bottlerocket is 1.46 or later, whose
+/// `apiclient ephemeral-storage bind` binds the default directories by
+/// itself: `@latest` or a version in the alias, else a `-vX.Y.Z` in a
+/// resolved image's name (Karpenter's rule; unknown means older).
+fn bottlerocket_default_bind(class: &EC2NodeClass) -> bool {
+    let from_alias = class
+        .spec
+        .ami_selector_terms
+        .iter()
+        .filter_map(|t| t.alias.as_deref())
+        .find_map(|a| a.split_once('@').map(|(_, v)| v.to_string()));
+    let version = from_alias.or_else(|| {
+        let names = class
+            .status
+            .as_ref()
+            .and_then(|s| s.amis.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.name.clone());
+        names
+            .chain(
+                class
+                    .spec
+                    .ami_selector_terms
+                    .iter()
+                    .filter_map(|t| t.name.clone()),
+            )
+            .find_map(|n| {
+                n.split('-')
+                    .find(|p| p.starts_with('v') && p.matches('.').count() == 2)
+                    .map(str::to_string)
+            })
+    });
+    let Some(v) = version else { return false };
+    if v == "latest" {
+        return true;
+    }
+    let mut parts = v.trim_start_matches('v').split('.');
+    let (Some(Ok(major)), Some(Ok(minor)), Some(_)) = (
+        parts.next().map(str::parse::<u32>),
+        parts.next().map(str::parse::<u32>),
+        parts.next(),
+    ) else {
+        return false;
+    };
+    major > 1 || (major == 1 && minor >= 46)
+}
+
+/// The bootstrap command that formats the instance store as RAID0 and
+/// binds the kubelet's, containerd's and the pods' log directories to it.
+const BOTTLEROCKET_STORAGE_COMMAND: &str = "000-mount-instance-storage";
+
+#[allow(clippy::too_many_arguments)]
 fn bottlerocket(
     user: Option<&str>,
     cluster: ClusterInfo<'_>,
@@ -445,6 +583,7 @@ fn bottlerocket(
     ca: &str,
     kubelet: &KubeletConfiguration,
     registration: &Registration,
+    instance_storage: Option<bool>,
 ) -> Result<String, String> {
     use toml_edit::{Array, DocumentMut, Item, Table, value};
     let mut doc: DocumentMut = user
@@ -457,6 +596,32 @@ fn bottlerocket(
         .as_table_mut()
         .ok_or("spec.userData: settings is not a table")?;
     settings.set_implicit(true);
+    if let Some(default_bind) = instance_storage {
+        let commands = settings
+            .entry("bootstrap-commands")
+            .or_insert(Item::Table(Table::new()))
+            .as_table_mut()
+            .ok_or("spec.userData: settings.bootstrap-commands is not a table")?;
+        commands.set_implicit(true);
+        let mut bind = vec!["apiclient", "ephemeral-storage", "bind"];
+        if !default_bind {
+            bind.extend([
+                "--dirs",
+                "/var/lib/containerd",
+                "/var/lib/kubelet",
+                "/var/log/pods",
+            ]);
+        }
+        let mut list = Array::new();
+        for c in [vec!["apiclient", "ephemeral-storage", "init"], bind] {
+            list.push(c.into_iter().collect::<Array>());
+        }
+        let mut command = Table::new();
+        command["commands"] = value(list);
+        command["mode"] = value("always");
+        command["essential"] = value(true);
+        commands.insert(BOTTLEROCKET_STORAGE_COMMAND, Item::Table(command));
+    }
     let k8s = settings
         .entry("kubernetes")
         .or_insert(Item::Table(Table::new()))
@@ -465,19 +630,23 @@ fn bottlerocket(
     k8s["cluster-name"] = value(cluster.name);
     k8s["api-server"] = value(endpoint);
     k8s["cluster-certificate"] = value(ca);
-    if let Some(dns) = kubelet
-        .cluster_dns
-        .as_ref()
-        .and_then(|d| d.first().cloned())
-        .or_else(|| cluster.dns_ip())
-    {
-        k8s["cluster-dns-ip"] = value(dns);
+    if let Some(dns) = kubelet.cluster_dns.as_ref().and_then(|d| d.first()) {
+        k8s["cluster-dns-ip"] = value(dns.as_str());
     }
     if let Some(m) = kubelet.max_pods {
         k8s["max-pods"] = value(i64::from(m));
     }
-    if let Some(p) = kubelet.pods_per_core {
-        k8s["pods-per-core"] = value(i64::from(p));
+    if let Some(v) = kubelet.eviction_max_pod_grace_period {
+        k8s["eviction-max-pod-grace-period"] = value(i64::from(v));
+    }
+    if let Some(v) = kubelet.image_gc_high_threshold_percent {
+        k8s["image-gc-high-threshold-percent"] = value(v.to_string());
+    }
+    if let Some(v) = kubelet.image_gc_low_threshold_percent {
+        k8s["image-gc-low-threshold-percent"] = value(v.to_string());
+    }
+    if let Some(v) = kubelet.cpu_cfs_quota {
+        k8s["cpu-cfs-quota-enforced"] = value(v);
     }
     let mut merge_map = |key: &str, items: Vec<(String, Item)>| -> Result<(), String> {
         let table = k8s
@@ -521,6 +690,11 @@ fn bottlerocket(
         ("kube-reserved", &kubelet.kube_reserved),
         ("system-reserved", &kubelet.system_reserved),
         ("eviction-hard", &kubelet.eviction_hard),
+        ("eviction-soft", &kubelet.eviction_soft),
+        (
+            "eviction-soft-grace-period",
+            &kubelet.eviction_soft_grace_period,
+        ),
     ] {
         if let Some(m) = map {
             merge_map(
@@ -573,6 +747,14 @@ pub struct TemplateSpec {
     pub monitoring: bool,
     pub public_ip: Option<bool>,
     pub nodeclass: String,
+    /// `dedicated` when the NodeClaim allows only dedicated tenancy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenancy: Option<String>,
+    /// The launch's tags, on the template, and on the network interfaces
+    /// (and spot requests) it creates.
+    pub tags: BTreeMap<String, String>,
+    /// Whether it launches spot (its spot requests are tagged).
+    pub spot: bool,
 }
 
 impl TemplateSpec {
@@ -666,6 +848,30 @@ impl TemplateSpec {
                     .build(),
             );
         }
+        let tags: Vec<aws_sdk_ec2::types::Tag> = self
+            .tags
+            .iter()
+            .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
+            .collect();
+        let mut tagged = vec![aws_sdk_ec2::types::ResourceType::NetworkInterface];
+        if self.spot {
+            tagged.push(aws_sdk_ec2::types::ResourceType::SpotInstancesRequest);
+        }
+        for resource in tagged {
+            data = data.tag_specifications(
+                aws_sdk_ec2::types::LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(resource)
+                    .set_tags(Some(tags.clone()))
+                    .build(),
+            );
+        }
+        if self.tenancy.as_deref() == Some(TENANCY_DEDICATED) {
+            data = data.placement(
+                aws_sdk_ec2::types::LaunchTemplatePlacementRequest::builder()
+                    .tenancy(aws_sdk_ec2::types::Tenancy::Dedicated)
+                    .build(),
+            );
+        }
         match self.public_ip {
             // A public address is set on the primary interface, which then
             // carries the security groups.
@@ -720,6 +926,8 @@ pub struct Override {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchPlan {
     pub capacity_type: String,
+    /// `default` or `dedicated` (Karpenter's choice: default when allowed).
+    pub tenancy: String,
     pub configs: Vec<(TemplateSpec, Vec<Override>)>,
     pub tags: BTreeMap<String, String>,
     pub context: Option<String>,
@@ -764,6 +972,12 @@ pub struct PlanInput<'a> {
     /// Every instance type of the node class (offerings priced).
     pub types: &'a [InstanceType],
     pub unavailable: &'a BTreeSet<OfferingKey>,
+    /// Subnets recently out of addresses: a zone whose subnets all are is
+    /// not launched into.
+    pub unavailable_subnets: &'a BTreeSet<String>,
+    /// Spot recently failed for want of its service-linked role: spot
+    /// offerings count as unavailable.
+    pub spot_unavailable: bool,
 }
 
 /// Plans the launch of a NodeClaim (see the module documentation).
@@ -778,29 +992,60 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     let requests = claim_requests(claim)?;
     let constraints = instance_constraints(&requirements);
     let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
+    // Default tenancy where the claim allows it, as Karpenter chooses.
+    let tenancy = if allows(LABEL_TENANCY, TENANCY_DEFAULT) {
+        TENANCY_DEFAULT
+    } else {
+        TENANCY_DEDICATED
+    };
+    // A zone's id, where the node class's status knows it.
+    let zone_id_of: BTreeMap<&str, &str> = input
+        .resolution
+        .subnets
+        .iter()
+        .filter_map(|s| Some((s.zone.as_str(), s.zone_id.as_deref()?)))
+        .collect();
+    let zone_id_allowed = |zone: &str| match requirements.get(LABEL_ZONE_ID) {
+        None => true,
+        Some(r) => zone_id_of.get(zone).is_some_and(|id| r.has(id)),
+    };
     let mut subnet_of_zone: BTreeMap<&str, &str> = BTreeMap::new();
+    // Zones whose every subnet is out of addresses: their offerings are
+    // unavailable, as if out of capacity.
+    let mut full_zones: BTreeSet<&str> = BTreeSet::new();
     for s in &input.resolution.subnets {
+        if input.unavailable_subnets.contains(&s.id) {
+            full_zones.insert(s.zone.as_str());
+            continue;
+        }
         subnet_of_zone
             .entry(s.zone.as_str())
             .or_insert(s.id.as_str());
     }
+    full_zones.retain(|z| !subnet_of_zone.contains_key(z));
 
     let mut allowed_any = false;
     let mut known_out = Vec::new();
-    // (price, type, zone, capacity type, subnet, image)
-    let mut candidates: Vec<(f64, &str, &str, &str, &str, &Ami)> = Vec::new();
+    // (price, type, zone, capacity type, subnet, image, max pods)
+    let mut candidates: Vec<(f64, &str, &str, &str, &str, &Ami, i64)> = Vec::new();
     for it in input.types {
         if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
             continue;
         }
         let image = image_for(&input.resolution.amis, it);
         for o in &it.offerings {
-            if !allows(ZONE, &o.zone) || !allows(CAPACITY_TYPE, &o.capacity_type) {
+            if !allows(ZONE, &o.zone)
+                || !allows(CAPACITY_TYPE, &o.capacity_type)
+                || !zone_id_allowed(&o.zone)
+            {
                 continue;
             }
             allowed_any = true;
             let key = offering_key(it, o);
-            if input.unavailable.contains(&key) {
+            if input.unavailable.contains(&key)
+                || (input.spot_unavailable && o.capacity_type == crate::api::CAPACITY_TYPE_SPOT)
+                || full_zones.contains(o.zone.as_str())
+            {
                 known_out.push(key);
                 continue;
             }
@@ -808,7 +1053,15 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                 continue;
             };
             if o.available {
-                candidates.push((o.price, &it.name, &o.zone, &o.capacity_type, subnet, image));
+                candidates.push((
+                    o.price,
+                    &it.name,
+                    &o.zone,
+                    &o.capacity_type,
+                    subnet,
+                    image,
+                    it.capacity.get(PODS),
+                ));
             }
         }
     }
@@ -867,8 +1120,17 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     });
 
     let registration = Registration::of(claim);
-    let user_data =
-        user_data(input.family, input.class, input.cluster, &registration).map_err(&not_ready)?;
+    // One user data per max pods: the kubelet is told its pods, so types
+    // with different pod counts need different launch templates.
+    let mut user_data_of: BTreeMap<i64, String> = BTreeMap::new();
+    for c in &candidates {
+        if let std::collections::btree_map::Entry::Vacant(e) = user_data_of.entry(c.6) {
+            e.insert(
+                user_data(input.family, input.class, input.cluster, &registration, c.6)
+                    .map_err(&not_ready)?,
+            );
+        }
+    }
     let spec = &input.class.spec;
     let mut security_group_ids: Vec<String> = input
         .resolution
@@ -882,8 +1144,19 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
         .metadata_options
         .clone()
         .unwrap_or_else(MetadataOptions::defaulted);
+    // The launch's tags (but the NodeClaim's): on the instances, volumes
+    // and fleet, and on the templates and what they create (network
+    // interfaces, spot requests), as Karpenter tags them.
+    let mut tags: BTreeMap<String, String> = spec.tags.clone().unwrap_or_default();
+    tags.insert(cluster_tag(input.cluster.name), "owned".to_string());
+    tags.insert(TAG_EKS_CLUSTER.to_string(), input.cluster.name.to_string());
+    tags.insert(TAG_NODECLASS.to_string(), class_name.clone());
+    if let Some(pool) = claim.nodepool_name() {
+        tags.insert(TAG_NODEPOOL.to_string(), pool.to_string());
+    }
+    let spot = capacity_type == crate::api::CAPACITY_TYPE_SPOT;
     let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
-    for (price, it, zone, _, subnet, image) in candidates {
+    for (price, it, zone, _, subnet, image, pods) in candidates {
         let o = Override {
             instance_type: it.to_string(),
             zone: zone.to_string(),
@@ -891,7 +1164,11 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             price,
             priority: priority.as_ref().map(|_| rank(it)),
         };
-        match configs.iter_mut().find(|(t, _)| t.image_id == image.id) {
+        let user_data = &user_data_of[&pods];
+        match configs
+            .iter_mut()
+            .find(|(t, _)| t.image_id == image.id && t.user_data == *user_data)
+        {
             Some((_, overrides)) => overrides.push(o),
             None => configs.push((
                 TemplateSpec {
@@ -904,21 +1181,18 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                     monitoring: spec.detailed_monitoring.unwrap_or(false),
                     public_ip: spec.associate_public_ip_address,
                     nodeclass: class_name.clone(),
+                    tenancy: (tenancy == TENANCY_DEDICATED).then(|| tenancy.to_string()),
+                    tags: tags.clone(),
+                    spot,
                 },
                 vec![o],
             )),
         }
     }
 
-    let mut tags: BTreeMap<String, String> = spec.tags.clone().unwrap_or_default();
-    tags.insert(cluster_tag(input.cluster.name), "owned".to_string());
-    tags.insert(TAG_EKS_CLUSTER.to_string(), input.cluster.name.to_string());
-    tags.insert(TAG_NODECLASS.to_string(), class_name.clone());
-    if let Some(pool) = claim.nodepool_name() {
-        tags.insert(TAG_NODEPOOL.to_string(), pool.to_string());
-    }
     Ok(LaunchPlan {
         capacity_type: capacity_type.to_string(),
+        tenancy: tenancy.to_string(),
         configs,
         tags,
         context: spec.context.clone(),
@@ -947,6 +1221,20 @@ pub struct FleetOutcome {
     pub denied: Option<String>,
     /// A launch template was missing (deleted under us).
     pub template_missing: bool,
+    /// Subnets that had no free address ([`SUBNET_FULL`]).
+    pub full_subnets: Vec<String>,
+    /// Spot could not launch for want of its service-linked role
+    /// ([`SPOT_ROLE_MISSING`]).
+    pub spot_role_missing: bool,
+}
+
+/// Whether an error code means a launch template does not exist (any
+/// more): `InvalidLaunchTemplateName.NotFoundException`,
+/// `InvalidLaunchTemplateId.NotFound`, ...
+pub fn is_template_not_found(code: &str) -> bool {
+    code.starts_with("InvalidLaunchTemplateName.NotFound")
+        || code.starts_with("InvalidLaunchTemplateId.NotFound")
+        || code.starts_with("InvalidLaunchTemplateId.VersionNotFound")
 }
 
 /// Reads CreateFleet's output.
@@ -994,10 +1282,33 @@ pub fn outcome(
     for e in out.errors() {
         let code = e.error_code().unwrap_or_default();
         let message = e.error_message().unwrap_or_default();
-        if CAPACITY_ERRORS.contains(&code) {
-            let overrides = e
-                .launch_template_and_overrides()
-                .and_then(|l| l.overrides());
+        let overrides = e
+            .launch_template_and_overrides()
+            .and_then(|l| l.overrides());
+        if code == SUBNET_FULL
+            && let Some(subnet) = overrides.and_then(|x| x.subnet_id())
+            && !o.full_subnets.iter().any(|s| s == subnet)
+        {
+            o.full_subnets.push(subnet.to_string());
+        }
+        if code == SPOT_ROLE_MISSING {
+            // Every spot offering of the launch is out, not just one.
+            o.spot_role_missing = true;
+            for (_, overrides) in &plan.configs {
+                for x in overrides {
+                    let key = OfferingKey {
+                        instance_type: x.instance_type.clone(),
+                        zone: x.zone.clone(),
+                        capacity_type: crate::api::CAPACITY_TYPE_SPOT.to_string(),
+                    };
+                    if plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT
+                        && !o.refused.contains(&key)
+                    {
+                        o.refused.push(key);
+                    }
+                }
+            }
+        } else if CAPACITY_ERRORS.contains(&code) {
             let it = overrides
                 .and_then(|x| x.instance_type())
                 .map(|t| t.as_str().to_string());
@@ -1022,9 +1333,7 @@ pub fn outcome(
             }
         } else if code == "UnauthorizedOperation" || code.starts_with("AccessDenied") {
             o.denied = Some(format!("{code}: {message}"));
-        } else if code.starts_with("InvalidLaunchTemplateName.NotFound")
-            || code.starts_with("InvalidLaunchTemplateId.NotFound")
-        {
+        } else if is_template_not_found(code) {
             o.template_missing = true;
         } else {
             let e = format!("{code}: {message}");
@@ -1107,8 +1416,14 @@ mod tests {
             name: "prod",
             access: &a,
         };
-        let ud = user_data(Family::Al2023, &class, cluster, &Registration::of(&claim()))
-            .expect("renders");
+        let ud = user_data(
+            Family::Al2023,
+            &class,
+            cluster,
+            &Registration::of(&claim()),
+            29,
+        )
+        .expect("renders");
         let parts = parse_mime(&ud).expect("MIME");
         assert_eq!(parts.len(), 2);
         assert!(parts[0].body.contains("shutdownGracePeriod"));
@@ -1135,8 +1450,14 @@ mod tests {
             content_type: "text/x-shellscript".into(),
             body: "#!/bin/bash\necho hi".into(),
         }]));
-        let ud =
-            user_data(Family::Al2023, &class, cluster, &Registration::default()).expect("renders");
+        let ud = user_data(
+            Family::Al2023,
+            &class,
+            cluster,
+            &Registration::default(),
+            29,
+        )
+        .expect("renders");
         let parts = parse_mime(&ud).expect("MIME");
         assert_eq!(parts[0].content_type, "text/x-shellscript");
         assert_eq!(parts[0].body, "#!/bin/bash\necho hi");
@@ -1150,9 +1471,115 @@ mod tests {
                 access: &none,
             },
             &Registration::default(),
+            29,
         )
         .unwrap_err();
         assert!(e.contains("cluster endpoint"), "{e}");
+        // nodeadm needs the service CIDR.
+        let no_cidr = ClusterAccess {
+            service_cidr: None,
+            ..access()
+        };
+        let e = user_data(
+            Family::Al2023,
+            &class,
+            ClusterInfo {
+                name: "prod",
+                access: &no_cidr,
+            },
+            &Registration::default(),
+            29,
+        )
+        .unwrap_err();
+        assert!(e.contains("--service-cidr"), "{e}");
+    }
+
+    /// The `instanceStorePolicy: RAID0` class of `family`, as rendered for
+    /// 58 pods.
+    fn raid0_user_data(family: Family, alias: &str) -> String {
+        let mut class = EC2NodeClass::test("default");
+        class.spec.ami_selector_terms[0].alias = Some(alias.into());
+        class.spec.instance_store_policy = Some(InstanceStorePolicy::RAID0);
+        let a = access();
+        let cluster = ClusterInfo {
+            name: "prod",
+            access: &a,
+        };
+        user_data(family, &class, cluster, &Registration::of(&claim()), 58).expect("renders")
+    }
+
+    #[test]
+    fn raid0_instance_stores_are_configured_in_every_familys_user_data() {
+        // AL2023: nodeadm's local storage strategy.
+        let ud = raid0_user_data(Family::Al2023, "al2023@latest");
+        let parts = parse_mime(&ud).expect("MIME");
+        let ours: Value = serde_json::from_str(&parts[0].body).expect("JSON NodeConfig");
+        assert_eq!(
+            ours["spec"]["instance"]["localStorage"]["strategy"],
+            "RAID0"
+        );
+        assert_eq!(ours["spec"]["kubelet"]["config"]["maxPods"], 58);
+        // AL2: bootstrap.sh's flag.
+        let ud = raid0_user_data(Family::Al2, "al2@latest");
+        assert!(ud.contains("--local-disks raid0"), "{ud}");
+        // Bottlerocket: a bootstrap command that formats and binds the
+        // instance store; 1.46 and later bind the default directories.
+        for (alias, bind) in [
+            (
+                "bottlerocket@latest",
+                vec!["apiclient", "ephemeral-storage", "bind"],
+            ),
+            (
+                "bottlerocket@v1.45.0",
+                vec![
+                    "apiclient",
+                    "ephemeral-storage",
+                    "bind",
+                    "--dirs",
+                    "/var/lib/containerd",
+                    "/var/lib/kubelet",
+                    "/var/log/pods",
+                ],
+            ),
+        ] {
+            let ud = raid0_user_data(Family::Bottlerocket, alias);
+            let doc: toml_edit::DocumentMut = ud.parse().expect("TOML");
+            let c = &doc["settings"]["bootstrap-commands"]["000-mount-instance-storage"];
+            assert_eq!(c["mode"].as_str(), Some("always"), "{ud}");
+            assert_eq!(c["essential"].as_bool(), Some(true), "{ud}");
+            let commands: Vec<Vec<String>> = c["commands"]
+                .as_array()
+                .expect("commands")
+                .iter()
+                .map(|c| {
+                    c.as_array()
+                        .expect("a command")
+                        .iter()
+                        .map(|w| w.as_str().unwrap_or_default().to_string())
+                        .collect()
+                })
+                .collect();
+            assert_eq!(
+                commands,
+                [vec!["apiclient", "ephemeral-storage", "init"], bind.clone()],
+                "{alias}"
+            );
+            assert_eq!(
+                doc["settings"]["kubernetes"]["max-pods"].as_integer(),
+                Some(58)
+            );
+        }
+        // Without the policy, nothing of it.
+        let mut class = EC2NodeClass::test("default");
+        class.spec.ami_selector_terms[0].alias = Some("al2@latest".into());
+        let a = access();
+        let cluster = ClusterInfo {
+            name: "prod",
+            access: &a,
+        };
+        let ud =
+            user_data(Family::Al2, &class, cluster, &Registration::default(), 29).expect("renders");
+        assert!(!ud.contains("raid0"), "{ud}");
     }
 
     #[test]
@@ -1171,11 +1598,13 @@ mod tests {
                 access: &a,
             },
             &Registration::of(&claim()),
+            29,
         )
         .expect("renders");
         let doc: toml_edit::DocumentMut = ud.parse().expect("TOML");
         let k = &doc["settings"]["kubernetes"];
         assert_eq!(k["cluster-name"].as_str(), Some("prod"));
+        assert_eq!(k["max-pods"].as_integer(), Some(29));
         assert_eq!(k["cluster-dns-ip"].as_str(), Some("10.100.0.10"));
         assert_eq!(k["node-labels"]["owner"].as_str(), Some("me"));
         assert_eq!(k["node-labels"]["team"].as_str(), Some("a"));
@@ -1199,7 +1628,8 @@ mod tests {
                     name: "p",
                     access: &a
                 },
-                &Registration::default()
+                &Registration::default(),
+                29
             )
             .is_err()
         );
@@ -1217,23 +1647,71 @@ mod tests {
             name: "prod",
             access: &a,
         };
-        let ud =
-            user_data(Family::Al2, &class, cluster, &Registration::of(&claim())).expect("renders");
+        let ud = user_data(
+            Family::Al2,
+            &class,
+            cluster,
+            &Registration::of(&claim()),
+            29,
+        )
+        .expect("renders");
         assert!(
             ud.contains("/etc/eks/bootstrap.sh 'prod' --apiserver-endpoint"),
             "{ud}"
         );
         assert!(ud.contains("--use-max-pods false"), "{ud}");
         assert!(ud.contains("--max-pods=20"), "{ud}");
-        let win =
-            user_data(Family::Windows, &class, cluster, &Registration::default()).expect("renders");
+        let win = user_data(
+            Family::Windows,
+            &class,
+            cluster,
+            &Registration::default(),
+            29,
+        )
+        .expect("renders");
         assert!(
             win.starts_with("<powershell>") && win.contains("-EKSClusterName 'prod'"),
             "{win}"
         );
+        assert!(win.contains("--max-pods=20"), "{win}");
+        // Without maxPods in the class, the launch's pods are passed: the
+        // bootstrap never computes its own.
+        class.spec.kubelet = Some(KubeletConfiguration {
+            kube_reserved: Some(BTreeMap::from([("cpu".into(), "200m".into())])),
+            eviction_hard: Some(BTreeMap::from([("memory.available".into(), "5%".into())])),
+            ..KubeletConfiguration::default()
+        });
+        let ud = user_data(
+            Family::Al2,
+            &class,
+            cluster,
+            &Registration::of(&claim()),
+            17,
+        )
+        .expect("renders");
+        assert!(ud.contains("--use-max-pods false"), "{ud}");
+        assert!(ud.contains("--max-pods=17"), "{ud}");
+        assert!(ud.contains("--kube-reserved=cpu=200m"), "{ud}");
+        assert!(ud.contains("--eviction-hard=memory.available<5%"), "{ud}");
+        let win = user_data(
+            Family::Windows,
+            &class,
+            cluster,
+            &Registration::default(),
+            110,
+        )
+        .expect("renders");
+        assert!(win.contains("--max-pods=110"), "{win}");
         class.spec.user_data = Some("anything".into());
         assert_eq!(
-            user_data(Family::Custom, &class, cluster, &Registration::default()).as_deref(),
+            user_data(
+                Family::Custom,
+                &class,
+                cluster,
+                &Registration::default(),
+                29
+            )
+            .as_deref(),
             Ok("anything")
         );
     }
@@ -1250,6 +1728,9 @@ mod tests {
             monitoring: false,
             public_ip: None,
             nodeclass: "default".into(),
+            tenancy: None,
+            tags: BTreeMap::from([("team".to_string(), "a".to_string())]),
+            spot: true,
         };
         let name = t.name("prod");
         assert!(name.starts_with("dovetail/prod/") && name.len() == "dovetail/prod/".len() + 16);
@@ -1278,6 +1759,14 @@ mod tests {
                 .and_then(|e| e.volume_size()),
             Some(20)
         );
+        // Network interfaces and (for spot) spot requests carry the tags.
+        let tagged: Vec<&str> = data
+            .tag_specifications()
+            .iter()
+            .filter(|t| t.tags().iter().any(|t| t.key() == Some("team")))
+            .filter_map(|t| t.resource_type().map(|r| r.as_str()))
+            .collect();
+        assert_eq!(tagged, ["network-interface", "spot-instances-request"]);
         assert_eq!(gib("100G"), Some(94));
         assert_eq!(gib("1Ti"), Some(1024));
     }
@@ -1371,6 +1860,7 @@ mod tests {
         let a = access();
         let r = resolution();
         let none = BTreeSet::new();
+        let no_subnets = BTreeSet::new();
         let input = |unavailable| PlanInput {
             cluster: ClusterInfo {
                 name: "prod",
@@ -1381,6 +1871,8 @@ mod tests {
             resolution: &r,
             types: &types,
             unavailable,
+            unavailable_subnets: &no_subnets,
+            spot_unavailable: false,
         };
         let p = plan(&claim_allowing(&["spot", "on-demand"]), &input(&none)).expect("plans");
         assert_eq!(p.capacity_type, "spot");
@@ -1447,6 +1939,148 @@ mod tests {
             plan(&odd, &input(&none)),
             Err(CloudError::InvalidRequest(_))
         ));
+
+        // Spot out (no service-linked role): on demand.
+        let p = plan(
+            &claim_allowing(&["spot", "on-demand"]),
+            &PlanInput {
+                spot_unavailable: true,
+                ..input(&none)
+            },
+        )
+        .expect("plans");
+        assert_eq!(p.capacity_type, "on-demand");
+        // A subnet out of addresses: its zone is not launched into.
+        let full = BTreeSet::from(["subnet-a".to_string()]);
+        let p = plan(
+            &claim_allowing(&["on-demand"]),
+            &PlanInput {
+                unavailable_subnets: &full,
+                ..input(&none)
+            },
+        )
+        .expect("plans");
+        assert!(
+            p.configs[0].1.iter().all(|o| o.subnet_id == "subnet-b"),
+            "{:?}",
+            p.configs
+        );
+    }
+
+    #[test]
+    fn zone_ids_and_dedicated_tenancy_are_honoured() {
+        let types = plan_input_types();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let mut r = resolution();
+        r.subnets[0].zone_id = Some("use1-az1".into());
+        r.subnets[1].zone_id = Some("use1-az2".into());
+        let none = BTreeSet::new();
+        let input = PlanInput {
+            cluster: ClusterInfo {
+                name: "prod",
+                access: &a,
+            },
+            class: &class,
+            family: Family::Al2023,
+            resolution: &r,
+            types: &types,
+            unavailable: &none,
+            unavailable_subnets: &BTreeSet::new(),
+            spot_unavailable: false,
+        };
+        let mut c = claim_allowing(&["on-demand"]);
+        c.spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                LABEL_ZONE_ID,
+                crate::api::Operator::In,
+                &["use1-az2"],
+            ));
+        let p = plan(&c, &input).expect("plans");
+        assert!(
+            p.configs[0].1.iter().all(|o| o.zone == "us-east-1b"),
+            "{:?}",
+            p.configs
+        );
+        assert_eq!(p.tenancy, "default");
+        assert_eq!(p.configs[0].0.tenancy, None);
+        assert!(p.configs[0].0.request_data().placement().is_none());
+        // Only dedicated allowed: the template places instances on
+        // dedicated hardware.
+        c.spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                LABEL_TENANCY,
+                crate::api::Operator::In,
+                &["dedicated"],
+            ));
+        let p = plan(&c, &input).expect("plans");
+        assert_eq!(p.tenancy, "dedicated");
+        assert_eq!(
+            p.configs[0]
+                .0
+                .request_data()
+                .placement()
+                .and_then(|x| x.tenancy())
+                .map(|t| t.as_str()),
+            Some("dedicated")
+        );
+        // Types offer both tenancies, as in Karpenter.
+        assert!(
+            types[0]
+                .requirements
+                .get(LABEL_TENANCY)
+                .is_some_and(|r| r.has("default") && r.has("dedicated"))
+        );
+    }
+
+    #[test]
+    fn types_with_other_max_pods_get_their_own_template() {
+        let mut types = plan_input_types();
+        // m5.large's node has 110 pods (a different kubelet maxPods).
+        types[0].capacity.set(PODS, 110);
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let r = resolution();
+        let none = BTreeSet::new();
+        let p = plan(
+            &claim_allowing(&["on-demand"]),
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: "prod",
+                    access: &a,
+                },
+                class: &class,
+                family: Family::Al2023,
+                resolution: &r,
+                types: &types,
+                unavailable: &none,
+                unavailable_subnets: &BTreeSet::new(),
+                spot_unavailable: false,
+            },
+        )
+        .expect("plans");
+        assert_eq!(p.configs.len(), 2);
+        let pods_of = |t: &TemplateSpec| -> Value {
+            let parts = parse_mime(&t.user_data).expect("MIME");
+            let config: Value = serde_json::from_str(&parts[0].body).expect("JSON");
+            config["spec"]["kubelet"]["config"]["maxPods"].clone()
+        };
+        for (t, overrides) in &p.configs {
+            let want = if overrides[0].instance_type == "m5.large" {
+                110
+            } else {
+                29
+            };
+            assert_eq!(pods_of(t), json!(want), "{overrides:?}");
+            assert!(
+                overrides
+                    .iter()
+                    .all(|o| o.instance_type == overrides[0].instance_type)
+            );
+        }
+        assert_ne!(p.configs[0].0.name("prod"), p.configs[1].0.name("prod"));
     }
 
     #[test]
@@ -1483,6 +2117,8 @@ mod tests {
                 resolution: &r,
                 types: &types,
                 unavailable: &none,
+                unavailable_subnets: &BTreeSet::new(),
+                spot_unavailable: false,
             },
         )
         .expect("plans");

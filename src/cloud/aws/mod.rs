@@ -33,19 +33,23 @@
 //!   [`AwsProvider::cleanup_launch_templates`] once their node class is gone
 //!   or no longer resolves to their image.
 
+pub mod background;
 pub mod config;
 pub mod error;
 pub mod iam;
 pub mod instance_types;
+pub mod instanceprofile;
 pub mod instances;
 pub mod launch;
 pub mod nodeclass;
 pub mod pricing;
 
+pub use background::{Background, VersionSource};
 pub use config::{AwsConfig, ClusterAccess, kubernetes_version};
 pub use error::{AwsError, RetrySettings};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use aws_config::SdkConfig;
@@ -72,10 +76,10 @@ use super::{
     instance_drift,
 };
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::drift::DriftReason;
 use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
-use crate::model::{InstanceType, Offering};
+use crate::model::{InstanceType, Offering, Requirement};
 
 /// Instance states `list` reports (terminated instances are gone).
 const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
@@ -87,8 +91,13 @@ struct Catalog {
     /// Instance type -> the zones that offer it.
     zones: Arc<BTreeMap<String, BTreeSet<String>>>,
     types_at: Option<Instant>,
+    /// The built-in prices, the price file's over them, the Pricing API's
+    /// over both.
     on_demand: Arc<OnDemandPrices>,
-    on_demand_at: Option<Instant>,
+    /// Whether `on_demand` holds at least the built-in and file prices.
+    on_demand_loaded: bool,
+    /// When the Pricing API is next asked (`None`: not yet asked).
+    on_demand_due: Option<Instant>,
     spot: Arc<SpotPrices>,
     spot_at: Option<Instant>,
     /// Bumped whenever anything above changes.
@@ -104,6 +113,27 @@ struct CatalogView {
     spot: Arc<SpotPrices>,
     version: u64,
 }
+
+fn view(c: &Catalog) -> CatalogView {
+    CatalogView {
+        types: Arc::clone(&c.types),
+        zones: Arc::clone(&c.zones),
+        on_demand: Arc::clone(&c.on_demand),
+        spot: Arc::clone(&c.spot),
+        version: c.version,
+    }
+}
+
+/// What the Pricing API said.
+enum PricingAnswer {
+    /// Nothing asked: an isolated VPC, or GovCloud.
+    NotAsked,
+    Prices(OnDemandPrices),
+    Failed,
+}
+
+/// How soon the Pricing API is asked again after it failed.
+const PRICING_RETRY: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 impl CatalogView {
     fn price(&self, instance_type: &str, zone: &str, capacity_type: &str) -> Option<f64> {
@@ -174,7 +204,42 @@ pub struct AwsProvider {
     batches: Mutex<HashMap<String, Pending>>,
     /// Instance id -> instance, for drift checks.
     instances: tokio::sync::Mutex<Option<(Instant, HashMap<String, Instance>)>>,
+    /// What CreateFleet found unusable, until when.
+    marks: Mutex<Marks>,
+    /// Whether [`AwsProvider::run_background`] keeps the catalog fresh.
+    background: AtomicBool,
+    /// The cluster's Kubernetes version, as last read.
+    kubernetes_version: Mutex<Option<String>>,
+    iam: aws_sdk_iam::Client,
+    /// Instance profile -> its role, as last read.
+    profiles: Mutex<HashMap<String, (Instant, Option<String>)>>,
+    /// Instance profiles kept from garbage collection until a time.
+    protected_profiles: Mutex<HashMap<String, Instant>>,
+    /// Zone name -> zone id, from the subnets of resolutions.
+    zone_ids: Mutex<BTreeMap<String, String>>,
 }
+
+/// Subnets out of addresses and capacity types that cannot launch, each
+/// until a time (Karpenter's unavailable-offerings cache keeps them as
+/// long as offerings: [`UNAVAILABLE_TTL`]).
+#[derive(Default)]
+struct Marks {
+    subnets: BTreeMap<String, Timestamp>,
+    capacity_types: BTreeMap<String, Timestamp>,
+}
+
+impl Marks {
+    fn active(map: &BTreeMap<String, Timestamp>, now: Timestamp) -> BTreeSet<String> {
+        map.iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+/// How long a subnet out of addresses or a capacity type that failed for
+/// want of a role stays unused (Karpenter's `UnavailableOfferingsTTL`).
+pub const UNAVAILABLE_TTL: std::time::Duration = std::time::Duration::from_secs(3 * 60);
 
 impl std::fmt::Debug for AwsProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -218,7 +283,9 @@ impl AwsProvider {
                 .region(aws_config::Region::new(config::pricing_region(&region)))
                 .build(),
         );
+        let kubernetes_version = Mutex::new(config.kubernetes_version.clone());
         Ok(AwsProvider {
+            kubernetes_version,
             config,
             region,
             ec2,
@@ -231,6 +298,12 @@ impl AwsProvider {
             templates: tokio::sync::Mutex::new(BTreeMap::new()),
             batches: Mutex::new(HashMap::new()),
             instances: tokio::sync::Mutex::new(None),
+            marks: Mutex::new(Marks::default()),
+            background: AtomicBool::new(false),
+            iam: aws_sdk_iam::Client::new(sdk),
+            profiles: Mutex::new(HashMap::new()),
+            protected_profiles: Mutex::new(HashMap::new()),
+            zone_ids: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -242,6 +315,50 @@ impl AwsProvider {
         &self.config
     }
 
+    /// Remembers the zone ids `subnets` report, for instances' labels.
+    fn remember_zone_ids(&self, subnets: &[crate::api::ec2nodeclass::Subnet]) {
+        let mut ids = lock(&self.zone_ids);
+        for s in subnets {
+            if let Some(id) = &s.zone_id {
+                ids.insert(s.zone.clone(), id.clone());
+            }
+        }
+    }
+
+    /// Records what a CreateFleet answer found unusable.
+    fn mark(&self, outcome: &launch::FleetOutcome) {
+        if outcome.full_subnets.is_empty() && !outcome.spot_role_missing {
+            return;
+        }
+        let now = self.clock.now();
+        let until = now.checked_add(UNAVAILABLE_TTL).unwrap_or(now);
+        let mut marks = lock(&self.marks);
+        for subnet in &outcome.full_subnets {
+            tracing::warn!(subnet = %subnet, "no free address in the subnet; skipping it for 3 minutes");
+            marks.subnets.insert(subnet.clone(), until);
+        }
+        if outcome.spot_role_missing {
+            tracing::warn!(
+                "spot cannot launch: the account has no Spot service-linked role and the controller may not create it \
+                 (create it once: aws iam create-service-linked-role --aws-service-name spot.amazonaws.com); \
+                 launching on demand for 3 minutes"
+            );
+            marks
+                .capacity_types
+                .insert(crate::api::CAPACITY_TYPE_SPOT.to_string(), until);
+        }
+    }
+
+    /// The subnets out of addresses, and whether spot is out, now.
+    fn active_marks(&self) -> (BTreeSet<String>, bool) {
+        let now = self.clock.now();
+        let marks = lock(&self.marks);
+        (
+            Marks::active(&marks.subnets, now),
+            Marks::active(&marks.capacity_types, now).contains(crate::api::CAPACITY_TYPE_SPOT),
+        )
+    }
+
     fn overheads(&self) -> Overheads {
         Overheads {
             vm_memory_overhead: self.config.vm_memory_overhead,
@@ -249,13 +366,28 @@ impl AwsProvider {
         }
     }
 
-    /// The catalog, refreshing what is older than its TTL. A refresh that
-    /// fails keeps the previous data (logged); with no data at all it is
-    /// an error.
+    /// The catalog for launches and instance types: what was never read is
+    /// read now; what is older than its TTL too, unless
+    /// [`Self::run_background`] keeps it fresh. A refresh that fails keeps
+    /// the previous data (logged); with no instance types at all it is an
+    /// error. On-demand prices never fail: the built-in ones stand in.
     async fn catalog(&self) -> Result<CatalogView, CloudError> {
+        self.refresh_catalog(!self.background.load(Ordering::Relaxed))
+            .await
+    }
+
+    /// Reads again whatever part of the catalog is older than its TTL (the
+    /// background refresh).
+    pub async fn refresh(&self) -> Result<(), CloudError> {
+        self.refresh_catalog(true).await.map(|_| ())
+    }
+
+    async fn refresh_catalog(&self, refresh_stale: bool) -> Result<CatalogView, CloudError> {
         let mut c = self.catalog.lock().await;
         let now = Instant::now();
-        let stale = |at: Option<Instant>, ttl| at.is_none_or(|t| now.duration_since(t) >= ttl);
+        let stale = |at: Option<Instant>, ttl| {
+            at.is_none_or(|t| refresh_stale && now.duration_since(t) >= ttl)
+        };
         if stale(c.types_at, self.config.instance_types_ttl) {
             match self.fetch_types().await {
                 Ok((types, zones)) => {
@@ -270,18 +402,31 @@ impl AwsProvider {
                 Err(e) => return Err(e.into()),
             }
         }
-        if stale(c.on_demand_at, self.config.on_demand_prices_ttl) {
-            match self.fetch_on_demand().await {
-                Ok(prices) => {
-                    c.on_demand = Arc::new(prices);
-                    c.on_demand_at = Some(now);
-                    c.version += 1;
+        self.load_base_prices(&mut c)?;
+        let due = c
+            .on_demand_due
+            .is_none_or(|due| refresh_stale && now >= due);
+        if due {
+            let (answer, next) = self.fetch_on_demand().await;
+            let fresh = match answer {
+                // The price file may have changed.
+                PricingAnswer::NotAsked => Some(BTreeMap::new()),
+                PricingAnswer::Prices(api) => Some(api),
+                PricingAnswer::Failed => None,
+            };
+            if let Some(api) = fresh {
+                match self.base_prices() {
+                    Ok(mut all) => {
+                        all.extend(api);
+                        c.on_demand = Arc::new(all);
+                        c.version += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the price file; keeping the prices known")
+                    }
                 }
-                Err(e) if c.on_demand_at.is_some() => {
-                    tracing::warn!(error = %e, "refreshing on-demand prices; keeping the previous ones");
-                }
-                Err(e) => return Err(CloudError::Api(e)),
             }
+            c.on_demand_due = Some(now + next);
         }
         if stale(c.spot_at, self.config.spot_prices_ttl) {
             match pricing::fetch_spot(&self.ec2, &self.config.retry).await {
@@ -294,13 +439,51 @@ impl AwsProvider {
             }
             c.spot_at = Some(now);
         }
-        Ok(CatalogView {
-            types: Arc::clone(&c.types),
-            zones: Arc::clone(&c.zones),
-            on_demand: Arc::clone(&c.on_demand),
-            spot: Arc::clone(&c.spot),
-            version: c.version,
-        })
+        Ok(view(&c))
+    }
+
+    /// The catalog for reading instances (get, list, drift, garbage
+    /// collection): never the Pricing API nor spot prices, only instance
+    /// types if none were read yet, and no failure: an instance's labels
+    /// then lack its type's facts.
+    async fn instances_catalog(&self) -> CatalogView {
+        let mut c = self.catalog.lock().await;
+        if c.types_at.is_none() {
+            match self.fetch_types().await {
+                Ok((types, zones)) => {
+                    c.types = Arc::new(types);
+                    c.zones = Arc::new(zones);
+                    c.types_at = Some(Instant::now());
+                    c.version += 1;
+                }
+                Err(e) => tracing::warn!(error = %e, "reading instance types for instance labels"),
+            }
+        }
+        if let Err(e) = self.load_base_prices(&mut c) {
+            tracing::warn!(error = %e, "reading the price file");
+        }
+        view(&c)
+    }
+
+    /// Puts the built-in and price-file prices in place if nothing is yet.
+    fn load_base_prices(&self, c: &mut Catalog) -> Result<(), CloudError> {
+        if c.on_demand_loaded {
+            return Ok(());
+        }
+        let base = self.base_prices().map_err(CloudError::InvalidRequest)?;
+        c.on_demand = Arc::new(base);
+        c.on_demand_loaded = true;
+        c.version += 1;
+        Ok(())
+    }
+
+    /// The built-in prices with the price file's over them.
+    fn base_prices(&self) -> Result<OnDemandPrices, String> {
+        let (mut prices, _) = pricing::builtin(&self.region);
+        if let Some(path) = &self.config.pricing_file {
+            prices.extend(pricing::read_price_file(path, &self.region)?);
+        }
+        Ok(prices)
     }
 
     #[allow(clippy::type_complexity)]
@@ -359,43 +542,73 @@ impl AwsProvider {
         Ok((types, zones))
     }
 
-    /// On-demand prices: the Pricing API (unless in an isolated VPC), with
-    /// the price file filling the gaps or standing in when the API fails.
-    async fn fetch_on_demand(&self) -> Result<OnDemandPrices, String> {
-        let file = match &self.config.pricing_file {
-            Some(path) => Some(pricing::read_price_file(path, &self.region)?),
-            None => None,
-        };
-        if self.config.isolated_vpc {
-            return file.ok_or_else(|| {
-                "no on-demand prices: in an isolated VPC the price file (--pricing-file) is required"
-                    .to_string()
-            });
+    /// The Pricing API's on-demand prices, if it is asked and answers, and
+    /// when to ask again: after the TTL, or [`PRICING_RETRY`] after a
+    /// failure. Not asked in an isolated VPC nor in GovCloud, which has no
+    /// Pricing API.
+    async fn fetch_on_demand(&self) -> (PricingAnswer, std::time::Duration) {
+        let ttl = self.config.on_demand_prices_ttl;
+        if self.config.isolated_vpc || !pricing::has_pricing_api(&self.region) {
+            return (PricingAnswer::NotAsked, ttl);
         }
         match pricing::fetch_on_demand(&self.pricing, &self.config.retry, &self.region).await {
-            Ok(mut api) => {
-                for (k, v) in file.unwrap_or_default() {
-                    api.entry(k).or_insert(v);
-                }
-                Ok(api)
+            Ok(prices) => (PricingAnswer::Prices(prices), ttl),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "the Pricing API failed; keeping the on-demand prices already known (built-in, price file, or last read)"
+                );
+                (PricingAnswer::Failed, PRICING_RETRY.min(ttl))
             }
-            Err(e) => match file {
-                Some(f) => {
-                    tracing::warn!(error = %e, "the Pricing API failed; using the price file");
-                    Ok(f)
-                }
-                None => Err(format!(
-                    "no on-demand prices: {e} (a price file, --pricing-file, can stand in)"
-                )),
-            },
         }
     }
 
     /// Every instance type a node class can launch, with its allocatable
     /// and its priced offerings in the zones of the node class's subnets
     /// (every zone when its status reports none). This is what
-    /// `dovetail aws instance-types` prints.
+    /// `dovetail aws instance-types` prints. Offerings in a zone whose
+    /// subnets recently had no free address, and spot offerings while spot
+    /// lacks its service-linked role, are unavailable.
     pub async fn instance_types_for(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+        let types = self.unmarked_instance_types(nodeclass).await?;
+        let (full_subnets, spot_out) = self.active_marks();
+        // Zones whose subnets are all out of addresses.
+        let subnets = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.subnets.as_deref())
+            .unwrap_or_default();
+        let full_zones: BTreeSet<&str> = subnets
+            .iter()
+            .map(|s| s.zone.as_str())
+            .filter(|z| {
+                subnets
+                    .iter()
+                    .filter(|s| s.zone == *z)
+                    .all(|s| full_subnets.contains(&s.id))
+            })
+            .collect();
+        if full_zones.is_empty() && !spot_out {
+            return Ok(types);
+        }
+        let mut marked = (*types).clone();
+        for it in &mut marked {
+            for o in &mut it.offerings {
+                if full_zones.contains(o.zone.as_str())
+                    || (spot_out && o.capacity_type == crate::api::CAPACITY_TYPE_SPOT)
+                {
+                    o.available = false;
+                }
+            }
+        }
+        Ok(Arc::new(marked))
+    }
+
+    /// [`Self::instance_types_for`] before the marks of recent launches.
+    async fn unmarked_instance_types(
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
@@ -411,6 +624,17 @@ impl AwsProvider {
             .and_then(|s| s.subnets.as_ref())
             .filter(|s| !s.is_empty())
             .map(|s| s.iter().map(|s| s.zone.clone()).collect());
+        // Zone name -> id, as the node class's subnets report them.
+        let subnets = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.subnets.as_deref())
+            .unwrap_or_default();
+        self.remember_zone_ids(subnets);
+        let zone_ids: BTreeMap<String, String> = subnets
+            .iter()
+            .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
+            .collect();
         let view = self.catalog().await?;
         {
             let computed = lock(&self.computed);
@@ -449,13 +673,18 @@ impl AwsProvider {
             if offerings.is_empty() {
                 continue;
             }
-            types.push(instance_types::instance_type(
-                info,
-                &settings,
-                &overheads,
-                &self.region,
-                offerings,
-            ));
+            let mut it =
+                instance_types::instance_type(info, &settings, &overheads, &self.region, offerings);
+            let ids: BTreeSet<&str> = it
+                .offerings
+                .iter()
+                .filter_map(|o| zone_ids.get(&o.zone).map(String::as_str))
+                .collect();
+            if !ids.is_empty() {
+                it.requirements
+                    .add(instance_types::LABEL_ZONE_ID, Requirement::in_values(ids));
+            }
+            types.push(it);
         }
         let types = Arc::new(types);
         lock(&self.computed).insert(
@@ -482,14 +711,48 @@ impl AwsProvider {
             .collect())
     }
 
-    fn resolver(&self) -> nodeclass::Resolver<'_> {
+    /// The cluster's Kubernetes version AMI aliases resolve for.
+    pub fn kubernetes_version(&self) -> Option<String> {
+        lock(&self.kubernetes_version).clone()
+    }
+
+    /// Sets the cluster's Kubernetes version (`1.35`, or as the API server
+    /// reports it, `v1.35.2-eks-...`); later resolutions of AMI aliases
+    /// use it. A version that does not parse is ignored (logged).
+    pub fn set_kubernetes_version(&self, version: &str) {
+        let Some((major, minor)) = config::parse_minor(version) else {
+            tracing::warn!(
+                version,
+                "ignoring a Kubernetes version that is not MAJOR.MINOR"
+            );
+            return;
+        };
+        let v = format!("{major}.{minor}");
+        let mut current = lock(&self.kubernetes_version);
+        if current.as_deref() != Some(v.as_str()) {
+            tracing::info!(from = ?*current, to = %v, "the cluster's Kubernetes version changed; AMI aliases follow it");
+            *current = Some(v);
+        }
+    }
+
+    fn resolver<'a>(&'a self, kubernetes_version: Option<&'a str>) -> nodeclass::Resolver<'a> {
         nodeclass::Resolver {
             ec2: &self.ec2,
             ssm: &self.ssm,
             retry: &self.config.retry,
             ssm_root: &self.config.ssm_parameter_root,
-            kubernetes_version: self.config.kubernetes_version.as_deref(),
+            kubernetes_version,
         }
+    }
+
+    /// The key of a node class's cached resolution: its spec and the
+    /// Kubernetes version its aliases resolve for.
+    fn resolution_key(&self, class: &EC2NodeClass) -> String {
+        format!(
+            "{}@{}",
+            serde_json::to_string(&class.spec).unwrap_or_default(),
+            self.kubernetes_version().unwrap_or_default()
+        )
     }
 
     /// What a launch from the node class uses: its status when that
@@ -503,22 +766,24 @@ impl AwsProvider {
             let amis = status.amis.clone().unwrap_or_default();
             let subnets = status.subnets.clone().unwrap_or_default();
             let groups = status.security_groups.clone().unwrap_or_default();
-            if !amis.is_empty() && !subnets.is_empty() && !groups.is_empty() {
+            // A role's profile is known once the status names it.
+            let profile = match &class.spec.role {
+                Some(_) => status.instance_profile.clone(),
+                None => class.spec.instance_profile.clone(),
+            };
+            let profile_known = profile.is_some() || class.spec.role.is_none();
+            if !amis.is_empty() && !subnets.is_empty() && !groups.is_empty() && profile_known {
                 return Ok(NodeClassResolution {
                     amis,
                     subnets,
                     security_groups: groups,
-                    instance_profile: status
-                        .instance_profile
-                        .clone()
-                        .or_else(|| class.spec.instance_profile.clone())
-                        .or_else(|| class.spec.role.clone()),
+                    instance_profile: profile,
                     problems: Vec::new(),
                 });
             }
         }
         let name = class.metadata.name.clone().unwrap_or_default();
-        let spec = serde_json::to_string(&class.spec).unwrap_or_default();
+        let spec = self.resolution_key(class);
         let mut cache = self.resolutions.lock().await;
         if let Some((at, s, r)) = cache.get(&name)
             && *s == spec
@@ -526,9 +791,170 @@ impl AwsProvider {
         {
             return Ok(r.clone());
         }
-        let r = self.resolver().resolve(class).await?;
+        let r = self
+            .resolver(self.kubernetes_version().as_deref())
+            .resolve(class)
+            .await?;
+        let r = self.with_instance_profile(class, r).await?;
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
+    }
+
+    /// `r` with the instance profile of a node class that names a role:
+    /// the one its status names if that holds the role, else one made for
+    /// it ([`instanceprofile`]); a role IAM does not know is a problem.
+    async fn with_instance_profile(
+        &self,
+        class: &EC2NodeClass,
+        mut r: NodeClassResolution,
+    ) -> Result<NodeClassResolution, CloudError> {
+        let Some(role) = class.spec.role.as_deref().filter(|r| !r.is_empty()) else {
+            return Ok(r);
+        };
+        let want = instanceprofile::role_name(role).to_string();
+        let profiles = instanceprofile::Profiles {
+            iam: &self.iam,
+            retry: &self.config.retry,
+        };
+        let current = class
+            .status
+            .as_ref()
+            .and_then(|s| s.instance_profile.clone())
+            .filter(|p| !p.is_empty());
+        if let Some(current) = &current {
+            let cached = lock(&self.profiles)
+                .get(current)
+                .filter(|(at, _)| at.elapsed() < instanceprofile::PROFILE_TTL)
+                .map(|(_, role)| role.clone());
+            let role_now = match cached {
+                Some(role) => role,
+                None => {
+                    let role = profiles.role_of(current).await?.flatten();
+                    lock(&self.profiles).insert(current.clone(), (Instant::now(), role.clone()));
+                    role
+                }
+            };
+            if role_now.as_deref() == Some(want.as_str()) {
+                r.instance_profile = Some(current.clone());
+                return Ok(r);
+            }
+        }
+        let cluster = &self.config.cluster_name;
+        let name = instanceprofile::profile_name(cluster, &self.region, class, role);
+        let uid = class
+            .metadata
+            .uid
+            .clone()
+            .or_else(|| class.metadata.name.clone())
+            .unwrap_or_default();
+        let path = instanceprofile::class_path(&self.region, cluster, &uid);
+        let tags = instanceprofile::profile_tags(cluster, &self.region, class);
+        match profiles.ensure(&name, role, &tags, &path).await {
+            Ok(()) => {
+                tracing::info!(profile = %name, role = %want, "instance profile ready for the node class's role");
+                let until = Instant::now() + self.config.protected_profile_ttl;
+                let mut protected = lock(&self.protected_profiles);
+                protected.insert(name.clone(), until);
+                if let Some(old) = current {
+                    protected.insert(old, until);
+                }
+                drop(protected);
+                lock(&self.profiles).insert(name.clone(), (Instant::now(), Some(want)));
+                r.instance_profile = Some(name);
+            }
+            Err(instanceprofile::EnsureError::RoleNotFound(message)) => {
+                // Leave no empty profile behind.
+                if let Err(e) = profiles.delete(&name).await {
+                    tracing::warn!(profile = %name, error = %e, "deleting an instance profile whose role is missing");
+                }
+                r.instance_profile = None;
+                r.problems.push(format!(
+                    "spec.role: IAM has no role {want:?} for the instance profile ({message})"
+                ));
+            }
+            Err(instanceprofile::EnsureError::Aws(e)) => return Err(e.into()),
+        }
+        Ok(r)
+    }
+
+    /// Deletes the instance profiles dovetail (or Karpenter) made for this
+    /// cluster's node classes that no node class in `nodeclasses` names
+    /// in its status, no live instance of the cluster uses, and that were
+    /// not made or replaced within the last hour. Returns their names.
+    pub async fn cleanup_instance_profiles(
+        &self,
+        nodeclasses: &[EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        let profiles = instanceprofile::Profiles {
+            iam: &self.iam,
+            retry: &self.config.retry,
+        };
+        let listed = profiles
+            .list(&instanceprofile::cluster_path(
+                &self.region,
+                &self.config.cluster_name,
+            ))
+            .await?;
+        if listed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut keep: BTreeSet<String> = nodeclasses
+            .iter()
+            .filter_map(|c| c.status.as_ref()?.instance_profile.clone())
+            .collect();
+        keep.extend(self.instance_profiles_in_use().await?);
+        let now = Instant::now();
+        {
+            let mut protected = lock(&self.protected_profiles);
+            protected.retain(|_, until| *until > now);
+            keep.extend(protected.keys().cloned());
+        }
+        let mut deleted = Vec::new();
+        for name in listed.into_iter().filter(|n| !keep.contains(n)) {
+            profiles.delete(&name).await?;
+            lock(&self.profiles).remove(&name);
+            deleted.push(name);
+        }
+        Ok(deleted)
+    }
+
+    /// The instance profiles the cluster's live instances run with.
+    async fn instance_profiles_in_use(&self) -> Result<BTreeSet<String>, CloudError> {
+        let ec2 = &self.ec2;
+        let filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
+                .values("owned")
+                .build(),
+            Filter::builder()
+                .name("instance-state-name")
+                .set_values(Some(LIVE_STATES.iter().map(|s| s.to_string()).collect()))
+                .build(),
+        ];
+        let arns = paginate(
+            &self.config.retry,
+            "ec2:DescribeInstances",
+            |token| {
+                ec2.describe_instances()
+                    .set_filters(Some(filters.clone()))
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| {
+                let arns = page
+                    .reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(|i| i.iam_instance_profile()?.arn().map(str::to_string))
+                    .collect();
+                (arns, page.next_token().map(str::to_string))
+            },
+        )
+        .await?;
+        Ok(arns
+            .iter()
+            .map(|arn| arn.rsplit('/').next().unwrap_or(arn).to_string())
+            .collect())
     }
 
     /// The id of the launch template named `name`, if it exists.
@@ -565,11 +991,10 @@ impl AwsProvider {
         }
         let retry = &self.config.retry;
         let ec2 = &self.ec2;
-        let tags = [
-            (cluster_tag(&self.config.cluster_name), "owned".to_string()),
-            (TAG_NODECLASS.to_string(), spec.nodeclass.clone()),
-            (TAG_IMAGE.to_string(), spec.image_id.clone()),
-        ];
+        let mut tags = spec.tags.clone();
+        tags.insert(cluster_tag(&self.config.cluster_name), "owned".to_string());
+        tags.insert(TAG_NODECLASS.to_string(), spec.nodeclass.clone());
+        tags.insert(TAG_IMAGE.to_string(), spec.image_id.clone());
         let created = call(retry, "ec2:CreateLaunchTemplate", || {
             ec2.create_launch_template()
                 .launch_template_name(&name)
@@ -630,6 +1055,7 @@ impl AwsProvider {
         let Some(o) = outcome else {
             return vec![Err(CloudError::Api("launch templates kept disappearing".into())); n];
         };
+        self.mark(&o);
         if n > 1 {
             for (instance, claim) in o.instances.iter().zip(claims) {
                 let ec2 = &self.ec2;
@@ -711,15 +1137,19 @@ impl AwsProvider {
         if let [claim] = claims {
             tags.push(Tag::builder().key(TAG_NODECLAIM).value(claim).build());
         }
-        let tag_specs: Vec<TagSpecification> = [ResourceType::Instance, ResourceType::Volume]
-            .into_iter()
-            .map(|r| {
-                TagSpecification::builder()
-                    .resource_type(r)
-                    .set_tags(Some(tags.clone()))
-                    .build()
-            })
-            .collect();
+        let tag_specs: Vec<TagSpecification> = [
+            ResourceType::Instance,
+            ResourceType::Volume,
+            ResourceType::Fleet,
+        ]
+        .into_iter()
+        .map(|r| {
+            TagSpecification::builder()
+                .resource_type(r)
+                .set_tags(Some(tags.clone()))
+                .build()
+        })
+        .collect();
         let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
         let prioritized = plan
             .configs
@@ -728,8 +1158,13 @@ impl AwsProvider {
             .any(|o| o.priority.is_some());
         let total = i32::try_from(claims.len()).unwrap_or(i32::MAX);
         let ec2 = &self.ec2;
+        // One token for every attempt of this request: a CreateFleet that
+        // succeeded but whose answer was lost (a 5xx, a timeout) is not
+        // carried out again when retried.
+        let token = error::client_token();
         let out = call(&self.config.retry, "ec2:CreateFleet", || {
             ec2.create_fleet()
+                .client_token(&token)
                 .r#type(FleetType::Instant)
                 .target_capacity_specification(
                     TargetCapacitySpecificationRequest::builder()
@@ -764,8 +1199,19 @@ impl AwsProvider {
                 .set_context(plan.context.clone())
                 .send()
         })
-        .await?;
-        Ok(launch::outcome(&out, plan))
+        .await;
+        match out {
+            Ok(out) => Ok(launch::outcome(&out, plan)),
+            // A launch template deleted out of band (the whole request
+            // fails when it names one EC2 does not know).
+            Err(e) if e.code().is_some_and(launch::is_template_not_found) => {
+                Ok(launch::FleetOutcome {
+                    template_missing: true,
+                    ..launch::FleetOutcome::default()
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Joins or opens the batch of launches with `plan`'s key and returns
@@ -847,7 +1293,7 @@ impl AwsProvider {
         filters: Vec<Filter>,
         ids: Vec<String>,
     ) -> Result<Vec<Instance>, CloudError> {
-        let view = self.catalog().await?;
+        let view = self.instances_catalog().await;
         let ec2 = &self.ec2;
         let listed = paginate(
             &self.config.retry,
@@ -883,11 +1329,12 @@ impl AwsProvider {
                     Some("windows" | "Windows") => "windows",
                     _ => "linux",
                 };
-                instances::convert(
+                instances::convert_with_zone_ids(
                     i,
                     &self.region,
                     |t| self.labels_of(&view, t, os),
                     |t, z, c| view.price(t, z, c),
+                    |z| lock(&self.zone_ids).get(z).cloned(),
                 )
             })
             .collect())
@@ -985,7 +1432,8 @@ impl CloudProvider for AwsProvider {
                 reason: resolution.problems.join("; "),
             });
         }
-        let types = self.instance_types_for(nodeclass).await?;
+        let types = self.unmarked_instance_types(nodeclass).await?;
+        let (full_subnets, spot_out) = self.active_marks();
         let family = Family::of(nodeclass);
         let plan = launch::plan(
             claim,
@@ -999,6 +1447,8 @@ impl CloudProvider for AwsProvider {
                 resolution: &resolution,
                 types: &types,
                 unavailable,
+                unavailable_subnets: &full_subnets,
+                spot_unavailable: spot_out,
             },
         )?;
         let (fleet, refused) = self.launch_batched(&plan, &name).await?;
@@ -1028,7 +1478,19 @@ impl CloudProvider for AwsProvider {
                     .collect()
             })
             .unwrap_or_default();
-        let labels = instance_labels(type_labels, &key, &self.region, &nodepool);
+        let mut labels = instance_labels(type_labels, &key, &self.region, &nodepool);
+        labels.insert(
+            instance_types::LABEL_TENANCY.to_string(),
+            plan.tenancy.clone(),
+        );
+        if let Some(id) = resolution
+            .subnets
+            .iter()
+            .find(|s| s.zone == fleet.zone)
+            .and_then(|s| s.zone_id.clone())
+        {
+            labels.insert(instance_types::LABEL_ZONE_ID.to_string(), id);
+        }
         let mut security_group_ids: Vec<String> = resolution
             .security_groups
             .iter()
@@ -1084,15 +1546,40 @@ impl CloudProvider for AwsProvider {
         if let Some((_, cache)) = self.instances.lock().await.as_mut() {
             cache.remove(id);
         }
-        let previous = out
-            .terminating_instances()
-            .first()
-            .and_then(|c| c.previous_state())
-            .and_then(|s| s.name())
-            .map(|n| n.as_str().to_string());
-        match previous.as_deref() {
-            Some("terminated" | "shutting-down") => Err(not_found()),
-            _ => Ok(()),
+        let change = out.terminating_instances().first();
+        let state = |s: Option<&aws_sdk_ec2::types::InstanceState>| {
+            s.and_then(|s| s.name()).map(|n| n.as_str().to_string())
+        };
+        if let Some("terminated" | "shutting-down") =
+            state(change.and_then(|c| c.previous_state())).as_deref()
+        {
+            return Err(not_found());
+        }
+        // Done only once EC2 says the instance is going: an answer that
+        // leaves it running (or no answer for it) is checked again, and
+        // failing that the delete is retried.
+        let mut current = state(change.and_then(|c| c.current_state()));
+        if !matches!(current.as_deref(), Some("shutting-down" | "terminated")) {
+            current = match self.get(provider_id).await {
+                Ok(i) => Some(
+                    match i.state {
+                        InstanceState::ShuttingDown => "shutting-down",
+                        InstanceState::Terminated => "terminated",
+                        InstanceState::Running => "running",
+                        InstanceState::Pending => "pending",
+                    }
+                    .to_string(),
+                ),
+                Err(CloudError::NotFound(_)) => Some("terminated".to_string()),
+                Err(e) => return Err(e),
+            };
+        }
+        match current.as_deref() {
+            Some("shutting-down" | "terminated") => Ok(()),
+            other => Err(CloudError::Api(format!(
+                "instance {id} is still {} after TerminateInstances; the delete will be retried",
+                other.unwrap_or("running")
+            ))),
         }
     }
 
@@ -1156,9 +1643,14 @@ impl CloudProvider for AwsProvider {
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<NodeClassResolution, CloudError> {
-        let r = self.resolver().resolve(nodeclass).await?;
+        let r = self
+            .resolver(self.kubernetes_version().as_deref())
+            .resolve(nodeclass)
+            .await?;
+        let r = self.with_instance_profile(nodeclass, r).await?;
+        self.remember_zone_ids(&r.subnets);
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
-        let spec = serde_json::to_string(&nodeclass.spec).unwrap_or_default();
+        let spec = self.resolution_key(nodeclass);
         self.resolutions
             .lock()
             .await

@@ -329,7 +329,8 @@ impl Resolver<'_> {
                 None => "no AMI matched amiSelectorTerms".to_string(),
             });
         }
-        out.instance_profile = spec.instance_profile.clone().or_else(|| spec.role.clone());
+        // A role's profile is the provider's (`super::instanceprofile`).
+        out.instance_profile = spec.instance_profile.clone();
         Ok(out)
     }
 

@@ -1,24 +1,37 @@
-//! Prices: on-demand from the AWS Pricing API (GetProducts) or a price
-//! file, spot from DescribeSpotPriceHistory.
+//! Prices: on-demand from the AWS Pricing API (GetProducts), a price file
+//! or the built-in table; spot from DescribeSpotPriceHistory.
 //!
 //! # On-demand
-//! GetProducts is asked for EC2 compute instances in the region with Linux,
-//! shared tenancy, no pre-installed software and capacity status `Used`
-//! (the plain on-demand hourly price), [`PRODUCT_FILTERS`]. Each answer is a
+//! GetProducts is asked twice, as Karpenter v1.14.1 asks: for EC2 compute
+//! instances in the region with Linux, no pre-installed software, capacity
+//! status `Used` and market option `OnDemand` ([`COMMON_FILTERS`]), once
+//! with shared tenancy ([`SHARED_FILTERS`]) and once for bare metal, which
+//! the price list files under the product family `Compute Instance (bare
+//! metal)` with dedicated tenancy ([`METAL_FILTERS`]). Each answer is a
 //! JSON document per product; its `terms.OnDemand` price dimension in USD
 //! (CNY in China) is the hourly price. A type listed more than once keeps
 //! its lowest non-zero price.
 //!
+//! # Built-in prices
+//! `builtin-prices.json`, compiled into the binary: the us-east-1
+//! on-demand prices of the published catalog (`../shared/data/aws-catalog.json`,
+//! itself from Karpenter's generated price table, dated in the file).
+//! They are the prices until the Pricing API answers, and stay when it
+//! fails, in isolated VPCs, and in GovCloud (which has no Pricing API).
+//! Other regions use the us-east-1 table, as Karpenter does for regions
+//! its table lacks: the order of types holds, the amounts are rough. A
+//! test (`builtin_prices_are_generated_from_the_published_catalog`)
+//! regenerates the file with `DOVETAIL_BLESS=1`.
+//!
 //! # Price file (`--pricing-file`)
-//! The fallback, and the only source in isolated VPCs:
 //!
 //! ```json
 //! {"schema_version": 1,
 //!  "regions": {"us-east-1": {"on_demand": {"m5.large": 0.096, "c5.large": 0.085}}}}
 //! ```
 //!
-//! The Pricing API's price wins where both have one; the file fills the
-//! types the API does not list (or every type when the API fails).
+//! Optional `source` and `date` keys describe it. Its prices replace the
+//! built-in ones; the Pricing API's replace both where it has one.
 //!
 //! # Spot
 //! The newest `Linux/UNIX` price per instance type and zone. Until a type
@@ -34,15 +47,27 @@ use serde_json::Value;
 
 use super::error::{AwsError, RetrySettings, paginate};
 
-/// The GetProducts filters (`TERM_MATCH` field and value) besides the
-/// region's `regionCode`.
-pub const PRODUCT_FILTERS: [(&str, &str); 5] = [
-    ("productFamily", "Compute Instance"),
-    ("operatingSystem", "Linux"),
-    ("tenancy", "Shared"),
+/// The GetProducts filters (`TERM_MATCH` field and value) of both queries
+/// besides the region's `regionCode`.
+pub const COMMON_FILTERS: [(&str, &str); 5] = [
+    ("serviceCode", "AmazonEC2"),
     ("preInstalledSw", "NA"),
+    ("operatingSystem", "Linux"),
     ("capacitystatus", "Used"),
+    ("marketoption", "OnDemand"),
 ];
+/// Instances on shared hardware.
+pub const SHARED_FILTERS: [(&str, &str); 2] =
+    [("tenancy", "Shared"), ("productFamily", "Compute Instance")];
+/// Bare-metal instances, which the price list files apart.
+pub const METAL_FILTERS: [(&str, &str); 2] = [
+    ("tenancy", "Dedicated"),
+    ("productFamily", "Compute Instance (bare metal)"),
+];
+/// The region whose table stands in for regions the built-in prices lack.
+const BUILTIN_FALLBACK_REGION: &str = "us-east-1";
+/// The built-in prices (see the module documentation).
+const BUILTIN: &str = include_str!("builtin-prices.json");
 /// The product description of Linux spot prices.
 const SPOT_PRODUCT: &str = "Linux/UNIX";
 
@@ -55,6 +80,12 @@ pub type SpotPrices = BTreeMap<(String, String), f64>;
 #[serde(deny_unknown_fields)]
 struct PriceFile {
     schema_version: u32,
+    /// Where the prices come from (free text).
+    #[serde(default)]
+    source: Option<String>,
+    /// When they were read (free text, e.g. `2026-07`).
+    #[serde(default)]
+    date: Option<String>,
     regions: BTreeMap<String, RegionPrices>,
 }
 
@@ -97,6 +128,41 @@ pub fn parse_price_file(text: &str, region: &str) -> Result<OnDemandPrices, Stri
     Ok(prices.on_demand.clone())
 }
 
+/// The built-in on-demand prices for `region` (those of us-east-1 where
+/// the table has none for it), and the region they are for.
+pub fn builtin(region: &str) -> (OnDemandPrices, &'static str) {
+    static TABLE: std::sync::OnceLock<BTreeMap<String, OnDemandPrices>> =
+        std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let doc: PriceFile = serde_json::from_str(BUILTIN).expect("builtin-prices.json is valid");
+        doc.regions
+            .into_iter()
+            .map(|(r, p)| (r, p.on_demand))
+            .collect()
+    });
+    match table.get_key_value(region) {
+        Some((r, p)) => (p.clone(), r.as_str()),
+        None => (
+            table
+                .get(BUILTIN_FALLBACK_REGION)
+                .cloned()
+                .unwrap_or_default(),
+            BUILTIN_FALLBACK_REGION,
+        ),
+    }
+}
+
+/// The source and date of the built-in prices.
+pub fn builtin_source() -> (String, String) {
+    let doc: PriceFile = serde_json::from_str(BUILTIN).expect("builtin-prices.json is valid");
+    (doc.source.unwrap_or_default(), doc.date.unwrap_or_default())
+}
+
+/// Whether `region` has a Pricing API to ask (GovCloud has none).
+pub fn has_pricing_api(region: &str) -> bool {
+    !region.starts_with("us-gov-")
+}
+
 /// The on-demand prices in GetProducts' `PriceList` documents. A document
 /// that is not valid JSON is an error; products without an instance type
 /// or an on-demand price are skipped.
@@ -136,26 +202,56 @@ pub fn parse_products<S: AsRef<str>>(price_list: &[S]) -> Result<OnDemandPrices,
     Ok(out)
 }
 
-/// Fetches `region`'s on-demand prices from the Pricing API (every page).
+/// Fetches `region`'s on-demand prices from the Pricing API: the shared
+/// and the bare-metal queries (every page of each). Either one answering
+/// no price at all is an error, as in Karpenter.
 pub async fn fetch_on_demand(
     pricing: &aws_sdk_pricing::Client,
     retry: &RetrySettings,
     region: &str,
 ) -> Result<OnDemandPrices, AwsError> {
-    use aws_sdk_pricing::types::{Filter, FilterType};
-    let filter = |field: &str, value: &str| {
-        Filter::builder()
-            .r#type(FilterType::TermMatch)
-            .field(field)
-            .value(value)
-            .build()
-    };
-    let mut filters = Vec::new();
-    for (field, value) in std::iter::once(("regionCode", region)).chain(PRODUCT_FILTERS) {
-        filters.push(filter(field, value).map_err(|e| AwsError::Transport {
+    let mut out = query(pricing, retry, region, &SHARED_FILTERS).await?;
+    let metal = query(pricing, retry, region, &METAL_FILTERS).await?;
+    if out.is_empty() || metal.is_empty() {
+        return Err(AwsError::Transport {
             action: "pricing:GetProducts",
-            message: e.to_string(),
-        })?);
+            message: format!(
+                "no on-demand prices for {region} ({} shared, {} bare metal)",
+                out.len(),
+                metal.len()
+            ),
+        });
+    }
+    for (k, v) in metal {
+        out.entry(k).or_insert(v);
+    }
+    Ok(out)
+}
+
+/// One GetProducts query, every page.
+async fn query(
+    pricing: &aws_sdk_pricing::Client,
+    retry: &RetrySettings,
+    region: &str,
+    extra: &[(&str, &str)],
+) -> Result<OnDemandPrices, AwsError> {
+    use aws_sdk_pricing::types::{Filter, FilterType};
+    let mut filters = Vec::new();
+    for (field, value) in std::iter::once(("regionCode", region))
+        .chain(COMMON_FILTERS)
+        .chain(extra.iter().copied())
+    {
+        filters.push(
+            Filter::builder()
+                .r#type(FilterType::TermMatch)
+                .field(field)
+                .value(value)
+                .build()
+                .map_err(|e| AwsError::Transport {
+                    action: "pricing:GetProducts",
+                    message: e.to_string(),
+                })?,
+        );
     }
     let documents = paginate(
         retry,
@@ -265,6 +361,21 @@ mod tests {
         let e =
             parse_price_file(r#"{"schema_version": 1, "regions": {}, "x": 1}"#, "x").unwrap_err();
         assert!(e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn builtin_prices_cover_us_east_1_and_stand_in_elsewhere() {
+        let (us, region) = builtin("us-east-1");
+        assert_eq!(region, "us-east-1");
+        assert_eq!(us.get("m5.large"), Some(&0.096));
+        assert!(us.contains_key("m5.metal"), "bare metal is priced");
+        let (eu, region) = builtin("eu-west-3");
+        assert_eq!(region, "us-east-1");
+        assert_eq!(eu, us);
+        let (source, date) = builtin_source();
+        assert!(source.contains("aws-catalog.json"), "{source}");
+        assert_eq!(date.len(), "2026-07".len(), "{date}");
+        assert!(!has_pricing_api("us-gov-west-1") && has_pricing_api("eu-west-1"));
     }
 
     /// A GetProducts document as the API returns it (abridged attributes).
