@@ -1631,7 +1631,7 @@ async fn decisions_are_posted_as_events_in_the_objects_namespace() {
             status(500, "InternalError", "etcd timeout", json!(null)),
         );
     });
-    let mut recorder = EventRecorder::new("replica-a");
+    let recorder = EventRecorder::new("replica-a");
     let written = recorder
         .record(
             &cluster,

@@ -127,10 +127,13 @@ pub struct EventRecorder {
     /// `reportingInstance`: this replica.
     instance: String,
     /// When each (object, reason, message) was last written.
-    written: Arc<std::sync::Mutex<HashMap<(String, String, String), Timestamp>>>,
+    written: Arc<std::sync::Mutex<Written>>,
     /// Events handed to background writers and not written yet.
     queued: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// When each (object, reason, message) was last written.
+type Written = HashMap<(String, String, String), Timestamp>;
 
 /// The most Events waiting for a background writer.
 pub const MAX_QUEUED_EVENTS: usize = 1000;
@@ -144,7 +147,7 @@ impl EventRecorder {
         }
     }
 
-    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), Timestamp>> {
+    fn written(&self) -> std::sync::MutexGuard<'_, Written> {
         self.written
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -671,7 +674,7 @@ mod tests {
 
     #[tokio::test]
     async fn decisions_become_events_on_their_objects_once_per_window() {
-        let (mut rt, _clock) = runtime();
+        let (rt, _clock) = runtime();
         let cluster = rt.cluster.clone();
         cluster.create(pending_pod("a")).unwrap();
         let t = Timestamp::UNIX_EPOCH;
