@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::instance_type::InstanceType;
 use super::labels::{CAPACITY_TYPE, NODEPOOL, ZONE};
-use super::requirements::{Requirement, Requirements, allow_none, allow_well_known};
+use super::requirements::{Requirement, Requirements};
 use super::resources::Resources;
 
 /// What an overlay does to a price.
@@ -166,24 +166,6 @@ pub fn apply(overlays: &[Overlay], pools: &mut [PoolTypes]) -> Outcome {
     if order.is_empty() {
         return out;
     }
-    // Each type's requirements as the overlay sees them, once per pool.
-    let bases: Vec<Vec<Requirements>> = pools
-        .iter()
-        .map(|p| {
-            p.types
-                .iter()
-                .map(|it| {
-                    let mut r = Requirements::new();
-                    r.add(NODEPOOL, Requirement::in_values([p.name]));
-                    for (k, v) in p.labels {
-                        r.add(k, Requirement::in_values([v.clone()]));
-                    }
-                    r.intersect_with(&it.requirements);
-                    r
-                })
-                .collect()
-        })
-        .collect();
     let mut store: BTreeMap<(usize, usize), TypeUpdate> = BTreeMap::new();
     for ov in order {
         if let Some(e) = &ov.invalid {
@@ -195,7 +177,7 @@ pub fn apply(overlays: &[Overlay], pools: &mut [PoolTypes]) -> Outcome {
         let mut selected: Vec<((usize, usize), Vec<usize>)> = Vec::new();
         for (p, pool) in pools.iter().enumerate() {
             for (t, it) in pool.types.iter().enumerate() {
-                let offerings = selects(ov, &bases[p][t], it);
+                let offerings = selects(ov, pool.name, pool.labels, it);
                 if !offerings.is_empty() {
                     selected.push(((p, t), offerings));
                 }
@@ -270,27 +252,53 @@ pub fn apply(overlays: &[Overlay], pools: &mut [PoolTypes]) -> Outcome {
     out
 }
 
-/// The offerings of `it` an overlay selects: none unless the type (as
-/// `base` describes it in its NodePool) is compatible with the overlay's
-/// requirements, where a key the type does not define fails unless the
-/// overlay allows its absence; then those whose zone and capacity type
-/// the requirements allow (keys they do not name allow any).
-fn selects(ov: &Overlay, base: &Requirements, it: &InstanceType) -> Vec<usize> {
-    if base.compatible(&ov.requirements, allow_none).is_err() {
-        return Vec::new();
+/// The offerings of `it` an overlay selects in NodePool `pool` (with
+/// template `labels`): none unless the type, as the reference describes it
+/// there (its requirements, `karpenter.sh/nodepool In [pool]` and the
+/// labels, intersected), is compatible with the overlay's requirements,
+/// where a key it does not define fails unless the overlay allows its
+/// absence; then those whose zone and capacity type the requirements
+/// allow (keys they do not name allow any). Only the overlay's keys are
+/// looked at: nothing is built per type.
+fn selects(
+    ov: &Overlay,
+    pool: &str,
+    labels: &BTreeMap<String, String>,
+    it: &InstanceType,
+) -> Vec<usize> {
+    for (key, incoming) in &ov.requirements.0 {
+        let mut existing: Option<Requirement> = None;
+        let mut meet = |r: &Requirement| {
+            existing = Some(match existing.take() {
+                Some(e) => e.intersection(r),
+                None => r.clone(),
+            });
+        };
+        if key == NODEPOOL {
+            meet(&Requirement::in_values([pool]));
+        }
+        if let Some(v) = labels.get(key) {
+            meet(&Requirement::in_values([v.clone()]));
+        }
+        if let Some(r) = it.requirements.get(key) {
+            meet(r);
+        }
+        let ok = match existing {
+            None => incoming.allows_absent(),
+            Some(e) => {
+                !e.intersection(incoming).is_empty()
+                    || (incoming.allows_absent() && e.allows_absent())
+            }
+        };
+        if !ok {
+            return Vec::new();
+        }
     }
+    let allows = |key: &str, value: &str| ov.requirements.get(key).is_none_or(|r| r.has(value));
     it.offerings
         .iter()
         .enumerate()
-        .filter(|(_, o)| {
-            let mut r = Requirements::new();
-            r.add(ZONE, Requirement::in_values([o.zone.clone()]));
-            r.add(
-                CAPACITY_TYPE,
-                Requirement::in_values([o.capacity_type.clone()]),
-            );
-            ov.requirements.compatible(&r, allow_well_known).is_ok()
-        })
+        .filter(|(_, o)| allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, &o.capacity_type))
         .map(|(i, _)| i)
         .collect()
 }

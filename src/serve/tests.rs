@@ -869,3 +869,63 @@ fn a_watch_with_initial_events_ends_them_with_a_bookmark() {
     let refused = h.get(&format!("{CMS}?watch=1&sendInitialEvents=true"));
     assert_eq!(refused.code, 422);
 }
+
+/// NodeOverlays (`karpenter.sh/v1alpha1`, beside v1 in one group) and
+/// CapacityBuffers (namespaced, `autoscaling.x-k8s.io/v1beta1`) are served:
+/// `kubectl get nodeoverlays,capacitybuffers -A` lists them, admission
+/// rejects what their CRDs reject, and their Tables have the CRDs' columns.
+#[test]
+fn nodeoverlays_and_capacitybuffers_are_served() {
+    let h = serve();
+    let group = h.get("/apis/karpenter.sh");
+    let versions: Vec<&str> = group.body["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["version"].as_str())
+        .collect();
+    assert_eq!(versions, ["v1", "v1alpha1"]);
+    assert_eq!(group.body["preferredVersion"]["version"], "v1");
+    let overlay = json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+        "metadata": {"name": "half"},
+        "spec": {"weight": 10, "priceAdjustment": "-50%", "requirements": [
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m6i"]}]}});
+    assert_eq!(
+        h.post("/apis/karpenter.sh/v1alpha1/nodeoverlays", &overlay)
+            .code,
+        201
+    );
+    let mut both = overlay.clone();
+    both["metadata"]["name"] = json!("both");
+    both["spec"]["price"] = json!("1");
+    let refused = h.post("/apis/karpenter.sh/v1alpha1/nodeoverlays", &both);
+    assert_eq!(refused.code, 422, "{}", refused.body);
+    let list = h.get("/apis/karpenter.sh/v1alpha1/nodeoverlays");
+    assert_eq!(list.body["items"].as_array().unwrap().len(), 1);
+    let buffer = json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "warm", "namespace": "default"},
+        "spec": {"podTemplateRef": {"name": "t"}, "replicas": 2}});
+    let created = h.post(
+        "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/default/capacitybuffers",
+        &buffer,
+    );
+    assert_eq!(created.code, 201, "{}", created.body);
+    let all = h.get("/apis/autoscaling.x-k8s.io/v1beta1/capacitybuffers");
+    assert_eq!(all.body["items"][0]["metadata"]["namespace"], "default");
+    let table = h.call(
+        "GET",
+        "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/default/capacitybuffers",
+        &[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        "",
+    );
+    let columns: Vec<&str> = table.body["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(
+        columns.contains(&"Strategy") && columns.contains(&"Replicas"),
+        "{columns:?}"
+    );
+}

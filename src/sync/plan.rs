@@ -538,4 +538,66 @@ mod tests {
         assert_eq!(prune_limit(Some(0), 100), 0);
         assert_eq!(prune_limit(Some(7), 1), 7);
     }
+
+    /// NodeOverlays and CapacityBuffers are synced after the NodePools; a
+    /// buffer is known by `namespace/name` (`default` when the file sets
+    /// none), so two of one name in two namespaces are two objects, and a
+    /// buffer in the version v1.14.1 no longer serves is applied as the
+    /// served one.
+    #[test]
+    fn overlays_and_namespaced_buffers_are_planned_by_kind_and_namespace() {
+        let overlay = json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": "half"}, "spec": {"requirements": [], "priceAdjustment": "-50%"}});
+        let buffer = |ns: Option<&str>, version: &str| {
+            let mut b = json!({"apiVersion": format!("autoscaling.x-k8s.io/{version}"),
+                "kind": "CapacityBuffer", "metadata": {"name": "warm"},
+                "spec": {"podTemplateRef": {"name": "t"}, "replicas": 1}});
+            if let Some(ns) = ns {
+                b["metadata"]["namespace"] = json!(ns);
+            }
+            b
+        };
+        let key = |v: &Value| ApiKind::CapacityBuffer.object_name(v);
+        let web = buffer(Some("web"), "v1beta1");
+        let default = buffer(None, "v1alpha1");
+        assert_eq!(key(&web), "web/warm");
+        assert_eq!(key(&default), "default/warm");
+        let objects = [
+            DesiredObject::new(ApiKind::CapacityBuffer, &key(&web), "b.yaml", &web, REV),
+            DesiredObject::new(
+                ApiKind::CapacityBuffer,
+                &key(&default),
+                "b.yaml",
+                &default,
+                REV,
+            ),
+            desired(ApiKind::NodeOverlay, &overlay),
+            desired(ApiKind::NodePool, &pool("a", "10")),
+        ];
+        let p = plan(&objects, &[]);
+        assert_eq!(
+            names(&p),
+            [
+                "Create NodePool/a",
+                "Create NodeOverlay/half",
+                "Create CapacityBuffer/default/warm",
+                "Create CapacityBuffer/web/warm",
+            ]
+        );
+        let applied_default = &p.writes[2].object.value;
+        assert_eq!(applied_default["metadata"]["namespace"], "default");
+        assert_eq!(
+            applied_default["apiVersion"],
+            "autoscaling.x-k8s.io/v1beta1"
+        );
+        // Live as applied: nothing to do; gone from the repository: pruned
+        // by namespace and name.
+        let live: Vec<LiveObject> = p.writes.iter().map(|w| applied(&w.object)).collect();
+        assert!(plan(&objects, &live).writes.is_empty());
+        let p = plan(&objects[1..], &live);
+        assert_eq!(
+            p.prune_candidates,
+            [(ApiKind::CapacityBuffer, "web/warm".to_string())]
+        );
+    }
 }

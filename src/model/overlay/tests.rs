@@ -1472,3 +1472,43 @@ fn price_changes_parse_as_the_reference_reads_them_and_never_go_below_zero() {
     assert!(PriceChange::parse("ten").is_err());
     assert!(PriceChange::parse("-x%").is_err());
 }
+
+/// A measurement, not a check: `cargo test --lib timing_on_the_aws_catalog
+/// -- --ignored --nocapture` prints how long applying ten overlays to four
+/// NodePools of the shared AWS catalog takes (one solve's cost).
+#[test]
+#[ignore]
+fn timing_on_the_aws_catalog() {
+    let catalog = crate::model::catalog::read_catalog(std::path::Path::new(
+        "../shared/data/aws-catalog.json",
+    ))
+    .unwrap();
+    let overlays: Vec<Overlay> = [
+        "m5", "m6i", "c5", "c6i", "r5", "r6i", "m7i", "c7i", "t3", "m6g",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, f)| {
+        ov(
+            &format!("o{i}"),
+            (i % 3) as i32,
+            &[req("karpenter.k8s.aws/instance-family", "In", &[f])],
+        )
+        .price("-10%")
+    })
+    .collect();
+    let mut pools: Vec<Pool> = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|n| pool(n, catalog.clone()))
+        .collect();
+    let t = std::time::Instant::now();
+    let out = run(&overlays, &mut pools);
+    eprintln!(
+        "{} types x {} pools x {} overlays: {:?}, {} priced",
+        catalog.len(),
+        pools.len(),
+        overlays.len(),
+        t.elapsed(),
+        out.price_overlaid.len()
+    );
+}
