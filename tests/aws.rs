@@ -2048,11 +2048,13 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 
 /// The provider's background work: the Kubernetes version is read again
 /// (every 5 minutes, here every 50 ms), so after an upgrade the alias
-/// resolves to the new version's image and running nodes drift; and while
-/// the replica leads, launch templates no node class uses any more are
+/// resolves to the new version's image and running nodes drift; a
+/// registered node's instance is tagged with its name; and while the
+/// replica leads, launch templates no node class uses any more are
 /// deleted.
 #[test]
-fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templates() {
+fn the_background_follows_the_kubernetes_version_names_instances_and_deletes_unused_launch_templates()
+ {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
     let Some(moto) = moto::server() else { return };
@@ -2073,6 +2075,8 @@ fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templ
         let version = Arc::new(Mutex::new(K8S.to_string()));
         let leading = Arc::new(AtomicBool::new(false));
         let classes: Arc<Mutex<Vec<EC2NodeClass>>> = Arc::new(Mutex::new(Vec::new()));
+        let registered: Arc<Mutex<Vec<dovetail::cloud::aws::Registered>>> =
+            Arc::new(Mutex::new(Vec::new()));
         let work = {
             let (version, leading, classes) = (version.clone(), leading.clone(), classes.clone());
             dovetail::cloud::aws::Background {
@@ -2085,6 +2089,10 @@ fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templ
                         .load(Ordering::Relaxed)
                         .then(|| classes.lock().unwrap().clone())
                 }),
+                registered: {
+                    let registered = registered.clone();
+                    Box::new(move || registered.lock().unwrap().clone())
+                },
             }
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -2112,6 +2120,19 @@ fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templ
         let a = recorded(&a, &launched.provider_id);
         let before = env.launch_templates().await;
         assert_eq!(before.len(), 1);
+
+        // The node registers: its instance gets the node's name.
+        assert!(!env.tags(&launched.id).await.contains_key("Name"));
+        *registered.lock().unwrap() = vec![dovetail::cloud::aws::Registered {
+            nodeclaim: "upgrade-a".into(),
+            provider_id: launched.provider_id.clone(),
+            node_name: "ip-10-0-0-7.eu-west-1.compute.internal".into(),
+        }];
+        eventually("the Name tag", async || {
+            env.tags(&launched.id).await.get("Name").map(String::as_str)
+                == Some("ip-10-0-0-7.eu-west-1.compute.internal")
+        })
+        .await;
 
         // The control plane is upgraded.
         *version.lock().unwrap() = "1.35".to_string();
