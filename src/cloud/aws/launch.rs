@@ -1208,9 +1208,12 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     tags.insert(cluster_tag(input.cluster.name), "owned".to_string());
     tags.insert(TAG_EKS_CLUSTER.to_string(), input.cluster.name.to_string());
     tags.insert(TAG_NODECLASS.to_string(), class_name.clone());
-    if let Some(pool) = claim.nodepool_name() {
-        tags.insert(TAG_NODEPOOL.to_string(), pool.to_string());
-    }
+    // Always, empty for a NodeClaim of no NodePool (as Karpenter): the IAM
+    // policy lets the controller create only what carries the key.
+    tags.insert(
+        TAG_NODEPOOL.to_string(),
+        claim.nodepool_name().unwrap_or_default().to_string(),
+    );
     let spot = capacity_type == crate::api::CAPACITY_TYPE_SPOT;
     let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
     for (price, it, zone, _, subnet, image, pods) in candidates {
