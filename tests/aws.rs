@@ -400,6 +400,22 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
             r2.problems
         );
 
+        // A field dovetail does not implement: the class is not ready, and
+        // nothing launches from it.
+        let mut cpu = class.clone();
+        cpu.spec.cpu_options = Some(Default::default());
+        let r3 = aws.resolve_node_class(&cpu).await.expect("resolves");
+        assert!(
+            r3.problems.iter().any(|p| p.starts_with("spec.cpuOptions")),
+            "{:?}",
+            r3.problems
+        );
+        let cpu = with_status(cpu, &r);
+        assert!(matches!(
+            aws.create(&claim("default-cpu", &["m5.large"]), &cpu, &BTreeSet::new()).await,
+            Err(CloudError::NodeClassNotReady { reason, .. }) if reason.contains("spec.cpuOptions")
+        ));
+
         // A launch: the cheapest allowed type (c5.large at $0.085 against
         // m5.large at $0.096), tagged, from a launch template.
         let class = with_status(class, &r);

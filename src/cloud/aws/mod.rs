@@ -114,6 +114,16 @@ struct CatalogView {
     version: u64,
 }
 
+/// A node class that sets a field dovetail does not implement is not ready:
+/// launching from it would quietly differ from Karpenter's launch.
+fn unsupported_problems(class: &EC2NodeClass, r: &mut NodeClassResolution) {
+    for field in class.unsupported_fields() {
+        r.problems.push(format!(
+            "{field} is not supported by dovetail yet (Karpenter acts on it); remove it to launch from this node class"
+        ));
+    }
+}
+
 fn view(c: &Catalog) -> CatalogView {
     CatalogView {
         types: Arc::clone(&c.types),
@@ -798,7 +808,8 @@ impl AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(class)
             .await?;
-        let r = self.with_instance_profile(class, r).await?;
+        let mut r = self.with_instance_profile(class, r).await?;
+        unsupported_problems(class, &mut r);
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
     }
@@ -1498,6 +1509,16 @@ impl CloudProvider for AwsProvider {
         unavailable: &BTreeSet<OfferingKey>,
     ) -> Result<Launched, CloudError> {
         let name = claim.metadata.name.clone().unwrap_or_default();
+        let unsupported = nodeclass.unsupported_fields();
+        if !unsupported.is_empty() {
+            return Err(CloudError::NodeClassNotReady {
+                name: nodeclass.metadata.name.clone().unwrap_or_default(),
+                reason: format!(
+                    "{} not supported by dovetail yet (Karpenter acts on it)",
+                    unsupported.join(", ")
+                ),
+            });
+        }
         let resolution = self.resolution_for(nodeclass).await?;
         if !resolution.is_ready() {
             return Err(CloudError::NodeClassNotReady {
@@ -1720,7 +1741,8 @@ impl CloudProvider for AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(nodeclass)
             .await?;
-        let r = self.with_instance_profile(nodeclass, r).await?;
+        let mut r = self.with_instance_profile(nodeclass, r).await?;
+        unsupported_problems(nodeclass, &mut r);
         self.remember_zone_ids(&r.subnets);
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
         let spec = self.resolution_key(nodeclass);

@@ -532,9 +532,13 @@ fn check_rules(doc: &Doc, kind: ApiKind, catalog: Option<&CatalogRef>) -> Vec<Di
     for f in cel {
         out.push(diag_at(doc, Diagnostic::error("cel", f.message), f.path));
     }
-    if kind == ApiKind::NodePool {
-        let mut findings = runtime::nodepool(&doc.json);
-        if let Some((types, keys)) = catalog {
+    if matches!(kind, ApiKind::NodePool | ApiKind::EC2NodeClass) {
+        let mut findings = if kind == ApiKind::NodePool {
+            runtime::nodepool(&doc.json)
+        } else {
+            runtime::ec2nodeclass(&doc.json)
+        };
+        if let Some((types, keys)) = catalog.filter(|_| kind == ApiKind::NodePool) {
             findings.extend(catalog::check_nodepool(&doc.json, types, keys));
         }
         for f in findings {
