@@ -400,6 +400,22 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
             r2.problems
         );
 
+        // A field dovetail does not implement: the class is not ready, and
+        // nothing launches from it.
+        let mut cpu = class.clone();
+        cpu.spec.cpu_options = Some(Default::default());
+        let r3 = aws.resolve_node_class(&cpu).await.expect("resolves");
+        assert!(
+            r3.problems.iter().any(|p| p.starts_with("spec.cpuOptions")),
+            "{:?}",
+            r3.problems
+        );
+        let cpu = with_status(cpu, &r);
+        assert!(matches!(
+            aws.create(&claim("default-cpu", &["m5.large"]), &cpu, &BTreeSet::new()).await,
+            Err(CloudError::NodeClassNotReady { reason, .. }) if reason.contains("spec.cpuOptions")
+        ));
+
         // A launch: the cheapest allowed type (c5.large at $0.085 against
         // m5.large at $0.096), tagged, from a launch template.
         let class = with_status(class, &r);
@@ -2048,11 +2064,13 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 
 /// The provider's background work: the Kubernetes version is read again
 /// (every 5 minutes, here every 50 ms), so after an upgrade the alias
-/// resolves to the new version's image and running nodes drift; and while
-/// the replica leads, launch templates no node class uses any more are
+/// resolves to the new version's image and running nodes drift; a
+/// registered node's instance is tagged with its name; and while the
+/// replica leads, launch templates no node class uses any more are
 /// deleted.
 #[test]
-fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templates() {
+fn the_background_follows_the_kubernetes_version_names_instances_and_deletes_unused_launch_templates()
+ {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
     let Some(moto) = moto::server() else { return };
@@ -2073,6 +2091,8 @@ fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templ
         let version = Arc::new(Mutex::new(K8S.to_string()));
         let leading = Arc::new(AtomicBool::new(false));
         let classes: Arc<Mutex<Vec<EC2NodeClass>>> = Arc::new(Mutex::new(Vec::new()));
+        let registered: Arc<Mutex<Vec<dovetail::cloud::aws::Registered>>> =
+            Arc::new(Mutex::new(Vec::new()));
         let work = {
             let (version, leading, classes) = (version.clone(), leading.clone(), classes.clone());
             dovetail::cloud::aws::Background {
@@ -2085,6 +2105,10 @@ fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templ
                         .load(Ordering::Relaxed)
                         .then(|| classes.lock().unwrap().clone())
                 }),
+                registered: {
+                    let registered = registered.clone();
+                    Box::new(move || registered.lock().unwrap().clone())
+                },
             }
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -2112,6 +2136,19 @@ fn the_background_follows_the_kubernetes_version_and_deletes_unused_launch_templ
         let a = recorded(&a, &launched.provider_id);
         let before = env.launch_templates().await;
         assert_eq!(before.len(), 1);
+
+        // The node registers: its instance gets the node's name.
+        assert!(!env.tags(&launched.id).await.contains_key("Name"));
+        *registered.lock().unwrap() = vec![dovetail::cloud::aws::Registered {
+            nodeclaim: "upgrade-a".into(),
+            provider_id: launched.provider_id.clone(),
+            node_name: "ip-10-0-0-7.eu-west-1.compute.internal".into(),
+        }];
+        eventually("the Name tag", async || {
+            env.tags(&launched.id).await.get("Name").map(String::as_str)
+                == Some("ip-10-0-0-7.eu-west-1.compute.internal")
+        })
+        .await;
 
         // The control plane is upgraded.
         *version.lock().unwrap() = "1.35".to_string();
@@ -2377,4 +2414,372 @@ fn role_based_node_classes_get_adopt_and_garbage_collect_instance_profiles() {
 /// An EC2 client straight to moto (past any proxy).
 async fn moto_ec2(endpoint: &str, region: &str) -> aws_sdk_ec2::Client {
     aws_sdk_ec2::Client::new(&moto::sdk_config(endpoint, region).await)
+}
+
+/// The subset of IAM's policy language `deploy/iam-policy.json` uses,
+/// evaluated as AWS does for a single identity policy: a request is
+/// allowed when some `Allow` statement matches its action and resource and
+/// all of that statement's conditions hold (there are no `Deny`s). An
+/// operator the evaluator does not know fails the test.
+mod iam_eval {
+    use std::collections::BTreeMap;
+
+    use serde_json::Value;
+
+    /// One request: its action, resource ARN and context keys (each with
+    /// its values).
+    pub struct Request {
+        pub action: &'static str,
+        pub resource: String,
+        pub context: BTreeMap<String, Vec<String>>,
+    }
+
+    impl Request {
+        pub fn new(action: &'static str, resource: impl Into<String>) -> Self {
+            Request {
+                action,
+                resource: resource.into(),
+                context: BTreeMap::new(),
+            }
+        }
+
+        pub fn with(mut self, key: &str, values: &[&str]) -> Self {
+            self.context.insert(
+                key.to_string(),
+                values.iter().map(|v| v.to_string()).collect(),
+            );
+            self
+        }
+
+        /// `aws:ResourceTag/<k>` for each tag.
+        pub fn resource_tags(mut self, tags: &BTreeMap<String, String>) -> Self {
+            for (k, v) in tags {
+                self.context
+                    .insert(format!("aws:ResourceTag/{k}"), vec![v.clone()]);
+            }
+            self
+        }
+
+        /// `aws:RequestTag/<k>` for each tag, and `aws:TagKeys`.
+        pub fn request_tags(mut self, tags: &BTreeMap<String, String>) -> Self {
+            for (k, v) in tags {
+                self.context
+                    .insert(format!("aws:RequestTag/{k}"), vec![v.clone()]);
+            }
+            self.context
+                .insert("aws:TagKeys".to_string(), tags.keys().cloned().collect());
+            self
+        }
+    }
+
+    /// `*` any run of characters, `?` one character.
+    pub fn glob(pattern: &str, s: &str) -> bool {
+        let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), s.chars().collect());
+        let (mut pi, mut si, mut star, mut mark) = (0, 0, None, 0);
+        while si < s.len() {
+            if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
+                pi += 1;
+                si += 1;
+            } else if pi < p.len() && p[pi] == '*' {
+                star = Some(pi);
+                mark = si;
+                pi += 1;
+            } else if let Some(st) = star {
+                pi = st + 1;
+                mark += 1;
+                si = mark;
+            } else {
+                return false;
+            }
+        }
+        p[pi..].iter().all(|c| *c == '*')
+    }
+
+    fn strings(v: &Value) -> Vec<String> {
+        match v {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(a) => a
+                .iter()
+                .map(|x| x.as_str().expect("a string").to_string())
+                .collect(),
+            other => panic!("not a string or list: {other}"),
+        }
+    }
+
+    fn condition_holds(operator: &str, key: &str, want: &[String], req: &Request) -> bool {
+        let have = req.context.get(key);
+        match operator {
+            "StringEquals" => have.is_some_and(|h| h.iter().any(|v| want.contains(v))),
+            "StringLike" => have.is_some_and(|h| h.iter().any(|v| want.iter().any(|w| glob(w, v)))),
+            "StringEqualsIfExists" => have.is_none_or(|h| h.iter().any(|v| want.contains(v))),
+            "ForAllValues:StringEquals" => have.is_none_or(|h| h.iter().all(|v| want.contains(v))),
+            other => panic!("the evaluator does not know the operator {other}"),
+        }
+    }
+
+    /// The `Sid` of the statement that allows `req`, if one does.
+    pub fn allowed_by(policy: &Value, req: &Request) -> Option<String> {
+        policy["Statement"]
+            .as_array()
+            .expect("statements")
+            .iter()
+            .find(|s| {
+                assert_eq!(s["Effect"], "Allow");
+                strings(&s["Action"]).iter().any(|a| glob(a, req.action))
+                    && strings(&s["Resource"])
+                        .iter()
+                        .any(|r| glob(r, &req.resource))
+                    && s.get("Condition").is_none_or(|c| {
+                        c.as_object().expect("conditions").iter().all(|(op, keys)| {
+                            keys.as_object()
+                                .expect("condition keys")
+                                .iter()
+                                .all(|(key, want)| condition_holds(op, key, &strings(want), req))
+                        })
+                    })
+            })
+            .map(|s| s["Sid"].as_str().unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn globs_match_as_iam_matches() {
+        assert!(glob(
+            "arn:aws:ec2:*:*:instance/*",
+            "arn:aws:ec2:us-west-2:1:instance/i-1"
+        ));
+        assert!(!glob(
+            "arn:aws:ec2:*:*:instance/*",
+            "arn:aws:ec2:us-west-2:1:volume/v-1"
+        ));
+        assert!(glob("*", ""));
+        assert!(glob("a?c", "abc") && !glob("a?c", "ac"));
+    }
+}
+
+/// The tags of one resource type in an EC2 query request's
+/// `TagSpecification.N` (or `LaunchTemplateData.TagSpecification.N`).
+fn tag_spec(body: &str, prefix: &str, resource_type: &str) -> BTreeMap<String, String> {
+    let params: BTreeMap<String, String> = body
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (urlencode_decode(k), urlencode_decode(v)))
+        .collect();
+    for n in 1.. {
+        let Some(rt) = params.get(&format!("{prefix}.{n}.ResourceType")) else {
+            break;
+        };
+        if rt != resource_type {
+            continue;
+        }
+        let mut tags = BTreeMap::new();
+        for t in 1.. {
+            let Some(k) = params.get(&format!("{prefix}.{n}.Tag.{t}.Key")) else {
+                break;
+            };
+            let v = params
+                .get(&format!("{prefix}.{n}.Tag.{t}.Value"))
+                .cloned()
+                .unwrap_or_default();
+            tags.insert(k.clone(), v);
+        }
+        return tags;
+    }
+    panic!("no {prefix} for {resource_type} in {body}")
+}
+
+fn urlencode_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).expect("hex"));
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).expect("UTF-8")
+}
+
+/// `deploy/iam-policy.json`, scoped as Karpenter's controller policy, lets
+/// dovetail do exactly what it does: the requests are built from what
+/// dovetail sends (CreateFleet's and CreateLaunchTemplate's tags, through
+/// the proxy) and the resources from what it made (their tags, from EC2).
+/// Writes are scoped by request tags at creation and resource tags after,
+/// reads by region; an instance without the NodePool tag cannot be
+/// terminated, nor another cluster's.
+#[test]
+fn the_iam_policy_scopes_every_write_to_what_dovetail_tags() {
+    use iam_eval::{Request, allowed_by};
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "scoped").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        let instance = aws
+            .create(&claim("scoped-a", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        let account = "111122223333";
+        let policy: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(root().join("deploy/iam-policy.json"))
+                .expect("policy")
+                .replace("CLUSTER_NAME", &env.cluster)
+                .replace("REGION", &env.region)
+                .replace("ACCOUNT_ID", account)
+                .replace("NODE_ROLE_NAME", "KarpenterNodeRole-scoped")
+                .replace("INTERRUPTION_QUEUE_NAME", "scoped"),
+        )
+        .expect("JSON");
+        let arn =
+            |kind: &str, id: &str| format!("arn:aws:ec2:{}:{account}:{kind}/{id}", env.region);
+        let allowed = |req: &Request| allowed_by(&policy, req);
+
+        // Creation: the request tags dovetail sends.
+        let fleet = proxy.bodies("CreateFleet").remove(0);
+        for (resource, kind) in [
+            ("instance", "instance"),
+            ("volume", "volume"),
+            ("fleet", "fleet"),
+        ] {
+            let tags = tag_spec(&fleet, "TagSpecification", resource);
+            let req = Request::new("ec2:CreateFleet", arn(kind, "*")).request_tags(&tags);
+            assert!(
+                allowed(&req).is_some(),
+                "CreateFleet of a {resource}: {tags:?}"
+            );
+            let req = Request::new("ec2:CreateTags", arn(kind, "x"))
+                .request_tags(&tags)
+                .with("ec2:CreateAction", &["CreateFleet"]);
+            assert!(allowed(&req).is_some(), "tagging a new {resource}");
+        }
+        let template = proxy.bodies("CreateLaunchTemplate").remove(0);
+        let lt_tags = tag_spec(&template, "TagSpecification", "launch-template");
+        let req = Request::new("ec2:CreateLaunchTemplate", arn("launch-template", "*"))
+            .request_tags(&lt_tags);
+        assert!(allowed(&req).is_some(), "CreateLaunchTemplate: {lt_tags:?}");
+        let eni_tags = tag_spec(
+            &template,
+            "LaunchTemplateData.TagSpecification",
+            "network-interface",
+        );
+        let req =
+            Request::new("ec2:RunInstances", arn("network-interface", "*")).request_tags(&eni_tags);
+        assert!(
+            allowed(&req).is_some(),
+            "the template's interfaces: {eni_tags:?}"
+        );
+        // A launch without the NodePool tag is refused.
+        let mut untagged = tag_spec(&fleet, "TagSpecification", "instance");
+        untagged.remove("karpenter.sh/nodepool");
+        let req = Request::new("ec2:CreateFleet", arn("instance", "*")).request_tags(&untagged);
+        assert_eq!(allowed(&req), None);
+
+        // Launching from the template dovetail made, and deleting it.
+        let made = env
+            .ec2
+            .describe_launch_templates()
+            .launch_template_names(env.launch_templates().await.remove(0))
+            .send()
+            .await
+            .expect("DescribeLaunchTemplates");
+        let template_tags: BTreeMap<String, String> = made.launch_templates()[0]
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect();
+        for action in ["ec2:RunInstances", "ec2:DeleteLaunchTemplate"] {
+            let req =
+                Request::new(action, arn("launch-template", "lt-1")).resource_tags(&template_tags);
+            assert!(allowed(&req).is_some(), "{action} on {template_tags:?}");
+        }
+        assert!(
+            allowed(&Request::new(
+                "ec2:RunInstances",
+                format!("arn:aws:ec2:{}::image/ami-1", env.region)
+            ))
+            .is_some()
+        );
+
+        // Terminating: the instance as dovetail tagged it, yes; without
+        // the NodePool tag, or of another cluster, no.
+        let tags = env.tags(&instance.id).await;
+        let terminate = |tags: &BTreeMap<String, String>| {
+            allowed(
+                &Request::new("ec2:TerminateInstances", arn("instance", &instance.id))
+                    .resource_tags(tags),
+            )
+        };
+        assert_eq!(terminate(&tags).as_deref(), Some("DovetailDeleteOwned"));
+        let mut no_pool = tags.clone();
+        no_pool.remove("karpenter.sh/nodepool");
+        assert_eq!(
+            terminate(&no_pool),
+            None,
+            "an instance without the nodepool tag"
+        );
+        let mut other = no_pool.clone();
+        other.remove("kubernetes.io/cluster/scoped");
+        other.insert("kubernetes.io/cluster/other".into(), "owned".into());
+        other.insert("karpenter.sh/nodepool".into(), "default".into());
+        assert_eq!(terminate(&other), None, "another cluster's instance");
+
+        // Tagging an instance later: only the keys dovetail adds.
+        let name = BTreeMap::from([("Name".to_string(), "ip-10-0-0-1".to_string())]);
+        let req = Request::new("ec2:CreateTags", arn("instance", &instance.id))
+            .resource_tags(&tags)
+            .request_tags(&name);
+        assert!(allowed(&req).is_some());
+        let team = BTreeMap::from([("team".to_string(), "x".to_string())]);
+        let req = Request::new("ec2:CreateTags", arn("instance", &instance.id))
+            .resource_tags(&tags)
+            .request_tags(&team);
+        assert_eq!(allowed(&req), None);
+
+        // Reads only in the cluster's region.
+        let read = |region: &str| {
+            allowed(
+                &Request::new("ec2:DescribeInstances", "*").with("aws:RequestedRegion", &[region]),
+            )
+        };
+        assert!(read(&env.region).is_some());
+        assert_eq!(read("eu-west-1"), None);
+
+        // Instance profiles: created with dovetail's tags, changed only
+        // when they carry them.
+        let mut c = env.nodeclass();
+        c.metadata.uid = Some("u1".into());
+        let profile_tags =
+            dovetail::cloud::aws::instanceprofile::profile_tags(&env.cluster, &env.region, &c);
+        let profile =
+            format!("arn:aws:iam::{account}:instance-profile/karpenter/us-west-2/scoped/u1/p");
+        let req =
+            Request::new("iam:CreateInstanceProfile", profile.clone()).request_tags(&profile_tags);
+        assert!(allowed(&req).is_some(), "{profile_tags:?}");
+        for action in [
+            "iam:AddRoleToInstanceProfile",
+            "iam:RemoveRoleFromInstanceProfile",
+            "iam:DeleteInstanceProfile",
+        ] {
+            let req = Request::new(action, profile.clone()).resource_tags(&profile_tags);
+            assert!(allowed(&req).is_some(), "{action}");
+            let mut foreign = profile_tags.clone();
+            foreign.insert("topology.kubernetes.io/region".into(), "eu-west-1".into());
+            let req = Request::new(action, profile.clone()).resource_tags(&foreign);
+            assert_eq!(allowed(&req), None, "{action} on another region's profile");
+        }
+        let pass = Request::new(
+            "iam:PassRole",
+            format!("arn:aws:iam::{account}:role/KarpenterNodeRole-scoped"),
+        )
+        .with("iam:PassedToService", &["ec2.amazonaws.com"]);
+        assert!(allowed(&pass).is_some());
+    });
 }

@@ -64,6 +64,12 @@ fn fixture_runtime_checks() {
     fixture("runtime");
 }
 
+/// EC2NodeClass fields dovetail does not act on are refused, not ignored.
+#[test]
+fn fixture_unsupported_fields() {
+    fixture("unsupported");
+}
+
 #[test]
 fn fixture_references() {
     fixture("references");

@@ -28,7 +28,7 @@ use super::args::ControllerArgs;
 use super::{Io, exit};
 use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, SlimPod};
 use crate::clock::{Clock, SystemClock};
-use crate::cloud::aws::{AwsProvider, Background, VersionSource};
+use crate::cloud::aws::{AwsProvider, Background, Registered, VersionSource};
 use crate::cluster::{Cluster, Fenced, KubeCluster, WatchOptions, slim};
 use crate::controller::Settings;
 use crate::controller::http::{Endpoints, Health, serve};
@@ -355,8 +355,25 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
                         as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
                 }) as VersionSource
             });
+            let (claims_cluster, claims_leading) = (cluster.clone(), leading.clone());
             let work = Background {
                 kubernetes_version: source,
+                registered: Box::new(move || {
+                    if !*claims_leading.borrow() {
+                        return Vec::new();
+                    }
+                    Cluster::list::<NodeClaim>(claims_cluster.as_ref())
+                        .iter()
+                        .filter_map(|c| {
+                            let status = c.status.as_ref()?;
+                            Some(Registered {
+                                nodeclaim: c.metadata.name.clone()?,
+                                provider_id: status.provider_id.clone()?,
+                                node_name: status.node_name.clone()?,
+                            })
+                        })
+                        .collect()
+                }),
                 nodeclasses: Box::new(move || {
                     (*leading.borrow()).then(|| {
                         Cluster::list::<EC2NodeClass>(cluster.as_ref())

@@ -9,6 +9,11 @@
 //!   [`AwsConfig::kubernetes_version_ttl`] (5 minutes, Karpenter's version
 //!   provider): after a control-plane upgrade, AMI aliases resolve to the
 //!   new version's images, and nodes drift onto them.
+//! - **Instances are tagged** `Name=<node name>` (with
+//!   `karpenter.sh/nodeclaim` and `eks:eks-cluster-name` where missing)
+//!   once their node registers, as Karpenter's `nodeclaim.tagging`
+//!   controller does, while this replica leads; each instance once per
+//!   process ([`AwsProvider::tag_registered`]).
 //! - **Launch templates** of this cluster whose node class is gone or no
 //!   longer resolves to their image are deleted every
 //!   [`AwsConfig::launch_template_cleanup_interval`], while this replica
@@ -45,6 +50,17 @@ pub struct Background {
     /// they no longer use (it leads, its caches are synced); `None`
     /// otherwise.
     pub nodeclasses: Box<dyn Fn() -> Option<Vec<EC2NodeClass>> + Send + Sync>,
+    /// The NodeClaims whose node registered, while this replica leads
+    /// (empty otherwise): their instances get the `Name` tag.
+    pub registered: Box<dyn Fn() -> Vec<Registered> + Send + Sync>,
+}
+
+/// A NodeClaim whose node registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub nodeclaim: String,
+    pub provider_id: String,
+    pub node_name: String,
 }
 
 /// When each kind of work is next due.
@@ -83,6 +99,16 @@ impl AwsProvider {
             match source().await {
                 Ok(v) => self.set_kubernetes_version(&v),
                 Err(e) => tracing::warn!(error = %e, "reading the Kubernetes version"),
+            }
+        }
+        let registered = (work.registered)();
+        if !registered.is_empty() {
+            match self.tag_registered(&registered).await {
+                Ok(tagged) if !tagged.is_empty() => {
+                    tracing::info!(instances = ?tagged, "tagged instances with their node's name");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "tagging instances with their node's name"),
             }
         }
         if due.cleanup.is_none_or(|d| now >= d)

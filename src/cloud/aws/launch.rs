@@ -963,6 +963,25 @@ impl LaunchPlan {
     }
 }
 
+/// Whether Karpenter launches `it` only when nothing generic fits: bare
+/// metal, GPUs, Neuron or Gaudi accelerators.
+fn is_exotic(it: &InstanceType) -> bool {
+    let metal = it
+        .requirements
+        .get("karpenter.k8s.aws/instance-size")
+        .is_some_and(|r| !r.complement && r.values.iter().any(|v| v.contains("metal")));
+    metal
+        || [
+            "aws.amazon.com/neuron",
+            "aws.amazon.com/neuroncore",
+            "amd.com/gpu",
+            "nvidia.com/gpu",
+            "habana.ai/gaudi",
+        ]
+        .iter()
+        .any(|r| it.capacity.get(r) > 0)
+}
+
 /// What a launch needs besides the NodeClaim.
 pub struct PlanInput<'a> {
     pub cluster: ClusterInfo<'a>,
@@ -1083,6 +1102,72 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             offerings: known_out,
         });
     }
+    // Karpenter's launch-time filters, in its order.
+    let by_name: BTreeMap<&str, &InstanceType> =
+        input.types.iter().map(|t| (t.name.as_str(), t)).collect();
+    let min_values: Vec<(&str, i64)> = claim
+        .spec
+        .requirements
+        .iter()
+        .filter_map(|r| Some((r.key.as_str(), r.min_values?)))
+        .collect();
+    if min_values.is_empty() {
+        // Exotic types (GPUs, accelerators, bare metal) only when nothing
+        // generic fits.
+        let exotic = |name: &str| by_name.get(name).is_some_and(|t| is_exotic(t));
+        if candidates.iter().any(|c| !exotic(c.1)) {
+            candidates.retain(|c| !exotic(c.1));
+        }
+        // No spot offering pricier than the cheapest on-demand one.
+        if allows(CAPACITY_TYPE, crate::api::CAPACITY_TYPE_SPOT)
+            && allows(CAPACITY_TYPE, crate::api::CAPACITY_TYPE_ON_DEMAND)
+        {
+            let cheapest_on_demand = candidates
+                .iter()
+                .filter(|c| c.3 == crate::api::CAPACITY_TYPE_ON_DEMAND)
+                .map(|c| c.0)
+                .min_by(f64::total_cmp);
+            let any_spot = candidates
+                .iter()
+                .any(|c| c.3 == crate::api::CAPACITY_TYPE_SPOT);
+            if let (Some(limit), true) = (cheapest_on_demand, any_spot) {
+                candidates.retain(|c| c.3 != crate::api::CAPACITY_TYPE_SPOT || c.0 <= limit);
+            }
+        }
+    }
+    // At most MAX_INSTANCE_TYPES types, the cheapest (by their cheapest
+    // offering, either capacity type); with minValues, they must still
+    // offer that many values of each key.
+    let mut lowest: BTreeMap<&str, f64> = BTreeMap::new();
+    for c in &candidates {
+        let e = lowest.entry(c.1).or_insert(c.0);
+        *e = e.min(c.0);
+    }
+    let mut ordered: Vec<(&str, f64)> = lowest.into_iter().collect();
+    ordered.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
+    ordered.truncate(MAX_INSTANCE_TYPES);
+    let kept: BTreeSet<&str> = ordered.iter().map(|(n, _)| *n).collect();
+    for (key, min) in &min_values {
+        let values: BTreeSet<&str> = kept
+            .iter()
+            .filter_map(|n| by_name.get(n))
+            .filter_map(|t| t.requirements.get(key))
+            .filter(|r| !r.complement)
+            .flat_map(|r| r.values.iter().map(String::as_str))
+            .collect();
+        if (values.len() as i64) < *min {
+            tracing::warn!(
+                key,
+                min_values = min,
+                found = values.len(),
+                "minValues not met by the cheapest {MAX_INSTANCE_TYPES} instance types"
+            );
+            return Err(CloudError::InsufficientCapacity {
+                offerings: Vec::new(),
+            });
+        }
+    }
+    candidates.retain(|c| kept.contains(c.1));
     let spot = candidates
         .iter()
         .any(|c| c.3 == crate::api::CAPACITY_TYPE_SPOT);
@@ -1106,17 +1191,6 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             .then_with(|| a.0.total_cmp(&b.0))
             .then_with(|| a.1.cmp(b.1))
             .then_with(|| a.2.cmp(b.2))
-    });
-    let mut kept_types: BTreeSet<&str> = BTreeSet::new();
-    candidates.retain(|c| {
-        if kept_types.contains(c.1) {
-            return true;
-        }
-        if kept_types.len() >= MAX_INSTANCE_TYPES {
-            return false;
-        }
-        kept_types.insert(c.1);
-        true
     });
 
     let registration = Registration::of(claim);
@@ -1151,9 +1225,12 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     tags.insert(cluster_tag(input.cluster.name), "owned".to_string());
     tags.insert(TAG_EKS_CLUSTER.to_string(), input.cluster.name.to_string());
     tags.insert(TAG_NODECLASS.to_string(), class_name.clone());
-    if let Some(pool) = claim.nodepool_name() {
-        tags.insert(TAG_NODEPOOL.to_string(), pool.to_string());
-    }
+    // Always, empty for a NodeClaim of no NodePool (as Karpenter): the IAM
+    // policy lets the controller create only what carries the key.
+    tags.insert(
+        TAG_NODEPOOL.to_string(),
+        claim.nodepool_name().unwrap_or_default().to_string(),
+    );
     let spot = capacity_type == crate::api::CAPACITY_TYPE_SPOT;
     let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
     for (price, it, zone, _, subnet, image, pods) in candidates {
@@ -1964,6 +2041,174 @@ mod tests {
             p.configs[0].1.iter().all(|o| o.subnet_id == "subnet-b"),
             "{:?}",
             p.configs
+        );
+    }
+
+    /// A type like m5.large named `name`, priced `od` on demand and `spot`
+    /// in us-east-1a, changed by `f`.
+    fn priced(
+        name: &str,
+        od: f64,
+        spot: f64,
+        f: impl Fn(&mut crate::cloud::aws::instance_types::TypeInfo),
+    ) -> InstanceType {
+        use crate::cloud::aws::instance_types::{NodeClassSettings, Overheads};
+        let mut info = crate::cloud::aws::instance_types::tests::m5_large();
+        info.name = name.into();
+        f(&mut info);
+        let settings = NodeClassSettings::of(&EC2NodeClass::test("default")).expect("settings");
+        let o = Overheads {
+            vm_memory_overhead: 0.075,
+            reserved_enis: 0,
+        };
+        let offer = |ct: &str, price: f64| crate::model::Offering {
+            zone: "us-east-1a".into(),
+            capacity_type: ct.into(),
+            price,
+            available: true,
+        };
+        crate::cloud::aws::instance_types::instance_type(
+            &info,
+            &settings,
+            &o,
+            "us-east-1",
+            vec![offer("on-demand", od), offer("spot", spot)],
+        )
+    }
+
+    fn plan_types(claim: &NodeClaim, types: &[InstanceType]) -> Result<LaunchPlan, CloudError> {
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        // Images for generic and for GPU types.
+        let mut r = resolution();
+        r.amis.push(Ami {
+            deprecated: None,
+            id: "ami-gpu".into(),
+            name: None,
+            requirements: crate::cloud::select::variant_requirements("amd64", "nvidia"),
+        });
+        let none = BTreeSet::new();
+        plan(
+            claim,
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: "prod",
+                    access: &a,
+                },
+                class: &class,
+                family: Family::Al2023,
+                resolution: &r,
+                types,
+                unavailable: &none,
+                unavailable_subnets: &BTreeSet::new(),
+                spot_unavailable: false,
+            },
+        )
+    }
+
+    fn launched_types(p: &LaunchPlan) -> BTreeSet<String> {
+        p.configs
+            .iter()
+            .flat_map(|(_, o)| o.iter().map(|o| o.instance_type.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn exotic_types_launch_only_when_nothing_generic_fits() {
+        use crate::cloud::aws::instance_types::Gpus;
+        let gpu = |i: &mut crate::cloud::aws::instance_types::TypeInfo| {
+            i.gpus = Some(Gpus {
+                name: "t4".into(),
+                manufacturer: "nvidia".into(),
+                count: 1,
+                memory_mib: 16384,
+            });
+        };
+        let mut types = vec![
+            priced("m5.large", 0.096, 0.05, |_| {}),
+            priced("m5.metal", 0.05, 0.03, |_| {}),
+            priced("g4dn.xlarge", 0.04, 0.02, gpu),
+        ];
+        // Metal and GPU types are cheaper, but a generic type fits.
+        let claim = claim_allowing(&["on-demand"]);
+        let p = plan_types(&claim, &types).expect("plans");
+        assert_eq!(launched_types(&p), BTreeSet::from(["m5.large".to_string()]));
+        // Only exotic ones fit: they launch.
+        types.remove(0);
+        let p = plan_types(&claim, &types).expect("plans");
+        assert_eq!(
+            launched_types(&p),
+            BTreeSet::from(["g4dn.xlarge".to_string(), "m5.metal".to_string()])
+        );
+    }
+
+    #[test]
+    fn spot_pricier_than_on_demand_is_not_launched() {
+        let types = vec![
+            priced("c5.large", 0.085, 0.2, |_| {}),
+            priced("m5.large", 0.096, 0.3, |_| {}),
+        ];
+        // Every spot offering costs more than the cheapest on-demand one.
+        let p = plan_types(&claim_allowing(&["spot", "on-demand"]), &types).expect("plans");
+        assert_eq!(p.capacity_type, "on-demand");
+        // A spot offering cheaper than that stays, the pricier one goes.
+        let types = vec![
+            priced("c5.large", 0.085, 0.2, |_| {}),
+            priced("m5.large", 0.096, 0.04, |_| {}),
+        ];
+        let p = plan_types(&claim_allowing(&["spot", "on-demand"]), &types).expect("plans");
+        assert_eq!(p.capacity_type, "spot");
+        assert_eq!(launched_types(&p), BTreeSet::from(["m5.large".to_string()]));
+        // Spot only: nothing to compare with.
+        let p = plan_types(&claim_allowing(&["spot"]), &types).expect("plans");
+        assert_eq!(launched_types(&p).len(), 2);
+    }
+
+    #[test]
+    fn truncation_keeps_the_60_cheapest_types_and_honours_min_values() {
+        // 70 types in 7 families, the cheapest ten all of family f0.
+        let types: Vec<InstanceType> = (0..70)
+            .map(|i| {
+                let family = if i < 10 { 0 } else { i % 7 };
+                priced(
+                    &format!("f{family}.x{i}"),
+                    0.01 + i as f64 * 0.001,
+                    1.0,
+                    |_| {},
+                )
+            })
+            .collect();
+        let claim = claim_allowing(&["on-demand"]);
+        let p = plan_types(&claim, &types).expect("plans");
+        let launched = launched_types(&p);
+        assert_eq!(launched.len(), MAX_INSTANCE_TYPES);
+        assert!(!launched.contains("f3.x66"), "the dearest are cut");
+        // minValues on the family: met by the 60 cheapest...
+        let mut with_min = claim.clone();
+        let mut req = crate::api::NodeSelectorRequirementWithMinValues::new(
+            "karpenter.k8s.aws/instance-family",
+            crate::api::Operator::Exists,
+            &[] as &[&str],
+        );
+        req.min_values = Some(7);
+        with_min.spec.requirements.push(req.clone());
+        assert!(plan_types(&with_min, &types).is_ok());
+        // ...or not: the claim cannot launch (Karpenter's insufficient
+        // capacity), rather than launch with fewer.
+        let few: Vec<InstanceType> = types
+            .iter()
+            .filter(|t| t.name.starts_with("f0.") || t.name == "f6.x69")
+            .cloned()
+            .chain((0..60).map(|i| priced(&format!("f0.y{i}"), 0.001, 1.0, |_| {})))
+            .collect();
+        req.min_values = Some(2);
+        let mut two = claim.clone();
+        two.spec.requirements.push(req);
+        assert_eq!(
+            plan_types(&two, &few),
+            Err(CloudError::InsufficientCapacity {
+                offerings: Vec::new()
+            })
         );
     }
 

@@ -44,7 +44,7 @@ pub mod launch;
 pub mod nodeclass;
 pub mod pricing;
 
-pub use background::{Background, VersionSource};
+pub use background::{Background, Registered, VersionSource};
 pub use config::{AwsConfig, ClusterAccess, kubernetes_version};
 pub use error::{AwsError, RetrySettings};
 
@@ -112,6 +112,16 @@ struct CatalogView {
     on_demand: Arc<OnDemandPrices>,
     spot: Arc<SpotPrices>,
     version: u64,
+}
+
+/// A node class that sets a field dovetail does not implement is not ready:
+/// launching from it would quietly differ from Karpenter's launch.
+fn unsupported_problems(class: &EC2NodeClass, r: &mut NodeClassResolution) {
+    for field in class.unsupported_fields() {
+        r.problems.push(format!(
+            "{field} is not supported by dovetail yet (Karpenter acts on it); remove it to launch from this node class"
+        ));
+    }
 }
 
 fn view(c: &Catalog) -> CatalogView {
@@ -217,6 +227,8 @@ pub struct AwsProvider {
     protected_profiles: Mutex<HashMap<String, Instant>>,
     /// Zone name -> zone id, from the subnets of resolutions.
     zone_ids: Mutex<BTreeMap<String, String>>,
+    /// Instances known to carry their node's `Name` tag.
+    named: Mutex<BTreeSet<String>>,
 }
 
 /// Subnets out of addresses and capacity types that cannot launch, each
@@ -304,6 +316,7 @@ impl AwsProvider {
             profiles: Mutex::new(HashMap::new()),
             protected_profiles: Mutex::new(HashMap::new()),
             zone_ids: Mutex::new(BTreeMap::new()),
+            named: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -795,7 +808,8 @@ impl AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(class)
             .await?;
-        let r = self.with_instance_profile(class, r).await?;
+        let mut r = self.with_instance_profile(class, r).await?;
+        unsupported_problems(class, &mut r);
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
     }
@@ -916,6 +930,90 @@ impl AwsProvider {
             deleted.push(name);
         }
         Ok(deleted)
+    }
+
+    /// Tags the instances of registered NodeClaims with `Name` (the node's
+    /// name), `karpenter.sh/nodeclaim` and `eks:eks-cluster-name`, each
+    /// only where missing (Karpenter's `nodeclaim.tagging`). Instances
+    /// already seen tagged are not looked at again. Returns the instances
+    /// tagged now.
+    pub async fn tag_registered(
+        &self,
+        claims: &[background::Registered],
+    ) -> Result<Vec<String>, CloudError> {
+        let todo: Vec<(&background::Registered, String)> = {
+            let named = lock(&self.named);
+            claims
+                .iter()
+                .filter(|c| !c.node_name.is_empty())
+                .filter_map(|c| Some((c, instances::instance_id(&c.provider_id)?.to_string())))
+                .filter(|(_, id)| !named.contains(id))
+                .collect()
+        };
+        if todo.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ec2 = &self.ec2;
+        let mut tagged = Vec::new();
+        for chunk in todo.chunks(200) {
+            let ids: Vec<String> = chunk.iter().map(|(_, id)| id.clone()).collect();
+            let described = paginate(
+                &self.config.retry,
+                "ec2:DescribeInstances",
+                |token| {
+                    ec2.describe_instances()
+                        .set_instance_ids(Some(ids.clone()))
+                        .set_next_token(token)
+                        .send()
+                },
+                |page| {
+                    let instances = page
+                        .reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .cloned()
+                        .collect();
+                    (instances, page.next_token().map(str::to_string))
+                },
+            )
+            .await;
+            let described = match described {
+                Ok(d) => d,
+                // One of them is gone; the others are tried next pass.
+                Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidInstanceID")) => {
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            for (claim, id) in chunk {
+                let Some(instance) = described.iter().find(|i| i.instance_id() == Some(id)) else {
+                    continue;
+                };
+                let has: BTreeSet<&str> = instance.tags().iter().filter_map(|t| t.key()).collect();
+                let want = [
+                    ("Name", claim.node_name.as_str()),
+                    (TAG_NODECLAIM, claim.nodeclaim.as_str()),
+                    (launch::TAG_EKS_CLUSTER, self.config.cluster_name.as_str()),
+                ];
+                let missing: Vec<Tag> = want
+                    .iter()
+                    .filter(|(k, _)| !has.contains(k))
+                    .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                    .collect();
+                if !missing.is_empty() {
+                    call(&self.config.retry, "ec2:CreateTags", || {
+                        ec2.create_tags()
+                            .resources(id)
+                            .set_tags(Some(missing.clone()))
+                            .send()
+                    })
+                    .await?;
+                    tagged.push(id.clone());
+                }
+                lock(&self.named).insert(id.clone());
+            }
+        }
+        Ok(tagged)
     }
 
     /// The instance profiles the cluster's live instances run with.
@@ -1425,6 +1523,16 @@ impl CloudProvider for AwsProvider {
         unavailable: &BTreeSet<OfferingKey>,
     ) -> Result<Launched, CloudError> {
         let name = claim.metadata.name.clone().unwrap_or_default();
+        let unsupported = nodeclass.unsupported_fields();
+        if !unsupported.is_empty() {
+            return Err(CloudError::NodeClassNotReady {
+                name: nodeclass.metadata.name.clone().unwrap_or_default(),
+                reason: format!(
+                    "{} not supported by dovetail yet (Karpenter acts on it)",
+                    unsupported.join(", ")
+                ),
+            });
+        }
         let resolution = self.resolution_for(nodeclass).await?;
         if !resolution.is_ready() {
             return Err(CloudError::NodeClassNotReady {
@@ -1647,7 +1755,8 @@ impl CloudProvider for AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(nodeclass)
             .await?;
-        let r = self.with_instance_profile(nodeclass, r).await?;
+        let mut r = self.with_instance_profile(nodeclass, r).await?;
+        unsupported_problems(nodeclass, &mut r);
         self.remember_zone_ids(&r.subnets);
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
         let spec = self.resolution_key(nodeclass);
