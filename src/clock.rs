@@ -219,31 +219,29 @@ impl ManualClock {
         }
     }
 
-    /// Runs `fut` to completion on virtual time: whenever it waits, the
-    /// clock is set to the earliest sleeper's deadline (as tokio's paused
-    /// clock auto-advances), so a future that sleeps takes virtual time
-    /// and no wall time. A future waiting on anything else is polled
-    /// again after a yield.
+    /// Runs `fut` to completion on virtual time: whenever it waits and a
+    /// sleeper is registered, the clock is set to the earliest sleeper's
+    /// deadline (as tokio's paused clock auto-advances), so a future that
+    /// sleeps takes virtual time and no wall time. A future waiting on
+    /// anything else (or a clock that follows the wall) waits to be woken,
+    /// as any future does.
     pub async fn run<F: std::future::Future>(&self, fut: F) -> F::Output {
         let mut fut = std::pin::pin!(fut);
-        loop {
-            let polled = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(match fut.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => Some(v),
-                    std::task::Poll::Pending => None,
-                })
-            })
-            .await;
-            if let Some(v) = polled {
-                return v;
-            }
-            match self.next_deadline() {
-                Some(t) if !self.follows_wall() => {
-                    let _ = self.set(t.max(self.now()));
+        std::future::poll_fn(|cx| {
+            loop {
+                if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(v);
                 }
-                _ => tokio::task::yield_now().await,
+                match self.next_deadline() {
+                    Some(t) if !self.follows_wall() => {
+                        // Wakes the sleepers due; poll again at once.
+                        let _ = self.set(t.max(self.now()));
+                    }
+                    _ => return std::task::Poll::Pending,
+                }
             }
-        }
+        })
+        .await
     }
 
     /// From now on the clock moves by itself, `speed` times as fast as the

@@ -541,6 +541,29 @@ fn fleet(
     [claims, nodes, live]
 }
 
+/// moto and a runtime with moto's AWS environment for `cluster`, or
+/// `None` where kubectl or moto is missing (the test then passes, having
+/// said why).
+fn with_moto(
+    cluster: &str,
+) -> Option<(
+    &'static crate::moto::Moto,
+    tokio::runtime::Runtime,
+    crate::aws::Env,
+)> {
+    if !kubectl_installed() {
+        return None;
+    }
+    let moto = crate::moto::server()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
+    Some((moto, rt, env))
+}
+
 /// `simulate --serve --controller none` with moto as EC2: a repository
 /// with an EC2NodeClass for `cluster` and the serve scenario's NodePool,
 /// and a Deployment `shop/web` of `replicas` pods at 1 s.
@@ -715,19 +738,10 @@ fn the_kube_client_answers_a_blocked_eviction_at_once_and_repeats_only_what_is_s
 /// old leader resumes, it writes nothing before it learns it lost.
 #[test]
 fn a_stopped_leader_is_fenced_before_the_standby_acts() {
-    if !kubectl_installed() {
-        return;
-    }
-    let Some(moto) = crate::moto::server() else {
+    let cluster = "serve-fence";
+    let Some((moto, _rt, env)) = with_moto(cluster) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let cluster = "serve-fence";
-    let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
     let work = tempfile::tempdir().expect("tempdir");
     let audit = work.path().join("audit.jsonl");
     let audit_arg = audit.to_string_lossy().into_owned();
@@ -797,24 +811,15 @@ fn a_stopped_leader_is_fenced_before_the_standby_acts() {
     );
 }
 
-/// A controller whose pass is stuck (every NodeClaim create takes 20 s,
+/// A controller whose pass is stuck (every NodeClaim create takes 25 s,
 /// within the API call deadline) fails `/healthz` once no pass has
 /// finished for its liveness timeout, so the kubelet restarts it.
 #[test]
 fn healthz_fails_when_the_leaders_passes_stop_finishing() {
-    if !kubectl_installed() {
-        return;
-    }
-    let Some(moto) = crate::moto::server() else {
+    let cluster = "serve-liveness";
+    let Some((moto, _rt, env)) = with_moto(cluster) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let cluster = "serve-liveness";
-    let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
     let work = tempfile::tempdir().expect("tempdir");
     let s = served_with_moto(
         moto,
@@ -840,19 +845,10 @@ fn healthz_fails_when_the_leaders_passes_stop_finishing() {
 /// lease and no instance leaks; SIGTERM releases the Lease at once.
 #[test]
 fn the_production_controller_runs_the_served_cluster_with_moto() {
-    if !kubectl_installed() {
-        return;
-    }
-    let Some(moto) = crate::moto::server() else {
+    let cluster = "serve-e2e";
+    let Some((moto, rt, env)) = with_moto(cluster) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let cluster = "serve-e2e";
-    let env = rt.block_on(crate::aws::Env::new(&moto.endpoint(), "us-east-1", cluster));
     let work = tempfile::tempdir().expect("tempdir");
     let s = served_with_moto(moto, cluster, work.path(), 2, &[]);
     let a = ControllerProcess::start(&s, &env, moto, "replica-a");

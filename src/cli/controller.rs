@@ -346,7 +346,15 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         let background = {
             let cloud = cloud.clone();
             let cluster = cluster.clone();
-            let leading = leading.clone();
+            // Leader-only work (tagging, deleting launch templates) goes
+            // through the same fence as the loops' writes.
+            let leading = {
+                let (fence, leading) = (fence.clone(), leading.clone());
+                Arc::new(move || match &fence {
+                    Some(f) => f.check().is_ok(),
+                    None => *leading.borrow(),
+                })
+            };
             let source: Option<VersionSource> = follow_version.then(|| {
                 let client = version_client.clone();
                 Arc::new(move || {
@@ -359,7 +367,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             let work = Background {
                 kubernetes_version: source,
                 registered: Box::new(move || {
-                    if !*claims_leading.borrow() {
+                    if !claims_leading() {
                         return Vec::new();
                     }
                     Cluster::list::<NodeClaim>(claims_cluster.as_ref())
@@ -375,7 +383,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
                         .collect()
                 }),
                 nodeclasses: Box::new(move || {
-                    (*leading.borrow()).then(|| {
+                    leading().then(|| {
                         Cluster::list::<EC2NodeClass>(cluster.as_ref())
                             .iter()
                             .map(|c| (**c).clone())

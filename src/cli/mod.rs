@@ -156,14 +156,7 @@ fn init_logging() {
         .try_init();
 }
 
-/// Chooses rustls' cryptography for the process. Both of its providers are
-/// compiled in (kube's TLS stack asks for ring, the AWS SDK's for
-/// aws-lc-rs), and with two rustls cannot choose: the first TLS client
-/// built without this, a kube `Client` among them, panics.
-pub fn install_tls_provider() {
-    // Err only if a provider is installed already, which is as good.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
+pub use crate::cluster::kube_client::install_tls_provider;
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli, io: &mut Io) -> u8 {

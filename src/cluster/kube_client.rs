@@ -47,6 +47,15 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// Installs rustls' aws-lc-rs crypto provider for the process. Both
+/// providers are in the tree (kube's ring, the AWS SDK's aws-lc-rs) and
+/// rustls panics when it must guess; every command and every client built
+/// here calls this first.
+pub fn install_tls_provider() {
+    // Err only if a provider is installed already, which is as good.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
 /// The client from `kubeconfig` (its current context) when given, else as
 /// kube infers it (in-cluster, `KUBECONFIG`, `~/.kube/config`).
 /// `user_agent` names this process to the API server (its audit log).
@@ -70,9 +79,7 @@ pub async fn connect(
 /// The client of `config` with dovetail's request policy (see the module
 /// documentation). Must be called inside a tokio runtime.
 pub fn build(mut config: Config, user_agent: Option<&str>) -> Result<Client, kube::Error> {
-    // rustls panics when it must choose between the two crypto providers
-    // in the tree; the commands install one, and so does a library caller.
-    crate::cli::install_tls_provider();
+    install_tls_provider();
     config.default_retry = false;
     let agent = match user_agent {
         Some(a) => format!("dovetail/{} ({a})", env!("CARGO_PKG_VERSION")),

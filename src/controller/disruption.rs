@@ -294,7 +294,8 @@ fn has_taint(node: &Node, key: &str) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t.key == key))
 }
 
-fn is_ready(node: &Node) -> bool {
+/// Whether a Node reports `Ready=True`.
+pub(super) fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

@@ -76,7 +76,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .cluster
             .list::<Node>()
             .iter()
-            .filter(|n| node_ready(n))
+            .filter(|n| super::disruption::is_ready(n))
             .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
             .collect();
         let gone: Vec<std::sync::Arc<NodeClaim>> = claims
@@ -131,14 +131,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         next
     }
-}
-
-/// Whether a Node's `Ready` condition is True.
-fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[cfg(test)]

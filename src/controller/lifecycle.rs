@@ -612,13 +612,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// startup taints are gone and its requested resources are registered.
     async fn initialize(&mut self, claim: &NodeClaim, node: &Node) {
         let now = self.clock.now();
-        let node_ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let node_ready = super::disruption::is_ready(node);
         let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
         let startup_pending = claim.spec.startup_taints.iter().flatten().any(|t| {
             node_taints

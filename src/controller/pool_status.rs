@@ -1,10 +1,11 @@
 //! What a NodePool's status reports, as Karpenter's NodePool counter,
 //! readiness and registration-health controllers write it:
 //!
-//! - `status.nodes` and `status.resources`: the NodePool's NodeClaims and
-//!   the sum of their capacity (launched ones; in-flight claims have none
-//!   yet), so `kubectl get nodepools` shows NODES and limits can be read
-//!   against usage;
+//! - `status.nodes` and `status.resources`: the count and capacity of its
+//!   NodeClaims not being deleted or disrupted (a node's own capacity once
+//!   registered, else the claim's; `state_metrics::nodepool_usage`, which
+//!   `karpenter_nodepools_usage` reports too), for static and dynamic
+//!   pools alike;
 //! - `NodeClassReady`: whether the NodePool's EC2NodeClass exists and is
 //!   Ready;
 //! - `NodeRegistrationHealthy`: `Unknown` until a NodeClaim of the pool
@@ -16,8 +17,10 @@
 //!
 //! One status write per NodePool whose status changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{Controller, conditions, set_condition, set_condition_status};
@@ -25,7 +28,6 @@ use crate::api::common::ConditionStatus;
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey};
-use crate::model::Resources;
 
 pub const NODE_CLASS_READY: &str = "NodeClassReady";
 pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
@@ -43,6 +45,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     pub(super) async fn reconcile_pool_status(&mut self) {
         let now = self.clock.now();
         let claims = self.cluster.list::<NodeClaim>();
+        let nodes = self.cluster.list::<Node>();
+        let by_name: HashMap<&str, &Arc<Node>> = nodes
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+            .collect();
+        let mut usage = super::state_metrics::nodepool_usage(&claims, &by_name);
         let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
         for c in &claims {
             if let Some(p) = c.nodepool_name() {
@@ -57,25 +65,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let status = updated.status.get_or_insert_with(Default::default);
             let mut changed = false;
 
-            let nodes = i64::try_from(mine.len()).unwrap_or(i64::MAX);
-            if status.nodes != Some(nodes) {
-                status.nodes = Some(nodes);
-                changed = true;
-            }
-            let mut total = Resources::default();
-            for c in mine {
-                if let Some(capacity) = c.status.as_ref().and_then(|s| s.capacity.as_ref())
-                    && let Ok(r) = Resources::from_k8s(capacity)
-                {
-                    total.add(&r);
-                }
-            }
-            let resources: BTreeMap<String, Quantity> = total
+            let used = usage.remove(&name).unwrap_or_default();
+            let nodes = used.get("nodes");
+            let resources: BTreeMap<String, Quantity> = used
                 .to_strings()
                 .into_iter()
                 .map(|(k, v)| (k, Quantity(v)))
                 .collect();
-            if status.resources.as_ref().unwrap_or(&BTreeMap::new()) != &resources {
+            if status.nodes != Some(nodes) || status.resources.as_ref() != Some(&resources) {
+                status.nodes = Some(nodes);
                 status.resources = Some(resources);
                 changed = true;
             }

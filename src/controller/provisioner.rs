@@ -639,13 +639,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The cluster as the scheduling core's input builder reads it.
     pub(super) fn snapshot(&self, pods: &[Arc<SlimPod>]) -> Snapshot {
         let nodes = self.cluster.list::<Node>();
+        // Nodes that are their own account of themselves: initialized, or
+        // not Karpenter's.
         let registered: BTreeSet<&str> = nodes
             .iter()
+            .filter(|n| {
+                let labels = n.metadata.labels.as_ref();
+                labels.is_none_or(|l| !l.contains_key(crate::api::LABEL_NODEPOOL))
+                    || labels.and_then(|l| l.get(super::lifecycle::LABEL_INITIALIZED))
+                        == Some(&"true".to_string())
+            })
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
-        // Only claims without their node are converted: a registered one is
-        // its node (as the conversion reads them), and a NodeClaim as JSON
-        // is not cheap in a large cluster.
+        // Only claims without an initialized node are converted: an
+        // initialized one is its node (as the conversion reads them), and a
+        // NodeClaim as JSON is not cheap in a large cluster. An
+        // initializing node's claim says which of its taints are startup
+        // taints and what it will have allocatable.
         let nodeclaims = self
             .cluster
             .list::<NodeClaim>()
@@ -1091,5 +1101,90 @@ mod tests {
         pass(BATCH_IDLE);
         assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 2);
         assert!(clock.now().duration_since(Timestamp::UNIX_EPOCH).as_secs() < 60);
+    }
+
+    /// Item 6 of the controller-safety issue: a registered node that is not
+    /// initialized still carries its pool's startup taint (Cilium's), but
+    /// the next solve counts on it as Karpenter's state node does, instead
+    /// of launching a duplicate for a pod that fits on it.
+    #[test]
+    fn a_pod_that_fits_an_initializing_node_gets_no_new_claim() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let catalog = SimEc2::builtin_catalog().unwrap();
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let class: EC2NodeClass =
+            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
+        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
+        let mut pool = serde_json::to_value(&pool).unwrap();
+        pool["spec"]["template"]["spec"]["startupTaints"] = serde_json::json!([
+            {"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoExecute"}
+        ]);
+        let pool: NodePool = serde_json::from_value(pool).unwrap();
+        cluster.create(class).unwrap();
+        cluster.create(pool).unwrap();
+        cluster.create(pending_pod("a")).unwrap();
+        let mut controller =
+            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut pass = |by: Duration| {
+            clock.advance(by).unwrap();
+            rt.block_on(controller.reconcile_provisioning())
+        };
+        pass(Duration::ZERO);
+        pass(BATCH_IDLE);
+        let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
+        assert_eq!(claims.len(), 1);
+        let claim_type = claims[0]
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == crate::api::LABEL_INSTANCE_TYPE)
+            .and_then(|r| r.values.as_ref()?.first().cloned())
+            .unwrap();
+        // Its node registers with the startup taint, room for a second pod,
+        // and is not initialized yet.
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {
+                "karpenter.sh/nodepool": "general",
+                "karpenter.sh/registered": "true",
+                "node.kubernetes.io/instance-type": claim_type,
+            }},
+            "spec": {"providerID": "aws:///us-east-1a/i-1", "taints": [
+                {"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoExecute"}
+            ]},
+            "status": {
+                "allocatable": {"cpu": "15", "memory": "60Gi", "pods": "58"},
+                "capacity": {"cpu": "16", "memory": "64Gi", "pods": "58"},
+            },
+        }))
+        .unwrap();
+        cluster.create(node).unwrap();
+        let mut registered = (*claims[0]).clone();
+        let status = registered.status.get_or_insert_with(Default::default);
+        status.node_name = Some("n1".into());
+        status.provider_id = Some("aws:///us-east-1a/i-1".into());
+        let now = clock.now();
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        crate::controller::set_condition(conds, "Registered", true, "Registered", "", now);
+        cluster.update_status(registered).unwrap();
+        let mut bound = pending_pod("a");
+        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        cluster
+            .delete::<Pod>(&ObjectKey::new("default", "a"))
+            .unwrap();
+        cluster.create(bound).unwrap();
+        cluster.create(pending_pod("b")).unwrap();
+        pass(Duration::from_secs(1));
+        pass(BATCH_IDLE);
+        pass(BATCH_MAX);
+        assert_eq!(
+            Cluster::list::<NodeClaim>(cluster.as_ref()).len(),
+            1,
+            "a duplicate was launched for a pod that fits the initializing node"
+        );
     }
 }

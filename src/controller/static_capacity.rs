@@ -12,7 +12,8 @@
 //!   NodeClaims at once (termination drains them, honouring
 //!   PodDisruptionBudgets), as the reference does: no budget governs a
 //!   scale-down;
-//! - **status**: `status.nodes` and `status.resources` of each static pool.
+//! - **status**: `status.nodes` and `status.resources`, written for every
+//!   pool by `controller::pool_status`.
 //!
 //! Pending pods never get new capacity from a static pool (the provisioner
 //! leaves those pools out), but schedule onto their nodes like any other.
@@ -27,9 +28,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
-
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::ANNOTATION_DISRUPTION_REASON;
 use super::Controller;
@@ -146,7 +144,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 self.remove_static(name, state, usize::try_from(surplus).unwrap_or(0))
                     .await;
             }
-            self.write_static_status(&pool).await;
         }
         next
     }
@@ -254,49 +251,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 ),
             )
             .await;
-        }
-    }
-
-    /// `status.nodes` and `status.resources` of a static pool: the capacity
-    /// of its nodes and NodeClaims not being deleted or disrupted.
-    async fn write_static_status(&mut self, pool: &NodePool) {
-        let Some(name) = pool.metadata.name.as_deref() else {
-            return;
-        };
-        let claims: Vec<Arc<NodeClaim>> = self
-            .cluster
-            .list::<NodeClaim>()
-            .into_iter()
-            .filter(|c| c.nodepool_name() == Some(name))
-            .collect();
-        let nodes = self.cluster.list::<Node>();
-        let by_name: HashMap<&str, &Arc<Node>> = nodes
-            .iter()
-            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-            .collect();
-        let usage = super::state_metrics::nodepool_usage(&claims, &by_name)
-            .remove(name)
-            .unwrap_or_default();
-        let count = usage.get("nodes");
-        let resources: BTreeMap<String, Quantity> = usage
-            .to_strings()
-            .into_iter()
-            .map(|(k, v)| (k, Quantity(v)))
-            .collect();
-        let status = pool.status.clone().unwrap_or_default();
-        if status.nodes == Some(count) && status.resources.as_ref() == Some(&resources) {
-            return;
-        }
-        let mut updated = pool.clone();
-        let s = updated.status.get_or_insert_with(Default::default);
-        s.nodes = Some(count);
-        s.resources = Some(resources);
-        if let Err(e) = self.cluster.replace_status(updated).await {
-            self.event(
-                format!("NodePool/{name}"),
-                "StatusNotRecorded",
-                e.to_string(),
-            );
         }
     }
 }
@@ -525,9 +479,9 @@ mod tests {
         let mut e = env(static_pool(Some(2), ""), true);
         e.pass();
         // Not launched yet: no capacity to count.
+        e.rt.block_on(e.controller.reconcile_pool_status());
         assert_eq!(e.pool().status.as_ref().and_then(|s| s.nodes), Some(0));
         e.rt.block_on(e.controller.reconcile_nodeclaims());
-        e.pass();
         assert_eq!(e.pool().status.as_ref().and_then(|s| s.nodes), Some(2));
     }
 

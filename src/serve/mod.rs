@@ -304,6 +304,14 @@ fn bad(message: impl Into<String>) -> ApiError {
     }
 }
 
+/// `plural` or `plural/subresource`, as RBAC and the audit log name it.
+fn resource_path(kind: &dyn ServedKind, target: &Target) -> String {
+    match &target.sub {
+        Some(s) => format!("{}/{s}", kind.meta().plural),
+        None => kind.meta().plural.clone(),
+    }
+}
+
 /// The Accept header asks for a Table.
 fn wants_table(req: &Request<Incoming>) -> bool {
     req.headers()
@@ -626,10 +634,7 @@ impl ApiServer {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        let resource = match &target.sub {
-            Some(s) => format!("{}/{s}", kind.meta().plural),
-            None => kind.meta().plural.clone(),
-        };
+        let resource = resource_path(kind, &target);
         let (namespace, name) = (target.namespace.clone(), target.name.clone());
         let response = self.resource_inner(req, kind, target, query).await;
         self.audit(&json!({
@@ -685,10 +690,7 @@ impl ApiServer {
                 );
             }
         };
-        let resource = match &target.sub {
-            Some(s) => format!("{}/{s}", kind.meta().plural),
-            None => kind.meta().plural.clone(),
-        };
+        let resource = resource_path(kind, &target);
         let effect = self.faults.hit(verb, &resource);
         if !effect.latency.is_zero() {
             tokio::time::sleep(effect.latency).await;

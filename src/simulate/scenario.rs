@@ -798,17 +798,7 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
                     .map(|n| ctx.str(n, k).map(str::to_string))
                     .transpose()
             };
-            let from = match w.get("from") {
-                Some(n) => ctx.duration(n, "from")?,
-                None => Duration::ZERO,
-            };
-            let until = w
-                .get("until")
-                .map(|n| ctx.duration(n, "until"))
-                .transpose()?;
-            if until.is_some_and(|u| u <= from) {
-                return Err(ctx.err(w, "the window ends before it starts"));
-            }
+            let (from, until) = window(ctx, w)?;
             let capacity_type = opt("capacityType")?;
             if let Some(ct) = &capacity_type
                 && !["on-demand", "spot", "reserved"].contains(&ct.as_str())
@@ -844,22 +834,29 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
                     format!("error {error:?} is not one of {}", known.join(", ")),
                 ));
             }
-            let from = match w.get("from") {
-                Some(n) => ctx.duration(n, "from")?,
-                None => Duration::ZERO,
-            };
-            let until = w
-                .get("until")
-                .map(|n| ctx.duration(n, "until"))
-                .transpose()?;
-            if until.is_some_and(|u| u <= from) {
-                return Err(ctx.err(w, "the window ends before it starts"));
-            }
+            let (from, until) = window(ctx, w)?;
             c.launch_errors
                 .push(LaunchErrorWindow { error, from, until });
         }
     }
     Ok(c)
+}
+
+/// A window's `from` (default the start) and optional `until`, offsets
+/// from the start; an error when it ends before it starts.
+fn window(ctx: &Ctx, w: &Node) -> Result<(Duration, Option<Duration>), ScenarioError> {
+    let from = match w.get("from") {
+        Some(n) => ctx.duration(n, "from")?,
+        None => Duration::ZERO,
+    };
+    let until = w
+        .get("until")
+        .map(|n| ctx.duration(n, "until"))
+        .transpose()?;
+    if until.is_some_and(|u| u <= from) {
+        return Err(ctx.err(w, "the window ends before it starts"));
+    }
+    Ok((from, until))
 }
 
 /// A Kubernetes minor version such as `"1.34"`.
