@@ -349,6 +349,75 @@ fn ami_name_terms_resolve_with_and_without_an_owner() {
     });
 }
 
+/// EKS deprecates its AMIs about two years after release, and EC2 leaves
+/// deprecated images another account owns out of DescribeImages unless
+/// the request asks for them. Pinned aliases, `name` terms and `id` terms
+/// on such an image still resolve, and the status says it is deprecated.
+#[test]
+fn a_deprecated_image_still_resolves_by_alias_name_and_id() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "eu-west-1", "deprecated").await;
+        let old = env.images[0].clone();
+        let name = env
+            .ec2
+            .describe_images()
+            .image_ids(&old)
+            .send()
+            .await
+            .expect("DescribeImages")
+            .images()[0]
+            .name()
+            .expect("a name")
+            .to_string();
+        proxy
+            .faults
+            .lock()
+            .unwrap()
+            .deprecated_images
+            .insert(old.clone());
+        // EC2 as the proxy models it: a listing without the flag does not
+        // show the image.
+        let listed = env
+            .ec2
+            .describe_images()
+            .owners("amazon")
+            .filters(Filter::builder().name("name").values(&name).build())
+            .send()
+            .await
+            .expect("DescribeImages");
+        assert!(listed.images().is_empty(), "{:?}", listed.images());
+
+        let ours = proxy.count("DescribeImages");
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let alias = env.nodeclass();
+        let mut by_name = env.nodeclass();
+        by_name.spec.ami_selector_terms[0].alias = None;
+        by_name.spec.ami_selector_terms[0].name = Some(name.clone());
+        let mut by_id = env.nodeclass();
+        by_id.spec.ami_selector_terms[0].alias = None;
+        by_id.spec.ami_selector_terms[0].id = Some(old.clone());
+        for (term, class) in [("alias", alias), ("name", by_name), ("id", by_id)] {
+            let r = aws.resolve_node_class(&class).await.expect("resolves");
+            let ami = r.amis.iter().find(|a| a.id == old);
+            assert!(
+                ami.is_some_and(|a| a.deprecated == Some(true)),
+                "{term}: {:?} {:?}",
+                r.amis,
+                r.problems
+            );
+        }
+        let bodies = &proxy.bodies("DescribeImages")[ours..];
+        assert!(!bodies.is_empty());
+        assert!(
+            bodies.iter().all(|b| b.contains("IncludeDeprecated=true")),
+            "{bodies:?}"
+        );
+    });
+}
+
 #[test]
 fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them() {
     let Some(moto) = moto::server() else { return };

@@ -20,7 +20,11 @@
 //!   nothing;
 //! - the Pricing API, which moto lacks: GetProducts answers come from
 //!   recorded responses, page by page (the bare-metal query's apart);
-//! - a TerminateInstances that leaves the instance running.
+//! - a TerminateInstances that leaves the instance running;
+//! - AMI deprecation, which moto lacks: images named deprecated carry a
+//!   past `deprecationTime` and, as EC2 answers for images the caller does
+//!   not own, are left out of DescribeImages unless the request sets
+//!   `IncludeDeprecated=true` or names them in `ImageId.N`.
 //!
 //! Every request's action is logged, so tests can count calls.
 
@@ -59,6 +63,9 @@ pub struct Faults {
     /// TerminateInstances is answered as if the instance kept running,
     /// and not carried out.
     pub terminate_keeps_running: bool,
+    /// Images EC2 reports deprecated (another account's, so hidden
+    /// unless the request asks for deprecated images).
+    pub deprecated_images: BTreeSet<String>,
 }
 
 /// A request as the proxy saw it.
@@ -565,6 +572,7 @@ async fn serve(
         Pricing(Option<String>),
         Fleet,
         KeepRunning,
+        Images(BTreeSet<String>),
         Forward,
     }
     let plan = {
@@ -609,6 +617,8 @@ async fn serve(
             Plan::KeepRunning
         } else if action == "CreateFleet" {
             Plan::Fleet
+        } else if action == "DescribeImages" && !f.deprecated_images.is_empty() {
+            Plan::Images(f.deprecated_images.clone())
         } else {
             Plan::Forward
         }
@@ -713,10 +723,102 @@ async fn serve(
             );
             respond(&mut conn, "200 OK", "text/xml", &[], xml.as_bytes()).await
         }
+        Plan::Images(deprecated) => {
+            let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
+            let answer = deprecate(&String::from_utf8_lossy(&answer), &body, &deprecated);
+            respond(&mut conn, &status, &ct, &[], answer.as_bytes()).await
+        }
         Plan::Forward => {
             let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
             respond(&mut conn, &status, &ct, &[], &answer).await
         }
+    }
+}
+
+/// A DescribeImages answer as EC2 gives it when `deprecated` images are
+/// deprecated: each carries a past `deprecationTime`, and is left out
+/// unless the request (`request`, form-encoded) sets `IncludeDeprecated`
+/// or names it in `ImageId.N`.
+fn deprecate(xml: &str, request: &str, deprecated: &BTreeSet<String>) -> String {
+    const DEPRECATED_AT: &str = "2024-06-30T00:00:00.000Z";
+    let params = form(request);
+    let include_all = params
+        .iter()
+        .any(|(k, v)| k == "IncludeDeprecated" && v == "true");
+    let named: BTreeSet<&str> = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("ImageId."))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let Some(start) = xml.find("<imagesSet>").map(|i| i + "<imagesSet>".len()) else {
+        return xml.to_string();
+    };
+    let Some(end) = xml.rfind("</imagesSet>") else {
+        return xml.to_string();
+    };
+    // The set's top-level items (images hold nested items: tags, block
+    // devices).
+    let mut out = xml[..start].to_string();
+    let (mut depth, mut item_start, mut at) = (0usize, start, start);
+    while at < end {
+        let rest = &xml[at..end];
+        let open = rest.find("<item>");
+        let close = rest.find("</item>");
+        match (open, close) {
+            (Some(o), Some(c)) if o < c => {
+                if depth == 0 {
+                    item_start = at + o;
+                }
+                depth += 1;
+                at += o + "<item>".len();
+            }
+            (_, Some(c)) => {
+                depth -= 1;
+                at += c + "</item>".len();
+                if depth == 0 {
+                    let item = &xml[item_start..at];
+                    let id = item
+                        .split_once("<imageId>")
+                        .and_then(|(_, r)| r.split_once("</imageId>"))
+                        .map(|(id, _)| id)
+                        .unwrap_or_default();
+                    if !deprecated.contains(id) {
+                        out.push_str(item);
+                    } else if include_all || named.contains(id) {
+                        let body = &item[..item.len() - "</item>".len()];
+                        out.push_str(&format!(
+                            "{body}<deprecationTime>{DEPRECATED_AT}</deprecationTime></item>"
+                        ));
+                    }
+                }
+            }
+            _ => break,
+        }
+    }
+    out.push_str(&xml[end..]);
+    out
+}
+
+#[test]
+fn deprecated_images_are_hidden_unless_asked_for_as_ec2_hides_them() {
+    let xml = "<R><imagesSet><item><imageId>ami-1</imageId><tagSet><item><key>k</key></item></tagSet></item>\
+               <item><imageId>ami-2</imageId></item></imagesSet></R>";
+    let gone: BTreeSet<String> = ["ami-1".to_string()].into();
+    let hidden = deprecate(xml, "Action=DescribeImages", &gone);
+    assert_eq!(
+        hidden,
+        "<R><imagesSet><item><imageId>ami-2</imageId></item></imagesSet></R>"
+    );
+    for request in [
+        "Action=DescribeImages&IncludeDeprecated=true",
+        "Action=DescribeImages&ImageId.1=ami-1",
+    ] {
+        let shown = deprecate(xml, request, &gone);
+        assert!(
+            shown.contains("<key>k</key></item></tagSet><deprecationTime>2024-06-30T00:00:00.000Z</deprecationTime></item>"),
+            "{request}: {shown}"
+        );
+        assert!(shown.contains("ami-2"), "{shown}");
     }
 }
 
