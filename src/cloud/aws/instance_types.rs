@@ -19,7 +19,13 @@
 //!   mapping); else 20Gi (Windows 50Gi).
 //! - accelerators: `nvidia.com/gpu`, `amd.com/gpu`, `habana.ai/gaudi` by GPU
 //!   manufacturer, `aws.amazon.com/neuron` (devices) and
-//!   `aws.amazon.com/neuroncore` (their cores), `vpc.amazonaws.com/efa`.
+//!   `aws.amazon.com/neuroncore` (their cores), `vpc.amazonaws.com/efa`
+//!   (attached only to a node whose NodeClaim requests it: see
+//!   [`super::launch`]).
+//! - Windows: `vpc.amazonaws.com/PrivateIPv4Address`, the secondary IPv4
+//!   addresses of the primary interface (IPv4 per ENI − 1), which the VPC
+//!   resource controller hands to Windows pods (Karpenter's
+//!   `privateIPv4Address`).
 //!
 //! # Overhead
 //! - kube-reserved: cpu by tiers of the vCPUs (6% of the first core, 1% of
@@ -587,8 +593,14 @@ pub fn capacity(info: &TypeInfo, settings: &NodeClassSettings, o: &Overheads) ->
     if info.efa > 0 {
         c.set("vpc.amazonaws.com/efa", info.efa);
     }
+    if settings.family == Family::Windows {
+        c.set(PRIVATE_IPV4_ADDRESS, (info.ipv4_per_eni - 1).max(0));
+    }
     c
 }
+
+/// The Windows pods' addresses the VPC resource controller advertises.
+pub const PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
 
 /// The overhead of a node of `info` with `capacity` (see the module
 /// documentation).
@@ -810,6 +822,24 @@ pub(crate) mod tests {
         class.spec.ami_selector_terms[0].alias = Some("al2@latest".into());
         let it = node(&m5_large(), &class);
         assert_eq!(alloc(&it, PODS), 8);
+    }
+
+    #[test]
+    fn windows_nodes_advertise_their_secondary_ipv4_addresses() {
+        let mut class = EC2NodeClass::test("default");
+        let linux = node(&m5_large(), &class);
+        assert_eq!(linux.capacity.get(PRIVATE_IPV4_ADDRESS), 0);
+        assert!(!linux.capacity.0.contains_key(PRIVATE_IPV4_ADDRESS));
+        class.spec.ami_family = Some(AmiFamily::Windows2022);
+        class.spec.ami_selector_terms[0].alias = Some("windows2022@latest".into());
+        let windows = node(&m5_large(), &class);
+        // m5.large: 10 IPv4 addresses per interface, the primary's own
+        // address aside.
+        assert_eq!(windows.capacity.get(PRIVATE_IPV4_ADDRESS), 9);
+        assert_eq!(alloc(&windows, PRIVATE_IPV4_ADDRESS), 9);
+        let mut big = m5_large();
+        big.ipv4_per_eni = 30;
+        assert_eq!(node(&big, &class).capacity.get(PRIVATE_IPV4_ADDRESS), 29);
     }
 
     #[test]
