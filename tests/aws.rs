@@ -979,18 +979,15 @@ fn shared_catalog() -> PathBuf {
         .expect("../shared/data/aws-catalog.json (CI checks it out beside the repository)")
 }
 
-/// Allocatable as strings per type, without `vpc.amazonaws.com/pod-eni`
-/// (trunk interfaces for security groups per pod: a VPC CNI limit table,
-/// not an EC2 fact; dovetail does not advertise it).
+/// Allocatable as strings per type.
 fn allocatable_of(catalog: &serde_json::Value) -> BTreeMap<String, BTreeMap<String, String>> {
     catalog["instanceTypes"]
         .as_array()
         .expect("instanceTypes")
         .iter()
         .map(|t| {
-            let mut a: BTreeMap<String, String> =
+            let a: BTreeMap<String, String> =
                 serde_json::from_value(t["allocatable"].clone()).expect("allocatable");
-            a.remove("vpc.amazonaws.com/pod-eni");
             (t["name"].as_str().expect("name").to_string(), a)
         })
         .collect()
@@ -2226,6 +2223,46 @@ fn builtin_prices_are_generated_from_the_published_catalog() {
     let read = dovetail::cloud::aws::pricing::parse_price_file(&text, region).expect("valid");
     assert_eq!(read.len(), prices.len());
     assert!(read.len() > 1000, "{}", read.len());
+}
+
+/// `src/cloud/aws/builtin-pod-eni.json` is the published catalog's
+/// `vpc.amazonaws.com/pod-eni` per type (branch interfaces: not an EC2
+/// fact, and nothing reserves any, so allocatable is capacity). After a new
+/// catalog: `DOVETAIL_BLESS=1 cargo test --test main builtin_pod_eni`.
+#[test]
+fn builtin_pod_eni_is_generated_from_the_published_catalog() {
+    let catalog: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(shared_catalog()).expect("catalog"))
+            .expect("JSON");
+    let source = catalog["source"].as_str().expect("the catalog's source");
+    let mut table = BTreeMap::new();
+    for t in catalog["instanceTypes"].as_array().expect("types") {
+        let name = t["name"].as_str().expect("name");
+        if let Some(n) = t["allocatable"]["vpc.amazonaws.com/pod-eni"].as_str() {
+            let n: i64 = n.parse().expect("a whole number");
+            table.insert(name.to_string(), n);
+        }
+    }
+    let body: Vec<String> = table
+        .iter()
+        .map(|(name, n)| format!("    \"{name}\": {n}"))
+        .collect();
+    let text = format!(
+        "{{\"schema_version\": 1,\n \"source\": {},\n \"pod_eni\": {{\n{}\n}}}}\n",
+        serde_json::Value::String(format!(
+            "{source}; generated from ../shared/data/aws-catalog.json"
+        )),
+        body.join(",\n")
+    );
+    crate::support::assert_matches_file(&text, Path::new("src/cloud/aws/builtin-pod-eni.json"));
+    assert!(table.len() > 1000, "{}", table.len());
+    for (name, n) in &table {
+        assert_eq!(
+            dovetail::cloud::aws::instance_types::pod_eni(name),
+            Some(*n),
+            "{name}"
+        );
+    }
 }
 
 /// Polls `check` every 20 ms for up to 10 s.
