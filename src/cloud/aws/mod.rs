@@ -21,6 +21,12 @@
 //!   NodeClaim (a lone launch carries the tag from the start). Callers must
 //!   launch concurrently to benefit; a lone launch waits the idle window
 //!   (35 ms by default) first.
+//! - **Subnets** ([`subnets`]): each zone's subnet for a launch is chosen
+//!   with the launches in flight counted against the free addresses the
+//!   last DescribeSubnets reported, and given back after CreateFleet.
+//! - **Cluster** ([`AwsProvider::discover_cluster`]): the endpoint, CA and
+//!   service CIDR nodes join with, from `eks:DescribeCluster` where the
+//!   configuration lacks them.
 //! - **Instances** ([`instances`]): `list` is DescribeInstances filtered by
 //!   the cluster tag and `karpenter.sh/nodepool`; `get` and `delete` go by
 //!   instance id; [`CloudProvider::is_drifted`] reads a list kept for
