@@ -1672,7 +1672,8 @@ fn efa_launch_templates_read_back_with_efa_interfaces() {
             .expect("launches without");
         let templates = read_back(&env, "default").await;
         assert_eq!(templates.len(), 2);
-        let mut seen: Vec<Vec<(Option<i32>, Option<i32>, Option<String>)>> = templates
+        type Interface = (Option<i32>, Option<i32>, Option<String>);
+        let mut seen: Vec<Vec<Interface>> = templates
             .iter()
             .map(|t| {
                 t.data

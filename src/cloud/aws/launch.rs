@@ -2442,9 +2442,11 @@ mod tests {
         .expect("plans")
     }
 
-    /// What CreateLaunchTemplate is asked for a template's interfaces:
-    /// (network card, device, type, primary IPv6).
-    fn interfaces(t: &TemplateSpec) -> Vec<(Option<i32>, Option<i32>, Option<String>, bool)> {
+    /// One interface CreateLaunchTemplate is asked for: (network card,
+    /// device, type, primary IPv6).
+    type Interface = (Option<i32>, Option<i32>, Option<String>, bool);
+
+    fn interfaces(t: &TemplateSpec) -> Vec<Interface> {
         t.request_data()
             .network_interfaces()
             .iter()
