@@ -205,6 +205,7 @@ impl Env {
             endpoint: Some("https://example.eks.amazonaws.com".to_string()),
             ca_bundle: Some("Q0E=".to_string()),
             service_cidr: Some("10.100.0.0/16".to_string()),
+            dns_ip: None,
         };
         c.retry = RetrySettings {
             max_attempts: 4,
@@ -1047,18 +1048,15 @@ fn shared_catalog() -> PathBuf {
         .expect("../shared/data/aws-catalog.json (CI checks it out beside the repository)")
 }
 
-/// Allocatable as strings per type, without `vpc.amazonaws.com/pod-eni`
-/// (trunk interfaces for security groups per pod: a VPC CNI limit table,
-/// not an EC2 fact; dovetail does not advertise it).
+/// Allocatable as strings per type.
 fn allocatable_of(catalog: &serde_json::Value) -> BTreeMap<String, BTreeMap<String, String>> {
     catalog["instanceTypes"]
         .as_array()
         .expect("instanceTypes")
         .iter()
         .map(|t| {
-            let mut a: BTreeMap<String, String> =
+            let a: BTreeMap<String, String> =
                 serde_json::from_value(t["allocatable"].clone()).expect("allocatable");
-            a.remove("vpc.amazonaws.com/pod-eni");
             (t["name"].as_str().expect("name").to_string(), a)
         })
         .collect()
@@ -1366,9 +1364,10 @@ fn the_iam_policy_allows_every_action_the_code_calls() {
 
     // Every SDK operation the code calls, and every action it names to the
     // retry wrapper, is listed.
-    let op = regex::Regex::new(r"\b(ec2|ssm|sqs|pricing|iam)\s*\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")
-        .unwrap();
-    let named = regex::Regex::new(r#""((?:ec2|ssm|sqs|pricing|iam):[A-Za-z]+)""#).unwrap();
+    let op =
+        regex::Regex::new(r"\b(ec2|ssm|sqs|pricing|iam|eks)\s*\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")
+            .unwrap();
+    let named = regex::Regex::new(r#""((?:ec2|ssm|sqs|pricing|iam|eks):[A-Za-z]+)""#).unwrap();
     let mut called = BTreeSet::new();
     let mut named_actions = BTreeSet::new();
     let mut files = Vec::new();
@@ -1591,6 +1590,183 @@ fn forbidden_label(key: &str) -> bool {
 /// asked, keeps `kubernetes.io`/`k8s.io` labels out of the kubelet's
 /// flags, writes only settings Bottlerocket accepts, and gives AL2023's
 /// NodeConfig the cluster's service CIDR.
+/// Without `--cluster-endpoint`, `--cluster-ca-bundle` and
+/// `--service-cidr`, the provider asks `eks:DescribeCluster` (moto's EKS)
+/// and the launch template's user data carries what it said: nodeadm's
+/// endpoint, certificate authority, service CIDR, and the CIDR's `.10` as
+/// cluster DNS. A flag given wins over what EKS says.
+#[test]
+fn cluster_discovery_fills_user_data_from_describe_cluster() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "discovered").await;
+        let sdk = moto::sdk_config(&moto.endpoint(), &env.region).await;
+        let eks = aws_sdk_eks::Client::new(&sdk);
+        let made = eks
+            .create_cluster()
+            .name(&env.cluster)
+            .role_arn("arn:aws:iam::123456789012:role/eks")
+            .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().build())
+            .kubernetes_network_config(
+                aws_sdk_eks::types::KubernetesNetworkConfigRequest::builder()
+                    .service_ipv4_cidr("10.42.0.0/16")
+                    .build(),
+            )
+            .send()
+            .await;
+        if let Err(e) = made {
+            use aws_sdk_eks::error::ProvideErrorMetadata;
+            assert_eq!(
+                e.code(),
+                Some("ResourceInUseException"),
+                "CreateCluster: {e:?}"
+            );
+        }
+        let described = eks
+            .describe_cluster()
+            .name(&env.cluster)
+            .send()
+            .await
+            .expect("DescribeCluster");
+        let cluster = described.cluster().expect("a cluster");
+        let endpoint = cluster.endpoint().expect("an endpoint").to_string();
+        let ca = cluster
+            .certificate_authority()
+            .and_then(|c| c.data())
+            .expect("CA data")
+            .to_string();
+
+        let mut config = env.config();
+        config.cluster = ClusterAccess::default();
+        let aws = env.provider(&moto.endpoint(), config).await;
+        let access = aws.discover_cluster(None, None).await.expect("discovers");
+        assert_eq!(access.endpoint.as_deref(), Some(endpoint.as_str()));
+        assert_eq!(access.ca_bundle.as_deref(), Some(ca.as_str()));
+        assert_eq!(access.service_cidr.as_deref(), Some("10.42.0.0/16"));
+        let class = env.resolved(&aws).await;
+        aws.create(
+            &claim("discovered-a", &["m5.large"]),
+            &class,
+            &BTreeSet::new(),
+        )
+        .await
+        .expect("launches");
+        let templates = read_back(&env, "default").await;
+        assert_eq!(templates.len(), 1);
+        let ud = &templates[0].user_data;
+        let body = ud
+            .rsplit("Content-Type: application/node.eks.aws")
+            .next()
+            .and_then(|b| b.split("\n--//").next())
+            .expect("a NodeConfig part");
+        let node_config: serde_json::Value = serde_json::from_str(body.trim()).expect("JSON");
+        let c = &node_config["spec"]["cluster"];
+        assert_eq!(c["apiServerEndpoint"], endpoint.as_str());
+        assert_eq!(c["certificateAuthority"], ca.as_str());
+        assert_eq!(c["cidr"], "10.42.0.0/16");
+        assert_eq!(
+            node_config["spec"]["kubelet"]["config"]["clusterDNS"],
+            serde_json::json!(["10.42.0.10"])
+        );
+
+        // The flags win, the controller's own CA comes before EKS's, and
+        // the kube-dns Service's address before the CIDR's .10.
+        let mut config = env.config();
+        config.cluster = ClusterAccess {
+            endpoint: Some("https://given.example".into()),
+            ..ClusterAccess::default()
+        };
+        let aws = env.provider(&moto.endpoint(), config).await;
+        let access = aws
+            .discover_cluster(Some("S1VCRQ=="), Some("10.42.0.53".into()))
+            .await
+            .expect("discovers");
+        assert_eq!(access.endpoint.as_deref(), Some("https://given.example"));
+        assert_eq!(access.ca_bundle.as_deref(), Some("S1VCRQ=="));
+        assert_eq!(access.service_cidr.as_deref(), Some("10.42.0.0/16"));
+        assert_eq!(access.dns_ip.as_deref(), Some("10.42.0.53"));
+
+        // A cluster EKS does not know: without an endpoint that is an
+        // error naming the call.
+        let mut config = env.config();
+        config.cluster_name = "no-such-cluster".into();
+        config.cluster = ClusterAccess::default();
+        let aws = env.provider(&moto.endpoint(), config).await;
+        let e = aws
+            .discover_cluster(None, None)
+            .await
+            .expect_err("unknown cluster");
+        assert!(e.to_string().contains("eks:DescribeCluster"), "{e}");
+    });
+}
+
+/// A NodeClaim that requests `vpc.amazonaws.com/efa` launches from a
+/// template with an EFA interface per the type's EFA count (moto's
+/// c5n.9xlarge: one), read back from EC2; one that does not launches the
+/// same type with a plain interface.
+#[test]
+fn efa_launch_templates_read_back_with_efa_interfaces() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "efa").await;
+        let aws = env.provider(&moto.endpoint(), env.config()).await;
+        let class = env.resolved(&aws).await;
+        let efa = aws
+            .instance_types_for(&class)
+            .await
+            .expect("types")
+            .iter()
+            .find(|t| t.name == "c5n.9xlarge")
+            .map(|t| t.capacity.get("vpc.amazonaws.com/efa"))
+            .expect("moto offers c5n.9xlarge");
+        assert_eq!(efa, 1);
+        let mut with_efa = claim("efa-a", &["c5n.9xlarge"]);
+        with_efa
+            .spec
+            .resources
+            .get_or_insert_with(Default::default)
+            .requests
+            .get_or_insert_with(Default::default)
+            .insert(
+                "vpc.amazonaws.com/efa".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+            );
+        aws.create(&with_efa, &class, &BTreeSet::new())
+            .await
+            .expect("launches with EFA");
+        aws.create(&claim("efa-b", &["c5n.9xlarge"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches without");
+        let templates = read_back(&env, "default").await;
+        assert_eq!(templates.len(), 2);
+        type Interface = (Option<i32>, Option<i32>, Option<String>);
+        let mut seen: Vec<Vec<Interface>> = templates
+            .iter()
+            .map(|t| {
+                t.data
+                    .network_interfaces()
+                    .iter()
+                    .map(|i| {
+                        assert!(!i.groups().is_empty(), "the interface carries the groups");
+                        (
+                            i.network_card_index(),
+                            i.device_index(),
+                            i.interface_type().map(str::to_string),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            vec![vec![], vec![(Some(0), Some(0), Some("efa".to_string()))]]
+        );
+    });
+}
+
 #[test]
 fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
     let Some(moto) = moto::server() else { return };
@@ -2117,6 +2293,46 @@ fn builtin_prices_are_generated_from_the_published_catalog() {
     let read = dovetail::cloud::aws::pricing::parse_price_file(&text, region).expect("valid");
     assert_eq!(read.len(), prices.len());
     assert!(read.len() > 1000, "{}", read.len());
+}
+
+/// `src/cloud/aws/builtin-pod-eni.json` is the published catalog's
+/// `vpc.amazonaws.com/pod-eni` per type (branch interfaces: not an EC2
+/// fact, and nothing reserves any, so allocatable is capacity). After a new
+/// catalog: `DOVETAIL_BLESS=1 cargo test --test main builtin_pod_eni`.
+#[test]
+fn builtin_pod_eni_is_generated_from_the_published_catalog() {
+    let catalog: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(shared_catalog()).expect("catalog"))
+            .expect("JSON");
+    let source = catalog["source"].as_str().expect("the catalog's source");
+    let mut table = BTreeMap::new();
+    for t in catalog["instanceTypes"].as_array().expect("types") {
+        let name = t["name"].as_str().expect("name");
+        if let Some(n) = t["allocatable"]["vpc.amazonaws.com/pod-eni"].as_str() {
+            let n: i64 = n.parse().expect("a whole number");
+            table.insert(name.to_string(), n);
+        }
+    }
+    let body: Vec<String> = table
+        .iter()
+        .map(|(name, n)| format!("    \"{name}\": {n}"))
+        .collect();
+    let text = format!(
+        "{{\"schema_version\": 1,\n \"source\": {},\n \"pod_eni\": {{\n{}\n}}}}\n",
+        serde_json::Value::String(format!(
+            "{source}; generated from ../shared/data/aws-catalog.json"
+        )),
+        body.join(",\n")
+    );
+    crate::support::assert_matches_file(&text, Path::new("src/cloud/aws/builtin-pod-eni.json"));
+    assert!(table.len() > 1000, "{}", table.len());
+    for (name, n) in &table {
+        assert_eq!(
+            dovetail::cloud::aws::instance_types::pod_eni(name),
+            Some(*n),
+            "{name}"
+        );
+    }
 }
 
 /// Polls `check` every 20 ms for up to 10 s.
@@ -2820,6 +3036,14 @@ fn the_iam_policy_scopes_every_write_to_what_dovetail_tags() {
         };
         assert!(read(&env.region).is_some());
         assert_eq!(read("eu-west-1"), None);
+
+        // Cluster discovery: this cluster only, as Karpenter's policy.
+        let cluster_arn =
+            |name: &str| format!("arn:aws:eks:{}:{account}:cluster/{name}", env.region);
+        let describe =
+            |name: &str| allowed(&Request::new("eks:DescribeCluster", cluster_arn(name)));
+        assert!(describe(&env.cluster).is_some());
+        assert_eq!(describe("another"), None);
 
         // Instance profiles: created with dovetail's tags, changed only
         // when they carry them.

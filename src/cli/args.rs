@@ -449,13 +449,13 @@ pub struct AwsClusterArgs {
         env = "DOVETAIL_SSM_PARAMETER_ROOT"
     )]
     pub ssm_parameter_root: String,
-    /// The cluster's API server endpoint, for nodes to join.
+    /// The cluster's API server endpoint, for nodes to join [default: eks:DescribeCluster's].
     #[arg(long, value_name = "URL", env = "DOVETAIL_CLUSTER_ENDPOINT")]
     pub cluster_endpoint: Option<String>,
-    /// The cluster's certificate authority (base64), for nodes to join.
+    /// The cluster's certificate authority (base64), for nodes to join [default: the one the controller trusts, else eks:DescribeCluster's].
     #[arg(long, value_name = "BASE64", env = "DOVETAIL_CLUSTER_CA_BUNDLE")]
     pub cluster_ca_bundle: Option<String>,
-    /// The cluster's service CIDR (the nodes' cluster DNS is its .10 address).
+    /// The cluster's service CIDR [default: eks:DescribeCluster's] (nodes' cluster DNS is the kube-dns Service's IP, else its .10 address).
     #[arg(long, value_name = "CIDR", env = "DOVETAIL_SERVICE_CIDR")]
     pub service_cidr: Option<String>,
 }

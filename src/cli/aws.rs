@@ -43,6 +43,7 @@ pub fn aws_config(
             endpoint: k.cluster_endpoint.clone(),
             ca_bundle: k.cluster_ca_bundle.clone(),
             service_cidr: k.service_cidr.clone(),
+            dns_ip: None,
         };
     }
     c.validate()?;

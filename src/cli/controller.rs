@@ -146,7 +146,14 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         }
     };
     runtime.block_on(async {
-        let client = match crate::cluster::kube_client::connect(a.kubeconfig.as_deref(), Some(&identity(a))).await {
+        let kube_config = crate::cluster::kube_client::load_config(a.kubeconfig.as_deref()).await;
+        // The certificate authority the controller trusts is the one nodes
+        // get when --cluster-ca-bundle is not given (Karpenter's rule).
+        let kube_ca = kube_config
+            .as_ref()
+            .ok()
+            .and_then(crate::cloud::aws::config::kube_ca_bundle);
+        let client = match kube_config.and_then(|c| crate::cluster::kube_client::build(c, Some(&identity(a)))) {
             Ok(c) => c,
             Err(e) => {
                 io.error(&e, Some("run inside a cluster, or give --kubeconfig, or set KUBECONFIG or ~/.kube/config"));
@@ -305,6 +312,22 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
                 return exit::ERROR;
             }
         };
+        // The cluster DNS address nodes use: the kube-dns Service's
+        // ClusterIP (a custom DNS setup without one keeps the service
+        // CIDR's .10, as Karpenter carries on without it).
+        let dns_ip = match crate::cloud::aws::config::kube_dns_ip(&version_client).await {
+            Ok(ip) => Some(ip),
+            Err(e) => {
+                tracing::info!(error = %e, "no kube-dns cluster IP; nodes use the service CIDR's .10");
+                None
+            }
+        };
+        // What nodes need to join, from eks:DescribeCluster where the
+        // flags do not say.
+        if let Err(e) = provider.discover_cluster(kube_ca.as_deref(), dns_ip).await {
+            io.error(&e, Some("allow eks:DescribeCluster on the cluster (deploy/iam-policy.json), or pass --cluster-endpoint"));
+            return exit::ERROR;
+        }
         let cloud = Arc::new(Metered::new(provider, "aws", &metrics));
 
         // Only the leader writes, and only while its last renewal vouches

@@ -63,7 +63,13 @@ pub async fn connect(
     kubeconfig: Option<&Path>,
     user_agent: Option<&str>,
 ) -> Result<Client, kube::Error> {
-    let config = match kubeconfig {
+    build(load_config(kubeconfig).await?, user_agent)
+}
+
+/// The configuration [`connect`] builds its client from (the controller
+/// also reads the certificate authority nodes are to trust from it).
+pub async fn load_config(kubeconfig: Option<&Path>) -> Result<Config, kube::Error> {
+    Ok(match kubeconfig {
         None => Config::infer().await.map_err(kube::Error::InferConfig)?,
         Some(path) => {
             let file =
@@ -72,8 +78,7 @@ pub async fn connect(
                 .await
                 .map_err(kube::Error::InferKubeconfig)?
         }
-    };
-    build(config, user_agent)
+    })
 }
 
 /// The client of `config` with dovetail's request policy (see the module

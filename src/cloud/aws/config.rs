@@ -63,6 +63,129 @@ pub struct ClusterAccess {
     pub ca_bundle: Option<String>,
     /// The service CIDR (the kubelet's cluster DNS is its `.10`).
     pub service_cidr: Option<String>,
+    /// The cluster DNS address: the `kube-system/kube-dns` Service's
+    /// ClusterIP, as Karpenter reads it at start ([`kube_dns_ip`]); `None`
+    /// falls back to the service CIDR's `.10` (`::a` for IPv6).
+    pub dns_ip: Option<String>,
+}
+
+impl ClusterAccess {
+    /// Whether the cluster serves IPv6: its DNS address, else its service
+    /// CIDR, is IPv6 (Karpenter's `ClusterIPFamily`, from the kube-dns IP).
+    pub fn ipv6(&self) -> bool {
+        let v6 = |s: &str| s.split('/').next().unwrap_or_default().contains(':');
+        match (&self.dns_ip, &self.service_cidr) {
+            (Some(ip), _) => v6(ip),
+            (None, Some(cidr)) => v6(cidr),
+            (None, None) => false,
+        }
+    }
+
+    /// Fills what is not set from DescribeCluster's answer: what is set
+    /// (the command line's, the controller's own trust) wins.
+    pub fn fill(&mut self, described: &DescribedCluster) {
+        if self.endpoint.is_none() {
+            self.endpoint.clone_from(&described.endpoint);
+        }
+        if self.ca_bundle.is_none() {
+            self.ca_bundle.clone_from(&described.ca_bundle);
+        }
+        if self.service_cidr.is_none() {
+            self.service_cidr.clone_from(&described.service_cidr);
+        }
+    }
+
+    /// Whether DescribeCluster has something to add.
+    pub fn incomplete(&self) -> bool {
+        self.endpoint.is_none() || self.ca_bundle.is_none() || self.service_cidr.is_none()
+    }
+}
+
+/// What `eks:DescribeCluster` says about how nodes join the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DescribedCluster {
+    pub endpoint: Option<String>,
+    /// `certificateAuthority.data`: the base64 PEM bundle.
+    pub ca_bundle: Option<String>,
+    /// `kubernetesNetworkConfig.serviceIpv4Cidr`, else its
+    /// `serviceIpv6Cidr` (an IPv6 cluster), as Karpenter picks.
+    pub service_cidr: Option<String>,
+    /// `kubernetesNetworkConfig.ipFamily` (`ipv4`, `ipv6`).
+    pub ip_family: Option<String>,
+}
+
+/// The cluster `name` as EKS describes it. Access denied names
+/// `eks:DescribeCluster` ([`super::error::AwsError::AccessDenied`]).
+pub async fn describe_cluster(
+    eks: &aws_sdk_eks::Client,
+    retry: &RetrySettings,
+    name: &str,
+) -> Result<DescribedCluster, super::error::AwsError> {
+    let out = super::error::call(retry, "eks:DescribeCluster", || {
+        eks.describe_cluster().name(name).send()
+    })
+    .await?;
+    let Some(c) = out.cluster() else {
+        return Ok(DescribedCluster::default());
+    };
+    let net = c.kubernetes_network_config();
+    let nonempty = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+    Ok(DescribedCluster {
+        endpoint: nonempty(c.endpoint()),
+        ca_bundle: nonempty(c.certificate_authority().and_then(|a| a.data())),
+        service_cidr: nonempty(net.and_then(|n| n.service_ipv4_cidr()))
+            .or_else(|| nonempty(net.and_then(|n| n.service_ipv6_cidr()))),
+        ip_family: net
+            .and_then(|n| n.ip_family())
+            .map(|f| f.as_str().to_string()),
+    })
+}
+
+/// The EKS client of an SDK configuration (the same chain, region and
+/// endpoint override as the others).
+pub fn eks_client(sdk: &SdkConfig) -> aws_sdk_eks::Client {
+    aws_sdk_eks::Client::new(sdk)
+}
+
+/// Where the cluster DNS Service lives (Karpenter's `KubeDNSIP`).
+pub const KUBE_DNS_NAMESPACE: &str = "kube-system";
+pub const KUBE_DNS_SERVICE: &str = "kube-dns";
+
+/// The ClusterIP of the `kube-system/kube-dns` Service, the address nodes
+/// use for cluster DNS. An error (no such Service, a custom DNS setup, no
+/// permission) leaves the service CIDR's `.10` in use, as Karpenter carries
+/// on without it.
+pub async fn kube_dns_ip(client: &kube::Client) -> Result<String, String> {
+    use k8s_openapi::api::core::v1::Service;
+    let api: kube::Api<Service> = kube::Api::namespaced(client.clone(), KUBE_DNS_NAMESPACE);
+    let svc = api
+        .get(KUBE_DNS_SERVICE)
+        .await
+        .map_err(|e| format!("reading {KUBE_DNS_NAMESPACE}/{KUBE_DNS_SERVICE}: {e}"))?;
+    let ip = svc.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
+    ip.parse::<std::net::IpAddr>()
+        .map(|a| a.to_string())
+        .map_err(|_| format!("{KUBE_DNS_NAMESPACE}/{KUBE_DNS_SERVICE} has no cluster IP ({ip:?})"))
+}
+
+/// The certificate authority a kube client configuration trusts, as the
+/// base64 PEM bundle user data carries (Karpenter's `GetCABundle`, from
+/// its REST config); `None` when it trusts the system roots only.
+pub fn kube_ca_bundle(config: &kube::Config) -> Option<String> {
+    use base64::Engine;
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let certs = config.root_cert.as_ref().filter(|c| !c.is_empty())?;
+    let mut pem = String::new();
+    for der in certs {
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        let body = b64.encode(der);
+        for line in body.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    Some(b64.encode(pem))
 }
 
 /// How the AWS provider behaves. [`AwsConfig::new`] gives the defaults.

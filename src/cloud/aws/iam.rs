@@ -3,7 +3,7 @@
 //! `deploy/iam-policy.json` must allow each of them; `tests/aws.rs` checks
 //! that, and that every AWS SDK operation called anywhere under `src/`
 //! (`ec2.describe_instances()`, `ssm.get_parameters()`, `sqs....`,
-//! `pricing....`, `iam....`: clients are named after their service) and every action
+//! `pricing....`, `iam....`, `eks....`: clients are named after their service) and every action
 //! named to [`super::error::call`] is listed here. Adding a call therefore
 //! means adding its action here and to the policy, or the test fails.
 
@@ -22,6 +22,7 @@ pub const ACTIONS: &[&str] = &[
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
     "ec2:TerminateInstances",
+    "eks:DescribeCluster",
     "iam:AddRoleToInstanceProfile",
     "iam:CreateInstanceProfile",
     "iam:DeleteInstanceProfile",

@@ -19,7 +19,18 @@
 //!   mapping); else 20Gi (Windows 50Gi).
 //! - accelerators: `nvidia.com/gpu`, `amd.com/gpu`, `habana.ai/gaudi` by GPU
 //!   manufacturer, `aws.amazon.com/neuron` (devices) and
-//!   `aws.amazon.com/neuroncore` (their cores), `vpc.amazonaws.com/efa`.
+//!   `aws.amazon.com/neuroncore` (their cores), `vpc.amazonaws.com/efa`
+//!   (attached only to a node whose NodeClaim requests it: see
+//!   [`super::launch`]).
+//! - `vpc.amazonaws.com/pod-eni`: the branch interfaces (security groups
+//!   for pods) of types that support ENI trunking. EC2 does not report
+//!   them; they come from `builtin-pod-eni.json`, generated from the
+//!   published catalog (`../shared/data/aws-catalog.json`) by a test, as
+//!   the built-in prices are. A type it lacks advertises none.
+//! - Windows: `vpc.amazonaws.com/PrivateIPv4Address`, the secondary IPv4
+//!   addresses of the primary interface (IPv4 per ENI − 1), which the VPC
+//!   resource controller hands to Windows pods (Karpenter's
+//!   `privateIPv4Address`).
 //!
 //! # Overhead
 //! - kube-reserved: cpu by tiers of the vCPUs (6% of the first core, 1% of
@@ -587,8 +598,35 @@ pub fn capacity(info: &TypeInfo, settings: &NodeClassSettings, o: &Overheads) ->
     if info.efa > 0 {
         c.set("vpc.amazonaws.com/efa", info.efa);
     }
+    if let Some(n) = pod_eni(&info.name).filter(|n| *n > 0) {
+        c.set(POD_ENI, n);
+    }
+    if settings.family == Family::Windows {
+        c.set(PRIVATE_IPV4_ADDRESS, (info.ipv4_per_eni - 1).max(0));
+    }
     c
 }
+
+/// Security groups for pods: the branch interfaces a node offers.
+pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+const BUILTIN_POD_ENI: &str = include_str!("builtin-pod-eni.json");
+
+/// The branch interfaces of an instance type (`builtin-pod-eni.json`).
+pub fn pod_eni(instance_type: &str) -> Option<i64> {
+    static TABLE: std::sync::OnceLock<BTreeMap<String, i64>> = std::sync::OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            serde_json::from_str::<serde_json::Value>(BUILTIN_POD_ENI)
+                .ok()
+                .and_then(|v| serde_json::from_value(v["pod_eni"].clone()).ok())
+                .unwrap_or_default()
+        })
+        .get(instance_type)
+        .copied()
+}
+
+/// The Windows pods' addresses the VPC resource controller advertises.
+pub const PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
 
 /// The overhead of a node of `info` with `capacity` (see the module
 /// documentation).
@@ -810,6 +848,37 @@ pub(crate) mod tests {
         class.spec.ami_selector_terms[0].alias = Some("al2@latest".into());
         let it = node(&m5_large(), &class);
         assert_eq!(alloc(&it, PODS), 8);
+    }
+
+    #[test]
+    fn windows_nodes_advertise_their_secondary_ipv4_addresses() {
+        let mut class = EC2NodeClass::test("default");
+        let linux = node(&m5_large(), &class);
+        assert_eq!(linux.capacity.get(PRIVATE_IPV4_ADDRESS), 0);
+        assert!(!linux.capacity.0.contains_key(PRIVATE_IPV4_ADDRESS));
+        class.spec.ami_family = Some(AmiFamily::Windows2022);
+        class.spec.ami_selector_terms[0].alias = Some("windows2022@latest".into());
+        let windows = node(&m5_large(), &class);
+        // m5.large: 10 IPv4 addresses per interface, the primary's own
+        // address aside.
+        assert_eq!(windows.capacity.get(PRIVATE_IPV4_ADDRESS), 9);
+        assert_eq!(alloc(&windows, PRIVATE_IPV4_ADDRESS), 9);
+        let mut big = m5_large();
+        big.ipv4_per_eni = 30;
+        assert_eq!(node(&big, &class).capacity.get(PRIVATE_IPV4_ADDRESS), 29);
+    }
+
+    #[test]
+    fn trunking_types_advertise_their_branch_interfaces() {
+        let class = EC2NodeClass::test("default");
+        // m5.large: 9 branch interfaces, as the published catalog says.
+        assert_eq!(pod_eni("m5.large"), Some(9));
+        assert_eq!(alloc(&node(&m5_large(), &class), POD_ENI), 9);
+        // A type the table lacks advertises none.
+        let mut unknown = m5_large();
+        unknown.name = "zz9.large".into();
+        assert_eq!(pod_eni("zz9.large"), None);
+        assert!(!node(&unknown, &class).capacity.0.contains_key(POD_ENI));
     }
 
     #[test]

@@ -65,6 +65,9 @@ use crate::model::InstanceType;
 use crate::model::labels::{CAPACITY_TYPE, NODEPOOL, ZONE, is_well_known};
 use crate::model::quantity::PODS;
 
+/// Elastic Fabric Adapter interfaces, as instance types advertise them.
+pub const EFA: &str = "vpc.amazonaws.com/efa";
+
 /// The reference's cap on instance types per CreateFleet call.
 pub const MAX_INSTANCE_TYPES: usize = 60;
 /// CreateFleet errors that mean an offering cannot be launched now
@@ -180,25 +183,26 @@ pub struct ClusterInfo<'a> {
 }
 
 impl ClusterInfo<'_> {
-    /// The cluster DNS address: the service CIDR's `.10`.
+    /// The cluster DNS address: the kube-dns Service's ClusterIP when the
+    /// controller read it, else the service CIDR's `.10` (`::a` in an IPv6
+    /// CIDR), as nodeadm and the EKS bootstrap compute it.
     fn dns_ip(&self) -> Option<String> {
+        if let Some(ip) = &self.access.dns_ip {
+            return Some(ip.clone());
+        }
         let cidr = self.access.service_cidr.as_deref()?;
         let (net, _) = cidr.split_once('/')?;
-        let mut octets: Vec<u8> = net
-            .split('.')
-            .map(|o| o.parse().ok())
-            .collect::<Option<_>>()?;
-        if octets.len() != 4 {
-            return None;
+        match net.parse::<std::net::IpAddr>().ok()? {
+            std::net::IpAddr::V4(a) => {
+                let mut octets = a.octets();
+                octets[3] = 10;
+                Some(std::net::Ipv4Addr::from(octets).to_string())
+            }
+            std::net::IpAddr::V6(a) => {
+                let base = u128::from(a) & !0xffff;
+                Some(std::net::Ipv6Addr::from(base | 0xa).to_string())
+            }
         }
-        octets[3] = 10;
-        Some(
-            octets
-                .iter()
-                .map(u8::to_string)
-                .collect::<Vec<_>>()
-                .join("."),
-        )
     }
 
     fn require(&self) -> Result<(&str, &str), String> {
@@ -462,6 +466,11 @@ pub fn user_data(
                 shell_quote(ca),
             ];
             if let Some(dns) = kubelet.cluster_dns.as_ref().and_then(|d| d.first()) {
+                // An IPv6 cluster DNS means an IPv6 cluster (as Karpenter
+                // tells bootstrap.sh).
+                if dns.parse::<std::net::Ipv6Addr>().is_ok() {
+                    args.push("--ip-family ipv6".into());
+                }
                 args.push("--dns-cluster-ip".into());
                 args.push(shell_quote(dns));
             }
@@ -755,6 +764,17 @@ pub struct TemplateSpec {
     pub tags: BTreeMap<String, String>,
     /// Whether it launches spot (its spot requests are tagged).
     pub spot: bool,
+    /// EFA interfaces to attach, one per network card (the instance
+    /// types' `vpc.amazonaws.com/efa`), when the NodeClaim requests EFA.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub efa_interfaces: i64,
+    /// An IPv6 cluster: interfaces get a primary IPv6 address.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ipv6: bool,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl TemplateSpec {
@@ -872,19 +892,36 @@ impl TemplateSpec {
                     .build(),
             );
         }
-        match self.public_ip {
-            // A public address is set on the primary interface, which then
-            // carries the security groups.
-            Some(public) => {
-                data = data.network_interfaces(
-                    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                        .device_index(0)
-                        .associate_public_ip_address(public)
-                        .set_groups(Some(self.security_group_ids.clone()))
-                        .build(),
-                );
+        let interface = |card: i64| {
+            let mut i = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                .set_associate_public_ip_address(self.public_ip)
+                .set_groups(Some(self.security_group_ids.clone()));
+            if self.efa_interfaces > 0 {
+                // One EFA per network card; the first card's is the
+                // primary interface, the others device 1 (Karpenter's
+                // layout, so one card keeps priority for a public address).
+                i = i
+                    .network_card_index(i32::try_from(card).unwrap_or(0))
+                    .device_index(if card == 0 { 0 } else { 1 })
+                    .interface_type("efa");
+            } else {
+                i = i.device_index(0);
             }
-            None => data = data.set_security_group_ids(Some(self.security_group_ids.clone())),
+            if self.ipv6 {
+                i = i.primary_ipv6(true).ipv6_address_count(1);
+            }
+            i.build()
+        };
+        if self.efa_interfaces > 0 {
+            for card in 0..self.efa_interfaces {
+                data = data.network_interfaces(interface(card));
+            }
+        } else if self.public_ip.is_some() || self.ipv6 {
+            // A public address or a primary IPv6 address is set on the
+            // primary interface, which then carries the security groups.
+            data = data.network_interfaces(interface(0));
+        } else {
+            data = data.set_security_group_ids(Some(self.security_group_ids.clone()));
         }
         data.build()
     }
@@ -951,6 +988,32 @@ impl LaunchPlan {
             o.instance_type == instance_type
                 && (subnet.is_some_and(|s| s == o.subnet_id) || zone.is_some_and(|z| z == o.zone))
         })
+    }
+
+    /// The zones the plan launches into, each with the fewest pods of its
+    /// instance types there (`pods_of` by type): the addresses a node of
+    /// the launch takes at least, one per pod with the VPC CNI, which
+    /// Karpenter counts against the zone's subnet while the launch is in
+    /// flight.
+    pub fn zone_pods(&self, pods_of: impl Fn(&str) -> i64) -> BTreeMap<String, i64> {
+        let mut out: BTreeMap<String, i64> = BTreeMap::new();
+        for o in self.configs.iter().flat_map(|(_, o)| o) {
+            let pods = pods_of(&o.instance_type);
+            out.entry(o.zone.clone())
+                .and_modify(|p| *p = (*p).min(pods))
+                .or_insert(pods);
+        }
+        out
+    }
+
+    /// Launches every override of a zone through `subnets[zone]` (the
+    /// subnet chosen with the launches in flight counted).
+    pub fn use_subnets(&mut self, subnets: &BTreeMap<String, String>) {
+        for o in self.configs.iter_mut().flat_map(|(_, o)| o) {
+            if let Some(s) = subnets.get(&o.zone) {
+                o.subnet_id.clone_from(s);
+            }
+        }
     }
 
     /// The zone of a subnet the plan launches into.
@@ -1045,8 +1108,12 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
 
     let mut allowed_any = false;
     let mut known_out = Vec::new();
-    // (price, type, zone, capacity type, subnet, image, max pods)
-    let mut candidates: Vec<(f64, &str, &str, &str, &str, &Ami, i64)> = Vec::new();
+    // EFA interfaces are attached only for a NodeClaim that requests EFA
+    // (Karpenter's rule): one per the type's `vpc.amazonaws.com/efa`.
+    let wants_efa = requests.get(EFA) > 0;
+    // (price, type, zone, capacity type, subnet, image, max pods, EFAs)
+    #[allow(clippy::type_complexity)]
+    let mut candidates: Vec<(f64, &str, &str, &str, &str, &Ami, i64, i64)> = Vec::new();
     for it in input.types {
         if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
             continue;
@@ -1080,6 +1147,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                     subnet,
                     image,
                     it.capacity.get(PODS),
+                    if wants_efa { it.capacity.get(EFA) } else { 0 },
                 ));
             }
         }
@@ -1233,7 +1301,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     );
     let spot = capacity_type == crate::api::CAPACITY_TYPE_SPOT;
     let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
-    for (price, it, zone, _, subnet, image, pods) in candidates {
+    for (price, it, zone, _, subnet, image, pods, efa) in candidates {
         let o = Override {
             instance_type: it.to_string(),
             zone: zone.to_string(),
@@ -1242,10 +1310,9 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             priority: priority.as_ref().map(|_| rank(it)),
         };
         let user_data = &user_data_of[&pods];
-        match configs
-            .iter_mut()
-            .find(|(t, _)| t.image_id == image.id && t.user_data == *user_data)
-        {
+        match configs.iter_mut().find(|(t, _)| {
+            t.image_id == image.id && t.user_data == *user_data && t.efa_interfaces == efa
+        }) {
             Some((_, overrides)) => overrides.push(o),
             None => configs.push((
                 TemplateSpec {
@@ -1261,6 +1328,8 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                     tenancy: (tenancy == TENANCY_DEDICATED).then(|| tenancy.to_string()),
                     tags: tags.clone(),
                     spot,
+                    efa_interfaces: efa,
+                    ipv6: input.cluster.access.ipv6(),
                 },
                 vec![o],
             )),
@@ -1433,6 +1502,7 @@ mod tests {
             endpoint: Some("https://ABC.gr7.us-east-1.eks.amazonaws.com".into()),
             ca_bundle: Some("Q0EK".into()),
             service_cidr: Some("10.100.0.0/16".into()),
+            dns_ip: None,
         }
     }
 
@@ -1808,8 +1878,29 @@ mod tests {
             tenancy: None,
             tags: BTreeMap::from([("team".to_string(), "a".to_string())]),
             spot: true,
+            efa_interfaces: 0,
+            ipv6: false,
         };
         let name = t.name("prod");
+        // Without EFA nor IPv6 the hashed form is what it was before those
+        // existed, so the templates already made keep their names.
+        let canonical = serde_json::to_string(&t).expect("json");
+        assert!(
+            !canonical.contains("\"efa_interfaces\"") && !canonical.contains("\"ipv6\""),
+            "{canonical}"
+        );
+        for change in [
+            TemplateSpec {
+                efa_interfaces: 1,
+                ..t.clone()
+            },
+            TemplateSpec {
+                ipv6: true,
+                ..t.clone()
+            },
+        ] {
+            assert_ne!(change.name("prod"), name);
+        }
         assert!(name.starts_with("dovetail/prod/") && name.len() == "dovetail/prod/".len() + 16);
         assert_eq!(name, t.clone().name("prod"));
         let mut other = t.clone();
@@ -2326,6 +2417,181 @@ mod tests {
             );
         }
         assert_ne!(p.configs[0].0.name("prod"), p.configs[1].0.name("prod"));
+    }
+
+    fn plan_with(claim: &NodeClaim, types: &[InstanceType], a: &ClusterAccess) -> LaunchPlan {
+        let class = EC2NodeClass::test("default");
+        let r = resolution();
+        let none = BTreeSet::new();
+        plan(
+            claim,
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: "prod",
+                    access: a,
+                },
+                class: &class,
+                family: Family::Al2023,
+                resolution: &r,
+                types,
+                unavailable: &none,
+                unavailable_subnets: &BTreeSet::new(),
+                spot_unavailable: false,
+            },
+        )
+        .expect("plans")
+    }
+
+    /// One interface CreateLaunchTemplate is asked for: (network card,
+    /// device, type, primary IPv6).
+    type Interface = (Option<i32>, Option<i32>, Option<String>, bool);
+
+    fn interfaces(t: &TemplateSpec) -> Vec<Interface> {
+        t.request_data()
+            .network_interfaces()
+            .iter()
+            .map(|i| {
+                assert!(!i.groups().is_empty(), "the interface carries the groups");
+                (
+                    i.network_card_index(),
+                    i.device_index(),
+                    i.interface_type().map(str::to_string),
+                    i.primary_ipv6() == Some(true),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn efa_interfaces_are_attached_only_when_the_claim_requests_efa() {
+        let mut types = plan_input_types();
+        // c5.large stands in for an EFA type with two network cards.
+        types[1].capacity.set(EFA, 2);
+        types[1].allocatable.set(EFA, 2);
+        let a = access();
+        let mut efa_claim = claim_allowing(&["on-demand"]);
+        efa_claim.spec.resources = Some(crate::api::nodeclaim::NodeClaimResources {
+            requests: Some(BTreeMap::from([(
+                EFA.to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+            )])),
+        });
+        let p = plan_with(&efa_claim, &types, &a);
+        // Only the EFA type fits; its template attaches one EFA per card.
+        assert_eq!(launched_types(&p), BTreeSet::from(["c5.large".to_string()]));
+        let (t, _) = &p.configs[0];
+        assert_eq!(t.efa_interfaces, 2);
+        assert_eq!(
+            interfaces(t),
+            vec![
+                (Some(0), Some(0), Some("efa".to_string()), false),
+                (Some(1), Some(1), Some("efa".to_string()), false),
+            ]
+        );
+        assert!(t.request_data().security_group_ids().is_empty());
+
+        // Without the request, the EFA type launches with a plain
+        // interface, and its template is the one it always had.
+        let plain = plan_with(&claim_allowing(&["on-demand"]), &types, &a);
+        for (t, _) in &plain.configs {
+            assert_eq!(t.efa_interfaces, 0);
+            assert!(t.request_data().network_interfaces().is_empty());
+            assert!(!t.request_data().security_group_ids().is_empty());
+            assert!(
+                !serde_json::to_string(t)
+                    .expect("json")
+                    .contains("\"efa_interfaces\"")
+            );
+        }
+        assert!(launched_types(&plain).contains("c5.large"));
+    }
+
+    #[test]
+    fn ipv6_clusters_get_a_primary_ipv6_address_and_their_dns() {
+        let a = ClusterAccess {
+            service_cidr: Some("fd00:ab12:cd34::/108".into()),
+            ..access()
+        };
+        assert!(a.ipv6());
+        let cluster = ClusterInfo {
+            name: "prod",
+            access: &a,
+        };
+        assert_eq!(cluster.dns_ip().as_deref(), Some("fd00:ab12:cd34::a"));
+        let v4 = access();
+        let with_dns = ClusterAccess {
+            dns_ip: Some("172.20.0.10".into()),
+            ..v4.clone()
+        };
+        assert_eq!(
+            ClusterInfo {
+                name: "prod",
+                access: &v4
+            }
+            .dns_ip()
+            .as_deref(),
+            Some("10.100.0.10")
+        );
+        // The kube-dns Service's address wins over the CIDR's .10.
+        assert_eq!(
+            ClusterInfo {
+                name: "prod",
+                access: &with_dns
+            }
+            .dns_ip()
+            .as_deref(),
+            Some("172.20.0.10")
+        );
+        let p = plan_with(&claim_allowing(&["on-demand"]), &plan_input_types(), &a);
+        for (t, _) in &p.configs {
+            assert!(t.ipv6);
+            assert_eq!(interfaces(t), vec![(None, Some(0), None, true)]);
+        }
+        // AL2 is told its IP family.
+        let class = EC2NodeClass::test("default");
+        let al2 = user_data(Family::Al2, &class, cluster, &Registration::default(), 29)
+            .expect("user data");
+        assert!(
+            al2.contains("--ip-family ipv6 --dns-cluster-ip 'fd00:ab12:cd34::a'"),
+            "{al2}"
+        );
+        let al2_v4 = user_data(
+            Family::Al2,
+            &class,
+            ClusterInfo {
+                name: "prod",
+                access: &v4,
+            },
+            &Registration::default(),
+            29,
+        )
+        .expect("user data");
+        assert!(!al2_v4.contains("--ip-family"), "{al2_v4}");
+    }
+
+    #[test]
+    fn zonal_subnets_replace_the_plans_and_zone_pods_take_the_fewest() {
+        let mut p = plan_with(
+            &claim_allowing(&["on-demand"]),
+            &plan_input_types(),
+            &access(),
+        );
+        let pods = p.zone_pods(|t| if t == "c5.large" { 8 } else { 29 });
+        assert_eq!(
+            pods,
+            BTreeMap::from([("us-east-1a".to_string(), 8), ("us-east-1b".to_string(), 8)])
+        );
+        p.use_subnets(&BTreeMap::from([(
+            "us-east-1b".to_string(),
+            "subnet-other".to_string(),
+        )]));
+        for o in p.configs.iter().flat_map(|(_, o)| o) {
+            if o.zone == "us-east-1b" {
+                assert_eq!(o.subnet_id, "subnet-other");
+            } else {
+                assert_ne!(o.subnet_id, "subnet-other");
+            }
+        }
     }
 
     #[test]

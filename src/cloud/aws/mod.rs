@@ -21,6 +21,12 @@
 //!   NodeClaim (a lone launch carries the tag from the start). Callers must
 //!   launch concurrently to benefit; a lone launch waits the idle window
 //!   (35 ms by default) first.
+//! - **Subnets** ([`subnets`]): each zone's subnet for a launch is chosen
+//!   with the launches in flight counted against the free addresses the
+//!   last DescribeSubnets reported, and given back after CreateFleet.
+//! - **Cluster** ([`AwsProvider::discover_cluster`]): the endpoint, CA and
+//!   service CIDR nodes join with, from `eks:DescribeCluster` where the
+//!   configuration lacks them.
 //! - **Instances** ([`instances`]): `list` is DescribeInstances filtered by
 //!   the cluster tag and `karpenter.sh/nodepool`; `get` and `delete` go by
 //!   instance id; [`CloudProvider::is_drifted`] reads a list kept for
@@ -43,6 +49,7 @@ pub mod instances;
 pub mod launch;
 pub mod nodeclass;
 pub mod pricing;
+pub mod subnets;
 
 pub use background::{Background, Registered, VersionSource};
 pub use config::{AwsConfig, ClusterAccess, kubernetes_version};
@@ -229,6 +236,12 @@ pub struct AwsProvider {
     zone_ids: Mutex<BTreeMap<String, String>>,
     /// Instances known to carry their node's `Name` tag.
     named: Mutex<BTreeSet<String>>,
+    eks: aws_sdk_eks::Client,
+    /// What nodes need to join: the configuration's, with what
+    /// [`AwsProvider::discover_cluster`] found.
+    cluster: Mutex<config::ClusterAccess>,
+    /// Free addresses per subnet, launches in flight counted.
+    subnet_ips: Mutex<subnets::SubnetIps>,
 }
 
 /// Subnets out of addresses and capacity types that cannot launch, each
@@ -296,7 +309,11 @@ impl AwsProvider {
                 .build(),
         );
         let kubernetes_version = Mutex::new(config.kubernetes_version.clone());
+        let cluster = Mutex::new(config.cluster.clone());
         Ok(AwsProvider {
+            eks: config::eks_client(sdk),
+            cluster,
+            subnet_ips: Mutex::new(subnets::SubnetIps::default()),
             kubernetes_version,
             config,
             region,
@@ -349,6 +366,7 @@ impl AwsProvider {
         for subnet in &outcome.full_subnets {
             tracing::warn!(subnet = %subnet, "no free address in the subnet; skipping it for 3 minutes");
             marks.subnets.insert(subnet.clone(), until);
+            lock(&self.subnet_ips).full(subnet);
         }
         if outcome.spot_role_missing {
             tracing::warn!(
@@ -755,7 +773,116 @@ impl AwsProvider {
             retry: &self.config.retry,
             ssm_root: &self.config.ssm_parameter_root,
             kubernetes_version,
+            subnet_ips: Some(&self.subnet_ips),
         }
+    }
+
+    /// What nodes need to join the cluster, as known now.
+    pub fn cluster_access(&self) -> config::ClusterAccess {
+        lock(&self.cluster).clone()
+    }
+
+    /// Completes what nodes need to join the cluster, as Karpenter does at
+    /// start: `dns_ip` (the kube-dns Service's ClusterIP) where the
+    /// configuration sets none, and the endpoint, certificate authority
+    /// (`kube_ca` first: the controller's own trust, as Karpenter reads its
+    /// REST config) and service CIDR from `eks:DescribeCluster` where the
+    /// configuration lacks them. Without an endpoint, a failed
+    /// DescribeCluster is an error (Karpenter exits); with one (a cluster
+    /// not on EKS, or one whose flags give the rest) it is logged, and the
+    /// service CIDR is asked for again when an AL2023 launch needs it.
+    pub async fn discover_cluster(
+        &self,
+        kube_ca: Option<&str>,
+        dns_ip: Option<String>,
+    ) -> Result<config::ClusterAccess, CloudError> {
+        let mut access = self.cluster_access();
+        if access.dns_ip.is_none() {
+            access.dns_ip = dns_ip;
+        }
+        if access.ca_bundle.is_none() {
+            access.ca_bundle = kube_ca.map(str::to_string);
+        }
+        if access.incomplete() {
+            match config::describe_cluster(&self.eks, &self.config.retry, &self.config.cluster_name)
+                .await
+            {
+                Ok(described) => {
+                    access.fill(&described);
+                    tracing::info!(
+                        endpoint = ?access.endpoint,
+                        service_cidr = ?access.service_cidr,
+                        ip_family = ?described.ip_family,
+                        "discovered the cluster with eks:DescribeCluster"
+                    );
+                }
+                Err(e) if access.endpoint.is_some() => {
+                    tracing::warn!(error = %e, "eks:DescribeCluster failed; using the cluster settings given");
+                }
+                Err(e) => return Err(CloudError::from(e)),
+            }
+        }
+        *lock(&self.cluster) = access.clone();
+        Ok(access)
+    }
+
+    /// The cluster access for a launch of `family`: AL2023 needs the
+    /// service CIDR, which is asked of EKS if still unknown (Karpenter
+    /// resolves it when an AL2023 node class is validated); a failure
+    /// makes the node class not ready for now.
+    async fn cluster_access_for(
+        &self,
+        family: Family,
+        class: &EC2NodeClass,
+    ) -> Result<config::ClusterAccess, CloudError> {
+        let access = self.cluster_access();
+        if family != Family::Al2023 || access.service_cidr.is_some() {
+            return Ok(access);
+        }
+        match config::describe_cluster(&self.eks, &self.config.retry, &self.config.cluster_name)
+            .await
+        {
+            Ok(d) if d.service_cidr.is_some() => {
+                let mut c = lock(&self.cluster);
+                c.service_cidr.clone_from(&d.service_cidr);
+                Ok(c.clone())
+            }
+            Ok(_) => Err(CloudError::NodeClassNotReady {
+                name: class.metadata.name.clone().unwrap_or_default(),
+                reason: "eks:DescribeCluster reports no service CIDR, which AL2023's NodeConfig needs (give --service-cidr)".to_string(),
+            }),
+            Err(e) => Err(CloudError::NodeClassNotReady {
+                name: class.metadata.name.clone().unwrap_or_default(),
+                reason: format!("detecting the cluster's service CIDR for AL2023 (or give --service-cidr): {e}"),
+            }),
+        }
+    }
+
+    /// Chooses each zone's subnet for `plan` with the launches in flight
+    /// counted ([`subnets`]), and points the plan's overrides at them.
+    /// Returns what was counted, for [`subnets::SubnetIps::release`].
+    fn choose_subnets(
+        &self,
+        plan: &mut LaunchPlan,
+        resolution: &NodeClassResolution,
+        full_subnets: &BTreeSet<String>,
+        types: &[InstanceType],
+    ) -> Vec<subnets::Reservation> {
+        let pods = plan.zone_pods(|t| {
+            types
+                .iter()
+                .find(|it| it.name == t)
+                .map_or(0, |it| it.capacity.get(crate::model::quantity::PODS))
+        });
+        let candidates = resolution
+            .subnets
+            .iter()
+            .filter(|s| pods.contains_key(&s.zone) && !full_subnets.contains(&s.id))
+            .map(|s| (s.zone.as_str(), s.id.as_str()));
+        let (chosen, reservations) =
+            lock(&self.subnet_ips).choose(candidates, |z| pods.get(z).copied().unwrap_or(0));
+        plan.use_subnets(&chosen);
+        reservations
     }
 
     /// The key of a node class's cached resolution: its spec and the
@@ -1543,12 +1670,13 @@ impl CloudProvider for AwsProvider {
         let types = self.unmarked_instance_types(nodeclass).await?;
         let (full_subnets, spot_out) = self.active_marks();
         let family = Family::of(nodeclass);
-        let plan = launch::plan(
+        let access = self.cluster_access_for(family, nodeclass).await?;
+        let mut plan = launch::plan(
             claim,
             &PlanInput {
                 cluster: ClusterInfo {
                     name: &self.config.cluster_name,
-                    access: &self.config.cluster,
+                    access: &access,
                 },
                 class: nodeclass,
                 family,
@@ -1559,7 +1687,16 @@ impl CloudProvider for AwsProvider {
                 spot_unavailable: spot_out,
             },
         )?;
-        let (fleet, refused) = self.launch_batched(&plan, &name).await?;
+        let reservations = self.choose_subnets(&mut plan, &resolution, &full_subnets, &types);
+        let launched = self.launch_batched(&plan, &name).await;
+        lock(&self.subnet_ips).release(
+            &reservations,
+            launched
+                .as_ref()
+                .ok()
+                .and_then(|(f, _)| f.subnet_id.as_deref()),
+        );
+        let (fleet, refused) = launched?;
         let chosen = plan.find(
             &fleet.instance_type,
             fleet.subnet_id.as_deref(),

@@ -244,6 +244,9 @@ pub struct Resolver<'a> {
     pub retry: &'a RetrySettings,
     pub ssm_root: &'a str,
     pub kubernetes_version: Option<&'a str>,
+    /// Where the subnets' free addresses are recorded (in-flight launches
+    /// are counted against them: [`super::subnets`]).
+    pub subnet_ips: Option<&'a std::sync::Mutex<super::subnets::SubnetIps>>,
 }
 
 impl Resolver<'_> {
@@ -259,7 +262,18 @@ impl Resolver<'_> {
             if let Some(id) = &term.id {
                 filters.push(filter("subnet-id", id));
             }
-            for s in self.describe_subnets(filters).await? {
+            let found = self.describe_subnets(filters).await?;
+            if let Some(ips) = self.subnet_ips {
+                let mut ips = ips
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                for s in &found {
+                    if let Some(id) = s.subnet_id() {
+                        ips.observe(id, i64::from(s.available_ip_address_count().unwrap_or(0)));
+                    }
+                }
+            }
+            for s in found {
                 if let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) {
                     subnets.insert(
                         id.to_string(),
