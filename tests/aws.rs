@@ -273,11 +273,21 @@ impl Env {
         let mut names: Vec<String> = out
             .launch_templates()
             .iter()
+            .filter(|t| !validation_template(t))
             .filter_map(|t| t.launch_template_name().map(str::to_string))
             .collect();
         names.sort();
         names
     }
+}
+
+/// Whether a launch template is the one validation made for its dry-runs
+/// (a launch of no NodePool, as Karpenter's validation NodeClaim: tagged
+/// `karpenter.sh/nodepool` empty), which no launch uses.
+fn validation_template(t: &aws_sdk_ec2::types::LaunchTemplate) -> bool {
+    t.tags()
+        .iter()
+        .any(|tag| tag.key() == Some("karpenter.sh/nodepool") && tag.value() == Some(""))
 }
 
 /// A NodeClaim of pool `default` for the node class `default`, allowing
@@ -456,18 +466,41 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
         lost.spec.ami_selector_terms[0].alias = Some("bottlerocket@latest".into());
         let r2 = aws.resolve_node_class(&lost).await.expect("resolves");
         assert!(!r2.is_ready());
+        let failing = |r: &dovetail::cloud::NodeClassResolution, condition: &str, reason: &str| {
+            r.problems
+                .iter()
+                .any(|p| p.condition.as_str() == condition && p.reason == reason)
+        };
         assert!(
-            r2.problems
-                .contains(&"no subnet matched subnetSelectorTerms".to_string()),
+            failing(&r2, "SubnetsReady", "SubnetsNotFound"),
             "{:?}",
             r2.problems
         );
         assert!(
-            r2.problems
-                .iter()
-                .any(|p| p.starts_with("no AMI matched amiSelectorTerms")),
+            failing(&r2, "AMIsReady", "AMINotFound"),
             "{:?}",
             r2.problems
+        );
+        assert!(
+            failing(&r2, "ValidationSucceeded", "DependenciesNotReady"),
+            "{:?}",
+            r2.problems
+        );
+        // The status conditions: each dependent, and Ready naming the
+        // failing ones.
+        let conds = r2.conditions();
+        let ready = conds.iter().find(|c| c.type_ == "Ready").expect("Ready");
+        assert!(!ready.status);
+        assert_eq!(ready.reason, "UnhealthyDependents");
+        assert_eq!(
+            ready.message,
+            "AMIsReady=False, SubnetsReady=False, ValidationSucceeded=False"
+        );
+        assert!(
+            conds
+                .iter()
+                .any(|c| c.type_ == "SecurityGroupsReady" && c.status),
+            "{conds:?}"
         );
 
         // A field dovetail does not implement: the class is not ready, and
@@ -476,7 +509,11 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
         cpu.spec.cpu_options = Some(Default::default());
         let r3 = aws.resolve_node_class(&cpu).await.expect("resolves");
         assert!(
-            r3.problems.iter().any(|p| p.starts_with("spec.cpuOptions")),
+            r3.problems
+                .iter()
+                .any(|p| p.message.starts_with("spec.cpuOptions")
+                    && p.condition.as_str() == "ValidationSucceeded"
+                    && p.reason == "UnsupportedField"),
             "{:?}",
             r3.problems
         );
@@ -569,7 +606,9 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
             .cleanup_launch_templates(std::slice::from_ref(&class))
             .await
             .expect("cleans");
-        assert_eq!(deleted, templates);
+        // The launch's template and validation's, both of the old image.
+        assert_eq!(deleted.len(), 2, "{deleted:?}");
+        assert!(templates.iter().all(|t| deleted.contains(t)), "{deleted:?}");
         assert!(env.launch_templates().await.is_empty());
         let c = claim("default-c", &["m5.large"]);
         let third = aws
@@ -581,11 +620,11 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
         let now = env.launch_templates().await;
         assert_eq!(now.len(), 1);
         assert_ne!(now, templates);
-        // A node class that is gone takes its templates with it.
-        assert_eq!(
-            aws.cleanup_launch_templates(&[]).await.expect("cleans"),
-            now
-        );
+        // A node class that is gone takes its templates with it
+        // (validation's too).
+        let gone = aws.cleanup_launch_templates(&[]).await.expect("cleans");
+        assert_eq!(gone.len(), 2, "{gone:?}");
+        assert!(gone.contains(&now[0]), "{gone:?}");
 
         // Delete: gone, then not found.
         aws.delete(&i.provider_id).await.expect("terminates");
@@ -1537,7 +1576,11 @@ async fn read_back(env: &Env, class: &str) -> Vec<ReadBack> {
         .await
         .expect("DescribeLaunchTemplates");
     let mut out = Vec::new();
-    for t in templates.launch_templates() {
+    for t in templates
+        .launch_templates()
+        .iter()
+        .filter(|t| !validation_template(t))
+    {
         let versions = env
             .ec2
             .describe_launch_template_versions()
@@ -2234,7 +2277,9 @@ fn a_launch_template_deleted_out_of_band_is_recreated_by_the_next_launch() {
             names,
             "the same template again"
         );
-        assert_eq!(proxy.count("CreateLaunchTemplate"), 2);
+        // Validation's template (for its dry-runs), the launch's, and the
+        // launch's again.
+        assert_eq!(proxy.count("CreateLaunchTemplate"), 3);
         assert_eq!(
             env.tags(&second.instance.id).await["karpenter.sh/nodeclaim"],
             "lt-2"
@@ -2668,7 +2713,9 @@ fn role_based_node_classes_get_adopt_and_garbage_collect_instance_profiles() {
         let r = aws.resolve_node_class(&missing).await.expect("resolves");
         assert!(!r.is_ready());
         assert!(
-            r.problems.iter().any(|p| p.starts_with("spec.role") && p.contains("NoSuchRole")),
+            r.problems.iter().any(|p| p.message.starts_with("spec.role")
+                && p.message.contains("NoSuchRole")
+                && p.condition.as_str() == "InstanceProfileReady"),
             "{:?}",
             r.problems
         );
@@ -3074,5 +3121,390 @@ fn the_iam_policy_scopes_every_write_to_what_dovetail_tags() {
         )
         .with("iam:PassedToService", &["ec2.amazonaws.com"]);
         assert!(allowed(&pass).is_some());
+    });
+}
+
+/// `dovetail aws resolve` end to end against moto: the report holds what
+/// the class really resolves to, a class that resolves to nothing names
+/// its problems, and nothing is written to AWS.
+#[test]
+fn aws_resolve_reports_the_resolution_and_writes_nothing() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    let region = "eu-west-3";
+    let cluster = "resolvecli";
+    let env = rt.block_on(Env::new(&moto.endpoint(), region, cluster));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let class_path = dir.path().join("class.yaml");
+    let yaml = format!(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: cli}}\n\
+         spec:\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  role: KarpenterNodeRole-{cluster}\n  \
+         subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n  \
+         securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {cluster}}}}}]\n  \
+         tags: {{team: platform}}\n"
+    );
+    std::fs::write(&class_path, &yaml).expect("write");
+    let prices = root().join("tests/fixtures/aws/prices.json");
+    let run = |class: &Path, extra: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_dovetail"))
+            .args(["aws", "resolve", "--nodeclass"])
+            .arg(class)
+            .args(["--cluster-name", cluster, "--kubernetes-version", K8S])
+            .args(["--ssm-parameter-root", env.ssm_root.as_str()])
+            .args(["--service-cidr", "10.100.0.0/16"])
+            .args(["--cluster-endpoint", "https://example.eks.amazonaws.com"])
+            .args([
+                "--cluster-ca-bundle",
+                "Q0E=",
+                "--isolated-vpc",
+                "--pricing-file",
+            ])
+            .arg(&prices)
+            .args(extra)
+            .envs(moto.sdk_env(region))
+            .output()
+            .expect("runs dovetail");
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8(output.stdout).expect("UTF-8"),
+            String::from_utf8(output.stderr).expect("UTF-8"),
+        )
+    };
+
+    // JSON: the real ids, each image's term, the subnets' free addresses.
+    let (code, stdout, stderr) = run(&class_path, &["--instance-type", "m5.large", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}\n{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["nodeclass"], "cli");
+    assert_eq!(doc["ready"], true);
+    let amis = doc["amis"].as_array().expect("amis");
+    assert_eq!(amis.len(), 1, "{amis:?}");
+    assert_eq!(amis[0]["id"], env.images[0].as_str());
+    assert_eq!(amis[0]["architecture"], "amd64");
+    assert_eq!(amis[0]["variant"], "standard");
+    assert_eq!(amis[0]["term"], "amiSelectorTerms[0] (alias al2023@latest)");
+    let mut subnets: Vec<(String, String)> = doc["subnets"]
+        .as_array()
+        .expect("subnets")
+        .iter()
+        .map(|s| {
+            assert!(s["free_addresses"].as_i64().unwrap_or(0) > 0, "{s}");
+            (
+                s["id"].as_str().unwrap_or_default().to_string(),
+                s["zone"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    subnets.sort();
+    let mut want = env.subnets.clone();
+    want.sort();
+    assert_eq!(subnets, want);
+    assert_eq!(doc["security_groups"][0]["id"], env.security_group.as_str());
+    let profile = doc["instance_profile"].as_str().expect("a profile");
+    assert!(profile.starts_with(&format!("{cluster}_")), "{profile}");
+    let conditions: Vec<(String, String)> = doc["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or_default().to_string(),
+                c["status"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    for t in [
+        "AMIsReady",
+        "SubnetsReady",
+        "SecurityGroupsReady",
+        "InstanceProfileReady",
+        "ValidationSucceeded",
+        "PlacementGroupReady",
+        "Ready",
+    ] {
+        assert!(
+            conditions.contains(&(t.to_string(), "True".to_string())),
+            "{t}: {conditions:?}"
+        );
+    }
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("would create instance profile"), "{notes}");
+    assert!(notes.contains("would create launch template"), "{notes}");
+    // The launch of m5.large: the launch path's template and user data.
+    let launch = &doc["launches"][0];
+    assert_eq!(launch["instance_type"], "m5.large");
+    assert_eq!(
+        launch["launch_template"]["image_id"],
+        env.images[0].as_str()
+    );
+    assert_eq!(
+        launch["launch_template"]["security_group_ids"][0],
+        env.security_group.as_str()
+    );
+    assert_eq!(launch["launch_template"]["instance_profile"], profile);
+    assert_eq!(launch["launch_template"]["tags"]["team"], "platform");
+    let user_data = launch["user_data"].as_str().expect("user data");
+    assert!(user_data.contains(r#""kind": "NodeConfig""#), "{user_data}");
+    assert!(
+        user_data.contains(&format!(r#""name": "{cluster}""#)),
+        "{user_data}"
+    );
+    assert!(
+        launch["launch_template_name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with(&format!("dovetail/{cluster}/"))),
+        "{launch}"
+    );
+
+    // Text: the same ids, readably.
+    let (code, text, stderr) = run(&class_path, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(text.contains("Ready: True"), "{text}");
+    assert!(text.contains(env.images[0].as_str()), "{text}");
+    assert!(
+        text.contains("<- amiSelectorTerms[0] (alias al2023@latest)"),
+        "{text}"
+    );
+    for (id, zone) in &env.subnets {
+        assert!(
+            text.contains(id.as_str()) && text.contains(zone.as_str()),
+            "{text}"
+        );
+    }
+    assert!(text.contains(env.security_group.as_str()), "{text}");
+
+    // Nothing was written: no instance profile, no launch template.
+    rt.block_on(async {
+        let sdk = moto::sdk_config(&moto.endpoint(), region).await;
+        let profiles = aws_sdk_iam::Client::new(&sdk)
+            .list_instance_profiles()
+            .send()
+            .await
+            .expect("ListInstanceProfiles");
+        assert!(
+            !profiles
+                .instance_profiles()
+                .iter()
+                .any(|p| p.instance_profile_name() == profile),
+            "an instance profile was created"
+        );
+        let templates = env
+            .ec2
+            .describe_launch_templates()
+            .send()
+            .await
+            .expect("DescribeLaunchTemplates");
+        assert!(
+            !templates.launch_templates().iter().any(|t| t
+                .launch_template_name()
+                .is_some_and(|n| n.starts_with(&format!("dovetail/{cluster}/")))),
+            "a launch template was created"
+        );
+    });
+
+    // A class that resolves to nothing names each problem, and exits 1.
+    let lost_path = dir.path().join("lost.yaml");
+    std::fs::write(
+        &lost_path,
+        yaml.replace(
+            &format!("karpenter.sh/discovery: {cluster}}}}}]\n  securityGroup"),
+            "karpenter.sh/discovery: nobody}}]\n  securityGroup",
+        )
+        .replace("al2023@latest", "bottlerocket@latest"),
+    )
+    .expect("write");
+    let (code, stdout, stderr) = run(&lost_path, &["-o", "json"]);
+    assert_eq!(code, 1, "{stderr}\n{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["ready"], false);
+    let problems: Vec<(String, String)> = doc["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .map(|p| {
+            (
+                p["condition"].as_str().unwrap_or_default().to_string(),
+                p["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    for (condition, reason) in [
+        ("SubnetsReady", "SubnetsNotFound"),
+        ("AMIsReady", "AMINotFound"),
+        ("ValidationSucceeded", "DependenciesNotReady"),
+    ] {
+        assert!(
+            problems.contains(&(condition.to_string(), reason.to_string())),
+            "{condition}: {problems:?}"
+        );
+    }
+    let (code, text, _) = run(&lost_path, &[]);
+    assert_eq!(code, 1);
+    assert!(text.contains("Ready: False"), "{text}");
+    assert!(
+        text.contains("SubnetsReady (SubnetsNotFound): SubnetSelector did not match any Subnets"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "UnhealthyDependents: AMIsReady=False, SubnetsReady=False, ValidationSucceeded=False"
+        ),
+        "{text}"
+    );
+
+    // An instance type the region does not offer is bad input.
+    let (code, _, stderr) = run(&class_path, &["--instance-type", "m99.huge"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("m99.huge"), "{stderr}");
+}
+
+#[test]
+fn aws_resolve_rejects_bad_input_before_calling_aws() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = |path: &Path| {
+        crate::support::dovetail(&[
+            "aws",
+            "resolve",
+            "--cluster-name",
+            "c",
+            "--nodeclass",
+            path.to_str().expect("UTF-8 path"),
+        ])
+    };
+    let out = run(Path::new("no/such.yaml"));
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no/such.yaml"), "{}", out.stderr);
+    assert!(out.stderr.contains("hint: "), "{}", out.stderr);
+
+    let pool = dir.path().join("pool.yaml");
+    std::fs::write(
+        &pool,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\n",
+    )
+    .expect("write");
+    let out = run(&pool);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("pool.yaml:2: kind: NodePool is not an EC2NodeClass"),
+        "{}",
+        out.stderr
+    );
+
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, "kind: EC2NodeClass\nspec: [\n").expect("write");
+    let out = run(&broken);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("broken.yaml"), "{}", out.stderr);
+    assert!(out.stderr.contains("line"), "{}", out.stderr);
+
+    let field = dir.path().join("field.yaml");
+    std::fs::write(
+        &field,
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: x}\nspec:\n  amiSelectorTerms: 3\n",
+    )
+    .expect("write");
+    let out = run(&field);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("field.yaml"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("amiSelectorTerms") || out.stderr.contains("line 5"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `ValidationSucceeded`: the launch's authorization dry-runs through the
+/// fault proxy (moto honours `DryRun` and answers `DryRunOperation`; the
+/// proxy denies what a policy would), and the decision is cached.
+#[test]
+fn validation_dry_runs_the_launch_and_names_the_denied_action() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "ap-south-1", "validate").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let class = env.nodeclass();
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert!(r.is_ready(), "{:?}", r.problems);
+        assert_eq!(proxy.dry_runs("CreateLaunchTemplate"), 1);
+        assert_eq!(proxy.dry_runs("CreateFleet"), 1);
+        assert_eq!(proxy.dry_runs("RunInstances"), 1);
+        // The fleet dry-run carries the launch's tags.
+        let body = proxy
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.action == "CreateFleet" && s.dry_run)
+            .map(|s| s.body.clone())
+            .expect("a fleet dry-run");
+        assert!(body.contains("team"), "{body}");
+        assert!(body.contains("karpenter.sh%2Fnodepool"), "{body}");
+        // Decided: the next resolution does not dry-run again.
+        let again = aws.resolve_node_class(&class).await.expect("resolves");
+        assert!(again.is_ready());
+        assert_eq!(proxy.dry_runs("CreateFleet"), 1);
+
+        // A policy without CreateFleet: ValidationSucceeded is False and
+        // names it, Ready names ValidationSucceeded.
+        proxy.faults.lock().unwrap().deny.insert("CreateFleet".to_string());
+        let mut denied = class.clone();
+        denied.metadata.name = Some("denied".into());
+        let r = aws.resolve_node_class(&denied).await.expect("resolves");
+        assert!(!r.is_ready());
+        let p = &r.problems[0];
+        assert_eq!(p.condition.as_str(), "ValidationSucceeded");
+        assert_eq!(p.reason, "CreateFleetAuthCheckFailed");
+        assert!(
+            p.message.starts_with("Controller isn't authorized to call ec2:CreateFleet: UnauthorizedOperation"),
+            "{}",
+            p.message
+        );
+        let ready = r.conditions().into_iter().find(|c| c.type_ == "Ready").expect("Ready");
+        assert_eq!(ready.message, "ValidationSucceeded=False");
+        // A launch from a class whose status says so is refused.
+        let mut status_denied = with_status(denied.clone(), &r);
+        let status = status_denied.status.get_or_insert_with(Default::default);
+        status.conditions = Some(
+            r.conditions()
+                .into_iter()
+                .map(|c| dovetail::api::common::Condition {
+                    last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(SystemClock.now()),
+                    message: Some(c.message),
+                    observed_generation: None,
+                    reason: Some(c.reason),
+                    status: if c.status {
+                        dovetail::api::common::ConditionStatus::True
+                    } else {
+                        dovetail::api::common::ConditionStatus::False
+                    },
+                    type_: c.type_.to_string(),
+                })
+                .collect(),
+        );
+        let err = aws
+            .create(&claim("denied-1", &["m5.large"]), &status_denied, &BTreeSet::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, CloudError::NodeClassNotReady { reason, .. } if reason.contains("ec2:CreateFleet")),
+            "{err}"
+        );
+
+        // Restricted tags fail before any call.
+        let before = proxy.dry_runs("CreateLaunchTemplate");
+        let mut tagged = class.clone();
+        tagged.metadata.name = Some("tagged".into());
+        tagged
+            .spec
+            .tags
+            .get_or_insert_with(BTreeMap::new)
+            .insert("karpenter.sh/nodepool".into(), "x".into());
+        let r = aws.resolve_node_class(&tagged).await.expect("resolves");
+        assert_eq!(r.problems[0].reason, "TagValidationFailed");
+        assert_eq!(proxy.dry_runs("CreateLaunchTemplate"), before);
     });
 }

@@ -26,7 +26,9 @@
 //!   not own, are left out of DescribeImages unless the request sets
 //!   `IncludeDeprecated=true` or names them in `ImageId.N`.
 //!
-//! Every request's action is logged, so tests can count calls.
+//! Every request's action is logged, so tests can count calls (dry-runs
+//! apart: a `DryRun=true` request goes to moto as it is, which answers
+//! `DryRunOperation` unless the action is denied here).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -73,6 +75,8 @@ pub struct Faults {
 pub struct Seen {
     pub action: String,
     pub body: String,
+    /// `DryRun=true`: an authorization check, which does nothing.
+    pub dry_run: bool,
 }
 
 pub struct Proxy {
@@ -86,23 +90,33 @@ impl Proxy {
         format!("http://{}", self.addr)
     }
 
-    /// How many calls of `action` reached the proxy.
+    /// How many calls of `action` reached the proxy, dry-runs apart.
     pub fn count(&self, action: &str) -> usize {
         self.seen
             .lock()
             .unwrap()
             .iter()
-            .filter(|s| s.action == action)
+            .filter(|s| s.action == action && !s.dry_run)
             .count()
     }
 
-    /// The bodies of the calls of `action`.
+    /// How many dry-runs of `action` reached the proxy.
+    pub fn dry_runs(&self, action: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.action == action && s.dry_run)
+            .count()
+    }
+
+    /// The bodies of the calls of `action`, dry-runs apart.
     pub fn bodies(&self, action: &str) -> Vec<String> {
         self.seen
             .lock()
             .unwrap()
             .iter()
-            .filter(|s| s.action == action)
+            .filter(|s| s.action == action && !s.dry_run)
             .map(|s| s.body.clone())
             .collect()
     }
@@ -562,9 +576,14 @@ async fn serve(
             .map(|(_, v)| v)
             .unwrap_or_default(),
     };
+    let dry_run = target.is_none()
+        && form(&body)
+            .iter()
+            .any(|(k, v)| k == "DryRun" && v == "true");
     seen.lock().unwrap().push(Seen {
         action: action.clone(),
         body: body.clone(),
+        dry_run,
     });
     enum Plan {
         Throttle,
@@ -615,7 +634,7 @@ async fn serve(
             Plan::Pricing(index.and_then(|i| pages.get(i).cloned()))
         } else if action == "TerminateInstances" && f.terminate_keeps_running {
             Plan::KeepRunning
-        } else if action == "CreateFleet" {
+        } else if action == "CreateFleet" && !dry_run {
             Plan::Fleet
         } else if action == "DescribeImages" && !f.deprecated_images.is_empty() {
             Plan::Images(f.deprecated_images.clone())

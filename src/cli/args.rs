@@ -384,6 +384,25 @@ pub struct AwsArgs {
 pub enum AwsCommand {
     /// Print the instance types dovetail can launch, as the controller sees them: labels, capacity, overhead, allocatable and priced offerings (--output json: a catalog for simulate --catalog and plan --catalog).
     InstanceTypes(AwsInstanceTypesArgs),
+    /// Print what an EC2NodeClass resolves to in the account (images and the terms that chose them, subnets, security groups, instance profile) and its readiness with every problem; with --instance-type, the launch template and user data a launch of that type would use. Writes nothing to AWS.
+    Resolve(AwsResolveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AwsResolveArgs {
+    #[command(flatten)]
+    pub aws: AwsCommonArgs,
+    #[command(flatten)]
+    pub cluster: AwsClusterArgs,
+    /// The EC2NodeClass (YAML) to resolve.
+    #[arg(long, value_name = "FILE")]
+    pub nodeclass: PathBuf,
+    /// Also print the launch template data and decoded user data a launch of this instance type would use (repeatable).
+    #[arg(long = "instance-type", value_name = "TYPE")]
+    pub instance_types: Vec<String>,
+    /// Output format: a report (text) or JSON (schema in docs/aws.md).
+    #[arg(long, short, default_value = "text", value_parser = formats(&["text", "json"]))]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]

@@ -78,6 +78,117 @@ pub struct Launched {
     pub refused: Vec<OfferingKey>,
 }
 
+/// The status conditions of an EC2NodeClass, as Karpenter v1.14.1's
+/// nodeclass controller writes them. `Ready` is their root: True when
+/// every one it depends on is True.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum NodeClassCondition {
+    #[serde(rename = "AMIsReady")]
+    AmisReady,
+    SubnetsReady,
+    SecurityGroupsReady,
+    InstanceProfileReady,
+    /// Written by the capacity-reservation resolution; none of dovetail's
+    /// providers resolves reservations yet, so it is written only when a
+    /// problem names it.
+    CapacityReservationsReady,
+    /// `placementGroupSelector` (not implemented: a class that sets it is
+    /// not ready).
+    PlacementGroupReady,
+    ValidationSucceeded,
+}
+
+impl NodeClassCondition {
+    /// The conditions every resolution writes, in Karpenter's order.
+    pub const WRITTEN: [NodeClassCondition; 6] = [
+        NodeClassCondition::AmisReady,
+        NodeClassCondition::SubnetsReady,
+        NodeClassCondition::SecurityGroupsReady,
+        NodeClassCondition::InstanceProfileReady,
+        NodeClassCondition::ValidationSucceeded,
+        NodeClassCondition::PlacementGroupReady,
+    ];
+
+    /// What `ValidationSucceeded` waits for (Karpenter's
+    /// `requiredConditions`).
+    pub const VALIDATION_DEPENDS_ON: [NodeClassCondition; 4] = [
+        NodeClassCondition::AmisReady,
+        NodeClassCondition::InstanceProfileReady,
+        NodeClassCondition::SecurityGroupsReady,
+        NodeClassCondition::SubnetsReady,
+    ];
+
+    /// The condition's `type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeClassCondition::AmisReady => "AMIsReady",
+            NodeClassCondition::SubnetsReady => "SubnetsReady",
+            NodeClassCondition::SecurityGroupsReady => "SecurityGroupsReady",
+            NodeClassCondition::InstanceProfileReady => "InstanceProfileReady",
+            NodeClassCondition::CapacityReservationsReady => "CapacityReservationsReady",
+            NodeClassCondition::PlacementGroupReady => "PlacementGroupReady",
+            NodeClassCondition::ValidationSucceeded => "ValidationSucceeded",
+        }
+    }
+}
+
+impl std::fmt::Display for NodeClassCondition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Karpenter's condition reasons (and dovetail's own, for what dovetail
+/// refuses: `UnsupportedField`, `RoleNotFound`).
+pub mod reasons {
+    pub const SUBNETS_NOT_FOUND: &str = "SubnetsNotFound";
+    pub const SECURITY_GROUPS_NOT_FOUND: &str = "SecurityGroupsNotFound";
+    pub const AMI_NOT_FOUND: &str = "AMINotFound";
+    pub const UNSUPPORTED_ALIAS: &str = "UnsupportedAlias";
+    pub const ROLE_NOT_FOUND: &str = "RoleNotFound";
+    pub const PLACEMENT_GROUP_NOT_FOUND: &str = "PlacementGroupNotFound";
+    pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
+    pub const DEPENDENCIES_NOT_READY: &str = "DependenciesNotReady";
+    pub const TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
+    pub const CREATE_FLEET_AUTH_FAILED: &str = "CreateFleetAuthCheckFailed";
+    pub const CREATE_LAUNCH_TEMPLATE_AUTH_FAILED: &str = "CreateLaunchTemplateAuthCheckFailed";
+    pub const RUN_INSTANCES_AUTH_FAILED: &str = "RunInstancesAuthCheckFailed";
+    pub const USER_DATA_TOO_LARGE: &str = "UserDataSizeLimitExceeded";
+    pub const CLUSTER_CIDR_FAILED: &str = "ClusterCIDRResolutionFailed";
+    /// dovetail's: the launch validation would dry-run cannot be made
+    /// (user data that cannot be rendered).
+    pub const LAUNCH_TEMPLATE_INVALID: &str = "LaunchTemplateInvalid";
+    /// dovetail's: no instance type to dry-run a launch of.
+    pub const NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes";
+    /// The root condition's reason when a dependent is False.
+    pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
+}
+
+/// Why a node class is not ready: the condition it sets False, with
+/// Karpenter's reason and a message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeClassProblem {
+    pub condition: NodeClassCondition,
+    pub reason: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for NodeClassProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.condition, self.message)
+    }
+}
+
+/// One condition as the status writes it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConditionValue {
+    #[serde(rename = "type")]
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
 /// What an EC2NodeClass's selector terms resolve to in the cloud now: what
 /// its status reports, and what instances launched from it use.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -87,9 +198,9 @@ pub struct NodeClassResolution {
     pub subnets: Vec<Subnet>,
     pub security_groups: Vec<SecurityGroup>,
     pub instance_profile: Option<String>,
-    /// What is missing ("no subnet matched subnetSelectorTerms"); the node
-    /// class is ready when this is empty.
-    pub problems: Vec<String>,
+    /// Each False condition with why; the node class is ready when this
+    /// is empty.
+    pub problems: Vec<NodeClassProblem>,
 }
 
 impl NodeClassResolution {
@@ -98,7 +209,93 @@ impl NodeClassResolution {
         self.problems.is_empty()
     }
 
-    /// The status fields it sets (conditions are the caller's).
+    /// Records a problem.
+    pub fn problem(
+        &mut self,
+        condition: NodeClassCondition,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        self.problems.push(NodeClassProblem {
+            condition,
+            reason: reason.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Whether a problem sets `condition` False.
+    pub fn fails(&self, condition: NodeClassCondition) -> bool {
+        self.problems.iter().any(|p| p.condition == condition)
+    }
+
+    /// Every problem, `Condition: message`, joined by `; ` (the reason a
+    /// launch from a class that is not ready gives).
+    pub fn summary(&self) -> String {
+        self.problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The status conditions: each of [`NodeClassCondition::WRITTEN`]
+    /// (and any other a problem names), True with its type as reason or
+    /// False with the first problem's reason and every problem's message;
+    /// then `Ready`, False with reason `UnhealthyDependents` and the
+    /// failing ones named (`SubnetsReady=False, ...`) when any is False.
+    pub fn conditions(&self) -> Vec<ConditionValue> {
+        let mut types: Vec<NodeClassCondition> = NodeClassCondition::WRITTEN.to_vec();
+        for p in &self.problems {
+            if !types.contains(&p.condition) {
+                types.push(p.condition);
+            }
+        }
+        let mut out = Vec::new();
+        let mut failing = Vec::new();
+        for c in types {
+            let mine: Vec<&NodeClassProblem> =
+                self.problems.iter().filter(|p| p.condition == c).collect();
+            match mine.first() {
+                None => out.push(ConditionValue {
+                    type_: c.as_str(),
+                    status: true,
+                    reason: c.as_str().to_string(),
+                    message: String::new(),
+                }),
+                Some(first) => {
+                    failing.push(format!("{c}=False"));
+                    out.push(ConditionValue {
+                        type_: c.as_str(),
+                        status: false,
+                        reason: first.reason.clone(),
+                        message: mine
+                            .iter()
+                            .map(|p| p.message.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    });
+                }
+            }
+        }
+        out.push(if failing.is_empty() {
+            ConditionValue {
+                type_: "Ready",
+                status: true,
+                reason: "Ready".to_string(),
+                message: String::new(),
+            }
+        } else {
+            ConditionValue {
+                type_: "Ready",
+                status: false,
+                reason: reasons::UNHEALTHY_DEPENDENTS.to_string(),
+                message: failing.join(", "),
+            }
+        });
+        out
+    }
+
+    /// The status fields it sets (conditions: [`Self::conditions`]).
     pub fn apply_to(&self, status: &mut EC2NodeClassStatus) {
         status.amis = Some(self.amis.clone());
         status.subnets = Some(self.subnets.clone());

@@ -1226,7 +1226,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// Resolves every EC2NodeClass whose spec changed or whose resolution
     /// is older than [`NODECLASS_REFRESH`], and writes its status
-    /// (images, subnets, security groups, instance profile, `Ready`).
+    /// (images, subnets, security groups, instance profile, and every
+    /// condition: `AMIsReady`, `SubnetsReady`, `SecurityGroupsReady`,
+    /// `InstanceProfileReady`, `ValidationSucceeded`,
+    /// `PlacementGroupReady` and their root `Ready`).
     pub(super) async fn refresh_nodeclasses(&mut self) -> Duration {
         let now = self.clock.now();
         let mut next = NODECLASS_REFRESH;
@@ -1258,13 +1261,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let status = updated.status.get_or_insert_with(Default::default);
             resolution.apply_to(status);
             let conds = status.conditions.get_or_insert_with(Vec::new);
-            let message = resolution.problems.join("; ");
-            let (reason, ready) = if resolution.is_ready() {
-                ("Ready", true)
-            } else {
-                ("NotReady", false)
-            };
-            set_condition(conds, conditions::READY, ready, reason, &message, now);
+            for c in resolution.conditions() {
+                set_condition(conds, c.type_, c.status, &c.reason, &c.message, now);
+            }
+            let ready = resolution.is_ready();
+            let message = resolution.summary();
             if updated.status != class.status {
                 match self.cluster.replace_status(updated).await {
                     Ok(_) if !ready => {

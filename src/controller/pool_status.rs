@@ -261,4 +261,85 @@ mod tests {
         assert_eq!(health.status, ConditionStatus::False);
         assert_eq!(health.reason.as_deref(), Some("LaunchTimeout"));
     }
+
+    /// The node class's conditions, as the refresh writes them, and the
+    /// NodePool's `NodeClassReady` that reads their root.
+    #[tokio::test]
+    async fn a_node_class_gets_every_condition_and_the_pool_follows_its_ready() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let cloud = Arc::new(SimEc2::new(
+            SimConfig::new(SimEc2::builtin_catalog().expect("catalog")),
+            dyn_clock.clone(),
+        ));
+        let mut class = EC2NodeClass::test("default");
+        class.spec.tags = Some(BTreeMap::from([(
+            "karpenter.sh/nodepool".to_string(),
+            "x".to_string(),
+        )]));
+        cluster.create(class).expect("class");
+        cluster.create(NodePool::test("general")).expect("pool");
+        let mut controller =
+            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        controller.refresh_nodeclasses().await;
+        controller.reconcile_pool_status().await;
+        let class = Cluster::get::<EC2NodeClass>(cluster.as_ref(), &ObjectKey::cluster("default"))
+            .expect("class");
+        let conds = class
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .expect("conditions");
+        let get = |t: &str| {
+            conds
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap_or_else(|| panic!("{t}: {conds:?}"))
+        };
+        for t in [
+            "AMIsReady",
+            "SubnetsReady",
+            "SecurityGroupsReady",
+            "InstanceProfileReady",
+            "PlacementGroupReady",
+        ] {
+            assert_eq!(get(t).status, ConditionStatus::True, "{t}");
+            assert_eq!(get(t).reason.as_deref(), Some(t));
+        }
+        let validation = get("ValidationSucceeded");
+        assert_eq!(validation.status, ConditionStatus::False);
+        assert_eq!(validation.reason.as_deref(), Some("TagValidationFailed"));
+        let ready = get("Ready");
+        assert_eq!(ready.status, ConditionStatus::False);
+        assert_eq!(ready.reason.as_deref(), Some("UnhealthyDependents"));
+        assert_eq!(ready.message.as_deref(), Some("ValidationSucceeded=False"));
+        let pool = Cluster::get::<NodePool>(cluster.as_ref(), &ObjectKey::cluster("general"))
+            .expect("pool");
+        let class_ready = pool.condition(NODE_CLASS_READY).expect("NodeClassReady");
+        assert_eq!(class_ready.status, ConditionStatus::False);
+        assert_eq!(class_ready.reason.as_deref(), Some("NodeClassNotReady"));
+
+        // The tag fixed: every condition True, and so the pool's.
+        let mut fixed = (*class).clone();
+        fixed.spec.tags = None;
+        cluster.replace(fixed).expect("fixed");
+        controller.refresh_nodeclasses().await;
+        controller.reconcile_pool_status().await;
+        let class = Cluster::get::<EC2NodeClass>(cluster.as_ref(), &ObjectKey::cluster("default"))
+            .expect("class");
+        let conds = class
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .expect("conditions");
+        assert!(
+            conds.iter().all(|c| c.status == ConditionStatus::True),
+            "{conds:?}"
+        );
+        let pool = Cluster::get::<NodePool>(cluster.as_ref(), &ObjectKey::cluster("general"))
+            .expect("pool");
+        let class_ready = pool.condition(NODE_CLASS_READY).expect("NodeClassReady");
+        assert_eq!(class_ready.status, ConditionStatus::True);
+    }
 }

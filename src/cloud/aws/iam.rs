@@ -21,6 +21,7 @@ pub const ACTIONS: &[&str] = &[
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
+    "ec2:RunInstances",
     "ec2:TerminateInstances",
     "eks:DescribeCluster",
     "iam:AddRoleToInstanceProfile",
@@ -39,10 +40,6 @@ pub const ACTIONS: &[&str] = &[
 /// Actions EC2 checks on the caller's behalf without the code naming them,
 /// and why.
 pub const IMPLIED_ACTIONS: &[(&str, &str)] = &[
-    (
-        "ec2:RunInstances",
-        "CreateFleet launches its instances through RunInstances",
-    ),
     (
         "iam:PassRole",
         "launch templates give instances the node role's instance profile, and the role is added to instance profiles",

@@ -50,6 +50,7 @@ pub mod launch;
 pub mod nodeclass;
 pub mod pricing;
 pub mod subnets;
+pub mod validation;
 
 pub use background::{Background, Registered, VersionSource};
 pub use config::{AwsConfig, ClusterAccess, kubernetes_version};
@@ -79,8 +80,8 @@ use self::launch::{
 use self::pricing::{OnDemandPrices, SpotPrices};
 use super::select::{image_for, instance_labels, nodepool_constraints, type_allowed};
 use super::{
-    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
-    instance_drift,
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
+    NodeClassProblem, NodeClassResolution, OfferingKey, instance_drift, reasons,
 };
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp};
@@ -125,10 +126,47 @@ struct CatalogView {
 /// launching from it would quietly differ from Karpenter's launch.
 fn unsupported_problems(class: &EC2NodeClass, r: &mut NodeClassResolution) {
     for field in class.unsupported_fields() {
-        r.problems.push(format!(
-            "{field} is not supported by dovetail yet (Karpenter acts on it); remove it to launch from this node class"
-        ));
+        let condition = if field == "spec.placementGroupSelector" {
+            NodeClassCondition::PlacementGroupReady
+        } else {
+            NodeClassCondition::ValidationSucceeded
+        };
+        r.problem(
+            condition,
+            reasons::UNSUPPORTED_FIELD,
+            format!(
+                "{field} is not supported by dovetail yet (Karpenter acts on it); remove it to launch from this node class"
+            ),
+        );
     }
+}
+
+/// `class` with `r` as its status (images, subnets, security groups,
+/// instance profile).
+fn with_resolution(class: &EC2NodeClass, r: &NodeClassResolution) -> EC2NodeClass {
+    let mut class = class.clone();
+    r.apply_to(class.status.get_or_insert_with(Default::default));
+    class
+}
+
+/// The messages of the False conditions of a node class's status, when
+/// its `Ready` condition is False.
+fn not_ready_in_status(class: &EC2NodeClass) -> Option<String> {
+    let conds = class.status.as_ref()?.conditions.as_deref()?;
+    let ready = crate::api::common::find_condition(Some(conds), "Ready")?;
+    if ready.status != crate::api::common::ConditionStatus::False {
+        return None;
+    }
+    let failing: Vec<String> = conds
+        .iter()
+        .filter(|c| c.type_ != "Ready" && c.status == crate::api::common::ConditionStatus::False)
+        .map(|c| format!("{}: {}", c.type_, c.message.as_deref().unwrap_or_default()))
+        .collect();
+    Some(if failing.is_empty() {
+        ready.message.clone().unwrap_or_default()
+    } else {
+        failing.join("; ")
+    })
 }
 
 fn view(c: &Catalog) -> CatalogView {
@@ -242,6 +280,9 @@ pub struct AwsProvider {
     cluster: Mutex<config::ClusterAccess>,
     /// Free addresses per subnet, launches in flight counted.
     subnet_ips: Mutex<subnets::SubnetIps>,
+    /// Validation decisions ([`validation::cache_key`] -> when, and the
+    /// problem if denied), for [`validation::VALIDATION_TTL`].
+    validations: Mutex<HashMap<String, (Instant, Option<NodeClassProblem>)>>,
 }
 
 /// Subnets out of addresses and capacity types that cannot launch, each
@@ -334,6 +375,7 @@ impl AwsProvider {
             protected_profiles: Mutex::new(HashMap::new()),
             zone_ids: Mutex::new(BTreeMap::new()),
             named: Mutex::new(BTreeSet::new()),
+            validations: Mutex::new(HashMap::new()),
         })
     }
 
@@ -935,7 +977,7 @@ impl AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(class)
             .await?;
-        let mut r = self.with_instance_profile(class, r).await?;
+        let mut r = self.with_instance_profile(class, r, None).await?;
         unsupported_problems(class, &mut r);
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
@@ -944,10 +986,13 @@ impl AwsProvider {
     /// `r` with the instance profile of a node class that names a role:
     /// the one its status names if that holds the role, else one made for
     /// it ([`instanceprofile`]); a role IAM does not know is a problem.
+    /// With `notes` (read only: `dovetail aws resolve`), nothing is made:
+    /// the profile that would be is named, and the note says so.
     async fn with_instance_profile(
         &self,
         class: &EC2NodeClass,
         mut r: NodeClassResolution,
+        notes: Option<&mut Vec<String>>,
     ) -> Result<NodeClassResolution, CloudError> {
         let Some(role) = class.spec.role.as_deref().filter(|r| !r.is_empty()) else {
             return Ok(r);
@@ -990,6 +1035,16 @@ impl AwsProvider {
             .unwrap_or_default();
         let path = instanceprofile::class_path(&self.region, cluster, &uid);
         let tags = instanceprofile::profile_tags(cluster, &self.region, class);
+        if let Some(notes) = notes {
+            let holds = profiles.role_of(&name).await?.flatten();
+            if holds.as_deref() != Some(want.as_str()) {
+                notes.push(format!(
+                    "the controller would create instance profile {name:?} (path {path}) holding role {want:?}"
+                ));
+            }
+            r.instance_profile = Some(name);
+            return Ok(r);
+        }
         match profiles.ensure(&name, role, &tags, &path).await {
             Ok(()) => {
                 tracing::info!(profile = %name, role = %want, "instance profile ready for the node class's role");
@@ -1009,13 +1064,370 @@ impl AwsProvider {
                     tracing::warn!(profile = %name, error = %e, "deleting an instance profile whose role is missing");
                 }
                 r.instance_profile = None;
-                r.problems.push(format!(
-                    "spec.role: IAM has no role {want:?} for the instance profile ({message})"
-                ));
+                r.problem(
+                    NodeClassCondition::InstanceProfileReady,
+                    reasons::ROLE_NOT_FOUND,
+                    format!(
+                        "spec.role: IAM has no role {want:?} for the instance profile ({message})"
+                    ),
+                );
             }
             Err(instanceprofile::EnsureError::Aws(e)) => return Err(e.into()),
         }
         Ok(r)
+    }
+
+    /// The launch a NodeClaim of `class` for one `instance_type` (on
+    /// demand, no NodePool) would make, through the launch path's own
+    /// planner: its launch template and user data. `class` is read with
+    /// `r` as its status. Used by validation and `dovetail aws resolve`.
+    pub async fn plan_for_type(
+        &self,
+        class: &EC2NodeClass,
+        r: &NodeClassResolution,
+        instance_type: &str,
+    ) -> Result<LaunchPlan, CloudError> {
+        let class = with_resolution(class, r);
+        let types = self.unmarked_instance_types(&class).await?;
+        let mut claim = NodeClaim::test(&format!(
+            "{}-validation",
+            class.metadata.name.as_deref().unwrap_or_default()
+        ));
+        claim.metadata.labels = None;
+        claim.spec.node_class_ref.name = class.metadata.name.clone().unwrap_or_default();
+        claim
+            .spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                INSTANCE_TYPE,
+                crate::api::Operator::In,
+                &[instance_type],
+            ));
+        let family = Family::of(&class);
+        let access = self.cluster_access_for(family, &class).await?;
+        launch::plan(
+            &claim,
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: &self.config.cluster_name,
+                    access: &access,
+                },
+                class: &class,
+                family,
+                resolution: r,
+                types: &types,
+                unavailable: &BTreeSet::new(),
+                unavailable_subnets: &BTreeSet::new(),
+                spot_unavailable: false,
+            },
+        )
+    }
+
+    /// The instance type validation dry-runs a launch of: the first of
+    /// [`validation::PREFERRED_TYPES`] an image fits and that has an
+    /// on-demand offering, else the cheapest such type.
+    async fn validation_type(
+        &self,
+        class: &EC2NodeClass,
+        r: &NodeClassResolution,
+    ) -> Result<Option<String>, CloudError> {
+        let types = self
+            .unmarked_instance_types(&with_resolution(class, r))
+            .await?;
+        let usable = |t: &&InstanceType| {
+            image_for(&r.amis, t).is_some()
+                && t.offerings
+                    .iter()
+                    .any(|o| o.available && o.capacity_type == crate::api::CAPACITY_TYPE_ON_DEMAND)
+        };
+        if let Some(t) = validation::PREFERRED_TYPES
+            .iter()
+            .find_map(|name| types.iter().filter(usable).find(|t| t.name == *name))
+        {
+            return Ok(Some(t.name.clone()));
+        }
+        let cheapest = |t: &InstanceType| {
+            t.offerings
+                .iter()
+                .filter(|o| o.capacity_type == crate::api::CAPACITY_TYPE_ON_DEMAND)
+                .map(|o| o.price)
+                .fold(f64::INFINITY, f64::min)
+        };
+        Ok(types
+            .iter()
+            .filter(usable)
+            .min_by(|a, b| {
+                cheapest(a)
+                    .total_cmp(&cheapest(b))
+                    .then_with(|| a.name.cmp(&b.name))
+            })
+            .map(|t| t.name.clone()))
+    }
+
+    /// Decides `ValidationSucceeded` ([`validation`]) and adds its problem
+    /// to `r`. With `notes` (read only), no launch template is created and
+    /// what could not be checked without one is noted.
+    async fn validate(
+        &self,
+        class: &EC2NodeClass,
+        r: &mut NodeClassResolution,
+        mut notes: Option<&mut Vec<String>>,
+    ) -> Result<(), CloudError> {
+        if let Some(p) = validation::precheck(class, r) {
+            r.problems.push(p);
+            return Ok(());
+        }
+        if r.fails(NodeClassCondition::ValidationSucceeded) {
+            // A field dovetail does not implement: nothing to dry-run.
+            return Ok(());
+        }
+        let Some(instance_type) = self.validation_type(class, r).await? else {
+            r.problem(
+                NodeClassCondition::ValidationSucceeded,
+                reasons::NO_COMPATIBLE_INSTANCE_TYPES,
+                "no instance type with an on-demand offering in the subnets' zones fits the resolved images",
+            );
+            return Ok(());
+        };
+        let plan = match self.plan_for_type(class, r, &instance_type).await {
+            Ok(p) => p,
+            Err(CloudError::NodeClassNotReady { reason, .. }) => {
+                let cidr_missing = Family::of(class) == Family::Al2023
+                    && self.config.cluster.service_cidr.is_none();
+                if cidr_missing {
+                    r.problem(
+                        NodeClassCondition::ValidationSucceeded,
+                        reasons::CLUSTER_CIDR_FAILED,
+                        format!("Failed to detect the cluster CIDR ({reason})"),
+                    );
+                } else {
+                    r.problem(
+                        NodeClassCondition::ValidationSucceeded,
+                        reasons::LAUNCH_TEMPLATE_INVALID,
+                        reason,
+                    );
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let Some((spec, _)) = plan.configs.first() else {
+            return Err(CloudError::Api(format!(
+                "validating {}: the dry-run launch has no launch template",
+                instance_type
+            )));
+        };
+        let key = validation::cache_key(class, r, &plan.tags);
+        let cached = lock(&self.validations)
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < validation::VALIDATION_TTL)
+            .map(|(_, p)| p.clone());
+        if let Some(decided) = cached {
+            r.problems.extend(decided);
+            return Ok(());
+        }
+        let decided = self
+            .dry_run_launch(r, &plan, spec, &instance_type, notes.as_deref_mut())
+            .await?;
+        let unchecked = notes
+            .as_ref()
+            .is_some_and(|n| n.iter().any(|m| m.contains("was not dry-run")));
+        if !unchecked {
+            lock(&self.validations).insert(key, (Instant::now(), decided.clone()));
+        }
+        r.problems.extend(decided);
+        Ok(())
+    }
+
+    /// The three authorization dry-runs (see [`validation`]): the first
+    /// denial, or `None` when all are allowed.
+    async fn dry_run_launch(
+        &self,
+        r: &NodeClassResolution,
+        plan: &LaunchPlan,
+        spec: &launch::TemplateSpec,
+        instance_type: &str,
+        mut notes: Option<&mut Vec<String>>,
+    ) -> Result<Option<NodeClassProblem>, CloudError> {
+        let name = spec.name(&self.config.cluster_name);
+        let read_only = notes.is_some();
+        let mut unchecked = Vec::new();
+        let decided = self
+            .dry_runs(
+                r,
+                plan,
+                spec,
+                instance_type,
+                &name,
+                read_only,
+                &mut unchecked,
+            )
+            .await;
+        if let Some(n) = notes.as_deref_mut() {
+            n.append(&mut unchecked);
+        }
+        let (decided, made_note) = decided?;
+        if let (Some(n), Some(m)) = (notes, made_note) {
+            n.insert(0, m);
+        }
+        Ok(decided)
+    }
+
+    /// The dry-runs of [`Self::dry_run_launch`], each answer read by
+    /// `decide`; with the note that the template would be created.
+    #[allow(clippy::too_many_arguments)]
+    async fn dry_runs(
+        &self,
+        r: &NodeClassResolution,
+        plan: &LaunchPlan,
+        spec: &launch::TemplateSpec,
+        instance_type: &str,
+        name: &str,
+        read_only: bool,
+        unchecked: &mut Vec<String>,
+    ) -> Result<(Option<NodeClassProblem>, Option<String>), CloudError> {
+        use validation::{DryRun, Verdict, verdict};
+        let retry = &self.config.retry;
+        let mut made_note = None;
+        let mut decide = |v: Verdict| match v {
+            Verdict::Allowed => Ok(None),
+            Verdict::Denied(p) => Ok(Some(p)),
+            Verdict::Unchecked(m) => {
+                unchecked.push(m);
+                Ok(None)
+            }
+            Verdict::Error(e) => Err(CloudError::from(e)),
+        };
+        let request = self.template_request(spec).dry_run(true);
+        let answer = call(retry, "ec2:CreateLaunchTemplate", || request.clone().send()).await;
+        if let Some(p) = decide(verdict(DryRun::CreateLaunchTemplate, answer))? {
+            return Ok((Some(p), None));
+        }
+        if !read_only {
+            match self.ensure_template(spec).await {
+                Ok(_) => {}
+                Err(CloudError::AccessDenied { message, .. }) => {
+                    let p = NodeClassProblem {
+                        condition: NodeClassCondition::ValidationSucceeded,
+                        reason: reasons::CREATE_LAUNCH_TEMPLATE_AUTH_FAILED.to_string(),
+                        message: format!(
+                            "Controller isn't authorized to call ec2:CreateLaunchTemplate: {message}"
+                        ),
+                    };
+                    return Ok((Some(p), None));
+                }
+                Err(e) => return Err(e),
+            }
+        } else if self.template_id(name).await?.is_none() {
+            made_note = Some(format!(
+                "the controller would create launch template {name:?} on the first launch"
+            ));
+        }
+        let template = || {
+            FleetLaunchTemplateSpecificationRequest::builder()
+                .launch_template_name(name)
+                .version("$Latest")
+                .build()
+        };
+        let overrides: Vec<FleetLaunchTemplateOverridesRequest> = r
+            .subnets
+            .iter()
+            .map(|s| {
+                FleetLaunchTemplateOverridesRequest::builder()
+                    .instance_type(instance_type.into())
+                    .subnet_id(&s.id)
+                    .build()
+            })
+            .collect();
+        let config = FleetLaunchTemplateConfigRequest::builder()
+            .launch_template_specification(template())
+            .set_overrides(Some(overrides))
+            .build();
+        let request = self
+            .fleet_request(plan, vec![config], 1, None)
+            .dry_run(true);
+        let answer = call(retry, "ec2:CreateFleet", || request.clone().send()).await;
+        if let Some(p) = decide(verdict(DryRun::CreateFleet, answer))? {
+            return Ok((Some(p), made_note));
+        }
+
+        // Any subnet allowed is enough; the first one's answer decides.
+        let tags: Vec<Tag> = plan
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let mut first = None;
+        for subnet in &r.subnets {
+            let ec2 = &self.ec2;
+            let request = ec2
+                .run_instances()
+                .dry_run(true)
+                .min_count(1)
+                .max_count(1)
+                .launch_template(
+                    aws_sdk_ec2::types::LaunchTemplateSpecification::builder()
+                        .launch_template_name(name)
+                        .version("$Latest")
+                        .build(),
+                )
+                .instance_type(instance_type.into())
+                .network_interfaces(
+                    aws_sdk_ec2::types::InstanceNetworkInterfaceSpecification::builder()
+                        .device_index(0)
+                        .subnet_id(&subnet.id)
+                        .build(),
+                )
+                .set_tag_specifications(Some(
+                    [
+                        ResourceType::Instance,
+                        ResourceType::Volume,
+                        ResourceType::NetworkInterface,
+                    ]
+                    .into_iter()
+                    .map(|t| {
+                        TagSpecification::builder()
+                            .resource_type(t)
+                            .set_tags(Some(tags.clone()))
+                            .build()
+                    })
+                    .collect(),
+                ));
+            let answer = call(retry, "ec2:RunInstances", || request.clone().send()).await;
+            match verdict(DryRun::RunInstances, answer) {
+                Verdict::Allowed => return Ok((None, made_note)),
+                v => {
+                    first.get_or_insert(v);
+                }
+            }
+        }
+        match first {
+            Some(v) => Ok((decide(v)?, made_note)),
+            None => Ok((None, made_note)),
+        }
+    }
+
+    /// Resolves a node class as the controller would, writing nothing: no
+    /// instance profile or launch template is made (the notes say what
+    /// the controller would make), validation's dry-runs included. For
+    /// `dovetail aws resolve`.
+    pub async fn resolve_read_only(
+        &self,
+        class: &EC2NodeClass,
+    ) -> Result<(nodeclass::Traced, Vec<String>), CloudError> {
+        let mut notes = Vec::new();
+        let mut traced = self
+            .resolver(self.kubernetes_version().as_deref())
+            .resolve_traced(class)
+            .await?;
+        let r = std::mem::take(&mut traced.resolution);
+        let mut r = self
+            .with_instance_profile(class, r, Some(&mut notes))
+            .await?;
+        unsupported_problems(class, &mut r);
+        self.validate(class, &mut r, Some(&mut notes)).await?;
+        traced.resolution = r;
+        Ok((traced, notes))
     }
 
     /// Deletes the instance profiles dovetail (or Karpenter) made for this
@@ -1203,6 +1615,32 @@ impl AwsProvider {
             .map(str::to_string))
     }
 
+    /// The CreateLaunchTemplate request for `spec` (named, tagged).
+    fn template_request(
+        &self,
+        spec: &launch::TemplateSpec,
+    ) -> aws_sdk_ec2::operation::create_launch_template::builders::CreateLaunchTemplateFluentBuilder
+    {
+        let mut tags = spec.tags.clone();
+        tags.insert(cluster_tag(&self.config.cluster_name), "owned".to_string());
+        tags.insert(TAG_NODECLASS.to_string(), spec.nodeclass.clone());
+        tags.insert(TAG_IMAGE.to_string(), spec.image_id.clone());
+        self.ec2
+            .create_launch_template()
+            .launch_template_name(spec.name(&self.config.cluster_name))
+            .launch_template_data(spec.request_data())
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::LaunchTemplate)
+                    .set_tags(Some(
+                        tags.iter()
+                            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                            .collect(),
+                    ))
+                    .build(),
+            )
+    }
+
     /// The id of the launch template for `spec`, creating it on first use.
     async fn ensure_template(&self, spec: &launch::TemplateSpec) -> Result<String, CloudError> {
         let name = spec.name(&self.config.cluster_name);
@@ -1214,27 +1652,9 @@ impl AwsProvider {
             cache.insert(name, id.clone());
             return Ok(id);
         }
-        let retry = &self.config.retry;
-        let ec2 = &self.ec2;
-        let mut tags = spec.tags.clone();
-        tags.insert(cluster_tag(&self.config.cluster_name), "owned".to_string());
-        tags.insert(TAG_NODECLASS.to_string(), spec.nodeclass.clone());
-        tags.insert(TAG_IMAGE.to_string(), spec.image_id.clone());
-        let created = call(retry, "ec2:CreateLaunchTemplate", || {
-            ec2.create_launch_template()
-                .launch_template_name(&name)
-                .launch_template_data(spec.request_data())
-                .tag_specifications(
-                    TagSpecification::builder()
-                        .resource_type(ResourceType::LaunchTemplate)
-                        .set_tags(Some(
-                            tags.iter()
-                                .map(|(k, v)| Tag::builder().key(k).value(v).build())
-                                .collect(),
-                        ))
-                        .build(),
-                )
-                .send()
+        let request = self.template_request(spec);
+        let created = call(&self.config.retry, "ec2:CreateLaunchTemplate", || {
+            request.clone().send()
         })
         .await;
         let id = match created {
@@ -1322,6 +1742,78 @@ impl AwsProvider {
             .collect()
     }
 
+    /// The CreateFleet request of `plan` with its launch template
+    /// `configs`, for `total` instances (tagged with `claim` when one).
+    fn fleet_request(
+        &self,
+        plan: &LaunchPlan,
+        configs: Vec<FleetLaunchTemplateConfigRequest>,
+        total: i32,
+        claim: Option<&str>,
+    ) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
+        let mut tags: Vec<Tag> = plan
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        if let Some(claim) = claim {
+            tags.push(Tag::builder().key(TAG_NODECLAIM).value(claim).build());
+        }
+        let tag_specs: Vec<TagSpecification> = [
+            ResourceType::Instance,
+            ResourceType::Volume,
+            ResourceType::Fleet,
+        ]
+        .into_iter()
+        .map(|r| {
+            TagSpecification::builder()
+                .resource_type(r)
+                .set_tags(Some(tags.clone()))
+                .build()
+        })
+        .collect();
+        let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
+        let prioritized = plan
+            .configs
+            .iter()
+            .flat_map(|(_, o)| o)
+            .any(|o| o.priority.is_some());
+        self.ec2
+            .create_fleet()
+            .r#type(FleetType::Instant)
+            .target_capacity_specification(
+                TargetCapacitySpecificationRequest::builder()
+                    .total_target_capacity(total)
+                    .default_target_capacity_type(if spot {
+                        DefaultTargetCapacityType::Spot
+                    } else {
+                        DefaultTargetCapacityType::OnDemand
+                    })
+                    .build(),
+            )
+            .on_demand_options(
+                OnDemandOptionsRequest::builder()
+                    .allocation_strategy(if prioritized {
+                        FleetOnDemandAllocationStrategy::Prioritized
+                    } else {
+                        FleetOnDemandAllocationStrategy::LowestPrice
+                    })
+                    .build(),
+            )
+            .spot_options(
+                SpotOptionsRequest::builder()
+                    .allocation_strategy(if prioritized {
+                        SpotAllocationStrategy::CapacityOptimizedPrioritized
+                    } else {
+                        SpotAllocationStrategy::PriceCapacityOptimized
+                    })
+                    .build(),
+            )
+            .set_launch_template_configs(Some(configs))
+            .set_tag_specifications(Some(tag_specs))
+            .set_context(plan.context.clone())
+    }
+
     async fn create_fleet(
         &self,
         plan: &LaunchPlan,
@@ -1354,75 +1846,18 @@ impl AwsProvider {
                     .build(),
             );
         }
-        let mut tags: Vec<Tag> = plan
-            .tags
-            .iter()
-            .map(|(k, v)| Tag::builder().key(k).value(v).build())
-            .collect();
-        if let [claim] = claims {
-            tags.push(Tag::builder().key(TAG_NODECLAIM).value(claim).build());
-        }
-        let tag_specs: Vec<TagSpecification> = [
-            ResourceType::Instance,
-            ResourceType::Volume,
-            ResourceType::Fleet,
-        ]
-        .into_iter()
-        .map(|r| {
-            TagSpecification::builder()
-                .resource_type(r)
-                .set_tags(Some(tags.clone()))
-                .build()
-        })
-        .collect();
-        let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
-        let prioritized = plan
-            .configs
-            .iter()
-            .flat_map(|(_, o)| o)
-            .any(|o| o.priority.is_some());
+        let claim = match claims {
+            [claim] => Some(claim.as_str()),
+            _ => None,
+        };
         let total = i32::try_from(claims.len()).unwrap_or(i32::MAX);
-        let ec2 = &self.ec2;
+        let request = self.fleet_request(plan, configs, total, claim);
         // One token for every attempt of this request: a CreateFleet that
         // succeeded but whose answer was lost (a 5xx, a timeout) is not
         // carried out again when retried.
         let token = error::client_token();
         let out = call(&self.config.retry, "ec2:CreateFleet", || {
-            ec2.create_fleet()
-                .client_token(&token)
-                .r#type(FleetType::Instant)
-                .target_capacity_specification(
-                    TargetCapacitySpecificationRequest::builder()
-                        .total_target_capacity(total)
-                        .default_target_capacity_type(if spot {
-                            DefaultTargetCapacityType::Spot
-                        } else {
-                            DefaultTargetCapacityType::OnDemand
-                        })
-                        .build(),
-                )
-                .on_demand_options(
-                    OnDemandOptionsRequest::builder()
-                        .allocation_strategy(if prioritized {
-                            FleetOnDemandAllocationStrategy::Prioritized
-                        } else {
-                            FleetOnDemandAllocationStrategy::LowestPrice
-                        })
-                        .build(),
-                )
-                .spot_options(
-                    SpotOptionsRequest::builder()
-                        .allocation_strategy(if prioritized {
-                            SpotAllocationStrategy::CapacityOptimizedPrioritized
-                        } else {
-                            SpotAllocationStrategy::PriceCapacityOptimized
-                        })
-                        .build(),
-                )
-                .set_launch_template_configs(Some(configs.clone()))
-                .set_tag_specifications(Some(tag_specs.clone()))
-                .set_context(plan.context.clone())
-                .send()
+            request.clone().client_token(&token).send()
         })
         .await;
         match out {
@@ -1660,11 +2095,20 @@ impl CloudProvider for AwsProvider {
                 ),
             });
         }
+        // As Karpenter: a class whose status says it is not ready does
+        // not launch (validation may have failed where the selectors
+        // resolved).
+        if let Some(reason) = not_ready_in_status(nodeclass) {
+            return Err(CloudError::NodeClassNotReady {
+                name: nodeclass.metadata.name.clone().unwrap_or_default(),
+                reason,
+            });
+        }
         let resolution = self.resolution_for(nodeclass).await?;
         if !resolution.is_ready() {
             return Err(CloudError::NodeClassNotReady {
                 name: nodeclass.metadata.name.clone().unwrap_or_default(),
-                reason: resolution.problems.join("; "),
+                reason: resolution.summary(),
             });
         }
         let types = self.unmarked_instance_types(nodeclass).await?;
@@ -1892,9 +2336,10 @@ impl CloudProvider for AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(nodeclass)
             .await?;
-        let mut r = self.with_instance_profile(nodeclass, r).await?;
+        let mut r = self.with_instance_profile(nodeclass, r, None).await?;
         unsupported_problems(nodeclass, &mut r);
         self.remember_zone_ids(&r.subnets);
+        self.validate(nodeclass, &mut r, None).await?;
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
         let spec = self.resolution_key(nodeclass);
         self.resolutions

@@ -33,8 +33,8 @@ use crate::api::ec2nodeclass::{
     Ami, AmiSelectorTerm, NodeSelectorRequirement, SecurityGroup, Subnet,
 };
 use crate::clock::{Clock, SystemClock, Timestamp, parse_rfc3339};
-use crate::cloud::NodeClassResolution;
 use crate::cloud::select::variant_requirements;
+use crate::cloud::{NodeClassCondition, NodeClassResolution, reasons};
 use crate::model::labels::ARCH;
 
 /// GetParameters takes at most this many names.
@@ -237,6 +237,51 @@ pub fn pick_newest(images: Vec<ImageFacts>) -> Vec<Ami> {
         .collect()
 }
 
+/// A resolution with what a report shows beside it.
+#[derive(Debug, Clone, Default)]
+pub struct Traced {
+    pub resolution: NodeClassResolution,
+    /// Image id -> the selector term that chose it
+    /// (`amiSelectorTerms[0] (alias al2023@latest)`).
+    pub terms: BTreeMap<String, String>,
+    /// Subnet id -> its available IPv4 addresses.
+    pub free_addresses: BTreeMap<String, i32>,
+}
+
+/// Why an alias resolved to no image.
+enum AliasProblem {
+    /// An unknown family, or a version the family does not take
+    /// (Karpenter's `UnsupportedAlias`).
+    Unsupported(String),
+    /// Nothing published for it (`AMINotFound`).
+    NotFound(String),
+}
+
+/// A selector term as the report of `dovetail aws resolve` names it.
+pub fn describe_term(term: &AmiSelectorTerm) -> String {
+    let mut parts = Vec::new();
+    if let Some(a) = &term.alias {
+        parts.push(format!("alias {a}"));
+    }
+    if let Some(id) = &term.id {
+        parts.push(format!("id {id}"));
+    }
+    if let Some(n) = &term.name {
+        parts.push(format!("name {n}"));
+    }
+    if let Some(o) = &term.owner {
+        parts.push(format!("owner {o}"));
+    }
+    if let Some(p) = &term.ssm_parameter {
+        parts.push(format!("ssmParameter {p}"));
+    }
+    if let Some(tags) = &term.tags {
+        let t: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        parts.push(format!("tags {}", t.join(",")));
+    }
+    parts.join(", ")
+}
+
 /// Resolves node classes against EC2 and SSM.
 pub struct Resolver<'a> {
     pub ec2: &'a aws_sdk_ec2::Client,
@@ -253,6 +298,13 @@ impl Resolver<'_> {
     /// Resolves a node class; problems (nothing matched) are in the
     /// result, call failures are errors.
     pub async fn resolve(&self, class: &EC2NodeClass) -> Result<NodeClassResolution, AwsError> {
+        Ok(self.resolve_traced(class).await?.resolution)
+    }
+
+    /// [`Self::resolve`], with what chose each image and each subnet's
+    /// free addresses.
+    pub async fn resolve_traced(&self, class: &EC2NodeClass) -> Result<Traced, AwsError> {
+        let mut terms: BTreeMap<String, String> = BTreeMap::new();
         let mut out = NodeClassResolution::default();
         let spec = &class.spec;
 
@@ -291,10 +343,15 @@ impl Resolver<'_> {
         }
         let mut subnets: Vec<(i32, Subnet)> = subnets.into_values().collect();
         subnets.sort_by(|(a, sa), (b, sb)| b.cmp(a).then_with(|| sa.id.cmp(&sb.id)));
+        let free_addresses: BTreeMap<String, i32> =
+            subnets.iter().map(|(n, s)| (s.id.clone(), *n)).collect();
         out.subnets = subnets.into_iter().map(|(_, s)| s).collect();
         if out.subnets.is_empty() {
-            out.problems
-                .push("no subnet matched subnetSelectorTerms".to_string());
+            out.problem(
+                NodeClassCondition::SubnetsReady,
+                reasons::SUBNETS_NOT_FOUND,
+                "SubnetSelector did not match any Subnets",
+            );
         }
 
         let mut groups: BTreeMap<String, SecurityGroup> = BTreeMap::new();
@@ -320,44 +377,74 @@ impl Resolver<'_> {
         }
         out.security_groups = groups.into_values().collect();
         if out.security_groups.is_empty() {
-            out.problems
-                .push("no security group matched securityGroupSelectorTerms".to_string());
+            out.problem(
+                NodeClassCondition::SecurityGroupsReady,
+                reasons::SECURITY_GROUPS_NOT_FOUND,
+                "SecurityGroupSelector did not match any SecurityGroups",
+            );
         }
 
         let mut term_images = Vec::new();
         let mut alias_problem = None;
-        for term in &spec.ami_selector_terms {
+        for (index, term) in spec.ami_selector_terms.iter().enumerate() {
+            let chose = format!("amiSelectorTerms[{index}] ({})", describe_term(term));
             if let Some(alias) = &term.alias {
                 match self.resolve_alias(alias).await? {
-                    Ok(amis) => out.amis.extend(amis),
+                    Ok(amis) => {
+                        for a in &amis {
+                            terms.entry(a.id.clone()).or_insert_with(|| chose.clone());
+                        }
+                        out.amis.extend(amis);
+                    }
                     Err(problem) => alias_problem = Some(problem),
                 }
             } else {
-                term_images.extend(self.term_images(term).await?);
+                for image in self.term_images(term).await? {
+                    terms
+                        .entry(image.id.clone())
+                        .or_insert_with(|| chose.clone());
+                    term_images.push(image);
+                }
             }
         }
         out.amis.extend(pick_newest(term_images));
         if out.amis.is_empty() {
-            out.problems.push(match alias_problem {
-                Some(p) => format!("no AMI matched amiSelectorTerms: {p}"),
-                None => "no AMI matched amiSelectorTerms".to_string(),
-            });
+            match alias_problem {
+                Some(AliasProblem::Unsupported(p)) => {
+                    out.problem(NodeClassCondition::AmisReady, reasons::UNSUPPORTED_ALIAS, p)
+                }
+                Some(AliasProblem::NotFound(p)) => out.problem(
+                    NodeClassCondition::AmisReady,
+                    reasons::AMI_NOT_FOUND,
+                    format!("AMISelector did not match any AMIs: {p}"),
+                ),
+                None => out.problem(
+                    NodeClassCondition::AmisReady,
+                    reasons::AMI_NOT_FOUND,
+                    "AMISelector did not match any AMIs",
+                ),
+            }
         }
         // A role's profile is the provider's (`super::instanceprofile`).
         out.instance_profile = spec.instance_profile.clone();
-        Ok(out)
+        terms.retain(|id, _| out.amis.iter().any(|a| &a.id == id));
+        Ok(Traced {
+            resolution: out,
+            terms,
+            free_addresses,
+        })
     }
 
     /// The images of an alias, or why there are none.
-    async fn resolve_alias(&self, alias: &str) -> Result<Result<Vec<Ami>, String>, AwsError> {
+    async fn resolve_alias(&self, alias: &str) -> Result<Result<Vec<Ami>, AliasProblem>, AwsError> {
         let Some(k8s) = self.kubernetes_version else {
-            return Ok(Err(format!(
+            return Ok(Err(AliasProblem::NotFound(format!(
                 "alias {alias:?} needs the cluster's Kubernetes version, which is not configured"
-            )));
+            ))));
         };
         let params = match alias_parameters(self.ssm_root, k8s, alias) {
             Ok(p) => p,
-            Err(e) => return Ok(Err(e)),
+            Err(e) => return Ok(Err(AliasProblem::Unsupported(e))),
         };
         let names: Vec<String> = params.iter().map(|p| p.name.clone()).collect();
         let values = self.get_parameters(&names).await?;
@@ -387,9 +474,9 @@ impl Resolver<'_> {
         }
         if amis.is_empty() {
             let first = params.first().map(|p| p.name.as_str()).unwrap_or_default();
-            return Ok(Err(format!(
+            return Ok(Err(AliasProblem::NotFound(format!(
                 "alias {alias:?}: no image for amd64 or arm64 (SSM parameters such as {first})"
-            )));
+            ))));
         }
         Ok(Ok(amis))
     }

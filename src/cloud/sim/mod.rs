@@ -833,7 +833,7 @@ impl SimEc2 {
         if !resolution.is_ready() {
             return Err(CloudError::NodeClassNotReady {
                 name: nodeclass.metadata.name.clone().unwrap_or_default(),
-                reason: resolution.problems.join("; "),
+                reason: resolution.summary(),
             });
         }
         let constraints = instance_constraints(&requirements);

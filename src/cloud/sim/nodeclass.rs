@@ -37,8 +37,8 @@ use std::collections::BTreeMap;
 use crate::api::ec2nodeclass::{
     Ami, AmiSelectorTerm, EC2NodeClass, NodeSelectorRequirement, SecurityGroup, Subnet,
 };
-use crate::cloud::NodeClassResolution;
 use crate::cloud::select::variant_requirements;
+use crate::cloud::{NodeClassCondition, NodeClassResolution, reasons};
 use crate::model::labels::ARCH;
 
 /// The release every family has at the start of a simulation.
@@ -198,8 +198,11 @@ impl Account {
         out.amis.sort_by(|a, b| a.id.cmp(&b.id));
         out.amis.dedup_by(|a, b| a.id == b.id);
         if out.amis.is_empty() {
-            out.problems
-                .push("no AMI matched amiSelectorTerms".to_string());
+            out.problem(
+                NodeClassCondition::AmisReady,
+                reasons::AMI_NOT_FOUND,
+                "AMISelector did not match any AMIs",
+            );
         }
         let subnets = self.subnets.as_ref().unwrap_or(&self.default_subnets);
         let explicit = self.subnets.is_some();
@@ -219,8 +222,11 @@ impl Account {
             })
             .collect();
         if out.subnets.is_empty() {
-            out.problems
-                .push("no subnet matched subnetSelectorTerms".to_string());
+            out.problem(
+                NodeClassCondition::SubnetsReady,
+                reasons::SUBNETS_NOT_FOUND,
+                "SubnetSelector did not match any Subnets",
+            );
         }
         let default_group = [SimSecurityGroup {
             id: format!("sg-{}", hex17(&["security-group", "default"])),
@@ -247,13 +253,21 @@ impl Account {
             })
             .collect();
         if out.security_groups.is_empty() {
-            out.problems
-                .push("no security group matched securityGroupSelectorTerms".to_string());
+            out.problem(
+                NodeClassCondition::SecurityGroupsReady,
+                reasons::SECURITY_GROUPS_NOT_FOUND,
+                "SecurityGroupSelector did not match any SecurityGroups",
+            );
         }
         out.instance_profile = spec
             .instance_profile
             .clone()
             .or_else(|| spec.role.as_ref().map(|r| format!("{PROFILE_PREFIX}{r}")));
+        // The simulated account allows every call: validation decides on
+        // its dependencies and the tags alone.
+        if let Some(p) = crate::cloud::aws::validation::precheck(class, &out) {
+            out.problems.push(p);
+        }
         out
     }
 
@@ -441,7 +455,11 @@ mod tests {
             Some(BTreeMap::from([("team".into(), "y".into())]));
         let r = account.resolve(&other);
         assert!(r.subnets.is_empty());
-        assert_eq!(r.problems, ["no subnet matched subnetSelectorTerms"]);
+        assert_eq!(
+            r.summary(),
+            "SubnetsReady: SubnetSelector did not match any Subnets; ValidationSucceeded: Awaiting AMI, Instance Profile, Security Group, and Subnet resolution"
+        );
+        assert_eq!(r.problems[0].reason, "SubnetsNotFound");
         other.spec.subnet_selector_terms[0].tags =
             Some(BTreeMap::from([("team".into(), "*".into())]));
         assert_eq!(account.resolve(&other).subnets[0].id, "subnet-a");
