@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::api::ec2nodeclass::{Ami, EC2NodeClassStatus, SecurityGroup, Subnet};
+use crate::api::ec2nodeclass::{
+    Ami, CapacityReservation, EC2NodeClassStatus, SecurityGroup, Subnet,
+};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::Timestamp;
 use crate::drift::DriftReason;
@@ -87,6 +89,9 @@ pub struct NodeClassResolution {
     pub subnets: Vec<Subnet>,
     pub security_groups: Vec<SecurityGroup>,
     pub instance_profile: Option<String>,
+    /// The capacity reservations `capacityReservationSelectorTerms`
+    /// select, by id (empty without terms). A failed lookup is a problem.
+    pub capacity_reservations: Vec<CapacityReservation>,
     /// What is missing ("no subnet matched subnetSelectorTerms"); the node
     /// class is ready when this is empty.
     pub problems: Vec<String>,
@@ -104,6 +109,9 @@ impl NodeClassResolution {
         status.subnets = Some(self.subnets.clone());
         status.security_groups = Some(self.security_groups.clone());
         status.instance_profile.clone_from(&self.instance_profile);
+        // None when nothing is selected, as Karpenter leaves it.
+        status.capacity_reservations =
+            (!self.capacity_reservations.is_empty()).then(|| self.capacity_reservations.clone());
     }
 }
 
