@@ -2136,6 +2136,202 @@ fn a_subnet_out_of_addresses_sends_launches_to_another_zone() {
     });
 }
 
+/// Capacity reservations, as Karpenter v1.14.1 uses them (moto has none:
+/// the proxy answers DescribeCapacityReservations and refuses launches
+/// into a full reservation with `ReservationCapacityExceeded`). A NodePool
+/// that allows `reserved` and `on-demand` launches into the reservation
+/// first, with its labels, through a template that targets it; once it is
+/// used up, by dovetail's count or by EC2's answer, the next launch goes
+/// on demand.
+#[test]
+fn a_reserved_nodepool_launches_into_the_reservation_then_on_demand_when_it_is_used_up() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        let env = Env::new(&proxy.endpoint(), "us-east-2", "reserved").await;
+        let aws = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
+        let zone_a = env.subnets[0].1.clone();
+        let id = "cr-0123456789abcdef0";
+        proxy.faults.lock().unwrap().reservations = vec![
+            aws_proxy::Reservation {
+                id: id.to_string(),
+                instance_type: "m5.large".into(),
+                zone: zone_a.clone(),
+                owner_id: "123456789012".into(),
+                match_criteria: "targeted".into(),
+                reservation_type: "default".into(),
+                state: "active".into(),
+                end_date: None,
+                tags: BTreeMap::from([("team".to_string(), "ml".to_string())]),
+                available: 1,
+                room: 1,
+            },
+            // Another team's: the selector leaves it out.
+            aws_proxy::Reservation {
+                id: "cr-0fedcba9876543210".into(),
+                instance_type: "m5.large".into(),
+                zone: zone_a.clone(),
+                owner_id: "123456789012".into(),
+                match_criteria: "targeted".into(),
+                reservation_type: "default".into(),
+                state: "active".into(),
+                end_date: None,
+                tags: BTreeMap::from([("team".to_string(), "web".to_string())]),
+                available: 5,
+                room: 5,
+            },
+        ];
+        let mut spec = env.nodeclass();
+        spec.spec.capacity_reservation_selector_terms = Some(vec![from_yaml(
+            "{tags: {team: ml}, ownerID: '123456789012'}",
+        )]);
+        // Resolution: the selected reservation in the status.
+        let r = aws.resolve_node_class(&spec).await.expect("resolves");
+        assert!(r.is_ready(), "{:?}", r.problems);
+        let ids: Vec<&str> = r.capacity_reservations.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, [id]);
+        let describe = proxy.bodies("DescribeCapacityReservations").remove(0);
+        for filter in ["state", "active", "tag%3Ateam", "ml", "owner-id", "123456789012"] {
+            assert!(describe.contains(filter), "{filter} in {describe}");
+        }
+        let class = with_status(spec.clone(), &r);
+        let status = class.status.clone().unwrap_or_default();
+        let held = status.capacity_reservations.clone().expect("reservations");
+        assert_eq!(held[0].availability_zone, zone_a);
+        assert_eq!(held[0].instance_type, "m5.large");
+        assert_eq!(
+            serde_json::to_value(&held[0]).expect("json")["instanceMatchCriteria"],
+            "targeted"
+        );
+        // Offered as reserved, far below on demand.
+        let types = aws.instance_types_for(&class).await.expect("types");
+        let m5 = types.iter().find(|t| t.name == "m5.large").expect("m5.large");
+        let reserved = m5
+            .offerings
+            .iter()
+            .find(|o| o.capacity_type == "reserved")
+            .expect("a reserved offering");
+        let on_demand = m5
+            .offerings
+            .iter()
+            .find(|o| o.capacity_type == "on-demand")
+            .expect("an on-demand offering");
+        assert_eq!(reserved.zone, zone_a);
+        assert!(reserved.available);
+        assert!(reserved.price > 0.0 && reserved.price * 1e6 < on_demand.price, "{reserved:?}");
+
+        // The controller: a NodePool allowing reserved and on-demand.
+        let clock = Arc::new(ManualClock::new(SystemClock.now()));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let stored = cluster.create(spec).expect("created");
+        let mut with = (*stored).clone();
+        with.status = class.status.clone();
+        Cluster::replace_status(cluster.as_ref(), with).await.expect("status");
+        cluster
+            .create(from_yaml::<NodePool>(
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      \
+                 nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      \
+                 - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}\n      \
+                 - {key: karpenter.sh/capacity-type, operator: In, values: [reserved, on-demand]}\n",
+            ))
+            .expect("created");
+        let mut controller =
+            Controller::new(cluster.clone(), aws.clone(), dyn_clock, Settings::default());
+        // The live NodeClaims not among `seen`, which then includes them.
+        let fresh = |seen: &mut BTreeSet<String>| -> Vec<NodeClaim> {
+            let mut out = Vec::new();
+            for c in Cluster::list::<NodeClaim>(cluster.as_ref()) {
+                let name = c.metadata.name.clone().unwrap_or_default();
+                if c.metadata.deletion_timestamp.is_none() && seen.insert(name) {
+                    out.push((*c).clone());
+                }
+            }
+            out
+        };
+        let mut seen = BTreeSet::new();
+
+        cluster.create(pending_pod("first")).expect("created");
+        provision_and_launch(&clock, &mut controller).await;
+        let claims = fresh(&mut seen);
+        assert_eq!(claims.len(), 1);
+        let labels = claims[0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "reserved");
+        assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-id"], id);
+        assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-type"], "default");
+        assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-interruptible"], "false");
+        assert_eq!(labels["topology.kubernetes.io/zone"], zone_a);
+        // The request: an on-demand fleet of the reservation's one offering,
+        // through a template that targets the reservation alone.
+        let fleet = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");
+        assert!(fleet.contains("DefaultTargetCapacityType=on-demand"), "{fleet}");
+        assert_eq!(fleet.matches("InstanceType=").count(), 1, "{fleet}");
+        let template = proxy.bodies("CreateLaunchTemplate").pop().expect("a template");
+        assert!(template.contains("CapacityReservationPreference=capacity-reservations-only"), "{template}");
+        assert!(template.contains(&format!("CapacityReservationId={id}")), "{template}");
+
+        // dovetail counted that launch: the reservation is used up, and the
+        // next pod's claim launches on demand, using no reservation.
+        let types = aws.instance_types_for(&class).await.expect("types");
+        let m5 = types.iter().find(|t| t.name == "m5.large").expect("m5.large");
+        assert!(m5.offerings.iter().all(|o| o.capacity_type != "reserved" || !o.available));
+        cluster.create(pending_pod("second")).expect("created");
+        clock.advance(Duration::from_secs(1)).expect("forward");
+        provision_and_launch(&clock, &mut controller).await;
+        let claims = fresh(&mut seen);
+        assert_eq!(claims.len(), 1);
+        let labels = claims[0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand", "{labels:?}");
+        assert!(!labels.contains_key("karpenter.k8s.aws/capacity-reservation-id"));
+        let template = proxy.bodies("CreateLaunchTemplate").pop().expect("a template");
+        assert!(template.contains("CapacityReservationPreference=none"), "{template}");
+        assert!(!template.contains("CapacityReservationTarget"), "{template}");
+
+        // EC2 says there is room again (its count lags), but the fleet
+        // finds none: the launch fails as insufficient capacity, the
+        // reservation is full until EC2 says otherwise, and the next solve
+        // launches on demand.
+        {
+            let mut f = proxy.faults.lock().unwrap();
+            f.reservations[0].available = 1;
+            f.reservations[0].room = 0;
+        }
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert_eq!(r.capacity_reservations.len(), 1);
+        cluster.create(pending_pod("third")).expect("created");
+        clock.advance(Duration::from_secs(1)).expect("forward");
+        provision_and_launch(&clock, &mut controller).await;
+        let _ = fresh(&mut seen);
+        let refused = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");
+        assert!(refused.contains("DefaultTargetCapacityType=on-demand"));
+        let events = controller.drain_events();
+        assert!(events.iter().any(|e| e.reason == "InsufficientCapacity"), "{events:?}");
+        let marked: Vec<String> = controller
+            .unavailable
+            .active(clock.now())
+            .into_iter()
+            .map(|o| format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type))
+            .collect();
+        assert_eq!(marked, [format!("m5.large/{zone_a}/reserved")]);
+        let types = aws.instance_types_for(&class).await.expect("types");
+        let m5 = types.iter().find(|t| t.name == "m5.large").expect("m5.large");
+        assert!(m5.offerings.iter().all(|o| o.capacity_type != "reserved" || !o.available));
+        clock.advance(Duration::from_secs(1)).expect("forward");
+        controller.reconcile_nodeclaims().await;
+        provision_and_launch(&clock, &mut controller).await;
+        let claims = fresh(&mut seen);
+        assert_eq!(claims.len(), 1, "one new claim for the third pod");
+        let labels = claims[0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand", "{labels:?}");
+        assert_eq!(
+            proxy.faults.lock().unwrap().reservations[1].room,
+            5,
+            "the other team's reservation is untouched"
+        );
+    });
+}
+
 /// Without the Spot service-linked role (and the right to create it),
 /// EC2 refuses every spot launch. As Karpenter does, spot is marked
 /// unavailable, the claim fails as insufficient capacity, and the next

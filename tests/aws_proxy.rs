@@ -24,7 +24,14 @@
 //! - AMI deprecation, which moto lacks: images named deprecated carry a
 //!   past `deprecationTime` and, as EC2 answers for images the caller does
 //!   not own, are left out of DescribeImages unless the request sets
-//!   `IncludeDeprecated=true` or names them in `ImageId.N`.
+//!   `IncludeDeprecated=true` or names them in `ImageId.N`;
+//! - capacity reservations, which moto lacks: DescribeCapacityReservations
+//!   is answered from [`Faults::reservations`] (ids, `state`, `tag:`,
+//!   `tag-key`, `owner-id`, `instance-match-criteria` filters); a
+//!   CreateLaunchTemplate's target reservation is remembered by template
+//!   id, and a CreateFleet override through a template whose reservation
+//!   has no room is refused with `ReservationCapacityExceeded` (moto
+//!   launches the others, each taking room).
 //!
 //! Every request's action is logged, so tests can count calls (dry-runs
 //! apart: a `DryRun=true` request goes to moto as it is, which answers
@@ -68,6 +75,128 @@ pub struct Faults {
     /// Images EC2 reports deprecated (another account's, so hidden
     /// unless the request asks for deprecated images).
     pub deprecated_images: BTreeSet<String>,
+    /// Capacity reservations EC2 has.
+    pub reservations: Vec<Reservation>,
+    /// Launch template id -> the reservation its data targets.
+    pub template_reservations: HashMap<String, String>,
+}
+
+/// A capacity reservation as the proxy's EC2 has it.
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub owner_id: String,
+    /// `open` or `targeted`.
+    pub match_criteria: String,
+    /// `default` or `capacity-block`.
+    pub reservation_type: String,
+    pub state: String,
+    pub end_date: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    /// What DescribeCapacityReservations reports as available.
+    pub available: u32,
+    /// How many more instances CreateFleet launches into it (EC2's count
+    /// may lag behind launches; tests set both).
+    pub room: u32,
+}
+
+impl Reservation {
+    fn matches(&self, ids: &[String], filters: &[(String, Vec<String>)]) -> bool {
+        (ids.is_empty() || ids.contains(&self.id))
+            && filters.iter().all(|(name, values)| {
+                let got = match name.as_str() {
+                    "state" => Some(self.state.clone()),
+                    "owner-id" => Some(self.owner_id.clone()),
+                    "instance-match-criteria" => Some(self.match_criteria.clone()),
+                    "tag-key" => return values.iter().any(|k| self.tags.contains_key(k)),
+                    n => match n.strip_prefix("tag:") {
+                        Some(k) => self.tags.get(k).cloned(),
+                        None => None,
+                    },
+                };
+                got.is_some_and(|g| values.contains(&g))
+            })
+    }
+
+    fn xml(&self) -> String {
+        let tags: String = self
+            .tags
+            .iter()
+            .map(|(k, v)| format!("<item><key>{k}</key><value>{v}</value></item>"))
+            .collect();
+        let end = self
+            .end_date
+            .as_ref()
+            .map(|e| format!("<endDate>{e}</endDate>"))
+            .unwrap_or_default();
+        format!(
+            "<item><capacityReservationId>{id}</capacityReservationId><ownerId>{owner}</ownerId>\
+             <instanceType>{it}</instanceType><instancePlatform>Linux/UNIX</instancePlatform>\
+             <availabilityZone>{zone}</availabilityZone><tenancy>default</tenancy>\
+             <totalInstanceCount>{total}</totalInstanceCount><availableInstanceCount>{avail}</availableInstanceCount>\
+             <state>{state}</state>{end}<instanceMatchCriteria>{imc}</instanceMatchCriteria>\
+             <reservationType>{rt}</reservationType><tagSet>{tags}</tagSet></item>",
+            id = self.id,
+            owner = self.owner_id,
+            it = self.instance_type,
+            zone = self.zone,
+            total = self.available.max(1),
+            avail = self.available,
+            state = self.state,
+            imc = self.match_criteria,
+            rt = self.reservation_type,
+        )
+    }
+}
+
+/// DescribeCapacityReservations answered from the proxy's reservations.
+fn describe_reservations(body: &str, faults: &Arc<Mutex<Faults>>) -> (String, Vec<u8>) {
+    let params = form(body);
+    let ids: Vec<String> = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("CapacityReservationId."))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let mut filters: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    for (k, v) in &params {
+        let parts: Vec<&str> = k.split('.').collect();
+        match parts.as_slice() {
+            ["Filter", n, "Name"] => filters.entry(n.to_string()).or_default().0 = v.clone(),
+            ["Filter", n, "Value", _] => {
+                filters.entry(n.to_string()).or_default().1.push(v.clone())
+            }
+            _ => {}
+        }
+    }
+    let filters: Vec<(String, Vec<String>)> = filters.into_values().collect();
+    let f = faults.lock().unwrap();
+    if let Some(missing) = ids
+        .iter()
+        .find(|id| !f.reservations.iter().any(|r| &r.id == *id))
+    {
+        return (
+            "400 Bad Request".to_string(),
+            ec2_error(
+                "InvalidCapacityReservationId.NotFound",
+                &format!("The capacity reservation ID '{missing}' does not exist"),
+            ),
+        );
+    }
+    let items: String = f
+        .reservations
+        .iter()
+        .filter(|r| r.matches(&ids, &filters))
+        .map(Reservation::xml)
+        .collect();
+    (
+        "200 OK".to_string(),
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeCapacityReservationsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><capacityReservationSet>{items}</capacityReservationSet></DescribeCapacityReservationsResponse>"
+        )
+        .into_bytes(),
+    )
 }
 
 /// A request as the proxy saw it.
@@ -344,6 +473,7 @@ fn strip_overrides(
     params: &[(String, String)],
     faulted: &BTreeSet<String>,
     full_subnets: &BTreeSet<String>,
+    full_templates: &BTreeSet<String>,
 ) -> (String, Vec<Refused>, bool) {
     // (config, override) -> fields
     let mut overrides: BTreeMap<(usize, usize), BTreeMap<String, String>> = BTreeMap::new();
@@ -379,7 +509,10 @@ fn strip_overrides(
     for ((c, _), fields) in overrides {
         let it = fields.get("InstanceType").cloned().unwrap_or_default();
         let subnet = fields.get("SubnetId").cloned().unwrap_or_default();
-        let code = if faulted.contains(&it) {
+        let template = templates.get(&c).cloned().unwrap_or_default();
+        let code = if full_templates.contains(&template) {
+            Some("ReservationCapacityExceeded")
+        } else if faulted.contains(&it) {
             Some("InsufficientInstanceCapacity")
         } else if full_subnets.contains(&subnet) {
             Some("InsufficientFreeAddressesInSubnet")
@@ -445,6 +578,9 @@ fn error_set(refused: &[Refused], lifecycle: &str) -> String {
                 "There are not enough free addresses in subnet '{}' to satisfy the requested number of instances.",
                 r.subnet
             ),
+            "ReservationCapacityExceeded" => {
+                "Insufficient capacity in the targeted capacity reservation.".to_string()
+            }
             "AuthFailure.ServiceLinkedRoleCreationNotPermitted" => {
                 "The provided credentials do not have permission to create the service-linked role for EC2 Spot Instances.".to_string()
             }
@@ -488,15 +624,31 @@ async fn fleet(
     let token = param("ClientToken");
     let lifecycle = param("TargetCapacitySpecification.DefaultTargetCapacityType")
         .unwrap_or_else(|| "on-demand".to_string());
-    let (faulted, full, role_missing) = {
+    // The templates the request names, and those whose reservation is full.
+    let named: BTreeSet<String> = params
+        .iter()
+        .filter(|(k, _)| k.ends_with(".LaunchTemplateSpecification.LaunchTemplateId"))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let (faulted, full, role_missing, full_templates) = {
         let f = faults.lock().unwrap();
         if let Some(answer) = token.as_ref().and_then(|t| f.fleet_answers.get(t)) {
             return Ok(("200 OK".to_string(), "text/xml".to_string(), answer.clone()));
         }
+        let full_templates: BTreeSet<String> = named
+            .iter()
+            .filter(|t| {
+                f.template_reservations
+                    .get(*t)
+                    .is_some_and(|id| f.reservations.iter().any(|r| &r.id == id && r.room == 0))
+            })
+            .cloned()
+            .collect();
         (
             f.no_capacity.clone(),
             f.full_subnets.clone(),
             f.spot_role_missing,
+            full_templates,
         )
     };
     let empty = |errors: String| {
@@ -505,7 +657,7 @@ async fn fleet(
         )
         .into_bytes()
     };
-    let (stripped, refused, any_left) = strip_overrides(&params, &faulted, &full);
+    let (stripped, refused, any_left) = strip_overrides(&params, &faulted, &full, &full_templates);
     let answer = if role_missing && lifecycle == "spot" {
         // EC2 reports it once, against the override it tried first.
         let (_, all, _) = strip_overrides(
@@ -515,6 +667,7 @@ async fn fleet(
                 .filter(|(k, _)| k.ends_with(".InstanceType"))
                 .map(|(_, v)| v.clone())
                 .collect(),
+            &BTreeSet::new(),
             &BTreeSet::new(),
         );
         let mut first: Vec<Refused> = all.into_iter().take(1).collect();
@@ -544,6 +697,20 @@ async fn fleet(
         };
         (status, ct, text.into_bytes())
     };
+    // What launched into a reservation takes its room.
+    if answer.0.starts_with("200") && String::from_utf8_lossy(&answer.2).contains("<instanceIds>") {
+        let mut f = faults.lock().unwrap();
+        let targeted: Vec<String> = named
+            .iter()
+            .filter(|t| !full_templates.contains(*t))
+            .filter_map(|t| f.template_reservations.get(t).cloned())
+            .collect();
+        for id in targeted {
+            if let Some(r) = f.reservations.iter_mut().find(|r| r.id == id) {
+                r.room = r.room.saturating_sub(1);
+            }
+        }
+    }
     if let Some(t) = token
         && answer.0.starts_with("200")
     {
@@ -592,6 +759,8 @@ async fn serve(
         Fleet,
         KeepRunning,
         Images(BTreeSet<String>),
+        Reservations,
+        Template,
         Forward,
     }
     let plan = {
@@ -638,6 +807,10 @@ async fn serve(
             Plan::Fleet
         } else if action == "DescribeImages" && !f.deprecated_images.is_empty() {
             Plan::Images(f.deprecated_images.clone())
+        } else if action == "DescribeCapacityReservations" {
+            Plan::Reservations
+        } else if action == "CreateLaunchTemplate" && !dry_run {
+            Plan::Template
         } else {
             Plan::Forward
         }
@@ -747,6 +920,29 @@ async fn serve(
             let answer = deprecate(&String::from_utf8_lossy(&answer), &body, &deprecated);
             respond(&mut conn, &status, &ct, &[], answer.as_bytes()).await
         }
+        Plan::Reservations => {
+            let (status, answer) = describe_reservations(&body, &faults);
+            respond(&mut conn, &status, "text/xml", &[], &answer).await
+        }
+        Plan::Template => {
+            let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
+            let target = form(&body).into_iter().find(|(k, _)| {
+                k == "LaunchTemplateData.CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId"
+            });
+            let text = String::from_utf8_lossy(&answer);
+            let id = text
+                .split_once("<launchTemplateId>")
+                .and_then(|(_, rest)| rest.split_once("</launchTemplateId>"))
+                .map(|(id, _)| id.to_string());
+            if let (Some((_, reservation)), Some(id)) = (target, id) {
+                faults
+                    .lock()
+                    .unwrap()
+                    .template_reservations
+                    .insert(id, reservation);
+            }
+            respond(&mut conn, &status, &ct, &[], &answer).await
+        }
         Plan::Forward => {
             let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
             respond(&mut conn, &status, &ct, &[], &answer).await
@@ -851,7 +1047,8 @@ fn create_fleet_overrides_of_faulted_types_are_taken_out_and_renumbered() {
         &TagSpecification.1.Tag.1.Value=a%2Bb";
     let params = form(body);
     let faulted = BTreeSet::from(["c5.large".to_string()]);
-    let (stripped, refused, left) = strip_overrides(&params, &faulted, &BTreeSet::new());
+    let (stripped, refused, left) =
+        strip_overrides(&params, &faulted, &BTreeSet::new(), &BTreeSet::new());
     assert!(left);
     assert_eq!(refused.len(), 2);
     assert_eq!(refused[1].template, "lt-2");

@@ -32,6 +32,9 @@ pub const CAPACITY_TYPES: [&str; 3] = [
     CAPACITY_TYPE_RESERVED,
 ];
 
+/// The label of a node launched into a capacity reservation: its id.
+pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+
 /// The instance type label of a node.
 pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 /// The zone label of a node.

@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::api::ec2nodeclass::{Ami, EC2NodeClassStatus, SecurityGroup, Subnet};
+use crate::api::ec2nodeclass::{
+    Ami, CapacityReservation, EC2NodeClassStatus, SecurityGroup, Subnet,
+};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::Timestamp;
 use crate::drift::DriftReason;
@@ -100,13 +102,16 @@ pub enum NodeClassCondition {
 
 impl NodeClassCondition {
     /// The conditions every resolution writes, in Karpenter's order.
-    pub const WRITTEN: [NodeClassCondition; 6] = [
+    /// (`CapacityReservationsReady` too: the `ReservedCapacity` feature
+    /// gate is on by default in v1.14.1.)
+    pub const WRITTEN: [NodeClassCondition; 7] = [
         NodeClassCondition::AmisReady,
         NodeClassCondition::SubnetsReady,
         NodeClassCondition::SecurityGroupsReady,
         NodeClassCondition::InstanceProfileReady,
         NodeClassCondition::ValidationSucceeded,
         NodeClassCondition::PlacementGroupReady,
+        NodeClassCondition::CapacityReservationsReady,
     ];
 
     /// What `ValidationSucceeded` waits for (Karpenter's
@@ -198,6 +203,9 @@ pub struct NodeClassResolution {
     pub subnets: Vec<Subnet>,
     pub security_groups: Vec<SecurityGroup>,
     pub instance_profile: Option<String>,
+    /// The capacity reservations `capacityReservationSelectorTerms`
+    /// select, by id (empty without terms). A failed lookup is a problem.
+    pub capacity_reservations: Vec<CapacityReservation>,
     /// Each False condition with why; the node class is ready when this
     /// is empty.
     pub problems: Vec<NodeClassProblem>,
@@ -301,6 +309,9 @@ impl NodeClassResolution {
         status.subnets = Some(self.subnets.clone());
         status.security_groups = Some(self.security_groups.clone());
         status.instance_profile.clone_from(&self.instance_profile);
+        // None when nothing is selected, as Karpenter leaves it.
+        status.capacity_reservations =
+            (!self.capacity_reservations.is_empty()).then(|| self.capacity_reservations.clone());
     }
 }
 

@@ -330,6 +330,18 @@ struct Pdb {
     always_allow_unhealthy: bool,
 }
 
+/// The capacity reservations node classes report `expiring` (capacity
+/// blocks near their end): NodeClaims launched into them are deleted.
+fn expiring_reservations(classes: &[Arc<EC2NodeClass>]) -> BTreeSet<String> {
+    classes
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.capacity_reservations.as_ref())
+        .flatten()
+        .filter(|r| r.state == Some(crate::api::ec2nodeclass::ReservationState::Expiring))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
 fn pod_ready_false(pod: &SlimPod) -> bool {
     pod.status
         .as_ref()
@@ -582,8 +594,26 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     async fn expire_claims(&mut self) -> Duration {
         let now = self.clock.now();
         let mut next = self.settings.resync;
+        let expiring = expiring_reservations(&self.cluster.list::<EC2NodeClass>());
         for claim in self.cluster.list::<NodeClaim>() {
             if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            // A node in a capacity block that is about to end goes now, as
+            // Karpenter's capacityreservation.expiration deletes it: 40
+            // minutes before the end, ahead of EC2's reclaim.
+            if let Some(id) = claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::api::LABEL_CAPACITY_RESERVATION_ID))
+                .filter(|id| expiring.contains(*id))
+            {
+                let message = format!(
+                    "capacity block {id} ends within 40 minutes; deleting its node before EC2 reclaims it"
+                );
+                self.delete_claim(&claim, "CapacityReservationExpiring", message)
+                    .await;
                 continue;
             }
             let Some(at) =

@@ -2,14 +2,16 @@
 //! (`--feature-gates` / `FEATURE_GATES`: `Name=bool,...`), with Karpenter
 //! v1.14.1's defaults. dovetail acts on `SpotToSpotConsolidation`,
 //! `StaticCapacity`, `NodeRepair`, `NodeOverlay` and `CapacityBuffer`, and
-//! has `ReservedCapacity`'s behaviour either way. A gate set to a behaviour
-//! dovetail lacks would be an error, never silently ignored (none is left).
+//! always has `ReservedCapacity`'s (capacity reservations in the AWS
+//! provider, `cloud::aws::reservations`), so `ReservedCapacity=false` is
+//! refused. A gate set to a behaviour dovetail lacks is an error, never
+//! silently ignored.
 
 /// A gate of Karpenter v1.14.1, its default there, and the only value
 /// dovetail accepts (`None`: either).
 const GATES: [(&str, bool, Option<bool>); 6] = [
     ("NodeRepair", false, None),
-    ("ReservedCapacity", true, None),
+    ("ReservedCapacity", true, Some(true)),
     ("SpotToSpotConsolidation", false, None),
     ("NodeOverlay", false, None),
     ("StaticCapacity", false, None),
@@ -144,6 +146,10 @@ mod tests {
                 .unwrap()
                 .capacity_buffer
         );
+        // dovetail always has reserved capacity.
+        let e = FeatureGates::parse("ReservedCapacity=false").unwrap_err();
+        assert!(e.contains("not implemented"), "{e}");
+        assert!(FeatureGates::parse("ReservedCapacity=true").is_ok());
         assert!(FeatureGates::parse("SpotToSpotConsolidation").is_err());
         assert!(FeatureGates::parse("SpotToSpotConsolidation=yes").is_err());
     }

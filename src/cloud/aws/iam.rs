@@ -13,6 +13,7 @@ pub const ACTIONS: &[&str] = &[
     "ec2:CreateLaunchTemplate",
     "ec2:CreateTags",
     "ec2:DeleteLaunchTemplate",
+    "ec2:DescribeCapacityReservations",
     "ec2:DescribeImages",
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeInstanceTypes",

@@ -8,6 +8,7 @@ use crate::cloud::{Instance, InstanceState, OfferingKey};
 
 use super::instance_types::{LABEL_TENANCY, LABEL_ZONE_ID, TENANCY_DEFAULT};
 use super::launch::{TAG_NODECLAIM, TAG_NODEPOOL};
+use super::reservations;
 
 /// `aws:///<zone>/<id>`, as the kubelet sets `spec.providerID`.
 pub fn provider_id(zone: &str, id: &str) -> String {
@@ -22,13 +23,50 @@ pub fn instance_id(provider_id: &str) -> Option<&str> {
     (id.starts_with("i-") && id.len() > 2).then_some(id)
 }
 
-/// The capacity type of an instance: `spot` for spot instances, else
-/// `on-demand`.
+/// The capacity type of an instance: `spot` for spot instances,
+/// `reserved` for one launched into a capacity reservation it targets
+/// alone (`capacity-reservations-only`, as reserved launches are; one that
+/// fell into an open reservation by itself stays `on-demand`, as in
+/// Karpenter), else `on-demand`.
 pub fn capacity_type(i: &aws_sdk_ec2::types::Instance) -> &'static str {
-    match i.instance_lifecycle().map(|l| l.as_str()) {
-        Some("spot") => crate::api::CAPACITY_TYPE_SPOT,
-        _ => crate::api::CAPACITY_TYPE_ON_DEMAND,
+    if i.instance_lifecycle().map(|l| l.as_str()) == Some("spot") {
+        return crate::api::CAPACITY_TYPE_SPOT;
     }
+    if reservation(i).is_some() {
+        return crate::api::CAPACITY_TYPE_RESERVED;
+    }
+    crate::api::CAPACITY_TYPE_ON_DEMAND
+}
+
+/// The reservation a reserved instance runs in, with its labels
+/// (id, type, interruptible).
+pub fn reservation(i: &aws_sdk_ec2::types::Instance) -> Option<[(&'static str, String); 3]> {
+    use aws_sdk_ec2::types::CapacityReservationPreference;
+    let id = i.capacity_reservation_id()?;
+    let only = i
+        .capacity_reservation_specification()
+        .and_then(|s| s.capacity_reservation_preference())
+        == Some(&CapacityReservationPreference::CapacityReservationsOnly);
+    if !only {
+        return None;
+    }
+    let lifecycle = i.instance_lifecycle().map(|l| l.as_str());
+    Some([
+        (reservations::LABEL_RESERVATION_ID, id.to_string()),
+        (
+            reservations::LABEL_RESERVATION_TYPE,
+            if lifecycle == Some("capacity-block") {
+                "capacity-block"
+            } else {
+                "default"
+            }
+            .to_string(),
+        ),
+        (
+            reservations::LABEL_RESERVATION_INTERRUPTIBLE,
+            (lifecycle == Some("interruptible-capacity-reservation")).to_string(),
+        ),
+    ])
 }
 
 /// The lifecycle state of an instance (stopping and stopped count as
@@ -88,6 +126,9 @@ pub fn convert_with_zone_ids(
         capacity_type: capacity_type.clone(),
     };
     let mut labels = instance_labels(type_labels(&instance_type), &offering, region, &nodepool);
+    for (k, v) in reservation(i).into_iter().flatten() {
+        labels.insert(k.to_string(), v);
+    }
     let placement = i.placement();
     labels.insert(
         LABEL_TENANCY.to_string(),

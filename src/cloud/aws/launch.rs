@@ -40,6 +40,14 @@
 //! (`karpenter.sh/price-overlay-applied`) launches in its overlaid order
 //! (`dovetail.dev/launch-priority`) with `capacity-optimized-prioritized`
 //! and `prioritized`, as the reference does.
+//!
+//! # Capacity reservations
+//! A NodeClaim that allows `reserved` and has a reserved offering left
+//! launches reserved, before spot and on-demand (Karpenter's order): only
+//! its reserved offerings are kept, of one kind (the cheapest's: ordinary
+//! reservations before capacity blocks before interruptible ones; a
+//! capacity block alone, as CreateFleet takes one), each through a launch
+//! template targeting its reservation ([`super::reservations`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hasher;
@@ -51,9 +59,13 @@ use super::config::ClusterAccess;
 use super::instance_types::{
     Family, LABEL_TENANCY, LABEL_ZONE_ID, TENANCY_DEDICATED, TENANCY_DEFAULT,
 };
+use super::reservations::{
+    self, Availability, LABEL_RESERVATION_ID, LABEL_RESERVATION_INTERRUPTIBLE,
+    LABEL_RESERVATION_TYPE,
+};
 use crate::api::ec2nodeclass::{
-    Ami, BlockDevice, BlockDeviceMapping, EnabledDisabled, HttpTokens, InstanceStorePolicy,
-    KubeletConfiguration, MetadataOptions, VolumeType,
+    Ami, BlockDevice, BlockDeviceMapping, CapacityReservation, EnabledDisabled, HttpTokens,
+    InstanceStorePolicy, KubeletConfiguration, MetadataOptions, ReservationType, VolumeType,
 };
 use crate::api::{EC2NodeClass, NodeClaim, TAINT_UNREGISTERED};
 use crate::cloud::select::{
@@ -72,8 +84,9 @@ pub const EFA: &str = "vpc.amazonaws.com/efa";
 pub const MAX_INSTANCE_TYPES: usize = 60;
 /// CreateFleet errors that mean an offering cannot be launched now
 /// (Karpenter's unfulfillable-capacity codes but reserved capacity's).
-pub const CAPACITY_ERRORS: [&str; 7] = [
+pub const CAPACITY_ERRORS: [&str; 8] = [
     "InsufficientInstanceCapacity",
+    super::reservations::RESERVATION_CAPACITY_EXCEEDED,
     "MaxSpotInstanceCountExceeded",
     "VcpuLimitExceeded",
     "UnfulfillableCapacity",
@@ -771,10 +784,33 @@ pub struct TemplateSpec {
     /// An IPv6 cluster: interfaces get a primary IPv6 address.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub ipv6: bool,
+    /// The reservation a reserved launch targets; `None`: the instance
+    /// uses no reservation (`CapacityReservationPreference: none`).
+    /// Always part of the name, so templates made before reservations
+    /// were targeted are not reused.
+    pub capacity_reservation: Option<TemplateReservation>,
 }
 
 fn is_zero(n: &i64) -> bool {
     *n == 0
+}
+
+/// The reservation a launch template targets.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TemplateReservation {
+    pub id: String,
+    pub capacity_block: bool,
+    pub interruptible: bool,
+}
+
+impl TemplateReservation {
+    fn of(r: &CapacityReservation) -> TemplateReservation {
+        TemplateReservation {
+            id: r.id.clone(),
+            capacity_block: r.reservation_type == Some(ReservationType::CapacityBlock),
+            interruptible: r.interruptible.unwrap_or(false),
+        }
+    }
 }
 
 impl TemplateSpec {
@@ -892,6 +928,14 @@ impl TemplateSpec {
                     .build(),
             );
         }
+        data = data.capacity_reservation_specification(self.reservation_specification());
+        if let Some(market) = self.market_type() {
+            data = data.instance_market_options(
+                aws_sdk_ec2::types::LaunchTemplateInstanceMarketOptionsRequest::builder()
+                    .market_type(market)
+                    .build(),
+            );
+        }
         let interface = |card: i64| {
             let mut i = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
                 .set_associate_public_ip_address(self.public_ip)
@@ -927,6 +971,48 @@ impl TemplateSpec {
     }
 }
 
+impl TemplateSpec {
+    /// Only the targeted reservation for a reserved launch; no reservation
+    /// at all for others (not even an open one), as Karpenter launches
+    /// with `ReservedCapacity` on.
+    fn reservation_specification(
+        &self,
+    ) -> aws_sdk_ec2::types::LaunchTemplateCapacityReservationSpecificationRequest {
+        use aws_sdk_ec2::types::{
+            CapacityReservationPreference, CapacityReservationTarget,
+            LaunchTemplateCapacityReservationSpecificationRequest,
+        };
+        match &self.capacity_reservation {
+            Some(r) => LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                .capacity_reservation_preference(
+                    CapacityReservationPreference::CapacityReservationsOnly,
+                )
+                .capacity_reservation_target(
+                    CapacityReservationTarget::builder()
+                        .capacity_reservation_id(&r.id)
+                        .build(),
+                )
+                .build(),
+            None => LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                .capacity_reservation_preference(CapacityReservationPreference::None)
+                .build(),
+        }
+    }
+
+    /// The market of a capacity block or an interruptible reservation.
+    fn market_type(&self) -> Option<aws_sdk_ec2::types::MarketType> {
+        use aws_sdk_ec2::types::MarketType;
+        let r = self.capacity_reservation.as_ref()?;
+        if r.capacity_block {
+            Some(MarketType::CapacityBlock)
+        } else if r.interruptible {
+            Some(MarketType::InterruptibleCapacityReservation)
+        } else {
+            None
+        }
+    }
+}
+
 fn volume_type(t: VolumeType) -> &'static str {
     match t {
         VolumeType::Standard => "standard",
@@ -955,6 +1041,8 @@ pub struct Override {
     /// Its rank in a price-overlaid NodeClaim's launch order (CreateFleet
     /// priority, lower first); `None` launches by price.
     pub priority: Option<usize>,
+    /// The reservation a reserved launch targets through this override.
+    pub reservation: Option<String>,
 }
 
 /// A launch, ready to send: the capacity type, the launch template per
@@ -1016,6 +1104,31 @@ impl LaunchPlan {
         }
     }
 
+    /// The reservation of a reserved launch of `instance_type` in `zone`.
+    pub fn reservation_of(&self, instance_type: &str, zone: &str) -> Option<&str> {
+        self.configs
+            .iter()
+            .flat_map(|(_, o)| o)
+            .find(|o| o.instance_type == instance_type && o.zone == zone)
+            .and_then(|o| o.reservation.as_deref())
+    }
+
+    /// The reservations the plan targets.
+    pub fn reservations(&self) -> BTreeSet<&str> {
+        self.configs
+            .iter()
+            .flat_map(|(_, o)| o)
+            .filter_map(|o| o.reservation.as_deref())
+            .collect()
+    }
+
+    /// The kind of reservation a reserved plan launches into.
+    pub fn reservation_kind(&self) -> Option<&TemplateReservation> {
+        self.configs
+            .iter()
+            .find_map(|(t, _)| t.capacity_reservation.as_ref())
+    }
+
     /// The zone of a subnet the plan launches into.
     pub fn zone_of(&self, subnet: &str) -> Option<&str> {
         self.configs
@@ -1060,6 +1173,64 @@ pub struct PlanInput<'a> {
     /// Spot recently failed for want of its service-linked role: spot
     /// offerings count as unavailable.
     pub spot_unavailable: bool,
+    /// The node class's capacity reservations (its status), and the
+    /// instances left in each.
+    pub reservations: &'a [CapacityReservation],
+    pub availability: &'a Availability,
+}
+
+/// An offering a launch may use.
+struct Candidate<'a> {
+    price: f64,
+    instance_type: &'a str,
+    zone: &'a str,
+    capacity_type: &'a str,
+    subnet: &'a str,
+    image: &'a Ami,
+    pods: i64,
+    /// EFA interfaces to attach (0 unless the NodeClaim requests EFA).
+    efa: i64,
+    /// The reservation a reserved offering launches into.
+    reservation: Option<&'a CapacityReservation>,
+}
+
+/// Karpenter's reserved filters: with a reserved offering among the
+/// candidates, only reserved ones stay, of the kind of the cheapest
+/// (ordinary reservations before capacity blocks before interruptible
+/// ones on a tie), and of capacity blocks only the cheapest, as
+/// CreateFleet launches from one block at a time.
+fn keep_reserved(candidates: &mut Vec<Candidate<'_>>) {
+    let kind = |c: &Candidate<'_>| {
+        c.reservation.map(|r| {
+            let t = TemplateReservation::of(r);
+            // Karpenter's priorities on a price tie.
+            match (t.capacity_block, t.interruptible) {
+                (false, false) => 0,
+                (true, _) => 1,
+                (false, true) => 2,
+            }
+        })
+    };
+    let Some(best) = candidates
+        .iter()
+        .filter_map(|c| Some((c.price, kind(c)?)))
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+        .map(|(_, k)| k)
+    else {
+        return;
+    };
+    candidates.retain(|c| kind(c) == Some(best));
+    if best == 1 {
+        let cheapest = candidates
+            .iter()
+            .enumerate()
+            .min_by(|(_, a), (_, b)| a.price.total_cmp(&b.price))
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        let one = candidates.swap_remove(cheapest);
+        candidates.clear();
+        candidates.push(one);
+    }
 }
 
 /// Plans the launch of a NodeClaim (see the module documentation).
@@ -1106,23 +1277,39 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     }
     full_zones.retain(|z| !subnet_of_zone.contains_key(z));
 
+    // The reservation labels a node gets only when launched into one: a
+    // requirement on them that does not allow their absence keeps the
+    // claim to reserved offerings, and picks among reservations.
+    let reservation_keys = [
+        LABEL_RESERVATION_ID,
+        LABEL_RESERVATION_TYPE,
+        LABEL_RESERVATION_INTERRUPTIBLE,
+    ];
+    let needs_reservation = reservation_keys
+        .iter()
+        .any(|k| requirements.get(k).is_some_and(|r| !r.allows_absent()));
+    let reservation_allowed = |r: &CapacityReservation| {
+        reservations::labels(r)
+            .iter()
+            .all(|(k, v)| requirements.get(k).is_none_or(|req| req.has(v)))
+    };
     let mut allowed_any = false;
     let mut known_out = Vec::new();
     // EFA interfaces are attached only for a NodeClaim that requests EFA
     // (Karpenter's rule): one per the type's `vpc.amazonaws.com/efa`.
     let wants_efa = requests.get(EFA) > 0;
-    // (price, type, zone, capacity type, subnet, image, max pods, EFAs)
-    #[allow(clippy::type_complexity)]
-    let mut candidates: Vec<(f64, &str, &str, &str, &str, &Ami, i64, i64)> = Vec::new();
+    let mut candidates: Vec<Candidate<'_>> = Vec::new();
     for it in input.types {
         if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
             continue;
         }
         let image = image_for(&input.resolution.amis, it);
         for o in &it.offerings {
+            let reserved = o.capacity_type == crate::api::CAPACITY_TYPE_RESERVED;
             if !allows(ZONE, &o.zone)
                 || !allows(CAPACITY_TYPE, &o.capacity_type)
                 || !zone_id_allowed(&o.zone)
+                || (needs_reservation && !reserved)
             {
                 continue;
             }
@@ -1135,20 +1322,40 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                 known_out.push(key);
                 continue;
             }
+            // A reserved offering launches into one of its reservations
+            // with instances left; with none, it is out.
+            let reservation = if reserved {
+                match reservations::choose(
+                    input.reservations,
+                    input.availability,
+                    &it.name,
+                    &o.zone,
+                    reservation_allowed,
+                ) {
+                    Some(r) => Some(r),
+                    None => {
+                        known_out.push(key);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let (Some(image), Some(subnet)) = (image, subnet_of_zone.get(o.zone.as_str())) else {
                 continue;
             };
             if o.available {
-                candidates.push((
-                    o.price,
-                    &it.name,
-                    &o.zone,
-                    &o.capacity_type,
+                candidates.push(Candidate {
+                    price: o.price,
+                    instance_type: &it.name,
+                    zone: &o.zone,
+                    capacity_type: &o.capacity_type,
                     subnet,
                     image,
-                    it.capacity.get(PODS),
-                    if wants_efa { it.capacity.get(EFA) } else { 0 },
-                ));
+                    pods: it.capacity.get(PODS),
+                    efa: if wants_efa { it.capacity.get(EFA) } else { 0 },
+                    reservation,
+                });
             }
         }
     }
@@ -1170,7 +1377,9 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             offerings: known_out,
         });
     }
-    // Karpenter's launch-time filters, in its order.
+    // Karpenter's launch-time filters, in its order. Reserved first: with
+    // a reserved offering left, only reserved offerings, of one kind.
+    keep_reserved(&mut candidates);
     let by_name: BTreeMap<&str, &InstanceType> =
         input.types.iter().map(|t| (t.name.as_str(), t)).collect();
     let min_values: Vec<(&str, i64)> = claim
@@ -1183,8 +1392,8 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
         // Exotic types (GPUs, accelerators, bare metal) only when nothing
         // generic fits.
         let exotic = |name: &str| by_name.get(name).is_some_and(|t| is_exotic(t));
-        if candidates.iter().any(|c| !exotic(c.1)) {
-            candidates.retain(|c| !exotic(c.1));
+        if candidates.iter().any(|c| !exotic(c.instance_type)) {
+            candidates.retain(|c| !exotic(c.instance_type));
         }
         // No spot offering pricier than the cheapest on-demand one.
         if allows(CAPACITY_TYPE, crate::api::CAPACITY_TYPE_SPOT)
@@ -1192,14 +1401,16 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
         {
             let cheapest_on_demand = candidates
                 .iter()
-                .filter(|c| c.3 == crate::api::CAPACITY_TYPE_ON_DEMAND)
-                .map(|c| c.0)
+                .filter(|c| c.capacity_type == crate::api::CAPACITY_TYPE_ON_DEMAND)
+                .map(|c| c.price)
                 .min_by(f64::total_cmp);
             let any_spot = candidates
                 .iter()
-                .any(|c| c.3 == crate::api::CAPACITY_TYPE_SPOT);
+                .any(|c| c.capacity_type == crate::api::CAPACITY_TYPE_SPOT);
             if let (Some(limit), true) = (cheapest_on_demand, any_spot) {
-                candidates.retain(|c| c.3 != crate::api::CAPACITY_TYPE_SPOT || c.0 <= limit);
+                candidates.retain(|c| {
+                    c.capacity_type != crate::api::CAPACITY_TYPE_SPOT || c.price <= limit
+                });
             }
         }
     }
@@ -1208,8 +1419,8 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     // offer that many values of each key.
     let mut lowest: BTreeMap<&str, f64> = BTreeMap::new();
     for c in &candidates {
-        let e = lowest.entry(c.1).or_insert(c.0);
-        *e = e.min(c.0);
+        let e = lowest.entry(c.instance_type).or_insert(c.price);
+        *e = e.min(c.price);
     }
     let mut ordered: Vec<(&str, f64)> = lowest.into_iter().collect();
     ordered.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
@@ -1235,16 +1446,17 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             });
         }
     }
-    candidates.retain(|c| kept.contains(c.1));
-    let spot = candidates
-        .iter()
-        .any(|c| c.3 == crate::api::CAPACITY_TYPE_SPOT);
-    let capacity_type = if spot {
+    candidates.retain(|c| kept.contains(c.instance_type));
+    // Reserved, else spot, else on-demand (Karpenter's order).
+    let has = |ct: &str| candidates.iter().any(|c| c.capacity_type == ct);
+    let capacity_type = if has(crate::api::CAPACITY_TYPE_RESERVED) {
+        crate::api::CAPACITY_TYPE_RESERVED
+    } else if has(crate::api::CAPACITY_TYPE_SPOT) {
         crate::api::CAPACITY_TYPE_SPOT
     } else {
         crate::api::CAPACITY_TYPE_ON_DEMAND
     };
-    candidates.retain(|c| c.3 == capacity_type);
+    candidates.retain(|c| c.capacity_type == capacity_type);
     // A price-overlaid NodeClaim launches in its overlaid order, with
     // CreateFleet's `prioritized` strategies, as the reference does.
     let priority = launch_priority(claim);
@@ -1254,11 +1466,11 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
             .map_or(0, |p| p.get(t).copied().unwrap_or(usize::MAX))
     };
     candidates.sort_by(|a, b| {
-        rank(a.1)
-            .cmp(&rank(b.1))
-            .then_with(|| a.0.total_cmp(&b.0))
-            .then_with(|| a.1.cmp(b.1))
-            .then_with(|| a.2.cmp(b.2))
+        rank(a.instance_type)
+            .cmp(&rank(b.instance_type))
+            .then_with(|| a.price.total_cmp(&b.price))
+            .then_with(|| a.instance_type.cmp(b.instance_type))
+            .then_with(|| a.zone.cmp(b.zone))
     });
 
     let registration = Registration::of(claim);
@@ -1266,10 +1478,16 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     // with different pod counts need different launch templates.
     let mut user_data_of: BTreeMap<i64, String> = BTreeMap::new();
     for c in &candidates {
-        if let std::collections::btree_map::Entry::Vacant(e) = user_data_of.entry(c.6) {
+        if let std::collections::btree_map::Entry::Vacant(e) = user_data_of.entry(c.pods) {
             e.insert(
-                user_data(input.family, input.class, input.cluster, &registration, c.6)
-                    .map_err(&not_ready)?,
+                user_data(
+                    input.family,
+                    input.class,
+                    input.cluster,
+                    &registration,
+                    c.pods,
+                )
+                .map_err(&not_ready)?,
             );
         }
     }
@@ -1301,17 +1519,25 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     );
     let spot = capacity_type == crate::api::CAPACITY_TYPE_SPOT;
     let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
-    for (price, it, zone, _, subnet, image, pods, efa) in candidates {
+    for c in candidates {
         let o = Override {
-            instance_type: it.to_string(),
-            zone: zone.to_string(),
-            subnet_id: subnet.to_string(),
-            price,
-            priority: priority.as_ref().map(|_| rank(it)),
+            instance_type: c.instance_type.to_string(),
+            zone: c.zone.to_string(),
+            subnet_id: c.subnet.to_string(),
+            price: c.price,
+            priority: priority.as_ref().map(|_| rank(c.instance_type)),
+            reservation: c.reservation.map(|r| r.id.clone()),
         };
-        let user_data = &user_data_of[&pods];
+        let image = c.image;
+        let efa = c.efa;
+        let user_data = &user_data_of[&c.pods];
+        // A template per reservation: it names the one it targets.
+        let target = c.reservation.map(TemplateReservation::of);
         match configs.iter_mut().find(|(t, _)| {
-            t.image_id == image.id && t.user_data == *user_data && t.efa_interfaces == efa
+            t.image_id == image.id
+                && t.user_data == *user_data
+                && t.efa_interfaces == efa
+                && t.capacity_reservation == target
         }) {
             Some((_, overrides)) => overrides.push(o),
             None => configs.push((
@@ -1330,6 +1556,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                     spot,
                     efa_interfaces: efa,
                     ipv6: input.cluster.access.ipv6(),
+                    capacity_reservation: target,
                 },
                 vec![o],
             )),
@@ -1372,6 +1599,23 @@ pub struct FleetOutcome {
     /// Spot could not launch for want of its service-linked role
     /// ([`SPOT_ROLE_MISSING`]).
     pub spot_role_missing: bool,
+    /// Reservations a reserved launch found without capacity
+    /// (`ReservationCapacityExceeded`, or another capacity error).
+    pub exhausted_reservations: Vec<String>,
+}
+
+/// The capacity type of an instance or error of a CreateFleet answer, by
+/// its lifecycle: a reserved plan launches reserved (EC2 says
+/// `on-demand`, or the block's or interruptible reservation's market).
+fn answered_capacity_type(lifecycle: Option<&str>, plan: &LaunchPlan) -> String {
+    match lifecycle {
+        Some("spot") => crate::api::CAPACITY_TYPE_SPOT.to_string(),
+        _ if plan.capacity_type == crate::api::CAPACITY_TYPE_RESERVED => {
+            crate::api::CAPACITY_TYPE_RESERVED.to_string()
+        }
+        Some(_) => crate::api::CAPACITY_TYPE_ON_DEMAND.to_string(),
+        None => plan.capacity_type.clone(),
+    }
 }
 
 /// Whether an error code means a launch template does not exist (any
@@ -1410,11 +1654,7 @@ pub fn outcome(
             .or_else(|| subnet.as_deref().and_then(|s| plan.zone_of(s)))
             .unwrap_or_default()
             .to_string();
-        let capacity_type = match i.lifecycle().map(|l| l.as_str()) {
-            Some("spot") => "spot".to_string(),
-            Some(_) => "on-demand".to_string(),
-            None => plan.capacity_type.clone(),
-        };
+        let capacity_type = answered_capacity_type(i.lifecycle().map(|l| l.as_str()), plan);
         for id in i.instance_ids() {
             o.instances.push(FleetInstance {
                 id: id.clone(),
@@ -1464,14 +1704,15 @@ pub fn outcome(
                     .and_then(|s| plan.zone_of(s))
             });
             if let (Some(it), Some(zone)) = (it, zone) {
+                if let Some(r) = plan.reservation_of(&it, zone)
+                    && !o.exhausted_reservations.iter().any(|x| x == r)
+                {
+                    o.exhausted_reservations.push(r.to_string());
+                }
                 let key = OfferingKey {
                     instance_type: it,
                     zone: zone.to_string(),
-                    capacity_type: match e.lifecycle().map(|l| l.as_str()) {
-                        Some("spot") => "spot".to_string(),
-                        Some(_) => "on-demand".to_string(),
-                        None => plan.capacity_type.clone(),
-                    },
+                    capacity_type: answered_capacity_type(e.lifecycle().map(|l| l.as_str()), plan),
                 };
                 if !o.refused.contains(&key) {
                     o.refused.push(key);
@@ -1495,6 +1736,12 @@ pub fn outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No reservation known.
+    fn no_reservations() -> &'static Availability {
+        static NONE: std::sync::OnceLock<Availability> = std::sync::OnceLock::new();
+        NONE.get_or_init(Availability::default)
+    }
     use crate::api::common::{Taint, TaintEffect};
 
     fn access() -> ClusterAccess {
@@ -1880,10 +2127,10 @@ mod tests {
             spot: true,
             efa_interfaces: 0,
             ipv6: false,
+            capacity_reservation: None,
         };
         let name = t.name("prod");
-        // Without EFA nor IPv6 the hashed form is what it was before those
-        // existed, so the templates already made keep their names.
+        // Without EFA nor IPv6 those fields stay out of the hashed form.
         let canonical = serde_json::to_string(&t).expect("json");
         assert!(
             !canonical.contains("\"efa_interfaces\"") && !canonical.contains("\"ipv6\""),
@@ -2007,6 +2254,7 @@ mod tests {
                 name: None,
             }],
             instance_profile: Some("profile".into()),
+            capacity_reservations: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -2041,6 +2289,8 @@ mod tests {
             unavailable,
             unavailable_subnets: &no_subnets,
             spot_unavailable: false,
+            reservations: &[],
+            availability: no_reservations(),
         };
         let p = plan(&claim_allowing(&["spot", "on-demand"]), &input(&none)).expect("plans");
         assert_eq!(p.capacity_type, "spot");
@@ -2113,6 +2363,8 @@ mod tests {
             &claim_allowing(&["spot", "on-demand"]),
             &PlanInput {
                 spot_unavailable: true,
+                reservations: &[],
+                availability: no_reservations(),
                 ..input(&none)
             },
         )
@@ -2193,6 +2445,8 @@ mod tests {
                 unavailable: &none,
                 unavailable_subnets: &BTreeSet::new(),
                 spot_unavailable: false,
+                reservations: &[],
+                availability: no_reservations(),
             },
         )
     }
@@ -2324,6 +2578,8 @@ mod tests {
             unavailable: &none,
             unavailable_subnets: &BTreeSet::new(),
             spot_unavailable: false,
+            reservations: &[],
+            availability: no_reservations(),
         };
         let mut c = claim_allowing(&["on-demand"]);
         c.spec
@@ -2394,6 +2650,8 @@ mod tests {
                 unavailable: &none,
                 unavailable_subnets: &BTreeSet::new(),
                 spot_unavailable: false,
+                reservations: &[],
+                availability: no_reservations(),
             },
         )
         .expect("plans");
@@ -2437,6 +2695,8 @@ mod tests {
                 unavailable: &none,
                 unavailable_subnets: &BTreeSet::new(),
                 spot_unavailable: false,
+                reservations: &[],
+                availability: no_reservations(),
             },
         )
         .expect("plans")
@@ -2630,6 +2890,8 @@ mod tests {
                 unavailable: &none,
                 unavailable_subnets: &BTreeSet::new(),
                 spot_unavailable: false,
+                reservations: &[],
+                availability: no_reservations(),
             },
         )
         .expect("plans");
@@ -2680,5 +2942,256 @@ mod tests {
             Some("UnauthorizedOperation: not authorized to perform iam:PassRole")
         );
         assert!(!o.template_missing);
+    }
+
+    /// The plan types with reserved offerings in us-east-1a for m5.large
+    /// and c5.large, and reservations for them: an ordinary one for
+    /// c5.large, a capacity block for m5.large.
+    fn reserved_fixture() -> (Vec<InstanceType>, Vec<CapacityReservation>) {
+        use crate::api::ec2nodeclass::{InstanceMatchCriteria, ReservationState};
+        let mut types = plan_input_types();
+        for it in &mut types {
+            if it.name != "m6g.large" {
+                let od = it.offerings[0].price;
+                it.offerings.push(crate::model::Offering {
+                    zone: "us-east-1a".into(),
+                    capacity_type: "reserved".into(),
+                    price: od / reservations::PRICE_DIVISOR,
+                    available: true,
+                });
+                it.requirements.0.insert(
+                    CAPACITY_TYPE.to_string(),
+                    crate::model::Requirement::in_values(["on-demand", "spot", "reserved"]),
+                );
+            }
+        }
+        let cr = |id: &str, it: &str, block: bool| CapacityReservation {
+            availability_zone: "us-east-1a".into(),
+            end_time: None,
+            id: id.into(),
+            instance_match_criteria: InstanceMatchCriteria::Targeted,
+            instance_type: it.into(),
+            interruptible: Some(false),
+            owner_id: "012345678901".into(),
+            reservation_type: Some(if block {
+                ReservationType::CapacityBlock
+            } else {
+                ReservationType::Default
+            }),
+            state: Some(ReservationState::Active),
+        };
+        (
+            types,
+            vec![
+                cr("cr-c5", "c5.large", false),
+                cr("cr-m5", "m5.large", true),
+            ],
+        )
+    }
+
+    fn availability(counts: &[(&str, i64)]) -> Availability {
+        let mut a = Availability::default();
+        a.sync(
+            &counts
+                .iter()
+                .map(|(id, n)| reservations::Facts {
+                    id: id.to_string(),
+                    instance_type: String::new(),
+                    zone: String::new(),
+                    owner_id: String::new(),
+                    instance_match_criteria: "targeted".into(),
+                    reservation_type: None,
+                    end: None,
+                    interruptible: false,
+                    available: *n,
+                })
+                .collect::<Vec<_>>(),
+        );
+        a
+    }
+
+    #[test]
+    fn a_claim_allowing_reserved_launches_into_a_reservation_first() {
+        let (types, held) = reserved_fixture();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let r = resolution();
+        let none = BTreeSet::new();
+        let no_subnets = BTreeSet::new();
+        let go = |claim: &NodeClaim, avail: &Availability| {
+            plan(
+                claim,
+                &PlanInput {
+                    cluster: ClusterInfo {
+                        name: "prod",
+                        access: &a,
+                    },
+                    class: &class,
+                    family: Family::Al2023,
+                    resolution: &r,
+                    types: &types,
+                    unavailable: &none,
+                    unavailable_subnets: &no_subnets,
+                    spot_unavailable: false,
+                    reservations: &held,
+                    availability: avail,
+                },
+            )
+        };
+        let both = availability(&[("cr-c5", 2), ("cr-m5", 1)]);
+        // Reserved before spot and on-demand; of the kind of the cheapest
+        // reserved offering (the ordinary reservation's).
+        let p = go(&claim_allowing(&["reserved", "spot", "on-demand"]), &both).expect("plans");
+        assert_eq!(p.capacity_type, "reserved");
+        assert_eq!(p.configs.len(), 1);
+        let (template, overrides) = &p.configs[0];
+        assert_eq!(
+            template.capacity_reservation,
+            Some(TemplateReservation {
+                id: "cr-c5".into(),
+                capacity_block: false,
+                interruptible: false,
+            })
+        );
+        assert_eq!(overrides.len(), 1);
+        assert_eq!(overrides[0].instance_type, "c5.large");
+        assert_eq!(overrides[0].zone, "us-east-1a");
+        assert_eq!(overrides[0].reservation.as_deref(), Some("cr-c5"));
+        assert_eq!(p.reservation_of("c5.large", "us-east-1a"), Some("cr-c5"));
+        // The template asks for that reservation alone.
+        let data = template.request_data();
+        let spec = data.capacity_reservation_specification().expect("spec");
+        assert_eq!(
+            spec.capacity_reservation_preference().map(|p| p.as_str()),
+            Some("capacity-reservations-only")
+        );
+        assert_eq!(
+            spec.capacity_reservation_target()
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-c5")
+        );
+        assert!(data.instance_market_options().is_none());
+
+        // With the ordinary reservation used up, the capacity block (one
+        // offering, its own market).
+        let block_only = availability(&[("cr-c5", 0), ("cr-m5", 1)]);
+        let p = go(&claim_allowing(&["reserved", "on-demand"]), &block_only).expect("plans");
+        assert_eq!(p.capacity_type, "reserved");
+        let kind = p.reservation_kind().expect("a reservation");
+        assert!(kind.capacity_block);
+        let data = p.configs[0].0.request_data();
+        assert_eq!(
+            data.instance_market_options()
+                .and_then(|m| m.market_type())
+                .map(|m| m.as_str()),
+            Some("capacity-block")
+        );
+
+        // Nothing left: on demand, and its templates use no reservation.
+        let empty = availability(&[("cr-m5", 0), ("cr-c5", 0)]);
+        let p = go(&claim_allowing(&["reserved", "on-demand"]), &empty).expect("plans");
+        assert_eq!(p.capacity_type, "on-demand");
+        assert!(p.reservations().is_empty());
+        let data = p.configs[0].0.request_data();
+        let spec = data.capacity_reservation_specification().expect("spec");
+        assert_eq!(
+            spec.capacity_reservation_preference().map(|p| p.as_str()),
+            Some("none")
+        );
+        assert!(spec.capacity_reservation_target().is_none());
+        // A claim that allows only reserved is then out of capacity, naming
+        // the reserved offerings.
+        let err = go(&claim_allowing(&["reserved"]), &empty).unwrap_err();
+        let CloudError::InsufficientCapacity { offerings } = err else {
+            panic!("expected insufficient capacity, got {err}");
+        };
+        assert!(
+            offerings
+                .iter()
+                .all(|o| o.capacity_type == "reserved" && o.zone == "us-east-1a"),
+            "{offerings:?}"
+        );
+        assert_eq!(offerings.len(), 2);
+
+        // A requirement on the reservation id picks it, and keeps the claim
+        // off offerings outside reservations.
+        let mut pinned = claim_allowing(&["reserved", "on-demand"]);
+        pinned
+            .spec
+            .requirements
+            .push(crate::api::NodeSelectorRequirementWithMinValues::new(
+                LABEL_RESERVATION_ID,
+                crate::api::Operator::In,
+                &["cr-m5"],
+            ));
+        let p = go(&pinned, &both).expect("plans");
+        assert_eq!(p.reservations(), BTreeSet::from(["cr-m5"]));
+        assert!(matches!(
+            go(&pinned, &availability(&[("cr-c5", 2), ("cr-m5", 0)])),
+            Err(CloudError::InsufficientCapacity { .. })
+        ));
+    }
+
+    #[test]
+    fn a_reserved_launch_out_of_room_reports_its_reservation() {
+        use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
+        use aws_sdk_ec2::types::{
+            CreateFleetError, FleetLaunchTemplateOverrides, InstanceLifecycle, InstanceType as Ty,
+            LaunchTemplateAndOverridesResponse,
+        };
+        let (types, held) = reserved_fixture();
+        let class = EC2NodeClass::test("default");
+        let a = access();
+        let r = resolution();
+        let avail = availability(&[("cr-c5", 1)]);
+        let p = plan(
+            &claim_allowing(&["reserved", "on-demand"]),
+            &PlanInput {
+                cluster: ClusterInfo {
+                    name: "prod",
+                    access: &a,
+                },
+                class: &class,
+                family: Family::Al2023,
+                resolution: &r,
+                types: &types,
+                unavailable: &BTreeSet::new(),
+                unavailable_subnets: &BTreeSet::new(),
+                spot_unavailable: false,
+                reservations: &held,
+                availability: &avail,
+            },
+        )
+        .expect("plans");
+        let out = CreateFleetOutput::builder()
+            .errors(
+                CreateFleetError::builder()
+                    .error_code(reservations::RESERVATION_CAPACITY_EXCEEDED)
+                    .lifecycle(InstanceLifecycle::OnDemand)
+                    .launch_template_and_overrides(
+                        LaunchTemplateAndOverridesResponse::builder()
+                            .overrides(
+                                FleetLaunchTemplateOverrides::builder()
+                                    .instance_type(Ty::C5Large)
+                                    .subnet_id("subnet-a")
+                                    .availability_zone("us-east-1a")
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build();
+        let o = outcome(&out, &p);
+        assert!(o.instances.is_empty());
+        assert_eq!(o.exhausted_reservations, ["cr-c5"]);
+        assert_eq!(
+            o.refused,
+            [OfferingKey {
+                instance_type: "c5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: "reserved".into(),
+            }]
+        );
     }
 }

@@ -35,6 +35,10 @@
 //! - **Errors** ([`error`]): throttling is retried with backoff and jitter;
 //!   access denied names the IAM action ([`iam::ACTIONS`] lists them all,
 //!   `deploy/iam-policy.json` grants them).
+//! - **Capacity reservations** ([`reservations`]): resolved with the node
+//!   class (DescribeCapacityReservations), offered as `reserved`
+//!   offerings while instances are left in them, launched into with a
+//!   launch template that targets them.
 //! - **Launch templates** are deleted by
 //!   [`AwsProvider::cleanup_launch_templates`] once their node class is gone
 //!   or no longer resolves to their image.
@@ -49,6 +53,7 @@ pub mod instances;
 pub mod launch;
 pub mod nodeclass;
 pub mod pricing;
+pub mod reservations;
 pub mod subnets;
 pub mod validation;
 
@@ -83,6 +88,7 @@ use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
     NodeClassProblem, NodeClassResolution, OfferingKey, instance_drift, reasons,
 };
+use crate::api::ec2nodeclass::CapacityReservation;
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp};
 use crate::drift::DriftReason;
@@ -193,6 +199,11 @@ const PRICING_RETRY: std::time::Duration = std::time::Duration::from_secs(5 * 60
 impl CatalogView {
     fn price(&self, instance_type: &str, zone: &str, capacity_type: &str) -> Option<f64> {
         let od = self.on_demand.get(instance_type).copied();
+        if capacity_type == crate::api::CAPACITY_TYPE_RESERVED {
+            // Paid for already: about free, yet ordered as on-demand. With
+            // no on-demand price it is free, so it still launches.
+            return Some(od.map_or(0.0, |p| p / reservations::PRICE_DIVISOR));
+        }
         if capacity_type == crate::api::CAPACITY_TYPE_SPOT {
             self.spot
                 .get(&(instance_type.to_string(), zone.to_string()))
@@ -213,6 +224,7 @@ struct Computed {
     version: u64,
     settings: NodeClassSettings,
     zones: Option<BTreeSet<String>>,
+    reservations: Vec<CapacityReservation>,
     types: Arc<Vec<InstanceType>>,
 }
 
@@ -283,6 +295,11 @@ pub struct AwsProvider {
     /// Validation decisions ([`validation::cache_key`] -> when, and the
     /// problem if denied), for [`validation::VALIDATION_TTL`].
     validations: Mutex<HashMap<String, (Instant, Option<NodeClassProblem>)>>,
+    /// Instances left in each capacity reservation.
+    reservations: Mutex<reservations::Availability>,
+    /// Instance id -> the reservation it runs in, for the instance given
+    /// back when it is terminated.
+    reserved_instances: Mutex<HashMap<String, String>>,
 }
 
 /// Subnets out of addresses and capacity types that cannot launch, each
@@ -376,6 +393,8 @@ impl AwsProvider {
             zone_ids: Mutex::new(BTreeMap::new()),
             named: Mutex::new(BTreeSet::new()),
             validations: Mutex::new(HashMap::new()),
+            reservations: Mutex::new(reservations::Availability::default()),
+            reserved_instances: Mutex::new(HashMap::new()),
         })
     }
 
@@ -399,6 +418,13 @@ impl AwsProvider {
 
     /// Records what a CreateFleet answer found unusable.
     fn mark(&self, outcome: &launch::FleetOutcome) {
+        if !outcome.exhausted_reservations.is_empty() {
+            let mut availability = lock(&self.reservations);
+            for id in &outcome.exhausted_reservations {
+                tracing::info!(capacity_reservation = %id, "the capacity reservation is full; launching elsewhere until EC2 reports room in it");
+                availability.exhaust(id);
+            }
+        }
         if outcome.full_subnets.is_empty() && !outcome.spot_role_missing {
             return;
         }
@@ -640,8 +666,9 @@ impl AwsProvider {
     /// and its priced offerings in the zones of the node class's subnets
     /// (every zone when its status reports none). This is what
     /// `dovetail aws instance-types` prints. Offerings in a zone whose
-    /// subnets recently had no free address, and spot offerings while spot
-    /// lacks its service-linked role, are unavailable.
+    /// subnets recently had no free address, spot offerings while spot
+    /// lacks its service-linked role, and reserved offerings with no
+    /// reservation left (no instance left, or expiring) are unavailable.
     pub async fn instance_types_for(
         &self,
         nodeclass: &EC2NodeClass,
@@ -664,14 +691,29 @@ impl AwsProvider {
                     .all(|s| full_subnets.contains(&s.id))
             })
             .collect();
-        if full_zones.is_empty() && !spot_out {
+        let any_reserved = types.iter().any(|t| {
+            t.offerings
+                .iter()
+                .any(|o| o.capacity_type == crate::api::CAPACITY_TYPE_RESERVED)
+        });
+        if full_zones.is_empty() && !spot_out && !any_reserved {
             return Ok(types);
         }
+        let held = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity_reservations.as_deref())
+            .unwrap_or_default();
+        let availability = lock(&self.reservations);
         let mut marked = (*types).clone();
         for it in &mut marked {
             for o in &mut it.offerings {
+                let reserved_out = o.capacity_type == crate::api::CAPACITY_TYPE_RESERVED
+                    && reservations::choose(held, &availability, &it.name, &o.zone, |_| true)
+                        .is_none();
                 if full_zones.contains(o.zone.as_str())
                     || (spot_out && o.capacity_type == crate::api::CAPACITY_TYPE_SPOT)
+                    || reserved_out
                 {
                     o.available = false;
                 }
@@ -708,6 +750,11 @@ impl AwsProvider {
             .iter()
             .filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?)))
             .collect();
+        let held: Vec<CapacityReservation> = nodeclass
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity_reservations.clone())
+            .unwrap_or_default();
         let view = self.catalog().await?;
         {
             let computed = lock(&self.computed);
@@ -715,6 +762,7 @@ impl AwsProvider {
                 && c.version == view.version
                 && c.settings == settings
                 && c.zones == zones
+                && c.reservations == held
             {
                 return Ok(Arc::clone(&c.types));
             }
@@ -742,6 +790,21 @@ impl AwsProvider {
                         });
                     }
                 }
+                // One reserved offering per zone with a reservation of the
+                // type; which reservation a launch uses is its choice.
+                if held
+                    .iter()
+                    .any(|r| r.instance_type == info.name && r.availability_zone == *zone)
+                    && let Some(price) =
+                        view.price(&info.name, zone, crate::api::CAPACITY_TYPE_RESERVED)
+                {
+                    offerings.push(Offering {
+                        zone: zone.clone(),
+                        capacity_type: crate::api::CAPACITY_TYPE_RESERVED.to_string(),
+                        price,
+                        available: true,
+                    });
+                }
             }
             if offerings.is_empty() {
                 continue;
@@ -766,6 +829,7 @@ impl AwsProvider {
                 version: view.version,
                 settings,
                 zones,
+                reservations: held,
                 types: Arc::clone(&types),
             },
         );
@@ -960,6 +1024,7 @@ impl AwsProvider {
                     subnets,
                     security_groups: groups,
                     instance_profile: profile,
+                    capacity_reservations: status.capacity_reservations.clone().unwrap_or_default(),
                     problems: Vec::new(),
                 });
             }
@@ -978,9 +1043,43 @@ impl AwsProvider {
             .resolve(class)
             .await?;
         let mut r = self.with_instance_profile(class, r, None).await?;
+        self.with_reservations(class, &mut r).await;
         unsupported_problems(class, &mut r);
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
+    }
+
+    /// `r` with the capacity reservations the node class selects, and the
+    /// instances left in each taken as the truth; a failed lookup is a
+    /// problem (the class is not ready). No terms, no call.
+    async fn with_reservations(&self, class: &EC2NodeClass, r: &mut NodeClassResolution) {
+        let terms = class
+            .spec
+            .capacity_reservation_selector_terms
+            .as_deref()
+            .unwrap_or_default();
+        if terms.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        match reservations::describe(&self.ec2, &self.config.retry, terms, now).await {
+            Ok(found) => {
+                lock(&self.reservations).sync(&found);
+                for f in &found {
+                    match reservations::to_status(f, now) {
+                        Ok(cr) => r.capacity_reservations.push(cr),
+                        Err(e) => tracing::error!(error = %e, "skipping a capacity reservation"),
+                    }
+                }
+            }
+            // Karpenter leaves the condition as it was and retries; the
+            // status says why here.
+            Err(e) => r.problems.push(NodeClassProblem {
+                condition: NodeClassCondition::CapacityReservationsReady,
+                reason: "CapacityReservationResolutionFailed".to_string(),
+                message: format!("capacityReservationSelectorTerms could not be resolved: {e}"),
+            }),
+        }
     }
 
     /// `r` with the instance profile of a node class that names a role:
@@ -1119,6 +1218,9 @@ impl AwsProvider {
                 unavailable: &BTreeSet::new(),
                 unavailable_subnets: &BTreeSet::new(),
                 spot_unavailable: false,
+                // On demand, as validation dry-runs it: no reservation.
+                reservations: &[],
+                availability: &reservations::Availability::default(),
             },
         )
     }
@@ -1424,6 +1526,7 @@ impl AwsProvider {
         let mut r = self
             .with_instance_profile(class, r, Some(&mut notes))
             .await?;
+        self.with_reservations(class, &mut r).await;
         unsupported_problems(class, &mut r);
         self.validate(class, &mut r, Some(&mut notes)).await?;
         traced.resolution = r;
@@ -1773,6 +1876,28 @@ impl AwsProvider {
         })
         .collect();
         let spot = plan.capacity_type == crate::api::CAPACITY_TYPE_SPOT;
+        // A reserved launch is an on-demand fleet into the templates'
+        // reservations; a capacity block's and an interruptible
+        // reservation's have their own capacity types (Karpenter's).
+        let kind = plan.reservation_kind();
+        let capacity_block = kind.is_some_and(|k| k.capacity_block);
+        let interruptible = kind.is_some_and(|k| k.interruptible && !k.capacity_block);
+        let target_type = if spot {
+            DefaultTargetCapacityType::Spot
+        } else if capacity_block {
+            DefaultTargetCapacityType::CapacityBlock
+        } else if interruptible {
+            DefaultTargetCapacityType::ReservedCapacity
+        } else {
+            DefaultTargetCapacityType::OnDemand
+        };
+        let reserved_options = interruptible.then(|| {
+            aws_sdk_ec2::types::ReservedCapacityOptionsRequest::builder()
+                .reservation_types(
+                    aws_sdk_ec2::types::FleetReservationType::InterruptibleCapacityReservation,
+                )
+                .build()
+        });
         let prioritized = plan
             .configs
             .iter()
@@ -1784,22 +1909,19 @@ impl AwsProvider {
             .target_capacity_specification(
                 TargetCapacitySpecificationRequest::builder()
                     .total_target_capacity(total)
-                    .default_target_capacity_type(if spot {
-                        DefaultTargetCapacityType::Spot
-                    } else {
-                        DefaultTargetCapacityType::OnDemand
-                    })
+                    .default_target_capacity_type(target_type)
                     .build(),
             )
-            .on_demand_options(
+            .set_on_demand_options((!capacity_block && !interruptible).then(|| {
                 OnDemandOptionsRequest::builder()
                     .allocation_strategy(if prioritized {
                         FleetOnDemandAllocationStrategy::Prioritized
                     } else {
                         FleetOnDemandAllocationStrategy::LowestPrice
                     })
-                    .build(),
-            )
+                    .build()
+            }))
+            .set_reserved_capacity_options(reserved_options)
             .spot_options(
                 SpotOptionsRequest::builder()
                     .allocation_strategy(if prioritized {
@@ -1982,6 +2104,21 @@ impl AwsProvider {
             Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidInstanceID")) => Vec::new(),
             Err(e) => return Err(e.into()),
         };
+        {
+            let mut reserved = lock(&self.reserved_instances);
+            for i in &listed {
+                if let (Some(id), Some(labels)) = (i.instance_id(), instances::reservation(i))
+                    && !matches!(
+                        i.state().and_then(|s| s.name()).map(|n| n.as_str()),
+                        Some("shutting-down" | "terminated")
+                    )
+                {
+                    reserved
+                        .entry(id.to_string())
+                        .or_insert_with(|| labels[0].1.clone());
+                }
+            }
+        }
         Ok(listed
             .iter()
             .filter_map(|i| {
@@ -1998,6 +2135,14 @@ impl AwsProvider {
                 )
             })
             .collect())
+    }
+
+    /// An instance of a reservation is going: its place is free again
+    /// (before EC2's count says so; overestimating is the lesser harm).
+    fn reservation_freed(&self, instance_id: &str) {
+        if let Some(id) = lock(&self.reserved_instances).remove(instance_id) {
+            lock(&self.reservations).give_back(&id);
+        }
     }
 
     /// Deletes the launch templates of this cluster that no node class
@@ -2114,33 +2259,72 @@ impl CloudProvider for AwsProvider {
         let types = self.unmarked_instance_types(nodeclass).await?;
         let (full_subnets, spot_out) = self.active_marks();
         let family = Family::of(nodeclass);
+        // Planned and counted against its reservations at once, so
+        // concurrent launches do not all aim at the last instance left.
         let access = self.cluster_access_for(family, nodeclass).await?;
-        let mut plan = launch::plan(
-            claim,
-            &PlanInput {
-                cluster: ClusterInfo {
-                    name: &self.config.cluster_name,
-                    access: &access,
+        let (mut plan, targeted) = {
+            let mut availability = lock(&self.reservations);
+            let plan = launch::plan(
+                claim,
+                &PlanInput {
+                    cluster: ClusterInfo {
+                        name: &self.config.cluster_name,
+                        access: &access,
+                    },
+                    class: nodeclass,
+                    family,
+                    resolution: &resolution,
+                    types: &types,
+                    unavailable,
+                    unavailable_subnets: &full_subnets,
+                    spot_unavailable: spot_out,
+                    reservations: &resolution.capacity_reservations,
+                    availability: &availability,
                 },
-                class: nodeclass,
-                family,
-                resolution: &resolution,
-                types: &types,
-                unavailable,
-                unavailable_subnets: &full_subnets,
-                spot_unavailable: spot_out,
-            },
-        )?;
-        let reservations = self.choose_subnets(&mut plan, &resolution, &full_subnets, &types);
+            )?;
+            let targeted: Vec<String> = plan
+                .reservations()
+                .into_iter()
+                .map(str::to_string)
+                .collect();
+            for id in &targeted {
+                availability.take(id);
+            }
+            (plan, targeted)
+        };
+        let addresses = self.choose_subnets(&mut plan, &resolution, &full_subnets, &types);
         let launched = self.launch_batched(&plan, &name).await;
         lock(&self.subnet_ips).release(
-            &reservations,
+            &addresses,
             launched
                 .as_ref()
                 .ok()
                 .and_then(|(f, _)| f.subnet_id.as_deref()),
         );
+        // The instance's reservation keeps its count; the others get theirs
+        // back (but those EC2 said are full).
+        let used = launched.as_ref().ok().and_then(|(fleet, _)| {
+            (fleet.capacity_type == crate::api::CAPACITY_TYPE_RESERVED)
+                .then(|| plan.reservation_of(&fleet.instance_type, &fleet.zone))
+                .flatten()
+                .map(str::to_string)
+        });
+        {
+            let mut availability = lock(&self.reservations);
+            for id in targeted.iter().filter(|id| Some(*id) != used.as_ref()) {
+                availability.give_back(id);
+            }
+        }
         let (fleet, refused) = launched?;
+        let reservation = used.as_ref().and_then(|id| {
+            resolution
+                .capacity_reservations
+                .iter()
+                .find(|r| &r.id == id)
+        });
+        if let Some(r) = reservation {
+            lock(&self.reserved_instances).insert(fleet.id.clone(), r.id.clone());
+        }
         let chosen = plan.find(
             &fleet.instance_type,
             fleet.subnet_id.as_deref(),
@@ -2172,6 +2356,9 @@ impl CloudProvider for AwsProvider {
             instance_types::LABEL_TENANCY.to_string(),
             plan.tenancy.clone(),
         );
+        for (k, v) in reservation.map(reservations::labels).into_iter().flatten() {
+            labels.insert(k.to_string(), v);
+        }
         if let Some(id) = resolution
             .subnets
             .iter()
@@ -2228,10 +2415,12 @@ impl CloudProvider for AwsProvider {
         let out = match out {
             Ok(o) => o,
             Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidInstanceID")) => {
+                self.reservation_freed(id);
                 return Err(not_found());
             }
             Err(e) => return Err(e.into()),
         };
+        self.reservation_freed(id);
         if let Some((_, cache)) = self.instances.lock().await.as_mut() {
             cache.remove(id);
         }
@@ -2337,6 +2526,7 @@ impl CloudProvider for AwsProvider {
             .resolve(nodeclass)
             .await?;
         let mut r = self.with_instance_profile(nodeclass, r, None).await?;
+        self.with_reservations(nodeclass, &mut r).await;
         unsupported_problems(nodeclass, &mut r);
         self.remember_zone_ids(&r.subnets);
         self.validate(nodeclass, &mut r, None).await?;

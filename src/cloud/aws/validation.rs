@@ -245,6 +245,7 @@ mod tests {
                 name: None,
             }],
             instance_profile: Some("p".into()),
+            capacity_reservations: Vec::new(),
             problems: Vec::new(),
         }
     }
