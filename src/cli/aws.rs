@@ -112,16 +112,8 @@ fn instance_types(a: &AwsInstanceTypesArgs, io: &mut Io) -> u8 {
         },
         None => EC2NodeClass::test("default"),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            io.error(&e, None);
-            return exit::ERROR;
-        }
+    let Some(runtime) = super::runtime(2, io) else {
+        return exit::ERROR;
     };
     let result = runtime.block_on(async {
         let provider = AwsProvider::new(config, Arc::new(SystemClock)).await?;
@@ -182,16 +174,8 @@ fn resolve(a: &AwsResolveArgs, io: &mut Io) -> u8 {
         .metadata
         .name
         .get_or_insert_with(|| "default".to_string());
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            io.error(&e, None);
-            return exit::ERROR;
-        }
+    let Some(runtime) = super::runtime(2, io) else {
+        return exit::ERROR;
     };
     let result = runtime.block_on(async {
         let provider = AwsProvider::new(config, Arc::new(SystemClock)).await?;

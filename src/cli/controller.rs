@@ -134,16 +134,8 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         io.error(&e, e.hint().as_deref());
         return exit::ERROR;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            io.error(&e, None);
-            return exit::ERROR;
-        }
+    let Some(runtime) = super::runtime(2, io) else {
+        return exit::ERROR;
     };
     runtime.block_on(async {
         let kube_config = crate::cluster::kube_client::load_config(a.kubeconfig.as_deref()).await;

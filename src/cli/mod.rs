@@ -130,6 +130,23 @@ pub fn main() -> ExitCode {
 /// The feature gates of a command: `base` (Karpenter's defaults, or a
 /// scenario's settings), then `FEATURE_GATES` when `--feature-gates` is not
 /// given, then the flag; each names only the gates it sets.
+/// The tokio runtime of a command that talks to a cluster or a cloud,
+/// with `workers` threads; `None` (the error reported) if the OS refuses
+/// one.
+pub(crate) fn runtime(workers: usize, io: &mut Io) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            io.error(&e, None);
+            None
+        }
+    }
+}
+
 pub(crate) fn feature_gates(
     flag: Option<&str>,
     mut base: crate::controller::features::FeatureGates,

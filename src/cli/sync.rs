@@ -26,16 +26,8 @@ pub fn run(a: &SyncArgs, io: &mut Io) -> u8 {
         io.error(&e, e.hint().as_deref());
         return exit::ERROR;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            io.error(&e, None);
-            return exit::ERROR;
-        }
+    let Some(runtime) = super::runtime(1, io) else {
+        return exit::ERROR;
     };
     runtime.block_on(async {
         let client = match crate::cluster::kube_client::connect(None, None).await {
