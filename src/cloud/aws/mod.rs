@@ -1599,26 +1599,7 @@ impl AwsProvider {
         let mut tagged = Vec::new();
         for chunk in todo.chunks(200) {
             let ids: Vec<String> = chunk.iter().map(|(_, id)| id.clone()).collect();
-            let described = paginate(
-                &self.config.retry,
-                "ec2:DescribeInstances",
-                |token| {
-                    ec2.describe_instances()
-                        .set_instance_ids(Some(ids.clone()))
-                        .set_next_token(token)
-                        .send()
-                },
-                |page| {
-                    let instances = page
-                        .reservations()
-                        .iter()
-                        .flat_map(|r| r.instances())
-                        .cloned()
-                        .collect();
-                    (instances, page.next_token().map(str::to_string))
-                },
-            )
-            .await;
+            let described = self.describe_instances(Vec::new(), ids).await;
             let described = match described {
                 Ok(d) => d,
                 // One of them is gone; the others are tried next pass.
@@ -2070,14 +2051,15 @@ impl AwsProvider {
             })
     }
 
-    async fn describe(
+    /// Every page of DescribeInstances for `filters` and `ids` (either may
+    /// be empty), as EC2 answers it.
+    async fn describe_instances(
         &self,
         filters: Vec<Filter>,
         ids: Vec<String>,
-    ) -> Result<Vec<Instance>, CloudError> {
-        let view = self.instances_catalog().await;
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, AwsError> {
         let ec2 = &self.ec2;
-        let listed = paginate(
+        paginate(
             &self.config.retry,
             "ec2:DescribeInstances",
             |token| {
@@ -2097,7 +2079,16 @@ impl AwsProvider {
                 (instances, page.next_token().map(str::to_string))
             },
         )
-        .await;
+        .await
+    }
+
+    async fn describe(
+        &self,
+        filters: Vec<Filter>,
+        ids: Vec<String>,
+    ) -> Result<Vec<Instance>, CloudError> {
+        let view = self.instances_catalog().await;
+        let listed = self.describe_instances(filters, ids).await;
         let listed = match listed {
             Ok(l) => l,
             // An id EC2 does not know (any more).
