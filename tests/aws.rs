@@ -2256,6 +2256,7 @@ fn a_reserved_nodepool_launches_into_the_reservation_then_on_demand_when_it_is_u
         provision_and_launch(&clock, &mut controller).await;
         let claims = fresh(&mut seen);
         assert_eq!(claims.len(), 1);
+        let in_reservation = claims[0].metadata.name.clone().unwrap_or_default();
         let labels = claims[0].metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels["karpenter.sh/capacity-type"], "reserved");
         assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-id"], id);
@@ -2329,6 +2330,44 @@ fn a_reserved_nodepool_launches_into_the_reservation_then_on_demand_when_it_is_u
             5,
             "the other team's reservation is untouched"
         );
+
+        // Were it a capacity block ending in 30 minutes, it is expiring
+        // (the status says so once the controller resolves the class), and
+        // the node launched into it is deleted ahead of EC2's reclaim.
+        {
+            let mut f = proxy.faults.lock().unwrap();
+            f.reservations[0].reservation_type = "capacity-block".into();
+            f.reservations[0].end_date = Some(dovetail::clock::format_rfc3339(
+                SystemClock.now() + Duration::from_secs(30 * 60),
+            ));
+        }
+        controller.drain_events();
+        controller.reconcile_disruption().await;
+        let stored = Cluster::list::<EC2NodeClass>(cluster.as_ref()).remove(0);
+        let state = stored
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity_reservations.as_ref())
+            .map(|r| serde_json::to_value(&r[0]).expect("json")["state"].clone());
+        assert_eq!(state, Some(serde_json::json!("expiring")));
+        let claim = Cluster::list::<NodeClaim>(cluster.as_ref())
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some(in_reservation.as_str()));
+        assert!(
+            claim.is_none_or(|c| c.metadata.deletion_timestamp.is_some()),
+            "the NodeClaim in the expiring block is deleted"
+        );
+        let events = controller.drain_events();
+        assert!(
+            events.iter().any(|e| e.reason == "CapacityReservationExpiring"),
+            "{events:?}"
+        );
+        // Others stay.
+        let live = Cluster::list::<NodeClaim>(cluster.as_ref())
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .count();
+        assert!(live >= 2, "{live}");
     });
 }
 
