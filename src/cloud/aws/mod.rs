@@ -1042,9 +1042,7 @@ impl AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(class)
             .await?;
-        let mut r = self.with_instance_profile(class, r, None).await?;
-        self.with_reservations(class, &mut r).await;
-        unsupported_problems(class, &mut r);
+        let r = self.with_dependents(class, r, None).await?;
         cache.insert(name, (Instant::now(), spec, r.clone()));
         Ok(r)
     }
@@ -1080,6 +1078,22 @@ impl AwsProvider {
                 message: format!("capacityReservationSelectorTerms could not be resolved: {e}"),
             }),
         }
+    }
+
+    /// A resolution of images, subnets and groups completed with what
+    /// depends on more than EC2's describe calls: the instance profile
+    /// (read only with `notes`), the capacity reservations, and the fields
+    /// dovetail does not implement. Every resolution path goes through it.
+    async fn with_dependents(
+        &self,
+        class: &EC2NodeClass,
+        r: NodeClassResolution,
+        notes: Option<&mut Vec<String>>,
+    ) -> Result<NodeClassResolution, CloudError> {
+        let mut r = self.with_instance_profile(class, r, notes).await?;
+        self.with_reservations(class, &mut r).await;
+        unsupported_problems(class, &mut r);
+        Ok(r)
     }
 
     /// `r` with the instance profile of a node class that names a role:
@@ -1523,11 +1537,7 @@ impl AwsProvider {
             .resolve_traced(class)
             .await?;
         let r = std::mem::take(&mut traced.resolution);
-        let mut r = self
-            .with_instance_profile(class, r, Some(&mut notes))
-            .await?;
-        self.with_reservations(class, &mut r).await;
-        unsupported_problems(class, &mut r);
+        let mut r = self.with_dependents(class, r, Some(&mut notes)).await?;
         self.validate(class, &mut r, Some(&mut notes)).await?;
         traced.resolution = r;
         Ok((traced, notes))
@@ -2516,9 +2526,7 @@ impl CloudProvider for AwsProvider {
             .resolver(self.kubernetes_version().as_deref())
             .resolve(nodeclass)
             .await?;
-        let mut r = self.with_instance_profile(nodeclass, r, None).await?;
-        self.with_reservations(nodeclass, &mut r).await;
-        unsupported_problems(nodeclass, &mut r);
+        let mut r = self.with_dependents(nodeclass, r, None).await?;
         self.remember_zone_ids(&r.subnets);
         self.validate(nodeclass, &mut r, None).await?;
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
