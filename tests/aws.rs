@@ -56,12 +56,24 @@ pub(crate) struct Env {
     ssm: aws_sdk_ssm::Client,
     subnets: Vec<(String, String)>,
     security_group: String,
-    images: [String; 2],
+    pub(crate) images: [String; 2],
     pub(crate) ssm_root: String,
+    /// The Kubernetes version of the image parameters' paths.
+    pub(crate) kubernetes_version: String,
 }
 
 impl Env {
     pub(crate) async fn new(endpoint: &str, region: &str, cluster: &str) -> Env {
+        Self::for_version(endpoint, region, cluster, K8S).await
+    }
+
+    /// An environment whose images are published for Kubernetes `version`.
+    pub(crate) async fn for_version(
+        endpoint: &str,
+        region: &str,
+        cluster: &str,
+        version: &str,
+    ) -> Env {
         let sdk = moto::sdk_config(endpoint, region).await;
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let ssm = aws_sdk_ssm::Client::new(&sdk);
@@ -161,18 +173,19 @@ impl Env {
             security_group,
             images: [ids[0].clone(), ids[1].clone()],
             ssm_root: format!("/dovetail-test/{cluster}/service"),
+            kubernetes_version: version.to_string(),
         };
         env.publish(0).await;
         env
     }
 
     /// Publishes image 0 or 1 as the AL2023 standard x86_64 image.
-    async fn publish(&self, which: usize) {
+    pub(crate) async fn publish(&self, which: usize) {
         self.ssm
             .put_parameter()
             .name(format!(
-                "{}/eks/optimized-ami/{K8S}/amazon-linux-2023/x86_64/standard/recommended/image_id",
-                self.ssm_root
+                "{}/eks/optimized-ami/{}/amazon-linux-2023/x86_64/standard/recommended/image_id",
+                self.ssm_root, self.kubernetes_version
             ))
             .value(&self.images[which])
             .r#type(aws_sdk_ssm::types::ParameterType::String)

@@ -73,6 +73,15 @@ impl Moto {
     }
 }
 
+/// The test credentials as environment variables, for a program of the
+/// tests' own that talks to moto.
+pub fn credentials_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY),
+    ]
+}
+
 /// An SDK configuration for `endpoint` (moto, or a proxy in front of it)
 /// in `region`, with the test credentials and no SDK retries.
 pub async fn sdk_config(endpoint: &str, region: &str) -> aws_config::SdkConfig {

@@ -1,0 +1,752 @@
+//! The production binary on the real control plane (`tests/testbed.rs`):
+//! `deploy/` installed with the testbed's kubectl, two `dovetail controller`
+//! processes authenticated as the installed ServiceAccount (every request
+//! passes the real RBAC authorizer), moto as EC2, SSM, SQS, IAM and EKS,
+//! Nodes registered from the instances' own user data, pods created by the
+//! real ReplicaSet controller, bound by the real kube-scheduler, run by
+//! KWOK, evicted through the real eviction API against budgets whose status
+//! the real disruption controller keeps.
+//!
+//! Every test ends with moto's running instances, the NodeClaims and the
+//! Nodes naming the same instances, and every pod of its workloads Ready.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::aws::Env;
+use crate::moto::Moto;
+use crate::support::root;
+use crate::testbed::{Options, Testbed};
+
+const REGION: &str = "us-east-1";
+/// The testbed's Kubernetes minor version: the image parameters are
+/// published under it, and the controller discovers it from the API server.
+const KUBE_VERSION: &str = "1.36";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The NodePool of these tests: on-demand m5s (moto's CreateFleet gives
+/// spot instances no security groups), consolidation after 10 s.
+fn nodepool(name: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: {name}
+spec:
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 10s
+{extra_spec}  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+      expireAfter: Never
+      requirements:
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+        - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m5.xlarge, m5.2xlarge]}}
+"
+    )
+}
+
+/// One test's world: moto with a VPC and an EKS cluster, the control plane
+/// with `deploy/` installed, a configuration repository, and the
+/// controllers started so far.
+pub struct World {
+    pub tb: Testbed,
+    pub moto: &'static Moto,
+    pub rt: tokio::runtime::Runtime,
+    pub env: Env,
+    pub cluster: String,
+    pub sa_kubeconfig: PathBuf,
+    pub repo: PathBuf,
+    pub queue: Option<String>,
+    pub controllers: Vec<Controller>,
+}
+
+impl World {
+    /// A world for the test `name`, with `deploy/` applied by
+    /// `kubectl apply -k` (or with `server_side`, `kubectl apply
+    /// --server-side -k` of an overlay with the prune component, as a user
+    /// who prunes installs it).
+    pub fn new(name: &str, server_side: bool) -> World {
+        let moto = crate::moto::server().expect("moto (python3 -m pip install 'moto[server]')");
+        let rt = runtime();
+        let cluster = format!("testbed-{name}");
+        let env = rt.block_on(Env::for_version(
+            &moto.endpoint(),
+            REGION,
+            &cluster,
+            KUBE_VERSION,
+        ));
+        rt.block_on(create_eks_cluster(&moto.endpoint(), &cluster));
+        let tb = Testbed::up(&Options {
+            ec2: Some((moto.endpoint(), cluster.clone())),
+            region: Some(REGION.to_string()),
+            ..Options::default()
+        });
+        let deploy = root().join("deploy");
+        if server_side {
+            let overlay = tb.dir.path().join("overlay");
+            std::fs::create_dir_all(&overlay).expect("overlay");
+            // kustomize takes only relative paths.
+            let up = "../".repeat(overlay.components().count() - 1);
+            let base = format!(
+                "{up}{}",
+                deploy.display().to_string().trim_start_matches('/')
+            );
+            std::fs::write(
+                overlay.join("kustomization.yaml"),
+                format!("resources: [{base}]\ncomponents: [{base}/components/prune]\n"),
+            )
+            .expect("overlay");
+            tb.kubectl_ok(&[
+                "apply",
+                "--server-side",
+                "-k",
+                overlay.to_str().expect("UTF-8"),
+            ]);
+        } else {
+            tb.kubectl_ok(&["apply", "-k", deploy.to_str().expect("UTF-8 path")]);
+        }
+        let sa_kubeconfig = tb.service_account_kubeconfig("dovetail", "dovetail");
+        let repo = tb.dir.path().join("repo");
+        std::fs::create_dir_all(&repo).expect("repo");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let world = World {
+            tb,
+            moto,
+            rt,
+            env,
+            cluster,
+            sa_kubeconfig,
+            repo,
+            queue: None,
+            controllers: Vec::new(),
+        };
+        world.commit(
+            &[
+                ("nodeclass.yaml", Some(&world.nodeclass())),
+                ("nodepool.yaml", Some(&nodepool("default", ""))),
+            ],
+            "node class and pool",
+        );
+        world
+    }
+
+    pub fn nodeclass(&self) -> String {
+        format!(
+            "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  role: KarpenterNodeRole-{0}
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {0}}}}}]
+",
+            self.cluster
+        )
+    }
+
+    /// Writes (or with `None` removes) files of the repository and commits.
+    pub fn commit(&self, files: &[(&str, Option<&str>)], message: &str) -> String {
+        for (name, content) in files {
+            let path = self.repo.join(name);
+            match content {
+                Some(text) => std::fs::write(&path, text).expect("write"),
+                None => std::fs::remove_file(&path).expect("remove"),
+            }
+        }
+        git(&self.repo, &["add", "-A"]);
+        git(&self.repo, &["commit", "-q", "-m", message]);
+        git(&self.repo, &["rev-parse", "HEAD"]).trim().to_string()
+    }
+
+    /// An SQS queue for interruption events, before the controllers start.
+    pub fn interruption_queue(&mut self) -> String {
+        let name = format!("{}-interruption", self.cluster);
+        let endpoint = self.moto.endpoint();
+        let url = self.rt.block_on(async {
+            crate::moto::sqs_client(&endpoint, REGION)
+                .await
+                .create_queue()
+                .queue_name(&name)
+                .send()
+                .await
+                .expect("CreateQueue")
+                .queue_url()
+                .expect("a queue URL")
+                .to_string()
+        });
+        self.queue = Some(name);
+        url
+    }
+
+    /// Starts `dovetail controller` as `identity`.
+    pub fn start_controller(&mut self, identity: &str, extra: &[&str]) {
+        let c = Controller::start(self, identity, extra);
+        self.controllers.push(c);
+    }
+
+    pub fn controller(&self, identity: &str) -> &Controller {
+        self.controllers
+            .iter()
+            .find(|c| c.identity == identity)
+            .unwrap_or_else(|| panic!("no controller {identity}"))
+    }
+
+    /// The Lease's holder, if any.
+    pub fn leader(&self) -> Option<String> {
+        let out = self.tb.kubectl(&[
+            "get",
+            "lease",
+            "dovetail-leader",
+            "-n",
+            "dovetail",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        let holder = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !holder.is_empty()).then_some(holder)
+    }
+
+    /// A Deployment in `default` of `replicas` pods requesting `cpu`.
+    pub fn deployment(&self, name: &str, replicas: usize, cpu: &str, extra_pod_spec: &str) {
+        self.tb.apply(&format!(
+            "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 5
+{extra_pod_spec}      containers:
+        - name: app
+          image: registry.example.com/{name}:1
+          resources: {{requests: {{cpu: \"{cpu}\", memory: 256Mi}}}}
+"
+        ));
+    }
+
+    pub fn scale(&self, name: &str, replicas: usize) {
+        self.tb.kubectl_ok(&[
+            "scale",
+            "deployment",
+            name,
+            "-n",
+            "default",
+            &format!("--replicas={replicas}"),
+        ]);
+    }
+
+    /// The Deployment's ready replicas, as its status says.
+    pub fn ready(&self, name: &str) -> u64 {
+        self.tb.json(&["get", "deployment", name, "-n", "default"])["status"]["readyReplicas"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Waits for `replicas` ready pods of the Deployment, each on a Node
+    /// that a NodeClaim launched.
+    pub fn wait_ready(&self, name: &str, replicas: u64, within: Duration) {
+        self.tb
+            .wait_for(&format!("{replicas} ready pods of {name}"), within, || {
+                self.ready(name) == replicas && self.pods(name).len() as u64 == replicas
+            });
+    }
+
+    /// The Deployment's pods that are not terminating.
+    pub fn pods(&self, app: &str) -> Vec<Value> {
+        self.tb
+            .items(&["pods", "-n", "default", "-l", &format!("app={app}")])
+            .into_iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .collect()
+    }
+
+    pub fn nodeclaims(&self) -> Vec<Value> {
+        self.tb.items(&["nodeclaims"])
+    }
+
+    /// Instance ids: of the NodeClaims, of the Nodes, and of moto's
+    /// instances of the cluster that are not terminated.
+    pub fn fleet(&self) -> [BTreeSet<String>; 3] {
+        let ids = |items: Vec<Value>, pointer: &str| -> BTreeSet<String> {
+            items
+                .iter()
+                .filter_map(|o| {
+                    o.pointer(pointer)?
+                        .as_str()?
+                        .rsplit('/')
+                        .next()
+                        .map(String::from)
+                })
+                .filter(|id| id.starts_with("i-"))
+                .collect()
+        };
+        let claims = ids(self.nodeclaims(), "/status/providerID");
+        let nodes = ids(self.tb.items(&["nodes"]), "/spec/providerID");
+        let live = self
+            .instances()
+            .into_iter()
+            .filter(|(_, state)| !matches!(state.as_str(), "terminated" | "shutting-down"))
+            .map(|(id, _)| id)
+            .collect();
+        [claims, nodes, live]
+    }
+
+    /// Every instance moto holds for the cluster, with its state.
+    pub fn instances(&self) -> Vec<(String, String)> {
+        self.rt.block_on(async {
+            let out = self
+                .env
+                .ec2
+                .describe_instances()
+                .filters(
+                    aws_sdk_ec2::types::Filter::builder()
+                        .name(format!("tag:kubernetes.io/cluster/{}", self.cluster))
+                        .values("owned")
+                        .build(),
+                )
+                .send()
+                .await
+                .expect("DescribeInstances");
+            out.reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .filter_map(|i| {
+                    Some((
+                        i.instance_id()?.to_string(),
+                        i.state()?.name()?.as_str().to_string(),
+                    ))
+                })
+                .collect()
+        })
+    }
+
+    /// Waits until the instances, NodeClaims and Nodes are the same set.
+    pub fn wait_consistent(&self, within: Duration) -> BTreeSet<String> {
+        let mut last = None;
+        self.tb
+            .wait_for("instances = NodeClaims = Nodes", within, || {
+                let [claims, nodes, live] = self.fleet();
+                let same = claims == nodes && nodes == live;
+                last = Some(live);
+                same
+            });
+        last.expect("checked once")
+    }
+
+    /// The controllers' logs, for a failing assertion.
+    pub fn logs(&self) -> String {
+        self.controllers
+            .iter()
+            .map(|c| format!("--- controller {}:\n{}", c.identity, c.log_tail(40)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The audit events of dovetail's service account.
+    pub fn dovetail_requests(&self) -> Vec<Value> {
+        self.tb
+            .audit()
+            .into_iter()
+            .filter(|e| e["user"]["username"] == "system:serviceaccount:dovetail:dovetail")
+            .collect()
+    }
+}
+
+async fn create_eks_cluster(endpoint: &str, cluster: &str) {
+    let sdk = crate::moto::sdk_config(endpoint, REGION).await;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk);
+    let subnets: Vec<String> = ec2
+        .describe_subnets()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:karpenter.sh/discovery")
+                .values(cluster)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("DescribeSubnets")
+        .subnets()
+        .iter()
+        .filter_map(|s| s.subnet_id().map(String::from))
+        .collect();
+    aws_sdk_eks::Client::new(&sdk)
+        .create_cluster()
+        .name(cluster)
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .set_subnet_ids(Some(subnets))
+                .build(),
+        )
+        .kubernetes_network_config(
+            aws_sdk_eks::types::KubernetesNetworkConfigRequest::builder()
+                .service_ipv4_cidr("10.100.0.0/16")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("eks:CreateCluster");
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// A `dovetail controller` process of a [`World`].
+pub struct Controller {
+    pub identity: String,
+    child: Child,
+    log: PathBuf,
+    health: String,
+    pub metrics: String,
+}
+
+impl Controller {
+    fn start(w: &World, identity: &str, extra: &[&str]) -> Controller {
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port()
+                .to_string()
+        };
+        let log = w.tb.dir.path().join(format!("controller-{identity}.log"));
+        let (health, metrics) = (port(), port());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dovetail"));
+        cmd.arg("controller")
+            .arg("--kubeconfig")
+            .arg(&w.sa_kubeconfig)
+            .args(["--cluster-name", &w.cluster, "--region", REGION])
+            .args(["--endpoint-url", &w.moto.endpoint()])
+            .args(["--ssm-parameter-root", &w.env.ssm_root, "--isolated-vpc"])
+            .arg("--pricing-file")
+            .arg(root().join("tests/fixtures/aws/prices.json"))
+            .arg("--config-repo")
+            .arg(&w.repo)
+            .args([
+                "--config-branch",
+                "main",
+                "--poll-interval",
+                "2s",
+                "--prune",
+            ])
+            .args(["--identity", identity, "--namespace", "dovetail"])
+            .args(["--metrics-port", &metrics, "--health-port", &health])
+            .args(extra)
+            .envs(w.moto.sdk_env(REGION))
+            .env("DOVETAIL_LOG_LEVEL", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"));
+        if let Some(queue) = &w.queue {
+            cmd.args(["--interruption-queue", queue]);
+        }
+        Controller {
+            identity: identity.to_string(),
+            child: cmd.spawn().expect("dovetail controller starts"),
+            log,
+            health: format!("127.0.0.1:{health}"),
+            metrics: format!("127.0.0.1:{metrics}"),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = self.log();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {signal} {}", self.child.id());
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
+    /// `/healthz`'s status code, if it answers.
+    pub fn healthz(&self) -> Option<u16> {
+        http_status(&self.health, "/healthz")
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Polls `f` every half second for `within`, returning the first `Some`.
+fn eventually<T>(what: &str, w: &World, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {within:?} waiting for {what}\n{}\n{}",
+                w.tb.describe(),
+                w.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `kubectl apply -k deploy/` installs on the real API server (the CRDs and
+/// their CEL rules, the RBAC, the Deployment); the controller, as the
+/// installed ServiceAccount, applies the committed NodePool and
+/// EC2NodeClass by server-side apply with dovetail's labels and
+/// annotations; a commit that does not validate applies nothing, not even
+/// its valid objects; a valid one applies; a file removed is pruned.
+#[test]
+fn sync_applies_by_server_side_apply_refuses_an_invalid_commit_and_prunes() {
+    let mut w = World::new("sync", true);
+    w.start_controller("a", &[]);
+    let first = git(&w.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let applied = |name: &str| {
+        let out = w.tb.kubectl(&[
+            "get",
+            "nodepool",
+            name,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<Value>(&out.stdout).expect("JSON"))
+    };
+    let pool = eventually(
+        "the committed NodePool",
+        &w,
+        Duration::from_secs(60),
+        || applied("default"),
+    );
+    assert_eq!(
+        pool["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "dovetail"
+    );
+    assert_eq!(
+        pool["metadata"]["annotations"]["dovetail.dev/revision"],
+        format!("main@sha1:{first}")
+    );
+    assert_eq!(
+        pool["metadata"]["annotations"]["dovetail.dev/source"],
+        "nodepool.yaml"
+    );
+    let managers: Vec<&str> = pool["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .filter_map(|m| {
+            (m["operation"] == "Apply")
+                .then(|| m["manager"].as_str())
+                .flatten()
+        })
+        .collect();
+    assert!(!managers.is_empty(), "applied server-side: {pool}");
+    let class = w.tb.json(&["get", "ec2nodeclass", "default"]);
+    assert_eq!(
+        class["metadata"]["annotations"]["dovetail.dev/source"],
+        "nodeclass.yaml"
+    );
+
+    // A valid new NodePool beside an invalid change: nothing is applied.
+    w.commit(
+        &[
+            ("batch.yaml", Some(&nodepool("batch", ""))),
+            (
+                "nodepool.yaml",
+                Some(
+                    &nodepool("default", "")
+                        .replace("consolidateAfter: 10s", "consolidateAfter: 10 minutes"),
+                ),
+            ),
+        ],
+        "an invalid duration",
+    );
+    eventually(
+        "the controller to refuse the commit",
+        &w,
+        Duration::from_secs(60),
+        || {
+            w.controller("a")
+                .log()
+                .contains("consolidateAfter")
+                .then_some(())
+        },
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        applied("batch").is_none(),
+        "a NodePool of an invalid commit was applied"
+    );
+    let pool = applied("default").expect("still there");
+    assert_eq!(pool["spec"]["disruption"]["consolidateAfter"], "10s");
+
+    // Fixed: both apply; then the new pool's file goes and it is pruned.
+    let fixed = w.commit(
+        &[("nodepool.yaml", Some(&nodepool("default", "")))],
+        "fixed",
+    );
+    let batch = eventually("the batch NodePool", &w, Duration::from_secs(60), || {
+        applied("batch")
+    });
+    assert_eq!(
+        batch["metadata"]["annotations"]["dovetail.dev/revision"],
+        format!("main@sha1:{fixed}")
+    );
+    w.commit(&[("batch.yaml", None)], "no batch pool");
+    eventually(
+        "the batch NodePool pruned",
+        &w,
+        Duration::from_secs(60),
+        || applied("batch").is_none().then_some(()),
+    );
+    assert!(applied("default").is_some());
+    // Every request the controller made was allowed by the installed RBAC.
+    let forbidden: Vec<String> = w
+        .dovetail_requests()
+        .iter()
+        .filter(|e| e["responseStatus"]["code"] == 403)
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert!(forbidden.is_empty(), "refused by RBAC: {forbidden:?}");
+    w.wait_consistent(Duration::from_secs(30));
+}
+
+/// A Deployment scaled from 0 to 40: the real ReplicaSet controller creates
+/// the pods, dovetail launches instances in moto, the registrar registers
+/// their Nodes from the instances' user data, the real scheduler binds the
+/// pods and KWOK runs them. Each Node is what dovetail's NodeClaim said it
+/// would be: same allocatable CPU, memory and pods, the NodePool's labels,
+/// its taints gone once initialized.
+#[test]
+fn a_deployment_scaled_from_0_to_40_is_scheduled_by_the_real_scheduler_onto_launched_nodes() {
+    let mut w = World::new("provision", false);
+    w.start_controller("a", &[]);
+    w.start_controller("b", &[]);
+    w.deployment("web", 0, "500m", "");
+    w.scale("web", 40);
+    w.wait_ready("web", 40, Duration::from_secs(240));
+    let ids = w.wait_consistent(Duration::from_secs(60));
+    assert!(!ids.is_empty());
+    let nodes = w.tb.items(&["nodes"]);
+    for pod in w.pods("web") {
+        let node = pod["spec"]["nodeName"].as_str().expect("bound");
+        let node = nodes
+            .iter()
+            .find(|n| n["metadata"]["name"] == node)
+            .unwrap_or_else(|| panic!("pod on unknown node {node}"));
+        assert_eq!(
+            node["metadata"]["labels"]["karpenter.sh/nodepool"],
+            "default"
+        );
+    }
+    for claim in w.nodeclaims() {
+        let name = claim["status"]["nodeName"].as_str().expect("registered");
+        let node = nodes
+            .iter()
+            .find(|n| n["metadata"]["name"] == name)
+            .expect("the claim's node");
+        for resource in ["cpu", "memory", "pods", "ephemeral-storage"] {
+            let q = |v: &Value| {
+                dovetail::model::quantity::parse_quantity(resource, v.as_str().unwrap_or("0"))
+                    .unwrap_or_else(|e| panic!("{resource}: {e}"))
+            };
+            assert_eq!(
+                q(&node["status"]["allocatable"][resource]),
+                q(&claim["status"]["allocatable"][resource]),
+                "{name}: allocatable {resource}: the Node registered from the user data says {}, the NodeClaim {}",
+                node["status"]["allocatable"][resource],
+                claim["status"]["allocatable"][resource]
+            );
+        }
+        let taints: Vec<&str> = node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
+        assert!(taints.is_empty(), "{name} keeps taints {taints:?}");
+        let conditions: Vec<(&str, &str)> = claim["status"]["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .filter_map(|c| Some((c["type"].as_str()?, c["status"].as_str()?)))
+            .collect();
+        for c in ["Launched", "Registered", "Initialized", "Ready"] {
+            assert!(conditions.contains(&(c, "True")), "{name}: {conditions:?}");
+        }
+    }
+    // Only the leader launched.
+    let leader = w.leader().expect("a leader");
+    let launched_by: BTreeSet<String> = w
+        .dovetail_requests()
+        .iter()
+        .filter(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "nodeclaims")
+        .filter_map(|e| e["userAgent"].as_str().map(String::from))
+        .collect();
+    assert!(
+        launched_by
+            .iter()
+            .all(|ua| ua.contains(&format!("({leader})"))),
+        "NodeClaims created by {launched_by:?}, the leader is {leader}"
+    );
+}
