@@ -750,3 +750,478 @@ fn a_deployment_scaled_from_0_to_40_is_scheduled_by_the_real_scheduler_onto_laun
         "NodeClaims created by {launched_by:?}, the leader is {leader}"
     );
 }
+
+/// The NodeClaims being disrupted: deleting, or their Node tainted
+/// `karpenter.sh/disrupted`.
+fn disrupting(w: &World) -> BTreeSet<String> {
+    let tainted: BTreeSet<String> =
+        w.tb.items(&["nodes"])
+            .iter()
+            .filter(|n| {
+                n["spec"]["taints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| t["key"] == "karpenter.sh/disrupted")
+            })
+            .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+            .collect();
+    w.nodeclaims()
+        .iter()
+        .filter(|c| {
+            !c["metadata"]["deletionTimestamp"].is_null()
+                || c["status"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| tainted.contains(n))
+        })
+        .filter_map(|c| c["metadata"]["name"].as_str().map(String::from))
+        .collect()
+}
+
+/// The audit events of dovetail's requests that succeeded, of `verb` on
+/// `resource` (with `subresource`, if any).
+fn succeeded<'a>(
+    events: &'a [Value],
+    verb: &str,
+    resource: &str,
+    subresource: Option<&str>,
+) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| {
+            e["verb"] == verb
+                && e["objectRef"]["resource"] == resource
+                && e["objectRef"]["subresource"].as_str() == subresource
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| (200..300).contains(&c))
+        })
+        .collect()
+}
+
+/// After a scale-down from 40 pods to 6 behind a PodDisruptionBudget of
+/// one, consolidation removes the empty and underutilized nodes: every pod
+/// leaves through the real eviction API (none is deleted), the budget the
+/// real disruption controller computes is never broken, and the fleet ends
+/// at what 6 pods need.
+#[test]
+fn consolidation_after_a_scale_down_evicts_through_the_eviction_api_within_the_budget() {
+    let mut w = World::new("consolidate", false);
+    w.start_controller("a", &[]);
+    w.tb.apply(
+        "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: web}}
+",
+    );
+    w.deployment("web", 40, "500m", "");
+    w.wait_ready("web", 40, Duration::from_secs(240));
+    let before = w.wait_consistent(Duration::from_secs(60));
+    w.scale("web", 6);
+    w.wait_ready("web", 6, Duration::from_secs(60));
+    // 6 × 500m need 3 CPUs: the cheapest fleets (one m5.xlarge, or two
+    // m5.large) have 4, whichever nodes the remaining pods are spread over.
+    let mut least_ready = 6;
+    eventually(
+        "consolidation to 4 vCPUs",
+        &w,
+        Duration::from_secs(300),
+        || {
+            least_ready = least_ready.min(w.ready("web"));
+            let cpus: i64 = w
+                .nodeclaims()
+                .iter()
+                .map(|c| {
+                    let cpu = c["status"]["capacity"]["cpu"].as_str().unwrap_or("0");
+                    dovetail::model::quantity::parse_quantity("cpu", cpu).expect("a quantity")
+                })
+                .sum();
+            (cpus <= 4000 && disrupting(&w).is_empty()).then_some(())
+        },
+    );
+    w.wait_ready("web", 6, Duration::from_secs(120));
+    let after = w.wait_consistent(Duration::from_secs(60));
+    assert!(after.len() < before.len(), "{before:?} → {after:?}");
+    assert!(
+        least_ready >= 5,
+        "the budget allows one pod down; {least_ready} of 6 were ready"
+    );
+    let events = w.dovetail_requests();
+    let evictions = succeeded(&events, "create", "pods", Some("eviction"));
+    assert!(!evictions.is_empty(), "no eviction succeeded\n{}", w.logs());
+    let deletes = succeeded(&events, "delete", "pods", None);
+    assert!(
+        deletes.is_empty(),
+        "pods deleted instead of evicted: {deletes:?}"
+    );
+}
+
+/// A new image published in SSM drifts every node; dovetail replaces them
+/// one at a time (the NodePool's budget is one node), each replacement
+/// running before its node is drained, and ends with every node on the new
+/// image.
+#[test]
+fn a_new_ssm_image_drifts_the_nodes_and_they_are_replaced_within_the_budget() {
+    let mut w = World::new("drift", false);
+    w.commit(
+        &[(
+            "nodepool.yaml",
+            Some(&nodepool("default", "    budgets: [{nodes: \"1\"}]\n")),
+        )],
+        "a budget of one node",
+    );
+    w.start_controller("a", &[]);
+    let spread = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - topologyKey: kubernetes.io/hostname
+              labelSelector: {matchLabels: {app: spread}}
+";
+    w.deployment("spread", 4, "500m", spread);
+    w.wait_ready("spread", 4, Duration::from_secs(180));
+    let old = w.wait_consistent(Duration::from_secs(60));
+    assert_eq!(old.len(), 4, "one node per pod");
+    let image = |c: &Value| {
+        c["status"]["imageID"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(w.nodeclaims().iter().all(|c| image(c) == w.env.images[0]));
+    w.rt.block_on(w.env.publish(1));
+    let mut most = 0;
+    eventually(
+        "every node on the new image",
+        &w,
+        Duration::from_secs(480),
+        || {
+            most = most.max(disrupting(&w).len());
+            let claims = w.nodeclaims();
+            (claims.len() == 4 && claims.iter().all(|c| image(c) == w.env.images[1])).then_some(())
+        },
+    );
+    assert!(
+        most <= 1,
+        "{most} nodes were disrupted at once; the budget is one"
+    );
+    w.wait_ready("spread", 4, Duration::from_secs(120));
+    let new = w.wait_consistent(Duration::from_secs(120));
+    assert!(
+        new.is_disjoint(&old),
+        "old instances remain: {:?}",
+        new.intersection(&old)
+    );
+}
+
+/// A NodePool's `expireAfter` deletes its nodes when they expire, whatever
+/// blocks their drain; a budget that allows no eviction holds the pods only
+/// until the `terminationGracePeriod`, after which they are deleted and the
+/// instance terminated. Their replacements run (on a second NodePool: a
+/// change of `expireAfter` would drift the first, as in Karpenter, so the
+/// expiring pool is closed by a limit instead, which drifts nothing).
+#[test]
+fn expired_nodes_are_drained_within_their_termination_grace_period() {
+    let mut w = World::new("expire", false);
+    let expiring = |limits: &str| {
+        nodepool("default", "")
+            .replace(
+                "expireAfter: Never",
+                "expireAfter: 40s\n      terminationGracePeriod: 20s",
+            )
+            .replace(
+                "spec:\n  disruption:",
+                &format!("spec:\n  weight: 10\n{limits}  disruption:"),
+            )
+    };
+    w.commit(
+        &[
+            ("nodepool.yaml", Some(&expiring(""))),
+            ("stable.yaml", Some(&nodepool("stable", ""))),
+        ],
+        "expire after 40 s",
+    );
+    w.start_controller("a", &[]);
+    w.tb.apply(
+        "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: pinned, namespace: default}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: pinned}}
+",
+    );
+    w.deployment("pinned", 2, "500m", "");
+    w.wait_ready("pinned", 2, Duration::from_secs(120));
+    let first: std::collections::BTreeMap<String, f64> = w
+        .nodeclaims()
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c["metadata"]["name"].as_str()?.to_string(),
+                chrono_like(c["metadata"]["creationTimestamp"].as_str()?),
+            ))
+        })
+        .collect();
+    assert!(
+        w.nodeclaims()
+            .iter()
+            .all(|c| c["metadata"]["labels"]["karpenter.sh/nodepool"] == "default"),
+        "the heavier pool launches first"
+    );
+    // Replacements come from the stable pool and do not expire in turn.
+    w.commit(
+        &[("nodepool.yaml", Some(&expiring("  limits: {cpu: \"0\"}\n")))],
+        "no more expiring nodes",
+    );
+    eventually("the first nodes gone", &w, Duration::from_secs(240), || {
+        let now: BTreeSet<String> = w
+            .nodeclaims()
+            .iter()
+            .filter_map(|c| c["metadata"]["name"].as_str().map(String::from))
+            .collect();
+        now.iter().all(|c| !first.contains_key(c)).then_some(())
+    });
+    w.wait_ready("pinned", 2, Duration::from_secs(180));
+    w.wait_consistent(Duration::from_secs(60));
+    let events = w.dovetail_requests();
+    let time =
+        |e: &Value| chrono_like(e["requestReceivedTimestamp"].as_str().expect("a timestamp"));
+    for (claim, &created) in &first {
+        let deleted = succeeded(&events, "delete", "nodeclaims", None)
+            .into_iter()
+            .find(|e| e["objectRef"]["name"] == claim.as_str())
+            .unwrap_or_else(|| panic!("{claim} was not deleted by dovetail"));
+        assert!(
+            time(deleted) - created >= 39.0,
+            "{claim} deleted {} s after its creation; it expires after 40 s",
+            time(deleted) - created
+        );
+        // Its pods could not be evicted (the budget allows none): they were
+        // deleted so that their own 5 s grace period ends with the node's
+        // 20 s, as Karpenter deletes them (15 s after the claim).
+        let forced: Vec<f64> = succeeded(&events, "delete", "pods", None)
+            .into_iter()
+            .map(time)
+            .filter(|t| *t > time(deleted))
+            .collect();
+        assert!(
+            !forced.is_empty(),
+            "no pod was deleted after {claim}'s deletion"
+        );
+        let after: Vec<f64> = forced.iter().map(|t| t - time(deleted)).collect();
+        assert!(
+            after.iter().all(|t| (14.0..=21.0).contains(t)),
+            "pods deleted {after:?} s after {claim}; its grace period is 20 s, theirs 5 s"
+        );
+    }
+}
+
+/// Seconds since the epoch of an RFC 3339 timestamp.
+fn chrono_like(s: &str) -> f64 {
+    let t: jiff::Timestamp = s.parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+    t.as_millisecond() as f64 / 1000.0
+}
+
+/// AWS's documented EventBridge samples, sent to moto's SQS queue with the
+/// test's instance ids: a spot interruption warning, a scheduled change
+/// and an instance stopping each take their node away and its pods run
+/// elsewhere; a rebalance recommendation changes nothing (as in Karpenter
+/// without the rebalance option).
+#[test]
+fn interruption_events_from_sqs_replace_the_nodes_they_name() {
+    let mut w = World::new("interrupt", false);
+    let queue_url = w.interruption_queue();
+    w.start_controller("a", &[]);
+    let spread = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - topologyKey: kubernetes.io/hostname
+              labelSelector: {matchLabels: {app: spread}}
+";
+    w.deployment("spread", 4, "500m", spread);
+    w.wait_ready("spread", 4, Duration::from_secs(180));
+    let ids: Vec<String> = w
+        .wait_consistent(Duration::from_secs(60))
+        .into_iter()
+        .collect();
+    assert_eq!(ids.len(), 4);
+    let sample = |file: &str, sample_id: &str, id: &str| {
+        std::fs::read_to_string(root().join("tests/fixtures/interruption").join(file))
+            .expect("a sample event")
+            .replace(sample_id, id)
+    };
+    let messages = [
+        sample("spot-interruption.json", "i-1234567890abcdef0", &ids[0]),
+        sample(
+            "rebalance-recommendation.json",
+            "i-1234567890abcdef0",
+            &ids[1],
+        ),
+        sample("scheduled-change.json", "i-0abcd1111ef234567", &ids[2]),
+        sample(
+            "state-change-shutting-down.json",
+            "i-0abcd1111ef234567",
+            &ids[3],
+        )
+        .replace("shutting-down", "stopping"),
+    ];
+    let endpoint = w.moto.endpoint();
+    w.rt.block_on(async {
+        let sqs = crate::moto::sqs_client(&endpoint, REGION).await;
+        for body in &messages {
+            sqs.send_message()
+                .queue_url(&queue_url)
+                .message_body(body)
+                .send()
+                .await
+                .expect("SendMessage");
+        }
+    });
+    let interrupted = [&ids[0], &ids[2], &ids[3]];
+    eventually(
+        "the interrupted nodes replaced",
+        &w,
+        Duration::from_secs(240),
+        || {
+            let [claims, ..] = w.fleet();
+            (claims.len() == 4 && interrupted.iter().all(|id| !claims.contains(*id))).then_some(())
+        },
+    );
+    w.wait_ready("spread", 4, Duration::from_secs(120));
+    let now = w.wait_consistent(Duration::from_secs(120));
+    assert!(
+        now.contains(&ids[1]),
+        "the rebalance recommendation took {} away",
+        ids[1]
+    );
+    let states: std::collections::BTreeMap<String, String> = w.instances().into_iter().collect();
+    for id in interrupted {
+        assert_eq!(states[id.as_str()], "terminated", "{id}");
+    }
+}
+
+/// Two controllers: the leader is killed (`kill -9`) in the middle of a
+/// scale-up and the standby finishes it without launching anything twice;
+/// a leader frozen by SIGSTOP loses the Lease and writes nothing once the
+/// other has taken it, even after SIGCONT; a leader stopped by SIGTERM
+/// releases the Lease at once.
+#[test]
+fn leaders_killed_frozen_and_stopped_hand_over_without_double_launches() {
+    let mut w = World::new("leader", false);
+    w.start_controller("a", &[]);
+    w.start_controller("b", &[]);
+    let first = eventually("a leader", &w, Duration::from_secs(60), || w.leader());
+    w.deployment("web", 0, "500m", "");
+    w.scale("web", 20);
+    eventually("the first NodeClaim", &w, Duration::from_secs(60), || {
+        (!w.nodeclaims().is_empty()).then_some(())
+    });
+    w.controller(&first).signal("-KILL");
+    let second = eventually("another leader", &w, Duration::from_secs(60), || {
+        w.leader().filter(|l| *l != first)
+    });
+    w.wait_ready("web", 20, Duration::from_secs(240));
+    w.wait_consistent(Duration::from_secs(60));
+
+    // A third controller stands by; the leader freezes.
+    w.start_controller("c", &[]);
+    std::thread::sleep(Duration::from_secs(5));
+    w.controller(&second).signal("-STOP");
+    w.scale("web", 30);
+    let third = eventually(
+        "a leader after the freeze",
+        &w,
+        Duration::from_secs(90),
+        || w.leader().filter(|l| *l != second),
+    );
+    let takeover = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+    w.wait_ready("web", 30, Duration::from_secs(240));
+    w.controller(&second).signal("-CONT");
+    std::thread::sleep(Duration::from_secs(10));
+    let late: Vec<String> = w
+        .dovetail_requests()
+        .iter()
+        .filter(|e| !matches!(e["verb"].as_str(), Some("get" | "list" | "watch")))
+        .filter(|e| {
+            e["responseStatus"]["code"]
+                .as_u64()
+                .is_some_and(|c| c < 300)
+        })
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.contains(&format!("({second})")))
+        })
+        .filter(|e| {
+            chrono_like(e["requestReceivedTimestamp"].as_str().unwrap_or_default()) > takeover
+        })
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{second} wrote after {third} took over: {late:?}"
+    );
+
+    // SIGTERM releases the Lease: the next leader takes it well within the
+    // 15 s a lapsed Lease would take.
+    let stopped_at = Instant::now();
+    w.controller(&third).signal("-TERM");
+    let fourth = eventually(
+        "a leader after SIGTERM",
+        &w,
+        Duration::from_secs(30),
+        || w.leader().filter(|l| *l != third),
+    );
+    assert!(
+        stopped_at.elapsed() < Duration::from_secs(10),
+        "{fourth} took the Lease {:?} after {third} stopped",
+        stopped_at.elapsed()
+    );
+    w.scale("web", 35);
+    w.wait_ready("web", 35, Duration::from_secs(240));
+    let live = w.wait_consistent(Duration::from_secs(60));
+    // Nothing was launched twice: every instance ever launched belongs to a
+    // NodeClaim dovetail created, and none was launched for nothing.
+    let created = succeeded(&w.dovetail_requests(), "create", "nodeclaims", None).len();
+    let launched = w.instances().len();
+    assert_eq!(
+        launched, created,
+        "{launched} instances for {created} NodeClaims"
+    );
+    assert!(!live.is_empty());
+}
+
+/// kube-apiserver, then etcd, killed and restarted while pods are pending:
+/// the controllers' watches resume, the pods run, nothing is launched twice.
+#[test]
+fn the_controller_resumes_after_the_api_server_and_etcd_restart() {
+    let mut w = World::new("restart", false);
+    w.start_controller("a", &[]);
+    w.start_controller("b", &[]);
+    w.deployment("web", 10, "500m", "");
+    w.wait_ready("web", 10, Duration::from_secs(180));
+    w.scale("web", 20);
+    w.tb.control("kill", "kube-apiserver");
+    std::thread::sleep(Duration::from_secs(10));
+    w.tb.control("start", "kube-apiserver");
+    w.wait_ready("web", 20, Duration::from_secs(240));
+    w.wait_consistent(Duration::from_secs(60));
+
+    w.scale("web", 30);
+    w.tb.control("kill", "etcd");
+    std::thread::sleep(Duration::from_secs(10));
+    w.tb.control("start", "etcd");
+    w.wait_ready("web", 30, Duration::from_secs(300));
+    w.wait_consistent(Duration::from_secs(60));
+    let created = succeeded(&w.dovetail_requests(), "create", "nodeclaims", None).len();
+    let launched = w.instances().len();
+    assert_eq!(
+        launched,
+        created,
+        "{launched} instances for {created} NodeClaims\n{}",
+        w.logs()
+    );
+}

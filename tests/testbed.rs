@@ -294,5 +294,15 @@ impl Drop for Testbed {
             .arg("down")
             .arg(self.dir.path())
             .output();
+        // DOVETAIL_KEEP_TESTBED=1 keeps the logs, the audit log and the
+        // kubeconfigs of a failed test for a look.
+        if std::thread::panicking() && std::env::var_os("DOVETAIL_KEEP_TESTBED").is_some() {
+            let kept = std::mem::replace(
+                &mut self.dir,
+                tempfile::tempdir().expect("a placeholder directory"),
+            )
+            .keep();
+            eprintln!("the testbed's files are kept in {}", kept.display());
+        }
     }
 }
