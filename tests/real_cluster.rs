@@ -432,7 +432,24 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// Starts the controller; if a port it was given was taken before it
+    /// bound it (by another test's process), starts it again on others.
     fn start(w: &World, identity: &str, extra: &[&str]) -> Controller {
+        for _ in 0..5 {
+            let mut c = Self::spawn(w, identity, extra);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && c.healthz().is_none() && !c.exited() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if c.exited() && c.log().contains("Address already in use") {
+                continue;
+            }
+            return c;
+        }
+        panic!("controller {identity} found no free ports");
+    }
+
+    fn spawn(w: &World, identity: &str, extra: &[&str]) -> Controller {
         let port = || {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())

@@ -209,6 +209,7 @@ impl Testbed {
         [
             get(&["get", "nodes", "-o", "wide"]),
             get(&["get", "nodeclaims", "-o", "wide"]),
+            get(&["get", "deployments,replicasets", "-A"]),
             get(&["get", "pods", "-A", "-o", "wide"]),
             format!("registrar:\n{}", self.log_tail("registrar", 20)),
         ]
