@@ -677,6 +677,46 @@ fn sync_applies_by_server_side_apply_refuses_an_invalid_commit_and_prunes() {
         || applied("batch").is_none().then_some(()),
     );
     assert!(applied("default").is_some());
+
+    // A NodeOverlay (its feature gate off, as Karpenter's default is) is
+    // applied once, not again on every pass, and pruned when its file goes.
+    let overlay = "apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: prefer-large}
+spec:
+  requirements: [{key: karpenter.k8s.aws/instance-size, operator: In, values: [large]}]
+  priceAdjustment: \"-5%\"
+";
+    w.commit(&[("overlay.yaml", Some(overlay))], "an overlay");
+    let overlay_exists = || {
+        w.tb.kubectl(&["get", "nodeoverlay", "prefer-large"])
+            .status
+            .success()
+    };
+    eventually("the NodeOverlay", &w, Duration::from_secs(60), || {
+        overlay_exists().then_some(())
+    });
+    // Ten polls of the repository (2 s apart) later: still one apply.
+    std::thread::sleep(Duration::from_secs(20));
+    let events = w.dovetail_requests();
+    let writes = succeeded(&events, "patch", "nodeoverlays", None)
+        .into_iter()
+        .filter(|e| {
+            !e["requestURI"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("dryRun")
+        })
+        .count();
+    assert_eq!(writes, 1, "the NodeOverlay was applied {writes} times");
+    w.commit(&[("overlay.yaml", None)], "no overlay");
+    eventually(
+        "the NodeOverlay pruned",
+        &w,
+        Duration::from_secs(60),
+        || (!overlay_exists()).then_some(()),
+    );
+
     // Every request the controller made was allowed by the installed RBAC.
     let forbidden: Vec<String> = w
         .dovetail_requests()

@@ -179,8 +179,20 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         });
 
         // The caches: what the controller and the sync read.
-        let mut cluster = KubeCluster::new(client);
         let sync = sync_settings(a, &namespace);
+        // The sync applies NodeOverlays and CapacityBuffers whatever their
+        // gates, so it watches them wherever their CRDs are served: without
+        // a cache, every pass would find them missing, apply them again and
+        // never prune them.
+        let (sync_overlays, sync_buffers) = if sync.is_some() {
+            (
+                served(&client, "karpenter.sh/v1alpha1", "nodeoverlays").await,
+                served(&client, "autoscaling.x-k8s.io/v1beta1", "capacitybuffers").await,
+            )
+        } else {
+            (false, false)
+        };
+        let mut cluster = KubeCluster::new(client);
         let watched = (|| {
             cluster
                 .watch_with::<SlimPod>(WatchOptions::default().transform(slim::pod))?
@@ -196,7 +208,7 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             // The gated kinds only with their gates on: a cluster without
             // their CRDs (Karpenter's defaults) never lists them.
             let gated = settings(a).unwrap_or_default();
-            if gated.node_overlay {
+            if gated.node_overlay || sync_overlays {
                 cluster.watch::<NodeOverlay>()?;
             }
             if gated.capacity_buffer {
@@ -206,6 +218,8 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
                     .watch::<Deployment>()?
                     .watch::<StatefulSet>()?
                     .watch::<ReplicaSet>()?;
+            } else if sync_buffers {
+                cluster.watch::<CapacityBuffer>()?;
             }
             if a.leader_elect {
                 cluster.watch_in::<Lease>(
@@ -432,4 +446,13 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         tracing::info!("stopped");
         exit::OK
     })
+}
+
+/// Whether the API server serves `plural` in `group_version` (discovery,
+/// which every authenticated user may read).
+async fn served(client: &kube::Client, group_version: &str, plural: &str) -> bool {
+    client
+        .list_api_group_resources(group_version)
+        .await
+        .is_ok_and(|list| list.resources.iter().any(|r| r.name == plural))
 }
