@@ -377,7 +377,7 @@ impl<K: Object> KindStore<K> {
 
     fn invalid(&self, key: &ObjectKey, messages: Vec<String>) -> ApiError {
         ApiError::Invalid {
-            resource: self.info.resource.clone(),
+            resource: super::qualified_kind::<K>(),
             key: key.clone(),
             messages,
         }
