@@ -19,7 +19,7 @@ pub enum ApiError {
     #[error("{resource} {:?} already exists", .key.name)]
     AlreadyExists { resource: String, key: ObjectKey },
     /// 409: a stale `resourceVersion` or a mismatched precondition.
-    #[error("operation cannot be fulfilled on {resource} {:?}: {message}", .key.name)]
+    #[error("Operation cannot be fulfilled on {resource} {:?}: {message}", .key.name)]
     Conflict {
         resource: String,
         key: ObjectKey,
@@ -190,7 +190,11 @@ fn cause(message: &str) -> StatusCause {
     let (field, reason) = match required {
         Some(name) if field.is_empty() => (name.to_string(), "FieldValueRequired"),
         Some(name) => (format!("{field}.{name}"), "FieldValueRequired"),
-        None if what.contains(" is not one of ") => (field.to_string(), "FieldValueNotSupported"),
+        None if what.starts_with("Required value") => (field.to_string(), "FieldValueRequired"),
+        None if what.starts_with("Forbidden") => (field.to_string(), "FieldValueForbidden"),
+        None if what.contains(" is not one of ") || what.starts_with("Unsupported value") => {
+            (field.to_string(), "FieldValueNotSupported")
+        }
         None if what.starts_with("expected ") && what.contains(", found ") => {
             (field.to_string(), "FieldValueTypeInvalid")
         }

@@ -213,6 +213,7 @@ pub fn decode<K: Object>(meta: &KindMeta, mut obj: Value) -> Result<K, ApiError>
     map.insert("apiVersion".into(), meta.group_version().into());
     map.insert("kind".into(), meta.kind.clone().into());
     if let Some(kind) = meta.crd {
+        apply_defaults(crd_schema(kind), &mut obj);
         // A custom resource is checked against its schema and rules as
         // JSON, before it has to fit the Rust type: what does not fit is
         // a 422 naming the field, not a decoding error.
@@ -234,6 +235,56 @@ pub fn decode<K: Object>(meta: &KindMeta, mut obj: Value) -> Result<K, ApiError>
     serde_json::from_value(obj).map_err(|e| ApiError::BadRequest {
         message: format!("error decoding {}: {e}", meta.kind),
     })
+}
+
+/// The OpenAPI schema of one of dovetail's CRDs, generated once.
+fn crd_schema(kind: ApiKind) -> &'static Value {
+    static SCHEMAS: std::sync::OnceLock<Vec<(ApiKind, Value)>> = std::sync::OnceLock::new();
+    let all = SCHEMAS.get_or_init(|| {
+        ApiKind::ALL
+            .into_iter()
+            .map(|k| (k, crate::api::openapi_schema(k)))
+            .collect()
+    });
+    &all.iter()
+        .find(|(k, _)| *k == kind)
+        .expect("every ApiKind has a CRD")
+        .1
+}
+
+/// The API server's structural defaulting of a custom resource: a field
+/// with a `default` that is absent from an object that is present gets
+/// its default, and defaults apply inside defaults.
+fn apply_defaults(schema: &Value, v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, s) in props {
+                    if !map.contains_key(k)
+                        && let Some(d) = s.get("default")
+                    {
+                        map.insert(k.clone(), d.clone());
+                    }
+                    if let Some(child) = map.get_mut(k) {
+                        apply_defaults(s, child);
+                    }
+                }
+            }
+            if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for child in map.values_mut() {
+                    apply_defaults(extra, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for item in items {
+                    apply_defaults(s, item);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn erase<K: Object>(obj: Arc<K>) -> Stored {
@@ -602,6 +653,31 @@ mod tests {
                 "spec.weight: 1000 is greater than the maximum of 100",
             ]
         );
+    }
+
+    /// A created NodePool gets its CRD's defaults, as the API server
+    /// applies them (found against a real API server, tests/differential).
+    #[test]
+    fn a_custom_resource_gets_its_crds_defaults() {
+        let c = cluster();
+        let kinds = Kinds::standard();
+        let pools = kinds.find("karpenter.sh", "v1", "nodepools").unwrap();
+        let body = serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {"requirements": [], "nodeClassRef":
+                {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "x"}}},
+                "disruption": {"consolidateAfter": "0s"}}
+        });
+        let created = pools.create(&c, body, false).unwrap().to_json();
+        assert_eq!(
+            created["spec"]["disruption"]["consolidationPolicy"],
+            "WhenEmptyOrUnderutilized"
+        );
+        assert_eq!(
+            created["spec"]["disruption"]["budgets"],
+            serde_json::json!([{"nodes": "10%"}])
+        );
+        assert_eq!(created["spec"]["template"]["spec"]["expireAfter"], "720h");
     }
 
     /// The fields `fieldValidation` refuses are those the CRD does not

@@ -18,7 +18,6 @@ pub struct Api {
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
-    pub headers: http::HeaderMap,
     pub body: Vec<u8>,
 }
 
@@ -30,16 +29,6 @@ impl Reply {
 
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// Every `Warning` header's text.
-    pub fn warnings(&self) -> Vec<String> {
-        self.headers
-            .get_all(http::header::WARNING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .map(String::from)
-            .collect()
     }
 }
 
@@ -97,7 +86,6 @@ impl Api {
                 .to_vec();
             Reply {
                 status: parts.status.as_u16(),
-                headers: parts.headers,
                 body,
             }
         })
