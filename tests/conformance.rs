@@ -285,7 +285,7 @@ fn dovetail_accepts(doc: &Value) -> Result<(), String> {
 // Generators: a valid object, then zero to two mutations, each a subtle way
 // of breaking (or not breaking) one schema constraint or rule.
 
-fn base_nodepool() -> Value {
+pub(crate) fn base_nodepool() -> Value {
     json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
@@ -307,7 +307,7 @@ fn base_nodepool() -> Value {
     })
 }
 
-fn base_ec2nodeclass() -> Value {
+pub(crate) fn base_ec2nodeclass() -> Value {
     json!({
         "apiVersion": "karpenter.k8s.aws/v1",
         "kind": "EC2NodeClass",
@@ -416,7 +416,7 @@ fn schedule_str() -> impl Strategy<Value = String> {
 }
 
 #[derive(Debug, Clone)]
-enum NpMutation {
+pub(crate) enum NpMutation {
     Weight(i64),
     Replicas(i64, bool),
     RemoveRequired(&'static str),
@@ -432,7 +432,7 @@ enum NpMutation {
     LimitsValue(Value),
 }
 
-fn np_mutation() -> impl Strategy<Value = NpMutation> {
+pub(crate) fn np_mutation() -> impl Strategy<Value = NpMutation> {
     prop_oneof![
         (-5i64..120).prop_map(NpMutation::Weight),
         (-1i64..5, any::<bool>()).prop_map(|(r, l)| NpMutation::Replicas(r, l)),
@@ -528,7 +528,7 @@ fn np_mutation() -> impl Strategy<Value = NpMutation> {
     ]
 }
 
-fn apply_np(doc: &mut Value, m: &NpMutation) {
+pub(crate) fn apply_np(doc: &mut Value, m: &NpMutation) {
     match m {
         NpMutation::Weight(w) => set(doc, "/spec/weight", json!(w)),
         NpMutation::Replicas(r, keep_limits) => {
@@ -583,7 +583,7 @@ fn apply_np(doc: &mut Value, m: &NpMutation) {
 }
 
 #[derive(Debug, Clone)]
-enum NcMutation {
+pub(crate) enum NcMutation {
     Identity(bool, bool, bool),
     Alias(String),
     AmiFamily(String),
@@ -612,7 +612,7 @@ fn term() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn nc_mutation() -> impl Strategy<Value = NcMutation> {
+pub(crate) fn nc_mutation() -> impl Strategy<Value = NcMutation> {
     prop_oneof![
         (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(r, p, e)| NcMutation::Identity(r, p, e)),
         prop_oneof![
@@ -717,7 +717,7 @@ fn nc_mutation() -> impl Strategy<Value = NcMutation> {
     ]
 }
 
-fn apply_nc(doc: &mut Value, m: &NcMutation) {
+pub(crate) fn apply_nc(doc: &mut Value, m: &NcMutation) {
     match m {
         NcMutation::Identity(role, profile, empty) => {
             let v = if *empty { "" } else { "x" };

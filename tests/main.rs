@@ -8,6 +8,7 @@ mod conformance;
 mod dashboards;
 mod deploy;
 mod diff;
+mod differential;
 mod disruption;
 mod forecast;
 mod hostile;

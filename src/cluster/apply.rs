@@ -436,7 +436,7 @@ mod tests {
         assert_eq!(err.code(), 409);
         assert_eq!(
             err.to_string(),
-            "operation cannot be fulfilled on configmaps \"status\": Apply failed with 2 conflicts: conflict with \"git\": .metadata.labels.team; conflict with \"git\": .spec"
+            "Operation cannot be fulfilled on configmaps \"status\": Apply failed with 2 conflicts: conflict with \"git\": .metadata.labels.team; conflict with \"git\": .spec"
         );
         let stored = c
             .get_opt::<ConfigMap>(&ObjectKey::new("ns", "status"))

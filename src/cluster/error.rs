@@ -19,14 +19,16 @@ pub enum ApiError {
     #[error("{resource} {:?} already exists", .key.name)]
     AlreadyExists { resource: String, key: ObjectKey },
     /// 409: a stale `resourceVersion` or a mismatched precondition.
-    #[error("operation cannot be fulfilled on {resource} {:?}: {message}", .key.name)]
+    #[error("Operation cannot be fulfilled on {resource} {:?}: {message}", .key.name)]
     Conflict {
         resource: String,
         key: ObjectKey,
         message: String,
     },
-    /// 422: the object failed validation or admission.
-    #[error("{resource} {:?} is invalid: {}", .key.name, .messages.join("; "))]
+    /// 422: the object failed validation or admission. `resource` is the
+    /// qualified kind (`NodePool.karpenter.sh`) as the API server names it
+    /// here; each message is `field: what is wrong`, or only what is wrong.
+    #[error("{resource} {:?} is invalid: {}", .key.name, invalid_list(.messages))]
     Invalid {
         resource: String,
         key: ObjectKey,
@@ -123,14 +125,7 @@ impl From<ApiError> for Status {
                 key,
                 messages,
             } => {
-                let causes = messages
-                    .iter()
-                    .map(|m| StatusCause {
-                        reason: "FieldValueInvalid".into(),
-                        message: m.clone(),
-                        field: String::new(),
-                    })
-                    .collect();
+                let causes = messages.iter().map(|m| cause(m)).collect();
                 Some(details(resource, key, causes))
             }
             ApiError::TooManyRequests {
@@ -172,6 +167,54 @@ impl From<ApiError> for kube::Error {
     }
 }
 
+/// The messages of a validation failure as the API server lists them:
+/// one alone, several in brackets.
+fn invalid_list(messages: &[String]) -> String {
+    match messages {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+/// The `StatusCause` of one validation message, `field: what is wrong`: the
+/// field named as the API server names it, and the reason of its kind of
+/// error (a missing field is `FieldValueRequired` at the field itself).
+fn cause(message: &str) -> StatusCause {
+    let (field, what) = match message.split_once(": ") {
+        Some((field, what)) if field.is_empty() || is_field_path(field) => (field, what),
+        _ => ("", message),
+    };
+    let required = what
+        .strip_prefix("missing required field `")
+        .and_then(|m| m.strip_suffix('`'));
+    let (field, reason) = match required {
+        Some(name) if field.is_empty() => (name.to_string(), "FieldValueRequired"),
+        Some(name) => (format!("{field}.{name}"), "FieldValueRequired"),
+        None if what.starts_with("Required value") => (field.to_string(), "FieldValueRequired"),
+        None if what.starts_with("Forbidden") => (field.to_string(), "FieldValueForbidden"),
+        None if what.contains(" is not one of ") || what.starts_with("Unsupported value") => {
+            (field.to_string(), "FieldValueNotSupported")
+        }
+        None if what.starts_with("expected ") && what.contains(", found ") => {
+            (field.to_string(), "FieldValueTypeInvalid")
+        }
+        None => (field.to_string(), "FieldValueInvalid"),
+    };
+    StatusCause {
+        reason: reason.into(),
+        message: what.to_string(),
+        field,
+    }
+}
+
+/// Whether `s` reads as a field path (`spec.template.spec.requirements[0].key`,
+/// `metadata.labels["a/b"]`), not prose.
+fn is_field_path(s: &str) -> bool {
+    let head = s.split('[').next().unwrap_or_default();
+    head.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && !head.contains(char::is_whitespace)
+}
+
 fn details(resource: &str, key: &ObjectKey, causes: Vec<StatusCause>) -> StatusDetails {
     let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
     StatusDetails {
@@ -201,20 +244,85 @@ mod tests {
         );
         assert_eq!(e.to_string(), "pods \"web-1\" not found");
         let e = ApiError::Invalid {
-            resource: "nodepools.karpenter.sh".into(),
+            resource: "NodePool.karpenter.sh".into(),
             key,
             messages: vec!["a".into(), "b".into()],
         };
         assert_eq!((e.code(), e.reason()), (422, "Invalid"));
         assert_eq!(
             e.to_string(),
-            "nodepools.karpenter.sh \"web-1\" is invalid: a; b"
+            "NodePool.karpenter.sh \"web-1\" is invalid: [a, b]"
         );
         let e = ApiError::Gone {
             requested: 3,
             oldest: 9,
         };
         assert_eq!((e.code(), e.reason()), (410, "Expired"));
+    }
+
+    /// Each cause names its field, as the API server's do, so a client
+    /// can tell which field is wrong (found against a real API server,
+    /// tests/differential).
+    #[test]
+    fn an_invalid_object_names_the_kind_and_each_field() {
+        let e = ApiError::Invalid {
+            resource: "NodePool.karpenter.sh".into(),
+            key: ObjectKey::cluster("web"),
+            messages: vec![
+                "spec.weight: 1000 is greater than the maximum of 100".into(),
+                "spec.template.spec: missing required field `requirements`".into(),
+                "spec.disruption.consolidationPolicy: \"x\" is not one of \"WhenEmpty\"".into(),
+                "spec.limits[\"cpu\"]: expected string, found integer 1".into(),
+                "spec.tags.eks:eks-cluster-name: tag contains a restricted tag".into(),
+                "a message without a field".into(),
+            ],
+        };
+        let status = Status::from(e);
+        assert_eq!(
+            status.message,
+            "NodePool.karpenter.sh \"web\" is invalid: [spec.weight: 1000 is greater than the maximum of 100, spec.template.spec: missing required field `requirements`, spec.disruption.consolidationPolicy: \"x\" is not one of \"WhenEmpty\", spec.limits[\"cpu\"]: expected string, found integer 1, spec.tags.eks:eks-cluster-name: tag contains a restricted tag, a message without a field]"
+        );
+        let details = status.details.expect("details");
+        assert_eq!(
+            (details.kind.as_str(), details.group.as_str()),
+            ("NodePool", "karpenter.sh")
+        );
+        let causes: Vec<(&str, &str, &str)> = details
+            .causes
+            .iter()
+            .map(|c| (c.field.as_str(), c.reason.as_str(), c.message.as_str()))
+            .collect();
+        assert_eq!(
+            causes,
+            [
+                (
+                    "spec.weight",
+                    "FieldValueInvalid",
+                    "1000 is greater than the maximum of 100"
+                ),
+                (
+                    "spec.template.spec.requirements",
+                    "FieldValueRequired",
+                    "missing required field `requirements`"
+                ),
+                (
+                    "spec.disruption.consolidationPolicy",
+                    "FieldValueNotSupported",
+                    "\"x\" is not one of \"WhenEmpty\""
+                ),
+                (
+                    "spec.limits[\"cpu\"]",
+                    "FieldValueTypeInvalid",
+                    "expected string, found integer 1"
+                ),
+                (
+                    "spec.tags.eks:eks-cluster-name",
+                    "FieldValueInvalid",
+                    "tag contains a restricted tag"
+                ),
+                ("", "FieldValueInvalid", "a message without a field"),
+            ]
+        );
     }
 
     #[test]

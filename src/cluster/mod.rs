@@ -152,6 +152,18 @@ pub fn resource_name<K: Object>() -> String {
     }
 }
 
+/// `Kind` or `Kind.group`, as the API server names a kind in the message
+/// and details of a validation failure (`NodePool.karpenter.sh "a" is
+/// invalid: ...`).
+pub fn qualified_kind<K: Object>() -> String {
+    let (kind, group) = (K::kind(&()), K::group(&()));
+    if group.is_empty() {
+        kind.into_owned()
+    } else {
+        format!("{kind}.{group}")
+    }
+}
+
 /// Where an object lives: its namespace (empty for cluster-scoped kinds) and
 /// name. Orders by namespace, then name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

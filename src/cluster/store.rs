@@ -377,7 +377,7 @@ impl<K: Object> KindStore<K> {
 
     fn invalid(&self, key: &ObjectKey, messages: Vec<String>) -> ApiError {
         ApiError::Invalid {
-            resource: self.info.resource.clone(),
+            resource: super::qualified_kind::<K>(),
             key: key.clone(),
             messages,
         }
@@ -755,14 +755,17 @@ impl<K: Object> KindStore<K> {
         stored: Option<&str>,
         what_happened: &str,
     ) -> Result<(), ApiError> {
+        // The API server names the kind here, not the resource:
+        // `Operation cannot be fulfilled on ConfigMap "a": the UID in ...`.
         match wanted {
-            Some(wanted) if Some(wanted) != stored => Err(self.conflict(
-                key,
-                format!(
+            Some(wanted) if Some(wanted) != stored => Err(ApiError::Conflict {
+                resource: super::qualified_kind::<K>(),
+                key: key.clone(),
+                message: format!(
                     "the {field} in the precondition ({wanted}) does not match the {field} in record ({}). The object might have been {what_happened}",
                     stored.unwrap_or_default()
                 ),
-            )),
+            }),
             _ => Ok(()),
         }
     }

@@ -53,6 +53,17 @@ use patch::PatchType;
 use query::Query;
 use table::Printers;
 
+/// The kinds without a `status` subresource (they have no status).
+const WITHOUT_STATUS: [&str; 7] = [
+    "ConfigMap",
+    "Event",
+    "ServiceAccount",
+    "PodTemplate",
+    "Lease",
+    "StorageClass",
+    "CSINode",
+];
+
 /// The kinds with a `scale` subresource.
 const SCALABLE: [&str; 3] = ["Deployment", "ReplicaSet", "StatefulSet"];
 
@@ -563,23 +574,36 @@ impl ApiServer {
                 "update",
                 "watch",
             ];
+            // Namespaces are deleted one by one, by the namespace
+            // controller's finalizer.
+            if m.kind == "Namespace" {
+                verbs.retain(|v| *v != "deletecollection");
+            }
             verbs.sort_unstable();
-            resources.push(json!({
+            let mut resource = json!({
                 "name": m.plural,
                 "singularName": m.singular(),
                 "namespaced": m.namespaced,
                 "kind": m.kind,
                 "verbs": verbs,
-                "shortNames": m.short_names,
-                "categories": m.categories,
-            }));
-            resources.push(json!({
-                "name": format!("{}/status", m.plural),
-                "singularName": "",
-                "namespaced": m.namespaced,
-                "kind": m.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
+            });
+            // As the API server: empty lists are left out.
+            if !m.short_names.is_empty() {
+                resource["shortNames"] = json!(m.short_names);
+            }
+            if !m.categories.is_empty() {
+                resource["categories"] = json!(m.categories);
+            }
+            resources.push(resource);
+            if !WITHOUT_STATUS.contains(&m.kind.as_str()) {
+                resources.push(json!({
+                    "name": format!("{}/status", m.plural),
+                    "singularName": "",
+                    "namespaced": m.namespaced,
+                    "kind": m.kind,
+                    "verbs": ["get", "patch", "update"],
+                }));
+            }
             if SCALABLE.contains(&m.kind.as_str()) {
                 resources.push(json!({
                     "name": format!("{}/scale", m.plural),
@@ -592,19 +616,21 @@ impl ApiServer {
                 }));
             }
             for sub in m.extra_subresources {
-                let (kind, group, version) = match *sub {
-                    "eviction" => ("Eviction", "policy", "v1"),
-                    _ => ("Binding", "", "v1"),
-                };
-                resources.push(json!({
+                let mut resource = json!({
                     "name": format!("{}/{sub}", m.plural),
                     "singularName": "",
                     "namespaced": m.namespaced,
-                    "group": group,
-                    "version": version,
-                    "kind": kind,
+                    "kind": "Binding",
                     "verbs": ["create"],
-                }));
+                });
+                // A subresource of another group names it; Binding is the
+                // pods' own group and version.
+                if *sub == "eviction" {
+                    resource["kind"] = json!("Eviction");
+                    resource["group"] = json!("policy");
+                    resource["version"] = json!("v1");
+                }
+                resources.push(resource);
             }
         }
         json!({
@@ -966,7 +992,12 @@ impl ApiServer {
             );
             id.to_string()
         });
-        let remaining = cont.as_ref().map(|_| items.len() - end);
+        // As the API server: the count is left out where a selector
+        // filtered the list, since it could not know it cheaply.
+        let remaining = cont
+            .as_ref()
+            .filter(|_| labels.is_everything() && fields.is_empty())
+            .map(|_| items.len() - end);
         if table {
             let objects: Vec<Value> = page.iter().map(|o| o.to_json()).collect();
             let t = self.printers.table(
@@ -1069,14 +1100,14 @@ impl ApiServer {
         let meta = kind.meta();
         let dry_run = query.dry_run()?;
         let Some(patch_type) = PatchType::of(content_type) else {
-            return Err(unsupported_media(content_type));
+            return Err(unsupported_media());
         };
         let key = ObjectKey::new(
             target.namespace.clone().unwrap_or_default(),
             target.name.clone().unwrap_or_default(),
         );
         if patch_type == PatchType::Strategic && !is_builtin(&meta.group) {
-            return Err(unsupported_media("application/strategic-merge-patch+json"));
+            return Err(unsupported_media());
         }
         if patch_type == PatchType::Apply {
             let field_manager = query
@@ -1175,7 +1206,7 @@ impl ApiServer {
             "update" => parse_json(body)?,
             _ => {
                 let Some(t) = PatchType::of(content_type).filter(|t| *t != PatchType::Apply) else {
-                    return Err(unsupported_media(content_type));
+                    return Err(unsupported_media());
                 };
                 patch::apply(t, &scale_of(&current), body)?
             }
@@ -1365,11 +1396,11 @@ fn not_found_path() -> Response<Body> {
     )
 }
 
-fn unsupported_media(content_type: &str) -> ApiError {
+/// 415, with the API server's message for a patch type the resource
+/// does not take.
+fn unsupported_media() -> ApiError {
     ApiError::UnsupportedMediaType {
-        message: format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
-        ),
+        message: "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
     }
 }
 
@@ -1415,8 +1446,25 @@ fn prepare_create(kind: &str, mut obj: Value) -> Value {
                 json!({"phase": "Pending", "qosClass": "BestEffort"}),
             );
         }
-        "Node" | "Namespace" | "Event" | "ConfigMap" | "Lease" | "StorageClass"
-        | "ServiceAccount" | "CSINode" => {}
+        "Namespace" => {
+            // The namespace registry's defaults: the name label, the
+            // `kubernetes` finalizer, and an active phase.
+            let name = map
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+                let labels = meta.entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), name);
+                }
+            }
+            map.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
+            map.insert("status".into(), json!({"phase": "Active"}));
+        }
+        "Node" | "Event" | "ConfigMap" | "Lease" | "StorageClass" | "ServiceAccount"
+        | "CSINode" => {}
         _ => {
             map.remove("status");
         }

@@ -2,7 +2,7 @@
 //! as the API server sends them
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ pub(super) fn start(
         return Err(ApiError::Invalid {
             resource: "ListOptions.meta.k8s.io".into(),
             key: ObjectKey::default(),
-            messages: vec!["sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan".into()],
+            messages: vec!["resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".into()],
         });
     }
     let start_rv = match rv_param.as_str() {
@@ -205,20 +205,15 @@ impl Stream<'_> {
             return;
         };
         notify.borrow_and_update();
-        let mut selected: HashSet<ObjectKey> = HashSet::new();
+        let mut selected: HashMap<ObjectKey, Stored> = HashMap::new();
         let track = self.filter.can_change();
         let mut rv = match start_rv {
             Some(rv) if !send_initial => {
                 if track {
-                    let (items, _) = self.kind.list(
-                        &c,
-                        self.filter.namespace.as_deref(),
-                        &Selector::everything(),
-                    );
-                    selected = items
-                        .iter()
-                        .filter(|o| self.filter.selects(o))
-                        .map(key_of)
+                    selected = self
+                        .state_at(&c, rv)
+                        .into_iter()
+                        .filter(|(_, o)| self.filter.selects(o))
                         .collect();
                 }
                 rv
@@ -233,7 +228,7 @@ impl Stream<'_> {
                     items.iter().filter(|o| self.filter.selects(o)).collect();
                 for o in chosen {
                     if track {
-                        selected.insert(key_of(o));
+                        selected.insert(key_of(o), o.clone());
                     }
                     if !self.send_object("ADDED", o).await {
                         return;
@@ -283,13 +278,57 @@ impl Stream<'_> {
         }
     }
 
+    /// The objects as they were at resource version `rv`, from the
+    /// current ones and the watch log: an object changed since is taken
+    /// as its log had it at `rv` (absent if it was added since). One whose
+    /// state at `rv` is older than the log is taken as its first change
+    /// since has it.
+    fn state_at(&self, c: &crate::cluster::MemoryCluster, rv: u64) -> HashMap<ObjectKey, Stored> {
+        let (items, _) =
+            self.kind
+                .list(c, self.filter.namespace.as_deref(), &Selector::everything());
+        let mut state: HashMap<ObjectKey, Stored> =
+            items.into_iter().map(|o| (key_of(&o), o)).collect();
+        let log = match self.kind.changes_after(c, 0) {
+            Err(ApiError::Gone { oldest, .. }) => self.kind.changes_after(c, oldest),
+            other => other,
+        }
+        .unwrap_or_default();
+        let mut decided: HashSet<ObjectKey> = HashSet::new();
+        for (i, ch) in log.iter().enumerate() {
+            if ch.resource_version <= rv {
+                continue;
+            }
+            let key = key_of(&ch.object);
+            if !decided.insert(key.clone()) {
+                continue;
+            }
+            let before = log[..i]
+                .iter()
+                .rev()
+                .find(|e| e.resource_version <= rv && key_of(&e.object) == key);
+            let then = match before {
+                Some(e) if e.event_type == EventType::Deleted => None,
+                Some(e) => Some(e.object.clone()),
+                None if ch.event_type == EventType::Added => None,
+                None => Some(ch.object.clone()),
+            };
+            match then {
+                Some(o) => state.insert(key, o),
+                None => state.remove(&key),
+            };
+        }
+        state
+    }
+
     /// Sends one change as the selection sees it: an object that starts
-    /// matching is ADDED, one that stops is DELETED.
+    /// matching is ADDED, one that stops is DELETED, sent as it was last
+    /// selected, as the API server sends it.
     async fn deliver(
         &mut self,
         ch: &Change,
         track: bool,
-        selected: &mut HashSet<ObjectKey>,
+        selected: &mut HashMap<ObjectKey, Stored>,
     ) -> bool {
         let matches = self.filter.selects(&ch.object);
         if !track {
@@ -299,23 +338,25 @@ impl Stream<'_> {
                     .await;
         }
         let key = key_of(&ch.object);
-        let was = selected.contains(&key);
-        let sent = match (ch.event_type, was, matches) {
-            (EventType::Deleted, true, _) | (_, true, false) => {
+        let was = selected.contains_key(&key);
+        match (ch.event_type, was, matches) {
+            (EventType::Deleted, true, _) => {
                 selected.remove(&key);
-                Some("DELETED")
+                self.send_object("DELETED", &ch.object).await
             }
-            (EventType::Deleted, false, _) => None,
-            (_, true, true) => Some("MODIFIED"),
+            (_, true, false) => {
+                let last = selected.remove(&key).unwrap_or_else(|| ch.object.clone());
+                self.send_object("DELETED", &last).await
+            }
+            (EventType::Deleted, false, _) | (_, false, false) => true,
+            (_, true, true) => {
+                selected.insert(key, ch.object.clone());
+                self.send_object("MODIFIED", &ch.object).await
+            }
             (_, false, true) => {
-                selected.insert(key);
-                Some("ADDED")
+                selected.insert(key, ch.object.clone());
+                self.send_object("ADDED", &ch.object).await
             }
-            (_, false, false) => None,
-        };
-        match sent {
-            Some(t) => self.send_object(t, &ch.object).await,
-            None => true,
         }
     }
 }

@@ -263,12 +263,22 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
 
 /// The checks of `validate` on one object, without positions: what an API
 /// server's admission runs. Errors only, as `path: message` strings.
+///
+/// As the API server, it reports the CEL rules and runtime checks beside
+/// schema errors, unless a schema error is one that withholds them
+/// ([`schema::Finding::blocks_rules`]). Unknown fields are not among the
+/// errors: the request's field validation decides about those (refused
+/// before admission under `Strict`, dropped otherwise).
 pub fn check_object(kind: ApiKind, value: &Value) -> Vec<String> {
-    let mut out: Vec<String> = schema::check(kind, value)
+    let findings: Vec<schema::Finding> = schema::check(kind, value)
         .into_iter()
+        .filter(|f| f.keyword != "additionalProperties")
+        .collect();
+    let mut out: Vec<String> = findings
+        .iter()
         .map(|f| format!("{}: {}", f.path, f.message))
         .collect();
-    if !out.is_empty() {
+    if findings.iter().any(schema::Finding::blocks_rules) {
         return out;
     }
     out.extend(

@@ -385,7 +385,6 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
         let p = sp.key(field);
         if terms.is_empty() {
             fail(out, p.clone(), format!("{field} cannot be empty"));
-            continue;
         }
         for (i, t) in terms.iter().enumerate() {
             if t.is_object() && !fields.iter().any(|f| has(t, f)) {
@@ -397,13 +396,19 @@ fn terms_rules(out: &mut Out, sp: &JsonPath, spec: &Map<String, Value>) {
             }
             nonempty_tags(out, p.index(i).key("tags"), t.get("tags"));
         }
-        // `!self.all(x, has(x.id) && ...)`: fails only when every term does it.
+        // `!self.all(x, has(x.id) && ...)`: fails only when every term does
+        // it, and so also for an empty list, where `all` holds.
         for (f, others, msg) in exclusives {
             if terms
                 .iter()
                 .all(|t| has(t, f) && others.iter().any(|o| has(t, o)))
             {
-                fail(out, p.index(0).key(*f), *msg);
+                let at = if terms.is_empty() {
+                    p.clone()
+                } else {
+                    p.index(0).key(*f)
+                };
+                fail(out, at, *msg);
             }
         }
     }
@@ -843,6 +848,7 @@ mod tests {
                 "spec.securityGroupSelectorTerms[0].id",
                 "spec.securityGroupSelectorTerms[0].name",
                 "spec.subnetSelectorTerms",
+                "spec.subnetSelectorTerms",
             ]
         );
         let no_family =
@@ -853,6 +859,33 @@ mod tests {
         assert_eq!(
             ec2nodeclass(&windows)[0].message,
             "windows families may only specify version 'latest'"
+        );
+    }
+
+    /// `!self.all(x, has(x.id) && has(x.tags))` holds for an empty list,
+    /// so the reference CRD refuses an empty selector list with each
+    /// exclusive-field message as well as "cannot be empty", at the list
+    /// (found against a real API server, tests/differential).
+    #[test]
+    fn an_empty_selector_list_also_fails_the_exclusive_field_rules() {
+        let doc = json!({"spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [], "securityGroupSelectorTerms": []}});
+        let mut got: Vec<(String, String)> = ec2nodeclass(&doc)
+            .into_iter()
+            .map(|f| (f.path.to_string(), f.message))
+            .collect();
+        got.sort();
+        let sg = "spec.securityGroupSelectorTerms".to_string();
+        let subnets = "spec.subnetSelectorTerms".to_string();
+        assert_eq!(
+            got,
+            [
+                (sg.clone(), "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term".to_string()),
+                (sg.clone(), "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term".to_string()),
+                (sg, "securityGroupSelectorTerms cannot be empty".to_string()),
+                (subnets.clone(), "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term".to_string()),
+                (subnets, "subnetSelectorTerms cannot be empty".to_string()),
+            ]
         );
     }
 

@@ -21,6 +21,20 @@ pub struct Finding {
     pub keyword: &'static str,
 }
 
+impl Finding {
+    /// Whether the API server withholds the CRD's CEL rules when the
+    /// schema fails this way: a wrong type, a value outside its enum, a
+    /// missing required field, or too long or too many, where the rules
+    /// could not evaluate. Other failures (a pattern, a bound) leave the
+    /// rules checked and reported with them.
+    pub fn blocks_rules(&self) -> bool {
+        matches!(
+            self.keyword,
+            "type" | "enum" | "required" | "maxLength" | "maxItems" | "maxProperties"
+        )
+    }
+}
+
 struct Compiled {
     schema: Value,
     validator: jsonschema::Validator,
@@ -131,9 +145,14 @@ fn check_with(c: &Compiled, kind: Option<ApiKind>, doc: &Value) -> Vec<Finding> 
             "pattern" => "pattern",
             "format" => "format",
             "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" => "range",
-            "minLength" | "maxLength" => "length",
-            "minItems" | "maxItems" => "items",
-            "minProperties" | "maxProperties" => "properties",
+            "minLength" => "minLength",
+            "maxLength" => "maxLength",
+            "minItems" => "minItems",
+            "maxItems" => "maxItems",
+            "minProperties" => "minProperties",
+            "maxProperties" => "maxProperties",
+            // The int-or-string fields: a value of neither type.
+            "anyOf" => "type",
             _ => "schema",
         };
         match err.kind() {
