@@ -428,7 +428,6 @@ pub struct Controller {
     child: Child,
     log: PathBuf,
     health: String,
-    pub metrics: String,
 }
 
 impl Controller {
@@ -493,7 +492,6 @@ impl Controller {
             child: cmd.spawn().expect("dovetail controller starts"),
             log,
             health: format!("127.0.0.1:{health}"),
-            metrics: format!("127.0.0.1:{metrics}"),
         }
     }
 
