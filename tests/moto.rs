@@ -113,6 +113,14 @@ pub fn server() -> Option<&'static Moto> {
     SERVER.get_or_init(start).as_ref()
 }
 
+/// A moto server of the caller's own, stopped when dropped: for tests whose
+/// controllers write to AWS for minutes (moto serves concurrent requests
+/// from threads over shared state, and a listing that races another
+/// suite's deletes can fail with a 500).
+pub fn own() -> Moto {
+    start().expect("python3 with moto's server (python3 -m pip install 'moto[server]')")
+}
+
 fn start() -> Option<Moto> {
     let python = Command::new("python3")
         .arg("--version")
@@ -135,7 +143,9 @@ fn start() -> Option<Moto> {
         "moto's server is not installed for python3 ({}); install it with: {INSTALL_HINT}",
         String::from_utf8_lossy(&import.stderr).trim()
     );
-    let log = std::env::temp_dir().join(format!("dovetail-moto-{}.log", std::process::id()));
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let log = std::env::temp_dir().join(format!("dovetail-moto-{}-{n}.log", std::process::id()));
     let mut last_error = String::new();
     for _ in 0..PORT_ATTEMPTS {
         let port = TcpListener::bind("127.0.0.1:0")

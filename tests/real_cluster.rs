@@ -63,7 +63,7 @@ spec:
 /// controllers started so far.
 pub struct World {
     pub tb: Testbed,
-    pub moto: &'static Moto,
+    pub moto: Moto,
     pub rt: tokio::runtime::Runtime,
     pub env: Env,
     pub cluster: String,
@@ -79,7 +79,7 @@ impl World {
     /// --server-side -k` of an overlay with the prune component, as a user
     /// who prunes installs it).
     pub fn new(name: &str, server_side: bool) -> World {
-        let moto = crate::moto::server().expect("moto (python3 -m pip install 'moto[server]')");
+        let moto = crate::moto::own();
         let rt = runtime();
         let cluster = format!("testbed-{name}");
         let env = rt.block_on(Env::for_version(
