@@ -712,6 +712,21 @@ fn collection<K: Object>(key: &ObjectKey) -> Request {
     Request::new(K::url_path(&(), namespace))
 }
 
+/// The resource (`kind.group` as the API server's messages say it) and the
+/// name a 404's details name.
+fn missing(status: &Status) -> Option<(String, String)> {
+    let d = status.details.as_ref()?;
+    if d.kind.is_empty() || d.name.is_empty() {
+        return None;
+    }
+    let resource = if d.group.is_empty() {
+        d.kind.clone()
+    } else {
+        format!("{}.{}", d.kind, d.group)
+    };
+    Some((resource, d.name.clone()))
+}
+
 /// The [`ApiError`] for a failed request on the object at `key`, from the
 /// `Status` the server answered with (its code, reason, message and
 /// causes). Failures without a `Status` (transport, decoding) are
@@ -731,7 +746,18 @@ fn api_error(error: kube::Error, resource: &str, key: &ObjectKey) -> ApiError {
     }
     let resource = resource.to_owned();
     match status.code {
-        404 => ApiError::NotFound { resource, key },
+        404 => match missing(&status) {
+            // The server names what is missing, which is not always the
+            // object asked for: a create in a namespace that does not
+            // exist is `namespaces "x" not found`.
+            Some((missing, name)) if missing != resource || name != key.name => {
+                ApiError::NotFound {
+                    resource: missing,
+                    key: ObjectKey::cluster(name),
+                }
+            }
+            _ => ApiError::NotFound { resource, key },
+        },
         409 if status.reason == "AlreadyExists" => ApiError::AlreadyExists { resource, key },
         409 => {
             // Drop the prefix that `ApiError::Conflict` displays itself.

@@ -506,6 +506,27 @@ async fn not_found_maps_to_not_found() {
     assert_eq!(e.to_string(), r#"nodeclaims.karpenter.sh "abc" not found"#);
 }
 
+/// A create in a namespace that does not exist: the API server answers that
+/// the namespace is missing, and the error says so (it said the object was).
+#[tokio::test(start_paused = true)]
+async fn a_missing_namespace_is_named_as_what_is_missing() {
+    let answer = status(
+        404,
+        "NotFound",
+        r#"namespaces "dovetail" not found"#,
+        details("dovetail", "namespaces", "", json!(null)),
+    );
+    let e = answered_with(answer, async |c| {
+        let lease: k8s_openapi::api::coordination::v1::Lease = from_json(json!({
+            "metadata": {"name": "dovetail-leader", "namespace": "dovetail"}
+        }));
+        c.create(lease).await
+    })
+    .await;
+    assert!(e.is_not_found());
+    assert_eq!(e.to_string(), r#"namespaces "dovetail" not found"#);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stale_resource_version_maps_to_conflict_with_the_servers_message() {
     let message = r#"Operation cannot be fulfilled on nodeclaims.karpenter.sh "abc": the object has been modified; please apply your changes to the latest version and try again"#;
