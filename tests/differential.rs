@@ -42,8 +42,14 @@ fn testbed_with_crds() -> (Testbed, Api) {
     (tb, api)
 }
 
+/// The changes of each kind the served API keeps for watches from a
+/// resource version (`--watch-log`), few enough that the script can make
+/// a resource version too old with as many changes.
+const SERVED_WATCH_LOG: usize = 16;
+
 /// `dovetail simulate --serve --controller none` of the test's scenario,
-/// on 127.0.0.1 and a free port; stopped when dropped.
+/// on 127.0.0.1 and a free port, keeping [`SERVED_WATCH_LOG`] changes of
+/// each kind; stopped when dropped.
 struct ServedApi {
     child: Child,
     dir: tempfile::TempDir,
@@ -58,6 +64,7 @@ impl ServedApi {
             .arg("simulate")
             .arg(root().join("tests/scenarios/differential/served.yaml"))
             .args(["--serve", "127.0.0.1:0", "--controller", "none"])
+            .args(["--watch-log", &SERVED_WATCH_LOG.to_string()])
             .arg("--kubeconfig-out")
             .arg(&kubeconfig)
             .args(["-o", "json", "--output-file"])

@@ -68,6 +68,9 @@ pub fn run(a: &SimulateArgs, addr: &str, sim: Simulation, io: &mut Io) -> Result
             })?,
         ))),
     };
+    if let Some(events) = a.watch_log {
+        sim.cluster().set_watch_log_capacity(events);
+    }
     let server = ApiServer::new(
         sim.cluster(),
         ServeOptions {

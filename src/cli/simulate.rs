@@ -408,6 +408,7 @@ mod tests {
                 cluster_name: "dovetail".into(),
                 region: None,
                 fault: Vec::new(),
+                watch_log: None,
             };
             run_with_progress(
                 &args,

@@ -94,8 +94,15 @@ impl MemoryCluster {
     /// ones are compacted and watching from before them is
     /// [`ApiError::Gone`].
     pub fn with_watch_log_capacity(self, capacity: usize) -> Self {
-        self.write().shared.watch_log_capacity = capacity.max(1);
+        self.set_watch_log_capacity(capacity);
         self
+    }
+
+    /// [`MemoryCluster::with_watch_log_capacity`] on a cluster in use: each
+    /// kind's log is compacted to `capacity` events at once, so a watch
+    /// from before them is [`ApiError::Gone`] from now on.
+    pub fn set_watch_log_capacity(&self, capacity: usize) {
+        self.write().set_watch_log_capacity(capacity);
     }
 
     /// Pods created without `spec.terminationGracePeriodSeconds` get

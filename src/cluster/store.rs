@@ -194,6 +194,9 @@ pub(super) trait ErasedStore: Any + Send + Sync {
 
     /// The integer `spec.replicas` of the object `key`, if it has one.
     fn replicas(&self, key: &ObjectKey) -> Option<i32>;
+
+    /// Compacts the watch log to its last `keep` events.
+    fn compact(&mut self, keep: usize);
 }
 
 /// An object removed from the store, for garbage collection to follow.
@@ -424,18 +427,23 @@ impl<K: Object> KindStore<K> {
     }
 
     fn push_event(&mut self, event_type: EventType, object: Arc<K>, rv: u64, capacity: usize) {
-        while self.log.len() >= capacity.max(1) {
-            match self.log.pop_front() {
-                Some(old) => self.compacted = old.resource_version,
-                None => break,
-            }
-        }
+        self.compact_log(capacity.max(1) - 1);
         self.log.push_back(WatchEvent {
             event_type,
             object,
             resource_version: rv,
         });
         self.notify.send_replace(rv);
+    }
+
+    /// Compacts the watch log to its last `keep` events.
+    fn compact_log(&mut self, keep: usize) {
+        while self.log.len() > keep {
+            match self.log.pop_front() {
+                Some(old) => self.compacted = old.resource_version,
+                None => break,
+            }
+        }
     }
 
     /// The events after `resource_version`, or `Gone` if some of them have
@@ -1015,6 +1023,10 @@ impl<K: Object> ErasedStore for KindStore<K> {
         None
     }
 
+    fn compact(&mut self, keep: usize) {
+        self.compact_log(keep);
+    }
+
     fn replicas(&self, key: &ObjectKey) -> Option<i32> {
         let value = serde_json::to_value(self.objects.get(key)?.as_ref()).ok()?;
         let replicas = value.pointer("/spec/replicas")?.as_i64()?;
@@ -1077,6 +1089,16 @@ impl State {
         match store.and_then(|s| s.downcast_mut::<KindStore<K>>()) {
             Some(store) => Ok((store, &mut self.shared)),
             None => Err(internal(format!("kind {id} has an inconsistent store"))),
+        }
+    }
+
+    /// Keeps at most `capacity` (at least 1) watch events per kind from now
+    /// on, compacting each kind's log to it at once.
+    pub(super) fn set_watch_log_capacity(&mut self, capacity: usize) {
+        let capacity = capacity.max(1);
+        self.shared.watch_log_capacity = capacity;
+        for store in self.kinds.values_mut() {
+            store.compact(capacity);
         }
     }
 

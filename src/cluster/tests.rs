@@ -736,6 +736,26 @@ fn watching_from_a_compacted_version_is_gone() {
     );
 }
 
+/// Shortening the log of a cluster in use compacts every kind's log at
+/// once, not only as each kind next changes.
+#[test]
+fn a_shorter_watch_log_compacts_at_once() {
+    let (c, _) = cluster();
+    let a = c.create(pod("ns", "a", "web")).expect("created");
+    let b = c.create(pod("ns", "b", "web")).expect("created");
+    let d = c.create(pod("ns", "d", "web")).expect("created");
+    assert_eq!(c.watch_from::<Pod>(0).expect("all kept").len(), 3);
+    c.set_watch_log_capacity(1);
+    assert_eq!(c.watch_from::<Pod>(rv(&*a)).unwrap_err().code(), 410);
+    let kept = c
+        .watch_from::<Pod>(rv(&*b))
+        .expect("the last event is kept");
+    assert_eq!(
+        event_summary(&kept).iter().map(|e| e.2).collect::<Vec<_>>(),
+        [rv(&*d)]
+    );
+}
+
 // --- admission --------------------------------------------------------------
 
 #[test]

@@ -290,10 +290,17 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
             v["retryAfterSeconds"] = d.retry_after_seconds.into();
         }
         if !d.causes.is_empty() {
+            // A cause without a field (a budget's) has no `field` key.
             v["causes"] = d
                 .causes
                 .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .map(|c| {
+                    let mut cause = json!({"reason": c.reason, "message": c.message});
+                    if !c.field.is_empty() {
+                        cause["field"] = c.field.clone().into();
+                    }
+                    cause
+                })
                 .collect();
         }
         v

@@ -21,12 +21,16 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Volume,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-use crate::clock::Timestamp;
+use crate::clock::{Timestamp, truncate_to_second};
 use crate::cluster::{ApiError, MemoryCluster, Selector};
+
+/// The condition of a PodDisruptionBudget's status that says whether it
+/// allows a disruption now.
+const DISRUPTION_ALLOWED: &str = "DisruptionAllowed";
 
 /// What one sync did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -72,13 +76,49 @@ fn phase(pod: &Pod) -> &str {
         .unwrap_or("Pending")
 }
 
+/// A budget's conditions with `DisruptionAllowed` set as the disruption
+/// controller sets it: `True` (`SufficientPods`) while a disruption is
+/// allowed, else `False` (`InsufficientPods`), at the budget's generation.
+/// Its transition time changes only when its status does.
+fn disruption_allowed(
+    conditions: &[Condition],
+    allowed: bool,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let (status, reason) = if allowed {
+        ("True", "SufficientPods")
+    } else {
+        ("False", "InsufficientPods")
+    };
+    let mut out: Vec<Condition> = conditions.to_vec();
+    let existing = out.iter_mut().find(|c| c.type_ == DISRUPTION_ALLOWED);
+    let since = match &existing {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Time(truncate_to_second(now)),
+    };
+    let condition = Condition {
+        type_: DISRUPTION_ALLOWED.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: String::new(),
+        observed_generation: generation,
+        last_transition_time: since,
+    };
+    match existing {
+        Some(c) => *c = condition,
+        None => out.push(condition),
+    }
+    out
+}
+
 impl Workloads {
-    /// Brings Deployments and Jobs to their desired pods.
     /// The disruption controller's part: writes each PodDisruptionBudget's
     /// status (expected, desired and current healthy pods, disruptions
-    /// allowed) from the current pods, as kube-controller-manager does, so
-    /// that what dovetail reads is what a real cluster reports. Returns the
-    /// number of budgets whose status changed.
+    /// allowed, and the `DisruptionAllowed` condition) from the current
+    /// pods, as kube-controller-manager does, so that what dovetail reads is
+    /// what a real cluster reports. Returns the number of budgets whose
+    /// status changed.
     pub fn disruption_budgets(&mut self, cluster: &MemoryCluster) -> usize {
         let seen = (
             cluster.kind_revision::<Pod>(),
@@ -95,13 +135,21 @@ impl Workloads {
             let Ok(s) = cluster.disruption_budget_status(&b) else {
                 continue;
             };
+            let old = b.status.clone().unwrap_or_default();
+            let conditions = disruption_allowed(
+                old.conditions.as_deref().unwrap_or_default(),
+                s.disruptions_allowed > 0,
+                b.metadata.generation,
+                cluster.clock().now(),
+            );
             let status = PodDisruptionBudgetStatus {
                 current_healthy: Some(s.current_healthy),
                 desired_healthy: Some(s.desired_healthy),
                 disruptions_allowed: Some(s.disruptions_allowed),
                 expected_pods: Some(s.expected_pods),
                 observed_generation: b.metadata.generation,
-                ..b.status.clone().unwrap_or_default()
+                conditions: Some(conditions),
+                ..old
             };
             if b.status.as_ref() != Some(&status) {
                 let mut updated = (*b).clone();
@@ -118,6 +166,7 @@ impl Workloads {
         changed
     }
 
+    /// Brings Deployments and Jobs to their desired pods.
     pub fn sync(&mut self, cluster: &MemoryCluster, now: Timestamp) -> WorkloadReport {
         let mut report = WorkloadReport::default();
         if self.seen == Some(cluster.resource_version()) {
@@ -544,6 +593,7 @@ mod tests {
     use super::*;
     use crate::clock::{ManualClock, parse_rfc3339};
     use serde_json::json;
+    use std::time::Duration;
 
     fn cluster() -> (MemoryCluster, Timestamp) {
         let t = parse_rfc3339("2026-01-05T00:00:00Z").unwrap();
@@ -567,6 +617,77 @@ mod tests {
             .iter()
             .map(|p| p.metadata.name.clone().unwrap())
             .collect()
+    }
+
+    /// The disruption controller's `DisruptionAllowed` condition, as the
+    /// real one writes it (pkg/controller/disruption): `False` with
+    /// `InsufficientPods` while the budget allows nothing, `True` with
+    /// `SufficientPods` once it allows a disruption, at the budget's
+    /// generation, its transition time kept while its status holds.
+    #[test]
+    fn budgets_get_the_disruption_allowed_condition() {
+        let t = parse_rfc3339("2026-01-05T00:00:00Z").unwrap();
+        let clock = Arc::new(ManualClock::new(t));
+        let c = MemoryCluster::new(clock.clone());
+        let budget: PodDisruptionBudget = serde_json::from_value(json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+        }))
+        .unwrap();
+        c.create(budget).unwrap();
+        let running = |name: &str| -> Pod {
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .unwrap()
+        };
+        let condition = |c: &MemoryCluster| {
+            let b = c
+                .get::<PodDisruptionBudget>(&crate::cluster::ObjectKey::new("default", "web"))
+                .unwrap();
+            let status = b.status.clone().unwrap();
+            let conditions = status.conditions.unwrap_or_default();
+            assert_eq!(conditions.len(), 1, "{conditions:?}");
+            let d = conditions[0].clone();
+            assert_eq!(
+                (d.type_.as_str(), d.message.as_str(), d.observed_generation),
+                ("DisruptionAllowed", "", b.metadata.generation)
+            );
+            (
+                status.disruptions_allowed,
+                d.status,
+                d.reason,
+                d.last_transition_time.0,
+            )
+        };
+        let mut w = Workloads::default();
+        c.create(running("web-1")).unwrap();
+        assert_eq!(w.disruption_budgets(&c), 1);
+        assert_eq!(
+            condition(&c),
+            (Some(0), "False".into(), "InsufficientPods".into(), t)
+        );
+        let t1 = clock.advance(Duration::from_secs(60)).unwrap();
+        c.create(running("web-2")).unwrap();
+        assert_eq!(w.disruption_budgets(&c), 1);
+        assert_eq!(
+            condition(&c),
+            (Some(1), "True".into(), "SufficientPods".into(), t1)
+        );
+        clock.advance(Duration::from_secs(60)).unwrap();
+        c.create(running("web-3")).unwrap();
+        assert_eq!(w.disruption_budgets(&c), 1);
+        assert_eq!(
+            condition(&c),
+            (Some(2), "True".into(), "SufficientPods".into(), t1),
+            "the transition time holds while the status does"
+        );
+        assert_eq!(w.disruption_budgets(&c), 0, "nothing changed since");
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl Api {
         let client = rt.block_on(async {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let config = kube::Config::from_custom_kubeconfig(
+            let mut config = kube::Config::from_custom_kubeconfig(
                 kubeconfig,
                 &kube::config::KubeConfigOptions::default(),
             )
@@ -58,6 +58,10 @@ impl Api {
                 "only 127.0.0.1 is ever contacted: {}",
                 config.cluster_url
             );
+            // Each answer as the server gives it: kube's default layer
+            // retries a 429 (such as an eviction a budget refuses) with
+            // backoff for minutes.
+            config.default_retry = false;
             kube::Client::try_from(config).expect("a client")
         });
         Api { rt, client }
