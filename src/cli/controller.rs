@@ -186,8 +186,9 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         // never prune them.
         let (sync_overlays, sync_buffers) = if sync.is_some() {
             (
-                served(&client, "karpenter.sh/v1alpha1", "nodeoverlays").await,
-                served(&client, "autoscaling.x-k8s.io/v1beta1", "capacitybuffers").await,
+                crate::cluster::kube_client::serves(&client, "karpenter.sh/v1alpha1", "nodeoverlays").await,
+                crate::cluster::kube_client::serves(&client, "autoscaling.x-k8s.io/v1beta1", "capacitybuffers")
+                    .await,
             )
         } else {
             (false, false)
@@ -446,13 +447,4 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         tracing::info!("stopped");
         exit::OK
     })
-}
-
-/// Whether the API server serves `plural` in `group_version` (discovery,
-/// which every authenticated user may read).
-async fn served(client: &kube::Client, group_version: &str, plural: &str) -> bool {
-    client
-        .list_api_group_resources(group_version)
-        .await
-        .is_ok_and(|list| list.resources.iter().any(|r| r.name == plural))
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::args::SyncArgs;
 use super::{Io, exit, render};
-use crate::api::{EC2NodeClass, NodePool};
+use crate::api::{CapacityBuffer, EC2NodeClass, NodeOverlay, NodePool};
 use crate::clock::SystemClock;
 use crate::cluster::KubeCluster;
 use crate::sync::{Outcome, Settings, SyncEngine, resolve_head, watch};
@@ -44,11 +44,24 @@ pub fn run(a: &SyncArgs, io: &mut Io) -> u8 {
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_string());
+        // NodeOverlays and CapacityBuffers are applied where their CRDs
+        // are installed: without a cache of them, every pass would find
+        // them missing, apply them again and never prune them.
+        use crate::cluster::kube_client::serves;
+        let overlays = serves(&client, "karpenter.sh/v1alpha1", "nodeoverlays").await;
+        let buffers = serves(&client, "autoscaling.x-k8s.io/v1beta1", "capacitybuffers").await;
         let mut cluster = KubeCluster::new(client);
-        if let Err(e) = cluster
-            .watch::<NodePool>()
-            .and_then(|c| c.watch::<EC2NodeClass>())
-        {
+        let watched = (|| {
+            cluster.watch::<NodePool>()?.watch::<EC2NodeClass>()?;
+            if overlays {
+                cluster.watch::<NodeOverlay>()?;
+            }
+            if buffers {
+                cluster.watch::<CapacityBuffer>()?;
+            }
+            Ok::<(), tokio::runtime::TryCurrentError>(())
+        })();
+        if let Err(e) = watched {
             io.error(&e, None);
             return exit::ERROR;
         }

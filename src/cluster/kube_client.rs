@@ -276,6 +276,16 @@ where
     }
 }
 
+/// Whether the API server serves `plural` in `group_version` (discovery,
+/// which every authenticated user may read): a kind whose CRD is not
+/// installed cannot be watched.
+pub async fn serves(client: &Client, group_version: &str, plural: &str) -> bool {
+    client
+        .list_api_group_resources(group_version)
+        .await
+        .is_ok_and(|list| list.resources.iter().any(|r| r.name == plural))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
