@@ -25,7 +25,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -293,10 +292,13 @@ func (r *registrar) initialize(ctx context.Context, inst *instance, name string)
 	}
 }
 
-// gone: the instance stopped or terminated. Its kubelet falls silent (KWOK
-// lets go of the Node); once the node lifecycle controller has marked the
-// Node not Ready, a terminated instance's Node is deleted and a stopped
-// one's tainted, as the cloud node lifecycle controller does.
+// gone: the instance stopped or terminated. Its kubelet falls silent: the
+// registrar takes the Node's Lease over without renewing it, so KWOK, which
+// renews only a lease it holds or one that has expired, stops renewing it
+// and stops writing the Node's status (it leaves alone a Node whose lease
+// another holds). Once the node lifecycle controller has marked the Node
+// not Ready, a terminated instance's Node is deleted and a stopped one's
+// tainted, as the cloud node lifecycle controller does.
 func (r *registrar) gone(ctx context.Context, inst *instance, name string) error {
 	node, err := r.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -308,11 +310,12 @@ func (r *registrar) gone(ctx context.Context, inst *instance, name string) error
 	if err != nil {
 		return err
 	}
-	if _, managed := node.Annotations[kwokAnnotation]; managed {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, kwokAnnotation)
-		_, err := r.admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		log.Printf("%s is %s: the kubelet of Node %s falls silent", inst.ID, inst.State, name)
+	if silenced, err := r.silence(ctx, inst, name); err != nil || silenced {
 		return err
+	}
+	if node.DeletionTimestamp != nil {
+		// Deleted already; a finalizer (the autoscaler's) holds it.
+		return nil
 	}
 	if ready(node) {
 		return nil
@@ -335,6 +338,34 @@ func (r *registrar) gone(ctx context.Context, inst *instance, name string) error
 		_, err := r.admin.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		return err
 	}
+}
+
+// silenceHolder is the holder of the Lease of a Node whose instance is gone.
+const silenceHolder = "registrar: instance gone"
+
+// silence takes the Lease of Node name over, for a day from its last
+// renewal (not renewed: the node lifecycle controller sees no heartbeat
+// after it), and says whether it did so now.
+func (r *registrar) silence(ctx context.Context, inst *instance, name string) (bool, error) {
+	leases := r.admin.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == silenceHolder {
+		return false, nil
+	}
+	holder, day := silenceHolder, int32(86400)
+	lease.Spec.HolderIdentity = &holder
+	lease.Spec.LeaseDurationSeconds = &day
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		return false, err
+	}
+	log.Printf("%s is %s: the kubelet of Node %s falls silent", inst.ID, inst.State, name)
+	return true, nil
 }
 
 func ready(node *corev1.Node) bool {
