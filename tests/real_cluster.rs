@@ -1280,3 +1280,175 @@ fn the_controller_resumes_after_the_api_server_and_etcd_restart() {
         w.logs()
     );
 }
+
+/// `dovetail sync` on its own (the sync-only install) applies a committed
+/// NodeOverlay once, not again on every poll, and prunes it when its file
+/// goes: it watches the kinds whose CRDs the cluster serves.
+#[test]
+fn the_standalone_sync_applies_a_node_overlay_once_and_prunes_it() {
+    let tb = Testbed::up(&Options::default());
+    tb.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        root().join("crds").to_str().expect("UTF-8"),
+    ]);
+    let repo = tb.dir.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let overlay = "apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: prefer-large}
+spec:
+  requirements: [{key: karpenter.k8s.aws/instance-size, operator: In, values: [large]}]
+  priceAdjustment: \"-5%\"
+";
+    std::fs::write(repo.join("overlay.yaml"), overlay).expect("write");
+    // A revision of no objects at all is refused: the overlay goes with a
+    // NodePool and its EC2NodeClass, which stay.
+    std::fs::write(repo.join("pool.yaml"), nodepool("default", "")).expect("write");
+    let nodeclass = "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  amiSelectorTerms: [{alias: al2023@latest}]
+  role: KarpenterNodeRole-sync
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: sync}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: sync}}]
+";
+    std::fs::write(repo.join("nodeclass.yaml"), nodeclass).expect("write");
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "an overlay"]);
+    let log = tb.dir.path().join("sync.log");
+    let _sync = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_dovetail"))
+            .arg("sync")
+            .arg(&repo)
+            .args(["--ref", "main", "--prune", "--poll-interval", "1s"])
+            .env("KUBECONFIG", &tb.kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("dovetail sync starts"),
+    );
+    let exists = || {
+        tb.kubectl(&["get", "nodeoverlay", "prefer-large"])
+            .status
+            .success()
+    };
+    // Waits a minute for `done`, and fails with the sync's log.
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "{what} not in 60 s\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    until("the NodeOverlay applied", &exists);
+    // Ten polls later: still one apply (and its dry run).
+    std::thread::sleep(Duration::from_secs(10));
+    let applies = tb
+        .audit()
+        .iter()
+        .filter(|e| e["verb"] == "patch" && e["objectRef"]["resource"] == "nodeoverlays")
+        .filter(|e| {
+            !e["requestURI"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("dryRun")
+        })
+        .count();
+    assert_eq!(
+        applies,
+        1,
+        "applied {applies} times\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    std::fs::remove_file(repo.join("overlay.yaml")).expect("remove");
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "no overlay"]);
+    until("the NodeOverlay pruned", &|| !exists());
+}
+
+/// A child process killed when the test ends, however it ends: a process
+/// left behind would outlive the test and everything that waits for it.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An instance terminated behind the controller's back (the controller is
+/// frozen meanwhile): its kubelet falls silent, the real node lifecycle
+/// controller marks its Node not Ready, and the registrar, as the cloud
+/// node lifecycle controller, deletes it; the controller's finalizer holds
+/// the Node until the controller, thawed, finishes it, replaces the
+/// capacity, and the pod runs again.
+#[test]
+fn a_node_whose_instance_is_terminated_goes_not_ready_and_is_removed() {
+    let mut w = World::new("terminated", false);
+    w.start_controller("a", &[]);
+    w.deployment("web", 1, "500m", "");
+    w.wait_ready("web", 1, Duration::from_secs(120));
+    let ids = w.wait_consistent(Duration::from_secs(60));
+    let id = ids.first().expect("one instance").clone();
+    let node = w.tb.items(&["nodes"])[0]["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_string();
+    w.controller("a").signal("-STOP");
+    w.rt.block_on(async {
+        w.env
+            .ec2
+            .terminate_instances()
+            .instance_ids(&id)
+            .send()
+            .await
+            .expect("TerminateInstances")
+    });
+    let ready = |w: &World| -> Option<String> {
+        let out = w.tb.kubectl(&[
+            "get",
+            "node",
+            &node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    eventually("the Node not Ready", &w, Duration::from_secs(120), || {
+        ready(&w).filter(|s| s != "True").map(drop)
+    });
+    // Deleted as the cloud node lifecycle controller deletes it; the
+    // controller's termination finalizer holds it until the controller runs.
+    let deleting = |w: &World| {
+        let out = w.tb.kubectl(&[
+            "get",
+            "node",
+            &node,
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ]);
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    };
+    eventually("the Node deleted", &w, Duration::from_secs(60), || {
+        deleting(&w).then_some(())
+    });
+    w.controller("a").signal("-CONT");
+    eventually("the Node gone", &w, Duration::from_secs(120), || {
+        ready(&w).is_none().then_some(())
+    });
+    w.wait_ready("web", 1, Duration::from_secs(180));
+    let now = w.wait_consistent(Duration::from_secs(120));
+    assert!(!now.contains(&id), "{id} was terminated");
+}
