@@ -412,6 +412,20 @@ fn timeline(r: &Value) -> Vec<(f64, String, String)> {
         .collect()
 }
 
+/// The same events in the same order, each at the same time give or take
+/// the simulation's settle step (1 s): a restarted controller's passes fall
+/// at other fractions of a second once evictions are retried every 100 ms
+/// and more, and a pass sees what happened since the one before.
+fn assert_same_timeline(a: &[(f64, String, String)], b: &[(f64, String, String)]) {
+    let what = |t: &[(f64, String, String)]| -> Vec<(String, String)> {
+        t.iter().map(|(_, o, r)| (o.clone(), r.clone())).collect()
+    };
+    assert_eq!(what(a), what(b));
+    for (x, y) in a.iter().zip(b) {
+        assert!((x.0 - y.0).abs() < 1.0, "{x:?} vs {y:?}");
+    }
+}
+
 /// No instance outlives its NodeClaim or runs without a Node, and no
 /// NodeClaim name is handed out twice.
 fn assert_nothing_leaked(r: &Value) {
@@ -445,7 +459,7 @@ fn a_restart_during_a_drift_replacement_resumes_it_with_the_same_outcome() {
         launched < restarted && restarted < ready,
         "{launched} {restarted} {ready}"
     );
-    assert_eq!(timeline(&r), timeline(&base));
+    assert_same_timeline(&timeline(&r), &timeline(&base));
     assert_eq!(
         r["summary"]["nodes_launched"],
         base["summary"]["nodes_launched"]

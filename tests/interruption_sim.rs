@@ -150,6 +150,41 @@ fn a_spot_interruption_drains_the_node_and_replaces_it_before_ec2_reclaims_it() 
         "{drained:?}"
     );
     assert!(events(&r, "PodGarbageCollected").is_empty());
+    // Each evicted pod's report says when its termination began (the
+    // eviction), and it was gone no earlier; pods never deleted say
+    // nothing (CONVENTIONS: `pods[]`, `terminating_at`).
+    for e in events(&r, "Evicted")
+        .iter()
+        .filter(|e| e["message"] == format!("evicted to drain {object}").as_str())
+    {
+        let key = e["object"].as_str().unwrap().strip_prefix("Pod/").unwrap();
+        let pod = array(&r["pods"])
+            .iter()
+            .find(|p| {
+                format!(
+                    "{}/{}",
+                    p["namespace"].as_str().unwrap(),
+                    p["name"].as_str().unwrap()
+                ) == key
+            })
+            .unwrap();
+        assert_eq!(
+            at(&r, &pod["terminating_at"]),
+            e["t"].as_f64().unwrap(),
+            "{pod}"
+        );
+        assert!(
+            at(&r, &pod["deleted_at"]) >= at(&r, &pod["terminating_at"]),
+            "{pod}"
+        );
+    }
+    assert!(
+        array(&r["pods"])
+            .iter()
+            .filter(|p| p["deleted_at"].is_null())
+            .all(|p| p.get("terminating_at").is_none()),
+        "a running pod never terminated"
+    );
     assert!(
         events(&r, "EvictionBlocked")
             .iter()

@@ -1452,3 +1452,108 @@ fn a_node_whose_instance_is_terminated_goes_not_ready_and_is_removed() {
     let now = w.wait_consistent(Duration::from_secs(120));
     assert!(!now.contains(&id), "{id} was terminated");
 }
+
+/// AWS's "EC2 Spot Instance Interruption Warning" through moto's SQS, for a
+/// node holding six pods behind a PodDisruptionBudget that allows one
+/// disruption: the node is drained well within the two-minute notice, each
+/// refused eviction being retried per pod from 100 ms, doubling to 10 s, as
+/// Karpenter's eviction queue retries it. Prints the drain time and the
+/// evictions as the API server saw them, for BENCHMARKS.md.
+#[test]
+fn a_spot_interruption_drains_six_pods_behind_a_budget_of_one_within_the_notice() {
+    let mut w = World::new("drain", false);
+    let queue_url = w.interruption_queue();
+    w.start_controller("a", &[]);
+    w.tb.apply(
+        "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: six, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: six}}
+",
+    );
+    w.deployment("six", 6, "250m", "");
+    w.wait_ready("six", 6, Duration::from_secs(180));
+    let ids: Vec<String> = w
+        .wait_consistent(Duration::from_secs(60))
+        .into_iter()
+        .collect();
+    assert_eq!(ids.len(), 1, "six pods of 250m fit one node: {ids:?}");
+    let node = w.tb.items(&["nodes"])[0]["metadata"]["name"]
+        .as_str()
+        .expect("a node name")
+        .to_string();
+    let on_node = || -> usize {
+        w.pods("six")
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == node.as_str())
+            .count()
+    };
+    assert_eq!(on_node(), 6);
+    let body =
+        std::fs::read_to_string(root().join("tests/fixtures/interruption/spot-interruption.json"))
+            .expect("a sample event")
+            .replace("i-1234567890abcdef0", &ids[0]);
+    let endpoint = w.moto.endpoint();
+    w.rt.block_on(async {
+        crate::moto::sqs_client(&endpoint, REGION)
+            .await
+            .send_message()
+            .queue_url(&queue_url)
+            .message_body(&body)
+            .send()
+            .await
+            .expect("SendMessage");
+    });
+    let sent = Instant::now();
+    // Drained: none of the six is left on the node (an evicted pod is
+    // terminating, and its replacement runs elsewhere).
+    let drained = eventually("the node drained", &w, Duration::from_secs(300), || {
+        (on_node() == 0).then(|| sent.elapsed())
+    });
+    // Released: the node is gone (its instance terminated once nothing
+    // was left to wait for).
+    let gone = eventually("the node released", &w, Duration::from_secs(300), || {
+        w.tb.items(&["nodes"])
+            .iter()
+            .all(|n| n["metadata"]["name"] != node.as_str())
+            .then(|| sent.elapsed())
+    });
+    w.wait_ready("six", 6, Duration::from_secs(120));
+    eventually("the instance gone", &w, Duration::from_secs(120), || {
+        (!w.fleet()[2].contains(&ids[0])).then_some(())
+    });
+    let now = w.wait_consistent(Duration::from_secs(120));
+    // The evictions as the API server saw them: pod, answer, time.
+    let evictions: Vec<String> = w
+        .dovetail_requests()
+        .iter()
+        .filter(|e| e["objectRef"]["subresource"] == "eviction" && e["stage"] == "ResponseComplete")
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["stageTimestamp"].as_str().unwrap_or_default(),
+                e["objectRef"]["name"].as_str().unwrap_or_default(),
+                e["responseStatus"]["code"]
+            )
+        })
+        .collect();
+    eprintln!("evictions:\n{}", evictions.join("\n"));
+    let accepted = evictions.iter().filter(|e| e.ends_with(" 201")).count();
+    eprintln!(
+        "spot interruption: six pods behind a budget of one evicted within {:.1} s; the node released after {:.1} s",
+        drained.as_secs_f64(),
+        gone.as_secs_f64()
+    );
+    assert!(!now.contains(&ids[0]), "{} still runs", ids[0]);
+    assert!(
+        accepted >= 6,
+        "six pods were evicted, not deleted otherwise: {evictions:?}"
+    );
+    assert!(
+        gone < Duration::from_secs(120),
+        "the drain took {drained:?} and the node went after {gone:?}, past the two-minute notice\n{}",
+        w.logs()
+    );
+}

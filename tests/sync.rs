@@ -640,12 +640,13 @@ impl Cluster for Flaky {
         })
     }
 
-    fn evict(
+    fn evict_with(
         &self,
         namespace: &str,
         name: &str,
+        params: &dovetail::cluster::DeleteParams,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
-        Cluster::evict(&self.inner, namespace, name)
+        Cluster::evict_with(&self.inner, namespace, name, params)
     }
 }
 

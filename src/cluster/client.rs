@@ -74,13 +74,29 @@ pub trait Cluster: Send + Sync {
         params: &ApplyParams,
     ) -> impl Future<Output = Result<Arc<K>, ApiError>> + Send;
 
-    /// The eviction subresource: refused (429) when a PodDisruptionBudget
-    /// would be violated. An evicted pod is deleted gracefully, as
-    /// [`Cluster::delete`] deletes it.
+    /// The eviction subresource with the default options:
+    /// [`Cluster::evict_with`].
     fn evict(
         &self,
         namespace: &str,
         name: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        async move {
+            self.evict_with(namespace, name, &DeleteParams::default())
+                .await
+        }
+    }
+
+    /// The eviction subresource, `params` being the Eviction's
+    /// `deleteOptions` (a UID precondition: a 409 when the pod of that
+    /// name is another pod now): refused (429) when a PodDisruptionBudget
+    /// would be violated. An evicted pod is deleted gracefully, as
+    /// [`Cluster::delete`] deletes it.
+    fn evict_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &DeleteParams,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
 }
 
@@ -222,15 +238,18 @@ impl Cluster for MemoryCluster {
         )
     }
 
-    fn evict(
+    fn evict_with(
         &self,
         namespace: &str,
         name: &str,
+        params: &DeleteParams,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
         let access = [Access::of::<Pod>("create", Some("eviction"))];
         std::future::ready(
             self.intercept::<Pod>(Write::Evict, &access, || key_json(namespace, name))
-                .and_then(|()| MemoryCluster::evict(self, namespace, name).map(|_| ())),
+                .and_then(|()| {
+                    MemoryCluster::evict_with(self, namespace, name, params).map(|_| ())
+                }),
         )
     }
 }

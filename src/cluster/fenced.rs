@@ -134,9 +134,14 @@ impl<C: Cluster> Cluster for Fenced<C> {
         self.inner.apply(obj, params).await
     }
 
-    async fn evict(&self, namespace: &str, name: &str) -> Result<(), ApiError> {
+    async fn evict_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<(), ApiError> {
         self.check()?;
-        self.inner.evict(namespace, name).await
+        self.inner.evict_with(namespace, name, params).await
     }
 }
 

@@ -633,14 +633,20 @@ impl Cluster for KubeCluster {
         Ok(applied)
     }
 
-    async fn evict(&self, namespace: &str, name: &str) -> Result<(), ApiError> {
+    async fn evict_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &super::DeleteParams,
+    ) -> Result<(), ApiError> {
         let eviction = Eviction {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(namespace.into()),
                 ..ObjectMeta::default()
             },
-            delete_options: None,
+            delete_options: (*params != super::DeleteParams::default())
+                .then(|| eviction_options(params)),
         };
         Api::<Pod>::namespaced(self.client.clone(), namespace)
             .create_subresource::<Eviction, Status>(
@@ -703,6 +709,26 @@ fn delete_params(params: &super::DeleteParams) -> kube::api::DeleteParams {
                 uid: preconditions.uid.clone(),
                 resource_version: preconditions.resource_version.clone(),
             }),
+    }
+}
+
+/// An Eviction's `deleteOptions` for dovetail's delete parameters.
+fn eviction_options(
+    params: &super::DeleteParams,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+    let p = delete_params(params);
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+        dry_run: p.dry_run.then(|| vec!["All".to_string()]),
+        grace_period_seconds: p.grace_period_seconds.map(i64::from),
+        preconditions: p.preconditions.map(|c| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions {
+                uid: c.uid,
+                resource_version: c.resource_version,
+            }
+        }),
+        propagation_policy: (params.propagation != super::Propagation::Background)
+            .then(|| params.propagation.as_str().to_string()),
+        ..Default::default()
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod buffers;
 mod disruption;
+pub mod eviction;
 pub mod features;
 mod gc;
 pub mod http;
@@ -139,6 +140,26 @@ pub struct Event {
     pub related: Vec<String>,
 }
 
+impl Event {
+    /// An event about `object` (`Kind/name`), relating to nothing else.
+    pub fn about(
+        t: Timestamp,
+        object: impl Into<String>,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Event {
+        let object = object.into();
+        Event {
+            t,
+            kind: object.split('/').next().unwrap_or_default().to_string(),
+            object,
+            reason: reason.to_string(),
+            message: message.into(),
+            related: Vec::new(),
+        }
+    }
+}
+
 fn rfc3339<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::clock::format_rfc3339(*t))
 }
@@ -210,8 +231,14 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     disruption: DisruptionState,
     /// When garbage collection of orphaned instances is next due.
     gc_due: Option<Timestamp>,
-    /// Drains in progress, by NodeClaim: when to evict again.
-    drains: std::collections::HashMap<String, termination::DrainBackoff>,
+    /// Drains in progress, by NodeClaim (for `karpenter_nodes_drained_total`).
+    drains: std::collections::HashSet<String>,
+    /// The pods being evicted, each retried on its own schedule.
+    pub evictions: Arc<eviction::EvictionQueue>,
+    /// Whether something else runs [`Controller::evictions`]
+    /// ([`eviction::EvictionQueue::run`], as `dovetail controller` does);
+    /// otherwise termination evicts the pods due at the end of each pass.
+    pub evictions_elsewhere: bool,
     /// The controller's metrics registry (served on `/metrics`).
     pub metrics: metrics::Metrics,
     /// The interruption metrics: messages received, in the queue, handled.
@@ -266,7 +293,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             decisions: Vec::new(),
             batch: Batch::default(),
             disruption: DisruptionState::default(),
-            drains: std::collections::HashMap::new(),
+            drains: std::collections::HashSet::new(),
+            evictions: Arc::default(),
+            evictions_elsewhere: false,
             gc_due: None,
             interruption_metrics: crate::interruption::Metrics::new(),
             provider_index: interruption::ProviderIndex::default(),
@@ -290,14 +319,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     pub(crate) fn event(&mut self, object: String, reason: &str, message: String) {
         tracing::info!(object = %object, reason, "{message}");
         let t = self.clock.now();
-        self.events.push(Event {
-            t,
-            kind: object.split('/').next().unwrap_or_default().to_string(),
-            object,
-            reason: reason.to_string(),
-            message,
-            related: Vec::new(),
-        });
+        self.events.push(Event::about(t, object, reason, message));
     }
 
     /// Takes the events recorded since the last call.

@@ -453,7 +453,30 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
             self.health.progressed();
             self.health.leading.store(true, Ordering::Relaxed);
             tracing::info!("leading: the controller runs");
-            let controller = tokio::sync::Mutex::new(self.controller());
+            let mut term = self.controller();
+            // The eviction queue runs beside the passes: a drain whose
+            // budget refuses evictions every 100 ms does not make every
+            // pass run at that rate.
+            term.evictions_elsewhere = true;
+            let evictions = term.evictions.clone().run(
+                self.cluster.clone(),
+                self.clock.clone(),
+                self.metrics.clone(),
+                {
+                    let (recorder, cluster, clock) = (
+                        self.events.clone(),
+                        self.cluster.clone(),
+                        self.clock.clone(),
+                    );
+                    move |events: Vec<Event>| {
+                        for e in &events {
+                            tracing::info!(object = %e.object, reason = %e.reason, "{}", e.message);
+                        }
+                        recorder.record_later(cluster.clone(), events, clock.now());
+                    }
+                },
+            );
+            let controller = tokio::sync::Mutex::new(term);
             let lost = async {
                 while *leading.borrow_and_update() {
                     if leading.changed().await.is_err() {
@@ -471,6 +494,7 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
                 () = lost => false,
                 () = run_interruption(interruption.as_ref(), &controller, &interruption_metrics, clock) => false,
                 () = run_sync(sync.as_mut()) => false,
+                () = evictions => false,
                 () = self.passes(&controller, &mut changes) => false,
             };
             self.sync = sync;

@@ -6,9 +6,10 @@
 //! (`pkg/controllers/node/termination/terminator/terminator.go`, `Drain`,
 //! with the pod predicates of `pkg/utils/pod/scheduling.go`). It taints the
 //! node `karpenter.sh/disrupted:NoSchedule` and evicts its pods through
-//! the eviction API, so PodDisruptionBudgets hold (a 429 is retried with a
-//! backoff that doubles up to [`DRAIN_BACKOFF_MAX`]; the reference's
-//! eviction queue, `eviction.go`, retries with its own rate limiter), in
+//! the eviction API, so PodDisruptionBudgets hold (each pod is queued once
+//! in [`super::eviction::EvictionQueue`], which retries a refused eviction
+//! per pod from 100 ms, doubling to 10 s, as the reference's eviction
+//! queue, `eviction.go`, does), in
 //! the reference's order: non-critical pods, then non-critical DaemonSet
 //! pods, then critical pods, then critical DaemonSet pods
 //! (`groupPodsByPriority`). Critical means the `system-cluster-critical` or
@@ -58,8 +59,6 @@ use crate::cluster::{Cluster, DeleteOutcome, DeleteParams, ObjectKey};
 
 /// How soon to look again while pods are still draining.
 const DRAIN_POLL: Duration = Duration::from_secs(5);
-/// The longest wait between evictions of a node refused by budgets.
-pub const DRAIN_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// Priority classes the reference drains last.
 const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
@@ -200,14 +199,6 @@ fn drain_reason(claim: &NodeClaim) -> &str {
         .unwrap_or("Forceful Termination")
 }
 
-/// A drain's retry state, in memory: losing it after a restart only means
-/// an eviction is retried sooner.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct DrainBackoff {
-    next: Timestamp,
-    wait: Duration,
-}
-
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     pub(super) async fn reconcile_termination(&mut self) -> Duration {
         let claims = self.cluster.list::<NodeClaim>();
@@ -246,7 +237,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter(|c| c.metadata.deletion_timestamp.is_some() && has_finalizer(&c.metadata))
             .collect();
         if terminating.is_empty() {
-            return next;
+            return next.min(self.process_evictions().await);
         }
         let nodes_by_name: HashMap<&str, &Arc<Node>> = nodes
             .iter()
@@ -281,7 +272,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     next = next.min(wait);
                     continue;
                 }
-                if self.drains.remove(&claim_name(claim)).is_some() {
+                if self.drains.remove(&claim_name(claim)) {
                     self.metrics
                         .nodes_drained
                         .with_label_values(&[claim.nodepool_name().unwrap_or_default()])
@@ -307,7 +298,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
             self.remove_claim_finalizer(claim).await;
         }
-        next
+        next.min(self.process_evictions().await)
     }
 
     /// One step of a drain: deletes the pods whose time has come under the
@@ -387,68 +378,51 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter(|p| drain_group(p) == group && evictable(p, now))
             .filter(|p| !deleted.iter().any(|d| Arc::ptr_eq(d, p)))
             .collect();
-        if to_evict.is_empty() {
-            self.drains.entry(name).or_insert(DrainBackoff {
-                next: now,
-                wait: DRAIN_POLL,
-            });
-            // Nothing to evict: the drain waits for its terminating pods to
-            // go (a change it is woken for) or to be stuck, for protected
-            // pods, or for the next deletion under the deadline.
-            let protected = pods.iter().any(|p| p.metadata.deletion_timestamp.is_none());
-            let stuck = pods.iter().filter_map(|p| stuck_at(p)).min();
-            let mut wait = stuck.map_or(self.settings.resync, |t| {
-                until(t.checked_add(Duration::from_secs(1)).unwrap_or(t))
-            });
-            if protected {
-                wait = wait.min(DRAIN_POLL);
-            }
-            return until_delete.map_or(wait, |d| d.min(wait));
+        self.drains.insert(name.clone());
+        // Each pod to evict is queued once; the queue evicts it and retries
+        // it on its own schedule (`eviction.rs`). The drain looks again when
+        // a pod changes (an eviction accepted, a pod gone), for pods stuck
+        // terminating, and at the next deletion under the deadline.
+        let reason = drain_reason(claim).to_string();
+        for pod in &to_evict {
+            self.evictions.add(pod, &name, &reason, now);
         }
-        let backoff = self.drains.get(&name).copied();
-        if let Some(b) = backoff
-            && b.next > now
-        {
-            let wait = Duration::try_from(b.next.duration_since(now)).unwrap_or(DRAIN_POLL);
-            return until_delete.map_or(wait, |d| d.min(wait));
+        let protected = pods
+            .iter()
+            .any(|p| p.metadata.deletion_timestamp.is_none() && !self.evictions.contains(p));
+        let stuck = pods.iter().filter_map(|p| stuck_at(p)).min();
+        let mut wait = stuck.map_or(self.settings.resync, |t| {
+            until(t.checked_add(Duration::from_secs(1)).unwrap_or(t))
+        });
+        if protected || !to_evict.is_empty() {
+            wait = wait.min(DRAIN_POLL);
         }
-        let mut refused = false;
-        for pod in to_evict {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-            match self.cluster.evict(ns, pod_name).await {
-                Ok(()) => {
-                    drained.inc();
-                    self.event(
-                        format!("Pod/{ns}/{pod_name}"),
-                        "Evicted",
-                        format!("evicted to drain {object}"),
-                    );
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => {
-                    refused = true;
-                    self.event(
-                        object.clone(),
-                        "EvictionBlocked",
-                        format!("pod {ns}/{pod_name}: {e}"),
-                    );
-                }
-            }
-        }
-        let wait = if refused {
-            backoff.map_or(DRAIN_POLL, |b| (b.wait * 2).min(DRAIN_BACKOFF_MAX))
-        } else {
-            DRAIN_POLL
-        };
-        self.drains.insert(
-            name,
-            DrainBackoff {
-                next: now.checked_add(wait).unwrap_or(now),
-                wait,
-            },
-        );
         until_delete.map_or(wait, |d| d.min(wait))
+    }
+
+    /// Evicts the queued pods that are due, unless something else runs the
+    /// queue; returns when the next is due.
+    pub(super) async fn process_evictions(&mut self) -> Duration {
+        if self.evictions_elsewhere || self.evictions.is_empty() {
+            return Duration::MAX;
+        }
+        let events = self
+            .evictions
+            .process(
+                self.cluster.as_ref(),
+                self.clock.as_ref(),
+                &self.metrics,
+                super::eviction::EVICTION_CONCURRENCY,
+            )
+            .await;
+        for e in &events {
+            tracing::info!(object = %e.object, reason = %e.reason, "{}", e.message);
+        }
+        self.events.extend(events);
+        let now = self.clock.now();
+        self.evictions.next_due().map_or(Duration::MAX, |t| {
+            Duration::try_from(t.duration_since(now)).unwrap_or_default()
+        })
     }
 
     /// Whether the claim's instance is already gone (EC2 reclaimed or
@@ -574,6 +548,7 @@ mod tests {
     use crate::cloud::{Instance, InstanceState};
     use crate::cluster::{MemoryCluster, Selector};
     use crate::controller::Settings;
+    use std::collections::BTreeMap;
 
     const PROVIDER_ID: &str = "aws:///us-east-1a/i-0123";
 
@@ -912,6 +887,80 @@ mod tests {
         e.run_until(2);
         assert!(e.pods().is_empty());
         assert!(!e.instance_runs());
+    }
+
+    /// The drain of issue 42: six pods behind a budget that allows one
+    /// disruption, each evicted pod's replacement ready elsewhere 3 s after
+    /// its eviction, and each pod's default grace period of 30 s. Each
+    /// refused pod is retried on its own from 100 ms, doubling to 10 s
+    /// (eviction.go's queue), so the sixth eviction comes about 33 s in and
+    /// the node is drained at about a minute, within a spot interruption's
+    /// two-minute notice. (A node-wide retry after 5, 10, 20, 40, 60 and
+    /// 60 s evicted the sixth only at 135 s, and drained at 165 s.)
+    #[test]
+    fn six_pods_behind_a_budget_of_one_drain_within_the_spot_notice() {
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        let mut e = env(None);
+        e.cluster
+            .create::<PodDisruptionBudget>(from_yaml(
+                "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: six, namespace: default}\nspec: {minAvailable: 5, selector: {matchLabels: {app: six}}}\n",
+            ))
+            .unwrap();
+        for i in 0..6 {
+            e.cluster
+                .create(pod(&format!("six-{i}"), 30, "", ", labels: {app: six}"))
+                .unwrap();
+        }
+        e.delete_claim();
+        // Evicted pods (by name) and when their replacement is ready.
+        let mut replaced: BTreeMap<String, i64> = BTreeMap::new();
+        let mut evicted_at: Vec<(String, f64)> = Vec::new();
+        let start = e.clock.now();
+        let secs = |e: &Env| {
+            Duration::try_from(e.clock.now().duration_since(start))
+                .unwrap()
+                .as_secs_f64()
+        };
+        while e.instance_runs() && secs(&e) < 300.0 {
+            let wait = e.pass();
+            let now_ms = (secs(&e) * 1000.0).round() as i64;
+            for p in e.pods() {
+                let name = p.metadata.name.clone().unwrap();
+                if p.metadata.deletion_timestamp.is_some() && !replaced.contains_key(&name) {
+                    replaced.insert(name.clone(), now_ms + 3000);
+                    evicted_at.push((name, secs(&e)));
+                }
+            }
+            // The replacements, ready on another node.
+            for (name, ready) in &replaced {
+                let replacement = format!("{name}-r");
+                if *ready <= now_ms && e.pod(&replacement).is_none() {
+                    let mut r = pod(&replacement, 30, "", ", labels: {app: six}");
+                    r.spec.as_mut().unwrap().node_name = Some("n2".into());
+                    e.cluster.create(r).unwrap();
+                }
+            }
+            // Step to the controller's next look, at most 100 ms (the
+            // kubelet and the replacements act between passes).
+            let step = wait.clamp(Duration::from_millis(1), Duration::from_millis(100));
+            e.clock.advance(step).unwrap();
+        }
+        let drained = secs(&e);
+        assert_eq!(evicted_at.len(), 6, "{evicted_at:?}");
+        let sixth = evicted_at[5].1;
+        assert!(
+            sixth < 40.0,
+            "the sixth pod was evicted at {sixth:.1} s: {evicted_at:?}"
+        );
+        assert!(
+            drained < 120.0,
+            "drained at {drained:.1} s, past the two-minute notice: {evicted_at:?}"
+        );
+        // The first eviction is at once, and a refused pod's retries do not
+        // wait for the node: each eviction follows the replacement before
+        // it by at most the pod's current retry wait.
+        assert_eq!(evicted_at[0].1, 0.0);
+        assert!(evicted_at[1].1 < 3.5, "{evicted_at:?}");
     }
 
     impl Env {

@@ -77,6 +77,11 @@ pub struct PodRecord {
     pub pending_seconds: f64,
     pub phase: String,
     pub deleted_at: Option<String>,
+    /// When its deletion began: its `deletionTimestamp` less its grace
+    /// period, as an accepted eviction or a delete set it; absent if it
+    /// never terminated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminating_at: Option<String>,
     #[serde(skip)]
     created: Option<Timestamp>,
     #[serde(skip)]
@@ -728,6 +733,7 @@ impl Recorder {
             pending_seconds: 0.0,
             phase: "Pending".into(),
             deleted_at: None,
+            terminating_at: None,
             created: Some(now),
             bound: None,
             deleted: None,
@@ -744,6 +750,19 @@ impl Recorder {
             record.node = Some(node);
         }
         record.phase = phase(p);
+        if record.terminating_at.is_none()
+            && let Some(t) = p.metadata.deletion_timestamp.as_ref()
+        {
+            let grace = p
+                .metadata
+                .deletion_grace_period_seconds
+                .and_then(|g| u64::try_from(g).ok())
+                .unwrap_or(0);
+            let began =
+                t.0.checked_sub(std::time::Duration::from_secs(grace))
+                    .unwrap_or(t.0);
+            record.terminating_at = Some(format_rfc3339(began));
+        }
         if deleted && record.deleted_at.is_none() {
             record.deleted_at = Some(format_rfc3339(now));
             record.deleted = Some(now);
