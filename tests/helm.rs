@@ -1258,3 +1258,51 @@ fn helm_install_upgrade_and_uninstall_on_the_real_api_server() {
     ]);
     w.tb.kubectl_ok(&["get", "nodepool", "default"]);
 }
+
+/// The README's install steps name every placeholder of
+/// `deploy/iam-policy.json`, and ask for nothing the controller discovers
+/// (the endpoint, CA bundle and service CIDR come from
+/// `eks:DescribeCluster`).
+#[test]
+fn the_readme_s_install_names_every_placeholder_and_asks_nothing_discovered() {
+    let policy = std::fs::read_to_string(root().join("deploy/iam-policy.json")).expect("policy");
+    let placeholders: BTreeSet<String> = policy
+        .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+        .filter(|w| w.len() >= 4 && w.chars().any(|c| c == '_') || *w == "REGION")
+        .map(str::to_string)
+        .collect();
+    assert!(placeholders.len() >= 5, "{placeholders:?}");
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let install = readme
+        .split("### Before installing")
+        .nth(1)
+        .and_then(|s| s.split("### Helm values").next())
+        .expect("README.md's install sections");
+    for p in &placeholders {
+        assert!(
+            install.contains(&format!("`{p}`")),
+            "README.md's install steps do not name {p} of deploy/iam-policy.json"
+        );
+    }
+    for discovered in [
+        "CLUSTER_ENDPOINT",
+        "CLUSTER_CA_BUNDLE",
+        "SERVICE_CIDR",
+        "clusterEndpoint",
+        "clusterCABundle",
+        "describe-cluster",
+    ] {
+        assert!(
+            !install.contains(discovered),
+            "README.md's install steps ask for {discovered}, which the controller discovers"
+        );
+    }
+    // Helm first, kustomize second.
+    let (helm, kustomize) = (
+        install.find("### Install with Helm").expect("Helm"),
+        install
+            .find("### Install with kustomize")
+            .expect("kustomize"),
+    );
+    assert!(helm < kustomize, "Helm's install comes first");
+}
