@@ -10,12 +10,17 @@
 //! provisioning; and checkov's findings on the rendered chart are the ones
 //! `docs/checkov.md` lists.
 //!
-//! Karpenter's own files are read at test time from a clone of
-//! aws/karpenter-provider-aws ([`karpenter_repo`]); none is copied here.
+//! Karpenter's chart values are read at test time from the Go module
+//! github.com/aws/karpenter-provider-aws at [`KARPENTER_TAG`], which
+//! `go mod download` fetches from the Go module proxy and checks against
+//! the checksum database ([`karpenter_values`]); none is copied here. The
+//! getting-started guide is in no module: the few facts the test takes
+//! from it are written below ([`GUIDE_ENV`], [`GUIDE_SETS`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -25,75 +30,100 @@ use crate::testbed::bin;
 
 /// Karpenter's release whose chart values the chart takes.
 const KARPENTER_TAG: &str = "v1.14.1";
-/// The commit of Karpenter's documentation whose v1.14 getting-started
-/// scripts the install follows (main, 2026-08-21).
-const KARPENTER_DOCS_COMMIT: &str = "1d927085dd81a9df9301e613f371dac5b4d16bfe";
-const DOCS: &str =
-    "website/content/en/v1.14/getting-started/getting-started-with-karpenter/scripts";
+/// Karpenter's Go module, whose tree at [`KARPENTER_TAG`] holds
+/// `charts/karpenter/values.yaml`.
+const KARPENTER_MODULE: &str = "github.com/aws/karpenter-provider-aws";
+
+// Facts of Karpenter's v1.14 getting-started guide, from
+// aws/karpenter-provider-aws at commit
+// 1d927085dd81a9df9301e613f371dac5b4d16bfe (main, 2026-08-21),
+// website/content/en/v1.14/getting-started/getting-started-with-karpenter/scripts/:
+// GUIDE_ENV from step01-config.sh (the variable step08 uses that the test
+// does not set itself), GUIDE_SETS from step08-apply-helm-chart.sh (its
+// `--set` flags, in order). The website is in no Go module, so they are
+// written here rather than read.
+
+/// step01-config.sh: `VARIABLE=value`.
+const GUIDE_ENV: &[&str] = &["ENABLE_ZONAL_SHIFT=true"];
+/// step08-apply-helm-chart.sh: `key=value`, `${VARIABLE}` as written.
+const GUIDE_SETS: &[&str] = &[
+    "settings.clusterName=${CLUSTER_NAME}",
+    "settings.interruptionQueue=${CLUSTER_NAME}",
+    "settings.enableZonalShift=${ENABLE_ZONAL_SHIFT}",
+    "controller.resources.requests.cpu=1",
+    "controller.resources.requests.memory=1Gi",
+    "controller.resources.limits.cpu=1",
+    "controller.resources.limits.memory=1Gi",
+];
 
 /// Whether this is a CI run: a missing tool or input fails there.
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-/// Says why a test cannot run: a failure under CI, a loud skip elsewhere
-/// (`None`).
+/// Says why a test cannot run: a failure under CI, a loud "not run"
+/// elsewhere (`None`).
 fn unavailable<T>(what: &str) -> Option<T> {
     assert!(!in_ci(), "CI=true: {what}");
-    eprintln!("SKIPPED: {what}");
+    eprintln!("not run: {what}");
     None
 }
 
-/// A git directory of aws/karpenter-provider-aws with the tag
-/// [`KARPENTER_TAG`] and the commit [`KARPENTER_DOCS_COMMIT`]:
-/// `DOVETAIL_KARPENTER_GIT`, else `~/.cache/dovetail/karpenter-provider-aws.git`
-/// (where `.ci/run` fetches the two).
-fn karpenter_repo() -> Option<PathBuf> {
-    let dir = std::env::var_os("DOVETAIL_KARPENTER_GIT")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(|h| PathBuf::from(h).join(".cache/dovetail/karpenter-provider-aws.git"))
-        });
-    let has = |dir: &Path, rev: &str| {
-        Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(["cat-file", "-e", &format!("{rev}^{{commit}}")])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
+/// The extracted tree of [`KARPENTER_MODULE`] at [`KARPENTER_TAG`]:
+/// the "Dir" of `go mod download -json MODULE@TAG`, run in an empty
+/// directory (no go.mod, no workspace), once per test process. `None`
+/// (said) outside CI when go is missing or the download fails.
+fn karpenter_module() -> Option<PathBuf> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let module = format!("{KARPENTER_MODULE}@{KARPENTER_TAG}");
+        let command = format!("go mod download -json {module}");
+        let empty = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+        let out = Command::new("go")
+            .args(["mod", "download", "-json", &module])
+            .current_dir(empty.path())
+            .env("GOWORK", "off")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                format!(
+                    "`{command}` could not run ({e}): Karpenter's chart values are read from \
+                     its Go module; install Go (1.26 or newer, as the testbed needs)"
+                )
+            })?;
+        // With -json, go reports a module's failure in the JSON's "Error"
+        // as well as by its exit status.
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let failed = |why: &str| {
+            format!(
+                "`{command}` failed ({why}): {}{}",
+                report["Error"].as_str().unwrap_or_default(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        if !out.status.success() || report.get("Error").is_some() {
+            return Err(failed(&out.status.to_string()));
+        }
+        let dir = PathBuf::from(report["Dir"].as_str().ok_or_else(|| failed("no \"Dir\""))?);
+        if !dir.join("charts/karpenter/values.yaml").is_file() {
+            return Err(failed(&format!(
+                "no charts/karpenter/values.yaml in {}",
+                dir.display()
+            )));
+        }
+        Ok(dir)
+    });
     match dir {
-        Some(dir) if has(&dir, KARPENTER_TAG) && has(&dir, KARPENTER_DOCS_COMMIT) => Some(dir),
-        dir => unavailable(&format!(
-            "no clone of aws/karpenter-provider-aws with {KARPENTER_TAG} and \
-             {KARPENTER_DOCS_COMMIT} at {dir:?} (.ci/run fetches them; or set \
-             DOVETAIL_KARPENTER_GIT to a clone): Karpenter's values and docs are read from it"
-        )),
+        Ok(dir) => Some(dir.clone()),
+        Err(what) => unavailable(what),
     }
 }
 
-/// `git show REV:PATH` in Karpenter's repository.
-fn karpenter_file(repo: &Path, rev: &str, path: &str) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["show", &format!("{rev}:{path}")])
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git show {rev}:{path} in {}: {}",
-        repo.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8")
-}
-
-/// Karpenter v1.14.1's chart values.yaml.
-fn karpenter_values(repo: &Path) -> Value {
-    let text = karpenter_file(repo, KARPENTER_TAG, "charts/karpenter/values.yaml");
+/// Karpenter v1.14.1's chart values.yaml, from its module's tree.
+fn karpenter_values(module: &Path) -> Value {
+    let path = module.join("charts/karpenter/values.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("Karpenter's values.yaml ({}): {e}", path.display()));
     serde_saphyr::from_str(&text).expect("Karpenter's values.yaml")
 }
 
@@ -580,14 +610,16 @@ fn readme_table() -> BTreeMap<String, (String, String)> {
 /// with the same reasons, and the schema's descriptions say so.
 #[test]
 fn every_key_of_karpenter_s_values_is_used_mapped_or_ignored_in_the_readme() {
-    let Some(repo) = karpenter_repo() else { return };
+    let Some(module) = karpenter_module() else {
+        return;
+    };
     let schema: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("charts/dovetail/values.schema.json"))
             .expect("the schema"),
     )
     .expect("JSON");
     let mut keys = Vec::new();
-    value_keys(&karpenter_values(&repo), &schema, "", &mut keys);
+    value_keys(&karpenter_values(&module), &schema, "", &mut keys);
     assert!(keys.len() >= 70, "{} keys", keys.len());
     let table = readme_table();
     let missing: Vec<&String> = keys.iter().filter(|k| !table.contains_key(*k)).collect();
@@ -645,49 +677,25 @@ fn every_key_of_karpenter_s_values_is_used_mapped_or_ignored_in_the_readme() {
     }
 }
 
-/// Shell words of a line (double quotes, backslash escapes), with
-/// `${VAR}` expanded from `env`.
-fn shell_words(line: &str, env: &BTreeMap<String, String>) -> Vec<String> {
-    let mut expanded = line.to_string();
+/// `${VAR}` expanded from `env`; an unknown variable fails the test.
+fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
+    let mut expanded = text.to_string();
     for (k, v) in env {
         expanded = expanded.replace(&format!("${{{k}}}"), v);
     }
-    assert!(!expanded.contains("${"), "an unknown variable in {line:?}");
-    let mut words = Vec::new();
-    let (mut word, mut quoted, mut escaped, mut any) = (String::new(), false, false, false);
-    for c in expanded.chars() {
-        if escaped {
-            word.push(c);
-            escaped = false;
-        } else if c == '\\' {
-            escaped = true;
-        } else if c == '"' {
-            quoted = !quoted;
-            any = true;
-        } else if c.is_whitespace() && !quoted {
-            if any || !word.is_empty() {
-                words.push(std::mem::take(&mut word));
-            }
-            any = false;
-        } else {
-            word.push(c);
-        }
-    }
-    if any || !word.is_empty() {
-        words.push(word);
-    }
-    words
+    assert!(!expanded.contains("${"), "an unknown variable in {text:?}");
+    expanded
 }
 
 /// What a Karpenter user who followed Karpenter's v1.14 getting-started
 /// guide has: Karpenter v1.14.1's chart values, and the `--set` flags of
-/// the guide's `helm upgrade --install karpenter` (its variables as its
-/// step01 sets them, the cluster's name this test's). Written to
+/// the guide's `helm upgrade --install karpenter` ([`GUIDE_SETS`], its
+/// variables from [`GUIDE_ENV`], the cluster's name this test's). Written to
 /// `dir/karpenter-values.yaml`; returns its path and the flags. Karpenter's
 /// `controller.image` is left out: it is Karpenter's image (the chart
 /// refuses it, by name).
-fn karpenter_user_values(repo: &Path, dir: &Path, cluster: &str) -> (PathBuf, Vec<String>) {
-    let mut values = karpenter_values(repo);
+fn karpenter_user_values(module: &Path, dir: &Path, cluster: &str) -> (PathBuf, Vec<String>) {
+    let mut values = karpenter_values(module);
     values["controller"]
         .as_object_mut()
         .expect("controller")
@@ -696,54 +704,15 @@ fn karpenter_user_values(repo: &Path, dir: &Path, cluster: &str) -> (PathBuf, Ve
     let path = dir.join("karpenter-values.yaml");
     std::fs::write(&path, serde_json::to_string_pretty(&values).expect("JSON"))
         .expect("write the values");
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
-    let config = karpenter_file(
-        repo,
-        KARPENTER_DOCS_COMMIT,
-        &format!("{DOCS}/step01-config.sh"),
-    );
-    for line in config.lines() {
-        let Some((name, value)) = line.strip_prefix("export ").and_then(|l| l.split_once('='))
-        else {
-            continue;
-        };
-        let value = value.split(" #").next().unwrap_or_default().trim();
-        if let Some(literal) = value.strip_prefix('"').and_then(|v| v.strip_suffix('"'))
-            && !literal.contains('$')
-        {
-            env.insert(name.to_string(), literal.to_string());
-        }
-    }
-    assert_eq!(
-        env.get("ENABLE_ZONAL_SHIFT").map(String::as_str),
-        Some("true"),
-        "step01-config.sh: {env:?}"
-    );
+    let mut env: BTreeMap<String, String> = GUIDE_ENV
+        .iter()
+        .map(|fact| {
+            let (name, value) = fact.split_once('=').expect("VARIABLE=value");
+            (name.to_string(), value.to_string())
+        })
+        .collect();
     env.insert("CLUSTER_NAME".into(), cluster.to_string());
-    env.insert(
-        "KARPENTER_VERSION".into(),
-        KARPENTER_TAG.trim_start_matches('v').to_string(),
-    );
-    env.insert("KARPENTER_NAMESPACE".into(), "dovetail".to_string());
-    let script = karpenter_file(
-        repo,
-        KARPENTER_DOCS_COMMIT,
-        &format!("{DOCS}/step08-apply-helm-chart.sh"),
-    );
-    let mut sets = Vec::new();
-    let words = shell_words(&script.replace("\\\n", " "), &env);
-    let mut words = words.iter();
-    while let Some(w) = words.next() {
-        if w == "--set" {
-            sets.push(words.next().expect("a --set value").clone());
-        }
-    }
-    assert!(
-        sets.iter()
-            .any(|s| s == &format!("settings.clusterName={cluster}"))
-            && sets.len() >= 5,
-        "the guide's flags: {sets:?}"
-    );
+    let sets = GUIDE_SETS.iter().map(|s| expand(s, &env)).collect();
     (path, sets)
 }
 
@@ -752,9 +721,11 @@ fn karpenter_user_values(repo: &Path, dir: &Path, cluster: &str) -> (PathBuf, Ve
 /// the keys dovetail ignores, exactly the ones the values set.
 #[test]
 fn a_karpenter_values_file_renders_and_its_ignored_keys_are_listed() {
-    let Some(repo) = karpenter_repo() else { return };
+    let Some(module) = karpenter_module() else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (values, sets) = karpenter_user_values(&repo, dir.path(), "demo");
+    let (values, sets) = karpenter_user_values(&module, dir.path(), "demo");
     let mut args = vec![
         "template".to_string(),
         "dovetail".into(),
@@ -1028,7 +999,9 @@ fn checkov_fails_only_the_documented_checks() {
 #[test]
 fn helm_install_upgrade_and_uninstall_on_the_real_api_server() {
     use crate::real_cluster::World;
-    let Some(repo) = karpenter_repo() else { return };
+    let Some(module) = karpenter_module() else {
+        return;
+    };
     let home = tempfile::tempdir().expect("a helm home");
     let values_dir = tempfile::tempdir().expect("tempdir");
     let mut notes = String::new();
@@ -1051,7 +1024,7 @@ fn helm_install_upgrade_and_uninstall_on_the_real_api_server() {
         String::from_utf8(out.stdout).expect("UTF-8")
     };
     let mut w = World::with_install("helm", "dovetail", |tb, cluster| {
-        let (values, sets) = karpenter_user_values(&repo, values_dir.path(), cluster);
+        let (values, sets) = karpenter_user_values(&module, values_dir.path(), cluster);
         let mut args: Vec<String> = [
             "install",
             "dovetail",
