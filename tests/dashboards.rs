@@ -1,5 +1,5 @@
 //! Karpenter's own Grafana dashboards work unchanged: every metric and
-//! label their queries use (tests/fixtures/dashboards, Karpenter v1.14.1)
+//! label their queries use (charts/dovetail/dashboards, Karpenter v1.14.1)
 //! is in `dovetail simulate --metrics` output after the bundled demo, with
 //! samples their selectors match; and `--metrics-every` writes the run's
 //! snapshots as one OpenMetrics file.
@@ -216,7 +216,7 @@ enum Variable {
 }
 
 fn dashboard(file: &str) -> Dashboard {
-    let path = root().join("tests/fixtures/dashboards").join(file);
+    let path = root().join("charts/dovetail/dashboards").join(file);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let mut exprs = Vec::new();
     fn walk(v: &Value, out: &mut Vec<String>) {
@@ -732,14 +732,6 @@ fn metrics_every_writes_the_run_as_one_openmetrics_file() {
     );
 }
 
-/// An executable on PATH.
-fn on_path(name: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
 /// A Prometheus server on 127.0.0.1 over a TSDB directory, stopped (by its
 /// own process id) when dropped.
 struct Prometheus {
@@ -823,17 +815,17 @@ impl Prometheus {
 }
 
 /// The dashboards' own queries, on Prometheus, over the demo's snapshots
-/// backfilled with `promtool` (skipped where Prometheus is not installed:
-/// Debian's `prometheus` package). Every panel's query (node-exporter's
-/// aside) returns series over the run, with the dashboards' variables as
-/// Grafana sets them by default: every value of a multi-value variable,
-/// the saved choice of the others.
+/// backfilled with `promtool` (both built in `testbed/`, from Prometheus's
+/// Go module). Every panel's query (node-exporter's aside) returns series
+/// over the run, with the dashboards' variables as Grafana sets them by
+/// default: every value of a multi-value variable, the saved choice of the
+/// others.
 #[test]
 fn karpenter_s_dashboard_queries_answer_over_the_backfilled_demo() {
-    let (Some(prometheus), Some(promtool)) = (on_path("prometheus"), on_path("promtool")) else {
-        println!("skipped: Prometheus is not installed (Debian: apt-get install prometheus)");
-        return;
-    };
+    let (prometheus, promtool) = (
+        crate::testbed::bin().join("prometheus"),
+        crate::testbed::bin().join("promtool"),
+    );
     let demo = demo_outputs();
     let data = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(promtool)
@@ -854,11 +846,12 @@ fn karpenter_s_dashboard_queries_answer_over_the_backfilled_demo() {
         .as_second();
     let samples = parse_exposition(&demo.metrics);
     let mut asked = 0;
+    let mut respelt = Vec::new();
     for file in [
         "karpenter-capacity-dashboard.json",
         "karpenter-performance-dashboard.json",
     ] {
-        let path = root().join("tests/fixtures/dashboards").join(file);
+        let path = root().join("charts/dovetail/dashboards").join(file);
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let d = dashboard(file);
         // Each variable's text as Grafana puts it into a query.
@@ -896,6 +889,22 @@ fn karpenter_s_dashboard_queries_answer_over_the_backfilled_demo() {
             for (name, text) in &values {
                 query = query.replace(&format!("${name}"), text);
             }
+            // Prometheus 3 stores a summary's `quantile` label (and a
+            // histogram's `le`) as a float: what is exposed as
+            // quantile="0" is stored as quantile="0.0". So the dashboard's
+            // own `quantile="0"` and `quantile="1"` select nothing on
+            // Prometheus 3, for Karpenter's metrics as for ours (README,
+            // "Metrics and Karpenter's dashboards"); they are asked as
+            // Prometheus 3 spells them, and counted.
+            for (exposed, stored) in [
+                ("quantile=\"0\"", "quantile=\"0.0\""),
+                ("quantile=\"1\"", "quantile=\"1.0\""),
+            ] {
+                if query.contains(exposed) {
+                    query = query.replace(exposed, stored);
+                    respelt.push(query.clone());
+                }
+            }
             let (status, body) = server.get(&format!(
                 "/api/v1/query_range?query={}&start={}&end={}&step=300",
                 percent_encode(&query),
@@ -911,5 +920,22 @@ fn karpenter_s_dashboard_queries_answer_over_the_backfilled_demo() {
         }
     }
     assert!(asked >= 25, "{asked} queries asked");
-    println!("{asked} dashboard queries answered over the backfilled demo");
+    // The quantiles as exposed are not in the TSDB: Prometheus 3's
+    // normalisation, checked so that the README's note stays true.
+    let (status, body) = server.get(&format!(
+        "/api/v1/label/quantile/values?start={start}&end={}",
+        start + 3 * 3600
+    ));
+    assert_eq!(status, 200, "{body}");
+    let stored: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        stored["data"],
+        serde_json::json!(["0.0", "0.5", "0.9", "0.99", "1.0"]),
+        "the quantiles Prometheus stored"
+    );
+    assert_eq!(respelt.len(), 4, "{respelt:#?}");
+    println!(
+        "{asked} dashboard queries answered over the backfilled demo ({} with quantile=\"0\" or \"1\" asked as Prometheus 3 stores them)",
+        respelt.len()
+    );
 }

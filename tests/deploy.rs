@@ -11,6 +11,7 @@ use std::process::Command;
 use clap::{CommandFactory, Parser};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -67,6 +68,7 @@ struct Rendered {
     budgets: Vec<PodDisruptionBudget>,
     services: Vec<Service>,
     configmaps: Vec<ConfigMap>,
+    policies: Vec<NetworkPolicy>,
     crds: Vec<CustomResourceDefinition>,
 }
 
@@ -83,6 +85,7 @@ fn render_base() -> Option<Rendered> {
         budgets: vec![],
         services: vec![],
         configmaps: vec![],
+        policies: vec![],
         crds: vec![],
     };
     let file = "kubectl kustomize deploy/";
@@ -98,6 +101,7 @@ fn render_base() -> Option<Rendered> {
             "PodDisruptionBudget" => r.budgets.push(typed(file, doc)),
             "Service" => r.services.push(typed(file, doc)),
             "ConfigMap" => r.configmaps.push(typed(file, doc)),
+            "NetworkPolicy" => r.policies.push(typed(file, doc)),
             "CustomResourceDefinition" => r.crds.push(typed(file, doc)),
             other => panic!("{file}: unexpected kind {other:?}"),
         }
@@ -136,6 +140,7 @@ fn the_kustomize_base_renders_into_typed_objects_with_the_generated_crds() {
     count("PodDisruptionBudget", r.budgets.len(), 1);
     count("Service", r.services.len(), 1);
     count("ConfigMap", r.configmaps.len(), 1);
+    count("NetworkPolicy", r.policies.len(), 1);
 
     let rendered: BTreeMap<String, CustomResourceDefinition> = r
         .crds
@@ -148,16 +153,20 @@ fn the_kustomize_base_renders_into_typed_objects_with_the_generated_crds() {
         "the rendered CRDs are not crds/"
     );
 
-    // The ServiceAccount carries the IRSA annotation, and every binding
-    // gives its role to it.
+    // The ServiceAccount mounts no token (the controller's container
+    // mounts its own, see check_deployment), names no IAM role (EKS Pod
+    // Identity needs none; IRSA's annotation is the user's), and every
+    // binding gives its role to it.
     let sa = &r.accounts[0];
     let sa_name = sa.metadata.name.as_deref().expect("a name");
+    assert_eq!(sa.automount_service_account_token, Some(false));
     assert!(
         sa.metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key("eks.amazonaws.com/role-arn")),
-        "the ServiceAccount has no eks.amazonaws.com/role-arn annotation"
+            .is_none_or(|a| a.is_empty()),
+        "the ServiceAccount carries a placeholder annotation: {:?}",
+        sa.metadata.annotations
     );
     let subjects_ok = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
         subjects.iter().flatten().all(|s| {
@@ -222,6 +231,56 @@ fn the_kustomize_base_renders_into_typed_objects_with_the_generated_crds() {
             || port.target_port == Some(IntOrString::Int(metrics_port.container_port)),
         "the Service does not target the metrics port: {port:?}"
     );
+
+    // The NetworkPolicy selects the pods and lets in exactly the ports
+    // they declare (metrics and health), both ways policed.
+    let policy = r.policies[0].spec.as_ref().expect("NetworkPolicy spec");
+    assert!(
+        matches(
+            &policy
+                .pod_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone())
+                .unwrap_or_default()
+        ),
+        "the NetworkPolicy selects no controller pod"
+    );
+    assert_eq!(
+        policy.policy_types.as_deref(),
+        Some(&["Ingress".to_string(), "Egress".to_string()][..])
+    );
+    let declared: BTreeSet<String> = template
+        .spec
+        .iter()
+        .flat_map(|p| &p.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| p.name.clone())
+        .collect();
+    let allowed: BTreeSet<String> = policy
+        .ingress
+        .iter()
+        .flatten()
+        .flat_map(|rule| {
+            assert!(rule.from.is_none(), "ingress by port, from anywhere");
+            rule.ports.iter().flatten()
+        })
+        .map(|p| match &p.port {
+            Some(IntOrString::String(name)) => name.clone(),
+            other => panic!("ingress names its ports: {other:?}"),
+        })
+        .collect();
+    assert_eq!(allowed, declared, "ingress is not the declared ports");
+    let egress_ports: BTreeSet<i32> = policy
+        .egress
+        .iter()
+        .flatten()
+        .flat_map(|rule| rule.ports.iter().flatten())
+        .map(|p| match &p.port {
+            Some(IntOrString::Int(n)) => *n,
+            other => panic!("egress by port number: {other:?}"),
+        })
+        .collect();
+    assert_eq!(egress_ports, BTreeSet::from([53, 80, 443]));
 }
 
 fn controller_container(d: &Deployment) -> &Container {
@@ -414,6 +473,58 @@ fn check_deployment(d: &Deployment, service_account: &str, configmaps: &[ConfigM
         .find(|m| m.mount_path == sync_root)
         .map(|m| m.name.clone())
         .expect("git-sync's root is a mounted volume");
+    // git-sync's probes are on its HTTP endpoint, the port it binds.
+    let sync_port = sync
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("git-sync-http"))
+        .expect("git-sync declares its HTTP port");
+    assert_eq!(
+        sync_env("GITSYNC_HTTP_BIND"),
+        format!(":{}", sync_port.container_port)
+    );
+    for probe in [&sync.liveness_probe, &sync.readiness_probe] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("git-sync has HTTP probes");
+        assert_eq!(get.port, IntOrString::String("git-sync-http".into()));
+    }
+    for c in &pod.containers {
+        assert_eq!(
+            c.image_pull_policy.as_deref(),
+            Some("IfNotPresent"),
+            "{}",
+            c.name
+        );
+    }
+    // No container gets the ServiceAccount's token but the controller,
+    // which mounts it where the in-cluster client reads it.
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let token_mount = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let token_volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| {
+            v.projected.as_ref().is_some_and(|p| {
+                p.sources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.service_account_token.is_some())
+            })
+        })
+        .expect("a projected ServiceAccount token");
+    for c in &pod.containers {
+        let mounted = mount(c, &token_volume.name);
+        if c.name == controller.name {
+            assert_eq!(mounted, Some((token_mount.to_string(), true)));
+        } else {
+            assert_eq!(mounted, None, "{} mounts the token", c.name);
+        }
+    }
+
     let (path, read_only) = mount(controller, &volume).expect("the controller mounts the checkout");
     assert!(read_only, "the controller mounts the checkout read-only");
     let checkout = format!("{path}/{}", sync_env("GITSYNC_LINK"));

@@ -11,6 +11,7 @@ mod diff;
 mod differential;
 mod disruption;
 mod forecast;
+mod helm;
 mod hostile;
 mod impact;
 mod interruption;

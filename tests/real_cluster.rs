@@ -37,7 +37,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// The NodePool of these tests: on-demand m5s (moto's CreateFleet gives
 /// spot instances no security groups), consolidation after 10 s.
-fn nodepool(name: &str, extra_spec: &str) -> String {
+pub fn nodepool(name: &str, extra_spec: &str) -> String {
     format!(
         "apiVersion: karpenter.sh/v1
 kind: NodePool
@@ -70,6 +70,9 @@ pub struct World {
     pub sa_kubeconfig: PathBuf,
     pub repo: PathBuf,
     pub queue: Option<String>,
+    /// More environment of the controllers started from now on (a
+    /// chart's settings, as its pods get them); their flags win over it.
+    pub controller_env: Vec<(String, String)>,
     pub controllers: Vec<Controller>,
 }
 
@@ -79,6 +82,39 @@ impl World {
     /// --server-side -k` of an overlay with the prune component, as a user
     /// who prunes installs it).
     pub fn new(name: &str, server_side: bool) -> World {
+        World::with_install(name, "dovetail", |tb, _| {
+            let deploy = root().join("deploy");
+            if server_side {
+                let overlay = tb.dir.path().join("overlay");
+                std::fs::create_dir_all(&overlay).expect("overlay");
+                // kustomize takes only relative paths.
+                let up = "../".repeat(overlay.components().count() - 1);
+                let base = format!(
+                    "{up}{}",
+                    deploy.display().to_string().trim_start_matches('/')
+                );
+                std::fs::write(
+                    overlay.join("kustomization.yaml"),
+                    format!("resources: [{base}]\ncomponents: [{base}/components/prune]\n"),
+                )
+                .expect("overlay");
+                tb.kubectl_ok(&[
+                    "apply",
+                    "--server-side",
+                    "-k",
+                    overlay.to_str().expect("UTF-8"),
+                ]);
+            } else {
+                tb.kubectl_ok(&["apply", "-k", deploy.to_str().expect("UTF-8 path")]);
+            }
+        })
+    }
+
+    /// A world for the test `name` whose dovetail is installed by
+    /// `install` (given the control plane and the name of moto's EKS
+    /// cluster, made by then), in the namespace `dovetail`, the controllers
+    /// running as the ServiceAccount `account` it creates there.
+    pub fn with_install(name: &str, account: &str, install: impl FnOnce(&Testbed, &str)) -> World {
         let moto = crate::moto::own();
         let rt = runtime();
         let cluster = format!("testbed-{name}");
@@ -94,31 +130,8 @@ impl World {
             region: Some(REGION.to_string()),
             ..Options::default()
         });
-        let deploy = root().join("deploy");
-        if server_side {
-            let overlay = tb.dir.path().join("overlay");
-            std::fs::create_dir_all(&overlay).expect("overlay");
-            // kustomize takes only relative paths.
-            let up = "../".repeat(overlay.components().count() - 1);
-            let base = format!(
-                "{up}{}",
-                deploy.display().to_string().trim_start_matches('/')
-            );
-            std::fs::write(
-                overlay.join("kustomization.yaml"),
-                format!("resources: [{base}]\ncomponents: [{base}/components/prune]\n"),
-            )
-            .expect("overlay");
-            tb.kubectl_ok(&[
-                "apply",
-                "--server-side",
-                "-k",
-                overlay.to_str().expect("UTF-8"),
-            ]);
-        } else {
-            tb.kubectl_ok(&["apply", "-k", deploy.to_str().expect("UTF-8 path")]);
-        }
-        let sa_kubeconfig = tb.service_account_kubeconfig("dovetail", "dovetail");
+        install(&tb, &cluster);
+        let sa_kubeconfig = tb.service_account_kubeconfig("dovetail", account);
         let repo = tb.dir.path().join("repo");
         std::fs::create_dir_all(&repo).expect("repo");
         git(&repo, &["init", "-q", "-b", "main"]);
@@ -131,6 +144,7 @@ impl World {
             sa_kubeconfig,
             repo,
             queue: None,
+            controller_env: Vec::new(),
             controllers: Vec::new(),
         };
         world.commit(
@@ -428,6 +442,7 @@ pub struct Controller {
     child: Child,
     log: PathBuf,
     health: String,
+    metrics: String,
 }
 
 impl Controller {
@@ -481,6 +496,7 @@ impl Controller {
             .args(extra)
             .envs(w.moto.sdk_env(REGION))
             .env("DOVETAIL_LOG_LEVEL", "info")
+            .envs(w.controller_env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"));
@@ -492,6 +508,7 @@ impl Controller {
             child: cmd.spawn().expect("dovetail controller starts"),
             log,
             health: format!("127.0.0.1:{health}"),
+            metrics: format!("127.0.0.1:{metrics}"),
         }
     }
 
@@ -520,7 +537,13 @@ impl Controller {
 
     /// `/healthz`'s status code, if it answers.
     pub fn healthz(&self) -> Option<u16> {
-        http_status(&self.health, "/healthz")
+        http_get(&self.health, "/healthz").map(|(status, _)| status)
+    }
+
+    /// The text of `/metrics`, if it answers 200.
+    pub fn metrics(&self) -> Option<String> {
+        http_get(&self.metrics, "/metrics")
+            .and_then(|(status, body)| (status == 200).then_some(body))
     }
 }
 
@@ -531,7 +554,9 @@ impl Drop for Controller {
     }
 }
 
-fn http_status(addr: &str, path: &str) -> Option<u16> {
+/// `GET path` over HTTP/1.1: the status code and the body (not chunked:
+/// the controller's server sends a length).
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -542,7 +567,9 @@ fn http_status(addr: &str, path: &str) -> Option<u16> {
     .ok()?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
-    answer.split_whitespace().nth(1)?.parse().ok()
+    let status = answer.split_whitespace().nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((status, body))
 }
 
 /// Polls `f` every half second for `within`, returning the first `Some`.
