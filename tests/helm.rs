@@ -1174,13 +1174,7 @@ fn helm_install_upgrade_and_uninstall_on_the_real_api_server() {
     w.tb.wait_for("the batch NodePool pruned", Duration::from_secs(60), || {
         !exists(&w)
     });
-    let forbidden: Vec<String> = w
-        .dovetail_requests()
-        .iter()
-        .filter(|e| e["responseStatus"]["code"] == 403)
-        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
-        .collect();
-    assert!(forbidden.is_empty(), "refused by RBAC: {forbidden:?}");
+    w.assert_nothing_forbidden();
     w.wait_ready("web", 3, Duration::from_secs(60));
 
     // helm uninstall: the release is gone, the CRDs and NodePools stay.

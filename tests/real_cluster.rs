@@ -382,6 +382,31 @@ spec:
             .filter(|e| e["user"]["username"] == "system:serviceaccount:dovetail:dovetail")
             .collect()
     }
+
+    /// Fails if the installed RBAC refused any request of dovetail's.
+    pub fn assert_nothing_forbidden(&self) {
+        let forbidden: Vec<String> = self
+            .dovetail_requests()
+            .iter()
+            .filter(|e| e["responseStatus"]["code"] == 403)
+            .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+            .collect();
+        assert!(forbidden.is_empty(), "refused by RBAC: {forbidden:?}");
+    }
+
+    /// A PodDisruptionBudget `name` in `default` over the pods labelled
+    /// `app: name`, allowing `max_unavailable` of them down.
+    pub fn budget(&self, name: &str, max_unavailable: u32) {
+        self.tb.apply(&format!(
+            "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: {name}, namespace: default}}
+spec:
+  maxUnavailable: {max_unavailable}
+  selector: {{matchLabels: {{app: {name}}}}}
+"
+        ));
+    }
 }
 
 async fn create_eks_cluster(endpoint: &str, cluster: &str) {
@@ -743,13 +768,7 @@ spec:
     );
 
     // Every request the controller made was allowed by the installed RBAC.
-    let forbidden: Vec<String> = w
-        .dovetail_requests()
-        .iter()
-        .filter(|e| e["responseStatus"]["code"] == 403)
-        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
-        .collect();
-    assert!(forbidden.is_empty(), "refused by RBAC: {forbidden:?}");
+    w.assert_nothing_forbidden();
     w.wait_consistent(Duration::from_secs(30));
 }
 
@@ -890,15 +909,7 @@ fn succeeded<'a>(
 fn consolidation_after_a_scale_down_evicts_through_the_eviction_api_within_the_budget() {
     let mut w = World::new("consolidate", false);
     w.start_controller("a", &[]);
-    w.tb.apply(
-        "apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: default}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: web}}
-",
-    );
+    w.budget("web", 1);
     w.deployment("web", 40, "500m", "");
     w.wait_ready("web", 40, Duration::from_secs(240));
     let before = w.wait_consistent(Duration::from_secs(60));
@@ -1026,15 +1037,7 @@ fn expired_nodes_are_drained_within_their_termination_grace_period() {
         "expire after 40 s",
     );
     w.start_controller("a", &[]);
-    w.tb.apply(
-        "apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: pinned, namespace: default}
-spec:
-  maxUnavailable: 0
-  selector: {matchLabels: {app: pinned}}
-",
-    );
+    w.budget("pinned", 0);
     w.deployment("pinned", 2, "500m", "");
     w.wait_ready("pinned", 2, Duration::from_secs(120));
     let first: std::collections::BTreeMap<String, f64> = w
@@ -1491,15 +1494,7 @@ fn a_spot_interruption_drains_six_pods_behind_a_budget_of_one_within_the_notice(
     let mut w = World::new("drain", false);
     let queue_url = w.interruption_queue();
     w.start_controller("a", &[]);
-    w.tb.apply(
-        "apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: six, namespace: default}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: six}}
-",
-    );
+    w.budget("six", 1);
     w.deployment("six", 6, "250m", "");
     w.wait_ready("six", 6, Duration::from_secs(180));
     let ids: Vec<String> = w
