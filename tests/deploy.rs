@@ -574,20 +574,8 @@ fn deploy_crds_are_the_generated_crds_file_for_file() {
 #[test]
 fn the_servicemonitor_component_scrapes_the_metrics_service() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let overlay = dir.path().canonicalize().expect("canonical");
-    // kustomize takes bases by relative path only.
-    let up = "../".repeat(overlay.components().count() - 1);
-    let deploy = root().join("deploy").canonicalize().expect("canonical");
-    let base = format!(
-        "{up}{}",
-        deploy.strip_prefix("/").expect("absolute").display()
-    );
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        format!("resources: [{base}]\ncomponents: [{base}/components/servicemonitor]\n"),
-    )
-    .expect("write the overlay");
-    let Some(docs) = kustomize(&overlay) else {
+    crate::support::deploy_overlay(dir.path(), &["servicemonitor"]);
+    let Some(docs) = kustomize(dir.path()) else {
         return;
     };
     let monitors: Vec<&Value> = docs

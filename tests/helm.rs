@@ -178,29 +178,11 @@ fn template(args: &[&str]) -> Vec<Value> {
 /// named components of `deploy/components/`.
 fn kustomize(components: &[&str]) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let overlay = dir.path().canonicalize().expect("canonical");
-    // kustomize takes bases by relative path only.
-    let up = "../".repeat(overlay.components().count() - 1);
-    let deploy = root().join("deploy").canonicalize().expect("canonical");
-    let base = format!(
-        "{up}{}",
-        deploy.strip_prefix("/").expect("absolute").display()
-    );
-    let components: Vec<String> = components
-        .iter()
-        .map(|c| format!("{base}/components/{c}"))
-        .collect();
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        format!(
-            "resources: [{base}]\ncomponents: [{}]\n",
-            components.join(", ")
-        ),
-    )
-    .expect("write the overlay");
+    let overlay = dir.path();
+    crate::support::deploy_overlay(overlay, components);
     let out = Command::new(bin().join("kubectl"))
         .arg("kustomize")
-        .arg(&overlay)
+        .arg(overlay)
         .output()
         .expect("kubectl runs");
     assert!(

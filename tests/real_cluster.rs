@@ -87,17 +87,7 @@ impl World {
             if server_side {
                 let overlay = tb.dir.path().join("overlay");
                 std::fs::create_dir_all(&overlay).expect("overlay");
-                // kustomize takes only relative paths.
-                let up = "../".repeat(overlay.components().count() - 1);
-                let base = format!(
-                    "{up}{}",
-                    deploy.display().to_string().trim_start_matches('/')
-                );
-                std::fs::write(
-                    overlay.join("kustomization.yaml"),
-                    format!("resources: [{base}]\ncomponents: [{base}/components/prune]\n"),
-                )
-                .expect("overlay");
+                crate::support::deploy_overlay(&overlay, &["prune"]);
                 tb.kubectl_ok(&[
                     "apply",
                     "--server-side",

@@ -35,6 +35,31 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Writes into `dir` a kustomization of `deploy/` with the named
+/// components of `deploy/components/`, as a user's overlay (kustomize takes
+/// bases by relative path only).
+pub fn deploy_overlay(dir: &Path, components: &[&str]) {
+    let dir = dir.canonicalize().expect("canonical");
+    let up = "../".repeat(dir.components().count() - 1);
+    let deploy = root().join("deploy").canonicalize().expect("canonical");
+    let base = format!(
+        "{up}{}",
+        deploy.strip_prefix("/").expect("absolute").display()
+    );
+    let components: Vec<String> = components
+        .iter()
+        .map(|c| format!("{base}/components/{c}"))
+        .collect();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "resources: [{base}]\ncomponents: [{}]\n",
+            components.join(", ")
+        ),
+    )
+    .expect("write the overlay");
+}
+
 /// Compares `actual` with the file at `path` (relative to the crate root);
 /// with `DOVETAIL_BLESS=1` set, rewrites the file instead.
 pub fn assert_matches_file(actual: &str, path: &Path) {
