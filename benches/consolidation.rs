@@ -226,6 +226,7 @@ fn pass(c: &Cluster) -> Run {
             total: c.candidates.len(),
             disrupting: 0,
             limit: Reason::VOLUNTARY.iter().map(|r| (*r, None)).collect(),
+            scheduled: Default::default(),
         },
     )]);
     let out = decide(

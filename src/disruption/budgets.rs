@@ -32,6 +32,9 @@ pub struct Allowed {
     /// Per reason: the most restrictive active budget's allowance (before
     /// subtracting `disrupting`), `None` when no active budget applies.
     pub limit: BTreeMap<Reason, Option<usize>>,
+    /// Reasons whose most restrictive active budget has a schedule: a
+    /// window, not the pool's standing budget, holds them.
+    pub scheduled: std::collections::BTreeSet<Reason>,
 }
 
 impl Allowed {
@@ -119,6 +122,7 @@ pub fn allowed_now(pool: &NodePool, total: usize, disrupting: usize, now: Timest
         .filter(|b| is_active(b, now))
         .collect();
     let mut limit = BTreeMap::new();
+    let mut scheduled = std::collections::BTreeSet::new();
     for reason in Reason::VOLUNTARY {
         let api = reason.budget_reason();
         let l = active
@@ -128,14 +132,18 @@ pub fn allowed_now(pool: &NodePool, total: usize, disrupting: usize, now: Timest
                     .as_ref()
                     .is_none_or(|rs| rs.is_empty() || api.is_some_and(|r| rs.contains(&r)))
             })
-            .map(|b| allowed(&b.nodes, total))
-            .min();
-        limit.insert(reason, l);
+            .map(|b| (allowed(&b.nodes, total), b.schedule.is_some()))
+            .min_by_key(|(n, windowed)| (*n, !*windowed));
+        if l.is_some_and(|(_, windowed)| windowed) {
+            scheduled.insert(reason);
+        }
+        limit.insert(reason, l.map(|(n, _)| n));
     }
     Allowed {
         total,
         disrupting,
         limit,
+        scheduled,
     }
 }
 

@@ -382,6 +382,66 @@ pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
     out
 }
 
+/// A node a voluntary disruption wants (drifted, or an underutilized
+/// consolidation candidate) but may not take now, and what holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    pub nodeclaim: String,
+    pub node: String,
+    pub nodepool: String,
+    pub reason: Reason,
+    /// What blocks it: the node's or a pod's `do-not-disrupt`, a
+    /// PodDisruptionBudget (named), or the NodePool's disruption budget
+    /// (standing, or a schedule's window).
+    pub blocker: String,
+}
+
+/// The candidates of a pass that a method wants but that the candidate's
+/// own blockers (as [`Candidate::blocked_for_drift`] and
+/// [`Candidate::blocked_for_consolidation`] say) or a NodePool budget that
+/// allows none of the reason now keep from it. Nodes that only wait their
+/// turn under a budget that allows some are not listed.
+pub fn blocked(pass: &Pass<'_>) -> Vec<Blocked> {
+    let mut out = Vec::new();
+    for c in &pass.candidates {
+        let mut wants = Vec::new();
+        if !c.drift.is_empty() {
+            wants.push((Reason::Drifted, c.blocked_for_drift()));
+        }
+        if !c.static_pool && c.consolidatable && c.underutilized && c.pods > 0 {
+            wants.push((Reason::Underutilized, c.blocked_for_consolidation()));
+        }
+        for (reason, own) in wants {
+            let blocker = own.map(str::to_string).or_else(|| {
+                let allowed = pass.budgets.get(&c.nodepool)?;
+                (allowed.limit.get(&reason).copied().flatten() == Some(0)).then(|| {
+                    if allowed.scheduled.contains(&reason) {
+                        format!(
+                            "NodePool {}'s disruption budget schedule window allows no {reason} disruption now",
+                            c.nodepool
+                        )
+                    } else {
+                        format!(
+                            "NodePool {}'s disruption budget allows no {reason} disruption",
+                            c.nodepool
+                        )
+                    }
+                })
+            });
+            if let Some(blocker) = blocker {
+                out.push(Blocked {
+                    nodeclaim: c.nodeclaim.clone(),
+                    node: c.node.clone(),
+                    nodepool: c.nodepool.clone(),
+                    reason,
+                    blocker,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// Whether a pass over `candidates` can need the scheduling simulation:
 /// some candidate is drifted with pods to move, or (when consolidation may
 /// run) a consolidation candidate with pods. A pass where

@@ -151,6 +151,7 @@ fn budget(reason: Reason, n: usize) -> BTreeMap<String, Allowed> {
         total: 10,
         disrupting: 0,
         limit: BTreeMap::new(),
+        scheduled: Default::default(),
     };
     for r in Reason::VOLUNTARY {
         a.limit.insert(r, None);
@@ -737,4 +738,54 @@ fn should_consolidate_a_buffer_node_once_buffer_pods_are_cleared() {
     let cmd = run(&cleared, unbounded(), true).command.unwrap();
     assert_eq!(cmd.method, Method::Emptiness);
     assert_eq!(nodes_of(&cmd), ["a"]);
+}
+
+#[test]
+fn blocked_candidates_name_their_blocker() {
+    let mut pdb = Candidate::test("a", "medium", 0.2);
+    pdb.consolidatable = false;
+    pdb.drift = vec![DriftReason::NodePoolTemplate { fields: vec![] }];
+    pdb.pods_blocked = Some("PodDisruptionBudget shop/web allows no disruption now".into());
+    let mut free = Candidate::test("b", "medium", 0.2);
+    free.consolidatable = false;
+    free.drift = vec![DriftReason::NodePoolTemplate { fields: vec![] }];
+    let mut pass = Pass {
+        candidates: vec![pdb, free],
+        budgets: unbounded(),
+        consolidation: true,
+        pools: &[],
+        options: Options::default(),
+        uninitialized: BTreeSet::new(),
+        statics: BTreeMap::new(),
+    };
+    let found = blocked(&pass);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (
+            found[0].node.as_str(),
+            found[0].reason,
+            found[0].blocker.as_str()
+        ),
+        (
+            "a",
+            Reason::Drifted,
+            "PodDisruptionBudget shop/web allows no disruption now"
+        )
+    );
+    // A NodePool budget of zero holds the other; a schedule's window says so.
+    pass.budgets = budget(Reason::Drifted, 0);
+    let found = blocked(&pass);
+    assert_eq!(
+        found[1].blocker,
+        "NodePool general's disruption budget allows no Drifted disruption"
+    );
+    pass.budgets
+        .get_mut("general")
+        .unwrap()
+        .scheduled
+        .insert(Reason::Drifted);
+    assert!(blocked(&pass)[1].blocker.contains("schedule window"));
+    // A budget that allows some is no block: the rest wait their turn.
+    pass.budgets = budget(Reason::Drifted, 1);
+    assert_eq!(blocked(&pass).len(), 1);
 }
