@@ -409,3 +409,41 @@ fn a_forecast_without_a_cluster_or_with_an_unknown_deployment_is_refused() {
         assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
     }
 }
+
+#[test]
+fn a_drift_a_pdb_blocks_lists_the_blocked_nodes_by_blocker() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = snapshot(&dir);
+    // The PodDisruptionBudget of shop/web allows no disruption at all.
+    let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&snap).unwrap()).unwrap();
+    let pdb = list["items"]
+        .as_array_mut()
+        .expect("a v1/List")
+        .iter_mut()
+        .find(|o| o["kind"] == "PodDisruptionBudget")
+        .expect("the fixture's PDB");
+    pdb["spec"]["maxUnavailable"] = 0.into();
+    pdb["status"]["disruptionsAllowed"] = 0.into();
+    std::fs::write(&snap, serde_json::to_string(&list).unwrap()).unwrap();
+    // A tag on the EC2NodeClass drifts every node.
+    let repo = changed("default.yaml", |c| format!("{c}  tags:\n    team: shop\n"));
+    let out = forecast(&repo, &snap, &["-o", "markdown"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let md = &out.stdout;
+    assert!(!md.contains("Both sides forecast the same"), "{md}");
+    assert!(
+        md.contains("Drifted node(s) cannot be disrupted: PodDisruptionBudget shop/web allows no disruption now"),
+        "{md}"
+    );
+    // A's nodes are underutilized and already held by the PDB; B adds the
+    // drift of all three.
+    assert!(
+        md.contains("| nodes blocked from disruption | 3 | **6** | **+3** |"),
+        "{md}"
+    );
+    std::fs::write(
+        std::env::temp_dir().join("dovetail-forecast-pdb-blocked.md"),
+        md,
+    )
+    .unwrap();
+}

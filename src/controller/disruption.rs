@@ -85,6 +85,9 @@ const DO_NOT_DISRUPT: &str = ANNOTATION_DO_NOT_DISRUPT;
 #[derive(Debug, Default)]
 pub struct DisruptionState {
     last_pass: Option<Timestamp>,
+    /// Per NodeClaim and reason, the blocker its last `DisruptionBlocked`
+    /// Event named: a new Event only when it changes.
+    blocked: BTreeMap<(String, Reason), String>,
     /// What the last pass that found nothing depended on, and until when
     /// its answer stands (the next time threshold: a node becoming
     /// consolidatable or expiring, a budget window, the resync).
@@ -463,24 +466,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             preferences: Preferences::Respect,
             now_ms: now.as_millisecond(),
         };
+        let pass = Pass {
+            candidates: facts.candidates.clone(),
+            budgets: facts.budgets.clone(),
+            consolidation: facts.consolidation,
+            pools: &facts.specs,
+            options: self.disruption_options(),
+            uninitialized: facts.uninitialized.clone(),
+            statics: facts.statics.clone(),
+        };
+        let blocked = disruption::blocked(&pass);
         let outcome = match Removals::new(&facts.input, &homes, &opts) {
-            Ok(mut removals) => disruption::decide(
-                &Pass {
-                    candidates: facts.candidates.clone(),
-                    budgets: facts.budgets.clone(),
-                    consolidation: facts.consolidation,
-                    pools: &facts.specs,
-                    options: self.disruption_options(),
-                    uninitialized: facts.uninitialized.clone(),
-                    statics: facts.statics.clone(),
-                },
-                &mut removals,
-            ),
+            Ok(mut removals) => disruption::decide(&pass, &mut removals),
             Err(e) => {
                 self.event("Disruption".into(), "DisruptionFailed", e.to_string());
                 return next;
             }
         };
+        drop(pass);
+        self.report_blocked(blocked);
         tracing::debug!(
             candidates = facts.candidates.len(),
             consolidation = facts.consolidation,
@@ -523,6 +527,27 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Duration::ZERO
             }
         }
+    }
+
+    /// A `DisruptionBlocked` Event for each node a method wants but may not
+    /// take, when what blocks it changed since the last one.
+    fn report_blocked(&mut self, blocked: Vec<disruption::Blocked>) {
+        let mut now_blocked = BTreeMap::new();
+        for b in blocked {
+            let key = (b.nodeclaim.clone(), b.reason);
+            if self.disruption.blocked.get(&key) != Some(&b.blocker) {
+                self.event(
+                    format!("NodeClaim/{}", b.nodeclaim),
+                    "DisruptionBlocked",
+                    format!(
+                        "{}: node {} of NodePool {} cannot be disrupted: {}",
+                        b.reason, b.node, b.nodepool, b.blocker
+                    ),
+                );
+            }
+            now_blocked.insert(key, b.blocker);
+        }
+        self.disruption.blocked = now_blocked;
     }
 
     /// Keeps a pass's scheduling input for the next pass.

@@ -795,6 +795,15 @@ pub struct BlockedDrain {
     pub nodes: usize,
 }
 
+/// Nodes a disruption wants but may not take at the end of the window,
+/// with one blocker (a `DisruptionBlocked` Event's, the last per node).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockedNodes {
+    pub reason: String,
+    pub blocker: String,
+    pub nodes: Vec<String>,
+}
+
 /// What one side's run came to.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
@@ -822,6 +831,9 @@ pub struct Outcome {
     pub unschedulable: Vec<Unschedulable>,
     pub limits_reached: Vec<LimitReached>,
     pub blocked_drains: Vec<BlockedDrain>,
+    /// Drifted or underutilized nodes still blocked at the end, grouped by
+    /// blocker.
+    pub blocked: Vec<BlockedNodes>,
 }
 
 /// `NodePool general would exceed limit cpu=10: ...` -> (general, cpu=10),
@@ -901,6 +913,35 @@ impl Outcome {
             entry.0 += 1;
             entry.1.insert(e.object.as_str());
         }
+        // The last DisruptionBlocked Event per NodeClaim and reason, for
+        // NodeClaims still there at the end and not disrupted after it.
+        let mut last_block: BTreeMap<(&str, &str), (&str, &str)> = BTreeMap::new();
+        for e in &r.events {
+            let Some(claim) = e.object.strip_prefix("NodeClaim/") else {
+                continue;
+            };
+            if e.reason == "DisruptionBlocked" {
+                let Some((reason, rest)) = e.message.split_once(": node ") else {
+                    continue;
+                };
+                let Some((node, blocker)) = rest.split_once(" cannot be disrupted: ") else {
+                    continue;
+                };
+                let node = node.split(" of NodePool ").next().unwrap_or(node);
+                last_block.insert((claim, reason), (node, blocker));
+            } else if e.kind == "Disruption" {
+                last_block.retain(|(c, _), _| *c != claim);
+            }
+        }
+        let mut blocked_nodes: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
+        for ((claim, reason), (node, blocker)) in last_block {
+            if by_claim.get(claim).is_some_and(|n| n.deleted_at.is_none()) {
+                blocked_nodes
+                    .entry((reason, blocker))
+                    .or_default()
+                    .push(node.to_string());
+            }
+        }
         let s = &r.summary;
         Outcome {
             label: label.to_string(),
@@ -961,6 +1002,17 @@ impl Outcome {
                     budget,
                     evictions_refused,
                     nodes: nodes.len(),
+                })
+                .collect(),
+            blocked: blocked_nodes
+                .into_iter()
+                .map(|((reason, blocker), mut nodes)| {
+                    nodes.sort();
+                    BlockedNodes {
+                        reason: reason.to_string(),
+                        blocker: blocker.to_string(),
+                        nodes,
+                    }
                 })
                 .collect(),
         }
@@ -1112,6 +1164,13 @@ impl Forecast {
                 higher_is_worse: true,
             },
             Row {
+                name: "nodes blocked from disruption",
+                a: n(a.blocked.iter().map(|g| g.nodes.len()).sum()),
+                b: n(b.blocked.iter().map(|g| g.nodes.len()).sum()),
+                show: count,
+                higher_is_worse: true,
+            },
+            Row {
                 name: "evictions refused by a PDB",
                 a: n(a.blocked_drains.iter().map(|d| d.evictions_refused).sum()),
                 b: n(b.blocked_drains.iter().map(|d| d.evictions_refused).sum()),
@@ -1170,8 +1229,8 @@ impl Forecast {
             };
             let _ = writeln!(out, "| {} | {} | {b} | {delta} |", r.name, (r.show)(r.a));
         }
-        for (name, o) in [("A", &self.a), ("B", &self.b)] {
-            let details = details(o);
+        for (name, o, other) in [("A", &self.a, &self.b), ("B", &self.b, &self.a)] {
+            let details = details(o, other);
             if !details.is_empty() {
                 let _ = write!(out, "\n**{name}: {}**\n\n{details}", md_escape(&o.label));
             }
@@ -1231,8 +1290,8 @@ impl Forecast {
                 delta(r)
             );
         }
-        for (name, o) in [("A", &self.a), ("B", &self.b)] {
-            let details = details(o);
+        for (name, o, other) in [("A", &self.a, &self.b), ("B", &self.b, &self.a)] {
+            let details = details(o, other);
             if !details.is_empty() {
                 let _ = write!(out, "{name}:\n{details}");
             }
@@ -1259,8 +1318,9 @@ fn delta(r: &Row) -> String {
 }
 
 /// A side's disruptions, unschedulable pods, limits and blocked drains, as
-/// a Markdown list (also read as text).
-fn details(o: &Outcome) -> String {
+/// a Markdown list (also read as text); its blocked disruptions where they
+/// differ from the `other` side's.
+fn details(o: &Outcome, other: &Outcome) -> String {
     let mut out = String::new();
     for d in &o.disruptions {
         let _ = writeln!(
@@ -1308,6 +1368,18 @@ fn details(o: &Outcome) -> String {
             "- PodDisruptionBudget `{}` refused {} eviction(s) on {} node(s)",
             b.budget, b.evictions_refused, b.nodes
         );
+    }
+    if o.blocked != other.blocked {
+        for g in &o.blocked {
+            let _ = writeln!(
+                out,
+                "- {} {} node(s) cannot be disrupted: {} ({})",
+                g.nodes.len(),
+                g.reason,
+                md_escape(&g.blocker),
+                g.nodes.join(", ")
+            );
+        }
     }
     out
 }
