@@ -427,8 +427,31 @@ fn a_drift_a_pdb_blocks_lists_the_blocked_nodes_by_blocker() {
     std::fs::write(&snap, serde_json::to_string(&list).unwrap()).unwrap();
     // A tag on the EC2NodeClass drifts every node.
     let repo = changed("default.yaml", |c| format!("{c}  tags:\n    team: shop\n"));
-    let out = forecast(&repo, &snap, &["-o", "markdown"]);
+    let reports = dir.path().join("reports");
+    let out = forecast(
+        &repo,
+        &snap,
+        &[
+            "-o",
+            "markdown",
+            "--forecast-reports",
+            reports.to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    // Each side's report carries the Events that say why.
+    let b: Value =
+        serde_json::from_str(&std::fs::read_to_string(reports.join("b.json")).unwrap()).unwrap();
+    let blocked: Vec<&Value> = b["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["reason"] == "DisruptionBlocked"
+                && e["message"].as_str().unwrap().starts_with("Drifted: ")
+        })
+        .collect();
+    assert_eq!(blocked.len(), 3, "{}", b["events"]);
     let md = &out.stdout;
     assert!(!md.contains("Both sides forecast the same"), "{md}");
     assert!(
