@@ -410,11 +410,10 @@ fn a_forecast_without_a_cluster_or_with_an_unknown_deployment_is_refused() {
     }
 }
 
-#[test]
-fn a_drift_a_pdb_blocks_lists_the_blocked_nodes_by_blocker() {
-    let dir = tempfile::tempdir().unwrap();
-    let snap = snapshot(&dir);
-    // The PodDisruptionBudget of shop/web allows no disruption at all.
+/// The fixture's snapshot, with the PodDisruptionBudget of shop/web
+/// allowing no disruption at all.
+fn snapshot_pdb_allowing_none(dir: &tempfile::TempDir) -> String {
+    let snap = snapshot(dir);
     let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&snap).unwrap()).unwrap();
     let pdb = list["items"]
         .as_array_mut()
@@ -425,6 +424,13 @@ fn a_drift_a_pdb_blocks_lists_the_blocked_nodes_by_blocker() {
     pdb["spec"]["maxUnavailable"] = 0.into();
     pdb["status"]["disruptionsAllowed"] = 0.into();
     std::fs::write(&snap, serde_json::to_string(&list).unwrap()).unwrap();
+    snap
+}
+
+#[test]
+fn a_drift_a_pdb_blocks_lists_the_blocked_nodes_by_blocker() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = snapshot_pdb_allowing_none(&dir);
     // A tag on the EC2NodeClass drifts every node.
     let repo = changed("default.yaml", |c| format!("{c}  tags:\n    team: shop\n"));
     let reports = dir.path().join("reports");
@@ -452,6 +458,20 @@ fn a_drift_a_pdb_blocks_lists_the_blocked_nodes_by_blocker() {
         })
         .collect();
     assert_eq!(blocked.len(), 3, "{}", b["events"]);
+    // ...and lists the nodes still blocked at the end, with their blocker.
+    let at_end: Vec<(&str, &str)> = b["blocked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["reason"] == "Drifted")
+        .map(|x| (x["node"].as_str().unwrap(), x["blocker"].as_str().unwrap()))
+        .collect();
+    assert_eq!(at_end.len(), 3, "{}", b["blocked"]);
+    assert!(
+        at_end
+            .iter()
+            .all(|(_, why)| *why == "PodDisruptionBudget shop/web allows no disruption now")
+    );
     let md = &out.stdout;
     assert!(!md.contains("Both sides forecast the same"), "{md}");
     assert!(
@@ -464,9 +484,39 @@ fn a_drift_a_pdb_blocks_lists_the_blocked_nodes_by_blocker() {
         md.contains("| nodes blocked from disruption | 3 | **6** | **+3** |"),
         "{md}"
     );
-    std::fs::write(
-        std::env::temp_dir().join("dovetail-forecast-pdb-blocked.md"),
-        md,
-    )
-    .unwrap();
+}
+
+#[test]
+fn expired_nodes_whose_drain_a_pdb_holds_are_listed_as_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = snapshot_pdb_allowing_none(&dir);
+    // Every NodeClaim expires an hour after its creation, within the window.
+    let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&snap).unwrap()).unwrap();
+    let mut claims = 0;
+    for o in list["items"].as_array_mut().unwrap() {
+        if o["kind"] == "NodeClaim" {
+            o["spec"]["expireAfter"] = "1h".into();
+            claims += 1;
+        }
+    }
+    assert_eq!(claims, 3);
+    std::fs::write(&snap, serde_json::to_string(&list).unwrap()).unwrap();
+    let repo = changed("default.yaml", |c| format!("{c}  tags:\n    team: shop\n"));
+    // B's drift is blocked too, so the sides differ (exit 1).
+    let f = forecast_json(&repo, &snap, &[], 1);
+    for side in ["a", "b"] {
+        let groups = f[side]["blocked"].as_array().unwrap();
+        let expired: Vec<&Value> = groups.iter().filter(|g| g["reason"] == "Expired").collect();
+        assert_eq!(expired.len(), 1, "{side}: {}", f[side]["blocked"]);
+        assert_eq!(
+            expired[0]["blocker"], "its drain is held by PodDisruptionBudget shop/web",
+            "{side}"
+        );
+        assert_eq!(
+            expired[0]["nodes"].as_array().unwrap().len(),
+            3,
+            "{side}: {}",
+            expired[0]
+        );
+    }
 }

@@ -85,9 +85,10 @@ const DO_NOT_DISRUPT: &str = ANNOTATION_DO_NOT_DISRUPT;
 #[derive(Debug, Default)]
 pub struct DisruptionState {
     last_pass: Option<Timestamp>,
-    /// Per NodeClaim and reason, the blocker its last `DisruptionBlocked`
-    /// Event named: a new Event only when it changes.
-    blocked: BTreeMap<(String, Reason), String>,
+    /// Per NodeClaim and reason, what the last pass found blocking it (its
+    /// last `DisruptionBlocked` Event named the same: a new Event only when
+    /// the blocker changes).
+    blocked: BTreeMap<(String, Reason), disruption::Blocked>,
     /// What the last pass that found nothing depended on, and until when
     /// its answer stands (the next time threshold: a node becoming
     /// consolidatable or expiring, a budget window, the resync).
@@ -535,7 +536,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut now_blocked = BTreeMap::new();
         for b in blocked {
             let key = (b.nodeclaim.clone(), b.reason);
-            if self.disruption.blocked.get(&key) != Some(&b.blocker) {
+            if self.disruption.blocked.get(&key).map(|p| &p.blocker) != Some(&b.blocker) {
                 self.event(
                     format!("NodeClaim/{}", b.nodeclaim),
                     "DisruptionBlocked",
@@ -545,9 +546,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     ),
                 );
             }
-            now_blocked.insert(key, b.blocker);
+            now_blocked.insert(key, b);
         }
         self.disruption.blocked = now_blocked;
+    }
+
+    /// The nodes the last disruption pass found wanted but blocked, by
+    /// NodeClaim and reason.
+    pub fn blocked(&self) -> impl Iterator<Item = &disruption::Blocked> {
+        self.disruption.blocked.values()
     }
 
     /// Keeps a pass's scheduling input for the next pass.

@@ -384,7 +384,7 @@ pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
 
 /// A node a voluntary disruption wants (drifted, or an underutilized
 /// consolidation candidate) but may not take now, and what holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Blocked {
     pub nodeclaim: String,
     pub node: String,

@@ -1312,6 +1312,7 @@ impl Simulation {
             gap,
             &usage,
         );
+        report.blocked = self.controller.blocked().cloned().collect();
         report.interruption_handling = std::mem::take(&mut self.interruption_handling);
         report.interruption_metrics = Some(self.controller.interruption_metrics.clone());
         report.metrics = run_metrics;

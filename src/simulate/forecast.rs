@@ -795,8 +795,9 @@ pub struct BlockedDrain {
     pub nodes: usize,
 }
 
-/// Nodes a disruption wants but may not take at the end of the window,
-/// with one blocker (a `DisruptionBlocked` Event's, the last per node).
+/// Nodes a disruption wants but may not take at the end of the window
+/// (as the controller's last pass found them), or took but cannot drain,
+/// with what blocks them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BlockedNodes {
     pub reason: String,
@@ -913,33 +914,40 @@ impl Outcome {
             entry.0 += 1;
             entry.1.insert(e.object.as_str());
         }
-        // The last DisruptionBlocked Event per NodeClaim and reason, for
-        // NodeClaims still there at the end and not disrupted after it.
-        let mut last_block: BTreeMap<(&str, &str), (&str, &str)> = BTreeMap::new();
-        for e in &r.events {
-            let Some(claim) = e.object.strip_prefix("NodeClaim/") else {
-                continue;
-            };
-            if e.reason == "DisruptionBlocked" {
-                let Some((reason, rest)) = e.message.split_once(": node ") else {
-                    continue;
-                };
-                let Some((node, blocker)) = rest.split_once(" cannot be disrupted: ") else {
-                    continue;
-                };
-                let node = node.split(" of NodePool ").next().unwrap_or(node);
-                last_block.insert((claim, reason), (node, blocker));
-            } else if e.kind == "Disruption" {
-                last_block.retain(|(c, _), _| *c != claim);
-            }
+        // What the controller's last disruption pass found blocked, and the
+        // disrupted nodes still there whose drain a budget holds (expired
+        // nodes are deleted outright: a PodDisruptionBudget holds their
+        // drain until their terminationGracePeriod, if any).
+        let mut blocked_nodes: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for b in &r.blocked {
+            blocked_nodes
+                .entry((b.reason.as_str().to_string(), b.blocker.clone()))
+                .or_default()
+                .push(b.node.clone());
         }
-        let mut blocked_nodes: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
-        for ((claim, reason), (node, blocker)) in last_block {
-            if by_claim.get(claim).is_some_and(|n| n.deleted_at.is_none()) {
+        let disrupted_reason: BTreeMap<&str, &str> = r
+            .disruptions
+            .iter()
+            .flat_map(|d| d.nodeclaims.iter().map(|c| (c.as_str(), d.reason.as_str())))
+            .collect();
+        for (budget, (_, claims)) in &blocked {
+            for object in claims {
+                let Some(claim) = object.strip_prefix("NodeClaim/") else {
+                    continue;
+                };
+                let (Some(reason), Some(node)) = (
+                    disrupted_reason.get(claim),
+                    by_claim.get(claim).filter(|n| n.deleted_at.is_none()),
+                ) else {
+                    continue;
+                };
                 blocked_nodes
-                    .entry((reason, blocker))
+                    .entry((
+                        reason.to_string(),
+                        format!("its drain is held by PodDisruptionBudget {budget}"),
+                    ))
                     .or_default()
-                    .push(node.to_string());
+                    .push(node.name.clone());
             }
         }
         let s = &r.summary;
@@ -1008,9 +1016,10 @@ impl Outcome {
                 .into_iter()
                 .map(|((reason, blocker), mut nodes)| {
                     nodes.sort();
+                    nodes.dedup();
                     BlockedNodes {
-                        reason: reason.to_string(),
-                        blocker: blocker.to_string(),
+                        reason,
+                        blocker,
                         nodes,
                     }
                 })

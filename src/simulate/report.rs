@@ -510,6 +510,9 @@ pub struct Report {
     /// time axis (what the HTML report draws).
     pub series: Series,
     pub unschedulable: Vec<Unschedulable>,
+    /// The nodes a disruption wanted but could not take at the end (the
+    /// controller's last disruption pass), each with its blocker.
+    pub blocked: Vec<crate::disruption::Blocked>,
     pub summary: Summary,
     /// Wall-clock time from the receipt of each interruption message to
     /// its handling done (NodeClaims marked for deletion), in delivery
@@ -1029,6 +1032,7 @@ impl Recorder {
                 .into_iter()
                 .map(|(pod, reason)| Unschedulable { pod, reason })
                 .collect(),
+            blocked: Vec::new(),
             summary,
             interruption_handling: Vec::new(),
             interruption_metrics: None,
