@@ -547,3 +547,48 @@ fn nodes_karpenter_launched_are_adopted_stamped_and_left_unchanged() {
     assert_eq!(kept, claims.into_iter().collect());
     assert_all_pods_run(&r);
 }
+
+/// Forty underused nodes each keep one pod of a Deployment spread over
+/// hostnames with `ScheduleAnyway`. Respected (the default, as Karpenter's
+/// `PREFERENCE_POLICY=Respect`), the spread holds them: a new node is always
+/// an empty hostname domain, so no removal is cheaper
+/// (kubernetes-sigs/karpenter#667). `--preference-policy ignore` packs them.
+#[test]
+fn a_schedule_anyway_spread_holds_consolidation_unless_preferences_are_ignored() {
+    let scenario = "tests/scenarios/disruption/spread-anyway.yaml";
+    let live = |r: &Value| {
+        array(&r["nodes"])
+            .iter()
+            .filter(|n| n["deleted_at"].is_null())
+            .count()
+    };
+    let respected = report(scenario);
+    assert_all_pods_run(&respected);
+    assert_eq!(live(&respected), 40, "{}", respected["disruptions"]);
+    assert!(
+        !array(&respected["disruptions"])
+            .iter()
+            .any(|d| d["reason"] == "Underutilized"),
+        "{}",
+        respected["disruptions"]
+    );
+    let out = dovetail(&[
+        "simulate",
+        scenario,
+        "--output",
+        "json",
+        "--preference-policy",
+        "Ignore",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let ignored: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_all_pods_run(&ignored);
+    assert!(live(&ignored) <= 4, "{} nodes left", live(&ignored));
+    assert!(
+        array(&ignored["disruptions"])
+            .iter()
+            .any(|d| d["reason"] == "Underutilized"),
+        "{}",
+        ignored["disruptions"]
+    );
+}

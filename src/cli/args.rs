@@ -167,6 +167,15 @@ pub struct DiffArgs {
     /// With --forecast: Karpenter's feature gates both sides' controllers run with (Name=bool,...; default: FEATURE_GATES, else Karpenter's defaults).
     #[arg(long, value_name = "GATES", requires = "forecast", value_parser = parse_feature_gates)]
     pub feature_gates: Option<String>,
+    /// With --forecast: how both sides' controllers treat preferred affinities, ScheduleAnyway spreads and PreferNoSchedule (Karpenter's PREFERENCE_POLICY).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "POLICY",
+        ignore_case = true,
+        requires = "forecast"
+    )]
+    pub preference_policy: Option<PreferencesArg>,
     /// With --forecast: write each side's whole simulation report into DIR (a.json, a.html, b.json, b.html; the HTML with the charts of `simulate --output html`).
     #[arg(long, value_name = "DIR", requires = "forecast")]
     pub forecast_reports: Option<PathBuf>,
@@ -193,6 +202,15 @@ pub enum PreferencesArg {
     Respect,
     /// Drop preferences entirely.
     Ignore,
+}
+
+impl From<PreferencesArg> for crate::scheduling::Preferences {
+    fn from(p: PreferencesArg) -> Self {
+        match p {
+            PreferencesArg::Respect => crate::scheduling::Preferences::Respect,
+            PreferencesArg::Ignore => crate::scheduling::Preferences::Ignore,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -261,6 +279,9 @@ pub struct SimulateArgs {
     /// Karpenter's feature gates (Name=bool,...; default: FEATURE_GATES); each gate named here wins over the scenario's settings.featureGates.
     #[arg(long, value_name = "GATES", value_parser = parse_feature_gates)]
     pub feature_gates: Option<String>,
+    /// How the controller treats preferences (Karpenter's PREFERENCE_POLICY) [default: the scenario's settings.preferencePolicy, else respect].
+    #[arg(long, value_enum, value_name = "POLICY", ignore_case = true)]
+    pub preference_policy: Option<PreferencesArg>,
     /// Serve the simulated cluster as a Kubernetes API on ADDR, a loopback address such as 127.0.0.1:8443 (port 0: any free port), running in real time until interrupted or the scenario ends; kubectl and `dovetail controller` can use it.
     #[arg(long, value_name = "ADDR")]
     pub serve: Option<String>,
@@ -532,6 +553,9 @@ pub struct ControllerArgs {
     /// ...or when it has been open this long.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_poll_interval, env = "DOVETAIL_BATCH_MAX_DURATION")]
     pub batch_max_duration: std::time::Duration,
+    /// How provisioning and consolidation treat preferred node and pod affinities, ScheduleAnyway topology spreads and PreferNoSchedule taints (Karpenter's PREFERENCE_POLICY): respect relaxes them one at a time only when a pod fits nowhere otherwise (so they can keep nodes from being consolidated); ignore drops them.
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = PreferencesArg::Respect, ignore_case = true, env = "DOVETAIL_PREFERENCE_POLICY")]
+    pub preference_policy: PreferencesArg,
     /// Karpenter's feature gates, as Karpenter spells them: Name=bool,... (NodeRepair, ReservedCapacity, SpotToSpotConsolidation, NodeOverlay, StaticCapacity, CapacityBuffer) [default: FEATURE_GATES, else Karpenter v1.14.1's defaults].
     #[arg(long, value_name = "GATES", value_parser = parse_feature_gates, env = "DOVETAIL_FEATURE_GATES")]
     pub feature_gates: Option<String>,

@@ -52,6 +52,7 @@ pub fn settings(a: &ControllerArgs) -> Result<Settings, String> {
         rebalance_as_interruption: a.feature_rebalance,
         batch_idle: a.batch_idle_duration,
         batch_max: a.batch_max_duration,
+        preferences: a.preference_policy.into(),
         ..Settings::default()
     })
 }

@@ -41,6 +41,7 @@ pub(super) fn settings(a: &DiffArgs) -> Result<Option<Settings>, String> {
         launch_delay: duration("--launch-delay", &a.launch_delay)?,
         scales: a.scale.clone(),
         feature_gates: super::feature_gates(a.feature_gates.as_deref(), Default::default())?,
+        preferences: a.preference_policy.map(Into::into).unwrap_or_default(),
     }))
 }
 

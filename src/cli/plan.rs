@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::args::{OutputFormat, PlanArgs, PreferencesArg};
+use super::args::{OutputFormat, PlanArgs};
 use super::validate::{display_prefix, load_repo};
 use super::{CATALOG_HINT, Io, exit, render};
 use crate::clock::{Clock, SystemClock};
@@ -11,7 +11,7 @@ use crate::convert::{ConfigDocs, build_input_from, nodepool_specs_with_overlays}
 use crate::diag::Severity;
 use crate::model::catalog::read_catalog;
 use crate::plan::read_pods;
-use crate::scheduling::{Preferences, SolveOptions, solve};
+use crate::scheduling::{SolveOptions, solve};
 use crate::snapshot::read_snapshot_located;
 
 pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
@@ -128,10 +128,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
         }
     };
     let opts = SolveOptions {
-        preferences: match a.preferences {
-            PreferencesArg::Respect => Preferences::Respect,
-            PreferencesArg::Ignore => Preferences::Ignore,
-        },
+        preferences: a.preferences.into(),
         now_ms,
     };
     let start = Instant::now();

@@ -105,6 +105,9 @@ pub(crate) fn run_with_progress(
         }
     };
     // The command line wins over the scenario's settings, gate by gate.
+    if let Some(p) = a.preference_policy {
+        scenario.preferences = p.into();
+    }
     scenario.feature_gates =
         match super::feature_gates(a.feature_gates.as_deref(), scenario.feature_gates) {
             Ok(g) => g,
@@ -399,6 +402,7 @@ mod tests {
                 metrics_label: Vec::new(),
                 snapshot_out: None,
                 feature_gates: None,
+                preference_policy: None,
                 serve: None,
                 kubeconfig_out: None,
                 audit_log: None,

@@ -56,7 +56,7 @@ use crate::drift::{self, DriftReason, NodeView};
 use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::scheduling::removal::Removals;
-use crate::scheduling::{NodePoolSpec, Preferences, SolveOptions};
+use crate::scheduling::{NodePoolSpec, SolveOptions};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 
 /// A disruption pass runs at most this often, as the reference's.
@@ -464,7 +464,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.metrics.eligible(&facts.candidates);
         let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
         let opts = SolveOptions {
-            preferences: Preferences::Respect,
+            preferences: self.settings.preferences,
             now_ms: now.as_millisecond(),
         };
         let pass = Pass {
@@ -706,7 +706,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
         let opts = SolveOptions {
-            preferences: Preferences::Respect,
+            preferences: self.settings.preferences,
             now_ms: now.as_millisecond(),
         };
         let pass = Pass {

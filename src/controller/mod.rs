@@ -47,6 +47,7 @@ use crate::api::common::{Condition, ConditionStatus};
 use crate::clock::{Clock, Timestamp};
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::Cluster;
+use crate::scheduling::Preferences;
 
 /// How many launches are in flight at once by default: with EC2's
 /// CreateFleet answering in about a second, a scale-up of N NodeClaims
@@ -99,6 +100,11 @@ pub struct Settings {
     pub batch_max: Duration,
     /// How many launches (CreateFleet calls) are in flight at once.
     pub launch_concurrency: usize,
+    /// How provisioning and consolidation treat preferred affinities,
+    /// `ScheduleAnyway` spreads and `PreferNoSchedule` (the reference's
+    /// `PREFERENCE_POLICY`): respected and relaxed one at a time only when
+    /// a pod fits nowhere otherwise, or ignored.
+    pub preferences: Preferences,
 }
 
 impl Default for Settings {
@@ -119,6 +125,7 @@ impl Default for Settings {
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
             launch_concurrency: LAUNCH_CONCURRENCY,
+            preferences: Preferences::Respect,
         }
     }
 }
@@ -247,6 +254,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     provider_index: interruption::ProviderIndex,
     /// Pods the last solve could not place, with the reason.
     unschedulable: BTreeMap<String, String>,
+    /// Pending pods whose preferences were last logged as able to keep
+    /// consolidation away, and when (once an hour per pod and kind).
+    preference_warned: BTreeMap<(String, &'static str), Timestamp>,
     /// Names new NodeClaims deterministically.
     sequence: u64,
     /// Instances launched for NodeClaims whose status does not name them
@@ -300,6 +310,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             interruption_metrics: crate::interruption::Metrics::new(),
             provider_index: interruption::ProviderIndex::default(),
             unschedulable: BTreeMap::new(),
+            preference_warned: BTreeMap::new(),
             sequence: 0,
             unrecorded: None,
             launch_failures: std::collections::HashMap::new(),

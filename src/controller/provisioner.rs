@@ -33,7 +33,7 @@ use crate::cluster::{Cluster, ObjectKey};
 use crate::convert::{build_input_with_pools, nodepool_spec_with_types};
 use crate::model::{InstanceType, Requirement, Requirements};
 use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
-use crate::scheduling::{NewNodeClaim, NodePoolSpec, Preferences, SolveOptions, solve};
+use crate::scheduling::{NewNodeClaim, NodePoolSpec, SolveOptions, solve};
 use crate::snapshot::Snapshot;
 
 /// A batch closes when no new pending pod arrived for this long...
@@ -729,7 +729,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let result = solve(
             &input,
             &SolveOptions {
-                preferences: Preferences::Respect,
+                preferences: self.settings.preferences,
                 now_ms,
             },
         )
@@ -739,8 +739,70 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// One solve for the pending pods: the NodeClaims it created, and where
     /// it placed each pod.
+    /// Logs, once an hour per pod, the pending pods whose preferences can
+    /// keep their nodes from being consolidated while they are respected: a
+    /// preferred pod anti-affinity, a `ScheduleAnyway` spread (as the
+    /// reference warns).
+    fn warn_preferences(&mut self, pods: &[Arc<SlimPod>], now: Timestamp) {
+        const AGAIN: Duration = Duration::from_secs(3600);
+        if self.settings.preferences == crate::scheduling::Preferences::Ignore {
+            return;
+        }
+        self.preference_warned
+            .retain(|_, at| now.duration_since(*at).as_secs() < AGAIN.as_secs() as i64);
+        let mut found: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+        for p in pods {
+            let Some(spec) = p.spec.as_ref() else {
+                continue;
+            };
+            let anti = spec
+                .affinity
+                .as_ref()
+                .and_then(|a| a.pod_anti_affinity.as_ref())
+                .and_then(|a| {
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
+                .is_some_and(|t| !t.is_empty());
+            let spread = spec
+                .topology_spread_constraints
+                .iter()
+                .flatten()
+                .any(|c| c.when_unsatisfiable == "ScheduleAnyway");
+            let key = format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or("default"),
+                p.metadata.name.as_deref().unwrap_or_default()
+            );
+            for (kind, has) in [("anti-affinity", anti), ("topology-spread", spread)] {
+                if has
+                    && self
+                        .preference_warned
+                        .insert((key.clone(), kind), now)
+                        .is_none()
+                {
+                    found.entry(kind).or_default().push(key.clone());
+                }
+            }
+        }
+        for (kind, pods) in found {
+            let shown: Vec<&String> = pods.iter().take(10).collect();
+            let what = if kind == "anti-affinity" {
+                "a preferred pod anti-affinity"
+            } else {
+                "a ScheduleAnyway topology spread"
+            };
+            tracing::info!(
+                pods = ?shown,
+                count = pods.len(),
+                "pod(s) have {what}, which can prevent consolidation (--preference-policy Ignore drops preferences)"
+            );
+        }
+    }
+
     async fn provision(&mut self, pods: &[Arc<SlimPod>]) -> Provisioned {
         let now = self.clock.now();
+        self.warn_preferences(pods, now);
         let mut out = Provisioned::default();
         let (pools, specs, catalog) = self.nodepool_specs().await;
         let specs = dynamic_only(&specs, &pools);
@@ -760,7 +822,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let solved = solve(
             &input,
             &SolveOptions {
-                preferences: Preferences::Respect,
+                preferences: self.settings.preferences,
                 now_ms,
             },
         );

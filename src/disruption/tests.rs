@@ -128,8 +128,18 @@ fn run_with(
     consolidation: bool,
     uninitialized: BTreeSet<String>,
 ) -> Outcome {
+    run_opts(f, budgets, consolidation, uninitialized, &opts())
+}
+
+fn run_opts(
+    f: &Fixture,
+    budgets: BTreeMap<String, Allowed>,
+    consolidation: bool,
+    uninitialized: BTreeSet<String>,
+    opts: &SolveOptions,
+) -> Outcome {
     let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
-    let mut removals = Removals::new(&f.input, &homes, &opts()).unwrap();
+    let mut removals = Removals::new(&f.input, &homes, opts).unwrap();
     let pass = Pass {
         candidates: f.candidates.clone(),
         budgets,
@@ -788,4 +798,145 @@ fn blocked_candidates_name_their_blocker() {
     // A budget that allows some is no block: the rest wait their turn.
     pass.budgets = budget(Reason::Drifted, 1);
     assert_eq!(blocked(&pass).len(), 1);
+}
+
+/// A pass with the scheduler's preferences respected or ignored (the
+/// reference's `PREFERENCE_POLICY`).
+fn run_preferences(f: &Fixture, preferences: Preferences) -> Outcome {
+    let opts = SolveOptions {
+        preferences,
+        now_ms: 0,
+    };
+    run_opts(f, unbounded(), true, BTreeSet::new(), &opts)
+}
+
+/// Labels every pod of the fixture `app=foo`, bound and moving alike, and
+/// lets `edit` add constraints to the moving ones.
+fn app_foo(f: &mut Fixture, edit: impl Fn(&mut PodSpec)) {
+    for n in &mut f.input.nodes {
+        for p in &mut n.pods {
+            p.labels.insert("app".into(), "foo".into());
+        }
+    }
+    for p in &mut f.input.pods {
+        p.labels.insert("app".into(), "foo".into());
+        edit(p);
+    }
+}
+
+// Consolidation "Preferences": "should consolidate a node through deletion
+// when ignoring preferences".
+#[test]
+fn should_consolidate_a_node_through_deletion_when_ignoring_preferences() {
+    // The cheapest on-demand type: no replacement is cheaper.
+    let mut f = cluster(&[("a", "small", &[500, 500]), ("b", "small", &[500])]);
+    f.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    app_foo(&mut f, |p| {
+        p.preferred_anti_affinity.push((
+            1,
+            crate::scheduling::tests::term("app", "foo", "kubernetes.io/hostname"),
+        ))
+    });
+    let cmd = run_preferences(&f, Preferences::Ignore).command.unwrap();
+    assert_eq!(cmd.decision(), "delete");
+    assert_eq!(nodes_of(&cmd), ["b"]);
+    // Respected, the preference keeps b's pod off a: b is not deleted.
+    let respected = run_preferences(&f, Preferences::Respect).command;
+    assert!(
+        respected.as_ref().is_none_or(|c| c.decision() != "delete"),
+        "{respected:?}"
+    );
+}
+
+// Consolidation "Preferences": "should consolidate a node through
+// replacement when ignoring preferences".
+#[test]
+fn should_consolidate_a_node_through_replacement_when_ignoring_preferences() {
+    // The pod prefers the most expensive type, the one it runs on.
+    let mut f = cluster(&[("a", "large", &[500])]);
+    f.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    app_foo(&mut f, |p| {
+        let mut large = crate::model::Requirements::new();
+        large.add(
+            "node.kubernetes.io/instance-type",
+            crate::model::Requirement::in_values(["large"]),
+        );
+        p.preferred_terms.push((1, large));
+    });
+    let cmd = run_preferences(&f, Preferences::Ignore).command.unwrap();
+    assert_eq!(cmd.decision(), "replace");
+    assert!(
+        !cmd.replacements[0]
+            .instance_types
+            .contains(&"large".to_string()),
+        "{:?}",
+        cmd.replacements[0]
+    );
+    // Respected, the replacement would be the same type at the same price:
+    // no consolidation.
+    assert!(run_preferences(&f, Preferences::Respect).command.is_none());
+}
+
+/// Forty nodes, each left with one pod of a Deployment that spreads over
+/// hostnames with `ScheduleAnyway`.
+fn forty_spread_nodes(f: &mut Fixture) {
+    app_foo(f, |p| {
+        let mut s = crate::scheduling::tests::spread("app", "foo", "kubernetes.io/hostname", 1);
+        s.when_unsatisfiable = crate::scheduling::Unsatisfiable::ScheduleAnyway;
+        p.spread.push(s);
+    });
+}
+
+#[test]
+fn a_schedule_anyway_hostname_spread_holds_consolidation_unless_preferences_are_ignored() {
+    let names: Vec<String> = (0..40).map(|i| format!("n{i:02}")).collect();
+    let nodes: Vec<(&str, &str, &[i64])> = names
+        .iter()
+        .map(|n| (n.as_str(), "small", &[250_i64][..]))
+        .collect();
+    let mut f = cluster(&nodes);
+    f.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    forty_spread_nodes(&mut f);
+    // As the reference: the spread's hostname domains start at zero (a new
+    // node is always a domain of its own), so each pod "prefers" a node of
+    // its own, which a new node gives it; nothing is cheaper that way
+    // (kubernetes-sigs/karpenter#667).
+    let respected = run_preferences(&f, Preferences::Respect).command;
+    assert!(respected.is_none(), "{respected:#?}");
+    // Ignored, the pods pack: most of the forty go at once.
+    let cmd = run_preferences(&f, Preferences::Ignore).command.unwrap();
+    assert_eq!(cmd.method, Method::MultiNodeConsolidation);
+    assert!(cmd.candidates.len() >= 37, "{}", cmd.candidates.len());
+}
+
+#[test]
+fn a_removal_trial_does_not_relax_a_spread_to_fit_its_one_replacement() {
+    // Forty medium nodes: a small one holds each pod for less. The
+    // reference's scheduler gives each spread pod a new node of its own
+    // rather than relax the spread, so a multi-node trial needs forty
+    // replacements and fails; single-node consolidation replaces one.
+    let names: Vec<String> = (0..40).map(|i| format!("n{i:02}")).collect();
+    let nodes: Vec<(&str, &str, &[i64])> = names
+        .iter()
+        .map(|n| (n.as_str(), "medium", &[250_i64][..]))
+        .collect();
+    let mut f = cluster(&nodes);
+    f.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    forty_spread_nodes(&mut f);
+    let cmd = run_preferences(&f, Preferences::Respect).command.unwrap();
+    assert_eq!(cmd.method, Method::SingleNodeConsolidation);
+    assert_eq!(cmd.candidates.len(), 1);
+    assert_eq!(cmd.replacements[0].instance_types[0], "small");
 }

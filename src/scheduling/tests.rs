@@ -100,7 +100,7 @@ fn selector(k: &str, v: &str) -> LabelSelector {
     }
 }
 
-fn term(k: &str, v: &str, key: &str) -> PodAffinityTerm {
+pub(crate) fn term(k: &str, v: &str, key: &str) -> PodAffinityTerm {
     PodAffinityTerm {
         selector: selector(k, v),
         namespaces: Namespaces::Names(["default".to_string()].into_iter().collect()),
@@ -108,7 +108,7 @@ fn term(k: &str, v: &str, key: &str) -> PodAffinityTerm {
     }
 }
 
-fn spread(k: &str, v: &str, key: &str, skew: u32) -> TopologySpread {
+pub(crate) fn spread(k: &str, v: &str, key: &str, skew: u32) -> TopologySpread {
     TopologySpread {
         topology_key: key.into(),
         max_skew: skew,

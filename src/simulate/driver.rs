@@ -425,6 +425,7 @@ fn new_controller(
             static_capacity: gates.static_capacity,
             node_repair: gates.node_repair,
             launch_concurrency: scenario.launch_concurrency,
+            preferences: scenario.preferences,
             node_overlay: gates.node_overlay,
             capacity_buffer: gates.capacity_buffer,
             ..Settings::default()

@@ -131,6 +131,8 @@ pub struct Settings {
     pub launch_delay: Duration,
     pub scales: Vec<ScaleChange>,
     pub feature_gates: crate::controller::features::FeatureGates,
+    /// How both sides' controllers treat preferences.
+    pub preferences: crate::scheduling::Preferences,
 }
 
 impl Default for Settings {
@@ -141,6 +143,7 @@ impl Default for Settings {
             launch_delay: DEFAULT_LAUNCH_DELAY,
             scales: Vec::new(),
             feature_gates: Default::default(),
+            preferences: Default::default(),
         }
     }
 }
@@ -634,6 +637,7 @@ impl Start {
             pods: Default::default(),
             feature_gates: settings.feature_gates,
             launch_concurrency: crate::controller::LAUNCH_CONCURRENCY,
+            preferences: settings.preferences,
             steps: settings
                 .scales
                 .iter()

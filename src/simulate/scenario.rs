@@ -52,6 +52,9 @@ pub struct Scenario {
     /// How many launches the controller sends at once
     /// (`settings: {launchConcurrency: N}`).
     pub launch_concurrency: usize,
+    /// How the controller treats preferences
+    /// (`settings: {preferencePolicy: Respect|Ignore}`).
+    pub preferences: crate::scheduling::Preferences,
     pub steps: Vec<Step>,
     /// Offset from `start` at which the simulation ends.
     pub until: Duration,
@@ -589,9 +592,27 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         None => PodSettings::default(),
     };
     let mut launch_concurrency = crate::controller::LAUNCH_CONCURRENCY;
+    let mut preferences = crate::scheduling::Preferences::default();
     let feature_gates = match root.get("settings") {
         Some(n) => {
-            check_keys(&ctx, n, &["featureGates", "launchConcurrency"], "settings")?;
+            check_keys(
+                &ctx,
+                n,
+                &["featureGates", "launchConcurrency", "preferencePolicy"],
+                "settings",
+            )?;
+            if let Some(p) = n.get("preferencePolicy") {
+                preferences = match ctx.str(p, "preferencePolicy")? {
+                    "Respect" => crate::scheduling::Preferences::Respect,
+                    "Ignore" => crate::scheduling::Preferences::Ignore,
+                    other => {
+                        return Err(ctx.err(
+                            p,
+                            format!("preferencePolicy must be Respect or Ignore, not {other:?}"),
+                        ));
+                    }
+                };
+            }
             if let Some(c) = n.get("launchConcurrency") {
                 launch_concurrency = match &c.value {
                     Value::Number(n) if n.as_u64().is_some_and(|i| i >= 1) => {
@@ -656,6 +677,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         pods,
         feature_gates,
         launch_concurrency,
+        preferences,
         steps,
         until,
         faults,
@@ -1659,8 +1681,12 @@ mod tests {
             "2:26: unknown feature gate \"SpotToSpot\"; the known gates are NodeRepair (default false), ReservedCapacity (default true), SpotToSpotConsolidation (default false), NodeOverlay (default false), StaticCapacity (default false), CapacityBuffer (default false)"
         );
         assert_eq!(
+            err("config: r\nsettings: {preferencePolicy: ignore}\n"),
+            "2:30: preferencePolicy must be Respect or Ignore, not \"ignore\""
+        );
+        assert_eq!(
             err("config: r\nsettings: {spotToSpot: true}\n"),
-            "2:12: unknown field `spotToSpot` in settings; expected one of featureGates, launchConcurrency"
+            "2:12: unknown field `spotToSpot` in settings; expected one of featureGates, launchConcurrency, preferencePolicy"
         );
     }
 

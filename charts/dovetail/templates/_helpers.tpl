@@ -173,6 +173,9 @@ DOVETAIL_BATCH_MAX_DURATION: {{ . | quote }}
 {{- with $s.batchIdleDuration }}
 DOVETAIL_BATCH_IDLE_DURATION: {{ . | quote }}
 {{- end }}
+{{- with $s.preferencePolicy }}
+DOVETAIL_PREFERENCE_POLICY: {{ . | quote }}
+{{- end }}
 {{- if not (kindIs "invalid" $s.vmMemoryOverheadPercent) }}
 {{- /* Karpenter's setting is a fraction (0.075), dovetail's flag a percentage (7.5). */}}
 DOVETAIL_VM_MEMORY_OVERHEAD_PERCENT: {{ round (mulf $s.vmMemoryOverheadPercent 100) 6 | toString | quote }}

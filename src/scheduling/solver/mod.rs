@@ -371,6 +371,9 @@ pub(crate) struct Solver<'a> {
     /// At most this many claims may exist (removal trials that allow only
     /// one replacement); `None` in a solve.
     claim_cap: Option<usize>,
+    /// Set when `choose` failed only because of `claim_cap`: a new claim
+    /// would have held the pod, so its preferences are not relaxed.
+    capped: bool,
 }
 
 fn add_into(a: &mut [i64], b: &[i64]) {

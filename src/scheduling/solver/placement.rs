@@ -101,6 +101,7 @@ impl Solver<'_> {
                     continue;
                 }
             };
+            self.capped = false;
             match self.choose(pod, &a) {
                 Ok(choice) => {
                     self.commit(pod, &a, choice);
@@ -112,7 +113,17 @@ impl Solver<'_> {
                     }
                     return Ok(());
                 }
-                Err(e) => last = e,
+                Err(e) => {
+                    last = e;
+                    // As in the reference, whose scheduler opens as many
+                    // NodeClaims as pods need (consolidation then refuses
+                    // more than one): preferences are relaxed only for a pod
+                    // nothing can hold, never to squeeze it onto the one
+                    // replacement a removal trial allows.
+                    if std::mem::take(&mut self.capped) {
+                        break;
+                    }
+                }
             }
         }
         Err(last)
@@ -188,6 +199,7 @@ impl Solver<'_> {
             if let Some((_, ci)) = best {
                 return Ok(Choice::Claim(ci));
             }
+            self.capped = (0..self.pools.len()).any(|pool| self.check_new(pod, a, pool).is_ok());
             return Err("no room on the remaining nodes or the replacement".into());
         }
         for pool in 0..self.pools.len() {

@@ -532,6 +532,7 @@ impl<'a> Solver<'a> {
             touched: Vec::new(),
             mean_alloc: Vec::new(),
             claim_cap: None,
+            capped: false,
         };
         let n_types: usize = s.pools.iter().map(|p| p.types.len()).sum();
         s.mean_alloc = (0..s.dims.len())
