@@ -592,3 +592,50 @@ fn a_schedule_anyway_spread_holds_consolidation_unless_preferences_are_ignored()
         ignored["disruptions"]
     );
 }
+
+/// A drifted node a PodDisruptionBudget keeps: its NodeClaim carries
+/// `Drifted` (reason and message `AMIDrift`, as Karpenter's drift
+/// controller writes it) and `Consolidatable` once `consolidateAfter` has
+/// passed, each with the time it became true, not rewritten at every pass.
+#[test]
+fn nodeclaims_carry_the_drifted_and_consolidatable_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snapshot.json");
+    let out = dovetail(&[
+        "simulate",
+        "tests/scenarios/disruption/conditions.yaml",
+        "--output",
+        "json",
+        "--snapshot-out",
+        snap.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let r: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(array(&r["disruptions"]).is_empty(), "{}", r["disruptions"]);
+    let list: Value = serde_json::from_str(&std::fs::read_to_string(&snap).unwrap()).unwrap();
+    let claims: Vec<&Value> = array(&list["items"])
+        .iter()
+        .filter(|o| o["kind"] == "NodeClaim")
+        .collect();
+    assert!(!claims.is_empty());
+    for c in claims {
+        let conds = array(&c["status"]["conditions"]);
+        let get = |t: &str| {
+            conds
+                .iter()
+                .find(|x| x["type"] == t)
+                .unwrap_or_else(|| panic!("no {t} in {c}"))
+        };
+        let drifted = get("Drifted");
+        assert_eq!(
+            (&drifted["status"], &drifted["reason"], &drifted["message"]),
+            (&"True".into(), &"AMIDrift".into(), &"AMIDrift".into())
+        );
+        // The release came at 10m; the condition was written then, once.
+        let since = at(&r, &drifted["lastTransitionTime"]);
+        assert!((600.0..700.0).contains(&since), "{since}");
+        let consolidatable = get("Consolidatable");
+        assert_eq!(consolidatable["status"], "True");
+        assert!(at(&r, &consolidatable["lastTransitionTime"]) < 600.0);
+    }
+}

@@ -42,7 +42,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
-use super::{Controller, conditions, is_true, set_condition};
+use super::{Controller, clear_condition, conditions, is_true, set_condition};
 use crate::api::nodepool::ConsolidationPolicy;
 use crate::api::{
     ANNOTATION_DO_NOT_DISRUPT, EC2NodeClass, NodeClaim, NodePool, SlimPod, TAINT_DISRUPTED,
@@ -143,6 +143,9 @@ struct Facts {
     next_threshold: Option<Timestamp>,
     /// The static NodePools, counted.
     statics: BTreeMap<String, disruption::statics::StaticPool>,
+    /// Per candidate NodeClaim, the `Drifted` reason and whether it is
+    /// `Consolidatable`, for its conditions.
+    conditions: Vec<(String, Option<&'static str>, bool)>,
 }
 
 /// The share of a NodeClaim's lifetime still ahead of it (1 without
@@ -458,7 +461,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return next.min(until(until_t, now));
         }
         self.disruption.last_pass = Some(now);
-        let Some(facts) = self.disruption_facts(now).await else {
+        let Some(mut facts) = self.disruption_facts(now).await else {
             return next.min(DISRUPTION_POLL);
         };
         self.metrics.eligible(&facts.candidates);
@@ -501,7 +504,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .inc_by(outcome.trials as f64);
         }
         let next_threshold = facts.next_threshold;
+        let wanted = std::mem::take(&mut facts.conditions);
         self.keep_input(facts);
+        let deciding: BTreeSet<String> = outcome
+            .command
+            .iter()
+            .flat_map(|c| c.candidates.iter().map(|c| c.nodeclaim.clone()))
+            .collect();
+        self.write_claim_conditions(wanted, &deciding, now).await;
         match outcome.command {
             None => {
                 // The fingerprint after this pass's own writes (pod event
@@ -800,6 +810,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let claims = self.cluster.list::<NodeClaim>();
 
         let mut candidates = Vec::new();
+        let mut conditions = Vec::new();
         let mut per_pool: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         let mut next_threshold: Option<Timestamp> = None;
         let mut threshold = |t: Timestamp| {
@@ -1100,6 +1111,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let lifetime = lifetime_remaining(claim, now);
             let cost: f64 = on_node.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime;
             let buffer_pods = self.buffers.on_nodes.get(&node_name).map_or(0, Vec::len);
+            let drift_reason = drift_reasons
+                .iter()
+                .filter(|r| r.is_certain())
+                .map(DriftReason::condition_reason)
+                .min()
+                .map(|(_, reason)| reason);
+            conditions.push((claim_name(claim), drift_reason, consolidatable));
             candidates.push(Candidate {
                 node: node_name,
                 nodeclaim: claim_name(claim),
@@ -1170,6 +1188,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 uninitialized,
                 next_threshold,
                 statics,
+                conditions,
             });
         }
         // CapacityBuffers' virtual pods on the nodes the last solve put
@@ -1250,7 +1269,64 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             uninitialized,
             next_threshold,
             statics,
+            conditions,
         })
+    }
+
+    /// Writes the `Drifted` and `Consolidatable` conditions of the pass's
+    /// candidates as the reference's NodeClaim disruption controller does:
+    /// `Drifted` true with the drift's reason as reason and message, or no
+    /// such condition; `Consolidatable` true once `consolidateAfter` has
+    /// passed since the last pod event, or no such condition. Only changed
+    /// NodeClaims are written, each read again first (this pass may have
+    /// written it); `skip` are the NodeClaims the pass's decision is about.
+    async fn write_claim_conditions(
+        &mut self,
+        wanted: Vec<(String, Option<&'static str>, bool)>,
+        skip: &BTreeSet<String>,
+        now: Timestamp,
+    ) {
+        for (name, drifted, consolidatable) in wanted {
+            if skip.contains(&name) {
+                continue;
+            }
+            let Some(claim) = self.cluster.get::<NodeClaim>(&ObjectKey::cluster(&name)) else {
+                continue;
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let mut updated = (*claim).clone();
+            let conds = updated
+                .status
+                .get_or_insert_with(Default::default)
+                .conditions
+                .get_or_insert_with(Vec::new);
+            let mut changed = match drifted {
+                Some(reason) => {
+                    set_condition(conds, conditions::DRIFTED, true, reason, reason, now)
+                }
+                None => clear_condition(conds, conditions::DRIFTED),
+            };
+            changed |= if consolidatable {
+                set_condition(
+                    conds,
+                    conditions::CONSOLIDATABLE,
+                    true,
+                    conditions::CONSOLIDATABLE,
+                    "",
+                    now,
+                )
+            } else {
+                clear_condition(conds, conditions::CONSOLIDATABLE)
+            };
+            if changed
+                && let Err(e) = self.cluster.replace_status(updated).await
+                && !e.is_not_found()
+            {
+                tracing::debug!(nodeclaim = %name, error = %e, "conditions not written");
+            }
+        }
     }
 
     /// Writes `status.lastPodEventTime` of a NodeClaim.

@@ -455,4 +455,13 @@ pub mod conditions {
     pub const REGISTERED: &str = "Registered";
     pub const INITIALIZED: &str = "Initialized";
     pub const READY: &str = "Ready";
+    pub const DRIFTED: &str = "Drifted";
+    pub const CONSOLIDATABLE: &str = "Consolidatable";
+}
+
+/// Removes a condition; whether there was one.
+pub(crate) fn clear_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
 }

@@ -203,6 +203,25 @@ impl DriftReason {
         }
     }
 
+    /// The reason the reference writes on the NodeClaim's `Drifted`
+    /// condition, and its rank: the reference checks the NodePool's hash,
+    /// then its requirements, then the instance type, then the cloud
+    /// (image, security groups, subnets, the EC2NodeClass's hash), and names
+    /// the first that drifted.
+    pub fn condition_reason(&self) -> (u8, &'static str) {
+        match self {
+            DriftReason::NodePoolTemplate { .. } | DriftReason::NodePoolDeleted => {
+                (0, "NodePoolDrifted")
+            }
+            DriftReason::Requirements { .. } => (1, "RequirementsDrifted"),
+            DriftReason::InstanceType { .. } => (2, "InstanceTypeNotFound"),
+            DriftReason::Ami { .. } | DriftReason::AmiSelection { .. } => (3, "AMIDrift"),
+            DriftReason::SecurityGroups { .. } => (4, "SecurityGroupDrift"),
+            DriftReason::Subnet { .. } => (5, "SubnetDrift"),
+            DriftReason::EC2NodeClass { .. } => (6, "NodeClassDrift"),
+        }
+    }
+
     /// Whether the node certainly drifts (not only if a selection resolves
     /// to a different image).
     pub fn is_certain(&self) -> bool {
