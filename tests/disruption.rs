@@ -397,13 +397,18 @@ fn restart(name: &str) -> Value {
     report(&format!("tests/scenarios/restart/{name}.yaml"))
 }
 
-/// `(t, object, reason)` of every event but the restart itself and
-/// `DisruptionBlocked` (a new controller reports what blocks a node again,
-/// as a restarted Karpenter does).
+/// `(t, object, reason)` of every event but the restart itself,
+/// `DisruptionBlocked` and `Unconsolidatable` (a new controller reports
+/// what blocks a node again, as a restarted Karpenter does).
 fn timeline(r: &Value) -> Vec<(f64, String, String)> {
     array(&r["events"])
         .iter()
-        .filter(|e| e["reason"] != "Restarted" && e["reason"] != "DisruptionBlocked")
+        .filter(|e| {
+            !matches!(
+                e["reason"].as_str(),
+                Some("Restarted" | "DisruptionBlocked" | "Unconsolidatable")
+            )
+        })
         .map(|e| {
             (
                 e["t"].as_f64().unwrap(),

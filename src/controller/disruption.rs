@@ -89,6 +89,8 @@ pub struct DisruptionState {
     /// last `DisruptionBlocked` Event named the same: a new Event only when
     /// the blocker changes).
     blocked: BTreeMap<(String, Reason), disruption::Blocked>,
+    /// Per NodeClaim, the last `Unconsolidatable` Event's message and when.
+    unconsolidatable: BTreeMap<String, (String, Timestamp)>,
     /// What the last pass that found nothing depended on, and until when
     /// its answer stands (the next time threshold: a node becoming
     /// consolidatable or expiring, a budget window, the resync).
@@ -480,7 +482,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             statics: facts.statics.clone(),
         };
         let blocked = disruption::blocked(&pass);
-        let outcome = match Removals::new(&facts.input, &homes, &opts) {
+        let mut outcome = match Removals::new(&facts.input, &homes, &opts) {
             Ok(mut removals) => disruption::decide(&pass, &mut removals),
             Err(e) => {
                 self.event("Disruption".into(), "DisruptionFailed", e.to_string());
@@ -489,6 +491,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         drop(pass);
         self.report_blocked(blocked);
+        let node_of: BTreeMap<&str, &str> = facts
+            .candidates
+            .iter()
+            .map(|c| (c.nodeclaim.as_str(), c.node.as_str()))
+            .collect();
+        let unconsolidatable: Vec<(String, String, String)> =
+            std::mem::take(&mut outcome.unconsolidatable)
+                .into_iter()
+                .map(|(claim, why)| {
+                    let node = node_of.get(claim.as_str()).copied().unwrap_or_default();
+                    (claim, node.to_string(), why)
+                })
+                .collect();
+        self.report_unconsolidatable(unconsolidatable, now);
         tracing::debug!(
             candidates = facts.candidates.len(),
             consolidation = facts.consolidation,
@@ -537,6 +553,30 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 self.execute(cmd).await;
                 Duration::ZERO
             }
+        }
+    }
+
+    /// An `Unconsolidatable` Event on the Node and the NodeClaim that
+    /// single-node consolidation could not take, saying why, as the
+    /// reference's: again only when the reason changes or after 15 minutes
+    /// (its dedupe timeout).
+    fn report_unconsolidatable(&mut self, found: Vec<(String, String, String)>, now: Timestamp) {
+        const AGAIN: i64 = 15 * 60;
+        let seen = &mut self.disruption.unconsolidatable;
+        seen.retain(|_, (_, at)| now.duration_since(*at).as_secs() < AGAIN);
+        let mut due = Vec::new();
+        for (claim, node, why) in found {
+            if seen.get(&claim).is_some_and(|(w, _)| *w == why) {
+                continue;
+            }
+            seen.insert(claim.clone(), (why.clone(), now));
+            due.push((claim, node, why));
+        }
+        for (claim, node, why) in due {
+            if !node.is_empty() {
+                self.event(format!("Node/{node}"), "Unconsolidatable", why.clone());
+            }
+            self.event(format!("NodeClaim/{claim}"), "Unconsolidatable", why);
         }
     }
 

@@ -354,6 +354,10 @@ pub struct Outcome {
     pub trials: usize,
     /// Candidates considered by consolidation.
     pub evaluated: usize,
+    /// Why single-node consolidation could not take a candidate it tried,
+    /// as `(NodeClaim, message)` (the reference's `Unconsolidatable`
+    /// Events, in its words).
+    pub unconsolidatable: Vec<(String, String)>,
 }
 
 /// Decides one pass. `removals` is prepared over the cluster with every
@@ -503,8 +507,8 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
         });
     }
     let mut out = Outcome::default();
-    let removal = consolidation_trial(pass, removals, &current, &mut out);
-    consolidation(pass, cmd.method, &current, removal)
+    let (removal, needed) = consolidation_trial(pass, removals, &current, &mut out);
+    consolidation(pass, cmd.method, &current, removal, needed).ok()
 }
 
 fn names(cs: &[&Candidate]) -> Vec<String> {
@@ -550,20 +554,26 @@ fn not_on_uninitialized(pass: &Pass<'_>, mut removal: Removal) -> Removal {
 /// nodes plus at most one NodeClaim. When a free placement needs more, the
 /// pods are placed again with one claim allowed, which then grows to hold
 /// them all if any type can.
+/// A removal trial of `cs` allowing at most one replacement, and how many
+/// NodeClaims the pods would need without that limit.
 fn consolidation_trial(
     pass: &Pass<'_>,
     removals: &mut Removals<'_>,
     cs: &[&Candidate],
     out: &mut Outcome,
-) -> Removal {
+) -> (Removal, usize) {
     let removal = trial(pass, removals, cs, out);
-    if removal.nodeclaims.len() <= 1 {
-        return removal;
+    let needed = removal.nodeclaims.len();
+    if needed <= 1 {
+        return (removal, needed);
     }
     out.trials += 1;
     let nodes = names(cs);
     let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    not_on_uninitialized(pass, removals.remove_with(&refs, Some(1)))
+    (
+        not_on_uninitialized(pass, removals.remove_with(&refs, Some(1))),
+        needed,
+    )
 }
 
 fn price_of(cs: &[&Candidate]) -> f64 {
@@ -729,19 +739,43 @@ fn underutilized<'c>(pass: &Pass<'_>, sorted: &[&'c Candidate]) -> Vec<&'c Candi
 /// A consolidation of `cs` from a removal trial: a delete when the pods fit
 /// the remaining nodes, a replace when they need exactly one NodeClaim that
 /// can be made strictly cheaper than `cs`.
+/// The command that removes `cs` as `removal` found, or why there is none
+/// (in the reference's words): pods that fit nowhere, more than one
+/// replacement (`needed` without the limit of one), none cheaper.
 fn consolidation(
     pass: &Pass<'_>,
     method: Method,
     cs: &[&Candidate],
     removal: Removal,
-) -> Option<Command> {
-    if !removal.is_feasible() || removal.nodeclaims.len() > 1 {
-        return None;
+    needed: usize,
+) -> Result<Command, String> {
+    if needed > 1 && (!removal.is_feasible() || removal.nodeclaims.len() > 1) {
+        return Err(format!("Can't remove without creating {needed} candidates"));
+    }
+    if !removal.is_feasible() {
+        let shown: Vec<String> = removal
+            .unschedulable
+            .iter()
+            .take(3)
+            .map(|u| format!("pod {}: {}", u.pod, u.reason))
+            .collect();
+        let more = removal.unschedulable.len().saturating_sub(shown.len());
+        return Err(if more > 0 {
+            format!("{} and {more} more", shown.join("; "))
+        } else {
+            shown.join("; ")
+        });
+    }
+    if removal.nodeclaims.len() > 1 {
+        return Err(format!(
+            "Can't remove without creating {} candidates",
+            removal.nodeclaims.len()
+        ));
     }
     let total = price_of(cs);
     let candidates: Vec<Candidate> = cs.iter().map(|c| (*c).clone()).collect();
     match removal.nodeclaims.into_iter().next() {
-        None => Some(Command {
+        None => Ok(Command {
             method,
             reason: Reason::Underutilized,
             candidates,
@@ -755,8 +789,16 @@ fn consolidation(
             } else {
                 total
             };
-            let cheaper = cheaper_replacement(pass, claim, cap, all_spot)?;
-            Some(Command {
+            let only_spot = claim.capacity_types.iter().all(|c| c == CAPACITY_TYPE_SPOT);
+            let Some(cheaper) = cheaper_replacement(pass, claim, cap, all_spot) else {
+                return Err(if all_spot && only_spot && !pass.options.spot_to_spot {
+                    "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+                        .to_string()
+                } else {
+                    NOT_CHEAPER.to_string()
+                });
+            };
+            Ok(Command {
                 method,
                 reason: Reason::Underutilized,
                 candidates,
@@ -795,8 +837,16 @@ fn multi_node(
     let mut best: Option<Command> = None;
     while lo <= hi {
         let mid = lo + (hi - lo) / 2;
-        let removal = consolidation_trial(pass, removals, &cs[..mid], out);
-        match consolidation(pass, Method::MultiNodeConsolidation, &cs[..mid], removal) {
+        let (removal, needed) = consolidation_trial(pass, removals, &cs[..mid], out);
+        match consolidation(
+            pass,
+            Method::MultiNodeConsolidation,
+            &cs[..mid],
+            removal,
+            needed,
+        )
+        .ok()
+        {
             Some(cmd) => {
                 best = Some(cmd);
                 lo = mid + 1;
@@ -822,17 +872,25 @@ fn single_node(
         if let Floor::NewCapacity(floor) = removals.floor(&c.node)
             && floor >= c.price - EPS
         {
+            out.unconsolidatable
+                .push((c.nodeclaim.clone(), NOT_CHEAPER.to_string()));
             continue;
         }
-        let removal = consolidation_trial(pass, removals, &[c], out);
-        if let Some(cmd) = consolidation(pass, Method::SingleNodeConsolidation, &[c], removal)
-            && best.as_ref().is_none_or(|b| cmd.savings > b.savings + EPS)
-        {
-            best = Some(cmd);
+        let (removal, needed) = consolidation_trial(pass, removals, &[c], out);
+        match consolidation(pass, Method::SingleNodeConsolidation, &[c], removal, needed) {
+            Ok(cmd) => {
+                if best.as_ref().is_none_or(|b| cmd.savings > b.savings + EPS) {
+                    best = Some(cmd);
+                }
+            }
+            Err(why) => out.unconsolidatable.push((c.nodeclaim.clone(), why)),
         }
     }
     best
 }
+
+/// The reference's words when no replacement is cheaper.
+const NOT_CHEAPER: &str = "Can't replace with a cheaper node";
 
 /// The replacement limited to instance types strictly cheaper than
 /// `price`, cheapest first; `None` when none is, or when the spot rules

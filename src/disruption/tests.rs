@@ -940,3 +940,37 @@ fn a_removal_trial_does_not_relax_a_spread_to_fit_its_one_replacement() {
     assert_eq!(cmd.candidates.len(), 1);
     assert_eq!(cmd.replacements[0].instance_types[0], "small");
 }
+
+#[test]
+fn single_node_consolidation_says_why_it_cannot_take_a_node() {
+    // The cheapest on-demand type already: no cheaper replacement.
+    let mut f = cluster(&[("a", "small", &[1500])]);
+    f.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["on-demand"]),
+    );
+    let out = run(&f, unbounded(), true);
+    assert!(out.command.is_none());
+    assert_eq!(
+        out.unconsolidatable,
+        [(
+            "a-claim".to_string(),
+            "Can't replace with a cheaper node".to_string()
+        )]
+    );
+    // A spot node whose only replacement would be spot, without
+    // spot-to-spot consolidation.
+    let mut g = cluster(&[("b", "medium", &[1500])]);
+    g.input.nodepools[0].requirements.add(
+        "karpenter.sh/capacity-type",
+        crate::model::Requirement::in_values(["spot"]),
+    );
+    g.candidates[0].capacity_type = "spot".into();
+    g.candidates[0].price = 0.14;
+    let out = run(&g, unbounded(), true);
+    assert!(out.command.is_none(), "{:?}", out.command);
+    assert_eq!(
+        out.unconsolidatable[0].1,
+        "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+    );
+}
