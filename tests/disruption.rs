@@ -644,3 +644,37 @@ fn nodeclaims_carry_the_drifted_and_consolidatable_conditions() {
         assert!(at(&r, &consolidatable["lastTransitionTime"]) < 600.0);
     }
 }
+
+/// Each pod a launch is for is told where it will run, as Karpenter's
+/// provisioner tells it: a `Nominated` Event naming the NodeClaim.
+#[test]
+fn pods_are_nominated_to_the_nodeclaims_launched_for_them() {
+    let r = disruption("conditions");
+    let claims: BTreeSet<&str> = array(&r["nodes"])
+        .iter()
+        .map(|n| n["nodeclaim"].as_str().unwrap())
+        .collect();
+    let nominated: Vec<&Value> = array(&r["events"])
+        .iter()
+        .filter(|e| e["reason"] == "Nominated")
+        .collect();
+    let pods: BTreeSet<&str> = nominated
+        .iter()
+        .map(|e| e["object"].as_str().unwrap())
+        .collect();
+    assert_eq!(pods.len(), 4, "{nominated:?}");
+    for e in nominated {
+        assert!(
+            e["object"]
+                .as_str()
+                .unwrap()
+                .starts_with("Pod/default/web-")
+        );
+        let on = e["message"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("Pod should schedule on: nodeclaim/")
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!(claims.contains(on), "{on} not among {claims:?}");
+    }
+}

@@ -55,6 +55,11 @@ use crate::scheduling::Preferences;
 /// request-rate limits for mutating calls.
 pub const LAUNCH_CONCURRENCY: usize = 20;
 
+/// `Nominated` Events per second and their burst, as the reference's
+/// `PodNominationRateLimiter` (a token bucket).
+const NOMINATION_RATE: f64 = 5.0;
+const NOMINATION_BURST: f64 = 10.0;
+
 /// Timers of the controller. The defaults are the reference autoscaler's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -257,6 +262,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// Pending pods whose preferences were last logged as able to keep
     /// consolidation away, and when (once an hour per pod and kind).
     preference_warned: BTreeMap<(String, &'static str), Timestamp>,
+    /// The token bucket of `Nominated` Events: tokens left and when it was
+    /// last filled.
+    nominations: (f64, Option<Timestamp>),
     /// Names new NodeClaims deterministically.
     sequence: u64,
     /// Instances launched for NodeClaims whose status does not name them
@@ -311,6 +319,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             provider_index: interruption::ProviderIndex::default(),
             unschedulable: BTreeMap::new(),
             preference_warned: BTreeMap::new(),
+            nominations: (NOMINATION_BURST, None),
             sequence: 0,
             unrecorded: None,
             launch_failures: std::collections::HashMap::new(),

@@ -268,6 +268,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .filter_map(|c| c.metadata.name.clone()),
         );
         let planned = self.planned(solved_pods, &outcome, &previous, now);
+        self.nominate(&planned, &previous, now);
         self.batch = Batch {
             planned,
             solved_claims,
@@ -399,6 +400,52 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         super::conditions::INITIALIZED,
                     )
             })
+    }
+
+    /// A `Nominated` Event on each pod the solve newly counts on an
+    /// in-flight NodeClaim for ("Pod should schedule on: nodeclaim/X, node/Y",
+    /// as the reference's), at most as many as its token bucket allows.
+    fn nominate(
+        &mut self,
+        planned: &BTreeMap<String, Planned>,
+        previous: &BTreeMap<String, Planned>,
+        now: Timestamp,
+    ) {
+        let (tokens, filled) = &mut self.nominations;
+        if let Some(at) = *filled {
+            let secs = now.duration_since(at).as_secs_f64().max(0.0);
+            *tokens = (*tokens + secs * super::NOMINATION_RATE).min(super::NOMINATION_BURST);
+        }
+        *filled = Some(now);
+        let mut due = Vec::new();
+        for (pod, plan) in planned {
+            let Planned::InFlight(claim) = plan else {
+                continue;
+            };
+            if previous.get(pod) == Some(plan) || self.is_virtual(pod) {
+                continue;
+            }
+            if self.nominations.0 < 1.0 {
+                break;
+            }
+            self.nominations.0 -= 1.0;
+            due.push((pod.clone(), claim.clone()));
+        }
+        for (pod, claim) in due {
+            let node = self
+                .cluster
+                .get::<NodeClaim>(&ObjectKey::cluster(&claim))
+                .and_then(|c| c.status.as_ref()?.node_name.clone());
+            let on = match node {
+                Some(n) => format!("nodeclaim/{claim}, node/{n}"),
+                None => format!("nodeclaim/{claim}"),
+            };
+            self.event(
+                format!("Pod/{pod}"),
+                "Nominated",
+                format!("Pod should schedule on: {on}"),
+            );
+        }
     }
 
     /// What the solve decided for each pod of the batch, as the facts to
