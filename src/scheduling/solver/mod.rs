@@ -374,6 +374,9 @@ pub(crate) struct Solver<'a> {
     /// Set when `choose` failed only because of `claim_cap`: a new claim
     /// would have held the pod, so its preferences are not relaxed.
     capped: bool,
+    /// Whether `choose` should find out `capped`: the pod has a more
+    /// relaxed level to try.
+    check_capped: bool,
 }
 
 fn add_into(a: &mut [i64], b: &[i64]) {

@@ -93,7 +93,9 @@ impl Solver<'_> {
     pub(super) fn place(&mut self, pod: usize) -> Result<(), String> {
         let class = self.pod_class[pod];
         let mut last = String::from("no NodePool can launch capacity");
-        for r in self.levels(class) {
+        let levels = self.levels(class);
+        let loosest = levels.len().saturating_sub(1);
+        for (i, r) in levels.into_iter().enumerate() {
             let a = match self.attempt(class, &r) {
                 Ok(a) => a,
                 Err(e) => {
@@ -102,6 +104,8 @@ impl Solver<'_> {
                 }
             };
             self.capped = false;
+            // Only a level with another after it needs to know.
+            self.check_capped = i < loosest;
             match self.choose(pod, &a) {
                 Ok(choice) => {
                     self.commit(pod, &a, choice);
@@ -199,7 +203,8 @@ impl Solver<'_> {
             if let Some((_, ci)) = best {
                 return Ok(Choice::Claim(ci));
             }
-            self.capped = (0..self.pools.len()).any(|pool| self.check_new(pod, a, pool).is_ok());
+            self.capped = self.check_capped
+                && (0..self.pools.len()).any(|pool| self.check_new(pod, a, pool).is_ok());
             return Err("no room on the remaining nodes or the replacement".into());
         }
         for pool in 0..self.pools.len() {

@@ -533,6 +533,7 @@ impl<'a> Solver<'a> {
             mean_alloc: Vec::new(),
             claim_cap: None,
             capped: false,
+            check_capped: false,
         };
         let n_types: usize = s.pools.iter().map(|p| p.types.len()).sum();
         s.mean_alloc = (0..s.dims.len())
