@@ -905,7 +905,7 @@ fn resource_of(kind: &str) -> (String, String) {
     use k8s_openapi::api::core::v1::{
         ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
     };
-    use k8s_openapi::api::storage::v1::StorageClass;
+    use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
     let a = match kind {
         "Pod" => Access::of::<Pod>("list", None),
         "SlimPod" => Access::of::<dovetail::api::SlimPod>("list", None),
@@ -918,6 +918,7 @@ fn resource_of(kind: &str) -> (String, String) {
         "PersistentVolume" => Access::of::<PersistentVolume>("list", None),
         "PersistentVolumeClaim" => Access::of::<PersistentVolumeClaim>("list", None),
         "StorageClass" => Access::of::<StorageClass>("list", None),
+        "VolumeAttachment" => Access::of::<VolumeAttachment>("list", None),
         "Lease" => Access::of::<Lease>("list", None),
         "ConfigMap" => Access::of::<ConfigMap>("list", None),
         "NodeOverlay" => Access::of::<dovetail::api::NodeOverlay>("list", None),

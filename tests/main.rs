@@ -33,6 +33,7 @@ mod support;
 mod sync;
 mod testbed;
 mod validate;
+mod volumes;
 
 /// Whether the tests run as CI runs them (`CI=true`).
 pub fn in_ci() -> bool {

@@ -1569,3 +1569,115 @@ fn a_spot_interruption_drains_six_pods_behind_a_budget_of_one_within_the_notice(
         w.logs()
     );
 }
+
+/// Karpenter's `awaitVolumeDetachment` on the real API server: a
+/// VolumeAttachment on a node (created here, as the attach-detach
+/// controller would) holds the node's termination after its drain, with
+/// `VolumesDetached=Unknown` on the NodeClaim and an Event on the Node, the
+/// instance still running; once the attachment is deleted, the instance
+/// is terminated and the Node and NodeClaim go. The controller reads the
+/// attachments through its cache under the installed RBAC.
+#[test]
+fn termination_waits_for_the_nodes_volume_attachments_to_be_deleted() {
+    let mut w = World::new("volumes", false);
+    w.start_controller("a", &[]);
+    w.deployment("web", 1, "500m", "");
+    w.wait_ready("web", 1, Duration::from_secs(120));
+    w.wait_consistent(Duration::from_secs(60));
+    let claim = w.nodeclaims()[0].clone();
+    let claim_name = claim["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_string();
+    let node = claim["status"]["nodeName"]
+        .as_str()
+        .expect("registered")
+        .to_string();
+    let instance = claim["status"]["providerID"]
+        .as_str()
+        .and_then(|p| p.rsplit('/').next())
+        .expect("launched")
+        .to_string();
+    w.tb.apply(&format!(
+        "apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {{name: csi-held}}
+spec:
+  attacher: ebs.csi.aws.com
+  nodeName: {node}
+  source: {{persistentVolumeName: pv-held}}
+"
+    ));
+    w.tb.kubectl_ok(&["delete", "nodeclaim", &claim_name, "--wait=false"]);
+    let volumes_detached = |w: &World| -> Option<(String, String)> {
+        let out =
+            w.tb.kubectl(&["get", "nodeclaim", &claim_name, "-o", "json"]);
+        let claim: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let c = claim["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "VolumesDetached")?
+            .clone();
+        Some((
+            c["status"].as_str()?.to_string(),
+            c["reason"].as_str()?.to_string(),
+        ))
+    };
+    eventually(
+        "VolumesDetached=Unknown (AwaitingVolumeDetachment)",
+        &w,
+        Duration::from_secs(180),
+        || {
+            volumes_detached(&w)
+                .filter(|(s, r)| s == "Unknown" && r == "AwaitingVolumeDetachment")
+                .map(drop)
+        },
+    );
+    eventually(
+        "the AwaitingVolumeDetachment Event",
+        &w,
+        Duration::from_secs(60),
+        || {
+            w.tb.items(&[
+                "events",
+                "-A",
+                "--field-selector",
+                &format!("involvedObject.name={node},reason=AwaitingVolumeDetachment"),
+            ])
+            .iter()
+            .any(|e| e["message"] == "Awaiting deletion of bound volumeattachments (csi-held)")
+            .then_some(())
+        },
+    );
+    // Held: the drain is over, the instance still runs.
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(w.tb.kubectl(&["get", "node", &node]).status.success());
+    let running: BTreeSet<String> = w
+        .instances()
+        .into_iter()
+        .filter(|(_, state)| state == "running")
+        .map(|(id, _)| id)
+        .collect();
+    assert!(running.contains(&instance), "{instance} in {running:?}");
+    assert!(
+        w.pods("web")
+            .iter()
+            .all(|p| p["spec"]["nodeName"] != node.as_str())
+    );
+
+    w.tb.kubectl_ok(&["delete", "volumeattachment", "csi-held"]);
+    eventually("the Node gone", &w, Duration::from_secs(120), || {
+        (!w.tb.kubectl(&["get", "node", &node]).status.success()).then_some(())
+    });
+    eventually("the NodeClaim gone", &w, Duration::from_secs(60), || {
+        (!w.tb
+            .kubectl(&["get", "nodeclaim", &claim_name])
+            .status
+            .success())
+        .then_some(())
+    });
+    w.wait_ready("web", 1, Duration::from_secs(180));
+    let now = w.wait_consistent(Duration::from_secs(120));
+    assert!(!now.contains(&instance), "{instance} was terminated");
+    w.assert_nothing_forbidden();
+}

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -206,7 +206,9 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
                 .watch::<PodDisruptionBudget>()?
                 .watch::<PersistentVolume>()?
                 .watch::<PersistentVolumeClaim>()?
-                .watch::<StorageClass>()?;
+                .watch::<StorageClass>()?
+                // Termination waits for the node's volumes to detach.
+                .watch::<VolumeAttachment>()?;
             // The gated kinds only with their gates on: a cluster without
             // their CRDs (Karpenter's defaults) never lists them.
             let gated = settings(a).unwrap_or_default();

@@ -26,6 +26,7 @@ pub mod runtime;
 pub mod state_metrics;
 mod static_capacity;
 mod termination;
+pub mod volumes;
 
 pub use disruption::{
     ANNOTATION_DISRUPTION_DECIDED, ANNOTATION_DISRUPTION_REASON, ANNOTATION_REPLACED_BY,
@@ -245,6 +246,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     gc_due: Option<Timestamp>,
     /// Drains in progress, by NodeClaim (for `karpenter_nodes_drained_total`).
     drains: std::collections::HashSet<String>,
+    /// Nodes waiting for their volumes to detach, with the message of the
+    /// last `AwaitingVolumeDetachment` Event (one per change).
+    volume_waits: std::collections::HashMap<String, String>,
     /// The pods being evicted, each retried on its own schedule.
     pub evictions: Arc<eviction::EvictionQueue>,
     /// Whether something else runs [`Controller::evictions`]
@@ -312,6 +316,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             batch: Batch::default(),
             disruption: DisruptionState::default(),
             drains: std::collections::HashSet::new(),
+            volume_waits: std::collections::HashMap::new(),
             evictions: Arc::default(),
             evictions_elsewhere: false,
             gc_due: None,

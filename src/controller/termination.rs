@@ -38,7 +38,9 @@
 //! repair (`karpenter.sh/nodeclaim-termination-timestamp`): every pod is
 //! deleted at once with a grace period of 1 s. The instance is terminated,
 //! and the Node deleted, only once no pod is waited for any more
-//! (`controller.go`: `awaitDrain` before `awaitInstanceTermination`). A
+//! (`controller.go`: `awaitDrain` before `awaitInstanceTermination`), and
+//! its volumes are detached ([`super::volumes`]: `awaitVolumeDetachment`
+//! between the two). A
 //! drain stops when the instance is already gone (EC2 reclaimed or stopped
 //! it): the pods left are lost with it, and the node is released.
 
@@ -141,7 +143,7 @@ const STUCK_TERMINATING: Duration = Duration::from_secs(60);
 
 /// When a terminating pod stops holding a drain: a minute past its
 /// deletionTimestamp.
-fn stuck_at(pod: &SlimPod) -> Option<Timestamp> {
+pub(super) fn stuck_at(pod: &SlimPod) -> Option<Timestamp> {
     let deleted = pod.metadata.deletion_timestamp.as_ref()?;
     deleted.0.checked_add(STUCK_TERMINATING).ok()
 }
@@ -252,6 +254,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let now = self.clock.now();
         for claim in terminating {
+            let mut claim = claim.clone();
             let node = claim
                 .status
                 .as_ref()
@@ -266,19 +269,39 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .copied()
                     .filter(|p| waiting(p, now))
                     .collect();
-                if !draining.is_empty() && !self.instance_gone(claim).await {
+                let gone = !draining.is_empty() && self.instance_gone(&claim).await;
+                if !draining.is_empty() && !gone {
                     super::disruption::taint_terminating(&*self.cluster, node).await;
-                    let wait = self.drain(claim, &draining).await;
+                    let wait = self.drain(&claim, &draining).await;
                     next = next.min(wait);
                     continue;
                 }
-                if self.drains.remove(&claim_name(claim)) {
+                if self.drains.remove(&claim_name(&claim)) {
                     self.metrics
                         .nodes_drained
                         .with_label_values(&[claim.nodepool_name().unwrap_or_default()])
                         .inc();
                 }
+                // awaitVolumeDetachment, between the drain and the
+                // instance's termination (pointless once it is gone).
+                if !gone {
+                    let on_node: Vec<&Arc<SlimPod>> = pods_by_node
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .copied()
+                        .collect();
+                    let deadline = termination_deadline(&claim);
+                    if let Some(wait) = self
+                        .await_volume_detachment(&mut claim, node, &on_node, deadline)
+                        .await
+                    {
+                        next = next.min(wait);
+                        continue;
+                    }
+                }
             }
+            let claim = &claim;
             if !self.terminate_instance(claim).await {
                 next = next.min(DRAIN_POLL);
                 continue;
@@ -540,7 +563,8 @@ mod tests {
     //! node/termination suite_test.go and terminator/suite_test.go cases
     //! about evictions, terminating pods and `terminationGracePeriod`.
 
-    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
 
     use super::*;
     use crate::clock::{Clock, ManualClock};
@@ -961,6 +985,264 @@ mod tests {
         // it by at most the pod's current retry wait.
         assert_eq!(evicted_at[0].1, 0.0);
         assert!(evicted_at[1].1 < 3.5, "{evicted_at:?}");
+    }
+
+    /// A VolumeAttachment of `pv` (or of an inline volume without one)
+    /// on `node`.
+    fn attachment(name: &str, node: &str, pv: Option<&str>) -> VolumeAttachment {
+        let source = pv.map_or(
+            "{inlineVolumeSpec: {csi: {driver: ebs.csi.aws.com, volumeHandle: vol-1}}}".to_string(),
+            |pv| format!("{{persistentVolumeName: {pv}}}"),
+        );
+        from_yaml(&format!(
+            "apiVersion: storage.k8s.io/v1\nkind: VolumeAttachment\nmetadata: {{name: {name}}}\nspec: {{attacher: ebs.csi.aws.com, nodeName: {node}, source: {source}}}\n"
+        ))
+    }
+
+    /// A claim `name` bound to PersistentVolume `pv`.
+    fn claim_of(name: &str, pv: &str) -> PersistentVolumeClaim {
+        from_yaml(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: default}}\nspec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}, volumeName: {pv}}}\n"
+        ))
+    }
+
+    /// `pod` mounting the claim `claim`.
+    fn mounting(mut pod: Pod, claim: &str) -> Pod {
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
+        pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        }]);
+        pod
+    }
+
+    impl Env {
+        /// A second finalizer keeps the NodeClaim after termination
+        /// releases it, so its last conditions can be read.
+        fn hold_claim(&self) {
+            self.cluster
+                .update_with::<NodeClaim>(&ObjectKey::cluster("c1"), |c| {
+                    c.metadata
+                        .finalizers
+                        .get_or_insert_default()
+                        .push("test.dovetail.dev/hold".into());
+                })
+                .unwrap();
+        }
+
+        fn claim(&self) -> Arc<NodeClaim> {
+            self.cluster
+                .get_opt::<NodeClaim>(&ObjectKey::cluster("c1"))
+                .unwrap()
+        }
+
+        /// `VolumesDetached`: (status, reason, lastTransitionTime in
+        /// seconds).
+        fn volumes_detached(&self) -> Option<(String, String, i64)> {
+            let claim = self.claim();
+            let c = claim.condition(super::super::volumes::CONDITION_VOLUMES_DETACHED)?;
+            Some((
+                format!("{:?}", c.status),
+                c.reason.clone().unwrap_or_default(),
+                c.last_transition_time.0.as_second(),
+            ))
+        }
+
+        fn delete_attachment(&self, name: &str) {
+            self.cluster
+                .delete::<VolumeAttachment>(&ObjectKey::cluster(name))
+                .unwrap();
+        }
+
+        /// The `AwaitingVolumeDetachment` events since the last call, as
+        /// (object, message).
+        fn awaiting(&mut self) -> Vec<(String, String)> {
+            self.controller
+                .drain_events()
+                .into_iter()
+                .filter(|ev| ev.reason == "AwaitingVolumeDetachment")
+                .map(|ev| (ev.object, ev.message))
+                .collect()
+        }
+    }
+
+    /// node/termination suite_test.go, VolumeAttachments: "should wait for
+    /// volume attachments". The wait starts once the drain is done, counts
+    /// only the node's attachments of a PersistentVolume, and ends when
+    /// they are deleted.
+    #[test]
+    fn the_node_is_held_until_its_volume_attachments_are_gone() {
+        let mut e = env(None);
+        e.hold_claim();
+        e.cluster.create(claim_of("data", "pv-app")).unwrap();
+        e.cluster
+            .create(mounting(pod("app", 10, "", ""), "data"))
+            .unwrap();
+        e.cluster
+            .create(attachment("csi-app", "n1", Some("pv-app")))
+            .unwrap();
+        e.cluster
+            .create(attachment("csi-other-node", "n2", Some("pv-x")))
+            .unwrap();
+        e.cluster
+            .create(attachment("csi-inline", "n1", None))
+            .unwrap();
+        e.delete_claim();
+        e.pass();
+        assert_eq!(e.ends("app"), Some(10), "the drain comes first");
+        assert_eq!(e.volumes_detached(), None, "not while draining");
+        assert!(e.awaiting().is_empty());
+        e.run_until(11);
+        assert!(e.pod("app").is_none());
+        assert_eq!(
+            e.volumes_detached(),
+            Some(("Unknown".into(), "AwaitingVolumeDetachment".into(), 11))
+        );
+        assert_eq!(
+            e.awaiting(),
+            vec![(
+                "Node/n1".to_string(),
+                "Awaiting deletion of bound volumeattachments (csi-app)".to_string()
+            )]
+        );
+        assert!(e.instance_runs() && e.node_exists());
+        // Held, with one Event and no status write per pass.
+        let version = e.claim().metadata.resource_version.clone();
+        e.run_until(100);
+        assert!(e.instance_runs() && e.node_exists());
+        assert!(e.awaiting().is_empty(), "one Event while nothing changes");
+        assert_eq!(e.claim().metadata.resource_version, version);
+        assert_eq!(
+            e.volumes_detached(),
+            Some(("Unknown".into(), "AwaitingVolumeDetachment".into(), 11))
+        );
+        // The attach-detach controller deletes it: termination goes on.
+        e.delete_attachment("csi-app");
+        e.pass();
+        assert!(!e.instance_runs());
+        assert!(!e.node_exists());
+        assert_eq!(
+            e.volumes_detached(),
+            Some(("True".into(), "VolumesDetached".into(), 100))
+        );
+        let claim = e.claim();
+        assert!(
+            !has_finalizer(&claim.metadata),
+            "released: {:?}",
+            claim.metadata.finalizers
+        );
+    }
+
+    /// suite_test.go: "should only wait for volume attachments associated
+    /// with drainable pods": a pod that tolerates the disrupted taint stays
+    /// on the node, and so does its volume.
+    #[test]
+    fn the_volume_of_a_pod_that_is_not_drained_does_not_hold_the_node() {
+        let mut e = env(None);
+        e.hold_claim();
+        let tolerating = {
+            let mut p = mounting(pod("stays", 30, "", ""), "kept");
+            p.spec.as_mut().unwrap().tolerations =
+                Some(vec![k8s_openapi::api::core::v1::Toleration {
+                    key: Some("karpenter.sh/disrupted".into()),
+                    operator: Some("Exists".into()),
+                    ..Default::default()
+                }]);
+            p
+        };
+        e.cluster.create(tolerating).unwrap();
+        e.cluster.create(claim_of("kept", "pv-kept")).unwrap();
+        e.cluster
+            .create(attachment("csi-kept", "n1", Some("pv-kept")))
+            .unwrap();
+        e.cluster
+            .create(attachment("csi-moved", "n1", Some("pv-moved")))
+            .unwrap();
+        e.delete_claim();
+        e.pass();
+        assert_eq!(e.ends("stays"), None, "not drained");
+        assert_eq!(
+            e.awaiting(),
+            vec![(
+                "Node/n1".to_string(),
+                "Awaiting deletion of bound volumeattachments (csi-moved)".to_string()
+            )]
+        );
+        assert!(e.instance_runs());
+        e.delete_attachment("csi-moved");
+        e.pass();
+        assert!(!e.instance_runs(), "csi-kept does not hold it");
+        assert_eq!(e.volumes_detached().map(|c| c.0), Some("True".to_string()));
+    }
+
+    /// suite_test.go: "should wait for volume attachments until the
+    /// nodeclaim's termination grace period expires".
+    #[test]
+    fn the_termination_grace_period_ends_the_wait_for_volumes() {
+        let mut e = env(Some("60s"));
+        e.hold_claim();
+        e.cluster
+            .create(attachment("csi-stuck", "n1", Some("pv-stuck")))
+            .unwrap();
+        e.delete_claim();
+        e.pass();
+        assert_eq!(
+            e.volumes_detached(),
+            Some(("Unknown".into(), "AwaitingVolumeDetachment".into(), 0))
+        );
+        // Until the deadline, held; just past it, terminated.
+        e.run_until(60);
+        assert!(e.instance_runs());
+        e.run_until(61);
+        assert!(!e.instance_runs());
+        assert!(!e.node_exists());
+        assert_eq!(
+            e.volumes_detached(),
+            Some(("False".into(), "TerminationGracePeriodElapsed".into(), 61))
+        );
+    }
+
+    /// Many pending attachments: the Event names five, and a new Event
+    /// when what is pending changes.
+    #[test]
+    fn the_event_names_five_attachments_and_follows_what_is_pending() {
+        let mut e = env(None);
+        for i in 0..7 {
+            e.cluster
+                .create(attachment(
+                    &format!("csi-{i}"),
+                    "n1",
+                    Some(&format!("pv-{i}")),
+                ))
+                .unwrap();
+        }
+        e.delete_claim();
+        e.pass();
+        assert_eq!(
+            e.awaiting(),
+            vec![(
+                "Node/n1".to_string(),
+                "Awaiting deletion of bound volumeattachments (csi-0, csi-1, csi-2, csi-3, csi-4 and 2 other(s))".to_string()
+            )]
+        );
+        for i in 0..6 {
+            e.delete_attachment(&format!("csi-{i}"));
+        }
+        e.pass();
+        assert_eq!(
+            e.awaiting(),
+            vec![(
+                "Node/n1".to_string(),
+                "Awaiting deletion of bound volumeattachments (csi-6)".to_string()
+            )]
+        );
+        e.delete_attachment("csi-6");
+        e.pass();
+        assert!(!e.instance_runs());
     }
 
     impl Env {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     Service, ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -504,6 +504,7 @@ impl Kinds {
         k.add::<Lease>(PLAIN);
         k.add::<StorageClass>(named(&["sc"]));
         k.add::<CSINode>(PLAIN);
+        k.add::<VolumeAttachment>(PLAIN);
         k.add::<NodePool>(Presentation {
             short_names: &[],
             categories: &["karpenter"],

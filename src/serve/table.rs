@@ -165,6 +165,13 @@ impl Printers {
                 s("Age"),
             ]),
             "Lease" => c.extend([s("Holder"), s("Age")]),
+            "VolumeAttachment" => c.extend([
+                s("Attacher"),
+                s("PV"),
+                s("Node"),
+                Column::new("Attached", "boolean", 0),
+                s("Age"),
+            ]),
             _ => c.push(s("Age")),
         }
         c
@@ -314,6 +321,18 @@ fn builtin_cells(kind: &str, o: &Value, age: String) -> Vec<Value> {
         }
         "Lease" => vec![
             none_if_empty(str_at(o, "/spec/holderIdentity").unwrap_or_default()),
+            age.into(),
+        ],
+        "VolumeAttachment" => vec![
+            str_at(o, "/spec/attacher").unwrap_or_default().into(),
+            str_at(o, "/spec/source/persistentVolumeName")
+                .unwrap_or_default()
+                .into(),
+            str_at(o, "/spec/nodeName").unwrap_or_default().into(),
+            o.pointer("/status/attached")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .into(),
             age.into(),
         ],
         _ => vec![age.into()],

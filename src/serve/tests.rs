@@ -933,3 +933,90 @@ fn nodeoverlays_and_capacitybuffers_are_served() {
         "{columns:?}"
     );
 }
+
+/// storage.k8s.io/v1 VolumeAttachments (what termination waits for, and
+/// what the simulated attach-detach controller writes): discovery with the
+/// status subresource, create, get, list by node, watch, the API server's
+/// printer columns, and delete.
+#[test]
+fn volumeattachments_are_served() {
+    let h = serve();
+    let storage = h.get("/apis/storage.k8s.io/v1");
+    let resources = storage.body["resources"].as_array().unwrap();
+    let va = resources
+        .iter()
+        .find(|r| r["name"] == "volumeattachments")
+        .expect("volumeattachments in discovery");
+    assert_eq!(va["kind"], "VolumeAttachment");
+    assert_eq!(va["namespaced"], false);
+    let verbs: Vec<&str> = va["verbs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for v in ["create", "delete", "get", "list", "watch"] {
+        assert!(verbs.contains(&v), "{v} in {verbs:?}");
+    }
+    assert!(
+        resources
+            .iter()
+            .any(|r| r["name"] == "volumeattachments/status")
+    );
+    const VAS: &str = "/apis/storage.k8s.io/v1/volumeattachments";
+    let attachment = |name: &str, node: &str| {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": name},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node,
+                "source": {"persistentVolumeName": format!("pv-{name}")}},
+            "status": {"attached": true}})
+    };
+    let events = h.watch(
+        &format!("{VAS}?watch=true"),
+        2,
+        Duration::from_secs(5),
+        || {
+            let created = h.post(VAS, &attachment("csi-a", "n1"));
+            assert_eq!(created.code, 201, "{}", created.body);
+            assert_eq!(
+                created.body["status"],
+                Value::Null,
+                "status is reset on create"
+            );
+            assert_eq!(h.post(VAS, &attachment("csi-b", "n2")).code, 201);
+        },
+    );
+    let watched: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["object"]["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(watched, [("ADDED", "csi-a"), ("ADDED", "csi-b")]);
+    let one = h.get(&format!("{VAS}/csi-a"));
+    assert_eq!(one.body["spec"]["nodeName"], "n1");
+    let table = h.call(
+        "GET",
+        VAS,
+        &[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        "",
+    );
+    let columns: Vec<&str> = table.body["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Name", "Attacher", "PV", "Node", "Attached", "Age"]
+    );
+    assert_eq!(table.body["rows"][0]["cells"][2], "pv-csi-a");
+    assert_eq!(h.call("DELETE", &format!("{VAS}/csi-a"), &[], "").code, 200);
+    assert_eq!(h.get(&format!("{VAS}/csi-a")).code, 404);
+    let left = h.get(VAS);
+    assert_eq!(left.body["items"].as_array().unwrap().len(), 1);
+}

@@ -22,6 +22,7 @@ use super::report::{Progress, Recorder, Report};
 use super::scenario::{
     Action, InterruptStep, InterruptTarget, Manifest, NodeConditionStep, Scenario,
 };
+use super::volumes::AttachDetach;
 use super::workloads::Workloads;
 use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
@@ -158,6 +159,7 @@ pub struct Simulation {
     cloud: Arc<SimEc2>,
     controller: Controller<MemoryCluster, SimEc2>,
     kubelet: Kubelet,
+    volumes: AttachDetach,
     scheduler: KubeScheduler,
     workloads: Workloads,
     catalog: Vec<InstanceType>,
@@ -534,6 +536,10 @@ impl Simulation {
         Ok(Simulation {
             kubelet: Kubelet::new(scenario.cloud.launch_delay)
                 .with_kubernetes_version(&scenario.cloud.kubernetes_version),
+            volumes: AttachDetach::new(
+                scenario.cloud.volume_attach_delay,
+                scenario.cloud.volume_detach_delay,
+            ),
             scheduler: KubeScheduler::new(),
             workloads: Workloads::default(),
             recorder,
@@ -1025,18 +1031,21 @@ impl Simulation {
         let k = self
             .kubelet
             .sync(&self.cluster, &instances, &self.catalog, now);
+        let v = self.volumes.sync(&self.cluster, now);
         let events = self.controller.drain_events();
         let decisions = self.controller.drain_decisions();
         let changed = !w.created.is_empty()
             || !w.deleted.is_empty()
             || !s.bound.is_empty()
             || !k.is_empty()
+            || !v.is_empty()
             || !events.is_empty()
             || !reclaimed.is_empty()
             || budgets > 0;
         self.recorder.controller_events(events);
         self.recorder.decisions(decisions);
         self.recorder.kubelet(now, &k);
+        self.recorder.volumes(now, &v);
         self.recorder.observe(&self.cluster, &instances, now);
         // The next time something is due on its own.
         let mut wake = wake_p.min(wake_n).min(wake_d);
@@ -1049,6 +1058,12 @@ impl Simulation {
         }
         // Kubelets delete terminating pods when their grace period ends.
         if let Some(t) = self.kubelet.next_stop()
+            && t > now
+        {
+            wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());
+        }
+        // Volumes attach and detach after their delays.
+        if let Some(t) = self.volumes.next_due()
             && t > now
         {
             wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());

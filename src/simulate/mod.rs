@@ -10,4 +10,5 @@ pub mod kubescheduler;
 pub mod report;
 pub mod scenario;
 pub mod snapshot;
+pub mod volumes;
 pub mod workloads;

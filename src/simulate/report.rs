@@ -712,6 +712,26 @@ impl Recorder {
         }
     }
 
+    /// The stand-in attach-detach controller's attaches and detaches.
+    pub fn volumes(&mut self, now: Timestamp, v: &super::volumes::VolumeReport) {
+        for (name, pv, node) in &v.attached {
+            self.event(
+                now,
+                format!("VolumeAttachment/{name}"),
+                "VolumeAttached",
+                format!("{pv} attached to {node}"),
+            );
+        }
+        for (name, pv, node) in &v.detached {
+            self.event(
+                now,
+                format!("VolumeAttachment/{name}"),
+                "VolumeDetached",
+                format!("{pv} detached from {node}"),
+            );
+        }
+    }
+
     fn upsert_pod(&mut self, p: &Pod, now: Timestamp, deleted: bool) {
         let ns = p
             .metadata

@@ -125,6 +125,12 @@ pub struct CloudSettings {
     pub launch_errors: Vec<LaunchErrorWindow>,
     /// How long each EC2 API call takes to answer (`cloud.apiLatency`).
     pub api_latency: Duration,
+    /// From a pod needing a volume on its node to its VolumeAttachment
+    /// (`cloud.volumeAttachDelay`).
+    pub volume_attach_delay: Duration,
+    /// From no pod needing an attached volume to its VolumeAttachment's
+    /// deletion (`cloud.volumeDetachDelay`).
+    pub volume_detach_delay: Duration,
     /// The cluster's Kubernetes version: AMI aliases resolve for it.
     pub kubernetes_version: String,
     /// Images of the account, for `amiSelectorTerms` by id, name or tags.
@@ -145,6 +151,8 @@ impl Default for CloudSettings {
             insufficient_capacity: Vec::new(),
             launch_errors: Vec::new(),
             api_latency: Duration::ZERO,
+            volume_attach_delay: crate::simulate::volumes::DEFAULT_ATTACH_DELAY,
+            volume_detach_delay: crate::simulate::volumes::DEFAULT_DETACH_DELAY,
             kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_string(),
             images: Vec::new(),
             subnets: None,
@@ -733,6 +741,8 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
         node,
         &[
             "launchDelay",
+            "volumeAttachDelay",
+            "volumeDetachDelay",
             "insufficientCapacity",
             "launchErrors",
             "apiLatency",
@@ -803,6 +813,12 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
     }
     if let Some(n) = node.get("apiLatency") {
         c.api_latency = ctx.duration(n, "apiLatency")?;
+    }
+    if let Some(n) = node.get("volumeAttachDelay") {
+        c.volume_attach_delay = ctx.duration(n, "volumeAttachDelay")?;
+    }
+    if let Some(n) = node.get("volumeDetachDelay") {
+        c.volume_detach_delay = ctx.duration(n, "volumeDetachDelay")?;
     }
     if let Some(n) = node.get("insufficientCapacity") {
         let Value::Seq(items) = &n.value else {
