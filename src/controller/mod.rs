@@ -471,6 +471,8 @@ pub mod conditions {
     pub const READY: &str = "Ready";
     pub const DRIFTED: &str = "Drifted";
     pub const CONSOLIDATABLE: &str = "Consolidatable";
+    pub const DRAINED: &str = "Drained";
+    pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
 }
 
 /// Removes a condition; whether there was one.

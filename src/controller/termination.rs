@@ -50,7 +50,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::Controller;
+use super::{Controller, conditions};
+use crate::api::common::ConditionStatus;
 use crate::api::{
     FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim, SlimPod,
     label_or_empty,
@@ -272,6 +273,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 let gone = !draining.is_empty() && self.instance_gone(&claim).await;
                 if !draining.is_empty() && !gone {
                     super::disruption::taint_terminating(&*self.cluster, node).await;
+                    if claim.condition(conditions::DRAINED).is_none() {
+                        self.write_termination_condition(
+                            &mut claim,
+                            conditions::DRAINED,
+                            ConditionStatus::Unknown,
+                            "Draining",
+                            "Draining",
+                        )
+                        .await;
+                    }
                     let wait = self.drain(&claim, &draining).await;
                     next = next.min(wait);
                     continue;
@@ -285,6 +296,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 // awaitVolumeDetachment, between the drain and the
                 // instance's termination (pointless once it is gone).
                 if !gone {
+                    self.write_termination_condition(
+                        &mut claim,
+                        conditions::DRAINED,
+                        ConditionStatus::True,
+                        conditions::DRAINED,
+                        "",
+                    )
+                    .await;
                     let on_node: Vec<&Arc<SlimPod>> = pods_by_node
                         .get(name)
                         .into_iter()
@@ -301,11 +320,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     }
                 }
             }
-            let claim = &claim;
-            if !self.terminate_instance(claim).await {
+            if !self.terminate_instance(&claim).await {
                 next = next.min(DRAIN_POLL);
                 continue;
             }
+            self.write_termination_condition(
+                &mut claim,
+                conditions::INSTANCE_TERMINATING,
+                ConditionStatus::True,
+                conditions::INSTANCE_TERMINATING,
+                "",
+            )
+            .await;
+            let claim = &claim;
             if let Some(node) = node {
                 // The node's termination began with its NodeClaim's
                 // deletion (which deletes it), or its own if earlier.
@@ -466,6 +493,34 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             format!("{pid} is gone; the pods left on its node are lost"),
         );
         true
+    }
+
+    /// Writes one condition of a NodeClaim being terminated, as the
+    /// reference's termination controller does (`lastTransitionTime` only
+    /// on a change of status); `claim` becomes the stored version. Nothing
+    /// is written when the condition already says so.
+    pub(super) async fn write_termination_condition(
+        &mut self,
+        claim: &mut Arc<NodeClaim>,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) {
+        let now = self.clock.now();
+        let mut updated = (**claim).clone();
+        let conds = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        if super::set_condition_status(conds, type_, status, reason, message, now) {
+            match self.cluster.replace_status(updated).await {
+                Ok(stored) => *claim = stored,
+                // Written again on the next pass.
+                Err(e) => tracing::debug!(error = %e, condition = type_, "not written"),
+            }
+        }
     }
 
     /// Terminates the claim's instance; true once it is gone.
@@ -757,6 +812,65 @@ mod tests {
     /// until pods are fully deleted", "should evict non-critical pods
     /// first"; node/termination: "should not delete nodes until all pods
     /// are deleted".
+    #[test]
+    fn termination_writes_drained_then_instance_terminating_as_the_reference() {
+        let mut e = env(None);
+        e.cluster.create(pod("app", 30, "", "")).unwrap();
+        e.delete_claim();
+        e.run_until(40);
+        assert!(!e.instance_runs());
+        // Every version of c1 the API server stored, in order: the
+        // conditions' (type, status, reason) as each first appeared or
+        // changed.
+        let mut seen: Vec<(String, String, String)> = Vec::new();
+        for ev in e.cluster.watch_from::<NodeClaim>(0).unwrap() {
+            if ev.object.metadata.name.as_deref() != Some("c1") {
+                continue;
+            }
+            for c in ev
+                .object
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                let t = (
+                    c.type_.clone(),
+                    format!("{:?}", c.status),
+                    c.reason.clone().unwrap_or_default(),
+                );
+                if !seen.contains(&t) {
+                    seen.push(t);
+                }
+            }
+        }
+        let of = |ty: &str| -> Vec<(String, String)> {
+            seen.iter()
+                .filter(|t| t.0 == ty)
+                .map(|t| (t.1.clone(), t.2.clone()))
+                .collect()
+        };
+        assert_eq!(
+            of("Drained"),
+            [
+                ("Unknown".to_string(), "Draining".to_string()),
+                ("True".to_string(), "Drained".to_string())
+            ],
+            "{seen:?}"
+        );
+        assert_eq!(
+            of("InstanceTerminating"),
+            [("True".to_string(), "InstanceTerminating".to_string())]
+        );
+        let at = |ty: &str, st: &str| seen.iter().position(|t| t.0 == ty && t.1 == st);
+        assert!(
+            at("Drained", "True") < at("VolumesDetached", "True"),
+            "{seen:?}"
+        );
+        assert!(at("VolumesDetached", "True") < at("InstanceTerminating", "True"));
+    }
+
     #[test]
     fn each_group_is_evicted_once_the_pods_of_the_one_before_are_gone() {
         let mut e = env(None);

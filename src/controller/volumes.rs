@@ -30,7 +30,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
-use super::{Controller, set_condition_status};
+use super::Controller;
 use crate::api::common::ConditionStatus;
 use crate::api::{NodeClaim, SlimPod};
 use crate::clock::Timestamp;
@@ -190,12 +190,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         if wait.is_none() {
             self.volume_waits.remove(node_name);
         }
-        let mut updated = (**claim).clone();
-        let conds = updated
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
         // As operatorpkg writes them: `SetTrue` with the type as its
         // reason and no message; the others with the reason as message.
         let message = if status == ConditionStatus::True {
@@ -203,20 +197,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         } else {
             reason
         };
-        if set_condition_status(
-            conds,
+        self.write_termination_condition(
+            claim,
             CONDITION_VOLUMES_DETACHED,
             status,
             reason,
             message,
-            now,
-        ) {
-            match self.cluster.replace_status(updated).await {
-                Ok(stored) => *claim = stored,
-                // Written again on the next pass.
-                Err(e) => tracing::debug!(error = %e, "VolumesDetached not written"),
-            }
-        }
+        )
+        .await;
         wait
     }
 }
