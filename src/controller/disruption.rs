@@ -468,19 +468,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         self.metrics.eligible(&facts.candidates);
         let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
-        let opts = SolveOptions {
-            preferences: self.settings.preferences,
-            now_ms: now.as_millisecond(),
-        };
-        let pass = Pass {
-            candidates: facts.candidates.clone(),
-            budgets: facts.budgets.clone(),
-            consolidation: facts.consolidation,
-            pools: &facts.specs,
-            options: self.disruption_options(),
-            uninitialized: facts.uninitialized.clone(),
-            statics: facts.statics.clone(),
-        };
+        let (opts, pass) = self.pass_of(&facts, now);
         let blocked = disruption::blocked(&pass);
         let mut outcome = match Removals::new(&facts.input, &homes, &opts) {
             Ok(mut removals) => disruption::decide(&pass, &mut removals),
@@ -744,17 +732,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         next
     }
 
-    /// Validates the consolidation decided a delay ago on the cluster as it
-    /// is now, and carries it out if it still holds.
-    async fn validate_pending(&mut self) {
-        let Some((cmd, _)) = self.disruption.pending.take() else {
-            return;
-        };
-        let now = self.clock.now();
-        let Some(facts) = self.disruption_facts(now).await else {
-            return;
-        };
-        let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
+    /// The scheduling options and the decision input of a pass over `facts`.
+    fn pass_of<'f>(&self, facts: &'f Facts, now: Timestamp) -> (SolveOptions, Pass<'f>) {
         let opts = SolveOptions {
             preferences: self.settings.preferences,
             now_ms: now.as_millisecond(),
@@ -768,6 +747,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             uninitialized: facts.uninitialized.clone(),
             statics: facts.statics.clone(),
         };
+        (opts, pass)
+    }
+
+    /// Validates the consolidation decided a delay ago on the cluster as it
+    /// is now, and carries it out if it still holds.
+    async fn validate_pending(&mut self) {
+        let Some((cmd, _)) = self.disruption.pending.take() else {
+            return;
+        };
+        let now = self.clock.now();
+        let Some(facts) = self.disruption_facts(now).await else {
+            return;
+        };
+        let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
+        let (opts, pass) = self.pass_of(&facts, now);
         let revalidated = Removals::new(&facts.input, &homes, &opts)
             .ok()
             .and_then(|mut removals| disruption::revalidate(&pass, &cmd, &mut removals));

@@ -883,29 +883,30 @@ fn should_consolidate_a_node_through_replacement_when_ignoring_preferences() {
     assert!(run_preferences(&f, Preferences::Respect).command.is_none());
 }
 
-/// Forty nodes, each left with one pod of a Deployment that spreads over
-/// hostnames with `ScheduleAnyway`.
-fn forty_spread_nodes(f: &mut Fixture) {
-    app_foo(f, |p| {
-        let mut s = crate::scheduling::tests::spread("app", "foo", "kubernetes.io/hostname", 1);
-        s.when_unsatisfiable = crate::scheduling::Unsatisfiable::ScheduleAnyway;
-        p.spread.push(s);
-    });
-}
-
-#[test]
-fn a_schedule_anyway_hostname_spread_holds_consolidation_unless_preferences_are_ignored() {
+/// Forty on-demand nodes of `instance_type`, each left with one pod of a
+/// Deployment that spreads over hostnames with `ScheduleAnyway`.
+fn forty_spread_nodes(instance_type: &str) -> Fixture {
     let names: Vec<String> = (0..40).map(|i| format!("n{i:02}")).collect();
     let nodes: Vec<(&str, &str, &[i64])> = names
         .iter()
-        .map(|n| (n.as_str(), "small", &[250_i64][..]))
+        .map(|n| (n.as_str(), instance_type, &[250_i64][..]))
         .collect();
     let mut f = cluster(&nodes);
     f.input.nodepools[0].requirements.add(
         "karpenter.sh/capacity-type",
         crate::model::Requirement::in_values(["on-demand"]),
     );
-    forty_spread_nodes(&mut f);
+    app_foo(&mut f, |p| {
+        let mut s = crate::scheduling::tests::spread("app", "foo", "kubernetes.io/hostname", 1);
+        s.when_unsatisfiable = crate::scheduling::Unsatisfiable::ScheduleAnyway;
+        p.spread.push(s);
+    });
+    f
+}
+
+#[test]
+fn a_schedule_anyway_hostname_spread_holds_consolidation_unless_preferences_are_ignored() {
+    let f = forty_spread_nodes("small");
     // As the reference: the spread's hostname domains start at zero (a new
     // node is always a domain of its own), so each pod "prefers" a node of
     // its own, which a new node gives it; nothing is cheaper that way
@@ -924,17 +925,7 @@ fn a_removal_trial_does_not_relax_a_spread_to_fit_its_one_replacement() {
     // reference's scheduler gives each spread pod a new node of its own
     // rather than relax the spread, so a multi-node trial needs forty
     // replacements and fails; single-node consolidation replaces one.
-    let names: Vec<String> = (0..40).map(|i| format!("n{i:02}")).collect();
-    let nodes: Vec<(&str, &str, &[i64])> = names
-        .iter()
-        .map(|n| (n.as_str(), "medium", &[250_i64][..]))
-        .collect();
-    let mut f = cluster(&nodes);
-    f.input.nodepools[0].requirements.add(
-        "karpenter.sh/capacity-type",
-        crate::model::Requirement::in_values(["on-demand"]),
-    );
-    forty_spread_nodes(&mut f);
+    let f = forty_spread_nodes("medium");
     let cmd = run_preferences(&f, Preferences::Respect).command.unwrap();
     assert_eq!(cmd.method, Method::SingleNodeConsolidation);
     assert_eq!(cmd.candidates.len(), 1);
