@@ -816,6 +816,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .iter()
                 .flatten()
                 .any(|c| c.when_unsatisfiable == "ScheduleAnyway");
+            if !anti && !spread {
+                continue;
+            }
             let key = format!(
                 "{}/{}",
                 p.metadata.namespace.as_deref().unwrap_or("default"),
