@@ -10,7 +10,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
-    Service, ServiceAccount,
+    Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
@@ -100,6 +100,11 @@ impl KindMeta {
         } else {
             format!("{}.{}", self.kind, self.group)
         }
+    }
+
+    /// Whether the kind has a protobuf message (the built-in kinds).
+    pub fn has_protobuf(&self) -> bool {
+        super::protobuf::message_for(&self.group_version(), &self.kind).is_some()
     }
 
     /// `plural` or `plural.group`, as the API server's messages name it.
@@ -491,8 +496,13 @@ impl Kinds {
         k.add::<Namespace>(named(&["ns"]));
         k.add::<Event>(named(&["ev"]));
         k.add::<ConfigMap>(named(&["cm"]));
+        k.add::<Secret>(PLAIN);
         k.add::<Service>(all(&["svc"]));
-        k.add::<ServiceAccount>(named(&["sa"]));
+        k.add::<ServiceAccount>(Presentation {
+            short_names: &["sa"],
+            categories: &[],
+            extra_subresources: &["token"],
+        });
         k.add::<PersistentVolume>(named(&["pv"]));
         k.add::<PersistentVolumeClaim>(named(&["pvc"]));
         k.add::<Deployment>(all(&["deploy"]));

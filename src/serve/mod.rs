@@ -26,8 +26,10 @@
 pub mod faults;
 pub mod kinds;
 pub mod patch;
+pub mod protobuf;
 pub mod query;
 pub mod table;
+mod token;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,8 +56,9 @@ use query::Query;
 use table::Printers;
 
 /// The kinds without a `status` subresource (they have no status).
-const WITHOUT_STATUS: [&str; 7] = [
+const WITHOUT_STATUS: [&str; 8] = [
     "ConfigMap",
+    "Secret",
     "Event",
     "ServiceAccount",
     "PodTemplate",
@@ -337,6 +340,99 @@ fn wants_table(req: &Request<Incoming>) -> bool {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.split(',').any(|m| m.contains("as=Table")))
+}
+
+/// The encoding a client accepts for a resource's answer, from its
+/// `Accept` header, as the API server negotiates it: the first media type
+/// it names that the server writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    Json,
+    /// Protobuf where the kind has a message, JSON otherwise (the client
+    /// also accepts JSON, as client-go's `application/vnd.kubernetes.protobuf, */*`).
+    Protobuf,
+    /// Protobuf only: a kind without a message (a custom resource) is 406.
+    ProtobufOnly,
+}
+
+fn negotiate(req: &Request<Incoming>) -> Wire {
+    let ranges: Vec<String> = req
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|m| {
+            m.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .filter(|m| !m.is_empty())
+        .collect();
+    let json = |m: &str| {
+        matches!(
+            m,
+            "application/json" | "*/*" | "application/*" | "application/yaml"
+        )
+    };
+    match ranges.iter().position(|m| protobuf::is_protobuf(m)) {
+        Some(i) if ranges[..i].iter().any(|m| json(m)) => Wire::Json,
+        Some(i) if ranges[i..].iter().any(|m| json(m)) => Wire::Protobuf,
+        Some(_) => Wire::ProtobufOnly,
+        None => Wire::Json,
+    }
+}
+
+/// 406, as the API server answers a client that accepts only what the
+/// resource cannot be written as.
+fn not_acceptable() -> Response<Body> {
+    status_response(
+        406,
+        "NotAcceptable",
+        "the server was unable to respond with a content type that the client supports",
+        None,
+    )
+}
+
+/// A JSON answer written in protobuf for a client that asked for it:
+/// objects, lists and `Status` of the built-in kinds. Other answers stay
+/// JSON, or are 406 when the client takes nothing but protobuf.
+async fn encode_answer(response: Response<Body>, wire: Wire) -> Response<Body> {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if wire == Wire::Json || !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(collected) = body.collect().await;
+    let bytes = collected.to_bytes();
+    let encoded = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|v| protobuf::encode(&v));
+    match encoded {
+        Some(Ok(body)) => {
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(protobuf::MEDIA_TYPE),
+            );
+            Response::from_parts(parts, Full::new(Bytes::from(body)).boxed())
+        }
+        Some(Err(error)) => {
+            tracing::warn!(%error, "cannot write an answer in protobuf");
+            status_response(
+                500,
+                "InternalError",
+                &format!("the answer could not be written in protobuf: {error}"),
+                None,
+            )
+        }
+        None if wire == Wire::ProtobufOnly => not_acceptable(),
+        None => Response::from_parts(parts, Full::new(bytes).boxed()),
+    }
 }
 
 impl ApiServer {
@@ -632,9 +728,14 @@ impl ApiServer {
                 });
                 // A subresource of another group names it; Binding is the
                 // pods' own group and version.
-                if *sub == "eviction" {
-                    resource["kind"] = json!("Eviction");
-                    resource["group"] = json!("policy");
+                let other = match *sub {
+                    "eviction" => Some(("Eviction", "policy")),
+                    "token" => Some(("TokenRequest", "authentication.k8s.io")),
+                    _ => None,
+                };
+                if let Some((kind, group)) = other {
+                    resource["kind"] = json!(kind);
+                    resource["group"] = json!(group);
                     resource["version"] = json!("v1");
                 }
                 resources.push(resource);
@@ -648,8 +749,8 @@ impl ApiServer {
         })
     }
 
-    /// Answers a request for a resource, and records writes in the audit
-    /// log.
+    /// Answers a request for a resource in the encoding the client asked
+    /// for.
     async fn resource(
         self: &Arc<Self>,
         req: Request<Incoming>,
@@ -657,8 +758,23 @@ impl ApiServer {
         target: Target,
         query: Query,
     ) -> Response<Body> {
+        let wire = negotiate(&req);
+        let response = self.audited(req, kind, target, query, wire).await;
+        encode_answer(response, wire).await
+    }
+
+    /// Answers a request for a resource, and records writes in the audit
+    /// log.
+    async fn audited(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        kind: &dyn ServedKind,
+        target: Target,
+        query: Query,
+        wire: Wire,
+    ) -> Response<Body> {
         if self.options.audit.is_none() || matches!(*req.method(), Method::GET | Method::HEAD) {
-            return self.resource_inner(req, kind, target, query).await;
+            return self.resource_inner(req, kind, target, query, wire).await;
         }
         let method = req.method().to_string();
         let agent = req
@@ -669,7 +785,7 @@ impl ApiServer {
             .to_string();
         let resource = resource_path(kind, &target);
         let (namespace, name) = (target.namespace.clone(), target.name.clone());
-        let response = self.resource_inner(req, kind, target, query).await;
+        let response = self.resource_inner(req, kind, target, query, wire).await;
         self.audit(&json!({
             "stageTimestamp": crate::clock::format_rfc3339(self.cluster.clock().now()),
             "verb": method,
@@ -703,6 +819,7 @@ impl ApiServer {
         kind: &dyn ServedKind,
         target: Target,
         query: Query,
+        wire: Wire,
     ) -> Response<Body> {
         let method = req.method().clone();
         let verb = match (&method, &target.name, target.sub.as_deref()) {
@@ -751,13 +868,13 @@ impl ApiServer {
             return status_response(code, reason, message, details);
         }
         let table = wants_table(&req);
-        let content_type = req
+        let mut content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json")
             .to_string();
-        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        let mut body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
             Ok(b) => b.to_bytes(),
             Err(_) => {
                 return status_response(
@@ -768,13 +885,37 @@ impl ApiServer {
                 );
             }
         };
+        // A protobuf body is read into the JSON the API server would have
+        // decoded from a JSON client; a kind without a message (a custom
+        // resource) takes no protobuf.
+        if protobuf::is_protobuf(&content_type) && !body.is_empty() {
+            let decoded = match protobuf::decode(&body) {
+                Ok(v) => v,
+                Err(_) if !is_builtin(&kind.meta().group) => {
+                    return error_response(&ApiError::UnsupportedMediaType {
+                        message: "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml".into(),
+                    });
+                }
+                Err(e) => {
+                    return error_response(&bad(format!(
+                        "the body of the request could not be decoded: {e}"
+                    )));
+                }
+            };
+            body = Bytes::from(serde_json::to_vec(&decoded).unwrap_or_default());
+            content_type = "application/json".into();
+        }
         if verb == "watch" {
+            if wire == Wire::ProtobufOnly && !table && !kind.meta().has_protobuf() {
+                return not_acceptable();
+            }
             return match watch::start(
                 self.clone(),
                 kind,
                 target.namespace.clone(),
                 &query,
                 table,
+                wire != Wire::Json && !table && kind.meta().has_protobuf(),
                 effect,
             ) {
                 Ok(r) => r,
@@ -849,6 +990,12 @@ impl ApiServer {
                 Ok(with_warnings(object_response(201, &stored), &warnings))
             }
             ("evict", Some("eviction")) if meta.kind == "Pod" => self.evict(target, query, body),
+            ("create", Some("token")) if meta.kind == "ServiceAccount" => {
+                let account = kind.get(c, &key())?;
+                let request =
+                    token::issue(&account.to_json(), &parse_json(body)?, c.clock().now())?;
+                Ok(value_response(201, &request))
+            }
             ("create", Some("binding")) if meta.kind == "Pod" => {
                 let b: Value = parse_json(body)?;
                 let node = b
@@ -1053,6 +1200,28 @@ impl ApiServer {
         } else {
             m.remove("namespace");
         }
+        if kind.meta().kind == "Secret" {
+            fold_string_data(&mut obj)?;
+            // The API server's default type.
+            if let Some(map) = obj.as_object_mut()
+                && map
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .is_empty()
+            {
+                map.insert("type".into(), "Opaque".into());
+            }
+        }
+        Self::name_from_url(obj, target, named)
+    }
+
+    /// The URL's name filled in, and refused when the object names another.
+    fn name_from_url(mut obj: Value, target: &Target, named: bool) -> Result<Value, ApiError> {
+        let m = obj
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| bad("metadata must be an object"))?;
         if named {
             let url_name = target.name.clone().unwrap_or_default();
             match m.get("name").and_then(Value::as_str) {
@@ -1422,6 +1591,44 @@ fn expired_continue() -> Response<Body> {
     )
 }
 
+/// A Secret's write-only `stringData`, merged into `data` (base64) over
+/// the same keys, as the API server's conversion of a v1 Secret does.
+fn fold_string_data(obj: &mut Value) -> Result<(), ApiError> {
+    use base64::Engine as _;
+    let Some(map) = obj.as_object_mut() else {
+        return Ok(());
+    };
+    let Some(string_data) = map.remove("stringData") else {
+        return Ok(());
+    };
+    let entries = match string_data {
+        Value::Null => return Ok(()),
+        Value::Object(entries) => entries,
+        other => {
+            return Err(bad(format!(
+                "stringData must be an object of strings, found {other}"
+            )));
+        }
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if data.is_null() {
+        *data = json!({});
+    }
+    let data = data
+        .as_object_mut()
+        .ok_or_else(|| bad("data must be an object of base64 strings"))?;
+    for (k, v) in entries {
+        let v = v
+            .as_str()
+            .ok_or_else(|| bad(format!("stringData[{k}] must be a string")))?;
+        data.insert(
+            k,
+            base64::engine::general_purpose::STANDARD.encode(v).into(),
+        );
+    }
+    Ok(())
+}
+
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(Value::Null);
@@ -1470,7 +1677,7 @@ fn prepare_create(kind: &str, mut obj: Value) -> Value {
             map.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
             map.insert("status".into(), json!({"phase": "Active"}));
         }
-        "Node" | "Event" | "ConfigMap" | "Lease" | "StorageClass" | "ServiceAccount"
+        "Node" | "Event" | "ConfigMap" | "Secret" | "Lease" | "StorageClass" | "ServiceAccount"
         | "CSINode" => {}
         _ => {
             map.remove("status");

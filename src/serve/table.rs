@@ -165,6 +165,8 @@ impl Printers {
                 s("Age"),
             ]),
             "Lease" => c.extend([s("Holder"), s("Age")]),
+            "ConfigMap" => c.extend([Column::new("Data", "integer", 0), s("Age")]),
+            "Secret" => c.extend([s("Type"), Column::new("Data", "integer", 0), s("Age")]),
             "VolumeAttachment" => c.extend([
                 s("Attacher"),
                 s("PV"),
@@ -321,6 +323,22 @@ fn builtin_cells(kind: &str, o: &Value, age: String) -> Vec<Value> {
         }
         "Lease" => vec![
             none_if_empty(str_at(o, "/spec/holderIdentity").unwrap_or_default()),
+            age.into(),
+        ],
+        "ConfigMap" => {
+            let count = |p: &str| {
+                o.pointer(p)
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len())
+            };
+            vec![(count("/data") + count("/binaryData")).into(), age.into()]
+        }
+        "Secret" => vec![
+            str_at(o, "/type").unwrap_or("Opaque").into(),
+            o.pointer("/data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len())
+                .into(),
             age.into(),
         ],
         "VolumeAttachment" => vec![

@@ -74,6 +74,7 @@ pub(super) fn start(
     namespace: Option<String>,
     query: &Query,
     table: bool,
+    protobuf: bool,
     effect: Effect,
 ) -> Result<Response<Body>, ApiError> {
     let meta = kind.meta().clone();
@@ -123,6 +124,7 @@ pub(super) fn start(
             filter,
             tx,
             table,
+            protobuf,
             include,
             first_row: true,
         };
@@ -135,7 +137,11 @@ pub(super) fn start(
     *r.status_mut() = StatusCode::OK;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
+        header::HeaderValue::from_static(if protobuf {
+            super::protobuf::WATCH_MEDIA_TYPE
+        } else {
+            "application/json"
+        }),
     );
     r.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -154,16 +160,32 @@ struct Stream<'a> {
     filter: Filter,
     tx: mpsc::Sender<Bytes>,
     table: bool,
+    /// Frames of protobuf `WatchEvent`s instead of lines of JSON.
+    protobuf: bool,
     include: String,
     first_row: bool,
 }
 
 impl Stream<'_> {
     async fn send(&mut self, kind: &str, object: Value) -> bool {
-        let mut line =
-            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-        line.push(b'\n');
-        self.tx.send(Bytes::from(line)).await.is_ok()
+        let frame = if self.protobuf {
+            match super::protobuf::watch_frame(kind, &object) {
+                Some(Ok(frame)) => frame,
+                other => {
+                    let error = other
+                        .and_then(Result::err)
+                        .unwrap_or_else(|| "the object's kind has no protobuf message".into());
+                    tracing::warn!(%error, "cannot write a watch event in protobuf");
+                    return false;
+                }
+            }
+        } else {
+            let mut line =
+                serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+            line.push(b'\n');
+            line
+        };
+        self.tx.send(Bytes::from(frame)).await.is_ok()
     }
 
     async fn send_object(&mut self, kind: &str, o: &Stored) -> bool {
