@@ -57,7 +57,7 @@ pub(crate) fn assert_all_pods_run(r: &Value) {
 pub(crate) fn assert_replacements_initialized_first(r: &Value) {
     for d in array(&r["disruptions"]) {
         for c in strs(&d["nodeclaims"]) {
-            let drained = first_event(r, &format!("NodeClaim/{c}"), "Disrupting");
+            let drained = first_event(r, &format!("NodeClaim/{c}"), "DisruptionTerminating");
             for rep in strs(&d["replacements"]) {
                 let ready = first_event(r, &format!("NodeClaim/{rep}"), "Initialized");
                 match (ready, drained) {
@@ -398,15 +398,23 @@ fn restart(name: &str) -> Value {
 }
 
 /// `(t, object, reason)` of every event but the restart itself,
-/// `DisruptionBlocked` and `Unconsolidatable` (a new controller reports
-/// what blocks a node again, as a restarted Karpenter does).
+/// `DisruptionBlocked`, `Unconsolidatable` and the queue's
+/// `DisruptionLaunching` and `DisruptionWaitingReadiness` (a new controller
+/// reports what blocks a node, and what its queue waits for, again, as a
+/// restarted Karpenter does: its Events are deduplicated in memory).
 fn timeline(r: &Value) -> Vec<(f64, String, String)> {
     array(&r["events"])
         .iter()
         .filter(|e| {
             !matches!(
                 e["reason"].as_str(),
-                Some("Restarted" | "DisruptionBlocked" | "Unconsolidatable")
+                Some(
+                    "Restarted"
+                        | "DisruptionBlocked"
+                        | "Unconsolidatable"
+                        | "DisruptionLaunching"
+                        | "DisruptionWaitingReadiness"
+                )
             )
         })
         .map(|e| {
@@ -480,7 +488,7 @@ fn a_restart_during_a_drift_replacement_resumes_it_with_the_same_outcome() {
 fn a_restart_during_a_blocked_drain_resumes_it_and_forces_it_at_the_grace_period() {
     let base = restart("baseline");
     let r = restart("drain");
-    let deleting = first_event(&r, "NodeClaim/apps-00004", "Disrupting").unwrap();
+    let deleting = first_event(&r, "NodeClaim/apps-00004", "DisruptionTerminating").unwrap();
     let restarted = first_event(&r, "Controller/dovetail", "Restarted").unwrap();
     let gone = first_event(&r, "NodeClaim/apps-00004", "Terminated").unwrap();
     assert!(
@@ -537,7 +545,12 @@ fn nodes_karpenter_launched_are_adopted_stamped_and_left_unchanged() {
     }
     assert!(array(&r["disruptions"]).is_empty(), "{}", r["disruptions"]);
     assert_eq!(r["summary"]["evictions"], 0);
-    for reason in ["Provisioned", "Launched", "Disrupting", "Drifted"] {
+    for reason in [
+        "Provisioned",
+        "Launched",
+        "DisruptionTerminating",
+        "Drifted",
+    ] {
         assert!(
             !array(&r["events"]).iter().any(|e| e["reason"] == reason),
             "{reason}: {}",

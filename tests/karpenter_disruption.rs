@@ -131,7 +131,7 @@ fn a_termination_grace_period_lets_protected_nodes_drift_but_never_be_consolidat
     }
     let by_claim = nodes(&r);
     for (app, c) in ["grace-dnd", "grace-pdb"].iter().zip(&grace) {
-        let deleted = first_event(&r, &format!("NodeClaim/{c}"), "Disrupting")
+        let deleted = first_event(&r, &format!("NodeClaim/{c}"), "DisruptionTerminating")
             .unwrap_or_else(|| panic!("{c} never deleted"));
         // Its protected pod gets its own 30 s before the 15 minutes end.
         let pod_deleted = first_event(&r, &format!("Pod/default/{app}-00000"), "Deleted")
@@ -210,7 +210,7 @@ fn expiration_is_forceful_and_bounded_by_the_grace_period() {
         assert!(expired.contains(*c), "{c} did not expire: {expired:?}");
         let created = at(&r, &n["launched_at"]);
         // Deleted at expiry, not after a replacement launched.
-        let deleted = first_event(&r, &format!("NodeClaim/{c}"), "Disrupting").unwrap();
+        let deleted = first_event(&r, &format!("NodeClaim/{c}"), "DisruptionTerminating").unwrap();
         assert!(
             (deleted - (created + 3600.0)).abs() <= 2.0,
             "{c}: created +{created}s, deleted +{deleted}s"
@@ -225,7 +225,7 @@ fn expiration_is_forceful_and_bounded_by_the_grace_period() {
     // The do-not-disrupt pod with a 300 s grace period is deleted 600 s
     // into the 900 s.
     let keeper = holding(&r, "keeper");
-    let deleted = first_event(&r, &format!("NodeClaim/{keeper}"), "Disrupting").unwrap();
+    let deleted = first_event(&r, &format!("NodeClaim/{keeper}"), "DisruptionTerminating").unwrap();
     let pod_deleted = first_event(&r, "Pod/default/keeper-00000", "Deleted").unwrap();
     assert!(
         (pod_deleted - (deleted + 600.0)).abs() <= 5.0,

@@ -19,6 +19,7 @@ mod interruption_sim;
 mod interruption_sqs;
 mod karpenter_disruption;
 mod karpenter_scheduling;
+mod lifecycle;
 mod moto;
 mod newcomer;
 mod node_overlay;

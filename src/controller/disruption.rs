@@ -74,6 +74,12 @@ pub const ANNOTATION_REPLACED_BY: &str = "dovetail.dev/replaced-by";
 pub const ANNOTATION_REPLACES: &str = "dovetail.dev/replaces";
 /// The NodeClaim condition the reference sets on disrupted NodeClaims.
 pub const CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
+
+/// How long after a recorded pod event another is not recorded (Karpenter's
+/// podevents controller's `dedupeTimeout`: fewer writes in a busy cluster,
+/// and shorter than consolidation's 15 s validation).
+const POD_EVENT_DEDUPE: k8s_openapi::jiff::SignedDuration =
+    k8s_openapi::jiff::SignedDuration::from_secs(10);
 /// A taint the removal trials see on capacity that is not initialized yet
 /// (never written to a node).
 const NOT_INITIALIZED_TAINT: &str = "dovetail.dev/not-initialized";
@@ -91,6 +97,9 @@ pub struct DisruptionState {
     blocked: BTreeMap<(String, Reason), disruption::Blocked>,
     /// Per NodeClaim, the last `Unconsolidatable` Event's message and when.
     unconsolidatable: BTreeMap<String, (String, Timestamp)>,
+    /// Per replacement NodeClaim and Event reason, when the queue's last
+    /// `DisruptionLaunching` or `DisruptionWaitingReadiness` was sent.
+    waiting: BTreeMap<(String, &'static str), Timestamp>,
     /// What the last pass that found nothing depended on, and until when
     /// its answer stands (the next time threshold: a node becoming
     /// consolidatable or expiring, a budget window, the resync).
@@ -510,12 +519,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let next_threshold = facts.next_threshold;
         let wanted = std::mem::take(&mut facts.conditions);
         self.keep_input(facts);
-        let deciding: BTreeSet<String> = outcome
-            .command
-            .iter()
-            .flat_map(|c| c.candidates.iter().map(|c| c.nodeclaim.clone()))
-            .collect();
-        self.write_claim_conditions(wanted, &deciding, now).await;
+        // Before the decision is carried out, as Karpenter's drift
+        // controller marks a NodeClaim Drifted before its disruption
+        // controller acts on it; the command reads the claims again.
+        self.write_claim_conditions(wanted, now).await;
         match outcome.command {
             None => {
                 // The fingerprint after this pass's own writes (pod event
@@ -942,12 +949,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .map(|t| t.0)
                 .or(initialized_at)
                 .unwrap_or(now);
-            if self
-                .disruption
-                .pod_marks
-                .get(&node_name)
-                .is_some_and(|m| *m != mark)
-            {
+            // Karpenter's podevents controller writes at most every
+            // 10 s; a change within that is not recorded.
+            // A node first seen with pods and no event recorded: their
+            // binding was one (Karpenter records it as it happens).
+            let stored = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.last_pod_event_time.as_ref());
+            let recent = stored.is_some_and(|t| now.duration_since(t.0) < POD_EVENT_DEDUPE);
+            let changed = match self.disruption.pod_marks.get(&node_name) {
+                Some(m) => *m != mark,
+                None => stored.is_none() && !on_node.is_empty(),
+            };
+            if !recent && changed {
                 last_event = now;
                 self.write_pod_event_time(claim, now).await;
             }
@@ -1313,17 +1328,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// such condition; `Consolidatable` true once `consolidateAfter` has
     /// passed since the last pod event, or no such condition. Only changed
     /// NodeClaims are written, each read again first (this pass may have
-    /// written it); `skip` are the NodeClaims the pass's decision is about.
+    /// written it).
     async fn write_claim_conditions(
         &mut self,
         wanted: Vec<(String, Option<&'static str>, bool)>,
-        skip: &BTreeSet<String>,
         now: Timestamp,
     ) {
         for (name, drifted, consolidatable) in wanted {
-            if skip.contains(&name) {
-                continue;
-            }
             let Some(claim) = self.cluster.get::<NodeClaim>(&ObjectKey::cluster(&name)) else {
                 continue;
             };
@@ -1610,7 +1621,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             CONDITION_DISRUPTION_REASON,
             true,
             reason.as_str(),
-            "",
+            reason.as_str(),
             now,
         );
         match self.cluster.replace_status(with_condition).await {
@@ -1658,8 +1669,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     }
                     Some(c) => {
                         let conds = c.status.as_ref().and_then(|s| s.conditions.as_ref());
-                        if is_true(conds, conditions::INITIALIZED) {
+                        let initialized = is_true(conds, conditions::INITIALIZED);
+                        // As Karpenter's disruption queue says while it
+                        // waits (each Event at most every 2 minutes).
+                        self.queue_event(
+                            r,
+                            "DisruptionLaunching",
+                            format!("Launching NodeClaim: {}", reason.as_str()),
+                            now,
+                        );
+                        if initialized {
                             ready += 1;
+                        } else {
+                            self.queue_event(
+                                r,
+                                "DisruptionWaitingReadiness",
+                                "Waiting on readiness to continue disruption".into(),
+                                now,
+                            );
                         }
                     }
                 }
@@ -1682,6 +1709,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 next = next.min(self.settings.replacement_timeout - since(decided, now));
             }
         }
+        self.disruption
+            .waiting
+            .retain(|(name, _), _| by_name.contains_key(name.as_str()));
         // A disrupted taint with no disruption behind it.
         for node in self.cluster.list::<Node>() {
             let name = node.metadata.name.clone().unwrap_or_default();
@@ -1715,12 +1745,38 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .unwrap_or("Drifted")
             .to_string();
         self.metrics.disrupted(claim, metric_reason);
-        self.delete_claim(
-            claim,
-            "Disrupting",
-            format!("{reason}: draining the node and terminating its instance"),
-        )
-        .await;
+        if self
+            .delete_claim(
+                claim,
+                "DisruptionTerminating",
+                format!("Disrupting NodeClaim: {reason}"),
+            )
+            .await
+            && let Some(node) = claim.status.as_ref().and_then(|s| s.node_name.as_deref())
+        {
+            self.event(
+                format!("Node/{node}"),
+                "DisruptionTerminating",
+                format!("Disrupting Node: {reason}"),
+            );
+        }
+    }
+
+    /// An Event of the disruption queue about a replacement NodeClaim, sent
+    /// again only after Karpenter's event recorder's dedupe timeout (2
+    /// minutes).
+    fn queue_event(&mut self, claim: &str, reason: &'static str, message: String, now: Timestamp) {
+        let key = (claim.to_string(), reason);
+        if self
+            .disruption
+            .waiting
+            .get(&key)
+            .is_some_and(|&t| since(t, now) < Duration::from_secs(120))
+        {
+            return;
+        }
+        self.disruption.waiting.insert(key, now);
+        self.event(format!("NodeClaim/{claim}"), reason, message);
     }
 
     /// Undoes a disruption that cannot go ahead: the marks, the taint, and

@@ -27,6 +27,10 @@ use crate::cluster::{Cluster, ObjectKey};
 pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The wait after a failed launch; it doubles with each failure up to
 /// [`LAUNCH_BACKOFF_MAX`].
+/// How often a NodeClaim's consistency is checked (Karpenter's
+/// consistency controller's `scanPeriod`).
+const CONSISTENCY_SCAN: Duration = Duration::from_secs(10 * 60);
+
 const LAUNCH_BACKOFF_MIN: Duration = Duration::from_secs(2);
 const LAUNCH_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
@@ -111,6 +115,51 @@ fn quantities(r: &crate::model::Resources) -> BTreeMap<String, Quantity> {
         .into_iter()
         .map(|(k, v)| (k, Quantity(v)))
         .collect()
+}
+
+/// Karpenter's node shape check: an initialized NodeClaim whose Node has
+/// less than 90% of the capacity it was launched to have of any resource
+/// it requested. Each issue in Karpenter's words.
+fn shape_issues(claim: &NodeClaim, node: &Node) -> Vec<String> {
+    if claim.metadata.deletion_timestamp.is_some()
+        || !is_true(
+            claim.status.as_ref().and_then(|s| s.conditions.as_ref()),
+            conditions::INITIALIZED,
+        )
+    {
+        return Vec::new();
+    }
+    // In thousandths, for every resource: only ratios are compared.
+    let parse = |q: Option<&Quantity>| {
+        q.and_then(|q| crate::model::quantity::parse_scaled(&q.0, 3).ok())
+            .unwrap_or(0) as f64
+    };
+    let expected = claim.status.as_ref().and_then(|s| s.capacity.as_ref());
+    let found = node.status.as_ref().and_then(|s| s.capacity.as_ref());
+    let requests = claim
+        .spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref());
+    let mut issues = Vec::new();
+    for (resource, requested) in requests.into_iter().flatten() {
+        let want = expected.and_then(|e| e.get(resource));
+        let got = found.and_then(|f| f.get(resource));
+        let (w, g) = (parse(want), parse(got));
+        if parse(Some(requested)) == 0.0 || w == 0.0 {
+            continue;
+        }
+        let pct = g / w;
+        if pct < 0.90 {
+            issues.push(format!(
+                "expected {} of resource {resource}, but found {} ({:.1}% of expected)",
+                want.map_or("0", |q| q.0.as_str()),
+                got.map_or("0", |q| q.0.as_str()),
+                pct * 100.0
+            ));
+        }
+    }
+    issues
 }
 
 fn node_taint(t: &Taint) -> NodeTaint {
@@ -225,11 +274,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     next = Duration::ZERO;
                 }
                 Some(node) if !is_true(conds, conditions::INITIALIZED) => {
-                    self.initialize(&claim, node).await;
+                    if !self.initialize(&claim, node).await {
+                        next = next.min(self.check_consistency(&claim, node, now).await);
+                    }
                 }
-                Some(_) => {}
+                Some(node) => next = next.min(self.check_consistency(&claim, node, now).await),
             }
         }
+        let claims: std::collections::HashSet<String> = self
+            .cluster
+            .list::<NodeClaim>()
+            .iter()
+            .filter_map(|c| c.metadata.uid.clone())
+            .collect();
+        self.consistency_scanned
+            .retain(|uid, _| claims.contains(uid));
         next.min(self.launch_all(jobs).await)
     }
 
@@ -610,7 +669,67 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// Marks a registered NodeClaim initialised once its node is Ready, its
     /// startup taints are gone and its requested resources are registered.
-    async fn initialize(&mut self, claim: &NodeClaim, node: &Node) {
+    /// Karpenter's consistency controller: at most every
+    /// [`CONSISTENCY_SCAN`], a registered NodeClaim's Node is checked
+    /// against what was launched ([`shape_issues`]); each issue is a
+    /// `FailedConsistencyCheck` Event, and `ConsistentStateFound` says
+    /// whether any was found. Returns when the check is next due.
+    async fn check_consistency(
+        &mut self,
+        claim: &NodeClaim,
+        node: &Node,
+        now: Timestamp,
+    ) -> Duration {
+        let Some(uid) = claim.metadata.uid.clone() else {
+            return Duration::MAX;
+        };
+        if let Some(&scanned) = self.consistency_scanned.get(&uid) {
+            return CONSISTENCY_SCAN.saturating_sub(elapsed(scanned, now));
+        }
+        self.consistency_scanned.insert(uid, now);
+        let issues = shape_issues(claim, node);
+        for issue in &issues {
+            self.event(name_of(claim), "FailedConsistencyCheck", issue.clone());
+        }
+        let mut updated = claim.clone();
+        let conds = updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        let consistent = is_true(Some(&*conds), conditions::CONSISTENT_STATE_FOUND);
+        let changed = if !issues.is_empty() {
+            set_condition(
+                conds,
+                conditions::CONSISTENT_STATE_FOUND,
+                false,
+                "ConsistencyCheckFailed",
+                "Consistency Check Failed",
+                now,
+            )
+        } else {
+            !consistent
+                && set_condition(
+                    conds,
+                    conditions::CONSISTENT_STATE_FOUND,
+                    true,
+                    conditions::CONSISTENT_STATE_FOUND,
+                    "",
+                    now,
+                )
+        };
+        if changed
+            && let Err(e) = self.cluster.replace_status(updated).await
+            && !e.is_not_found()
+        {
+            // Checked again at the next scan.
+            tracing::debug!(nodeclaim = %name_of_claim(claim), error = %e, "ConsistentStateFound not written");
+        }
+        CONSISTENCY_SCAN
+    }
+
+    /// Initializes a NodeClaim whose Node is ready; whether it did.
+    async fn initialize(&mut self, claim: &NodeClaim, node: &Node) -> bool {
         let now = self.clock.now();
         let node_ready = super::disruption::is_ready(node);
         let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
@@ -632,7 +751,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter(|k| !allocatable.is_some_and(|a| a.contains_key(*k)))
             .collect();
         if !node_ready || startup_pending || !missing.is_empty() {
-            return;
+            return false;
         }
         let mut n = node.clone();
         n.metadata
@@ -641,7 +760,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .insert(LABEL_INITIALIZED.to_string(), "true".to_string());
         if let Err(e) = self.cluster.replace(n).await {
             self.event(name_of(claim), "InitializationFailed", e.to_string());
-            return;
+            return true;
         }
         let mut updated = claim.clone();
         let conds = updated
@@ -655,6 +774,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Ok(_) => self.event(name_of(claim), "Initialized", "node is ready".into()),
             Err(e) => self.event(name_of(claim), "InitializationFailed", e.to_string()),
         }
+        true
     }
 
     /// Deletes a NodeClaim (termination then releases its instance and
@@ -677,5 +797,56 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim_and_node(
+        expected_memory: &str,
+        node_memory: &str,
+        initialized: bool,
+    ) -> (NodeClaim, Node) {
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c1"},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+                "resources": {"requests": {"cpu": "1", "memory": "64Gi"}},
+            },
+            "status": {
+                "capacity": {"cpu": "16", "memory": expected_memory},
+                "conditions": [{
+                    "type": "Initialized", "status": if initialized { "True" } else { "Unknown" },
+                    "reason": "Initialized", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }],
+            },
+        }))
+        .unwrap();
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1"},
+            "status": {"capacity": {"cpu": "16", "memory": node_memory}},
+        }))
+        .unwrap();
+        (claim, node)
+    }
+
+    /// consistency/suite_test.go: "should detect issues that launch with
+    /// much fewer resources than expected".
+    #[test]
+    fn a_node_with_much_less_than_launched_for_is_an_issue_in_karpenters_words() {
+        let (claim, node) = claim_and_node("128Gi", "64Gi", true);
+        assert_eq!(
+            shape_issues(&claim, &node),
+            ["expected 128Gi of resource memory, but found 64Gi (50.0% of expected)"]
+        );
+        // Within 10%, and before initialization, nothing is wrong.
+        let (claim, node) = claim_and_node("128Gi", "120Gi", true);
+        assert!(shape_issues(&claim, &node).is_empty());
+        let (claim, node) = claim_and_node("128Gi", "64Gi", false);
+        assert!(shape_issues(&claim, &node).is_empty());
     }
 }

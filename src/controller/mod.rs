@@ -288,6 +288,8 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// NodeClaims whose launch failed, by name: how many times, and when
     /// the next launch may be tried.
     launch_failures: std::collections::HashMap<String, (u32, Timestamp)>,
+    /// When each NodeClaim's consistency was last checked, by UID.
+    consistency_scanned: std::collections::HashMap<String, Timestamp>,
     /// Whether launches are left for the runtime to send outside the
     /// controller's lock ([`Controller::take_launches`]) rather than sent
     /// within the pass.
@@ -328,6 +330,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             sequence: 0,
             unrecorded: None,
             launch_failures: std::collections::HashMap::new(),
+            consistency_scanned: std::collections::HashMap::new(),
             defer_launches: false,
             registration_failures: BTreeMap::new(),
             deferred_launches: Vec::new(),
@@ -473,6 +476,7 @@ pub mod conditions {
     pub const CONSOLIDATABLE: &str = "Consolidatable";
     pub const DRAINED: &str = "Drained";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
 }
 
 /// Removes a condition; whether there was one.
