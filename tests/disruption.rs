@@ -397,11 +397,12 @@ fn restart(name: &str) -> Value {
     report(&format!("tests/scenarios/restart/{name}.yaml"))
 }
 
-/// `(t, object, reason)` of every event but the restart itself,
-/// `DisruptionBlocked`, `Unconsolidatable` and the queue's
-/// `DisruptionLaunching` and `DisruptionWaitingReadiness` (a new controller
-/// reports what blocks a node, and what its queue waits for, again, as a
-/// restarted Karpenter does: its Events are deduplicated in memory).
+/// `(t, object, reason)` of every event but the restart itself and those
+/// a controller repeats while it waits (`DisruptionBlocked`,
+/// `Unconsolidatable`, the queue's `DisruptionLaunching` and
+/// `DisruptionWaitingReadiness`, termination's `FailedDraining` and
+/// `TerminationGracePeriodExpiring`): a new controller says them again, as
+/// a restarted Karpenter does, whose Events are deduplicated in memory.
 fn timeline(r: &Value) -> Vec<(f64, String, String)> {
     array(&r["events"])
         .iter()
@@ -414,6 +415,8 @@ fn timeline(r: &Value) -> Vec<(f64, String, String)> {
                         | "Unconsolidatable"
                         | "DisruptionLaunching"
                         | "DisruptionWaitingReadiness"
+                        | "FailedDraining"
+                        | "TerminationGracePeriodExpiring"
                 )
             )
         })

@@ -97,9 +97,6 @@ pub struct DisruptionState {
     blocked: BTreeMap<(String, Reason), disruption::Blocked>,
     /// Per NodeClaim, the last `Unconsolidatable` Event's message and when.
     unconsolidatable: BTreeMap<String, (String, Timestamp)>,
-    /// Per replacement NodeClaim and Event reason, when the queue's last
-    /// `DisruptionLaunching` or `DisruptionWaitingReadiness` was sent.
-    waiting: BTreeMap<(String, &'static str), Timestamp>,
     /// What the last pass that found nothing depended on, and until when
     /// its answer stands (the next time threshold: a node becoming
     /// consolidatable or expiring, a budget window, the resync).
@@ -1672,20 +1669,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         let initialized = is_true(conds, conditions::INITIALIZED);
                         // As Karpenter's disruption queue says while it
                         // waits (each Event at most every 2 minutes).
-                        self.queue_event(
-                            r,
+                        self.event_deduped(
+                            format!("NodeClaim/{r}"),
                             "DisruptionLaunching",
                             format!("Launching NodeClaim: {}", reason.as_str()),
-                            now,
                         );
                         if initialized {
                             ready += 1;
                         } else {
-                            self.queue_event(
-                                r,
+                            self.event_deduped(
+                                format!("NodeClaim/{r}"),
                                 "DisruptionWaitingReadiness",
                                 "Waiting on readiness to continue disruption".into(),
-                                now,
                             );
                         }
                     }
@@ -1709,9 +1704,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 next = next.min(self.settings.replacement_timeout - since(decided, now));
             }
         }
-        self.disruption
-            .waiting
-            .retain(|(name, _), _| by_name.contains_key(name.as_str()));
         // A disrupted taint with no disruption behind it.
         for node in self.cluster.list::<Node>() {
             let name = node.metadata.name.clone().unwrap_or_default();
@@ -1760,23 +1752,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 format!("Disrupting Node: {reason}"),
             );
         }
-    }
-
-    /// An Event of the disruption queue about a replacement NodeClaim, sent
-    /// again only after Karpenter's event recorder's dedupe timeout (2
-    /// minutes).
-    fn queue_event(&mut self, claim: &str, reason: &'static str, message: String, now: Timestamp) {
-        let key = (claim.to_string(), reason);
-        if self
-            .disruption
-            .waiting
-            .get(&key)
-            .is_some_and(|&t| since(t, now) < Duration::from_secs(120))
-        {
-            return;
-        }
-        self.disruption.waiting.insert(key, now);
-        self.event(format!("NodeClaim/{claim}"), reason, message);
     }
 
     /// Undoes a disruption that cannot go ahead: the marks, the taint, and

@@ -290,6 +290,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     launch_failures: std::collections::HashMap<String, (u32, Timestamp)>,
     /// When each NodeClaim's consistency was last checked, by UID.
     consistency_scanned: std::collections::HashMap<String, Timestamp>,
+    /// When each (object, reason) last had an Event through
+    /// [`Controller::event_deduped`].
+    recent_events: std::collections::HashMap<(String, &'static str), Timestamp>,
     /// Whether launches are left for the runtime to send outside the
     /// controller's lock ([`Controller::take_launches`]) rather than sent
     /// within the pass.
@@ -331,6 +334,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             unrecorded: None,
             launch_failures: std::collections::HashMap::new(),
             consistency_scanned: std::collections::HashMap::new(),
+            recent_events: std::collections::HashMap::new(),
             defer_launches: false,
             registration_failures: BTreeMap::new(),
             deferred_launches: Vec::new(),
@@ -348,6 +352,27 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         tracing::info!(object = %object, reason, "{message}");
         let t = self.clock.now();
         self.events.push(Event::about(t, object, reason, message));
+    }
+
+    /// Records an event unless the object had one of the same reason
+    /// within Karpenter's event recorder's dedupe timeout (2 minutes): for
+    /// what a controller says at every reconcile while it waits.
+    pub(crate) fn event_deduped(&mut self, object: String, reason: &'static str, message: String) {
+        const DEDUPE: Duration = Duration::from_secs(120);
+        let now = self.clock.now();
+        let fresh = |t: &Timestamp| {
+            now.duration_since(*t)
+                < k8s_openapi::jiff::SignedDuration::from_secs(DEDUPE.as_secs() as i64)
+        };
+        let key = (object, reason);
+        if self.recent_events.get(&key).is_some_and(fresh) {
+            return;
+        }
+        if self.recent_events.len() >= 4096 {
+            self.recent_events.retain(|_, t| fresh(t));
+        }
+        self.recent_events.insert(key.clone(), now);
+        self.event(key.0, reason, message);
     }
 
     /// Takes the events recorded since the last call.

@@ -228,7 +228,11 @@ pub fn is_warning(reason: &str) -> bool {
         || reason.contains("NotWritten")
         || matches!(
             reason,
-            "InsufficientCapacity" | "NotReady" | "DisruptionRolledBack" | "DisruptionCancelled"
+            "InsufficientCapacity"
+                | "NotReady"
+                | "DisruptionRolledBack"
+                | "DisruptionCancelled"
+                | "TerminationGracePeriodExpiring"
         )
 }
 
@@ -1057,9 +1061,9 @@ mod tests {
         .await;
         let written = reasons(&cluster);
         assert!(
-            !written
-                .iter()
-                .any(|(_, r, t)| r == "EvictionBlocked" || t == "Warning"),
+            !written.iter().any(
+                |(_, r, t)| r == "EvictionBlocked" || (t == "Warning" && r != "FailedDraining")
+            ),
             "a 404 is not a refusal: {written:?}"
         );
         assert!(
@@ -1106,8 +1110,12 @@ mod tests {
             written.contains(&(object.clone(), "EvictionBlocked".into(), "Normal".into())),
             "{written:?}"
         );
+        // The refusal is no Warning; the drain that waits is (Karpenter's
+        // FailedDraining on the Node).
         assert!(
-            !written.iter().any(|(_, _, t)| t == "Warning"),
+            !written
+                .iter()
+                .any(|(_, r, t)| t == "Warning" && r != "FailedDraining"),
             "{written:?}"
         );
         assert!(runs(&rt, &instance).await, "the instance runs on");

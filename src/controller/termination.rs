@@ -62,6 +62,10 @@ use crate::cluster::{Cluster, DeleteOutcome, DeleteParams, ObjectKey};
 
 /// How soon to look again while pods are still draining.
 const DRAIN_POLL: Duration = Duration::from_secs(5);
+/// How long `Drained` stays Unknown at least (Karpenter's `MinDrainTime`):
+/// a pod bound to the node just before the scheduler saw its taint is
+/// drained too.
+const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
 
 /// Priority classes the reference drains last.
 const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
@@ -271,7 +275,31 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .filter(|p| waiting(p, now))
                     .collect();
                 let gone = !draining.is_empty() && self.instance_gone(&claim).await;
+                if let Some(deadline) = termination_deadline(&claim).filter(|_| !gone) {
+                    let by = format!(
+                        "All pods will be deleted by {}",
+                        crate::clock::format_rfc3339(deadline)
+                    );
+                    self.event_deduped(
+                        format!("Node/{name}"),
+                        "TerminationGracePeriodExpiring",
+                        by.clone(),
+                    );
+                    self.event_deduped(
+                        format!("NodeClaim/{}", claim_name(&claim)),
+                        "TerminationGracePeriodExpiring",
+                        by,
+                    );
+                }
                 if !draining.is_empty() && !gone {
+                    self.event_deduped(
+                        format!("Node/{name}"),
+                        "FailedDraining",
+                        format!(
+                            "Failed to drain node, {} pods are waiting to be evicted",
+                            draining.len()
+                        ),
+                    );
                     super::disruption::taint_terminating(&*self.cluster, node).await;
                     if claim.condition(conditions::DRAINED).is_none() {
                         self.write_termination_condition(
@@ -296,6 +324,33 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 // awaitVolumeDetachment, between the drain and the
                 // instance's termination (pointless once it is gone).
                 if !gone {
+                    // Karpenter's MinDrainTime: `Drained` stays Unknown for
+                    // 5 s, for pods bound just before the taint was seen.
+                    let since = claim
+                        .condition(conditions::DRAINED)
+                        .filter(|c| c.status == ConditionStatus::Unknown)
+                        .map(|c| c.last_transition_time.0);
+                    if claim.condition(conditions::DRAINED).is_none() {
+                        self.write_termination_condition(
+                            &mut claim,
+                            conditions::DRAINED,
+                            ConditionStatus::Unknown,
+                            "Draining",
+                            "Draining",
+                        )
+                        .await;
+                        next = next.min(MIN_DRAIN_TIME);
+                        continue;
+                    }
+                    if let Some(since) = since {
+                        let left = MIN_DRAIN_TIME.saturating_sub(
+                            Duration::try_from(now.duration_since(since)).unwrap_or_default(),
+                        );
+                        if !left.is_zero() {
+                            next = next.min(left);
+                            continue;
+                        }
+                    }
                     self.write_termination_condition(
                         &mut claim,
                         conditions::DRAINED,
@@ -808,6 +863,56 @@ mod tests {
         }
     }
 
+    /// node/termination: MinDrainTime. An empty node's NodeClaim is
+    /// `Drained=Unknown` for 5 s before `True`, and its instance is
+    /// terminated only then.
+    #[test]
+    fn an_empty_node_is_drained_for_the_minimum_drain_time() {
+        let mut e = env(None);
+        e.delete_claim();
+        e.pass();
+        let drained = |e: &Env| {
+            e.cluster
+                .get_opt::<NodeClaim>(&ObjectKey::cluster("c1"))
+                .and_then(|c| c.condition(conditions::DRAINED).map(|c| c.status))
+        };
+        assert_eq!(drained(&e), Some(ConditionStatus::Unknown));
+        e.run_until(4);
+        assert!(
+            e.instance_runs(),
+            "terminated before the minimum drain time"
+        );
+        e.run_until(6);
+        assert!(!e.instance_runs());
+    }
+
+    /// node/termination: a drain that waits says so on the Node
+    /// (`FailedDraining`, Karpenter's words), at most every 2 minutes.
+    #[test]
+    fn a_waiting_drain_says_how_many_pods_it_waits_for() {
+        let mut e = env(None);
+        e.cluster.create(pod("a", 300, "", "")).unwrap();
+        e.cluster.create(pod("b", 300, "", "")).unwrap();
+        e.delete_claim();
+        e.run_until(150);
+        let failed: Vec<_> = e
+            .controller
+            .drain_events()
+            .into_iter()
+            .filter(|ev| ev.reason == "FailedDraining")
+            .collect();
+        assert_eq!(
+            failed.len(),
+            2,
+            "once, then again after 2 minutes: {failed:?}"
+        );
+        assert_eq!(failed[0].object, "Node/n1");
+        assert_eq!(
+            failed[0].message,
+            "Failed to drain node, 2 pods are waiting to be evicted"
+        );
+    }
+
     /// terminator/suite_test.go: "should evict pods in order and wait
     /// until pods are fully deleted", "should evict non-critical pods
     /// first"; node/termination: "should not delete nodes until all pods
@@ -1024,6 +1129,8 @@ mod tests {
         assert!(e.events_named("Evicted").is_empty(), "deleted, not evicted");
         e.run_until(2);
         assert!(e.pods().is_empty());
+        // Drained since 0 s: the minimum drain time ends at 5 s.
+        e.run_until(5);
         assert!(!e.instance_runs());
     }
 
@@ -1277,7 +1384,8 @@ mod tests {
             .create(attachment("csi-moved", "n1", Some("pv-moved")))
             .unwrap();
         e.delete_claim();
-        e.pass();
+        // Past the minimum drain time of the empty node.
+        e.run_until(5);
         assert_eq!(e.ends("stays"), None, "not drained");
         assert_eq!(
             e.awaiting(),
@@ -1303,10 +1411,12 @@ mod tests {
             .create(attachment("csi-stuck", "n1", Some("pv-stuck")))
             .unwrap();
         e.delete_claim();
-        e.pass();
+        // The volumes are awaited once the node is drained (5 s, the
+        // minimum drain time).
+        e.run_until(5);
         assert_eq!(
             e.volumes_detached(),
-            Some(("Unknown".into(), "AwaitingVolumeDetachment".into(), 0))
+            Some(("Unknown".into(), "AwaitingVolumeDetachment".into(), 5))
         );
         // Until the deadline, held; just past it, terminated.
         e.run_until(60);
@@ -1335,7 +1445,8 @@ mod tests {
                 .unwrap();
         }
         e.delete_claim();
-        e.pass();
+        // Past the minimum drain time of the empty node.
+        e.run_until(5);
         assert_eq!(
             e.awaiting(),
             vec![(

@@ -1327,6 +1327,7 @@ fn is_warning(reason: &str) -> bool {
             "Blocked",
             "Gone",
             "Interrupted",
+            "Expiring",
         ]
         .iter()
         .any(|w| reason.contains(w))
