@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
-use dovetail::api::ec2nodeclass::EC2NodeClassStatus;
+use dovetail::api::ec2nodeclass::{ConnectionTracking, EC2NodeClassStatus};
 use dovetail::api::{EC2NodeClass, NodeClaim, NodePool};
 use dovetail::clock::{Clock, ManualClock, SystemClock};
 use dovetail::cloud::aws::{AwsConfig, AwsProvider, ClusterAccess, RetrySettings};
@@ -1757,6 +1757,67 @@ fn cluster_discovery_fills_user_data_from_describe_cluster() {
     });
 }
 
+/// `connectionTracking`, `ipPrefixCount` and a block device's
+/// `volumeInitializationRate`, read back from EC2's launch template as
+/// Karpenter's launch sends them: the timeouts and prefixes on the primary
+/// interface (which carries the security groups), the rate on the volume.
+/// Connection tracking needs the Nitro System: a Xen type is not offered.
+#[test]
+fn connection_tracking_prefixes_and_volume_initialization_read_back() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let env = Env::new(&moto.endpoint(), "us-west-2", "conntrack").await;
+        let aws = env.provider(&moto.endpoint(), env.config()).await;
+        let mut class = env.resolved(&aws).await;
+        class.spec.connection_tracking = Some(ConnectionTracking {
+            tcp_established_timeout: Some(3600),
+            udp_stream_timeout: Some(120),
+            udp_timeout: None,
+        });
+        class.spec.ip_prefix_count = Some(2);
+        class.spec.block_device_mappings = Some(vec![from_yaml(
+            "deviceName: /dev/xvda\nrootVolume: true\nebs: {volumeSize: 40Gi, snapshotID: snap-0123456789abcdef0, volumeInitializationRate: 250}",
+        )]);
+        let pool: NodePool = from_yaml(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n",
+        );
+        let offered: BTreeSet<String> = aws
+            .instance_types(&pool, &class)
+            .await
+            .expect("types")
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        assert!(offered.contains("m5.large"), "a Nitro type is offered");
+        assert!(!offered.contains("m4.large"), "a Xen type is not: {offered:?}");
+        aws.create(&claim("ct-a", &["m5.large"]), &class, &BTreeSet::new())
+            .await
+            .expect("launches");
+        let templates = read_back(&env, "default").await;
+        let [t] = templates.as_slice() else {
+            panic!("one template, found {}", templates.len());
+        };
+        assert!(t.data.security_group_ids().is_empty(), "on the interface");
+        let [primary] = t.data.network_interfaces() else {
+            panic!("one interface: {:?}", t.data.network_interfaces());
+        };
+        assert_eq!(primary.device_index(), Some(0));
+        assert!(!primary.groups().is_empty());
+        assert_eq!(primary.ipv4_prefix_count(), Some(2));
+        let ct = primary
+            .connection_tracking_specification()
+            .expect("connection tracking");
+        assert_eq!(
+            (ct.tcp_established_timeout(), ct.udp_stream_timeout(), ct.udp_timeout()),
+            (Some(3600), Some(120), None)
+        );
+        let ebs = t.data.block_device_mappings()[0].ebs().expect("ebs");
+        assert_eq!(ebs.snapshot_id(), Some("snap-0123456789abcdef0"));
+        assert_eq!(ebs.volume_initialization_rate(), Some(250));
+    });
+}
+
 /// A NodeClaim that requests `vpc.amazonaws.com/efa` launches from a
 /// template with an EFA interface per the type's EFA count (moto's
 /// c5n.9xlarge: one), read back from EC2; one that does not launches the
@@ -3310,6 +3371,22 @@ fn the_iam_policy_scopes_every_write_to_what_dovetail_tags() {
         other.insert("kubernetes.io/cluster/other".into(), "owned".into());
         other.insert("karpenter.sh/nodepool".into(), "default".into());
         assert_eq!(terminate(&other), None, "another cluster's instance");
+
+        // Instance profiles are read in this account only (Karpenter's
+        // AllowInstanceProfileReadActions); listing them is unscoped.
+        let profile = format!("arn:aws:iam::{account}:instance-profile/dovetail_scoped_1");
+        assert_eq!(
+            allowed(&Request::new("iam:GetInstanceProfile", profile)).as_deref(),
+            Some("DovetailInstanceProfileRead")
+        );
+        assert_eq!(
+            allowed(&Request::new(
+                "iam:GetInstanceProfile",
+                "arn:aws:iam::999988887777:instance-profile/other".to_string()
+            )),
+            None
+        );
+        assert!(allowed(&Request::new("iam:ListInstanceProfiles", "*".to_string())).is_some());
 
         // Tagging an instance later: only the keys dovetail adds.
         let name = BTreeMap::from([("Name".to_string(), "ip-10-0-0-1".to_string())]);

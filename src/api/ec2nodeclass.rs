@@ -828,14 +828,8 @@ impl MetadataOptions {
 /// EC2NodeClass fields Karpenter v1.14.1 accepts and acts on that dovetail
 /// does not implement: `validate` rejects a class that sets one, and the
 /// AWS provider does not launch from it, rather than ignore it.
-pub const UNSUPPORTED_FIELDS: [&str; 6] = [
-    "networkInterfaces",
-    "placementGroupSelector",
-    "ipPrefixCount",
-    "cpuOptions",
-    "connectionTracking",
-    "blockDeviceMappings[].ebs.volumeInitializationRate",
-];
+pub const UNSUPPORTED_FIELDS: [&str; 3] =
+    ["networkInterfaces", "placementGroupSelector", "cpuOptions"];
 
 impl EC2NodeClass {
     /// Fills in the defaults the API server would apply, so a value that
@@ -872,31 +866,18 @@ impl EC2NodeClass {
     /// [`UNSUPPORTED_FIELDS`]).
     pub fn unsupported_fields(&self) -> Vec<String> {
         let s = &self.spec;
-        let mut out: Vec<String> = [
+        [
             ("networkInterfaces", s.network_interfaces.is_some()),
             (
                 "placementGroupSelector",
                 s.placement_group_selector.is_some(),
             ),
-            ("ipPrefixCount", s.ip_prefix_count.is_some()),
             ("cpuOptions", s.cpu_options.is_some()),
-            ("connectionTracking", s.connection_tracking.is_some()),
         ]
         .into_iter()
         .filter(|(_, set)| *set)
         .map(|(f, _)| format!("spec.{f}"))
-        .collect();
-        for (i, m) in s.block_device_mappings.iter().flatten().enumerate() {
-            if m.ebs
-                .as_ref()
-                .is_some_and(|e| e.volume_initialization_rate.is_some())
-            {
-                out.push(format!(
-                    "spec.blockDeviceMappings[{i}].ebs.volumeInitializationRate"
-                ));
-            }
-        }
-        out
+        .collect()
     }
 
     /// The status condition of type `type_`, if reported.

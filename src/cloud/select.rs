@@ -106,6 +106,17 @@ pub(crate) fn type_allowed(it: &InstanceType, constraints: &Requirements) -> boo
         .is_ok()
 }
 
+/// Karpenter's compatibility checks of an instance type with the node class
+/// it would launch from (instancetype/compatibility): connection tracking
+/// timeouts need an instance built on the Nitro System.
+pub(crate) fn fits_node_class(it: &InstanceType, nodeclass: &crate::api::EC2NodeClass) -> bool {
+    nodeclass.spec.connection_tracking.is_none()
+        || it
+            .requirements
+            .single_value("karpenter.k8s.aws/instance-hypervisor")
+            == Some("nitro")
+}
+
 /// The NodeClaim's resource requests.
 pub(crate) fn claim_requests(claim: &NodeClaim) -> Result<Resources, CloudError> {
     match claim
@@ -191,4 +202,46 @@ pub(crate) fn variant_requirements(arch: &str, variant: &str) -> Vec<NodeSelecto
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// compatibility.go, connectionTrackingCheck: a node class with
+    /// connection tracking launches only types built on the Nitro System
+    /// (not Xen, nor bare metal, whose hypervisor label is empty).
+    #[test]
+    fn connection_tracking_needs_nitro() {
+        let catalog = crate::cloud::sim::SimEc2::builtin_catalog().expect("catalog");
+        let with_hypervisor = |h: &str| {
+            let mut it = catalog[0].clone();
+            it.requirements =
+                crate::model::Requirements::from_labels(&std::collections::BTreeMap::from([(
+                    "karpenter.k8s.aws/instance-hypervisor".to_string(),
+                    h.to_string(),
+                )]));
+            it
+        };
+        let (nitro, xen, metal) = (
+            with_hypervisor("nitro"),
+            with_hypervisor("xen"),
+            with_hypervisor(""),
+        );
+        let mut class = crate::api::EC2NodeClass::test("d");
+        assert!(
+            [&nitro, &xen, &metal]
+                .iter()
+                .all(|it| fits_node_class(it, &class))
+        );
+        class.spec.connection_tracking = Some(crate::api::ec2nodeclass::ConnectionTracking {
+            tcp_established_timeout: Some(3600),
+            ..Default::default()
+        });
+        assert!(fits_node_class(&nitro, &class));
+        assert!(!fits_node_class(&xen, &class));
+        assert!(!fits_node_class(&metal, &class));
+        // The built-in catalog's types are all Nitro.
+        assert!(catalog.iter().all(|it| fits_node_class(it, &class)));
+    }
 }

@@ -64,8 +64,9 @@ use super::reservations::{
     LABEL_RESERVATION_TYPE,
 };
 use crate::api::ec2nodeclass::{
-    Ami, BlockDevice, BlockDeviceMapping, CapacityReservation, EnabledDisabled, HttpTokens,
-    InstanceStorePolicy, KubeletConfiguration, MetadataOptions, ReservationType, VolumeType,
+    Ami, BlockDevice, BlockDeviceMapping, CapacityReservation, ConnectionTracking, EnabledDisabled,
+    HttpTokens, InstanceStorePolicy, KubeletConfiguration, MetadataOptions, ReservationType,
+    VolumeType,
 };
 use crate::api::{EC2NodeClass, NodeClaim, TAINT_UNREGISTERED};
 use crate::cloud::select::{
@@ -784,6 +785,14 @@ pub struct TemplateSpec {
     /// An IPv6 cluster: interfaces get a primary IPv6 address.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub ipv6: bool,
+    /// The node class's `connectionTracking`: idle timeouts of the
+    /// interfaces the template configures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    /// The node class's `ipPrefixCount`: prefixes assigned to the
+    /// interfaces (IPv4, or IPv6 in an IPv6 cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_prefix_count: Option<i32>,
     /// The reservation a reserved launch targets; `None`: the instance
     /// uses no reservation (`CapacityReservationPreference: none`).
     /// Always part of the name, so templates made before reservations
@@ -874,6 +883,7 @@ impl TemplateSpec {
                         .set_throughput(e.throughput.and_then(|v| i32::try_from(v).ok()))
                         .set_kms_key_id(e.kms_key_id.clone())
                         .set_snapshot_id(e.snapshot_id.clone())
+                        .set_volume_initialization_rate(e.volume_initialization_rate)
                         .set_volume_size(e.volume_size.as_deref().and_then(gib))
                         .set_volume_type(
                             e.volume_type
@@ -954,15 +964,37 @@ impl TemplateSpec {
             if self.ipv6 {
                 i = i.primary_ipv6(true).ipv6_address_count(1);
             }
+            // Karpenter's generateNetworkInterfaces: the prefixes of the
+            // cluster's address family, and the connection tracking
+            // timeouts, on every interface it configures.
+            if self.ipv6 {
+                i = i.set_ipv6_prefix_count(self.ip_prefix_count);
+            } else {
+                i = i.set_ipv4_prefix_count(self.ip_prefix_count);
+            }
+            if let Some(ct) = &self.connection_tracking {
+                i = i.connection_tracking_specification(
+                    aws_sdk_ec2::types::ConnectionTrackingSpecificationRequest::builder()
+                        .set_tcp_established_timeout(ct.tcp_established_timeout)
+                        .set_udp_stream_timeout(ct.udp_stream_timeout)
+                        .set_udp_timeout(ct.udp_timeout)
+                        .build(),
+                );
+            }
             i.build()
         };
         if self.efa_interfaces > 0 {
             for card in 0..self.efa_interfaces {
                 data = data.network_interfaces(interface(card));
             }
-        } else if self.public_ip.is_some() || self.ipv6 {
-            // A public address or a primary IPv6 address is set on the
-            // primary interface, which then carries the security groups.
+        } else if self.public_ip.is_some()
+            || self.ipv6
+            || self.connection_tracking.is_some()
+            || self.ip_prefix_count.is_some()
+        {
+            // A public address, a primary IPv6 address, prefixes or
+            // connection tracking are set on the primary interface, which
+            // then carries the security groups.
             data = data.network_interfaces(interface(0));
         } else {
             data = data.set_security_group_ids(Some(self.security_group_ids.clone()));
@@ -1556,6 +1588,12 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                     spot,
                     efa_interfaces: efa,
                     ipv6: input.cluster.access.ipv6(),
+                    connection_tracking: spec.connection_tracking.clone().filter(|ct| {
+                        ct.tcp_established_timeout.is_some()
+                            || ct.udp_stream_timeout.is_some()
+                            || ct.udp_timeout.is_some()
+                    }),
+                    ip_prefix_count: spec.ip_prefix_count,
                     capacity_reservation: target,
                 },
                 vec![o],
@@ -2127,6 +2165,8 @@ mod tests {
             spot: true,
             efa_interfaces: 0,
             ipv6: false,
+            connection_tracking: None,
+            ip_prefix_count: None,
             capacity_reservation: None,
         };
         let name = t.name("prod");
@@ -2184,6 +2224,88 @@ mod tests {
         assert_eq!(tagged, ["network-interface", "spot-instances-request"]);
         assert_eq!(gib("100G"), Some(94));
         assert_eq!(gib("1Ti"), Some(1024));
+    }
+
+    /// launchtemplate_test.go: connection tracking and IP prefixes on the
+    /// primary interface (which then carries the security groups), IPv6
+    /// prefixes in an IPv6 cluster, and the volume initialization rate on
+    /// its block device, as Karpenter's launch template builder sends them.
+    #[test]
+    fn connection_tracking_prefixes_and_initialization_rate_are_sent() {
+        let mut devices = block_devices(Family::Al2023, &EC2NodeClass::test("d"));
+        if let Some(ebs) = devices[0].ebs.as_mut() {
+            ebs.snapshot_id = Some("snap-1".into());
+            ebs.volume_initialization_rate = Some(200);
+        }
+        let t = TemplateSpec {
+            image_id: "ami-1".into(),
+            user_data: "x".into(),
+            block_devices: devices,
+            metadata: MetadataOptions::defaulted(),
+            security_group_ids: vec!["sg-1".into()],
+            instance_profile: None,
+            monitoring: false,
+            public_ip: None,
+            nodeclass: "default".into(),
+            tenancy: None,
+            tags: BTreeMap::new(),
+            spot: false,
+            efa_interfaces: 0,
+            ipv6: false,
+            connection_tracking: Some(ConnectionTracking {
+                tcp_established_timeout: Some(3600),
+                udp_stream_timeout: None,
+                udp_timeout: Some(30),
+            }),
+            ip_prefix_count: Some(2),
+            capacity_reservation: None,
+        };
+        let data = t.request_data();
+        assert!(data.security_group_ids().is_empty(), "on the interface");
+        let [primary] = data.network_interfaces() else {
+            panic!("one interface: {:?}", data.network_interfaces());
+        };
+        assert_eq!(primary.device_index(), Some(0));
+        assert_eq!(primary.groups(), ["sg-1"]);
+        assert_eq!(primary.ipv4_prefix_count(), Some(2));
+        assert_eq!(primary.ipv6_prefix_count(), None);
+        let ct = primary
+            .connection_tracking_specification()
+            .expect("tracking");
+        assert_eq!(
+            (
+                ct.tcp_established_timeout(),
+                ct.udp_stream_timeout(),
+                ct.udp_timeout()
+            ),
+            (Some(3600), None, Some(30))
+        );
+        assert_eq!(
+            data.block_device_mappings()[0]
+                .ebs()
+                .and_then(|e| e.volume_initialization_rate()),
+            Some(200)
+        );
+        let v6 = TemplateSpec {
+            ipv6: true,
+            ..t.clone()
+        }
+        .request_data();
+        assert_eq!(v6.network_interfaces()[0].ipv6_prefix_count(), Some(2));
+        assert_eq!(v6.network_interfaces()[0].ipv4_prefix_count(), None);
+        // Each is part of the template's name.
+        for change in [
+            TemplateSpec {
+                ip_prefix_count: Some(3),
+                ..t.clone()
+            },
+            TemplateSpec {
+                connection_tracking: None,
+                ..t.clone()
+            },
+        ] {
+            assert_ne!(change.name("prod"), t.name("prod"));
+        }
     }
 
     /// Three types in two zones, priced; m6g.large is arm64, and the

@@ -83,7 +83,9 @@ use self::launch::{
     cluster_tag,
 };
 use self::pricing::{OnDemandPrices, SpotPrices};
-use super::select::{image_for, instance_labels, nodepool_constraints, type_allowed};
+use super::select::{
+    fits_node_class, image_for, instance_labels, nodepool_constraints, type_allowed,
+};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
     NodeClassProblem, NodeClassResolution, OfferingKey, instance_drift, reasons,
@@ -2513,6 +2515,7 @@ impl CloudProvider for AwsProvider {
         Ok(types
             .iter()
             .filter(|it| type_allowed(it, &constraints))
+            .filter(|it| fits_node_class(it, nodeclass))
             .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
             .cloned()
             .collect())

@@ -120,8 +120,8 @@ use std::collections::BTreeSet;
 
 use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
 use super::select::{
-    claim_requests, image_for, instance_constraints, instance_labels, launch_priority,
-    nodepool_constraints, offering_key, requirements_of, type_allowed,
+    claim_requests, fits_node_class, image_for, instance_constraints, instance_labels,
+    launch_priority, nodepool_constraints, offering_key, requirements_of, type_allowed,
 };
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
@@ -986,6 +986,7 @@ impl SimEc2 {
             .catalog_for(&kubelet)
             .iter()
             .filter(|it| type_allowed(it, &constraints))
+            .filter(|it| fits_node_class(it, nodeclass))
             .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
             .cloned()
             .collect())

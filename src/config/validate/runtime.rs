@@ -319,33 +319,9 @@ pub fn ec2nodeclass(doc: &Value) -> Vec<Finding> {
     };
     let sp = JsonPath::root().key("spec");
     let mut found: Vec<JsonPath> = Vec::new();
-    for field in [
-        "networkInterfaces",
-        "placementGroupSelector",
-        "ipPrefixCount",
-        "cpuOptions",
-        "connectionTracking",
-    ] {
+    for field in crate::api::ec2nodeclass::UNSUPPORTED_FIELDS {
         if spec.get(field).is_some_and(|v| !v.is_null()) {
             found.push(sp.key(field));
-        }
-    }
-    for (i, m) in spec
-        .get("blockDeviceMappings")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        if m.pointer("/ebs/volumeInitializationRate")
-            .is_some_and(|v| !v.is_null())
-        {
-            found.push(
-                sp.key("blockDeviceMappings")
-                    .index(i)
-                    .key("ebs")
-                    .key("volumeInitializationRate"),
-            );
         }
     }
     for path in found {
