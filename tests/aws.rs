@@ -516,24 +516,15 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
             "{conds:?}"
         );
 
-        // A field dovetail does not implement: the class is not ready, and
-        // nothing launches from it.
+        // Nested virtualization, which m5.large lacks (moto's
+        // DescribeInstanceTypes): no offering of it can launch from the class.
         let mut cpu = class.clone();
-        cpu.spec.cpu_options = Some(Default::default());
-        let r3 = aws.resolve_node_class(&cpu).await.expect("resolves");
-        assert!(
-            r3.problems
-                .iter()
-                .any(|p| p.message.starts_with("spec.cpuOptions")
-                    && p.condition.as_str() == "ValidationSucceeded"
-                    && p.reason == "UnsupportedField"),
-            "{:?}",
-            r3.problems
-        );
+        cpu.spec.cpu_options = Some(from_yaml("nestedVirtualization: enabled"));
         let cpu = with_status(cpu, &r);
         assert!(matches!(
-            aws.create(&claim("default-cpu", &["m5.large"]), &cpu, &BTreeSet::new()).await,
-            Err(CloudError::NodeClassNotReady { reason, .. }) if reason.contains("spec.cpuOptions")
+            aws.create(&claim("default-cpu", &["m5.large"]), &cpu, &BTreeSet::new())
+                .await,
+            Err(CloudError::InvalidRequest(_))
         ));
 
         // A launch: the cheapest allowed type (c5.large at $0.085 against
@@ -1815,6 +1806,145 @@ fn connection_tracking_prefixes_and_volume_initialization_read_back() {
         let ebs = t.data.block_device_mappings()[0].ebs().expect("ebs");
         assert_eq!(ebs.snapshot_id(), Some("snap-0123456789abcdef0"));
         assert_eq!(ebs.volume_initialization_rate(), Some(250));
+    });
+}
+
+/// `networkInterfaces`, `cpuOptions` and `placementGroupSelector`, launched
+/// as Karpenter v1.14.1 launches them, read back from EC2 (moto); moto has no
+/// placement groups, so the proxy answers DescribePlacementGroups.
+/// - Only types with nested virtualization, an EFA for the EFA-only
+///   interface, a second device on card 0 and the partition strategy are
+///   offered (Karpenter's compatibility checks, on moto's
+///   DescribeInstanceTypes).
+/// - The template attaches exactly the configured interfaces: the primary
+///   with the prefix and the security groups, the EFA-only one with the
+///   groups and nothing EC2 refuses on it; CPU options name nested
+///   virtualization; the placement names the group and the lowest partition
+///   the NodeClaim allows.
+/// - The instance is labelled with the group and partition, and has EFA.
+/// - A selector naming no group leaves the class not ready.
+#[test]
+fn network_interfaces_cpu_options_and_placement_group_read_back() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = aws_proxy::start(moto.addr).await;
+        proxy.faults.lock().unwrap().placement_groups.push((
+            "pg-0a1b2c3d4e".into(),
+            "hpc".into(),
+            "partition".into(),
+            3,
+            "available".into(),
+        ));
+        let env = Env::new(&proxy.endpoint(), "us-west-2", "hpc").await;
+        let aws = env.provider(&proxy.endpoint(), env.config()).await;
+        let mut class = env.nodeclass();
+        class.spec.placement_group_selector = Some(from_yaml("name: hpc"));
+        class.spec.network_interfaces = Some(from_yaml(
+            "[{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}, \
+              {networkCardIndex: 0, deviceIndex: 1, interfaceType: efa-only}]",
+        ));
+        class.spec.cpu_options = Some(from_yaml("nestedVirtualization: enabled"));
+        class.spec.ip_prefix_count = Some(1);
+        let r = aws.resolve_node_class(&class).await.expect("resolves");
+        assert!(r.is_ready(), "{}", r.summary());
+        assert_eq!(proxy.count("DescribePlacementGroups"), 1);
+        let class = with_status(class, &r);
+        let types = aws.instance_types_for(&class).await.expect("types");
+        let offered: BTreeSet<&str> = types.iter().map(|t| t.name.as_str()).collect();
+        assert!(offered.contains("c8i.48xlarge"), "{offered:?}");
+        for absent in ["c8i.large", "m5.large", "c5n.9xlarge"] {
+            assert!(!offered.contains(absent), "{absent} offered: {offered:?}");
+        }
+        let it = types.iter().find(|t| t.name == "c8i.48xlarge").unwrap();
+        assert_eq!(
+            it.requirements
+                .single_value("karpenter.k8s.aws/placement-group-id"),
+            Some("pg-0a1b2c3d4e")
+        );
+        let mut c = claim("hpc-a", &["c8i.48xlarge"]);
+        c.spec
+            .requirements
+            .push(dovetail::api::NodeSelectorRequirementWithMinValues::new(
+                "karpenter.k8s.aws/placement-group-partition",
+                dovetail::api::Operator::In,
+                &["3", "2"],
+            ));
+        let launched = aws
+            .create(&c, &class, &BTreeSet::new())
+            .await
+            .expect("launches")
+            .instance;
+        assert_eq!(
+            launched
+                .labels
+                .get("karpenter.k8s.aws/placement-group-id")
+                .map(String::as_str),
+            Some("pg-0a1b2c3d4e")
+        );
+        assert_eq!(
+            launched
+                .labels
+                .get("karpenter.k8s.aws/placement-group-partition")
+                .map(String::as_str),
+            Some("2")
+        );
+        assert!(launched.efa_attached, "the node class attaches EFA");
+        let templates = read_back(&env, "default").await;
+        let [t] = templates.as_slice() else {
+            panic!("one template, found {}", templates.len());
+        };
+        let placement = t.data.placement().expect("a placement");
+        assert_eq!(placement.group_id(), Some("pg-0a1b2c3d4e"));
+        assert_eq!(placement.partition_number(), Some(2));
+        assert_eq!(
+            t.data
+                .cpu_options()
+                .and_then(|c| c.nested_virtualization())
+                .map(|n| n.as_str()),
+            Some("enabled")
+        );
+        assert!(t.data.security_group_ids().is_empty(), "on the interfaces");
+        let [primary, efa] = t.data.network_interfaces() else {
+            panic!("two interfaces: {:?}", t.data.network_interfaces());
+        };
+        assert_eq!(
+            (
+                primary.network_card_index(),
+                primary.device_index(),
+                primary.interface_type()
+            ),
+            (Some(0), Some(0), Some("interface"))
+        );
+        assert_eq!(primary.ipv4_prefix_count(), Some(1));
+        assert!(!primary.groups().is_empty());
+        assert_eq!(
+            (
+                efa.network_card_index(),
+                efa.device_index(),
+                efa.interface_type()
+            ),
+            (Some(0), Some(1), Some("efa-only"))
+        );
+        assert_eq!(efa.groups(), primary.groups());
+        assert_eq!(
+            efa.ipv4_prefix_count(),
+            None,
+            "EC2 refuses prefixes on EFA-only"
+        );
+        assert_eq!(efa.associate_public_ip_address(), None);
+
+        // A selector naming no group: PlacementGroupReady is False.
+        let mut missing = env.nodeclass();
+        missing.spec.placement_group_selector = Some(from_yaml("name: nope"));
+        let r = aws.resolve_node_class(&missing).await.expect("resolves");
+        let p = r
+            .problems
+            .iter()
+            .find(|p| p.condition == dovetail::cloud::NodeClassCondition::PlacementGroupReady)
+            .expect("a placement group problem");
+        assert_eq!(p.reason, "PlacementGroupNotFound");
+        assert!(p.message.contains("\"nope\""), "{}", p.message);
     });
 }
 
@@ -3569,6 +3699,13 @@ fn aws_resolve_reports_the_resolution_and_writes_nothing() {
     );
     assert_eq!(launch["launch_template"]["instance_profile"], profile);
     assert_eq!(launch["launch_template"]["tags"]["team"], "platform");
+    // And the LaunchTemplateData exactly as CreateLaunchTemplate sends it.
+    let data = &launch["launch_template_data"];
+    assert_eq!(data["ImageId"], env.images[0].as_str());
+    assert_eq!(data["SecurityGroupIds"][0], env.security_group.as_str());
+    assert_eq!(data["IamInstanceProfile"]["Name"], profile);
+    assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "disabled");
+    assert_eq!(data["MetadataOptions"]["HttpTokens"], "required");
     let user_data = launch["user_data"].as_str().expect("user data");
     assert!(user_data.contains(r#""kind": "NodeConfig""#), "{user_data}");
     assert!(

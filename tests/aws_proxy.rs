@@ -31,7 +31,11 @@
 //!   CreateLaunchTemplate's target reservation is remembered by template
 //!   id, and a CreateFleet override through a template whose reservation
 //!   has no room is refused with `ReservationCapacityExceeded` (moto
-//!   launches the others, each taking room).
+//!   launches the others, each taking room);
+//! - placement groups, which moto lacks: DescribePlacementGroups is
+//!   answered from [`Faults::placement_groups`] (`GroupId.N`,
+//!   `GroupName.N`, the `state` filter), with EC2's
+//!   `InvalidPlacementGroup.Unknown` for a name or id it does not know.
 //!
 //! Every request's action is logged, so tests can count calls (dry-runs
 //! apart: a `DryRun=true` request goes to moto as it is, which answers
@@ -77,6 +81,9 @@ pub struct Faults {
     pub deprecated_images: BTreeSet<String>,
     /// Capacity reservations EC2 has.
     pub reservations: Vec<Reservation>,
+    /// Placement groups EC2 has: (id, name, strategy, partition count,
+    /// state).
+    pub placement_groups: Vec<(String, String, String, u32, String)>,
     /// Launch template id -> the reservation its data targets.
     pub template_reservations: HashMap<String, String>,
 }
@@ -194,6 +201,68 @@ fn describe_reservations(body: &str, faults: &Arc<Mutex<Faults>>) -> (String, Ve
         "200 OK".to_string(),
         format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeCapacityReservationsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><capacityReservationSet>{items}</capacityReservationSet></DescribeCapacityReservationsResponse>"
+        )
+        .into_bytes(),
+    )
+}
+
+/// DescribePlacementGroups answered from the proxy's placement groups.
+fn describe_placement_groups(body: &str, faults: &Arc<Mutex<Faults>>) -> (String, Vec<u8>) {
+    let params = form(body);
+    let named = |prefix: &str| -> Vec<String> {
+        params
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let (ids, names) = (named("GroupId."), named("GroupName."));
+    let states: Vec<String> = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("Filter.") && k.contains(".Value."))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let f = faults.lock().unwrap();
+    let known = |v: &String, by_id: bool| {
+        f.placement_groups
+            .iter()
+            .any(|g| if by_id { &g.0 == v } else { &g.1 == v })
+    };
+    if let Some(missing) = ids
+        .iter()
+        .map(|i| (i, true))
+        .chain(names.iter().map(|n| (n, false)))
+        .find(|(v, by_id)| !known(v, *by_id))
+    {
+        return (
+            "400 Bad Request".to_string(),
+            ec2_error(
+                "InvalidPlacementGroup.Unknown",
+                &format!("The Placement Group '{}' is unknown.", missing.0),
+            ),
+        );
+    }
+    let items: String = f
+        .placement_groups
+        .iter()
+        .filter(|g| ids.is_empty() || ids.contains(&g.0))
+        .filter(|g| names.is_empty() || names.contains(&g.1))
+        .filter(|g| states.is_empty() || states.contains(&g.4))
+        .map(|(id, name, strategy, partitions, state)| {
+            let count = if *partitions > 0 {
+                format!("<partitionCount>{partitions}</partitionCount>")
+            } else {
+                String::new()
+            };
+            format!(
+                "<item><groupName>{name}</groupName><groupId>{id}</groupId><state>{state}</state><strategy>{strategy}</strategy>{count}</item>"
+            )
+        })
+        .collect();
+    (
+        "200 OK".to_string(),
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribePlacementGroupsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>dovetail-proxy</requestId><placementGroupSet>{items}</placementGroupSet></DescribePlacementGroupsResponse>"
         )
         .into_bytes(),
     )
@@ -760,6 +829,7 @@ async fn serve(
         KeepRunning,
         Images(BTreeSet<String>),
         Reservations,
+        PlacementGroups,
         Template,
         Forward,
     }
@@ -809,6 +879,8 @@ async fn serve(
             Plan::Images(f.deprecated_images.clone())
         } else if action == "DescribeCapacityReservations" {
             Plan::Reservations
+        } else if action == "DescribePlacementGroups" {
+            Plan::PlacementGroups
         } else if action == "CreateLaunchTemplate" && !dry_run {
             Plan::Template
         } else {
@@ -922,6 +994,10 @@ async fn serve(
         }
         Plan::Reservations => {
             let (status, answer) = describe_reservations(&body, &faults);
+            respond(&mut conn, &status, "text/xml", &[], &answer).await
+        }
+        Plan::PlacementGroups => {
+            let (status, answer) = describe_placement_groups(&body, &faults);
             respond(&mut conn, &status, "text/xml", &[], &answer).await
         }
         Plan::Template => {

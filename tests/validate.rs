@@ -64,10 +64,22 @@ fn fixture_runtime_checks() {
     fixture("runtime");
 }
 
-/// EC2NodeClass fields dovetail does not act on are refused, not ignored.
+/// Every EC2NodeClass field Karpenter v1.14.1 acts on validates: network
+/// interfaces, placement groups, CPU options, prefixes, connection tracking
+/// and volume initialization.
 #[test]
-fn fixture_unsupported_fields() {
-    fixture("unsupported");
+fn every_nodeclass_field_karpenter_acts_on_validates() {
+    let out = dovetail(&[
+        "validate",
+        "tests/fixtures/validate/karpenter-fields",
+        "--worktree",
+        "--strict",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout,
+        "validate: 0 errors, 0 warnings in 1 file (1 object)\n"
+    );
 }
 
 #[test]

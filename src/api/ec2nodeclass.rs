@@ -825,12 +825,6 @@ impl MetadataOptions {
     }
 }
 
-/// EC2NodeClass fields Karpenter v1.14.1 accepts and acts on that dovetail
-/// does not implement: `validate` rejects a class that sets one, and the
-/// AWS provider does not launch from it, rather than ignore it.
-pub const UNSUPPORTED_FIELDS: [&str; 3] =
-    ["networkInterfaces", "placementGroupSelector", "cpuOptions"];
-
 impl EC2NodeClass {
     /// Fills in the defaults the API server would apply, so a value that
     /// spells out a default equals one that leaves it out.
@@ -859,25 +853,6 @@ impl EC2NodeClass {
                 .find_map(|term| term.alias.as_deref())
                 .and_then(AmiFamily::from_alias)
         })
-    }
-
-    /// The fields Karpenter v1.14.1 accepts that dovetail does not act on
-    /// yet, as JSON paths, where this class sets them (see
-    /// [`UNSUPPORTED_FIELDS`]).
-    pub fn unsupported_fields(&self) -> Vec<String> {
-        let s = &self.spec;
-        [
-            ("networkInterfaces", s.network_interfaces.is_some()),
-            (
-                "placementGroupSelector",
-                s.placement_group_selector.is_some(),
-            ),
-            ("cpuOptions", s.cpu_options.is_some()),
-        ]
-        .into_iter()
-        .filter(|(_, set)| *set)
-        .map(|(f, _)| format!("spec.{f}"))
-        .collect()
     }
 
     /// The status condition of type `type_`, if reported.

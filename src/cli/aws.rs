@@ -294,6 +294,8 @@ struct Launch {
     instance_type: String,
     launch_template_name: Option<String>,
     launch_template: Option<crate::cloud::aws::launch::TemplateSpec>,
+    /// The CreateLaunchTemplate `LaunchTemplateData` exactly as sent.
+    launch_template_data: Option<serde_json::Value>,
     /// Decoded (as the instance reads it).
     user_data: Option<String>,
     error: Option<String>,
@@ -312,6 +314,9 @@ impl Launch {
                     instance_type: instance_type.to_string(),
                     launch_template_name: spec.as_ref().map(|s| s.name(cluster)),
                     user_data: spec.as_ref().map(|s| s.user_data.clone()),
+                    launch_template_data: spec
+                        .as_ref()
+                        .map(|s| crate::cloud::aws::launch::request_data_json(&s.request_data())),
                     launch_template: spec,
                     error: None,
                 }
@@ -320,6 +325,7 @@ impl Launch {
                 instance_type: instance_type.to_string(),
                 launch_template_name: None,
                 launch_template: None,
+                launch_template_data: None,
                 user_data: None,
                 error: Some(e.to_string()),
             },
@@ -483,11 +489,12 @@ impl ResolveReport {
             if let Some(name) = &l.launch_template_name {
                 let _ = writeln!(o, "  launch template {name}");
             }
-            if let Some(t) = &l.launch_template {
-                // The user data follows, decoded.
-                let mut value = serde_json::to_value(t).unwrap_or_default();
+            if let Some(t) = &l.launch_template_data {
+                // As CreateLaunchTemplate sends it; the user data follows,
+                // decoded.
+                let mut value = t.clone();
                 if let Some(m) = value.as_object_mut() {
-                    m.remove("user_data");
+                    m.remove("UserData");
                 }
                 let data = serde_json::to_string_pretty(&value).unwrap_or_default();
                 for line in data.lines() {

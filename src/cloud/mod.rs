@@ -68,6 +68,9 @@ pub struct Instance {
     pub subnet_id: Option<String>,
     /// The security groups of its network interface, sorted.
     pub security_group_ids: Vec<String>,
+    /// It has EFA interfaces: only then does its NodeClaim list
+    /// `vpc.amazonaws.com/efa` in its capacity (Karpenter's rule).
+    pub efa_attached: bool,
 }
 
 /// The outcome of [`CloudProvider::create`]: the instance, and the
@@ -94,8 +97,7 @@ pub enum NodeClassCondition {
     /// providers resolves reservations yet, so it is written only when a
     /// problem names it.
     CapacityReservationsReady,
-    /// `placementGroupSelector` (not implemented: a class that sets it is
-    /// not ready).
+    /// `placementGroupSelector`: False when the group is not found.
     PlacementGroupReady,
     ValidationSucceeded,
 }
@@ -152,7 +154,7 @@ pub mod reasons {
     pub const UNSUPPORTED_ALIAS: &str = "UnsupportedAlias";
     pub const ROLE_NOT_FOUND: &str = "RoleNotFound";
     pub const PLACEMENT_GROUP_NOT_FOUND: &str = "PlacementGroupNotFound";
-    pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
+    pub const PLACEMENT_GROUP_RESOLUTION_FAILED: &str = "PlacementGroupResolutionFailed";
     pub const DEPENDENCIES_NOT_READY: &str = "DependenciesNotReady";
     pub const TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
     pub const CREATE_FLEET_AUTH_FAILED: &str = "CreateFleetAuthCheckFailed";

@@ -106,15 +106,129 @@ pub(crate) fn type_allowed(it: &InstanceType, constraints: &Requirements) -> boo
         .is_ok()
 }
 
+/// What Karpenter's compatibility checks read of an instance type from
+/// DescribeInstanceTypes, beyond its labels. A provider that does not know
+/// them (a catalog without them) has none, and a node class that needs
+/// them launches no type: Karpenter too refuses a type whose facts are
+/// missing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hardware {
+    /// The most network interfaces of each network card, by card index.
+    pub network_cards: Vec<i64>,
+    /// ENA is supported (or required).
+    pub ena: bool,
+    /// The most EFA interfaces.
+    pub max_efa_interfaces: i64,
+    /// Nested virtualization is among the processor's features.
+    pub nested_virtualization: bool,
+    /// The placement group strategies it supports.
+    pub placement_strategies: Vec<String>,
+}
+
+/// What a node class asks of the instance types it launches, as
+/// Karpenter's compatibility checks read it (instancetype/compatibility):
+/// its network interfaces, nested virtualization, connection tracking and
+/// the strategy of its placement group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct NodeClassNeeds {
+    /// (network card, device index, EFA only) of each configured interface.
+    interfaces: Vec<(i32, i32, bool)>,
+    nested_virtualization: bool,
+    connection_tracking: bool,
+    placement_strategy: Option<String>,
+}
+
+impl NodeClassNeeds {
+    /// The needs of `nodeclass`, whose placement group (if it selects one)
+    /// resolved to `placement_strategy`.
+    pub(crate) fn of(
+        nodeclass: &crate::api::EC2NodeClass,
+        placement_strategy: Option<&str>,
+    ) -> NodeClassNeeds {
+        let spec = &nodeclass.spec;
+        NodeClassNeeds {
+            interfaces: spec
+                .network_interfaces
+                .iter()
+                .flatten()
+                .map(|n| {
+                    (
+                        n.network_card_index,
+                        n.device_index,
+                        n.interface_type == crate::api::ec2nodeclass::InterfaceType::EfaOnly,
+                    )
+                })
+                .collect(),
+            nested_virtualization: spec
+                .cpu_options
+                .as_ref()
+                .and_then(|c| c.nested_virtualization)
+                == Some(crate::api::ec2nodeclass::EnabledDisabled::Enabled),
+            connection_tracking: spec.connection_tracking.is_some(),
+            placement_strategy: placement_strategy.map(str::to_string),
+        }
+    }
+
+    /// Whether nothing is asked: every type fits.
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == NodeClassNeeds::default()
+    }
+
+    /// Whether `it`, with `hardware` where known, can launch from the node
+    /// class: Karpenter's checks, in its order.
+    pub(crate) fn admit(&self, it: &InstanceType, hardware: Option<&Hardware>) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        // Connection tracking timeouts need the Nitro System.
+        if self.connection_tracking
+            && it
+                .requirements
+                .single_value("karpenter.k8s.aws/instance-hypervisor")
+                != Some("nitro")
+        {
+            return false;
+        }
+        let needs_hardware = !self.interfaces.is_empty()
+            || self.nested_virtualization
+            || self.placement_strategy.is_some();
+        if !needs_hardware {
+            return true;
+        }
+        let Some(hw) = hardware else {
+            return false;
+        };
+        if !self.interfaces.is_empty() {
+            if hw.network_cards.is_empty() || !hw.ena {
+                return false;
+            }
+            // Each interface's card exists and has room for its device
+            // index.
+            let fits = self.interfaces.iter().all(|&(card, device, _)| {
+                usize::try_from(card)
+                    .ok()
+                    .and_then(|c| hw.network_cards.get(c))
+                    .is_some_and(|&max| i64::from(device) < max)
+            });
+            let efa_only = self.interfaces.iter().filter(|i| i.2).count() as i64;
+            if !fits || efa_only > hw.max_efa_interfaces {
+                return false;
+            }
+        }
+        if self.nested_virtualization && !hw.nested_virtualization {
+            return false;
+        }
+        self.placement_strategy
+            .as_ref()
+            .is_none_or(|s| hw.placement_strategies.contains(s))
+    }
+}
+
 /// Karpenter's compatibility checks of an instance type with the node class
-/// it would launch from (instancetype/compatibility): connection tracking
-/// timeouts need an instance built on the Nitro System.
+/// it would launch from, for a provider that knows no more of its types than
+/// their labels (see [`NodeClassNeeds::admit`]).
 pub(crate) fn fits_node_class(it: &InstanceType, nodeclass: &crate::api::EC2NodeClass) -> bool {
-    nodeclass.spec.connection_tracking.is_none()
-        || it
-            .requirements
-            .single_value("karpenter.k8s.aws/instance-hypervisor")
-            == Some("nitro")
+    NodeClassNeeds::of(nodeclass, None).admit(it, None)
 }
 
 /// The NodeClaim's resource requests.
@@ -243,5 +357,80 @@ mod tests {
         assert!(!fits_node_class(&metal, &class));
         // The built-in catalog's types are all Nitro.
         assert!(catalog.iter().all(|it| fits_node_class(it, &class)));
+    }
+
+    /// compatibility.go's network interface, nested virtualization and
+    /// placement group checks, against DescribeInstanceTypes facts; a type
+    /// whose facts are unknown fits only a node class that needs none.
+    #[test]
+    fn interfaces_nested_virtualization_and_placement_strategy_need_the_hardware() {
+        let it = crate::cloud::sim::SimEc2::builtin_catalog().expect("catalog")[0].clone();
+        let hw = Hardware {
+            network_cards: vec![4, 2],
+            ena: true,
+            max_efa_interfaces: 1,
+            nested_virtualization: false,
+            placement_strategies: vec!["cluster".into(), "spread".into()],
+        };
+        let class = |yaml: &str| {
+            let mut c = crate::api::EC2NodeClass::test("d");
+            let extra: crate::api::ec2nodeclass::EC2NodeClassSpec = serde_json::from_value({
+                let mut base = serde_json::to_value(&c.spec).expect("spec");
+                let add: serde_json::Value = serde_saphyr::from_str(yaml).expect("yaml");
+                for (k, v) in add.as_object().expect("a map") {
+                    base[k] = v.clone();
+                }
+                base
+            })
+            .expect("a spec");
+            c.spec = extra;
+            c
+        };
+        let admits = |yaml: &str, strategy: Option<&str>, hw: Option<&Hardware>| {
+            NodeClassNeeds::of(&class(yaml), strategy).admit(&it, hw)
+        };
+        let nic = |card: i32, device: i32, kind: &str| {
+            format!("{{networkCardIndex: {card}, deviceIndex: {device}, interfaceType: {kind}}}")
+        };
+        let interfaces = |list: &[String]| format!("networkInterfaces: [{}]", list.join(", "));
+        // Nothing asked: every type, facts or not.
+        assert!(admits("{}", None, None));
+        let ok = interfaces(&[nic(0, 0, "interface"), nic(1, 1, "efa-only")]);
+        assert!(admits(&ok, None, Some(&hw)));
+        assert!(!admits(&ok, None, None), "unknown facts");
+        // A card the type lacks, a device index past the card's interfaces,
+        // more EFA-only interfaces than it has EFA.
+        for bad in [
+            interfaces(&[nic(0, 0, "interface"), nic(2, 0, "interface")]),
+            interfaces(&[nic(0, 0, "interface"), nic(1, 2, "interface")]),
+            interfaces(&[
+                nic(0, 0, "interface"),
+                nic(0, 1, "efa-only"),
+                nic(1, 0, "efa-only"),
+            ]),
+        ] {
+            assert!(!admits(&bad, None, Some(&hw)), "{bad}");
+        }
+        let no_ena = Hardware {
+            ena: false,
+            ..hw.clone()
+        };
+        assert!(!admits(&ok, None, Some(&no_ena)));
+        let nested = "cpuOptions: {nestedVirtualization: enabled}";
+        assert!(!admits(nested, None, Some(&hw)));
+        let with_nested = Hardware {
+            nested_virtualization: true,
+            ..hw.clone()
+        };
+        assert!(admits(nested, None, Some(&with_nested)));
+        // Disabled asks nothing of the type.
+        assert!(admits(
+            "cpuOptions: {nestedVirtualization: disabled}",
+            None,
+            None
+        ));
+        assert!(admits("{}", Some("cluster"), Some(&hw)));
+        assert!(!admits("{}", Some("partition"), Some(&hw)));
+        assert!(!admits("{}", Some("cluster"), None));
     }
 }

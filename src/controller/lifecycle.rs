@@ -557,8 +557,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             && let Ok(types) = self.cloud.instance_types(&pool, class).await
             && let Some(it) = types.iter().find(|t| t.name == instance.instance_type)
         {
-            status.capacity = Some(quantities(&it.capacity));
-            status.allocatable = Some(quantities(&it.allocatable));
+            // EFA is listed only when the instance has EFA interfaces
+            // (Karpenter's rule): a plain interface gives pods none.
+            let listed = |r: &crate::model::Resources| {
+                let mut r = r.clone();
+                if !instance.efa_attached {
+                    r.remove(crate::cloud::aws::launch::EFA);
+                }
+                quantities(&r)
+            };
+            status.capacity = Some(listed(&it.capacity));
+            status.allocatable = Some(listed(&it.allocatable));
         }
         let conds = status.conditions.get_or_insert_with(Vec::new);
         set_condition(conds, conditions::LAUNCHED, true, "Launched", "", now);

@@ -42,6 +42,11 @@ impl Resources {
         self.0.insert(name.to_string(), v);
     }
 
+    /// Takes `name` out of the list.
+    pub fn remove(&mut self, name: &str) {
+        self.0.remove(name);
+    }
+
     pub fn with(mut self, name: &str, v: i64) -> Self {
         self.set(name, v);
         self

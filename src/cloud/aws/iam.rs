@@ -19,6 +19,7 @@ pub const ACTIONS: &[&str] = &[
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstances",
     "ec2:DescribeLaunchTemplates",
+    "ec2:DescribePlacementGroups",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",

@@ -55,6 +55,7 @@ use aws_sdk_ec2::types::InstanceTypeInfo;
 
 use crate::api::EC2NodeClass;
 use crate::api::ec2nodeclass::{AmiFamily, InstanceStorePolicy};
+use crate::cloud::select::Hardware;
 use crate::model::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, REGION, ZONE};
 use crate::model::quantity::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, parse_quantity};
 use crate::model::{InstanceType, Offering, Overhead, Requirement, Requirements, Resources};
@@ -134,6 +135,8 @@ pub struct TypeInfo {
     pub neuron: Option<Neuron>,
     pub on_demand: bool,
     pub spot: bool,
+    /// What Karpenter's node class compatibility checks read.
+    pub hardware: Hardware,
 }
 
 /// `Radeon Pro V520` -> `radeon-pro-v520`.
@@ -224,7 +227,43 @@ impl TypeInfo {
             .iter()
             .map(|c| c.as_str())
             .collect();
+        let mut network_cards = Vec::new();
+        for c in network.network_cards() {
+            let (Some(index), Some(max)) = (
+                c.network_card_index().and_then(|i| usize::try_from(i).ok()),
+                c.maximum_network_interfaces(),
+            ) else {
+                continue;
+            };
+            if network_cards.len() <= index {
+                network_cards.resize(index + 1, 0);
+            }
+            network_cards[index] = i64::from(max);
+        }
+        let hardware = Hardware {
+            network_cards,
+            ena: network
+                .ena_support()
+                .is_some_and(|e| *e != aws_sdk_ec2::types::EnaSupport::Unsupported),
+            max_efa_interfaces: network
+                .efa_info()
+                .and_then(|e| e.maximum_efa_interfaces())
+                .map_or(0, i64::from),
+            nested_virtualization: processor.supported_features().iter().any(|f| {
+                *f == aws_sdk_ec2::types::SupportedAdditionalProcessorFeature::NestedVirtualization
+            }),
+            placement_strategies: info
+                .placement_group_info()
+                .map(|p| {
+                    p.supported_strategies()
+                        .iter()
+                        .map(|s| s.as_str().to_string())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
         Some(TypeInfo {
+            hardware,
             name,
             vcpus,
             memory_mib,
@@ -726,6 +765,15 @@ pub(crate) mod tests {
             neuron: None,
             on_demand: true,
             spot: true,
+            hardware: Hardware {
+                network_cards: vec![3],
+                ena: true,
+                max_efa_interfaces: 0,
+                nested_virtualization: false,
+                placement_strategies: ["cluster", "partition", "spread"]
+                    .map(String::from)
+                    .to_vec(),
+            },
         }
     }
 

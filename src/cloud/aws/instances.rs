@@ -143,6 +143,20 @@ pub fn convert_with_zone_ids(
     {
         labels.insert(LABEL_ZONE_ID.to_string(), id);
     }
+    // The placement group and partition the instance was placed in, as
+    // Karpenter's registration hook reads them.
+    if let Some(group) = placement.and_then(|p| p.group_id()) {
+        labels.insert(
+            super::placement::LABEL_PLACEMENT_GROUP_ID.to_string(),
+            group.to_string(),
+        );
+        if let Some(n) = placement.and_then(|p| p.partition_number()) {
+            labels.insert(
+                super::placement::LABEL_PLACEMENT_GROUP_PARTITION.to_string(),
+                n.to_string(),
+            );
+        }
+    }
     let mut security_group_ids: Vec<String> = i
         .security_groups()
         .iter()
@@ -167,6 +181,11 @@ pub fn convert_with_zone_ids(
         image_id: i.image_id().map(str::to_string),
         subnet_id: i.subnet_id().map(str::to_string),
         security_group_ids,
+        // Karpenter counts the EFA (and EFA-only) interfaces.
+        efa_attached: i.network_interfaces().iter().any(|n| {
+            n.interface_type()
+                .is_some_and(|t| t == "efa" || t == "efa-only")
+        }),
         id,
         instance_type,
         zone,

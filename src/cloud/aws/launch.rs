@@ -59,14 +59,15 @@ use super::config::ClusterAccess;
 use super::instance_types::{
     Family, LABEL_TENANCY, LABEL_ZONE_ID, TENANCY_DEDICATED, TENANCY_DEFAULT,
 };
+use super::placement::{LABEL_PLACEMENT_GROUP_PARTITION, PlacementGroup};
 use super::reservations::{
     self, Availability, LABEL_RESERVATION_ID, LABEL_RESERVATION_INTERRUPTIBLE,
     LABEL_RESERVATION_TYPE,
 };
 use crate::api::ec2nodeclass::{
     Ami, BlockDevice, BlockDeviceMapping, CapacityReservation, ConnectionTracking, EnabledDisabled,
-    HttpTokens, InstanceStorePolicy, KubeletConfiguration, MetadataOptions, ReservationType,
-    VolumeType,
+    HttpTokens, InstanceStorePolicy, InterfaceType, KubeletConfiguration, MetadataOptions,
+    NetworkInterface, ReservationType, VolumeType,
 };
 use crate::api::{EC2NodeClass, NodeClaim, TAINT_UNREGISTERED};
 use crate::cloud::select::{
@@ -793,6 +794,16 @@ pub struct TemplateSpec {
     /// interfaces (IPv4, or IPv6 in an IPv6 cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ip_prefix_count: Option<i32>,
+    /// The node class's `networkInterfaces`: with them, the template
+    /// attaches exactly these (and no EFA of its own choosing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// The node class's `cpuOptions.nestedVirtualization`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<EnabledDisabled>,
+    /// The placement group the instances are placed in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<TemplatePlacement>,
     /// The reservation a reserved launch targets; `None`: the instance
     /// uses no reservation (`CapacityReservationPreference: none`).
     /// Always part of the name, so templates made before reservations
@@ -802,6 +813,15 @@ pub struct TemplateSpec {
 
 fn is_zero(n: &i64) -> bool {
     *n == 0
+}
+
+/// The placement group a launch template places instances in.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TemplatePlacement {
+    pub group_id: String,
+    /// A partition group's partition (none: EC2 chooses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
 }
 
 /// The reservation a launch template targets.
@@ -931,10 +951,30 @@ impl TemplateSpec {
                     .build(),
             );
         }
-        if self.tenancy.as_deref() == Some(TENANCY_DEDICATED) {
-            data = data.placement(
-                aws_sdk_ec2::types::LaunchTemplatePlacementRequest::builder()
-                    .tenancy(aws_sdk_ec2::types::Tenancy::Dedicated)
+        let dedicated = self.tenancy.as_deref() == Some(TENANCY_DEDICATED);
+        if dedicated || self.placement_group.is_some() {
+            let mut placement = aws_sdk_ec2::types::LaunchTemplatePlacementRequest::builder();
+            if dedicated {
+                placement = placement.tenancy(aws_sdk_ec2::types::Tenancy::Dedicated);
+            }
+            if let Some(pg) = &self.placement_group {
+                placement = placement
+                    .group_id(&pg.group_id)
+                    .set_partition_number(pg.partition);
+            }
+            data = data.placement(placement.build());
+        }
+        if let Some(nested) = self.nested_virtualization {
+            data = data.cpu_options(
+                aws_sdk_ec2::types::LaunchTemplateCpuOptionsRequest::builder()
+                    .nested_virtualization(match nested {
+                        EnabledDisabled::Enabled => {
+                            aws_sdk_ec2::types::NestedVirtualizationSpecification::Enabled
+                        }
+                        EnabledDisabled::Disabled => {
+                            aws_sdk_ec2::types::NestedVirtualizationSpecification::Disabled
+                        }
+                    })
                     .build(),
             );
         }
@@ -983,7 +1023,11 @@ impl TemplateSpec {
             }
             i.build()
         };
-        if self.efa_interfaces > 0 {
+        if !self.network_interfaces.is_empty() {
+            for ni in &self.network_interfaces {
+                data = data.network_interfaces(self.configured_interface(ni));
+            }
+        } else if self.efa_interfaces > 0 {
             for card in 0..self.efa_interfaces {
                 data = data.network_interfaces(interface(card));
             }
@@ -1003,7 +1047,194 @@ impl TemplateSpec {
     }
 }
 
+/// The CreateLaunchTemplate `LaunchTemplateData` as sent, read back from
+/// the SDK's request with EC2's names, for `dovetail aws resolve`. Only what
+/// [`TemplateSpec::request_data`] sets is read; a field it starts to set
+/// must be added here too (a test compares the two).
+pub fn request_data_json(d: &aws_sdk_ec2::types::RequestLaunchTemplateData) -> Value {
+    let mut out = serde_json::Map::new();
+    let mut put = |k: &str, v: Value| {
+        if !v.is_null() {
+            out.insert(k.to_string(), v);
+        }
+    };
+    put("ImageId", json!(d.image_id()));
+    put("UserData", json!(d.user_data()));
+    if let Some(m) = d.metadata_options() {
+        put(
+            "MetadataOptions",
+            json!({
+                "HttpEndpoint": m.http_endpoint().map(|v| v.as_str()),
+                "HttpProtocolIpv6": m.http_protocol_ipv6().map(|v| v.as_str()),
+                "HttpPutResponseHopLimit": m.http_put_response_hop_limit(),
+                "HttpTokens": m.http_tokens().map(|v| v.as_str()),
+                "InstanceMetadataTags": m.instance_metadata_tags().map(|v| v.as_str()),
+            }),
+        );
+    }
+    let devices: Vec<Value> = d
+        .block_device_mappings()
+        .iter()
+        .map(|b| {
+            let ebs = b.ebs().map(|e| {
+                json!({
+                    "DeleteOnTermination": e.delete_on_termination(),
+                    "Encrypted": e.encrypted(),
+                    "Iops": e.iops(),
+                    "KmsKeyId": e.kms_key_id(),
+                    "SnapshotId": e.snapshot_id(),
+                    "Throughput": e.throughput(),
+                    "VolumeInitializationRate": e.volume_initialization_rate(),
+                    "VolumeSize": e.volume_size(),
+                    "VolumeType": e.volume_type().map(|v| v.as_str()),
+                })
+            });
+            json!({"DeviceName": b.device_name(), "Ebs": ebs})
+        })
+        .collect();
+    put("BlockDeviceMappings", json!(devices));
+    put(
+        "Monitoring",
+        json!(d.monitoring().map(|m| json!({"Enabled": m.enabled()}))),
+    );
+    put(
+        "IamInstanceProfile",
+        json!(
+            d.iam_instance_profile()
+                .map(|p| json!({"Name": p.name(), "Arn": p.arn()}))
+        ),
+    );
+    let tags: Vec<Value> = d
+        .tag_specifications()
+        .iter()
+        .map(|t| {
+            let tags: BTreeMap<&str, &str> = t
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?, t.value()?)))
+                .collect();
+            json!({"ResourceType": t.resource_type().map(|r| r.as_str()), "Tags": tags})
+        })
+        .collect();
+    put("TagSpecifications", json!(tags));
+    if let Some(p) = d.placement() {
+        put(
+            "Placement",
+            json!({
+                "GroupId": p.group_id(),
+                "PartitionNumber": p.partition_number(),
+                "Tenancy": p.tenancy().map(|t| t.as_str()),
+            }),
+        );
+    }
+    if let Some(c) = d.cpu_options() {
+        put(
+            "CpuOptions",
+            json!({"NestedVirtualization": c.nested_virtualization().map(|n| n.as_str())}),
+        );
+    }
+    if let Some(c) = d.capacity_reservation_specification() {
+        put(
+            "CapacityReservationSpecification",
+            json!({
+                "CapacityReservationPreference": c.capacity_reservation_preference().map(|p| p.as_str()),
+                "CapacityReservationTarget": c.capacity_reservation_target().map(|t| json!({
+                    "CapacityReservationId": t.capacity_reservation_id(),
+                })),
+            }),
+        );
+    }
+    if let Some(m) = d.instance_market_options() {
+        put(
+            "InstanceMarketOptions",
+            json!({"MarketType": m.market_type().map(|t| t.as_str())}),
+        );
+    }
+    let interfaces: Vec<Value> = d
+        .network_interfaces()
+        .iter()
+        .map(|i| {
+            json!({
+                "NetworkCardIndex": i.network_card_index(),
+                "DeviceIndex": i.device_index(),
+                "InterfaceType": i.interface_type(),
+                "Groups": i.groups(),
+                "AssociatePublicIpAddress": i.associate_public_ip_address(),
+                "Ipv4PrefixCount": i.ipv4_prefix_count(),
+                "Ipv6PrefixCount": i.ipv6_prefix_count(),
+                "Ipv6AddressCount": i.ipv6_address_count(),
+                "PrimaryIpv6": i.primary_ipv6(),
+                "ConnectionTrackingSpecification": i.connection_tracking_specification().map(|c| json!({
+                    "TcpEstablishedTimeout": c.tcp_established_timeout(),
+                    "UdpStreamTimeout": c.udp_stream_timeout(),
+                    "UdpTimeout": c.udp_timeout(),
+                })),
+            })
+        })
+        .collect();
+    put("NetworkInterfaces", json!(interfaces));
+    put("SecurityGroupIds", json!(d.security_group_ids()));
+    strip_nulls(Value::Object(out))
+}
+
+/// `v` without null members and empty lists: what the request leaves out.
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null() && !v.as_array().is_some_and(Vec::is_empty))
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(strip_nulls).collect()),
+        other => other,
+    }
+}
+
 impl TemplateSpec {
+    /// One of the node class's `networkInterfaces`, as Karpenter's
+    /// generateNetworkInterfaces writes it: an EFA-only interface gets no
+    /// prefixes, public address, IPv6 address nor connection tracking
+    /// (EC2 refuses them on it); every interface carries the security
+    /// groups.
+    fn configured_interface(
+        &self,
+        ni: &NetworkInterface,
+    ) -> aws_sdk_ec2::types::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest {
+        let full = ni.interface_type != InterfaceType::EfaOnly;
+        let mut i =
+            aws_sdk_ec2::types::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                .network_card_index(ni.network_card_index)
+                .device_index(ni.device_index)
+                .interface_type(match ni.interface_type {
+                    InterfaceType::Interface => "interface",
+                    InterfaceType::EfaOnly => "efa-only",
+                })
+                .set_groups(Some(self.security_group_ids.clone()));
+        if !full {
+            return i.build();
+        }
+        i = i.set_associate_public_ip_address(self.public_ip);
+        if self.ipv6 {
+            i = i
+                .set_ipv6_prefix_count(self.ip_prefix_count)
+                .ipv6_address_count(1)
+                .primary_ipv6(true);
+        } else {
+            i = i.set_ipv4_prefix_count(self.ip_prefix_count);
+        }
+        if let Some(ct) = &self.connection_tracking {
+            i = i.connection_tracking_specification(
+                aws_sdk_ec2::types::ConnectionTrackingSpecificationRequest::builder()
+                    .set_tcp_established_timeout(ct.tcp_established_timeout)
+                    .set_udp_stream_timeout(ct.udp_stream_timeout)
+                    .set_udp_timeout(ct.udp_timeout)
+                    .build(),
+            );
+        }
+        i.build()
+    }
+
     /// Only the targeted reservation for a reserved launch; no reservation
     /// at all for others (not even an open one), as Karpenter launches
     /// with `ReservedCapacity` on.
@@ -1085,6 +1316,8 @@ pub struct LaunchPlan {
     pub capacity_type: String,
     /// `default` or `dedicated` (Karpenter's choice: default when allowed).
     pub tenancy: String,
+    /// The placement group partition the launch asks for.
+    pub partition: Option<i32>,
     pub configs: Vec<(TemplateSpec, Vec<Override>)>,
     pub tags: BTreeMap<String, String>,
     pub context: Option<String>,
@@ -1209,6 +1442,8 @@ pub struct PlanInput<'a> {
     /// instances left in each.
     pub reservations: &'a [CapacityReservation],
     pub availability: &'a Availability,
+    /// The placement group the node class selects, resolved.
+    pub placement: Option<&'a PlacementGroup>,
 }
 
 /// An offering a launch may use.
@@ -1327,9 +1562,10 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     };
     let mut allowed_any = false;
     let mut known_out = Vec::new();
-    // EFA interfaces are attached only for a NodeClaim that requests EFA
-    // (Karpenter's rule): one per the type's `vpc.amazonaws.com/efa`.
-    let wants_efa = requests.get(EFA) > 0;
+    // EFA interfaces are attached only for a NodeClaim that requests EFA,
+    // or from a node class that configures its interfaces (Karpenter's
+    // rule): one per the type's `vpc.amazonaws.com/efa`.
+    let wants_efa = requests.get(EFA) > 0 || input.class.spec.network_interfaces.is_some();
     let mut candidates: Vec<Candidate<'_>> = Vec::new();
     for it in input.types {
         if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
@@ -1550,6 +1786,18 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
         claim.nodepool_name().unwrap_or_default().to_string(),
     );
     let spot = capacity_type == crate::api::CAPACITY_TYPE_SPOT;
+    // The placement group, and a partition group's partition: the lowest
+    // the NodeClaim allows, as Karpenter picks it.
+    let placement = input.placement.map(|pg| {
+        let allowed = requirements
+            .get(LABEL_PLACEMENT_GROUP_PARTITION)
+            .filter(|r| !r.complement)
+            .map(|r| r.values.iter().cloned().collect::<Vec<_>>());
+        TemplatePlacement {
+            group_id: pg.id.clone(),
+            partition: pg.partition_for(allowed.as_deref()),
+        }
+    });
     let mut configs: Vec<(TemplateSpec, Vec<Override>)> = Vec::new();
     for c in candidates {
         let o = Override {
@@ -1594,6 +1842,12 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
                             || ct.udp_timeout.is_some()
                     }),
                     ip_prefix_count: spec.ip_prefix_count,
+                    network_interfaces: spec.network_interfaces.clone().unwrap_or_default(),
+                    nested_virtualization: spec
+                        .cpu_options
+                        .as_ref()
+                        .and_then(|c| c.nested_virtualization),
+                    placement_group: placement.clone(),
                     capacity_reservation: target,
                 },
                 vec![o],
@@ -1602,6 +1856,7 @@ pub fn plan(claim: &NodeClaim, input: &PlanInput<'_>) -> Result<LaunchPlan, Clou
     }
 
     Ok(LaunchPlan {
+        partition: placement.and_then(|p| p.partition),
         capacity_type: capacity_type.to_string(),
         tenancy: tenancy.to_string(),
         configs,
@@ -2167,6 +2422,9 @@ mod tests {
             ipv6: false,
             connection_tracking: None,
             ip_prefix_count: None,
+            network_interfaces: Vec::new(),
+            nested_virtualization: None,
+            placement_group: None,
             capacity_reservation: None,
         };
         let name = t.name("prod");
@@ -2226,6 +2484,199 @@ mod tests {
         assert_eq!(gib("1Ti"), Some(1024));
     }
 
+    /// `aws resolve` prints every top-level field the request sets, with
+    /// EC2's names (read from the request's own Debug form), metadata
+    /// options included with `InstanceMetadataTags`.
+    #[test]
+    fn the_printed_template_data_is_the_request_data() {
+        let mut t = TemplateSpec {
+            image_id: "ami-1".into(),
+            user_data: "x".into(),
+            block_devices: block_devices(Family::Al2023, &EC2NodeClass::test("d")),
+            metadata: MetadataOptions::defaulted(),
+            security_group_ids: vec!["sg-1".into()],
+            instance_profile: Some("p".into()),
+            monitoring: true,
+            public_ip: None,
+            nodeclass: "default".into(),
+            tenancy: Some(TENANCY_DEDICATED.into()),
+            tags: BTreeMap::from([("team".to_string(), "a".to_string())]),
+            spot: true,
+            efa_interfaces: 0,
+            ipv6: false,
+            connection_tracking: None,
+            ip_prefix_count: Some(1),
+            network_interfaces: Vec::new(),
+            nested_virtualization: Some(EnabledDisabled::Enabled),
+            placement_group: Some(TemplatePlacement {
+                group_id: "pg-1".into(),
+                partition: None,
+            }),
+            capacity_reservation: None,
+        };
+        for spot in [true, false] {
+            t.spot = spot;
+            let data = t.request_data();
+            let json = request_data_json(&data);
+            let debug = format!("{data:?}");
+            // The top-level `name: value` pairs of the Debug form.
+            let inner = &debug[debug.find('{').expect("a struct") + 1..debug.len() - 1];
+            let (mut depth, mut start, mut fields) = (0i32, 0usize, Vec::new());
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' | '[' | '(' => depth += 1,
+                    '}' | ']' | ')' => depth -= 1,
+                    ',' if depth == 0 => {
+                        fields.push(inner[start..i].trim().to_string());
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            fields.push(inner[start..].trim().to_string());
+            let set: BTreeSet<String> = fields
+                .iter()
+                .filter_map(|f| f.split_once(": "))
+                .filter(|(_, v)| *v != "None" && *v != "[]")
+                .map(|(k, _)| {
+                    k.split('_')
+                        .map(|w| w[..1].to_uppercase() + &w[1..])
+                        .collect::<String>()
+                })
+                .collect();
+            let printed: BTreeSet<String> = json
+                .as_object()
+                .expect("an object")
+                .keys()
+                .cloned()
+                .collect();
+            assert_eq!(printed, set, "{debug}");
+            assert_eq!(json["MetadataOptions"]["InstanceMetadataTags"], "disabled");
+            assert_eq!(json["MetadataOptions"]["HttpTokens"], "required");
+            assert_eq!(json["Placement"]["GroupId"], "pg-1");
+            assert_eq!(json["CpuOptions"]["NestedVirtualization"], "enabled");
+        }
+    }
+
+    /// launchtemplate_test.go: a node class's network interfaces are the
+    /// template's, each with the security groups; an EFA-only one gets no
+    /// prefixes, public address, IPv6 address nor connection tracking (EC2
+    /// refuses them). CPU options carry nested virtualization; the
+    /// placement names the group and partition beside a dedicated tenancy.
+    #[test]
+    fn configured_interfaces_cpu_options_and_placement_are_sent() {
+        let interfaces: Vec<NetworkInterface> = serde_json::from_value(json!([
+            {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+            {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"},
+        ]))
+        .expect("interfaces");
+        let t = TemplateSpec {
+            image_id: "ami-1".into(),
+            user_data: "x".into(),
+            block_devices: Vec::new(),
+            metadata: MetadataOptions::defaulted(),
+            security_group_ids: vec!["sg-1".into(), "sg-2".into()],
+            instance_profile: None,
+            monitoring: false,
+            public_ip: Some(true),
+            nodeclass: "default".into(),
+            tenancy: Some(TENANCY_DEDICATED.into()),
+            tags: BTreeMap::new(),
+            spot: false,
+            // The type's EFA count does not add interfaces of its own.
+            efa_interfaces: 2,
+            ipv6: false,
+            connection_tracking: Some(ConnectionTracking {
+                tcp_established_timeout: Some(600),
+                ..Default::default()
+            }),
+            ip_prefix_count: Some(1),
+            network_interfaces: interfaces,
+            nested_virtualization: Some(EnabledDisabled::Enabled),
+            placement_group: Some(TemplatePlacement {
+                group_id: "pg-1".into(),
+                partition: Some(2),
+            }),
+            capacity_reservation: None,
+        };
+        let data = t.request_data();
+        assert!(data.security_group_ids().is_empty());
+        let [primary, efa] = data.network_interfaces() else {
+            panic!("two interfaces: {:?}", data.network_interfaces());
+        };
+        assert_eq!(
+            (
+                primary.network_card_index(),
+                primary.device_index(),
+                primary.interface_type(),
+                primary.ipv4_prefix_count(),
+                primary.associate_public_ip_address(),
+            ),
+            (Some(0), Some(0), Some("interface"), Some(1), Some(true))
+        );
+        assert!(primary.connection_tracking_specification().is_some());
+        assert_eq!(
+            (
+                efa.network_card_index(),
+                efa.device_index(),
+                efa.interface_type(),
+                efa.ipv4_prefix_count(),
+                efa.associate_public_ip_address(),
+            ),
+            (Some(1), Some(0), Some("efa-only"), None, None)
+        );
+        assert!(efa.connection_tracking_specification().is_none());
+        assert_eq!(efa.groups(), ["sg-1", "sg-2"]);
+        let v6 = TemplateSpec {
+            ipv6: true,
+            ..t.clone()
+        }
+        .request_data();
+        assert_eq!(v6.network_interfaces()[0].primary_ipv6(), Some(true));
+        assert_eq!(v6.network_interfaces()[0].ipv6_address_count(), Some(1));
+        assert_eq!(v6.network_interfaces()[1].primary_ipv6(), None);
+        assert_eq!(v6.network_interfaces()[1].ipv6_address_count(), None);
+        assert_eq!(
+            data.cpu_options()
+                .and_then(|c| c.nested_virtualization())
+                .map(|n| n.as_str()),
+            Some("enabled")
+        );
+        let placement = data.placement().expect("placement");
+        assert_eq!(placement.group_id(), Some("pg-1"));
+        assert_eq!(placement.partition_number(), Some(2));
+        assert_eq!(placement.tenancy().map(|t| t.as_str()), Some("dedicated"));
+        // None of them set, none sent.
+        let plain = TemplateSpec {
+            network_interfaces: Vec::new(),
+            nested_virtualization: None,
+            placement_group: None,
+            tenancy: None,
+            efa_interfaces: 0,
+            ..t.clone()
+        }
+        .request_data();
+        assert!(plain.cpu_options().is_none() && plain.placement().is_none());
+        // Each is part of the template's name.
+        let name = t.name("prod");
+        for change in [
+            TemplateSpec {
+                network_interfaces: Vec::new(),
+                ..t.clone()
+            },
+            TemplateSpec {
+                nested_virtualization: Some(EnabledDisabled::Disabled),
+                ..t.clone()
+            },
+            TemplateSpec {
+                placement_group: None,
+                ..t.clone()
+            },
+        ] {
+            assert_ne!(change.name("prod"), name);
+        }
+    }
+
     /// launchtemplate_test.go: connection tracking and IP prefixes on the
     /// primary interface (which then carries the security groups), IPv6
     /// prefixes in an IPv6 cluster, and the volume initialization rate on
@@ -2258,6 +2709,9 @@ mod tests {
                 udp_timeout: Some(30),
             }),
             ip_prefix_count: Some(2),
+            network_interfaces: Vec::new(),
+            nested_virtualization: None,
+            placement_group: None,
             capacity_reservation: None,
         };
         let data = t.request_data();
@@ -2413,6 +2867,7 @@ mod tests {
             spot_unavailable: false,
             reservations: &[],
             availability: no_reservations(),
+            placement: None,
         };
         let p = plan(&claim_allowing(&["spot", "on-demand"]), &input(&none)).expect("plans");
         assert_eq!(p.capacity_type, "spot");
@@ -2487,6 +2942,7 @@ mod tests {
                 spot_unavailable: true,
                 reservations: &[],
                 availability: no_reservations(),
+                placement: None,
                 ..input(&none)
             },
         )
@@ -2569,6 +3025,7 @@ mod tests {
                 spot_unavailable: false,
                 reservations: &[],
                 availability: no_reservations(),
+                placement: None,
             },
         )
     }
@@ -2702,6 +3159,7 @@ mod tests {
             spot_unavailable: false,
             reservations: &[],
             availability: no_reservations(),
+            placement: None,
         };
         let mut c = claim_allowing(&["on-demand"]);
         c.spec
@@ -2774,6 +3232,7 @@ mod tests {
                 spot_unavailable: false,
                 reservations: &[],
                 availability: no_reservations(),
+                placement: None,
             },
         )
         .expect("plans");
@@ -2819,6 +3278,7 @@ mod tests {
                 spot_unavailable: false,
                 reservations: &[],
                 availability: no_reservations(),
+                placement: None,
             },
         )
         .expect("plans")
@@ -3014,6 +3474,7 @@ mod tests {
                 spot_unavailable: false,
                 reservations: &[],
                 availability: no_reservations(),
+                placement: None,
             },
         )
         .expect("plans");
@@ -3157,6 +3618,7 @@ mod tests {
                     spot_unavailable: false,
                     reservations: &held,
                     availability: avail,
+                    placement: None,
                 },
             )
         };
@@ -3282,6 +3744,7 @@ mod tests {
                 spot_unavailable: false,
                 reservations: &held,
                 availability: &avail,
+                placement: None,
             },
         )
         .expect("plans");

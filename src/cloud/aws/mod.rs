@@ -52,6 +52,7 @@ pub mod instanceprofile;
 pub mod instances;
 pub mod launch;
 pub mod nodeclass;
+pub mod placement;
 pub mod pricing;
 pub mod reservations;
 pub mod subnets;
@@ -84,7 +85,7 @@ use self::launch::{
 };
 use self::pricing::{OnDemandPrices, SpotPrices};
 use super::select::{
-    fits_node_class, image_for, instance_labels, nodepool_constraints, type_allowed,
+    NodeClassNeeds, image_for, instance_labels, nodepool_constraints, type_allowed,
 };
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
@@ -99,6 +100,9 @@ use crate::model::{InstanceType, Offering, Requirement};
 
 /// Instance states `list` reports (terminated instances are gone).
 const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
+
+/// How long a resolved placement group is used before EC2 is asked again.
+const PLACEMENT_GROUP_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The instance types, their zones and prices, as last read.
 #[derive(Default)]
@@ -128,25 +132,6 @@ struct CatalogView {
     on_demand: Arc<OnDemandPrices>,
     spot: Arc<SpotPrices>,
     version: u64,
-}
-
-/// A node class that sets a field dovetail does not implement is not ready:
-/// launching from it would quietly differ from Karpenter's launch.
-fn unsupported_problems(class: &EC2NodeClass, r: &mut NodeClassResolution) {
-    for field in class.unsupported_fields() {
-        let condition = if field == "spec.placementGroupSelector" {
-            NodeClassCondition::PlacementGroupReady
-        } else {
-            NodeClassCondition::ValidationSucceeded
-        };
-        r.problem(
-            condition,
-            reasons::UNSUPPORTED_FIELD,
-            format!(
-                "{field} is not supported by dovetail yet (Karpenter acts on it); remove it to launch from this node class"
-            ),
-        );
-    }
 }
 
 /// `class` with `r` as its status (images, subnets, security groups,
@@ -227,6 +212,8 @@ struct Computed {
     settings: NodeClassSettings,
     zones: Option<BTreeSet<String>>,
     reservations: Vec<CapacityReservation>,
+    needs: NodeClassNeeds,
+    placement: Option<placement::PlacementGroup>,
     types: Arc<Vec<InstanceType>>,
 }
 
@@ -282,6 +269,9 @@ pub struct AwsProvider {
     iam: aws_sdk_iam::Client,
     /// Instance profile -> its role, as last read.
     profiles: Mutex<HashMap<String, (Instant, Option<String>)>>,
+    /// Placement group selector -> when it was resolved, and to what
+    /// (see [`placement`]).
+    placement_groups: Mutex<HashMap<String, (Instant, Option<placement::PlacementGroup>)>>,
     /// Instance profiles kept from garbage collection until a time.
     protected_profiles: Mutex<HashMap<String, Instant>>,
     /// Zone name -> zone id, from the subnets of resolutions.
@@ -391,6 +381,7 @@ impl AwsProvider {
             background: AtomicBool::new(false),
             iam: aws_sdk_iam::Client::new(sdk),
             profiles: Mutex::new(HashMap::new()),
+            placement_groups: Mutex::new(HashMap::new()),
             protected_profiles: Mutex::new(HashMap::new()),
             zone_ids: Mutex::new(BTreeMap::new()),
             named: Mutex::new(BTreeSet::new()),
@@ -757,6 +748,8 @@ impl AwsProvider {
             .as_ref()
             .and_then(|s| s.capacity_reservations.clone())
             .unwrap_or_default();
+        let placement = self.placement_group(nodeclass).await?;
+        let needs = NodeClassNeeds::of(nodeclass, placement.as_ref().map(|p| p.strategy.as_str()));
         let view = self.catalog().await?;
         {
             let computed = lock(&self.computed);
@@ -765,6 +758,8 @@ impl AwsProvider {
                 && c.settings == settings
                 && c.zones == zones
                 && c.reservations == held
+                && c.needs == needs
+                && c.placement == placement
             {
                 return Ok(Arc::clone(&c.types));
             }
@@ -813,6 +808,24 @@ impl AwsProvider {
             }
             let mut it =
                 instance_types::instance_type(info, &settings, &overheads, &self.region, offerings);
+            // Karpenter marks every offering of a type the node class
+            // cannot launch unavailable; it is left out here.
+            if !needs.admit(&it, Some(&info.hardware)) {
+                continue;
+            }
+            if let Some(pg) = &placement {
+                it.requirements.add(
+                    placement::LABEL_PLACEMENT_GROUP_ID,
+                    Requirement::in_values([pg.id.clone()]),
+                );
+                let partitions = pg.partitions();
+                if !partitions.is_empty() {
+                    it.requirements.add(
+                        placement::LABEL_PLACEMENT_GROUP_PARTITION,
+                        Requirement::in_values(partitions),
+                    );
+                }
+            }
             let ids: BTreeSet<&str> = it
                 .offerings
                 .iter()
@@ -832,6 +845,8 @@ impl AwsProvider {
                 settings,
                 zones,
                 reservations: held,
+                needs,
+                placement,
                 types: Arc::clone(&types),
             },
         );
@@ -1082,6 +1097,52 @@ impl AwsProvider {
         }
     }
 
+    /// The placement group `class` selects, resolved at most once a
+    /// minute (Karpenter's cache); `None` without a selector or when EC2
+    /// has no such available group.
+    async fn placement_group(
+        &self,
+        class: &EC2NodeClass,
+    ) -> Result<Option<placement::PlacementGroup>, AwsError> {
+        let Some(selector) = class.spec.placement_group_selector.as_ref() else {
+            return Ok(None);
+        };
+        let key = format!("{:?}/{:?}", selector.id, selector.name);
+        if let Some((at, pg)) = lock(&self.placement_groups).get(&key)
+            && at.elapsed() < PLACEMENT_GROUP_TTL
+        {
+            return Ok(pg.clone());
+        }
+        let pg = placement::describe(&self.ec2, &self.config.retry, selector).await?;
+        lock(&self.placement_groups).insert(key, (Instant::now(), pg.clone()));
+        Ok(pg)
+    }
+
+    /// `PlacementGroupReady`, as Karpenter's placement group reconciler
+    /// writes it: False when the selected group is not found or cannot be
+    /// resolved.
+    async fn with_placement_group(&self, class: &EC2NodeClass, r: &mut NodeClassResolution) {
+        let Some(selector) = class.spec.placement_group_selector.as_ref() else {
+            return;
+        };
+        match self.placement_group(class).await {
+            Ok(Some(_)) => {}
+            Ok(None) => r.problem(
+                NodeClassCondition::PlacementGroupReady,
+                reasons::PLACEMENT_GROUP_NOT_FOUND,
+                format!(
+                    "Placement group {:?} not found",
+                    placement::selector_text(selector)
+                ),
+            ),
+            Err(e) => r.problem(
+                NodeClassCondition::PlacementGroupReady,
+                reasons::PLACEMENT_GROUP_RESOLUTION_FAILED,
+                format!("Failed to resolve placement group: {e}"),
+            ),
+        }
+    }
+
     /// A resolution of images, subnets and groups completed with what
     /// depends on more than EC2's describe calls: the instance profile
     /// (read only with `notes`), the capacity reservations, and the fields
@@ -1094,7 +1155,7 @@ impl AwsProvider {
     ) -> Result<NodeClassResolution, CloudError> {
         let mut r = self.with_instance_profile(class, r, notes).await?;
         self.with_reservations(class, &mut r).await;
-        unsupported_problems(class, &mut r);
+        self.with_placement_group(class, &mut r).await;
         Ok(r)
     }
 
@@ -1220,6 +1281,7 @@ impl AwsProvider {
             ));
         let family = Family::of(&class);
         let access = self.cluster_access_for(family, &class).await?;
+        let placement = self.placement_group(&class).await?;
         launch::plan(
             &claim,
             &PlanInput {
@@ -1237,6 +1299,7 @@ impl AwsProvider {
                 // On demand, as validation dry-runs it: no reservation.
                 reservations: &[],
                 availability: &reservations::Availability::default(),
+                placement: placement.as_ref(),
             },
         )
     }
@@ -2233,16 +2296,6 @@ impl CloudProvider for AwsProvider {
         unavailable: &BTreeSet<OfferingKey>,
     ) -> Result<Launched, CloudError> {
         let name = claim.metadata.name.clone().unwrap_or_default();
-        let unsupported = nodeclass.unsupported_fields();
-        if !unsupported.is_empty() {
-            return Err(CloudError::NodeClassNotReady {
-                name: nodeclass.metadata.name.clone().unwrap_or_default(),
-                reason: format!(
-                    "{} not supported by dovetail yet (Karpenter acts on it)",
-                    unsupported.join(", ")
-                ),
-            });
-        }
         // As Karpenter: a class whose status says it is not ready does
         // not launch (validation may have failed where the selectors
         // resolved).
@@ -2260,6 +2313,7 @@ impl CloudProvider for AwsProvider {
             });
         }
         let types = self.unmarked_instance_types(nodeclass).await?;
+        let placement = self.placement_group(nodeclass).await?;
         let (full_subnets, spot_out) = self.active_marks();
         let family = Family::of(nodeclass);
         // Planned and counted against its reservations at once, so
@@ -2283,6 +2337,7 @@ impl CloudProvider for AwsProvider {
                     spot_unavailable: spot_out,
                     reservations: &resolution.capacity_reservations,
                     availability: &availability,
+                    placement: placement.as_ref(),
                 },
             )?;
             let targeted: Vec<String> = plan
@@ -2333,11 +2388,13 @@ impl CloudProvider for AwsProvider {
             fleet.subnet_id.as_deref(),
             Some(&fleet.zone),
         );
-        let image = plan
+        let template = plan
             .configs
             .iter()
             .find(|(_, o)| o.iter().any(|x| Some(x) == chosen))
-            .map(|(t, _)| t.image_id.clone());
+            .map(|(t, _)| t);
+        let image = template.map(|t| t.image_id.clone());
+        let efa_attached = template.is_some_and(|t| t.efa_interfaces > 0);
         let it = types.iter().find(|t| t.name == fleet.instance_type);
         let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
         let key = OfferingKey {
@@ -2361,6 +2418,12 @@ impl CloudProvider for AwsProvider {
         );
         for (k, v) in reservation.map(reservations::labels).into_iter().flatten() {
             labels.insert(k.to_string(), v);
+        }
+        if let Some(partition) = plan.partition {
+            labels.insert(
+                placement::LABEL_PLACEMENT_GROUP_PARTITION.to_string(),
+                partition.to_string(),
+            );
         }
         if let Some(id) = resolution
             .subnets
@@ -2400,6 +2463,7 @@ impl CloudProvider for AwsProvider {
             image_id: image,
             subnet_id: fleet.subnet_id.clone(),
             security_group_ids,
+            efa_attached,
         };
         if let Some((_, cache)) = self.instances.lock().await.as_mut() {
             cache.insert(instance.id.clone(), instance.clone());
@@ -2515,7 +2579,6 @@ impl CloudProvider for AwsProvider {
         Ok(types
             .iter()
             .filter(|it| type_allowed(it, &constraints))
-            .filter(|it| fits_node_class(it, nodeclass))
             .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
             .cloned()
             .collect())

@@ -957,6 +957,11 @@ impl SimEc2 {
                 .find(|s| s.zone == key.zone)
                 .map(|s| s.id.clone()),
             security_group_ids,
+            // As the AWS launch attaches EFA: for a NodeClaim that asks for
+            // it, or from a node class that configures its interfaces.
+            efa_attached: it.capacity.get(crate::cloud::aws::launch::EFA) > 0
+                && (requests.get(crate::cloud::aws::launch::EFA) > 0
+                    || nodeclass.spec.network_interfaces.is_some()),
         };
         state.instances.insert(id, instance.clone());
         state.generation += 1;
@@ -1665,6 +1670,40 @@ mod tests {
             .expect("launches")
             .instance;
         assert_eq!(i.instance_type, "c5.xlarge");
+    }
+
+    /// An instance has EFA interfaces only for a NodeClaim that requests
+    /// EFA, as the AWS launch attaches them; the controller then lists EFA
+    /// in the NodeClaim's capacity only for those.
+    #[tokio::test]
+    async fn efa_is_attached_only_for_a_nodeclaim_that_requests_it() {
+        let catalog = SimEc2::builtin_catalog().expect("catalog");
+        let (sim, _) = sim_with(SimConfig::new(catalog));
+        let efa_type = req(INSTANCE_TYPE, api::Operator::In, &["c7g.16xlarge"]);
+        let plain = sim
+            .create(
+                &claim("plain", &[efa_type.clone(), capacity(&["on-demand"])]),
+                &nodeclass(),
+                &none(),
+            )
+            .await
+            .expect("launches")
+            .instance;
+        assert_eq!(plain.instance_type, "c7g.16xlarge");
+        assert!(!plain.efa_attached);
+        let mut wants = claim("efa", &[efa_type, capacity(&["on-demand"])]);
+        wants.spec.resources = Some(NodeClaimResources {
+            requests: Some(BTreeMap::from([(
+                crate::cloud::aws::launch::EFA.to_string(),
+                Quantity("1".into()),
+            )])),
+        });
+        let with = sim
+            .create(&wants, &nodeclass(), &none())
+            .await
+            .expect("launches")
+            .instance;
+        assert!(with.efa_attached);
     }
 
     #[tokio::test]

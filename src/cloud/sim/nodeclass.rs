@@ -263,6 +263,18 @@ impl Account {
             .instance_profile
             .clone()
             .or_else(|| spec.role.as_ref().map(|r| format!("{PROFILE_PREFIX}{r}")));
+        // The simulated EC2 has no placement groups: a class that selects
+        // one launches nothing, as against an account without the group.
+        if let Some(selector) = &spec.placement_group_selector {
+            out.problem(
+                NodeClassCondition::PlacementGroupReady,
+                reasons::PLACEMENT_GROUP_NOT_FOUND,
+                format!(
+                    "Placement group {:?} not found (the simulated EC2 has no placement groups)",
+                    crate::cloud::aws::placement::selector_text(selector)
+                ),
+            );
+        }
         // The simulated account allows every call: validation decides on
         // its dependencies and the tags alone.
         if let Some(p) = crate::cloud::aws::validation::precheck(class, &out) {

@@ -335,7 +335,6 @@ fn runtime_findings(kind: ApiKind, value: &Value) -> Vec<runtime::Finding> {
     match kind {
         ApiKind::NodePool => runtime::nodepool(value),
         ApiKind::NodeOverlay => runtime::nodeoverlay(value),
-        ApiKind::EC2NodeClass => runtime::ec2nodeclass(value),
         _ => Vec::new(),
     }
 }

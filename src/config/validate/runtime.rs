@@ -308,34 +308,6 @@ pub fn nodeoverlay(doc: &Value) -> Vec<Finding> {
     out.0
 }
 
-/// Runtime checks for an EC2NodeClass: the fields Karpenter acts on that
-/// dovetail does not implement yet are rejected, each at its own line
-/// ([`crate::api::ec2nodeclass::UNSUPPORTED_FIELDS`]), so no class is
-/// applied whose launches would silently differ from Karpenter's.
-pub fn ec2nodeclass(doc: &Value) -> Vec<Finding> {
-    let mut out = Out::default();
-    let Some(spec) = doc.get("spec").filter(|s| s.is_object()) else {
-        return out.0;
-    };
-    let sp = JsonPath::root().key("spec");
-    let mut found: Vec<JsonPath> = Vec::new();
-    for field in crate::api::ec2nodeclass::UNSUPPORTED_FIELDS {
-        if spec.get(field).is_some_and(|v| !v.is_null()) {
-            found.push(sp.key(field));
-        }
-    }
-    for path in found {
-        out.push(
-            Severity::Error,
-            "unsupported",
-            path,
-            "not supported by dovetail yet: Karpenter v1.14.1 acts on this field and dovetail's launches would not, so the node class is refused".to_string(),
-            Some("remove the field, or keep this node class (and its NodePools) on Karpenter until dovetail supports it".to_string()),
-        );
-    }
-    out.0
-}
-
 /// GPU instance categories on AWS.
 const GPU_CATEGORIES: [&str; 2] = ["g", "p"];
 
