@@ -988,7 +988,6 @@ impl TemplateSpec {
         }
         let interface = |card: i64| {
             let mut i = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                .set_associate_public_ip_address(self.public_ip)
                 .set_groups(Some(self.security_group_ids.clone()));
             if self.efa_interfaces > 0 {
                 // One EFA per network card; the first card's is the
@@ -1001,27 +1000,7 @@ impl TemplateSpec {
             } else {
                 i = i.device_index(0);
             }
-            if self.ipv6 {
-                i = i.primary_ipv6(true).ipv6_address_count(1);
-            }
-            // Karpenter's generateNetworkInterfaces: the prefixes of the
-            // cluster's address family, and the connection tracking
-            // timeouts, on every interface it configures.
-            if self.ipv6 {
-                i = i.set_ipv6_prefix_count(self.ip_prefix_count);
-            } else {
-                i = i.set_ipv4_prefix_count(self.ip_prefix_count);
-            }
-            if let Some(ct) = &self.connection_tracking {
-                i = i.connection_tracking_specification(
-                    aws_sdk_ec2::types::ConnectionTrackingSpecificationRequest::builder()
-                        .set_tcp_established_timeout(ct.tcp_established_timeout)
-                        .set_udp_stream_timeout(ct.udp_stream_timeout)
-                        .set_udp_timeout(ct.udp_timeout)
-                        .build(),
-                );
-            }
-            i.build()
+            self.addressed(i).build()
         };
         if !self.network_interfaces.is_empty() {
             for ni in &self.network_interfaces {
@@ -1201,8 +1180,7 @@ impl TemplateSpec {
         &self,
         ni: &NetworkInterface,
     ) -> aws_sdk_ec2::types::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest {
-        let full = ni.interface_type != InterfaceType::EfaOnly;
-        let mut i =
+        let i =
             aws_sdk_ec2::types::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
                 .network_card_index(ni.network_card_index)
                 .device_index(ni.device_index)
@@ -1211,15 +1189,27 @@ impl TemplateSpec {
                     InterfaceType::EfaOnly => "efa-only",
                 })
                 .set_groups(Some(self.security_group_ids.clone()));
-        if !full {
-            return i.build();
+        match ni.interface_type {
+            InterfaceType::Interface => self.addressed(i).build(),
+            InterfaceType::EfaOnly => i.build(),
         }
-        i = i.set_associate_public_ip_address(self.public_ip);
+    }
+
+    /// What Karpenter's generateNetworkInterfaces sets on every interface
+    /// but an EFA-only one: the public address, a primary IPv6 address in
+    /// an IPv6 cluster, the prefixes of the cluster's address family, and
+    /// the connection tracking timeouts.
+    fn addressed(
+        &self,
+        i: aws_sdk_ec2::types::builders::LaunchTemplateInstanceNetworkInterfaceSpecificationRequestBuilder,
+    ) -> aws_sdk_ec2::types::builders::LaunchTemplateInstanceNetworkInterfaceSpecificationRequestBuilder
+    {
+        let mut i = i.set_associate_public_ip_address(self.public_ip);
         if self.ipv6 {
             i = i
-                .set_ipv6_prefix_count(self.ip_prefix_count)
+                .primary_ipv6(true)
                 .ipv6_address_count(1)
-                .primary_ipv6(true);
+                .set_ipv6_prefix_count(self.ip_prefix_count);
         } else {
             i = i.set_ipv4_prefix_count(self.ip_prefix_count);
         }
@@ -1232,7 +1222,7 @@ impl TemplateSpec {
                     .build(),
             );
         }
-        i.build()
+        i
     }
 
     /// Only the targeted reservation for a reserved launch; no reservation
