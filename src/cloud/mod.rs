@@ -356,6 +356,26 @@ pub fn instance_drift(instance: &Instance, status: &EC2NodeClassStatus) -> Vec<D
             });
         }
     }
+    // Karpenter's isCapacityReservationDrifted: an instance in a
+    // reservation the class no longer selects. Not while the class's
+    // reservations failed to resolve: the status then lists none.
+    let unresolved = crate::api::common::find_condition(
+        status.conditions.as_deref(),
+        "CapacityReservationsReady",
+    )
+    .is_some_and(|c| c.status == crate::api::common::ConditionStatus::False);
+    if let Some(id) = instance
+        .labels
+        .get(crate::api::LABEL_CAPACITY_RESERVATION_ID)
+        && !unresolved
+        && !status
+            .capacity_reservations
+            .iter()
+            .flatten()
+            .any(|r| &r.id == id)
+    {
+        out.push(DriftReason::CapacityReservation { id: id.clone() });
+    }
     out
 }
 
@@ -455,4 +475,73 @@ pub trait CloudProvider: Send + Sync {
         claim: &NodeClaim,
         nodeclass: &EC2NodeClass,
     ) -> impl Future<Output = Result<Vec<DriftReason>, CloudError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// drift.go, isCapacityReservationDrifted: a node in a reservation the
+    /// class's status no longer lists drifts; one the status lists, or one
+    /// in no reservation, does not; nor while the reservations failed to
+    /// resolve.
+    #[test]
+    fn a_reservation_dropped_from_the_class_drifts_its_nodes() {
+        let instance = |reservation: Option<&str>| Instance {
+            id: "i-1".into(),
+            provider_id: "aws:///us-east-1a/i-1".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: "reserved".into(),
+            price: 0.0,
+            launched_at: Timestamp::UNIX_EPOCH,
+            state: InstanceState::Running,
+            nodeclaim: "a".into(),
+            nodepool: "default".into(),
+            labels: Arc::new(
+                reservation
+                    .map(|id| {
+                        (
+                            crate::api::LABEL_CAPACITY_RESERVATION_ID.to_string(),
+                            id.to_string(),
+                        )
+                    })
+                    .into_iter()
+                    .collect(),
+            ),
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
+            efa_attached: false,
+        };
+        let held: CapacityReservation = serde_json::from_value(serde_json::json!({
+            "availabilityZone": "us-east-1a", "id": "cr-1", "instanceMatchCriteria": "targeted",
+            "instanceType": "m5.large", "ownerID": "123456789012",
+        }))
+        .expect("a reservation");
+        let status = EC2NodeClassStatus {
+            capacity_reservations: Some(vec![held]),
+            ..Default::default()
+        };
+        assert!(instance_drift(&instance(Some("cr-1")), &status).is_empty());
+        assert!(instance_drift(&instance(None), &status).is_empty());
+        assert_eq!(
+            instance_drift(&instance(Some("cr-2")), &status),
+            [DriftReason::CapacityReservation { id: "cr-2".into() }]
+        );
+        let none = EC2NodeClassStatus::default();
+        assert_eq!(instance_drift(&instance(Some("cr-1")), &none).len(), 1);
+        let unresolved = EC2NodeClassStatus {
+            conditions: Some(
+                serde_json::from_value(serde_json::json!([{
+                    "type": "CapacityReservationsReady", "status": "False",
+                    "reason": "CapacityReservationResolutionFailed", "message": "throttled",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }]))
+                .expect("conditions"),
+            ),
+            ..Default::default()
+        };
+        assert!(instance_drift(&instance(Some("cr-1")), &unresolved).is_empty());
+    }
 }

@@ -185,6 +185,9 @@ pub enum DriftReason {
     /// The node's instance type no longer exists, or no longer has an
     /// offering in its zone and capacity type.
     InstanceType { instance_type: String, why: String },
+    /// The node runs in a capacity reservation the EC2NodeClass no longer
+    /// selects (its terms dropped it).
+    CapacityReservation { id: String },
 }
 
 impl DriftReason {
@@ -200,6 +203,7 @@ impl DriftReason {
             DriftReason::Subnet { .. } => "subnet",
             DriftReason::SecurityGroups { .. } => "security_groups",
             DriftReason::InstanceType { .. } => "instance_type",
+            DriftReason::CapacityReservation { .. } => "capacity_reservation",
         }
     }
 
@@ -218,7 +222,8 @@ impl DriftReason {
             DriftReason::Ami { .. } | DriftReason::AmiSelection { .. } => (3, "AMIDrift"),
             DriftReason::SecurityGroups { .. } => (4, "SecurityGroupDrift"),
             DriftReason::Subnet { .. } => (5, "SubnetDrift"),
-            DriftReason::EC2NodeClass { .. } => (6, "NodeClassDrift"),
+            DriftReason::CapacityReservation { .. } => (6, "CapacityReservationDrift"),
+            DriftReason::EC2NodeClass { .. } => (7, "NodeClassDrift"),
         }
     }
 
@@ -237,6 +242,7 @@ impl DriftReason {
                 | DriftReason::AmiSelection { .. }
                 | DriftReason::Subnet { .. }
                 | DriftReason::SecurityGroups { .. }
+                | DriftReason::CapacityReservation { .. }
         )
     }
 }
@@ -282,6 +288,10 @@ impl std::fmt::Display for DriftReason {
             DriftReason::InstanceType { instance_type, why } => {
                 write!(f, "instance type {instance_type} {why}")
             }
+            DriftReason::CapacityReservation { id } => write!(
+                f,
+                "capacity reservation {id} is no longer selected by the EC2NodeClass"
+            ),
         }
     }
 }
