@@ -31,7 +31,9 @@
 //!   CreateLaunchTemplate's target reservation is remembered by template
 //!   id, and a CreateFleet override through a template whose reservation
 //!   has no room is refused with `ReservationCapacityExceeded` (moto
-//!   launches the others, each taking room);
+//!   launches the others, each taking room), and DescribeInstances reports
+//!   the instances launched into a reservation as EC2 does (its
+//!   `capacityReservationId`, preference `capacity-reservations-only`);
 //! - placement groups, which moto lacks: DescribePlacementGroups is
 //!   answered from [`Faults::placement_groups`] (`GroupId.N`,
 //!   `GroupName.N`, the `state` filter), with EC2's
@@ -86,6 +88,8 @@ pub struct Faults {
     pub placement_groups: Vec<(String, String, String, u32, String)>,
     /// Launch template id -> the reservation its data targets.
     pub template_reservations: HashMap<String, String>,
+    /// Instance id -> the reservation it was launched into.
+    pub instance_reservations: HashMap<String, String>,
 }
 
 /// A capacity reservation as the proxy's EC2 has it.
@@ -774,9 +778,25 @@ async fn fleet(
             .filter(|t| !full_templates.contains(*t))
             .filter_map(|t| f.template_reservations.get(t).cloned())
             .collect();
+        let text = String::from_utf8_lossy(&answer.2).to_string();
+        let launched: Vec<String> = text
+            .split("<instanceIds>")
+            .skip(1)
+            .filter_map(|s| s.split("</instanceIds>").next())
+            .flat_map(|ids| {
+                ids.split("<item>")
+                    .skip(1)
+                    .filter_map(|i| i.split("</item>").next())
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         for id in targeted {
             if let Some(r) = f.reservations.iter_mut().find(|r| r.id == id) {
                 r.room = r.room.saturating_sub(1);
+            }
+            for instance in &launched {
+                f.instance_reservations.insert(instance.clone(), id.clone());
             }
         }
     }
@@ -831,6 +851,7 @@ async fn serve(
         Reservations,
         PlacementGroups,
         Template,
+        Instances(HashMap<String, String>),
         Forward,
     }
     let plan = {
@@ -881,6 +902,8 @@ async fn serve(
             Plan::Reservations
         } else if action == "DescribePlacementGroups" {
             Plan::PlacementGroups
+        } else if action == "DescribeInstances" && !f.instance_reservations.is_empty() {
+            Plan::Instances(f.instance_reservations.clone())
         } else if action == "CreateLaunchTemplate" && !dry_run {
             Plan::Template
         } else {
@@ -999,6 +1022,20 @@ async fn serve(
         Plan::PlacementGroups => {
             let (status, answer) = describe_placement_groups(&body, &faults);
             respond(&mut conn, &status, "text/xml", &[], &answer).await
+        }
+        Plan::Instances(reserved) => {
+            let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
+            let mut text = String::from_utf8_lossy(&answer).to_string();
+            for (instance, reservation) in &reserved {
+                let tag = format!("<instanceId>{instance}</instanceId>");
+                text = text.replace(
+                    &tag,
+                    &format!(
+                        "{tag}<capacityReservationId>{reservation}</capacityReservationId><capacityReservationSpecification><capacityReservationPreference>capacity-reservations-only</capacityReservationPreference></capacityReservationSpecification>"
+                    ),
+                );
+            }
+            respond(&mut conn, &status, &ct, &[], text.as_bytes()).await
         }
         Plan::Template => {
             let (status, ct, answer) = forward(upstream, &req, &req.body).await?;

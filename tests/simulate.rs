@@ -304,6 +304,80 @@ fn insufficient_capacity_falls_back_to_another_offering() {
     assert_eq!(pod["node"], nodes[0]["name"]);
 }
 
+/// Issue 43, reservations in the simulated EC2: a NodePool allowing
+/// reserved and on-demand capacity launches into the reservation its node
+/// class selects (not another team's) until it is used up, then on demand;
+/// when the reservation ends its nodes run on as on-demand nodes,
+/// relabelled as Karpenter's capacity-type controller relabels them, and
+/// cost the on-demand price from then on.
+#[test]
+fn a_reservation_is_used_up_then_its_end_moves_its_nodes_on_demand() {
+    let r = report(&["tests/scenarios/reservations/used-up.yaml"]);
+    let launched: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "Launched")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(launched.len(), 3, "{launched:?}");
+    let reserved = launched
+        .iter()
+        .filter(|m| m.contains("(reserved) in us-east-1a"))
+        .count();
+    assert_eq!(reserved, 2, "the reservation holds two: {launched:?}");
+    assert_eq!(
+        launched
+            .iter()
+            .filter(|m| m.contains("(on-demand)"))
+            .count(),
+        1,
+        "{launched:?}"
+    );
+    // At its end (2 h), the two reserved nodes are relabelled.
+    let relabelled: Vec<f64> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "CapacityTypeChanged")
+        .map(|e| e["t"].as_f64().unwrap())
+        .collect();
+    assert_eq!(relabelled, [7200.0, 7200.0]);
+    let nodes = r["nodes"].as_array().unwrap();
+    assert!(
+        nodes.iter().all(|n| n["capacity_type"] == "on-demand"),
+        "{nodes:?}"
+    );
+    // Three on-demand nodes for 3 h, less the two reserved hours of two.
+    let price = nodes[0]["price_per_hour"].as_f64().unwrap();
+    let cost = r["summary"]["cost_usd"].as_f64().unwrap();
+    let expected = price * (3.0 * 3.0 - 2.0 * 2.0);
+    assert!(
+        (cost - expected).abs() < price * 0.01,
+        "{cost} against {expected}"
+    );
+}
+
+/// A capacity block's node is deleted 40 minutes before the block ends
+/// (Karpenter's capacityreservation.expiration), and its pod moves to an
+/// on-demand node: the block is expiring, so nothing launches into it.
+#[test]
+fn an_expiring_capacity_block_moves_its_pods_on_demand_before_it_ends() {
+    let r = report(&["tests/scenarios/reservations/capacity-block.yaml"]);
+    let nodes = r["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    assert_eq!(nodes[0]["capacity_type"], "reserved");
+    assert_eq!(nodes[0]["price_per_hour"], 0.0);
+    let deleted = nodes[0]["deleted_at"].as_str().expect("deleted");
+    assert!(deleted < "2026-01-05T01:21:00Z", "{deleted}");
+    assert!(
+        reasons_for(&r, "NodeClaim/ml-00001").contains(&"CapacityReservationExpiring".to_string())
+    );
+    assert_eq!(nodes[1]["capacity_type"], "on-demand");
+    assert!(nodes[1]["deleted_at"].is_null());
+    assert_eq!(r["summary"]["pods_pending"], 0);
+}
+
 #[test]
 fn same_run_twice_gives_byte_identical_reports() {
     let a = dovetail(&["simulate", "--output", "json"]);
@@ -367,6 +441,8 @@ fn scenario_schema_accepts_the_valid_scenarios() {
         "backwards.yaml",
         "interruption/spot.yaml",
         "interruption/kinds.yaml",
+        "reservations/used-up.yaml",
+        "reservations/capacity-block.yaml",
     ] {
         let text = std::fs::read_to_string(format!("tests/scenarios/{file}")).unwrap();
         let parsed =

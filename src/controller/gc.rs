@@ -8,7 +8,8 @@
 //! The other way round, a launched NodeClaim whose instance the provider no
 //! longer lists (terminated outside dovetail, or reclaimed) is deleted with
 //! the reason `InstanceGone`, so its pods are rescheduled and it stops
-//! counting as capacity.
+//! counting as capacity. The same listing relabels the nodes whose capacity
+//! reservation ended ([`super::capacity_type`]).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -38,6 +39,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 return GC_INTERVAL;
             }
         };
+        // Nodes whose reservation ended run on demand.
+        self.sync_capacity_types(&instances).await;
         let claims = self.cluster.list::<NodeClaim>();
         let owned: HashSet<&str> = claims
             .iter()

@@ -9,6 +9,7 @@
 //! Time comes only from the injected [`Clock`].
 
 mod buffers;
+mod capacity_type;
 mod disruption;
 pub mod eviction;
 pub mod features;

@@ -501,6 +501,22 @@ impl Simulation {
                 until: w.until.map(|u| at(start, u)),
             })
             .collect();
+        config.reservations = scenario
+            .cloud
+            .reservations
+            .iter()
+            .map(|r| crate::cloud::sim::reservations::SimReservation {
+                id: r.id.clone(),
+                instance_type: r.instance_type.clone(),
+                zone: r.zone.clone(),
+                count: r.count,
+                capacity_block: r.capacity_block,
+                instance_match_criteria: r.instance_match_criteria.clone(),
+                tags: r.tags.clone(),
+                start: at(start, r.from),
+                end: r.until.map(|u| at(start, u)),
+            })
+            .collect();
         config.call_latency = scenario.cloud.api_latency;
         config.launch_errors = scenario
             .cloud

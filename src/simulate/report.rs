@@ -51,7 +51,10 @@ pub struct NodeRecord {
     pub nodepool: String,
     pub instance_type: String,
     pub zone: String,
+    /// Its capacity type at the end (or when it was deleted): a node whose
+    /// capacity reservation ended runs on demand.
     pub capacity_type: String,
+    /// Its hourly price at the end (or when it was deleted).
     #[serde(serialize_with = "rounded")]
     pub price_per_hour: f64,
     pub launched_at: String,
@@ -67,6 +70,25 @@ pub struct NodeRecord {
     launched: Option<Timestamp>,
     #[serde(skip)]
     deleted: Option<Timestamp>,
+    /// When its price changed, and the price until then, oldest first.
+    #[serde(skip)]
+    repriced: Vec<(Timestamp, f64)>,
+}
+
+impl NodeRecord {
+    /// What it cost from its launch until it was deleted or `end`, at each
+    /// price it had.
+    fn cost(&self, end: Timestamp) -> f64 {
+        let to = self.deleted.unwrap_or(end);
+        let mut from = self.launched.unwrap_or(end);
+        let mut cost = 0.0;
+        for (at, price) in &self.repriced {
+            let until = (*at).min(to);
+            cost += price * secs(from, until) / 3600.0;
+            from = until;
+        }
+        cost + self.price_per_hour * secs(from, to) / 3600.0
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -872,9 +894,18 @@ impl Recorder {
                     pods: Vec::new(),
                     launched: Some(i.launched_at),
                     deleted: None,
+                    repriced: Vec::new(),
                 });
             if let Some(n) = node_names.get(&i.provider_id) {
                 rec.name = n.clone();
+            }
+            // A reservation ended under it: it runs on demand from now on.
+            if rec.deleted.is_none()
+                && (rec.price_per_hour != i.price || rec.capacity_type != i.capacity_type)
+            {
+                rec.repriced.push((now, rec.price_per_hour));
+                rec.price_per_hour = i.price;
+                rec.capacity_type.clone_from(&i.capacity_type);
             }
         }
         for rec in self.nodes.values_mut() {
@@ -937,9 +968,7 @@ impl Recorder {
                 .get(n.name.as_str())
                 .cloned()
                 .unwrap_or_default();
-            let from = n.launched.unwrap_or(end);
-            let to = n.deleted.unwrap_or(end);
-            let node_cost = n.price_per_hour * secs(from, to) / 3600.0;
+            let node_cost = n.cost(end);
             cost += node_cost;
             let pool = pools
                 .entry(n.nodepool.clone())

@@ -142,6 +142,8 @@ pub struct CloudSettings {
     /// What AMI aliases resolved to in the cluster the run starts from (a
     /// forecast's snapshot); not written in scenario files.
     pub observed_aliases: Vec<crate::cloud::sim::nodeclass::ObservedAlias>,
+    /// The account's capacity reservations (`cloud.reservations`).
+    pub reservations: Vec<ReservationSpec>,
 }
 
 impl Default for CloudSettings {
@@ -158,6 +160,7 @@ impl Default for CloudSettings {
             subnets: None,
             security_groups: None,
             observed_aliases: Vec::new(),
+            reservations: Vec::new(),
         }
     }
 }
@@ -193,6 +196,26 @@ pub struct CapacityWindow {
     pub from: Duration,
     pub until: Option<Duration>,
 }
+
+/// A `cloud.reservations` entry: a capacity reservation of the simulated
+/// account, active from `from` until `until` (offsets from the start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservationSpec {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub count: u32,
+    /// `default` or `capacity-block`.
+    pub capacity_block: bool,
+    /// `open` or `targeted`.
+    pub instance_match_criteria: String,
+    pub tags: std::collections::BTreeMap<String, String>,
+    pub from: Duration,
+    pub until: Option<Duration>,
+}
+
+/// The most instances one simulated reservation holds.
+pub const MAX_RESERVATION_COUNT: u64 = 10_000;
 
 /// A `cloud.launchErrors` entry: every launch fails with `error` from
 /// `from` until `until` (offsets from the start).
@@ -595,6 +618,25 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         Some(n) => cloud_settings(&ctx, n)?,
         None => CloudSettings::default(),
     };
+    // A reservation outside the scenario's zones could never be used.
+    if let Some(items) = root
+        .get("cloud")
+        .and_then(|c| c.get("reservations"))
+        .and_then(|n| list(&ctx, n, "reservations").ok())
+    {
+        for (node, r) in items.iter().zip(&cloud.reservations) {
+            if !zones.contains(&r.zone) {
+                return Err(ctx.err(
+                    node.get("zone").unwrap_or(node),
+                    format!(
+                        "zone {:?} is not one of the scenario's zones ({})",
+                        r.zone,
+                        zones.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
     let pods = match root.get("pods") {
         Some(n) => pod_settings(&ctx, n)?,
         None => PodSettings::default(),
@@ -750,6 +792,7 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
             "images",
             "subnets",
             "securityGroups",
+            "reservations",
         ],
         "cloud",
     )?;
@@ -807,6 +850,17 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
             });
         }
         c.security_groups = Some(groups);
+    }
+    if let Some(n) = node.get("reservations") {
+        for r in list(ctx, n, "reservations")? {
+            c.reservations.push(reservation(ctx, r)?);
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for (r, spec) in list(ctx, n, "reservations")?.iter().zip(&c.reservations) {
+            if !ids.insert(spec.id.as_str()) {
+                return Err(ctx.err(r, format!("reservation {} is listed twice", spec.id)));
+            }
+        }
     }
     if let Some(n) = node.get("launchDelay") {
         c.launch_delay = ctx.duration(n, "launchDelay")?;
@@ -878,6 +932,95 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
         }
     }
     Ok(c)
+}
+
+/// A `cloud.reservations` entry.
+fn reservation(ctx: &Ctx, r: &Node) -> Result<ReservationSpec, ScenarioError> {
+    const WHAT: &str = "a reservation";
+    check_keys(
+        ctx,
+        r,
+        &[
+            "id",
+            "instanceType",
+            "zone",
+            "count",
+            "type",
+            "instanceMatchCriteria",
+            "tags",
+            "from",
+            "until",
+        ],
+        WHAT,
+    )?;
+    let id = required(ctx, r, "id", WHAT)?;
+    if !id.starts_with("cr-")
+        || id.len() < 4
+        || !id[3..]
+            .chars()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+    {
+        return Err(ctx.err(
+            r.get("id").unwrap_or(r),
+            format!(
+                "id {id:?} is not a capacity reservation id (cr- and lowercase letters or digits)"
+            ),
+        ));
+    }
+    let count_node = r
+        .get("count")
+        .ok_or_else(|| ctx.err(r, "a reservation needs `count`"))?;
+    let count = match &count_node.value {
+        Value::Number(n) => n
+            .as_u64()
+            .filter(|n| (1..=MAX_RESERVATION_COUNT).contains(n))
+            .and_then(|n| u32::try_from(n).ok()),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        ctx.err(
+            count_node,
+            format!("count must be an integer from 1 to {MAX_RESERVATION_COUNT}"),
+        )
+    })?;
+    let opt = |k: &str| -> Result<Option<(String, &Node)>, ScenarioError> {
+        r.get(k)
+            .map(|n| ctx.str(n, k).map(|s| (s.to_string(), n)))
+            .transpose()
+    };
+    let capacity_block = match opt("type")? {
+        None => false,
+        Some((t, _)) if t == "default" => false,
+        Some((t, _)) if t == "capacity-block" => true,
+        Some((t, n)) => {
+            return Err(ctx.err(
+                n,
+                format!("type {t:?} is not one of default, capacity-block"),
+            ));
+        }
+    };
+    let instance_match_criteria = match opt("instanceMatchCriteria")? {
+        None => "targeted".to_string(),
+        Some((c, _)) if c == "open" || c == "targeted" => c,
+        Some((c, n)) => {
+            return Err(ctx.err(
+                n,
+                format!("instanceMatchCriteria {c:?} is not one of open, targeted"),
+            ));
+        }
+    };
+    let (from, until) = window(ctx, r)?;
+    Ok(ReservationSpec {
+        id,
+        instance_type: required(ctx, r, "instanceType", WHAT)?,
+        zone: required(ctx, r, "zone", WHAT)?,
+        count,
+        capacity_block,
+        instance_match_criteria,
+        tags: tags(ctx, r)?,
+        from,
+        until,
+    })
 }
 
 /// A window's `from` (default the start) and optional `until`, offsets
@@ -1609,6 +1752,80 @@ mod tests {
         assert_eq!(ats, [0, 600, 900, 900]);
         assert_eq!(s.until, Duration::from_secs(900) + DEFAULT_TAIL);
         assert_eq!(s.start, parse_rfc3339(DEFAULT_START).unwrap());
+    }
+
+    /// `cloud.reservations`: every field read, defaults filled in, and bad
+    /// input refused at its line.
+    #[test]
+    fn reservations_parse_and_bad_ones_are_refused_at_their_line() {
+        let s = parse_str(
+            "config: r\nzones: [z1]\ncloud:\n  reservations:\n    - {id: cr-01, instanceType: m5.large, zone: z1, count: 2, type: capacity-block, instanceMatchCriteria: open, tags: {team: ml}, from: 10m, until: 2h}\n    - {id: cr-02, instanceType: m5.large, zone: z1, count: 1}\n",
+        )
+        .unwrap();
+        let [a, b] = s.cloud.reservations.as_slice() else {
+            panic!("two reservations: {:?}", s.cloud.reservations);
+        };
+        assert_eq!(
+            (
+                a.count,
+                a.capacity_block,
+                a.instance_match_criteria.as_str()
+            ),
+            (2, true, "open")
+        );
+        assert_eq!(
+            (a.from, a.until),
+            (Duration::from_secs(600), Some(Duration::from_secs(7200)))
+        );
+        assert_eq!(a.tags["team"], "ml");
+        assert_eq!(
+            (
+                b.capacity_block,
+                b.instance_match_criteria.as_str(),
+                b.until
+            ),
+            (false, "targeted", None)
+        );
+        let line = "config: r\nzones: [z1]\ncloud:\n  reservations:\n    - ";
+        for (entry, expected) in [
+            (
+                "{id: cr-01, instanceType: m5.large, zone: z1, count: 0}",
+                "5:60: error: count must be an integer from 1 to 10000",
+            ),
+            (
+                "{id: cr-01, instanceType: m5.large, zone: z9, count: 1}",
+                "5:49: error: zone \"z9\" is not one of the scenario's zones (z1)",
+            ),
+            (
+                "{id: r-01, instanceType: m5.large, zone: z1, count: 1}",
+                "5:12: error: id \"r-01\" is not a capacity reservation id",
+            ),
+            (
+                "{id: cr-01, zone: z1, count: 1}",
+                "5:7: error: a reservation needs `instanceType`",
+            ),
+            (
+                "{id: cr-01, instanceType: m5.large, zone: z1, count: 1, type: spot}",
+                "5:69: error: type \"spot\" is not one of default, capacity-block",
+            ),
+            (
+                "{id: cr-01, instanceType: m5.large, zone: z1, count: 1, until: 0s}",
+                "5:7: error: the window ends before it starts",
+            ),
+        ] {
+            let e = parse_str(&format!("{line}{entry}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(expected), "{entry}: {e}");
+        }
+        let twice = "{id: cr-01, instanceType: m5.large, zone: z1, count: 1}";
+        let e = parse_str(&format!("{line}{twice}\n    - {twice}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("6:7: error: reservation cr-01 is listed twice"),
+            "{e}"
+        );
     }
 
     #[test]

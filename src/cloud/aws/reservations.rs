@@ -134,6 +134,24 @@ impl Query {
     }
 }
 
+impl Query {
+    /// Whether EC2 answers the query with `f`, tagged `tags` (the simulated
+    /// EC2 answers as EC2 does): by id alone, or by every filter.
+    pub fn matches(&self, f: &Facts, tags: &BTreeMap<String, String>) -> bool {
+        if let Some(id) = &self.id {
+            return *id == f.id;
+        }
+        self.owner_id.as_ref().is_none_or(|o| *o == f.owner_id)
+            && self
+                .instance_match_criteria
+                .is_none_or(|c| c == f.instance_match_criteria)
+            && self
+                .tags
+                .iter()
+                .all(|(k, v)| tags.get(k).is_some_and(|t| v == "*" || t == v))
+    }
+}
+
 /// A reservation as EC2 reports it, reduced to what dovetail reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Facts {

@@ -115,10 +115,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 pub mod nodeclass;
+pub mod reservations;
 
 use std::collections::BTreeSet;
 
 use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
+use self::reservations::SimReservation;
 use super::select::{
     claim_requests, fits_node_class, image_for, instance_constraints, instance_labels,
     launch_priority, nodepool_constraints, offering_key, requirements_of, type_allowed,
@@ -267,6 +269,8 @@ pub struct SimConfig {
     pub security_groups: Option<Vec<SimSecurityGroup>>,
     /// What AMI aliases resolved to in the cluster a run starts from.
     pub observed_aliases: Vec<nodeclass::ObservedAlias>,
+    /// The account's capacity reservations.
+    pub reservations: Vec<SimReservation>,
 }
 
 impl SimConfig {
@@ -288,6 +292,7 @@ impl SimConfig {
             subnets: None,
             security_groups: None,
             observed_aliases: Vec::new(),
+            reservations: Vec::new(),
         }
     }
 }
@@ -393,12 +398,50 @@ struct State {
     /// Instances reclaimed that [`SimEc2::take_reclaimed`] has not handed
     /// out yet, with when.
     reclaimed: Vec<(Timestamp, String)>,
+    /// The account's capacity reservations.
+    reservations: Vec<SimReservation>,
     /// Bumped whenever an instance is added or removed.
     generation: u64,
     /// What [`SimEc2::instances_now`] last returned: the generation it
     /// was built at, until when it holds (the next pending instance's start),
     /// and the instances.
     view: Option<(u64, Option<Timestamp>, Arc<Vec<Instance>>)>,
+}
+
+impl State {
+    /// Live instances launched into reservation `id`.
+    fn used(&self, id: &str) -> i64 {
+        self.instances
+            .values()
+            .filter(|i| {
+                i.labels
+                    .get(api::LABEL_CAPACITY_RESERVATION_ID)
+                    .is_some_and(|r| r == id)
+            })
+            .count() as i64
+    }
+
+    /// The reservations `class` holds at `now` (as its status lists them),
+    /// and the instances left in each.
+    fn held(
+        &self,
+        class: &EC2NodeClass,
+        now: Timestamp,
+    ) -> (
+        Vec<api::ec2nodeclass::CapacityReservation>,
+        crate::cloud::aws::reservations::Availability,
+    ) {
+        reservations::held(
+            &self.reservations,
+            |id| self.used(id),
+            class
+                .spec
+                .capacity_reservation_selector_terms
+                .as_deref()
+                .unwrap_or_default(),
+            now,
+        )
+    }
 }
 
 /// Reclaims the spot instances whose two minutes are up at `now`, each at
@@ -475,6 +518,7 @@ impl SimEc2 {
             subnets,
             security_groups,
             observed_aliases,
+            reservations,
         } = config;
         let mut account = Account::new(&zones, &kubernetes_version);
         account.images = images;
@@ -495,6 +539,7 @@ impl SimEc2 {
             clock,
             state: Mutex::new(State {
                 account: Some(account),
+                reservations,
                 ..State::default()
             }),
             adjusted: Mutex::new(Vec::new()),
@@ -605,7 +650,7 @@ impl SimEc2 {
     pub fn terminate_externally(&self, instance_id: &str, reason: &str) -> Result<(), CloudError> {
         let now = self.clock.now();
         let mut state = self.lock();
-        apply_reclaims(&mut state, now);
+        self.settle(&mut state, now);
         state.reclaims.remove(instance_id);
         state.generation += 1;
         let result = match state.instances.remove(instance_id) {
@@ -639,7 +684,7 @@ impl SimEc2 {
         use crate::interruption::{Kind, events};
         let now = self.clock.now();
         let mut st = self.lock();
-        apply_reclaims(&mut st, now);
+        self.settle(&mut st, now);
         for id in instance_ids {
             let instance = st
                 .instances
@@ -701,7 +746,7 @@ impl SimEc2 {
     pub fn take_reclaimed(&self) -> Vec<(Timestamp, String)> {
         let now = self.clock.now();
         let mut st = self.lock();
-        apply_reclaims(&mut st, now);
+        self.settle(&mut st, now);
         std::mem::take(&mut st.reclaimed)
     }
 
@@ -756,7 +801,7 @@ impl SimEc2 {
     ) -> Result<T, CloudError> {
         let now = self.clock.now();
         let mut state = self.lock();
-        apply_reclaims(&mut state, now);
+        self.settle(&mut state, now);
         let result = match state.next_error.take() {
             Some(error) => Err(error),
             None => op(&mut state, now),
@@ -773,7 +818,7 @@ impl SimEc2 {
     pub fn instances_now(&self) -> Arc<Vec<Instance>> {
         let now = self.clock.now();
         let mut state = self.lock();
-        apply_reclaims(&mut state, now);
+        self.settle(&mut state, now);
         if let Some((generation, until, view)) = &state.view
             && *generation == state.generation
             && until.is_none_or(|t| now < t)
@@ -791,10 +836,87 @@ impl SimEc2 {
             .instances
             .values()
             .filter_map(|i| self.running_since(i))
+            .chain(state.reservations.iter().filter_map(|r| r.end))
             .filter(|t| *t > now)
             .min();
         state.view = Some((state.generation, until, view.clone()));
         view
+    }
+
+    /// Brings EC2 up to `now`: spot instances reclaimed, and reservations
+    /// that ended: an on-demand capacity reservation's instances run on as
+    /// on-demand instances (its labels gone, the on-demand price), a
+    /// capacity block's are terminated at its end.
+    fn settle(&self, state: &mut State, now: Timestamp) {
+        apply_reclaims(state, now);
+        let ended: Vec<(String, bool, Timestamp)> = state
+            .reservations
+            .iter()
+            .filter_map(|r| Some((r.id.clone(), r.capacity_block, r.end.filter(|e| *e <= now)?)))
+            .collect();
+        for (id, capacity_block, end) in ended {
+            let members: Vec<String> = state
+                .instances
+                .values()
+                .filter(|i| {
+                    i.labels
+                        .get(api::LABEL_CAPACITY_RESERVATION_ID)
+                        .is_some_and(|r| *r == id)
+                })
+                .map(|i| i.id.clone())
+                .collect();
+            for instance_id in members {
+                state.generation += 1;
+                if capacity_block {
+                    state.instances.remove(&instance_id);
+                    state.reclaimed.push((end, instance_id.clone()));
+                    state.calls.push(CallRecord {
+                        at: end,
+                        call: Call::TerminateExternally {
+                            instance_id,
+                            reason: format!("capacity block {id} ended"),
+                            result: Ok(()),
+                        },
+                    });
+                    continue;
+                }
+                let Some(i) = state.instances.get_mut(&instance_id) else {
+                    continue;
+                };
+                let mut labels = (*i.labels).clone();
+                {
+                    use crate::cloud::aws::reservations::{
+                        LABEL_RESERVATION_ID, LABEL_RESERVATION_INTERRUPTIBLE,
+                        LABEL_RESERVATION_TYPE,
+                    };
+                    for k in [
+                        LABEL_RESERVATION_ID,
+                        LABEL_RESERVATION_TYPE,
+                        LABEL_RESERVATION_INTERRUPTIBLE,
+                    ] {
+                        labels.remove(k);
+                    }
+                }
+                labels.insert(
+                    CAPACITY_TYPE.to_string(),
+                    api::CAPACITY_TYPE_ON_DEMAND.to_string(),
+                );
+                i.labels = Arc::new(labels);
+                i.capacity_type = api::CAPACITY_TYPE_ON_DEMAND.to_string();
+                if let Some(price) = self
+                    .catalog
+                    .iter()
+                    .find(|t| t.name == i.instance_type)
+                    .and_then(|t| {
+                        t.offerings.iter().find(|o| {
+                            o.zone == i.zone && o.capacity_type == api::CAPACITY_TYPE_ON_DEMAND
+                        })
+                    })
+                {
+                    i.price = price.price;
+                }
+            }
+        }
     }
 
     /// An instance as it is at `now`.
@@ -843,7 +965,45 @@ impl SimEc2 {
         // available, not known to be out of capacity, and has an image.
         let mut overrides: Vec<(&InstanceType, &Offering)> = Vec::new();
         let mut allowed_any = false;
+        let (held, availability) = state.held(nodeclass, now);
         let catalog = self.catalog_for(&kubelet);
+        let catalog: Arc<Vec<InstanceType>> = if held.is_empty() {
+            catalog
+        } else {
+            Arc::new(reservations::with_reserved_offerings(
+                &catalog,
+                &held,
+                &availability,
+            ))
+        };
+        // The reservation labels a node gets only when launched into one:
+        // a requirement on them that does not allow their absence keeps the
+        // claim to reserved offerings, and picks among reservations (as the
+        // AWS launch plans it).
+        use crate::cloud::aws::reservations::{
+            LABEL_RESERVATION_ID, LABEL_RESERVATION_INTERRUPTIBLE, LABEL_RESERVATION_TYPE,
+        };
+        let needs_reservation = [
+            LABEL_RESERVATION_ID,
+            LABEL_RESERVATION_TYPE,
+            LABEL_RESERVATION_INTERRUPTIBLE,
+        ]
+        .iter()
+        .any(|k| requirements.get(k).is_some_and(|r| !r.allows_absent()));
+        let reservation_allowed = |r: &api::ec2nodeclass::CapacityReservation| {
+            crate::cloud::aws::reservations::labels(r)
+                .iter()
+                .all(|(k, v)| requirements.get(k).is_none_or(|req| req.has(v)))
+        };
+        let reservation_for = |it: &InstanceType, o: &Offering| {
+            crate::cloud::aws::reservations::choose(
+                &held,
+                &availability,
+                &it.name,
+                &o.zone,
+                reservation_allowed,
+            )
+        };
         for it in catalog.iter() {
             if !type_allowed(it, &constraints) || !requests.fits_in(&it.allocatable) {
                 continue;
@@ -854,6 +1014,13 @@ impl SimEc2 {
                     allowed_any = true;
                     let known_out = unavailable.contains(&offering_key(it, o));
                     let subnet = resolution.subnets.iter().any(|s| s.zone == o.zone);
+                    let reserved = o.capacity_type == api::CAPACITY_TYPE_RESERVED;
+                    if needs_reservation && !reserved {
+                        continue;
+                    }
+                    if reserved && reservation_for(it, o).is_none() {
+                        continue;
+                    }
                     if o.available && !known_out && has_image && subnet {
                         overrides.push((it, o));
                     }
@@ -866,10 +1033,16 @@ impl SimEc2 {
                     .to_string(),
             ));
         }
-        let spot = overrides
-            .iter()
-            .any(|(_, o)| o.capacity_type == api::CAPACITY_TYPE_SPOT);
-        overrides.retain(|(_, o)| (o.capacity_type == api::CAPACITY_TYPE_SPOT) == spot);
+        // Reserved, else spot, else on-demand (Karpenter's order).
+        let has = |ct: &str| overrides.iter().any(|(_, o)| o.capacity_type == ct);
+        let capacity_type = if has(api::CAPACITY_TYPE_RESERVED) {
+            api::CAPACITY_TYPE_RESERVED
+        } else if has(api::CAPACITY_TYPE_SPOT) {
+            api::CAPACITY_TYPE_SPOT
+        } else {
+            api::CAPACITY_TYPE_ON_DEMAND
+        };
+        overrides.retain(|(_, o)| o.capacity_type == capacity_type);
         // A price-overlaid NodeClaim launches in its overlaid order (the
         // reference's `prioritized` fleet strategies), then by price.
         let priority = launch_priority(claim);
@@ -922,7 +1095,7 @@ impl SimEc2 {
             }
         };
         let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
-        let labels = instance_labels(
+        let mut labels = instance_labels(
             it.requirements
                 .labels()
                 .into_iter()
@@ -932,6 +1105,13 @@ impl SimEc2 {
             &self.region,
             &nodepool,
         );
+        if offering.capacity_type == api::CAPACITY_TYPE_RESERVED
+            && let Some(r) = reservation_for(it, offering)
+        {
+            for (k, v) in crate::cloud::aws::reservations::labels(r) {
+                labels.insert(k.to_string(), v);
+            }
+        }
         let mut security_group_ids: Vec<String> = resolution
             .security_groups
             .iter()
@@ -974,6 +1154,7 @@ impl SimEc2 {
     fn instance_types_now(
         &self,
         state: &State,
+        now: Timestamp,
         nodepool: &NodePool,
         nodeclass: &EC2NodeClass,
     ) -> Result<Vec<InstanceType>, CloudError> {
@@ -987,14 +1168,20 @@ impl SimEc2 {
             .as_ref()
             .map(|a| a.resolve(nodeclass).amis)
             .unwrap_or_default();
-        Ok(self
+        let types: Vec<InstanceType> = self
             .catalog_for(&kubelet)
             .iter()
             .filter(|it| type_allowed(it, &constraints))
             .filter(|it| fits_node_class(it, nodeclass))
             .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
             .cloned()
-            .collect())
+            .collect();
+        let (held, availability) = state.held(nodeclass, now);
+        Ok(if held.is_empty() {
+            types
+        } else {
+            reservations::with_reserved_offerings(&types, &held, &availability)
+        })
     }
 }
 
@@ -1092,7 +1279,7 @@ impl CloudProvider for SimEc2 {
         nodeclass: &EC2NodeClass,
     ) -> impl Future<Output = Result<Vec<InstanceType>, CloudError>> + Send {
         ready(self.call(
-            |state, _| self.instance_types_now(state, nodepool, nodeclass),
+            |state, now| self.instance_types_now(state, now, nodepool, nodeclass),
             |result| Call::InstanceTypes {
                 nodepool: nodepool.metadata.name.clone().unwrap_or_default(),
                 nodeclass: nodeclass.metadata.name.clone().unwrap_or_default(),
@@ -1106,12 +1293,14 @@ impl CloudProvider for SimEc2 {
         nodeclass: &EC2NodeClass,
     ) -> impl Future<Output = Result<NodeClassResolution, CloudError>> + Send {
         ready(self.call(
-            |state, _| {
-                Ok(state
+            |state, now| {
+                let mut r = state
                     .account
                     .as_ref()
                     .map(|a| a.resolve(nodeclass))
-                    .unwrap_or_default())
+                    .unwrap_or_default();
+                r.capacity_reservations = state.held(nodeclass, now).0;
+                Ok(r)
             },
             |result| Call::ResolveNodeClass {
                 nodeclass: nodeclass.metadata.name.clone().unwrap_or_default(),
