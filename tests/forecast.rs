@@ -520,3 +520,115 @@ fn expired_nodes_whose_drain_a_pdb_holds_are_listed_as_blocked() {
         );
     }
 }
+
+/// Issue 43: a forecast that shows a reservation used up. The snapshot's
+/// cluster runs 2 nodes in the team's reservation (its EC2NodeClass's
+/// status lists it); the reservation holds 3 (`--reservation`). Side B
+/// lets the NodePool grow past its limit while the Deployment scales to 5
+/// replicas: the third reserved node uses the reservation up, and the
+/// other two launch on demand.
+#[test]
+fn a_forecast_shows_a_reservation_used_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snapshot.json");
+    let scenario = root().join("tests/scenarios/reservations/used-up.yaml");
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    // Two replicas, and a short run: the reservation is still active.
+    let short = text
+        .replace("replicas: 3", "replicas: 2")
+        .replace(
+            "  - advance: 1h\n  - advance: 1h30m\nuntil: 3h\n",
+            "until: 10m\n",
+        )
+        .replace(
+            "config: repo",
+            &format!(
+                "config: {}",
+                root().join("tests/scenarios/reservations/repo").display()
+            ),
+        );
+    assert_ne!(short, text);
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, short).unwrap();
+    let out = dovetail(&[
+        "simulate",
+        file.to_str().unwrap(),
+        "--output",
+        "json",
+        "--snapshot-out",
+        snap.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let config =
+        std::fs::read_to_string(root().join("tests/scenarios/reservations/repo/config.yaml"))
+            .unwrap();
+    let mut repo = Repo::new();
+    repo.write("config/config.yaml", &config);
+    repo.commit("base");
+    repo.write(
+        "config/config.yaml",
+        &config.replace(
+            "values: [\"m7i.xlarge\"]",
+            "values: [\"m7i.xlarge\", \"m7i.2xlarge\"]",
+        ),
+    );
+    repo.commit("change");
+    let reservation = "cr-0a1b2c3d4e5f60718";
+    let count = format!("{reservation}=3");
+    let f = forecast_json(
+        &repo,
+        snap.to_str().unwrap(),
+        &[
+            "--reservation",
+            &count,
+            "--scale",
+            "deployment/default/trainer=5@30m",
+        ],
+        1,
+    );
+    for side in [&f["a"], &f["b"]] {
+        let uses = side["reservations"].as_array().expect("reservations");
+        assert_eq!(uses.len(), 1, "{side}");
+        let u = &uses[0];
+        assert_eq!(u["id"], reservation);
+        assert_eq!(u["instances"], 3);
+        assert_eq!(u["in_use_at_end"], 3, "{u}");
+        let after = num(&u["used_up_after_seconds"]);
+        assert!(
+            (1800.0..1900.0).contains(&after),
+            "used up once scaled: {after}"
+        );
+        assert_eq!(side["pods_pending_at_end"], 0, "{side}");
+    }
+    // The text says so.
+    let out = forecast(
+        &repo,
+        snap.to_str().unwrap(),
+        &[
+            "--reservation",
+            &count,
+            "--scale",
+            "deployment/default/trainer=5@30m",
+        ],
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "capacity reservation {reservation} (m7i.xlarge in us-east-1a): 3 of 3 instance(s) in use at the end; used up after"
+        )),
+        "{}",
+        out.stdout
+    );
+    // A reservation the snapshot does not hold is refused.
+    let out = forecast(
+        &repo,
+        snap.to_str().unwrap(),
+        &["--reservation", "cr-0000000000000000=2"],
+    );
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("no EC2NodeClass in the snapshot holds this reservation"),
+        "{}",
+        out.stderr
+    );
+}

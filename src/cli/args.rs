@@ -156,6 +156,9 @@ pub struct DiffArgs {
     /// With --forecast: a Deployment scaled during the window, e.g. deployment/shop/web=40@2h (at 2 hours in); repeatable.
     #[arg(long, value_name = "deployment/NS/NAME=N@OFFSET", requires = "forecast", value_parser = crate::simulate::forecast::ScaleChange::parse)]
     pub scale: Vec<crate::simulate::forecast::ScaleChange>,
+    /// With --forecast: how many instances a capacity reservation the snapshot's EC2NodeClasses hold has in all, e.g. cr-0123456789abcdef0=8 (default: as many as the snapshot has nodes in it, so none left); repeatable.
+    #[arg(long, value_name = "ID=COUNT", requires = "forecast", value_parser = crate::simulate::forecast::parse_reservation_count)]
+    pub reservation: Vec<(String, u32)>,
     /// With --forecast: the time from launching an instance to its node being Ready.
     #[arg(
         long,

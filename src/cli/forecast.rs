@@ -42,6 +42,7 @@ pub(super) fn settings(a: &DiffArgs) -> Result<Option<Settings>, String> {
         scales: a.scale.clone(),
         feature_gates: super::feature_gates(a.feature_gates.as_deref(), Default::default())?,
         preferences: a.preference_policy.map(Into::into).unwrap_or_default(),
+        reservations: a.reservation.iter().cloned().collect(),
     }))
 }
 
@@ -90,6 +91,16 @@ pub(super) fn run(
     reports: Option<&Path>,
     io: &mut Io,
 ) -> Result<Forecast, u8> {
+    if let Some(unknown) = settings
+        .reservations
+        .keys()
+        .find(|id| !start.reservations.iter().any(|r| &r.id == *id))
+    {
+        io.log(&format!(
+            "error: --reservation {unknown}: no EC2NodeClass in the snapshot holds this reservation (its status.capacityReservations)"
+        ));
+        return Err(exit::ERROR);
+    }
     let run = forecast::run(start, settings, a, b).map_err(|e| {
         if let ForecastError::Simulation {
             source: SimError::Input(d) | SimError::InvalidConfig { diagnostics: d, .. },

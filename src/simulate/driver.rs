@@ -513,6 +513,10 @@ impl Simulation {
                 capacity_block: r.capacity_block,
                 instance_match_criteria: r.instance_match_criteria.clone(),
                 tags: r.tags.clone(),
+                owner_id: r
+                    .owner_id
+                    .clone()
+                    .unwrap_or_else(|| crate::cloud::sim::reservations::SIM_OWNER_ID.to_string()),
                 start: at(start, r.from),
                 end: r.until.map(|u| at(start, u)),
             })

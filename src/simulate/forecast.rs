@@ -120,6 +120,27 @@ impl ScaleChange {
     }
 }
 
+/// `cr-0123456789abcdef0=8`: a reservation and how many instances it holds.
+pub fn parse_reservation_count(s: &str) -> Result<(String, u32), String> {
+    let (id, count) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: takes ID=COUNT, e.g. cr-0123456789abcdef0=8"))?;
+    if !id.starts_with("cr-") || id.len() < 4 {
+        return Err(format!("{s:?}: {id:?} is not a capacity reservation id"));
+    }
+    let count: u32 = count
+        .parse()
+        .ok()
+        .filter(|c| u64::from(*c) <= super::scenario::MAX_RESERVATION_COUNT)
+        .ok_or_else(|| {
+            format!(
+                "{s:?}: the count is an integer from 0 to {}",
+                super::scenario::MAX_RESERVATION_COUNT
+            )
+        })?;
+    Ok((id.to_string(), count))
+}
+
 /// The settings both sides share.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -133,6 +154,9 @@ pub struct Settings {
     pub feature_gates: crate::controller::features::FeatureGates,
     /// How both sides' controllers treat preferences.
     pub preferences: crate::scheduling::Preferences,
+    /// Reservation id -> how many instances it holds (`--reservation`),
+    /// for reservations the snapshot's node classes hold.
+    pub reservations: BTreeMap<String, u32>,
 }
 
 impl Default for Settings {
@@ -144,6 +168,7 @@ impl Default for Settings {
             scales: Vec::new(),
             feature_gates: Default::default(),
             preferences: Default::default(),
+            reservations: BTreeMap::new(),
         }
     }
 }
@@ -204,6 +229,88 @@ pub struct Start {
     pub initial_nodes: BTreeSet<String>,
     /// `namespace/name` of its pods no controller recreates.
     pub bare_pods: BTreeSet<String>,
+    /// The capacity reservations the snapshot's EC2NodeClasses hold (their
+    /// status), each as many instances as the snapshot has nodes in it
+    /// unless [`Settings::reservations`] says how many it holds.
+    pub reservations: Vec<super::scenario::ReservationSpec>,
+}
+
+/// The reservations `classes` list in their status, at `start`: each
+/// selected by its class's terms in the simulated EC2 (it carries the tags
+/// those terms ask for and the owner the status names), holding as many
+/// instances as `nodes` are labelled with it. Ended ones are left out.
+fn snapshot_reservations(
+    classes: &[&Value],
+    nodes: &[&Value],
+    start: Timestamp,
+) -> Vec<super::scenario::ReservationSpec> {
+    let mut out: Vec<super::scenario::ReservationSpec> = Vec::new();
+    for c in classes {
+        let mut tags = std::collections::BTreeMap::new();
+        for t in c
+            .pointer("/spec/capacityReservationSelectorTerms")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for (k, v) in t
+                .get("tags")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                tags.insert(k.clone(), v.as_str().unwrap_or("*").to_string());
+            }
+        }
+        for r in c
+            .pointer("/status/capacityReservations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (Some(id), Some(instance_type), Some(zone)) = (
+                str_at(r, "/id"),
+                str_at(r, "/instanceType"),
+                str_at(r, "/availabilityZone"),
+            ) else {
+                continue;
+            };
+            if out.iter().any(|o| o.id == id) {
+                continue;
+            }
+            let until = match str_at(r, "/endTime").map(parse_rfc3339) {
+                Some(Ok(end)) if end <= start => continue,
+                Some(Ok(end)) => {
+                    Some(Duration::try_from(end.duration_since(start)).unwrap_or_default())
+                }
+                _ => None,
+            };
+            let in_use = nodes
+                .iter()
+                .filter(|n| {
+                    str_at(
+                        n,
+                        "/metadata/labels/karpenter.k8s.aws~1capacity-reservation-id",
+                    ) == Some(id)
+                })
+                .count();
+            out.push(super::scenario::ReservationSpec {
+                id: id.to_string(),
+                instance_type: instance_type.to_string(),
+                zone: zone.to_string(),
+                count: u32::try_from(in_use).unwrap_or(u32::MAX),
+                capacity_block: str_at(r, "/reservationType") == Some("capacity-block"),
+                instance_match_criteria: str_at(r, "/instanceMatchCriteria")
+                    .unwrap_or("targeted")
+                    .to_string(),
+                tags: tags.clone(),
+                owner_id: str_at(r, "/ownerID").map(str::to_string),
+                from: Duration::ZERO,
+                until,
+            });
+        }
+    }
+    out
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
@@ -576,6 +683,7 @@ pub fn prepare(file: &str, objects: Vec<Located>) -> Result<Start, ForecastError
             ))
         })
         .collect();
+    let reservations = snapshot_reservations(&classes, &nodes, start);
     let nodes = nodes.len();
     let observed = observed_aliases(&classes);
     let initial: Vec<Manifest> = kept
@@ -603,6 +711,7 @@ pub fn prepare(file: &str, objects: Vec<Located>) -> Result<Start, ForecastError
         pods,
         initial_nodes,
         bare_pods,
+        reservations,
     })
 }
 
@@ -632,6 +741,18 @@ impl Start {
                 launch_delay: settings.launch_delay,
                 kubernetes_version: self.kubernetes_version.clone(),
                 observed_aliases: self.observed.clone(),
+                reservations: self
+                    .reservations
+                    .iter()
+                    .map(|r| {
+                        let mut r = r.clone();
+                        if let Some(count) = settings.reservations.get(&r.id) {
+                            r.count = *count;
+                        }
+                        r
+                    })
+                    .filter(|r| r.count > 0)
+                    .collect(),
                 ..CloudSettings::default()
             },
             pods: Default::default(),
@@ -737,8 +858,8 @@ pub fn run(start: &Start, settings: &Settings, a: Side, b: Side) -> Result<Run, 
         scales: settings.scales.clone(),
         assumptions,
         reports: None,
-        a: Outcome::of(&a.label, &ra, start),
-        b: Outcome::of(&b.label, &rb, start),
+        a: Outcome::of(&a.label, &ra, start, &scenario.cloud.reservations),
+        b: Outcome::of(&b.label, &rb, start, &scenario.cloud.reservations),
     };
     Ok(Run {
         forecast,
@@ -764,6 +885,21 @@ pub struct Forecast {
     pub reports: Option<String>,
     pub a: Outcome,
     pub b: Outcome,
+}
+
+/// How a side used one capacity reservation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReservationUse {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    /// The instances it holds.
+    pub instances: u32,
+    /// Its nodes alive at the end.
+    pub in_use_at_end: usize,
+    /// Seconds from the start until every instance was in use (0: it was
+    /// at the start), if it was.
+    pub used_up_after_seconds: Option<f64>,
 }
 
 /// Disrupted nodes of one reason and NodePool.
@@ -839,6 +975,55 @@ pub struct Outcome {
     /// Drifted or underutilized nodes still blocked at the end, grouped by
     /// blocker.
     pub blocked: Vec<BlockedNodes>,
+    /// The capacity reservations the snapshot's node classes hold.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<ReservationUse>,
+}
+
+/// How `r` used each of `reservations`: its nodes over time, from the
+/// report's node records.
+fn reservation_uses(
+    r: &Report,
+    reservations: &[super::scenario::ReservationSpec],
+) -> Vec<ReservationUse> {
+    let start = parse_rfc3339(&r.start).ok();
+    reservations
+        .iter()
+        .map(|spec| {
+            // (time, +1 launched / -1 deleted), in time order.
+            let mut changes: Vec<(Timestamp, i64)> = Vec::new();
+            for n in r
+                .nodes
+                .iter()
+                .filter(|n| n.reservation.as_deref() == Some(spec.id.as_str()))
+            {
+                let (launched, deleted) = n.lifetime();
+                if let Some(t) = launched {
+                    changes.push((t, 1));
+                }
+                if let Some(t) = deleted {
+                    changes.push((t, -1));
+                }
+            }
+            changes.sort();
+            let mut live = 0;
+            let mut used_up = None;
+            for (t, d) in &changes {
+                live += d;
+                if used_up.is_none() && live >= i64::from(spec.count) {
+                    used_up = start.map(|s| t.duration_since(s).as_secs_f64().max(0.0));
+                }
+            }
+            ReservationUse {
+                id: spec.id.clone(),
+                instance_type: spec.instance_type.clone(),
+                zone: spec.zone.clone(),
+                instances: spec.count,
+                in_use_at_end: usize::try_from(live.max(0)).unwrap_or(0),
+                used_up_after_seconds: used_up,
+            }
+        })
+        .collect()
 }
 
 /// `NodePool general would exceed limit cpu=10: ...` -> (general, cpu=10),
@@ -860,7 +1045,12 @@ fn limits_in(reason: &str) -> Vec<(String, String)> {
 }
 
 impl Outcome {
-    fn of(label: &str, r: &Report, initial: &Start) -> Outcome {
+    fn of(
+        label: &str,
+        r: &Report,
+        initial: &Start,
+        reservations: &[super::scenario::ReservationSpec],
+    ) -> Outcome {
         let start = parse_rfc3339(&r.start).ok();
         let offset = |t: &str| -> Option<f64> {
             let t = parse_rfc3339(t).ok()?;
@@ -1028,6 +1218,7 @@ impl Outcome {
                     }
                 })
                 .collect(),
+            reservations: reservation_uses(r, reservations),
         }
     }
 
@@ -1335,6 +1526,26 @@ fn delta(r: &Row) -> String {
 /// differ from the `other` side's.
 fn details(o: &Outcome, other: &Outcome) -> String {
     let mut out = String::new();
+    for u in &o.reservations {
+        let _ = writeln!(
+            out,
+            "- capacity reservation {} ({} in {}): {} of {} instance(s) in use at the end{}",
+            u.id,
+            u.instance_type,
+            u.zone,
+            u.in_use_at_end,
+            u.instances,
+            match u.used_up_after_seconds {
+                Some(t) if t == 0.0 =>
+                    "; used up from the start: further reserved launches go on demand".to_string(),
+                Some(t) => format!(
+                    "; used up after {}: further launches go on demand",
+                    duration(t)
+                ),
+                None => String::new(),
+            }
+        );
+    }
     for d in &o.disruptions {
         let _ = writeln!(
             out,

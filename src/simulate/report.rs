@@ -73,6 +73,16 @@ pub struct NodeRecord {
     /// When its price changed, and the price until then, oldest first.
     #[serde(skip)]
     repriced: Vec<(Timestamp, f64)>,
+    /// The capacity reservation it was launched into.
+    #[serde(skip)]
+    pub reservation: Option<String>,
+}
+
+impl NodeRecord {
+    /// When it was launched and deleted.
+    pub fn lifetime(&self) -> (Option<Timestamp>, Option<Timestamp>) {
+        (self.launched, self.deleted)
+    }
 }
 
 impl NodeRecord {
@@ -895,6 +905,10 @@ impl Recorder {
                     launched: Some(i.launched_at),
                     deleted: None,
                     repriced: Vec::new(),
+                    reservation: i
+                        .labels
+                        .get(crate::api::LABEL_CAPACITY_RESERVATION_ID)
+                        .cloned(),
                 });
             if let Some(n) = node_names.get(&i.provider_id) {
                 rec.name = n.clone();

@@ -210,6 +210,9 @@ pub struct ReservationSpec {
     /// `open` or `targeted`.
     pub instance_match_criteria: String,
     pub tags: std::collections::BTreeMap<String, String>,
+    /// Its owner (none: the simulated account's); not written in scenario
+    /// files, a forecast takes it from the node class's status.
+    pub owner_id: Option<String>,
     pub from: Duration,
     pub until: Option<Duration>,
 }
@@ -1018,6 +1021,7 @@ fn reservation(ctx: &Ctx, r: &Node) -> Result<ReservationSpec, ScenarioError> {
         capacity_block,
         instance_match_criteria,
         tags: tags(ctx, r)?,
+        owner_id: None,
         from,
         until,
     })

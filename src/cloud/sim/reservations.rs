@@ -42,6 +42,8 @@ pub struct SimReservation {
     /// `open` or `targeted`.
     pub instance_match_criteria: String,
     pub tags: BTreeMap<String, String>,
+    /// Its owner's account id.
+    pub owner_id: String,
     /// Active from ...
     pub start: Timestamp,
     /// ... until (none: open-ended).
@@ -66,7 +68,7 @@ impl SimReservation {
             id: self.id.clone(),
             instance_type: self.instance_type.clone(),
             zone: self.zone.clone(),
-            owner_id: SIM_OWNER_ID.to_string(),
+            owner_id: self.owner_id.clone(),
             instance_match_criteria: self.instance_match_criteria.clone(),
             reservation_type: self.capacity_block.then(|| "capacity-block".to_string()),
             end: self.end,
@@ -166,6 +168,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            owner_id: SIM_OWNER_ID.to_string(),
             start: parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
             end: Some(parse_rfc3339("2026-01-01T02:00:00Z").unwrap()),
         }
