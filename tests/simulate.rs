@@ -358,6 +358,21 @@ fn a_reservation_is_used_up_then_its_end_moves_its_nodes_on_demand() {
     );
 }
 
+/// Pods that select reserved capacity launch into the reservation while an
+/// instance is left in it, and wait once it is used up: they take no other
+/// capacity type.
+#[test]
+fn pods_that_ask_for_reserved_capacity_wait_once_the_reservation_is_used_up() {
+    let r = report(&["tests/scenarios/reservations/reserved-only.yaml"]);
+    let nodes = r["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(nodes[0]["capacity_type"], "reserved");
+    assert_eq!(r["summary"]["pods_pending"], 1);
+    let u = r["unschedulable"].as_array().unwrap();
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert_eq!(u[0]["pod"], "default/reserved-only-00001");
+}
+
 /// A capacity block's node is deleted 40 minutes before the block ends
 /// (Karpenter's capacityreservation.expiration), and its pod moves to an
 /// on-demand node: the block is expiring, so nothing launches into it.
@@ -443,6 +458,7 @@ fn scenario_schema_accepts_the_valid_scenarios() {
         "interruption/kinds.yaml",
         "reservations/used-up.yaml",
         "reservations/capacity-block.yaml",
+        "reservations/reserved-only.yaml",
     ] {
         let text = std::fs::read_to_string(format!("tests/scenarios/{file}")).unwrap();
         let parsed =

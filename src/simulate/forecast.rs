@@ -1536,12 +1536,8 @@ fn details(o: &Outcome, other: &Outcome) -> String {
             u.in_use_at_end,
             u.instances,
             match u.used_up_after_seconds {
-                Some(t) if t == 0.0 =>
-                    "; used up from the start: further reserved launches go on demand".to_string(),
-                Some(t) => format!(
-                    "; used up after {}: further launches go on demand",
-                    duration(t)
-                ),
+                Some(0.0) => "; used up from the start".to_string(),
+                Some(t) => format!("; used up after {}", duration(t)),
                 None => String::new(),
             }
         );

@@ -146,6 +146,17 @@ pub fn with_reserved_offerings(
                     available,
                 });
             }
+            // The type's capacity types are its offerings' (reserved now
+            // among them), as the AWS provider derives them.
+            let capacity_types: Vec<String> = it
+                .offerings
+                .iter()
+                .map(|o| o.capacity_type.clone())
+                .collect();
+            it.requirements.0.insert(
+                crate::model::labels::CAPACITY_TYPE.to_string(),
+                crate::model::Requirement::in_values(capacity_types),
+            );
             it
         })
         .collect()
@@ -249,6 +260,15 @@ mod tests {
             .price;
         let o = offering(1);
         assert!(o.available);
+        let (status, availability) = held(&all, |_| 1, &terms("[{id: cr-1}]"), now);
+        let types = with_reserved_offerings(std::slice::from_ref(&it), &status, &availability);
+        assert!(
+            types[0]
+                .requirements
+                .get(crate::model::labels::CAPACITY_TYPE)
+                .is_some_and(|r| r.has("reserved") && r.has("on-demand")),
+            "pods that ask for reserved capacity can select it"
+        );
         assert_eq!(o.zone, "us-east-1a");
         assert!((o.price - on_demand / PRICE_DIVISOR).abs() < 1e-15);
         assert!(!offering(2).available);
