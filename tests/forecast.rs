@@ -17,8 +17,12 @@ fn fixture(name: &str) -> String {
 
 /// The snapshot of the fixture cluster after its run, in `dir`.
 fn snapshot(dir: &tempfile::TempDir) -> String {
+    snapshot_of(dir, &root().join("tests/fixtures/forecast/cluster.yaml"))
+}
+
+/// The snapshot of `scenario`'s cluster after its run, in `dir`.
+fn snapshot_of(dir: &tempfile::TempDir, scenario: &std::path::Path) -> String {
     let path = dir.path().join("snapshot.json");
-    let scenario = root().join("tests/fixtures/forecast/cluster.yaml");
     let out = dovetail(&[
         "simulate",
         scenario.to_str().unwrap(),
@@ -530,7 +534,6 @@ fn expired_nodes_whose_drain_a_pdb_holds_are_listed_as_blocked() {
 #[test]
 fn a_forecast_shows_a_reservation_used_up() {
     let dir = tempfile::tempdir().unwrap();
-    let snap = dir.path().join("snapshot.json");
     let scenario = root().join("tests/scenarios/reservations/used-up.yaml");
     let text = std::fs::read_to_string(&scenario).unwrap();
     // Two replicas, and a short run: the reservation is still active.
@@ -550,15 +553,7 @@ fn a_forecast_shows_a_reservation_used_up() {
     assert_ne!(short, text);
     let file = dir.path().join("cluster.yaml");
     std::fs::write(&file, short).unwrap();
-    let out = dovetail(&[
-        "simulate",
-        file.to_str().unwrap(),
-        "--output",
-        "json",
-        "--snapshot-out",
-        snap.to_str().unwrap(),
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    let snap = snapshot_of(&dir, &file);
     let config =
         std::fs::read_to_string(root().join("tests/scenarios/reservations/repo/config.yaml"))
             .unwrap();
@@ -577,7 +572,7 @@ fn a_forecast_shows_a_reservation_used_up() {
     let count = format!("{reservation}=3");
     let f = forecast_json(
         &repo,
-        snap.to_str().unwrap(),
+        &snap,
         &[
             "--reservation",
             &count,
@@ -603,7 +598,7 @@ fn a_forecast_shows_a_reservation_used_up() {
     // The text says so.
     let out = forecast(
         &repo,
-        snap.to_str().unwrap(),
+        &snap,
         &[
             "--reservation",
             &count,
@@ -619,11 +614,7 @@ fn a_forecast_shows_a_reservation_used_up() {
         out.stdout
     );
     // A reservation the snapshot does not hold is refused.
-    let out = forecast(
-        &repo,
-        snap.to_str().unwrap(),
-        &["--reservation", "cr-0000000000000000=2"],
-    );
+    let out = forecast(&repo, &snap, &["--reservation", "cr-0000000000000000=2"]);
     assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
     assert!(
         out.stderr
