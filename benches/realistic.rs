@@ -73,6 +73,7 @@ fn with_spot(mut catalog: Vec<InstanceType>) -> Vec<InstanceType> {
                     capacity_type: "spot".into(),
                     price: o.price * (0.30 + 0.40 * h),
                     available: true,
+                    reservations: Vec::new(),
                 }
             })
             .collect();

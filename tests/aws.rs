@@ -2467,6 +2467,17 @@ fn a_reserved_nodepool_launches_into_the_reservation_then_on_demand_when_it_is_u
         assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-type"], "default");
         assert_eq!(labels["karpenter.k8s.aws/capacity-reservation-interruptible"], "false");
         assert_eq!(labels["topology.kubernetes.io/zone"], zone_a);
+        // The solve planned it into the reservation: the claim requires it.
+        let requires = |key: &str| {
+            claims[0]
+                .spec
+                .requirements
+                .iter()
+                .find(|r| r.key == key)
+                .and_then(|r| r.values.clone())
+        };
+        assert_eq!(requires("karpenter.k8s.aws/capacity-reservation-id"), Some(vec![id.to_string()]));
+        assert_eq!(requires("karpenter.sh/capacity-type"), Some(vec!["reserved".to_string()]));
         // The request: an on-demand fleet of the reservation's one offering,
         // through a template that targets the reservation alone.
         let fleet = proxy.bodies("CreateFleet").pop().expect("a CreateFleet");

@@ -326,6 +326,25 @@ fn a_reservation_is_used_up_then_its_end_moves_its_nodes_on_demand() {
         .filter(|m| m.contains("(reserved) in us-east-1a"))
         .count();
     assert_eq!(reserved, 2, "the reservation holds two: {launched:?}");
+    // One solve planned all three: two into the reservation (its two
+    // instances), the third at the on-demand price, not three reserved
+    // claims of which the launch would find one without a reservation.
+    let planned: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "Provisioned")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(planned.len(), 3, "{planned:?}");
+    assert_eq!(
+        planned
+            .iter()
+            .filter(|m| m.ends_with("at $0.0000/h"))
+            .count(),
+        2,
+        "{planned:?}"
+    );
     assert_eq!(
         launched
             .iter()
@@ -371,6 +390,54 @@ fn pods_that_ask_for_reserved_capacity_wait_once_the_reservation_is_used_up() {
     let u = r["unschedulable"].as_array().unwrap();
     assert_eq!(u.len(), 1, "{u:?}");
     assert_eq!(u[0]["pod"], "default/reserved-only-00001");
+}
+
+/// Pods select reservations by their labels (`capacity-reservation-id`,
+/// `-type`): they launch only into a reservation whose labels they allow,
+/// in its zone, and wait once it is used up; pods that select nothing take
+/// what is left, ordinary reservations first, then on-demand capacity.
+#[test]
+fn pods_select_reservations_by_id_and_type() {
+    let r = report(&["tests/scenarios/reservations/select.yaml"]);
+    let nodes = r["nodes"].as_array().unwrap();
+    let on = |pod: &str| {
+        nodes
+            .iter()
+            .find(|n| n["pods"].as_array().unwrap().iter().any(|p| p == pod))
+            .unwrap_or_else(|| panic!("{pod} on no node: {nodes:?}"))
+    };
+    for pod in ["default/block-00000", "default/block-00001"] {
+        assert_eq!(on(pod)["capacity_type"], "reserved");
+        assert_eq!(on(pod)["zone"], "us-east-1b", "the block's zone");
+        assert_eq!(on(pod)["reservation"], "cr-0b10c4000000000002");
+    }
+    assert_eq!(
+        on("default/ordinary-00000")["reservation"],
+        "cr-0a1b2c3d4e5f60718",
+        "the ordinary reservation"
+    );
+    let later: Vec<&str> = ["default/any-00000", "default/any-00001"]
+        .iter()
+        .map(|p| on(p)["capacity_type"].as_str().unwrap())
+        .collect();
+    assert!(
+        later.contains(&"reserved") && later.contains(&"on-demand"),
+        "{later:?}"
+    );
+    // A node outside a reservation names none.
+    for n in nodes.iter().filter(|n| n["capacity_type"] != "reserved") {
+        assert!(n.get("reservation").is_none(), "{n}");
+    }
+    let u = r["unschedulable"].as_array().unwrap();
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert_eq!(u[0]["pod"], "default/block-00002");
+    assert!(
+        u[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no capacity reservation the pod selects has an instance left"),
+        "{u:?}"
+    );
 }
 
 /// A capacity block's node is deleted 40 minutes before the block ends

@@ -33,7 +33,7 @@ pub const CAPACITY_TYPES: [&str; 3] = [
 ];
 
 /// The label of a node launched into a capacity reservation: its id.
-pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+pub const LABEL_CAPACITY_RESERVATION_ID: &str = crate::model::labels::RESERVATION_ID;
 
 /// The instance type label of a node.
 pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";

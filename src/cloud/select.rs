@@ -285,6 +285,12 @@ pub(crate) fn instance_labels(
     region: &str,
     nodepool: &str,
 ) -> BTreeMap<String, String> {
+    // A type's reservation requirements list the reservations it has; a
+    // node carries their labels only when launched into one (the launch
+    // adds them).
+    for key in crate::model::labels::RESERVATION_KEYS {
+        type_labels.remove(key);
+    }
     type_labels.insert(ZONE.to_string(), offering.zone.clone());
     type_labels.insert(REGION.to_string(), region.to_string());
     type_labels.insert(CAPACITY_TYPE.to_string(), offering.capacity_type.clone());

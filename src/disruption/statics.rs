@@ -325,6 +325,7 @@ mod tests {
             capacity_type: ct.into(),
             price,
             available: true,
+            reservations: Vec::new(),
         };
         let mut it = InstanceType {
             name: "m5.large".into(),

@@ -693,6 +693,7 @@ mod tests {
                 capacity_type: "on-demand".into(),
                 price: 0.2016,
                 available: true,
+                reservations: Vec::new(),
             }],
         }];
         let nodes = [

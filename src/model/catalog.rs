@@ -151,6 +151,7 @@ fn convert(t: TypeDoc) -> Result<InstanceType, String> {
                 capacity_type: o.capacity_type,
                 price: o.price,
                 available: o.available,
+                reservations: Vec::new(),
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

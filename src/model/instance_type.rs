@@ -24,6 +24,21 @@ pub struct Offering {
     /// USD per hour.
     pub price: f64,
     pub available: bool,
+    /// For a `reserved` offering, the capacity reservations it launches
+    /// into; empty for the others.
+    pub reservations: Vec<Reservation>,
+}
+
+/// A capacity reservation behind a `reserved` offering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub id: String,
+    /// The labels a node launched into it gets
+    /// ([`super::labels::RESERVATION_KEYS`]).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Instances left in it: at most this many NodeClaims of one solve
+    /// are planned into it.
+    pub left: u32,
 }
 
 /// Resources the node keeps for itself.
@@ -207,6 +222,7 @@ mod tests {
                 capacity_type: "on-demand".into(),
                 price: 0.096,
                 available: true,
+                reservations: Vec::new(),
             }],
         };
         it.complete_capacity();

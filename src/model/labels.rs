@@ -14,6 +14,15 @@ pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
 pub const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 
 pub const CAPACITY_TYPES: [&str; 3] = ["on-demand", "spot", "reserved"];
+pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+pub const RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+pub const RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+pub const RESERVATION_INTERRUPTIBLE: &str = "karpenter.k8s.aws/capacity-reservation-interruptible";
+/// The labels only a node launched into a capacity reservation carries.
+pub const RESERVATION_KEYS: [&str; 3] =
+    [RESERVATION_ID, RESERVATION_TYPE, RESERVATION_INTERRUPTIBLE];
+pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
 
 /// Maps a deprecated beta label key to its GA key; other keys are unchanged.
 pub fn normalize_key(key: &str) -> &str {
@@ -29,11 +38,24 @@ pub fn normalize_key(key: &str) -> &str {
 
 /// Labels whose values the provisioner knows even when a NodePool does not
 /// constrain them, so a pod may require them without the NodePool defining
-/// them ("undefined well-known label allowed").
+/// them ("undefined well-known label allowed"). Karpenter v1.14.1's list
+/// with the AWS provider's additions.
 pub fn is_well_known(key: &str) -> bool {
     matches!(
         key,
-        ZONE | REGION | ARCH | OS | INSTANCE_TYPE | WINDOWS_BUILD | NODEPOOL | CAPACITY_TYPE
+        ZONE | REGION
+            | ARCH
+            | OS
+            | INSTANCE_TYPE
+            | WINDOWS_BUILD
+            | NODEPOOL
+            | CAPACITY_TYPE
+            | ZONE_ID
+            | RESERVATION_ID
+            | RESERVATION_TYPE
+            | RESERVATION_INTERRUPTIBLE
+            | PLACEMENT_GROUP_ID
+            | PLACEMENT_GROUP_PARTITION
     ) || key.starts_with("karpenter.k8s.aws/instance-")
 }
 

@@ -11,7 +11,7 @@ pub mod requirements;
 pub mod resources;
 pub mod taints;
 
-pub use instance_type::{InstanceType, KubeletSettings, Offering, Overhead};
+pub use instance_type::{InstanceType, KubeletSettings, Offering, Overhead, Reservation};
 pub use labels::LabelSelector;
 pub use requirements::{Operator, Requirement, Requirements};
 pub use resources::Resources;

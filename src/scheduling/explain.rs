@@ -332,6 +332,7 @@ mod tests {
                 capacity_type: "on-demand".into(),
                 price: 0.1,
                 available: true,
+                reservations: Vec::new(),
             }],
         };
         t.complete_requirements();

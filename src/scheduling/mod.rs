@@ -58,9 +58,12 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     let mut s = Solver::new(input, opts)?;
     let initial_free = s.free_on_nodes();
     let order: Vec<usize> = (0..s.pods.len()).collect();
-    let failed = s.run(&order);
+    let mut failed = s.run(&order);
     s.refill();
     s.improve();
+    // Reserved capacity left before claims take it, for the lower bound.
+    let reserved = s.reserved_capacity();
+    failed.extend(s.settle_reservations());
 
     let mut headroom = s.headroom();
     let nodeclaims: Vec<NewNodeClaim> = (0..s.claims.len())
@@ -104,11 +107,16 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
             *d += *v as f64;
         }
     }
-    for (d, f) in demand.iter_mut().zip(&initial_free) {
-        *d = (*d - *f as f64).max(0.0);
+    // Free existing capacity and the instances left in reservations serve
+    // demand at no price; the types are priced without reserved offerings.
+    for ((d, f), r) in demand.iter_mut().zip(&initial_free).zip(&reserved.0) {
+        *d = (*d - *f as f64 - *r as f64).max(0.0);
     }
     // Types' allocatable is net of their daemonset overhead.
-    let forced = s.forced_nodes(&placed).saturating_sub(s.existing_count());
+    let forced = s
+        .forced_nodes(&placed)
+        .saturating_sub(s.existing_count())
+        .saturating_sub(reserved.1);
     let bound_types: Vec<BoundType> = s
         .allowed_types(&placed)
         .into_iter()

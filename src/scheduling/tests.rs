@@ -30,6 +30,7 @@ fn itype(name: &str, cpu: i64, mem_gi: i64, gpus: i64, price: f64) -> InstanceTy
             capacity_type: "on-demand".into(),
             price,
             available: true,
+            reservations: Vec::new(),
         })
         .collect();
     for z in &ZONES[..2] {
@@ -38,6 +39,7 @@ fn itype(name: &str, cpu: i64, mem_gi: i64, gpus: i64, price: f64) -> InstanceTy
             capacity_type: "spot".into(),
             price: price * 0.7,
             available: true,
+            reservations: Vec::new(),
         });
     }
     let mut it = InstanceType {
@@ -557,7 +559,7 @@ fn arb_input() -> impl Strategy<Value = SolveInput> {
 type Target<'a> = (BTreeMap<String, String>, Vec<&'a PodSpec>, BTreeSet<String>);
 
 /// Checks every invariant of a result against its input.
-fn check(input: &SolveInput, r: &SolveResult) -> Result<(), TestCaseError> {
+pub(crate) fn check(input: &SolveInput, r: &SolveResult) -> Result<(), TestCaseError> {
     let pods: BTreeMap<String, &PodSpec> = input.pods.iter().map(|p| (p.key(), p)).collect();
     let types: BTreeMap<&str, &InstanceType> = input
         .nodepools

@@ -74,7 +74,7 @@ pub struct NodeRecord {
     #[serde(skip)]
     repriced: Vec<(Timestamp, f64)>,
     /// The capacity reservation it was launched into.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
 }
 

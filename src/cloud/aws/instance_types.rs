@@ -92,7 +92,7 @@ pub const LABEL_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
 pub const TENANCY_DEFAULT: &str = "default";
 pub const TENANCY_DEDICATED: &str = "dedicated";
 /// The zone's id (`use1-az1`), the same in every account, unlike its name.
-pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
+pub const LABEL_ZONE_ID: &str = crate::model::labels::ZONE_ID;
 
 /// GPUs of one kind (`count` 0 for a fraction of one).
 #[derive(Debug, Clone, PartialEq)]

@@ -2767,6 +2767,7 @@ mod tests {
             capacity_type: ct.into(),
             price,
             available: true,
+            reservations: Vec::new(),
         };
         let make = |name: &str, arch: &str, od: f64, spot: f64| {
             let info = TypeInfo {
@@ -2977,6 +2978,7 @@ mod tests {
             capacity_type: ct.into(),
             price,
             available: true,
+            reservations: Vec::new(),
         };
         crate::cloud::aws::instance_types::instance_type(
             &info,
@@ -3531,6 +3533,7 @@ mod tests {
                     capacity_type: "reserved".into(),
                     price: od / reservations::PRICE_DIVISOR,
                     available: true,
+                    reservations: Vec::new(),
                 });
                 it.requirements.0.insert(
                     CAPACITY_TYPE.to_string(),

@@ -701,12 +701,19 @@ impl AwsProvider {
         let mut marked = (*types).clone();
         for it in &mut marked {
             for o in &mut it.offerings {
-                let reserved_out = o.capacity_type == crate::api::CAPACITY_TYPE_RESERVED
-                    && reservations::choose(held, &availability, &it.name, &o.zone, |_| true)
-                        .is_none();
+                if o.capacity_type == crate::api::CAPACITY_TYPE_RESERVED
+                    && let Some(now) = reservations::reserved_offering(
+                        held,
+                        Some(&availability),
+                        &it.name,
+                        &o.zone,
+                        o.price,
+                    )
+                {
+                    *o = now;
+                }
                 if full_zones.contains(o.zone.as_str())
                     || (spot_out && o.capacity_type == crate::api::CAPACITY_TYPE_SPOT)
-                    || reserved_out
                 {
                     o.available = false;
                 }
@@ -784,23 +791,19 @@ impl AwsProvider {
                             capacity_type: capacity_type.to_string(),
                             price,
                             available: true,
+                            reservations: Vec::new(),
                         });
                     }
                 }
                 // One reserved offering per zone with a reservation of the
-                // type; which reservation a launch uses is its choice.
-                if held
-                    .iter()
-                    .any(|r| r.instance_type == info.name && r.availability_zone == *zone)
-                    && let Some(price) =
-                        view.price(&info.name, zone, crate::api::CAPACITY_TYPE_RESERVED)
+                // type; the instances left are marked per call
+                // ([`Self::instance_types_for`]).
+                if let Some(price) =
+                    view.price(&info.name, zone, crate::api::CAPACITY_TYPE_RESERVED)
+                    && let Some(o) =
+                        reservations::reserved_offering(&held, None, &info.name, zone, price)
                 {
-                    offerings.push(Offering {
-                        zone: zone.clone(),
-                        capacity_type: crate::api::CAPACITY_TYPE_RESERVED.to_string(),
-                        price,
-                        available: true,
-                    });
+                    offerings.push(o);
                 }
             }
             if offerings.is_empty() {
@@ -808,6 +811,7 @@ impl AwsProvider {
             }
             let mut it =
                 instance_types::instance_type(info, &settings, &overheads, &self.region, offerings);
+            reservations::add_requirements(&mut it, &held);
             // Karpenter marks every offering of a type the node class
             // cannot launch unavailable; it is left out here.
             if !needs.admit(&it, Some(&info.hardware)) {

@@ -24,9 +24,9 @@ use super::error::{AwsError, RetrySettings, call};
 use crate::api::ec2nodeclass::PlacementGroupSelector;
 
 /// The node label of the placement group an instance was launched into.
-pub const LABEL_PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+pub const LABEL_PLACEMENT_GROUP_ID: &str = crate::model::labels::PLACEMENT_GROUP_ID;
 /// The node label of its partition, in a partition placement group.
-pub const LABEL_PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+pub const LABEL_PLACEMENT_GROUP_PARTITION: &str = crate::model::labels::PLACEMENT_GROUP_PARTITION;
 /// The strategy whose groups have partitions.
 pub const STRATEGY_PARTITION: &str = "partition";
 

@@ -44,16 +44,16 @@ use crate::api::ec2nodeclass::{
     ReservationType,
 };
 use crate::clock::Timestamp;
+use crate::model::{InstanceType, Offering, Requirement, Reservation};
 
 /// The label of a node launched into a reservation: the reservation's id.
 pub const LABEL_RESERVATION_ID: &str = crate::api::LABEL_CAPACITY_RESERVATION_ID;
 /// The label of a node launched into a reservation: `default` or
 /// `capacity-block`.
-pub const LABEL_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+pub const LABEL_RESERVATION_TYPE: &str = crate::model::labels::RESERVATION_TYPE;
 /// The label of a node launched into a reservation: whether EC2 may
 /// interrupt it.
-pub const LABEL_RESERVATION_INTERRUPTIBLE: &str =
-    "karpenter.k8s.aws/capacity-reservation-interruptible";
+pub const LABEL_RESERVATION_INTERRUPTIBLE: &str = crate::model::labels::RESERVATION_INTERRUPTIBLE;
 /// How long before its end a capacity block is `expiring`: no launch goes
 /// into it, and its nodes are deleted (EC2 starts reclaiming its instances
 /// 30 minutes before the end; Karpenter leaves them 10 more minutes).
@@ -366,6 +366,74 @@ pub fn choose<'a>(
                 .cmp(&availability.available(&b.id))
                 .then_with(|| b.id.cmp(&a.id))
         })
+}
+
+/// The `reserved` offering of `instance_type` in `zone` when `held` has
+/// reservations of it there: every such reservation behind it, with the
+/// instances `availability` says are left (none in an expiring one), at
+/// `price`; available while one has an instance left (`None`: before
+/// the counts are known, every reservation that is not expiring counts as
+/// unbounded, as the launch plan checks them itself). One offering per
+/// type and zone: which reservation a launch uses is its choice
+/// ([`choose`]), and how many NodeClaims one solve may plan into each is
+/// the solver's ([`crate::model::Reservation::left`]).
+pub fn reserved_offering(
+    held: &[CapacityReservation],
+    availability: Option<&Availability>,
+    instance_type: &str,
+    zone: &str,
+    price: f64,
+) -> Option<Offering> {
+    let reservations: Vec<Reservation> = held
+        .iter()
+        .filter(|r| r.instance_type == instance_type && r.availability_zone == zone)
+        .map(|r| Reservation {
+            id: r.id.clone(),
+            labels: labels(r)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            left: match availability {
+                _ if r.state == Some(ReservationState::Expiring) => 0,
+                None => u32::MAX,
+                Some(a) => u32::try_from(a.available(&r.id).max(0)).unwrap_or(u32::MAX),
+            },
+        })
+        .collect();
+    if reservations.is_empty() {
+        return None;
+    }
+    Some(Offering {
+        zone: zone.to_string(),
+        capacity_type: crate::api::CAPACITY_TYPE_RESERVED.to_string(),
+        price,
+        available: reservations.iter().any(|r| r.left > 0),
+        reservations,
+    })
+}
+
+/// Karpenter's requirements of a type on the reservation labels: the
+/// values of the node class's reservations of the type (absent for a type
+/// with none), so pods and NodePools can select reserved capacity by id,
+/// type and interruptibility. A node gets the labels only when launched
+/// into one ([`crate::cloud::select::instance_labels`] leaves them out).
+pub fn add_requirements(it: &mut InstanceType, held: &[CapacityReservation]) {
+    let of_type: Vec<&CapacityReservation> =
+        held.iter().filter(|r| r.instance_type == it.name).collect();
+    if of_type.is_empty() {
+        return;
+    }
+    for (i, key) in [
+        LABEL_RESERVATION_ID,
+        LABEL_RESERVATION_TYPE,
+        LABEL_RESERVATION_INTERRUPTIBLE,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let values: BTreeSet<String> = of_type.iter().map(|r| labels(r)[i].1.clone()).collect();
+        it.requirements.add(key, Requirement::in_values(values));
+    }
 }
 
 /// The value of [`LABEL_RESERVATION_TYPE`].

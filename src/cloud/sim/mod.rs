@@ -1370,6 +1370,7 @@ fn prepare(
                     capacity_type: api::CAPACITY_TYPE_SPOT.to_string(),
                     price: od.price * spot_factor(&it.name, &od.zone, accelerated),
                     available: od.available,
+                    reservations: Vec::new(),
                 });
             }
         }
@@ -1724,6 +1725,7 @@ mod tests {
             capacity_type: "spot".into(),
             price: 0.0123,
             available: true,
+            reservations: Vec::new(),
         });
         let (sim, _) = sim_with(c);
         assert_eq!(

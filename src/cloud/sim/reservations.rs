@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use crate::api::ec2nodeclass::{CapacityReservation, CapacityReservationSelectorTerm};
 use crate::clock::Timestamp;
 use crate::cloud::aws::reservations::{self, Availability, Facts, PRICE_DIVISOR};
-use crate::model::{InstanceType, Offering};
+use crate::model::InstanceType;
 
 /// The account id of the simulated EC2 (AWS's documentation example).
 pub const SIM_OWNER_ID: &str = "111122223333";
@@ -106,10 +106,11 @@ pub fn held(
 }
 
 /// `types` with a `reserved` offering for each type and zone `held` has a
-/// reservation of, priced as the AWS provider prices reservations (the
-/// on-demand price divided by [`PRICE_DIVISOR`]): available while one of
-/// them has an instance left and is not expiring. Types without an
-/// on-demand offering in the zone get none.
+/// reservation of, as the AWS provider makes them
+/// ([`reservations::reserved_offering`], [`reservations::add_requirements`]),
+/// priced as it prices reservations (the on-demand price divided by
+/// [`PRICE_DIVISOR`]). Types without an on-demand offering in the zone get
+/// none.
 pub fn with_reserved_offerings(
     types: &[InstanceType],
     held: &[CapacityReservation],
@@ -137,14 +138,13 @@ pub fn with_reserved_offerings(
                 else {
                     continue;
                 };
-                let available =
-                    reservations::choose(held, availability, &it.name, zone, |_| true).is_some();
-                it.offerings.push(Offering {
-                    zone: zone.to_string(),
-                    capacity_type: crate::api::CAPACITY_TYPE_RESERVED.to_string(),
-                    price: on_demand / PRICE_DIVISOR,
-                    available,
-                });
+                it.offerings.extend(reservations::reserved_offering(
+                    held,
+                    Some(availability),
+                    &it.name,
+                    zone,
+                    on_demand / PRICE_DIVISOR,
+                ));
             }
             // The type's capacity types are its offerings' (reserved now
             // among them), as the AWS provider derives them.
@@ -157,6 +157,7 @@ pub fn with_reserved_offerings(
                 crate::model::labels::CAPACITY_TYPE.to_string(),
                 crate::model::Requirement::in_values(capacity_types),
             );
+            reservations::add_requirements(&mut it, held);
             it
         })
         .collect()

@@ -27,6 +27,7 @@ fn offering(zone: &str, ct: &str, price: f64) -> Offering {
         capacity_type: ct.into(),
         price,
         available: true,
+        reservations: Vec::new(),
     }
 }
 

@@ -5,7 +5,7 @@
 //! remaining type.
 
 use super::*;
-use crate::model::labels::INSTANCE_TYPE;
+use crate::model::labels::{INSTANCE_TYPE, RESERVATION_ID};
 use crate::scheduling::{MAX_INSTANCE_TYPES, NewNodeClaim};
 
 /// The offering domains within `combos` of a set of types.
@@ -482,6 +482,9 @@ impl Solver<'_> {
             CAPACITY_TYPE,
             Requirement::in_values(capacity_types.iter().cloned()),
         );
+        if let Some(id) = &claim.reservation {
+            requirements.add(RESERVATION_ID, Requirement::in_values([id.clone()]));
+        }
         // The pods' requests plus the smallest daemon overhead among the
         // types the claim lists (as Karpenter adds the minimum over its
         // daemon groups).

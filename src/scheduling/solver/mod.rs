@@ -20,6 +20,7 @@ mod constraints;
 mod placement;
 mod reasons;
 mod repack;
+mod reservations;
 mod setup;
 mod whatif;
 
@@ -81,7 +82,11 @@ pub(crate) struct TypeInfo {
 }
 
 impl TypeInfo {
+    /// The type's price in the cheapest of `combos` it is offered in
+    /// (`offer_mask`: while the pods of claims that found no reservation
+    /// are placed again, it lacks the used-up ones, see [`reservations`]).
     pub fn price(&self, combos: u128) -> Option<f64> {
+        let combos = combos & self.offer_mask;
         self.offers
             .iter()
             .find(|(c, _)| combos & (1u128 << c) != 0)
@@ -257,6 +262,9 @@ pub(crate) struct Claim {
     /// Hostname counters that pods on this claim constrain or own: pods
     /// counted by them may not be moved onto or off the claim.
     watch: Vec<usize>,
+    /// The capacity reservation the claim launches into
+    /// ([`reservations`]).
+    pub reservation: Option<String>,
     /// Per resource dimension, how far into the pool's `by_dim` order the
     /// types too small for `used` have been removed from `types`.
     cursor: Vec<u32>,
@@ -463,7 +471,9 @@ impl Solver<'_> {
 
 impl Solver<'_> {
     /// (pool, type) pairs some placed pod could use: the union of the type
-    /// sets of the requirement variants pods were placed with.
+    /// sets of the requirement variants pods were placed with, priced
+    /// without reserved offerings (the lower bound counts reservations
+    /// apart).
     pub fn allowed_types(&self, placed: &[usize]) -> Vec<(usize, usize, f64)> {
         // (class, variant) pairs placed pods used: the class says which
         // pools' taints the pods tolerate, the variant which types and
@@ -475,6 +485,7 @@ impl Solver<'_> {
         used.sort_unstable();
         used.dedup();
         let mut out = Vec::new();
+        let unreserved = !self.reserved_mask();
         for (pi, pool) in self.pools.iter().enumerate() {
             let mut union = Bits::new(pool.types.len());
             let mut combos = 0u128;
@@ -490,6 +501,7 @@ impl Solver<'_> {
                 }
             }
             // Each type at its cheapest offering in the domains allowed.
+            let combos = combos & unreserved;
             out.extend(
                 union
                     .iter()

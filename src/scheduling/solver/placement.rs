@@ -266,6 +266,7 @@ impl Solver<'_> {
                     slack_key: 0,
                     mem_key: 0,
                     watch: Vec::new(),
+                    reservation: None,
                     cursor: vec![0; p.by_dim.len()],
                     cap_cursor: vec![0; p.cap_desc.len()],
                 };
@@ -445,6 +446,15 @@ impl Solver<'_> {
         }
         let combos = pv.combos & a.zone_mask;
         if pv.types.is_empty() {
+            let reserved_only = crate::model::labels::RESERVATION_KEYS
+                .iter()
+                .any(|k| merged.get(k).is_some_and(|r| !r.allows_absent()));
+            if reserved_only {
+                return Err(format!(
+                    "NodePool {}: no capacity reservation the pod selects has an instance left",
+                    p.name
+                ));
+            }
             return Err(format!(
                 "no instance type in NodePool {} matches the pod's requirements",
                 p.name

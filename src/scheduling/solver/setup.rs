@@ -5,6 +5,7 @@
 //! and requirement variants.
 
 use super::*;
+use crate::model::labels::RESERVATION_KEYS;
 
 pub(super) type ClassKey<'a> = (
     &'a str,
@@ -787,13 +788,40 @@ impl<'a> Solver<'a> {
                 }
                 let mut merged = pool.reqs.clone();
                 merged.intersect_with(&reqs);
+                // Only a node launched into a reservation has its labels:
+                // requiring one requires reserved capacity.
+                let reserved_only = RESERVATION_KEYS
+                    .iter()
+                    .any(|k| merged.get(k).is_some_and(|r| !r.allows_absent()));
+                // Then only the zones of the reservations whose labels
+                // they allow.
+                let reserved_zones: BTreeSet<&str> = if reserved_only {
+                    np.instance_types
+                        .iter()
+                        .flat_map(|it| &it.offerings)
+                        .filter(|o| {
+                            o.reservations.iter().any(|r| {
+                                r.labels
+                                    .iter()
+                                    .all(|(k, v)| merged.get(k).is_none_or(|q| q.has(v)))
+                            })
+                        })
+                        .map(|o| o.zone.as_str())
+                        .collect()
+                } else {
+                    BTreeSet::new()
+                };
                 let mut combos = 0u128;
                 for (zi, z) in self.zones.iter().enumerate() {
-                    if merged.get(ZONE).is_some_and(|r| !r.has(z)) {
+                    if merged.get(ZONE).is_some_and(|r| !r.has(z))
+                        || (reserved_only && !reserved_zones.contains(z.as_str()))
+                    {
                         continue;
                     }
                     for (ci, c) in self.cts.iter().enumerate() {
-                        if merged.get(CAPACITY_TYPE).is_some_and(|r| !r.has(c)) {
+                        if merged.get(CAPACITY_TYPE).is_some_and(|r| !r.has(c))
+                            || (reserved_only && c != crate::api::CAPACITY_TYPE_RESERVED)
+                        {
                             continue;
                         }
                         combos |= 1u128 << (zi * ncts + ci);

@@ -44,11 +44,15 @@ impl Solver<'_> {
         let mut order = pods.to_vec();
         order.sort_unstable();
         order.dedup();
-        let failed = self.run(&order);
+        let mut failed = self.run(&order);
         if self.claims.len() > base_claims + 1 {
             self.refill();
             self.improve();
         }
+        // No second placement here: a trial whose claims find no
+        // reservation left fails (the solver's offerings are left as
+        // they are for the next trial).
+        failed.extend(self.assign_reservations(base_claims, false));
         let on_nodes: Vec<(usize, usize)> = order
             .iter()
             .filter_map(|&p| self.placed_node[p].map(|n| (p, n)))
