@@ -1890,6 +1890,44 @@ fn network_interfaces_cpu_options_and_placement_group_read_back() {
             Some("2")
         );
         assert!(launched.efa_attached, "the node class attaches EFA");
+
+        // PlacementGroupDrift: the claim's group against the one its class
+        // resolves to now.
+        let mut placed = c.clone();
+        placed.metadata.labels = Some(launched.labels.as_ref().clone().into_iter().collect());
+        placed.status = Some(dovetail::api::NodeClaimStatus {
+            provider_id: Some(launched.provider_id.clone()),
+            ..Default::default()
+        });
+        let drift = |reasons: Vec<dovetail::drift::DriftReason>| -> Vec<(&'static str, String)> {
+            reasons
+                .iter()
+                .map(|r| (r.condition_reason().1, r.to_string()))
+                .collect()
+        };
+        let same = aws.is_drifted(&placed, &class).await.expect("drift");
+        assert!(drift(same.clone()).is_empty(), "{same:?}");
+        proxy.faults.lock().unwrap().placement_groups.push((
+            "pg-0f9e8d7c6b".into(),
+            "hpc2".into(),
+            "cluster".into(),
+            0,
+            "available".into(),
+        ));
+        let mut moved = class.clone();
+        moved.spec.placement_group_selector = Some(from_yaml("name: hpc2"));
+        let mut dropped = class.clone();
+        dropped.spec.placement_group_selector = None;
+        for (other, now) in [(&moved, "pg-0f9e8d7c6b"), (&dropped, "none")] {
+            let reasons = drift(aws.is_drifted(&placed, other).await.expect("drift"));
+            assert_eq!(
+                reasons,
+                [(
+                    "PlacementGroupDrift",
+                    format!("placement group pg-0a1b2c3d4e is not the EC2NodeClass's ({now})")
+                )]
+            );
+        }
         let templates = read_back(&env, "default").await;
         let [t] = templates.as_slice() else {
             panic!("one template, found {}", templates.len());

@@ -379,6 +379,24 @@ pub fn instance_drift(instance: &Instance, status: &EC2NodeClassStatus) -> Vec<D
     out
 }
 
+/// Karpenter's isPlacementGroupDrifted: the claim's placement group (its
+/// `karpenter.k8s.aws/placement-group-id` label) is not the one its class
+/// resolves to now (`resolved`: none without a selector, or when the
+/// selected group does not exist). A group that could not be looked up is
+/// not compared (the caller does not call this).
+pub fn placement_drift(claim: &NodeClaim, resolved: Option<&str>) -> Option<DriftReason> {
+    let node = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::model::labels::PLACEMENT_GROUP_ID))
+        .map(String::as_str);
+    (node != resolved).then(|| DriftReason::PlacementGroup {
+        node: node.map(str::to_string),
+        class: resolved.map(str::to_string),
+    })
+}
+
 /// Why a provider call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CloudError {

@@ -27,16 +27,21 @@ use crate::api::{EC2NodeClass, NodePool};
 /// The version of [`nodepool_hash`]; bump it when its fields or encoding change.
 pub const NODEPOOL_HASH_VERSION: &str = "v1";
 /// The version of [`ec2nodeclass_hash`]; bump it when its fields or encoding change.
-pub const EC2NODECLASS_HASH_VERSION: &str = "v1";
+/// v2: `placementGroupSelector` hashed and `ipPrefixCount` not, as in
+/// Karpenter v1.14.1.
+pub const EC2NODECLASS_HASH_VERSION: &str = "v2";
 
-/// The EC2NodeClass spec fields that are not hashed: selector terms, whose
-/// effect is what they resolve to (checked separately), and `amiFamily`,
-/// which is hashed as the resolved family instead.
+/// The EC2NodeClass spec fields that are not hashed (Karpenter v1.14.1's
+/// `hash:"ignore"`): selector terms, whose effect is what they resolve to
+/// (checked separately), `ipPrefixCount`, and `amiFamily`, which is hashed
+/// as the resolved family instead. `placementGroupSelector` is hashed: a
+/// new selector is `NodeClassDrift`, and a node whose group is not the one
+/// its class resolves to is `PlacementGroupDrift`.
 const EC2NODECLASS_UNHASHED: [&str; 6] = [
     "amiFamily",
     "amiSelectorTerms",
     "capacityReservationSelectorTerms",
-    "placementGroupSelector",
+    "ipPrefixCount",
     "securityGroupSelectorTerms",
     "subnetSelectorTerms",
 ];
@@ -364,14 +369,21 @@ mod tests {
     #[test]
     fn nodeclass_hash_skips_selectors_and_includes_the_resolved_family() {
         let base = class_from(json!({}));
+        // Karpenter v1.14.1's hash:"ignore" fields.
         let other_subnets = class_from(json!({
             "subnetSelectorTerms": [{"id": "subnet-123"}],
             "securityGroupSelectorTerms": [{"id": "sg-123"}],
             "capacityReservationSelectorTerms": [{"id": "cr-123"}],
-            "placementGroupSelector": {"name": "pg"},
+            "ipPrefixCount": 2,
             "amiSelectorTerms": [{"alias": "al2023@v20240807"}]
         }));
         assert_eq!(ec2nodeclass_hash(&base), ec2nodeclass_hash(&other_subnets));
+        // The placement group selector is hashed (NodeClassDrift).
+        let grouped = class_from(json!({"placementGroupSelector": {"name": "pg"}}));
+        assert_eq!(
+            changed_fields(&ec2nodeclass_fields(&base), &ec2nodeclass_fields(&grouped)),
+            ["spec.placementGroupSelector"]
+        );
         let bottlerocket =
             class_from(json!({"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}));
         assert_ne!(ec2nodeclass_hash(&base), ec2nodeclass_hash(&bottlerocket));

@@ -188,6 +188,12 @@ pub enum DriftReason {
     /// The node runs in a capacity reservation the EC2NodeClass no longer
     /// selects (its terms dropped it).
     CapacityReservation { id: String },
+    /// The node's placement group (its label; `None`: none) is not the one
+    /// its EC2NodeClass resolves to now (`class`).
+    PlacementGroup {
+        node: Option<String>,
+        class: Option<String>,
+    },
 }
 
 impl DriftReason {
@@ -204,14 +210,16 @@ impl DriftReason {
             DriftReason::SecurityGroups { .. } => "security_groups",
             DriftReason::InstanceType { .. } => "instance_type",
             DriftReason::CapacityReservation { .. } => "capacity_reservation",
+            DriftReason::PlacementGroup { .. } => "placement_group",
         }
     }
 
     /// The reason the reference writes on the NodeClaim's `Drifted`
     /// condition, and its rank: the reference checks the NodePool's hash,
-    /// then its requirements, then the instance type, then the cloud
-    /// (image, security groups, subnets, the EC2NodeClass's hash), and names
-    /// the first that drifted.
+    /// then its requirements, then the instance type, then the cloud (the
+    /// EC2NodeClass's hash, the image, then security groups, subnets,
+    /// capacity reservation and placement group), and names the first that
+    /// drifted.
     pub fn condition_reason(&self) -> (u8, &'static str) {
         match self {
             DriftReason::NodePoolTemplate { .. } | DriftReason::NodePoolDeleted => {
@@ -219,11 +227,12 @@ impl DriftReason {
             }
             DriftReason::Requirements { .. } => (1, "RequirementsDrifted"),
             DriftReason::InstanceType { .. } => (2, "InstanceTypeNotFound"),
-            DriftReason::Ami { .. } | DriftReason::AmiSelection { .. } => (3, "AMIDrift"),
-            DriftReason::SecurityGroups { .. } => (4, "SecurityGroupDrift"),
-            DriftReason::Subnet { .. } => (5, "SubnetDrift"),
-            DriftReason::CapacityReservation { .. } => (6, "CapacityReservationDrift"),
-            DriftReason::EC2NodeClass { .. } => (7, "NodeClassDrift"),
+            DriftReason::EC2NodeClass { .. } => (3, "NodeClassDrift"),
+            DriftReason::Ami { .. } | DriftReason::AmiSelection { .. } => (4, "AMIDrift"),
+            DriftReason::SecurityGroups { .. } => (5, "SecurityGroupDrift"),
+            DriftReason::Subnet { .. } => (6, "SubnetDrift"),
+            DriftReason::CapacityReservation { .. } => (7, "CapacityReservationDrift"),
+            DriftReason::PlacementGroup { .. } => (8, "PlacementGroupDrift"),
         }
     }
 
@@ -243,6 +252,7 @@ impl DriftReason {
                 | DriftReason::Subnet { .. }
                 | DriftReason::SecurityGroups { .. }
                 | DriftReason::CapacityReservation { .. }
+                | DriftReason::PlacementGroup { .. }
         )
     }
 }
@@ -291,6 +301,12 @@ impl std::fmt::Display for DriftReason {
             DriftReason::CapacityReservation { id } => write!(
                 f,
                 "capacity reservation {id} is no longer selected by the EC2NodeClass"
+            ),
+            DriftReason::PlacementGroup { node, class } => write!(
+                f,
+                "placement group {} is not the EC2NodeClass's ({})",
+                node.as_deref().unwrap_or("none"),
+                class.as_deref().unwrap_or("none")
             ),
         }
     }
@@ -406,6 +422,53 @@ pub fn check(
 mod tests {
     use super::*;
     use crate::api::NodeSelectorRequirementWithMinValues as Req;
+
+    /// Karpenter v1.14.1's order: the core's checks (NodePool hash,
+    /// requirements, instance type), then the provider's isNodeClassDrifted
+    /// (the static hash first, the image, then security groups, subnets,
+    /// capacity reservation, placement group).
+    #[test]
+    fn drift_reasons_rank_in_karpenters_order() {
+        let reasons = [
+            DriftReason::NodePoolTemplate { fields: Vec::new() },
+            DriftReason::Requirements {
+                conflict: String::new(),
+            },
+            DriftReason::InstanceType {
+                instance_type: String::new(),
+                why: String::new(),
+            },
+            DriftReason::EC2NodeClass { fields: Vec::new() },
+            DriftReason::Ami {
+                image: String::new(),
+            },
+            DriftReason::SecurityGroups { groups: Vec::new() },
+            DriftReason::Subnet {
+                subnet: String::new(),
+            },
+            DriftReason::CapacityReservation { id: String::new() },
+            DriftReason::PlacementGroup {
+                node: None,
+                class: None,
+            },
+        ];
+        let ranked: Vec<(u8, &str)> = reasons.iter().map(DriftReason::condition_reason).collect();
+        assert!(ranked.windows(2).all(|w| w[0].0 < w[1].0), "{ranked:?}");
+        assert_eq!(
+            ranked.iter().map(|r| r.1).collect::<Vec<_>>(),
+            [
+                "NodePoolDrifted",
+                "RequirementsDrifted",
+                "InstanceTypeNotFound",
+                "NodeClassDrift",
+                "AMIDrift",
+                "SecurityGroupDrift",
+                "SubnetDrift",
+                "CapacityReservationDrift",
+                "PlacementGroupDrift"
+            ]
+        );
+    }
     use crate::api::{Operator as ApiOperator, Taint, TaintEffect};
 
     fn node(labels: &[(&str, &str)], annotations: BTreeMap<String, String>) -> NodeView {

@@ -2640,10 +2640,19 @@ impl CloudProvider for AwsProvider {
             Some(i) => i,
             None => self.get(&provider_id).await?,
         };
-        Ok(nodeclass
+        let mut out: Vec<DriftReason> = nodeclass
             .status
             .as_ref()
             .map(|status| instance_drift(&instance, status))
-            .unwrap_or_default())
+            .unwrap_or_default();
+        // Not while the group cannot be looked up (Karpenter would then
+        // drift every node in a group).
+        if let Ok(pg) = self.placement_group(nodeclass).await {
+            out.extend(crate::cloud::placement_drift(
+                claim,
+                pg.as_ref().map(|p| p.id.as_str()),
+            ));
+        }
+        Ok(out)
     }
 }

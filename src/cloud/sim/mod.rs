@@ -1323,11 +1323,17 @@ impl CloudProvider for SimEc2 {
         ready(self.call(
             |state, _| {
                 let instance = find(state, &provider_id)?;
-                Ok(nodeclass
+                let mut out: Vec<DriftReason> = nodeclass
                     .status
                     .as_ref()
                     .map(|status| instance_drift(instance, status))
-                    .unwrap_or_default())
+                    .unwrap_or_default();
+                // The simulated EC2 has no placement groups: a class with
+                // a selector does not resolve, one without has none.
+                if nodeclass.spec.placement_group_selector.is_none() {
+                    out.extend(crate::cloud::placement_drift(claim, None));
+                }
+                Ok(out)
             },
             |result| Call::IsDrifted {
                 nodeclaim,
