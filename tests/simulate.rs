@@ -27,6 +27,17 @@ fn reasons_for(r: &Value, object: &str) -> Vec<String> {
         .collect()
 }
 
+/// The messages of the report's events with `reason`, in order.
+fn messages<'a>(r: &'a Value, reason: &str) -> Vec<&'a str> {
+    r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .map(|e| e["message"].as_str().unwrap())
+        .collect()
+}
+
 fn node_of<'a>(r: &'a Value, node: &str) -> &'a Value {
     r["nodes"]
         .as_array()
@@ -313,13 +324,7 @@ fn insufficient_capacity_falls_back_to_another_offering() {
 #[test]
 fn a_reservation_is_used_up_then_its_end_moves_its_nodes_on_demand() {
     let r = report(&["tests/scenarios/reservations/used-up.yaml"]);
-    let launched: Vec<&str> = r["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["reason"] == "Launched")
-        .map(|e| e["message"].as_str().unwrap())
-        .collect();
+    let launched = messages(&r, "Launched");
     assert_eq!(launched.len(), 3, "{launched:?}");
     let reserved = launched
         .iter()
@@ -329,13 +334,7 @@ fn a_reservation_is_used_up_then_its_end_moves_its_nodes_on_demand() {
     // One solve planned all three: two into the reservation (its two
     // instances), the third at the on-demand price, not three reserved
     // claims of which the launch would find one without a reservation.
-    let planned: Vec<&str> = r["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["reason"] == "Provisioned")
-        .map(|e| e["message"].as_str().unwrap())
-        .collect();
+    let planned = messages(&r, "Provisioned");
     assert_eq!(planned.len(), 3, "{planned:?}");
     assert_eq!(
         planned
