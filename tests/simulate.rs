@@ -439,6 +439,68 @@ fn pods_select_reservations_by_id_and_type() {
     );
 }
 
+/// A node class that selects a partition placement group: pods select a
+/// partition by its label, the others go to the partitions with the fewest
+/// of the group's nodes, and every node carries the group and partition.
+#[test]
+fn nodes_launch_into_the_placement_group_and_partition_pods_select() {
+    let r = report(&["tests/scenarios/placement/partition.yaml"]);
+    let nodes = r["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 5, "{nodes:?}");
+    let partition_of = |pod: &str| {
+        let n = nodes
+            .iter()
+            .find(|n| n["pods"].as_array().unwrap().iter().any(|p| p == pod))
+            .unwrap_or_else(|| panic!("{pod} on no node: {nodes:?}"));
+        assert_eq!(n["placement_group"], "pg-0a1b2c3d4e5f60718");
+        n["placement_partition"].as_str().unwrap_or("").to_string()
+    };
+    for pod in ["default/second-00000", "default/second-00001"] {
+        assert_eq!(partition_of(pod), "2", "{pod} asked for partition 2");
+    }
+    let mut others: Vec<String> = (0..3)
+        .map(|i| partition_of(&format!("default/any-0000{i}")))
+        .collect();
+    others.sort();
+    assert_eq!(others, ["1", "1", "3"], "the least used partitions first");
+    assert_eq!(r["summary"]["pods_pending"], 0);
+}
+
+/// Pods spread over a partition group's partitions by topology spread on
+/// the partition label, whose values the instance types define (as
+/// Karpenter's per-partition offerings make them domains).
+#[test]
+fn pods_spread_over_the_partitions_of_a_placement_group() {
+    let r = report(&["tests/scenarios/placement/spread.yaml"]);
+    assert_eq!(r["summary"]["pods_pending"], 0);
+    let mut partitions: Vec<&str> = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["placement_partition"].as_str().unwrap_or(""))
+        .collect();
+    partitions.sort_unstable();
+    assert_eq!(partitions, ["1", "2", "3"]);
+}
+
+/// A node class whose placement group the account lacks is not ready, and
+/// its NodePool is skipped (as Karpenter skips a NodePool whose node class
+/// is not ready): no NodeClaim is planned to fail at launch.
+#[test]
+fn a_missing_placement_group_launches_nothing() {
+    let r = report(&["tests/scenarios/placement/missing.yaml"]);
+    assert_eq!(r["nodes"].as_array().unwrap().len(), 0);
+    assert_eq!(r["summary"]["pods_pending"], 1);
+    assert!(messages(&r, "Provisioned").is_empty());
+    let skipped = messages(&r, "NodeClassNotReady");
+    assert!(
+        skipped
+            .first()
+            .is_some_and(|m| m.contains("PlacementGroupReady=False")),
+        "{skipped:?}"
+    );
+}
+
 /// A capacity block's node is deleted 40 minutes before the block ends
 /// (Karpenter's capacityreservation.expiration), and its pod moves to an
 /// on-demand node: the block is expiring, so nothing launches into it.

@@ -586,6 +586,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 self.pool_unusable(pool, "NodeClassNotFound", message).await;
                 continue;
             };
+            // Karpenter skips a NodePool whose node class is not ready
+            // (its NodeClassReady): nothing could launch from it.
+            if let Some(c) = crate::api::common::find_condition(
+                class.status.as_ref().and_then(|s| s.conditions.as_deref()),
+                super::conditions::READY,
+            ) && c.status == crate::api::common::ConditionStatus::False
+            {
+                let message = format!(
+                    "EC2NodeClass {class_name:?} is not ready ({}); the NodePool is skipped",
+                    c.message.as_deref().unwrap_or("no message")
+                );
+                self.pool_unusable(pool, "NodeClassNotReady", message).await;
+                continue;
+            }
             let types = match self.cloud.instance_types(pool, class).await {
                 Ok(t) => without_unavailable(t, &self.unavailable, now),
                 Err(e) => {
@@ -627,6 +641,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     async fn pool_usable(&mut self, pool: &NodePool) {
         let ours = [
             "NodeClassNotFound",
+            "NodeClassNotReady",
             "InstanceTypesUnavailable",
             "InvalidNodePool",
             super::static_capacity::STATIC_DISABLED,

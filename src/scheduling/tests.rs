@@ -741,3 +741,43 @@ proptest! {
         prop_assert_eq!(&a.unschedulable, &c.unschedulable);
     }
 }
+
+/// Topology spread on a key the instance types define and the NodePool
+/// does not (a placement group's partitions): its values are domains, and
+/// each claim is pinned to one, as Karpenter's per-partition offerings make
+/// them.
+#[test]
+fn spread_over_a_key_the_instance_types_define() {
+    const PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+    let mut np = pool("general");
+    for it in &mut np.instance_types {
+        it.requirements
+            .add(PARTITION, Requirement::in_values(["1", "2", "3"]));
+    }
+    let pods: Vec<PodSpec> = (0..6)
+        .map(|i| {
+            let mut p = labelled(pod(&format!("p{i}"), 1500, 512), "app", "hpc");
+            p.spread.push(spread("app", "hpc", PARTITION, 1));
+            p
+        })
+        .collect();
+    let input = SolveInput {
+        pods,
+        nodepools: vec![np],
+        ..SolveInput::default()
+    };
+    let r = run(&input);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let mut per: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &r.nodeclaims {
+        let p = c
+            .requirements
+            .single_value(PARTITION)
+            .unwrap_or_else(|| panic!("each claim pinned to a partition: {c:?}"));
+        *per.entry(p.to_string()).or_default() += c.pods.len();
+    }
+    assert_eq!(
+        per.into_iter().collect::<Vec<_>>(),
+        [("1".into(), 2), ("2".into(), 2), ("3".into(), 2)]
+    );
+}

@@ -488,6 +488,7 @@ impl Simulation {
         config.images = scenario.cloud.images.clone();
         config.subnets = scenario.cloud.subnets.clone();
         config.security_groups = scenario.cloud.security_groups.clone();
+        config.placement_groups = scenario.cloud.placement_groups.clone();
         config.observed_aliases = scenario.cloud.observed_aliases.clone();
         config.insufficient_capacity = scenario
             .cloud

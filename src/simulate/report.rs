@@ -76,6 +76,12 @@ pub struct NodeRecord {
     /// The capacity reservation it was launched into.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// The placement group it was launched into.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<String>,
+    /// Its partition, in a partition placement group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_partition: Option<String>,
 }
 
 impl NodeRecord {
@@ -908,6 +914,14 @@ impl Recorder {
                     reservation: i
                         .labels
                         .get(crate::api::LABEL_CAPACITY_RESERVATION_ID)
+                        .cloned(),
+                    placement_group: i
+                        .labels
+                        .get(crate::model::labels::PLACEMENT_GROUP_ID)
+                        .cloned(),
+                    placement_partition: i
+                        .labels
+                        .get(crate::model::labels::PLACEMENT_GROUP_PARTITION)
                         .cloned(),
                 });
             if let Some(n) = node_names.get(&i.provider_id) {

@@ -144,6 +144,8 @@ pub struct CloudSettings {
     pub observed_aliases: Vec<crate::cloud::sim::nodeclass::ObservedAlias>,
     /// The account's capacity reservations (`cloud.reservations`).
     pub reservations: Vec<ReservationSpec>,
+    /// The account's placement groups (`cloud.placementGroups`).
+    pub placement_groups: Vec<crate::cloud::aws::placement::PlacementGroup>,
 }
 
 impl Default for CloudSettings {
@@ -161,6 +163,7 @@ impl Default for CloudSettings {
             security_groups: None,
             observed_aliases: Vec::new(),
             reservations: Vec::new(),
+            placement_groups: Vec::new(),
         }
     }
 }
@@ -796,6 +799,7 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
             "subnets",
             "securityGroups",
             "reservations",
+            "placementGroups",
         ],
         "cloud",
     )?;
@@ -863,6 +867,24 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
             if !ids.insert(spec.id.as_str()) {
                 return Err(ctx.err(r, format!("reservation {} is listed twice", spec.id)));
             }
+        }
+    }
+    if let Some(n) = node.get("placementGroups") {
+        for g in list(ctx, n, "placementGroups")? {
+            let group = placement_group(ctx, g)?;
+            if c.placement_groups
+                .iter()
+                .any(|o| o.name == group.name || o.id == group.id)
+            {
+                return Err(ctx.err(
+                    g,
+                    format!(
+                        "placement group {} ({}) is listed twice",
+                        group.name, group.id
+                    ),
+                ));
+            }
+            c.placement_groups.push(group);
         }
     }
     if let Some(n) = node.get("launchDelay") {
@@ -938,6 +960,90 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
 }
 
 /// A `cloud.reservations` entry.
+/// A `cloud.placementGroups` entry: `name`, `strategy` (`cluster`,
+/// `partition` or `spread`), `partitions` (1 to 7) for a partition group
+/// only, `spreadLevel` (`rack` or `host`) for a spread group only, and an
+/// optional `id` (default: `pg-` and a hash of the name).
+fn placement_group(
+    ctx: &Ctx,
+    g: &Node,
+) -> Result<crate::cloud::aws::placement::PlacementGroup, ScenarioError> {
+    const WHAT: &str = "a placement group";
+    check_keys(
+        ctx,
+        g,
+        &["name", "id", "strategy", "partitions", "spreadLevel"],
+        WHAT,
+    )?;
+    let name = required(ctx, g, "name", WHAT)?;
+    let strategy = required(ctx, g, "strategy", WHAT)?;
+    if !["cluster", "partition", "spread"].contains(&strategy.as_str()) {
+        return Err(ctx.err(
+            g.get("strategy").unwrap_or(g),
+            format!("strategy {strategy:?} is not one of cluster, partition, spread"),
+        ));
+    }
+    let id = match g.get("id") {
+        Some(n) => {
+            let id = ctx.str(n, "id")?.to_string();
+            let digits = id.strip_prefix("pg-").unwrap_or("");
+            if digits.is_empty()
+                || !digits
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+            {
+                return Err(ctx.err(
+                    n,
+                    format!(
+                        "id {id:?} is not a placement group id (pg- and lowercase letters or digits)"
+                    ),
+                ));
+            }
+            id
+        }
+        None => {
+            use std::hash::Hasher;
+            let mut h = fnv::FnvHasher::default();
+            h.write(name.as_bytes());
+            format!("pg-0{:016x}", h.finish())
+        }
+    };
+    let partition_count = match (g.get("partitions"), strategy.as_str()) {
+        (Some(n), "partition") => match &n.value {
+            Value::Number(v) => v
+                .as_u64()
+                .filter(|v| (1..=7).contains(v))
+                .and_then(|v| i32::try_from(v).ok()),
+            _ => None,
+        }
+        .ok_or_else(|| ctx.err(n, "partitions must be an integer from 1 to 7"))?,
+        (None, "partition") => return Err(ctx.err(g, "a partition group needs `partitions`")),
+        (Some(n), _) => {
+            return Err(ctx.err(n, "only a partition group has `partitions`"));
+        }
+        (None, _) => 0,
+    };
+    let spread_level = match (g.get("spreadLevel"), strategy.as_str()) {
+        (Some(n), "spread") => {
+            let level = ctx.str(n, "spreadLevel")?.to_string();
+            if !["rack", "host"].contains(&level.as_str()) {
+                return Err(ctx.err(n, format!("spreadLevel {level:?} is not one of rack, host")));
+            }
+            Some(level)
+        }
+        (Some(n), _) => return Err(ctx.err(n, "only a spread group has `spreadLevel`")),
+        (None, "spread") => Some("rack".to_string()),
+        (None, _) => None,
+    };
+    Ok(crate::cloud::aws::placement::PlacementGroup {
+        id,
+        name,
+        strategy,
+        partition_count,
+        spread_level,
+    })
+}
+
 fn reservation(ctx: &Ctx, r: &Node) -> Result<ReservationSpec, ScenarioError> {
     const WHAT: &str = "a reservation";
     check_keys(
@@ -1830,6 +1936,62 @@ mod tests {
             e.contains("6:7: error: reservation cr-01 is listed twice"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn placement_groups_parse_and_bad_ones_are_refused_at_their_line() {
+        let s = parse_str(
+            "config: r\ncloud:\n  placementGroups:\n    - {name: hpc, strategy: partition, partitions: 3}\n    - {name: tight, id: pg-0a1b, strategy: cluster}\n    - {name: apart, strategy: spread}\n",
+        )
+        .unwrap();
+        let [hpc, tight, apart] = s.cloud.placement_groups.as_slice() else {
+            panic!("three groups: {:?}", s.cloud.placement_groups);
+        };
+        assert_eq!(hpc.partitions(), ["1", "2", "3"]);
+        assert!(
+            hpc.id.starts_with("pg-0") && hpc.id.len() == 20,
+            "{}",
+            hpc.id
+        );
+        assert_eq!((tight.id.as_str(), tight.partition_count), ("pg-0a1b", 0));
+        assert_eq!(apart.spread_level.as_deref(), Some("rack"));
+        let line = "config: r\ncloud:\n  placementGroups:\n    - ";
+        for (entry, expected) in [
+            (
+                "{name: hpc, strategy: partition}",
+                "4:7: error: a partition group needs `partitions`",
+            ),
+            (
+                "{name: hpc, strategy: partition, partitions: 8}",
+                "4:52: error: partitions must be an integer from 1 to 7",
+            ),
+            (
+                "{name: hpc, strategy: cluster, partitions: 2}",
+                "4:50: error: only a partition group has `partitions`",
+            ),
+            (
+                "{name: hpc, strategy: tight}",
+                "4:29: error: strategy \"tight\" is not one of cluster, partition, spread",
+            ),
+            (
+                "{name: hpc, id: hpc, strategy: cluster}",
+                "4:23: error: id \"hpc\" is not a placement group id",
+            ),
+            (
+                "{strategy: cluster}",
+                "4:7: error: a placement group needs `name`",
+            ),
+        ] {
+            let e = parse_str(&format!("{line}{entry}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(expected), "{entry}: {e}");
+        }
+        let twice = "{name: hpc, strategy: cluster}";
+        let e = parse_str(&format!("{line}{twice}\n    - {twice}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("5:7: error: placement group hpc"), "{e}");
     }
 
     #[test]

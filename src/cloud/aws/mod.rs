@@ -818,17 +818,7 @@ impl AwsProvider {
                 continue;
             }
             if let Some(pg) = &placement {
-                it.requirements.add(
-                    placement::LABEL_PLACEMENT_GROUP_ID,
-                    Requirement::in_values([pg.id.clone()]),
-                );
-                let partitions = pg.partitions();
-                if !partitions.is_empty() {
-                    it.requirements.add(
-                        placement::LABEL_PLACEMENT_GROUP_PARTITION,
-                        Requirement::in_values(partitions),
-                    );
-                }
+                pg.add_requirements(&mut it);
             }
             let ids: BTreeSet<&str> = it
                 .offerings

@@ -63,6 +63,31 @@ impl PlacementGroup {
         (1..=self.partition_count).map(|p| p.to_string()).collect()
     }
 
+    /// Adds the requirements a type launched into the group has: the
+    /// group's id and, for a partition group, its partitions.
+    pub fn add_requirements(&self, it: &mut crate::model::InstanceType) {
+        use crate::model::Requirement;
+        it.requirements.add(
+            LABEL_PLACEMENT_GROUP_ID,
+            Requirement::in_values([self.id.clone()]),
+        );
+        let partitions = self.partitions();
+        if !partitions.is_empty() {
+            it.requirements.add(
+                LABEL_PLACEMENT_GROUP_PARTITION,
+                Requirement::in_values(partitions),
+            );
+        }
+    }
+
+    /// Whether `selector` names this group (by id or by name).
+    pub fn selected_by(&self, selector: &PlacementGroupSelector) -> bool {
+        selector.id.as_ref().map_or_else(
+            || selector.name.as_ref().is_some_and(|n| *n == self.name),
+            |id| *id == self.id,
+        )
+    }
+
     /// The partition a launch asks for: of the NodeClaim's allowed
     /// partitions, the lowest as strings sort (Karpenter's choice), for a
     /// partition group only.

@@ -271,6 +271,8 @@ pub struct SimConfig {
     pub observed_aliases: Vec<nodeclass::ObservedAlias>,
     /// The account's capacity reservations.
     pub reservations: Vec<SimReservation>,
+    /// The account's placement groups.
+    pub placement_groups: Vec<crate::cloud::aws::placement::PlacementGroup>,
 }
 
 impl SimConfig {
@@ -293,6 +295,7 @@ impl SimConfig {
             security_groups: None,
             observed_aliases: Vec::new(),
             reservations: Vec::new(),
+            placement_groups: Vec::new(),
         }
     }
 }
@@ -519,8 +522,10 @@ impl SimEc2 {
             security_groups,
             observed_aliases,
             reservations,
+            placement_groups,
         } = config;
         let mut account = Account::new(&zones, &kubernetes_version);
+        account.placement_groups = placement_groups;
         account.images = images;
         account.observed = observed_aliases;
         account.subnets = subnets;
@@ -1112,6 +1117,46 @@ impl SimEc2 {
                 labels.insert(k.to_string(), v);
             }
         }
+        // The placement group, and in a partition group the partition: the
+        // lowest the NodeClaim allows (as the AWS launch asks for it), else
+        // EC2's choice, here the one with the fewest of the group's
+        // instances.
+        if let Some(pg) = state
+            .account
+            .as_ref()
+            .and_then(|a| a.placement_group(nodeclass))
+        {
+            use crate::cloud::aws::placement::{
+                LABEL_PLACEMENT_GROUP_ID, LABEL_PLACEMENT_GROUP_PARTITION,
+            };
+            labels.insert(LABEL_PLACEMENT_GROUP_ID.to_string(), pg.id.clone());
+            let allowed = requirements
+                .get(LABEL_PLACEMENT_GROUP_PARTITION)
+                .filter(|r| !r.complement)
+                .map(|r| r.values.iter().cloned().collect::<Vec<_>>());
+            let least_used = || {
+                let used = |p: &String| {
+                    state
+                        .instances
+                        .values()
+                        .filter(|i| {
+                            i.labels.get(LABEL_PLACEMENT_GROUP_ID) == Some(&pg.id)
+                                && i.labels.get(LABEL_PLACEMENT_GROUP_PARTITION) == Some(p)
+                        })
+                        .count()
+                };
+                pg.partitions()
+                    .into_iter()
+                    .min_by_key(|p| (used(p), p.parse::<i32>().unwrap_or(i32::MAX)))
+            };
+            let partition = pg
+                .partition_for(allowed.as_deref())
+                .map(|p| p.to_string())
+                .or_else(least_used);
+            if let Some(p) = partition {
+                labels.insert(LABEL_PLACEMENT_GROUP_PARTITION.to_string(), p);
+            }
+        }
         let mut security_group_ids: Vec<String> = resolution
             .security_groups
             .iter()
@@ -1168,13 +1213,23 @@ impl SimEc2 {
             .as_ref()
             .map(|a| a.resolve(nodeclass).amis)
             .unwrap_or_default();
+        let placement = state
+            .account
+            .as_ref()
+            .and_then(|a| a.placement_group(nodeclass));
         let types: Vec<InstanceType> = self
             .catalog_for(&kubelet)
             .iter()
             .filter(|it| type_allowed(it, &constraints))
             .filter(|it| fits_node_class(it, nodeclass))
             .filter(|it| amis.is_empty() || image_for(&amis, it).is_some())
-            .cloned()
+            .map(|it| {
+                let mut it = it.clone();
+                if let Some(pg) = placement {
+                    pg.add_requirements(&mut it);
+                }
+                it
+            })
             .collect();
         let (held, availability) = state.held(nodeclass, now);
         Ok(if held.is_empty() {
@@ -1328,10 +1383,16 @@ impl CloudProvider for SimEc2 {
                     .as_ref()
                     .map(|status| instance_drift(instance, status))
                     .unwrap_or_default();
-                // The simulated EC2 has no placement groups: a class with
-                // a selector does not resolve, one without has none.
-                if nodeclass.spec.placement_group_selector.is_none() {
-                    out.extend(crate::cloud::placement_drift(claim, None));
+                // Not for a selector the account has no group for.
+                let placement = state
+                    .account
+                    .as_ref()
+                    .and_then(|a| a.placement_group(nodeclass));
+                if nodeclass.spec.placement_group_selector.is_none() || placement.is_some() {
+                    out.extend(crate::cloud::placement_drift(
+                        claim,
+                        placement.map(|p| p.id.as_str()),
+                    ));
                 }
                 Ok(out)
             },

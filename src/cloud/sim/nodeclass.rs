@@ -37,6 +37,7 @@ use std::collections::BTreeMap;
 use crate::api::ec2nodeclass::{
     Ami, AmiSelectorTerm, EC2NodeClass, NodeSelectorRequirement, SecurityGroup, Subnet,
 };
+use crate::cloud::aws::placement::PlacementGroup;
 use crate::cloud::select::variant_requirements;
 use crate::cloud::{NodeClassCondition, NodeClassResolution, reasons};
 use crate::model::labels::ARCH;
@@ -104,6 +105,8 @@ pub struct Account {
     /// `None`: the default VPC, whose subnets every term selects.
     pub subnets: Option<Vec<SimSubnet>>,
     pub security_groups: Option<Vec<SimSecurityGroup>>,
+    /// The account's placement groups (all available).
+    pub placement_groups: Vec<PlacementGroup>,
     /// What aliases resolved to at the start ([`ObservedAlias`]).
     pub observed: Vec<ObservedAlias>,
     /// The Kubernetes version at the start, for which `observed` holds.
@@ -135,6 +138,7 @@ impl Account {
             images: Vec::new(),
             subnets: None,
             security_groups: None,
+            placement_groups: Vec::new(),
             observed: Vec::new(),
             observed_version: kubernetes_version.to_string(),
             default_subnets: zones
@@ -146,6 +150,14 @@ impl Account {
                 })
                 .collect(),
         }
+    }
+
+    /// The placement group `class` selects, if the account has it.
+    pub fn placement_group(&self, class: &EC2NodeClass) -> Option<&PlacementGroup> {
+        let selector = class.spec.placement_group_selector.as_ref()?;
+        self.placement_groups
+            .iter()
+            .find(|g| g.selected_by(selector))
     }
 
     /// Publishes a new release of `family` (for every Kubernetes version);
@@ -263,14 +275,16 @@ impl Account {
             .instance_profile
             .clone()
             .or_else(|| spec.role.as_ref().map(|r| format!("{PROFILE_PREFIX}{r}")));
-        // The simulated EC2 has no placement groups: a class that selects
-        // one launches nothing, as against an account without the group.
-        if let Some(selector) = &spec.placement_group_selector {
+        // A class that selects a group the account does not have launches
+        // nothing, as in EC2.
+        if let Some(selector) = &spec.placement_group_selector
+            && self.placement_group(class).is_none()
+        {
             out.problem(
                 NodeClassCondition::PlacementGroupReady,
                 reasons::PLACEMENT_GROUP_NOT_FOUND,
                 format!(
-                    "Placement group {:?} not found (the simulated EC2 has no placement groups)",
+                    "Placement group {:?} not found",
                     crate::cloud::aws::placement::selector_text(selector)
                 ),
             );

@@ -133,8 +133,33 @@ impl Solver<'_> {
                 }
             } else {
                 let reqs = if honor_affinity { Some(&v.reqs) } else { None };
+                // A key the NodePool leaves to its instance types (a
+                // placement group's partition): the values of the types
+                // the pod may use, as Karpenter's domains include them.
+                let pool_req = pool.reqs.get(&d.key);
+                let np = &self.input.nodepools[pool.spec];
+                let mut typed = Bits::new(d.len());
+                if pool_req.is_none() {
+                    let of = |ti: usize| {
+                        np.instance_types[pool.types[ti].source]
+                            .requirements
+                            .get(&d.key)
+                    };
+                    let mut mark = |r: &Requirement| {
+                        for (vi, val) in d.values.iter().enumerate() {
+                            if r.has(val) {
+                                typed.set(vi);
+                            }
+                        }
+                    };
+                    if honor_affinity {
+                        pv.types.iter().filter_map(of).for_each(&mut mark);
+                    } else {
+                        (0..pool.types.len()).filter_map(of).for_each(&mut mark);
+                    }
+                }
                 for (vi, val) in d.values.iter().enumerate() {
-                    let pool_ok = pool.reqs.get(&d.key).is_some_and(|r| r.has(val));
+                    let pool_ok = pool_req.map_or(typed.get(vi), |r| r.has(val));
                     let pod_ok = reqs.and_then(|r| r.get(&d.key)).is_none_or(|r| r.has(val));
                     if pool_ok && pod_ok {
                         out.set(vi);

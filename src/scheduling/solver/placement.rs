@@ -375,9 +375,20 @@ impl Solver<'_> {
         let claim = &mut self.claims[ci];
         let pool = &self.pools[claim.pool];
         claim.combos &= mask;
-        claim.reqs.add(&kname, Requirement::in_values([value]));
         pool.offered_types(claim.combos, &mut offered);
         claim.types.and_with(&offered);
+        // A key the types define (a partition): only those with the value.
+        let np = &self.input.nodepools[pool.spec];
+        for t in offered.iter() {
+            if np.instance_types[pool.types[t].source]
+                .requirements
+                .get(&kname)
+                .is_some_and(|r| !r.has(&value))
+            {
+                claim.types.clear(t);
+            }
+        }
+        claim.reqs.add(&kname, Requirement::in_values([value]));
         claim.offered = offered_domains(pool, &claim.types, claim.combos);
         self.scratch2 = offered;
     }
