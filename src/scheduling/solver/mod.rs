@@ -385,6 +385,9 @@ pub(crate) struct Solver<'a> {
     /// Whether `choose` should find out `capped`: the pod has a more
     /// relaxed level to try.
     check_capped: bool,
+    /// The instances left in each capacity reservation, and a node's
+    /// allocatable ([`reservations`]); empty without reserved capacity.
+    reservations: HashMap<String, (u32, Vec<i64>)>,
 }
 
 fn add_into(a: &mut [i64], b: &[i64]) {

@@ -61,9 +61,10 @@ impl Solver<'_> {
 
     /// The instances left in each reservation behind the solve's reserved
     /// offerings (the offerings' counts), with the allocatable of a node of
-    /// its type (the largest over the pools, net of daemon overhead).
-    pub(crate) fn reservations_left(&self) -> HashMap<&str, (u32, Vec<i64>)> {
-        let mut out: HashMap<&str, (u32, Vec<i64>)> = HashMap::new();
+    /// its type (the largest over the pools, net of daemon overhead). Built
+    /// once with the solver ([`Solver::reservations`]).
+    pub(super) fn collect_reservations(&self) -> HashMap<String, (u32, Vec<i64>)> {
+        let mut out: HashMap<String, (u32, Vec<i64>)> = HashMap::new();
         if self.reserved_mask() == 0 {
             return out;
         }
@@ -74,7 +75,7 @@ impl Solver<'_> {
                 for o in it.offerings.iter().filter(|o| o.available) {
                     for r in &o.reservations {
                         let e = out
-                            .entry(r.id.as_str())
+                            .entry(r.id.clone())
                             .or_insert_with(|| (r.left, ty.alloc.clone()));
                         for (a, b) in e.1.iter_mut().zip(&ty.alloc) {
                             *a = (*a).max(*b);
@@ -93,10 +94,10 @@ impl Solver<'_> {
     pub(crate) fn reserved_capacity(&self) -> (Vec<i64>, usize) {
         let mut total = vec![0i64; self.dims.len()];
         let mut count = 0usize;
-        for (n, alloc) in self.reservations_left().into_values() {
-            count += n as usize;
-            for (t, a) in total.iter_mut().zip(&alloc) {
-                *t = t.saturating_add(a.saturating_mul(i64::from(n)));
+        for (n, alloc) in self.reservations.values() {
+            count += *n as usize;
+            for (t, a) in total.iter_mut().zip(alloc) {
+                *t = t.saturating_add(a.saturating_mul(i64::from(*n)));
             }
         }
         (total, count)
@@ -162,9 +163,9 @@ impl Solver<'_> {
     /// took theirs.
     fn left_before(&self, from: usize) -> HashMap<String, u32> {
         let mut left: HashMap<String, u32> = self
-            .reservations_left()
-            .into_iter()
-            .map(|(id, (n, _))| (id.to_string(), n))
+            .reservations
+            .iter()
+            .map(|(id, (n, _))| (id.clone(), *n))
             .collect();
         for c in &self.claims[..from] {
             if let Some(n) = c.reservation.as_ref().and_then(|id| left.get_mut(id)) {

@@ -535,7 +535,9 @@ impl<'a> Solver<'a> {
             claim_cap: None,
             capped: false,
             check_capped: false,
+            reservations: HashMap::new(),
         };
+        s.reservations = s.collect_reservations();
         let n_types: usize = s.pools.iter().map(|p| p.types.len()).sum();
         s.mean_alloc = (0..s.dims.len())
             .map(|d| {
