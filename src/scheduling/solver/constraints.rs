@@ -138,7 +138,7 @@ impl Solver<'_> {
                 // the pod may use, as Karpenter's domains include them.
                 let pool_req = pool.reqs.get(&d.key);
                 let np = &self.input.nodepools[pool.spec];
-                let mut typed = Bits::new(d.len());
+                let mut typed = Bits::new(if pool_req.is_none() { d.len() } else { 0 });
                 if pool_req.is_none() {
                     let of = |ti: usize| {
                         np.instance_types[pool.types[ti].source]

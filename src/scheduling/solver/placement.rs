@@ -378,14 +378,17 @@ impl Solver<'_> {
         pool.offered_types(claim.combos, &mut offered);
         claim.types.and_with(&offered);
         // A key the types define (a partition): only those with the value.
-        let np = &self.input.nodepools[pool.spec];
-        for t in offered.iter() {
-            if np.instance_types[pool.types[t].source]
-                .requirements
-                .get(&kname)
-                .is_some_and(|r| !r.has(&value))
-            {
-                claim.types.clear(t);
+        // Zone and capacity type are the offering domains' (`combos`).
+        if Some(key) != self.zone_key && Some(key) != self.ct_key {
+            let np = &self.input.nodepools[pool.spec];
+            for t in offered.iter() {
+                if np.instance_types[pool.types[t].source]
+                    .requirements
+                    .get(&kname)
+                    .is_some_and(|r| !r.has(&value))
+                {
+                    claim.types.clear(t);
+                }
             }
         }
         claim.reqs.add(&kname, Requirement::in_values([value]));
