@@ -23,6 +23,9 @@ enum Requirement {
     NotIn(String, BTreeSet<String>),
     Exists(String),
     DoesNotExist(String),
+    /// `key>n` and `key<n`: the label is an integer above (below) `n`.
+    Gt(String, i64),
+    Lt(String, i64),
 }
 
 impl Requirement {
@@ -32,8 +35,15 @@ impl Requirement {
             Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
             Requirement::Exists(k) => labels.contains_key(k),
             Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            Requirement::Gt(k, n) => int_label(labels, k).is_some_and(|v| v > *n),
+            Requirement::Lt(k, n) => int_label(labels, k).is_some_and(|v| v < *n),
         }
     }
+}
+
+/// A label's value as `strconv.ParseInt(v, 10, 64)` reads it.
+fn int_label(labels: &BTreeMap<String, String>, key: &str) -> Option<i64> {
+    labels.get(key)?.parse().ok()
 }
 
 fn with_values(
@@ -164,6 +174,342 @@ impl Selector {
             Some(labels) => self.matches(labels),
             None => self.matches(&BTreeMap::new()),
         }
+    }
+}
+
+/// A token of the selector syntax, as apimachinery's lexer reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    End,
+    Ident(String),
+    In,
+    NotIn,
+    Not,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    Greater,
+    Less,
+    Open,
+    Close,
+    Comma,
+}
+
+impl Token {
+    /// The text the API server's messages quote for this token.
+    fn literal(&self) -> &str {
+        match self {
+            Token::End => "",
+            Token::Ident(s) => s,
+            Token::In => "in",
+            Token::NotIn => "notin",
+            Token::Not => "!",
+            Token::Equals => "=",
+            Token::DoubleEquals => "==",
+            Token::NotEquals => "!=",
+            Token::Greater => ">",
+            Token::Less => "<",
+            Token::Open => "(",
+            Token::Close => ")",
+            Token::Comma => ",",
+        }
+    }
+
+    /// In a place where values are expected, `in` and `notin` are
+    /// identifiers (apimachinery's `Values` context).
+    fn into_value(self) -> Token {
+        match self {
+            Token::In => Token::Ident("in".into()),
+            Token::NotIn => Token::Ident("notin".into()),
+            t => t,
+        }
+    }
+}
+
+fn special(b: u8) -> bool {
+    matches!(b, b'=' | b'!' | b'(' | b')' | b',' | b'>' | b'<')
+}
+
+fn blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+fn symbol(s: &[u8]) -> Option<Token> {
+    Some(match s {
+        b"(" => Token::Open,
+        b")" => Token::Close,
+        b"," => Token::Comma,
+        b"!" => Token::Not,
+        b"=" => Token::Equals,
+        b"==" => Token::DoubleEquals,
+        b"!=" => Token::NotEquals,
+        b">" => Token::Greater,
+        b"<" => Token::Less,
+        _ => return None,
+    })
+}
+
+/// Splits a selector into tokens byte by byte, as apimachinery's `Lexer`
+/// does: runs of special characters make the longest token they start
+/// with, anything else up to a blank or a special character is an
+/// identifier (or the keyword `in` or `notin`). The lexer reads a NUL byte
+/// as the end of its input: one where a token starts ends the selector,
+/// one after a token is consumed with it.
+fn tokens(s: &str) -> Result<Vec<Token>, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        while i < b.len() && blank(b[i]) {
+            i += 1;
+        }
+        if i == b.len() || b[i] == 0 {
+            out.push(Token::End);
+            return Ok(out);
+        }
+        let start = i;
+        if special(b[i]) {
+            let mut last = None;
+            while i < b.len() && special(b[i]) {
+                match symbol(&b[start..=i]) {
+                    Some(t) => last = Some(t),
+                    // The byte that spoils the token is read again.
+                    None if last.is_some() => break,
+                    None => {}
+                }
+                i += 1;
+            }
+            let Some(token) = last else {
+                return Err(format!(
+                    "error expected: keyword found '{}'",
+                    String::from_utf8_lossy(&b[start..i])
+                ));
+            };
+            out.push(token);
+        } else {
+            while i < b.len() && b[i] != 0 && !special(b[i]) && !blank(b[i]) {
+                i += 1;
+            }
+            // Identifiers end at ASCII bytes, so the slice is UTF-8.
+            out.push(match &s[start..i] {
+                "in" => Token::In,
+                "notin" => Token::NotIn,
+                id => Token::Ident(id.to_string()),
+            });
+        }
+        if b.get(i) == Some(&0) {
+            i += 1;
+        }
+    }
+}
+
+/// apimachinery's `Parser` over the tokens of one selector.
+struct Parser {
+    tokens: Vec<Token>,
+    at: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Token {
+        self.tokens[self.at].clone().into_value()
+    }
+
+    fn next(&mut self) -> Token {
+        let t = self.tokens[self.at].clone();
+        self.at = (self.at + 1).min(self.tokens.len() - 1);
+        t
+    }
+
+    fn next_value(&mut self) -> Token {
+        self.next().into_value()
+    }
+
+    fn selector(&mut self) -> Result<Vec<Requirement>, String> {
+        let mut out = Vec::new();
+        loop {
+            match self.peek() {
+                Token::Ident(_) | Token::Not => {
+                    out.push(
+                        self.requirement()
+                            .map_err(|e| format!("unable to parse requirement: {e}"))?,
+                    );
+                    match self.next_value() {
+                        Token::End => return Ok(out),
+                        Token::Comma => match self.peek() {
+                            Token::Ident(_) | Token::Not => {}
+                            t => {
+                                return Err(format!(
+                                    "found '{}', expected: identifier after ','",
+                                    t.literal()
+                                ));
+                            }
+                        },
+                        t => {
+                            return Err(format!(
+                                "found '{}', expected: ',' or 'end of string'",
+                                t.literal()
+                            ));
+                        }
+                    }
+                }
+                Token::End => return Ok(out),
+                t => {
+                    return Err(format!(
+                        "found '{}', expected: !, identifier, or 'end of string'",
+                        t.literal()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, String> {
+        let mut token = self.next_value();
+        let negated = token == Token::Not;
+        if negated {
+            token = self.next_value();
+        }
+        let Token::Ident(key) = token else {
+            return Err(format!("found '{}', expected: identifier", token.literal()));
+        };
+        check_key(&key)?;
+        if negated {
+            return Ok(Requirement::DoesNotExist(key));
+        }
+        if matches!(self.peek(), Token::End | Token::Comma) {
+            return Ok(Requirement::Exists(key));
+        }
+        let operator = self.next();
+        let values = match operator {
+            Token::In | Token::NotIn => self.set()?,
+            Token::Equals
+            | Token::DoubleEquals
+            | Token::NotEquals
+            | Token::Greater
+            | Token::Less => self.exact()?,
+            t => {
+                return Err(format!(
+                    "found '{}', expected: in, notin, =, ==, !=, gt, lt",
+                    t.literal()
+                ));
+            }
+        };
+        for v in &values {
+            let errors = crate::config::validate::names::label_value_errors(v);
+            if let Some(e) = errors.first() {
+                return Err(format!("values: Invalid value: {e}"));
+            }
+        }
+        let one = || values.iter().next().cloned().unwrap_or_default();
+        let int = |v: String| {
+            v.parse::<i64>().map_err(|_| {
+                format!("values[0]: Invalid value: {v:?}: for 'Gt', 'Lt' operators, the value must be an integer")
+            })
+        };
+        Ok(match operator {
+            Token::In => Requirement::In(key, values),
+            Token::NotIn => Requirement::NotIn(key, values),
+            Token::NotEquals => Requirement::NotIn(key, values),
+            Token::Greater => Requirement::Gt(key, int(one())?),
+            Token::Less => Requirement::Lt(key, int(one())?),
+            _ => Requirement::In(key, values),
+        })
+    }
+
+    /// `( a, b )`: a value may be empty (`()`, `(a,)`, `(,a)`).
+    fn set(&mut self) -> Result<BTreeSet<String>, String> {
+        let open = self.next_value();
+        if open != Token::Open {
+            return Err(format!("found '{}' expected: '('", open.literal()));
+        }
+        let mut values = BTreeSet::new();
+        match self.peek() {
+            Token::Close => {
+                self.next();
+                values.insert(String::new());
+                return Ok(values);
+            }
+            Token::Ident(_) | Token::Comma => {}
+            t => {
+                return Err(format!(
+                    "found '{}', expected: ',', ')' or identifier",
+                    t.literal()
+                ));
+            }
+        }
+        loop {
+            match self.next_value() {
+                Token::Ident(v) => {
+                    values.insert(v);
+                    match self.peek() {
+                        Token::Comma => continue,
+                        Token::Close => break,
+                        t => return Err(format!("found '{}', expected: ',' or ')'", t.literal())),
+                    }
+                }
+                Token::Comma => {
+                    if values.is_empty() {
+                        values.insert(String::new());
+                    }
+                    match self.peek() {
+                        Token::Close => {
+                            values.insert(String::new());
+                            break;
+                        }
+                        Token::Comma => {
+                            values.insert(String::new());
+                        }
+                        _ => {}
+                    }
+                }
+                t => {
+                    return Err(format!(
+                        "found '{}', expected: ',', or identifier",
+                        t.literal()
+                    ));
+                }
+            }
+        }
+        match self.next_value() {
+            Token::Close => Ok(values),
+            t => Err(format!("found '{}', expected: ')'", t.literal())),
+        }
+    }
+
+    /// The one value after `=`, `==`, `!=`, `>` or `<`; empty before a
+    /// comma or the end.
+    fn exact(&mut self) -> Result<BTreeSet<String>, String> {
+        if matches!(self.peek(), Token::End | Token::Comma) {
+            return Ok(BTreeSet::from([String::new()]));
+        }
+        match self.next_value() {
+            Token::Ident(v) => Ok(BTreeSet::from([v])),
+            t => Err(format!("found '{}', expected: identifier", t.literal())),
+        }
+    }
+}
+
+fn check_key(key: &str) -> Result<(), String> {
+    match crate::config::validate::names::qualified_name_errors(key).first() {
+        Some(e) => Err(format!("key: Invalid value: {e}")),
+        None => Ok(()),
+    }
+}
+
+impl Selector {
+    /// Parses a selector in the API server's string syntax as
+    /// `labels.Parse` does: requirements joined by commas, each `k=v`,
+    /// `k==v`, `k!=v`, `k in (a,b)`, `k notin (a)`, `k`, `!k`, `k>n` or
+    /// `k<n`; keys must be qualified names and values label values. An
+    /// empty or blank selector selects everything.
+    pub fn parse(s: &str) -> Result<Selector, String> {
+        let mut parser = Parser {
+            tokens: tokens(s)?,
+            at: 0,
+        };
+        Ok(Selector {
+            requirements: Some(parser.selector()?),
+        })
     }
 }
 

@@ -1,9 +1,8 @@
 //! What a request's query string asks for: label and field selectors in
 //! the API server's syntax, list paging, watch and write options.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use serde_json::Value;
 
 use crate::cluster::{ApiError, Selector};
@@ -104,94 +103,9 @@ pub fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Parses a label selector as `labels.Parse` does: `k=v`, `k==v`, `k!=v`,
-/// `k in (a,b)`, `k notin (a)`, `k`, `!k`, joined by commas.
+/// Parses a label selector as `labels.Parse` does ([`Selector::parse`]).
 pub fn parse_labels(s: &str) -> Result<Selector, ApiError> {
-    let invalid =
-        |term: &str, why: &str| bad(format!("unable to parse requirement: {term:?}: {why}"));
-    let mut match_labels = BTreeMap::new();
-    let mut exprs = Vec::new();
-    for term in split_terms(s) {
-        let term = term.trim();
-        if term.is_empty() {
-            continue;
-        }
-        let requirement =
-            |key: &str, operator: &str, values: Vec<String>| LabelSelectorRequirement {
-                key: key.trim().to_string(),
-                operator: operator.into(),
-                values: Some(values),
-            };
-        if let Some(key) = term.strip_prefix('!') {
-            exprs.push(requirement(key, "DoesNotExist", Vec::new()));
-        } else if let Some((k, v)) = term.split_once("!=") {
-            exprs.push(requirement(k, "NotIn", vec![v.trim().to_string()]));
-        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-            let k = k.trim();
-            if k.is_empty() {
-                return Err(invalid(term, "a key is required"));
-            }
-            match_labels.insert(k.to_string(), v.trim().to_string());
-        } else if let Some((k, rest)) = split_set(term, " notin ") {
-            exprs.push(requirement(k, "NotIn", rest?));
-        } else if let Some((k, rest)) = split_set(term, " in ") {
-            exprs.push(requirement(k, "In", rest?));
-        } else if term.contains(['<', '>', '(', ')', ' ']) {
-            return Err(invalid(term, "not a supported selector operator"));
-        } else {
-            exprs.push(requirement(term, "Exists", Vec::new()));
-        }
-    }
-    Selector::new(&LabelSelector {
-        match_labels: Some(match_labels),
-        match_expressions: Some(exprs),
-    })
-    .map_err(|e| bad(format!("invalid label selector: {e}")))
-}
-
-/// Splits at commas outside parentheses.
-fn split_terms(s: &str) -> Vec<&str> {
-    let mut terms = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                terms.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    terms.push(&s[start..]);
-    terms
-}
-
-fn split_set<'a>(
-    term: &'a str,
-    operator: &str,
-) -> Option<(&'a str, Result<Vec<String>, ApiError>)> {
-    let (key, rest) = term.split_once(operator)?;
-    let rest = rest.trim();
-    let values = rest
-        .strip_prefix('(')
-        .and_then(|r| r.strip_suffix(')'))
-        .map(|inner| {
-            inner
-                .split(',')
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect()
-        })
-        .ok_or_else(|| {
-            bad(format!(
-                "unable to parse requirement: {term:?}: expected a set in parentheses"
-            ))
-        });
-    Some((key, values))
+    Selector::parse(s).map_err(bad)
 }
 
 /// A field selector: `field=value`, `field==value`, `field!=value`,
@@ -202,21 +116,33 @@ pub struct FieldSelector {
 }
 
 impl FieldSelector {
+    /// Parses a field selector as `fields.ParseSelector` does: terms split
+    /// at commas not escaped by a backslash, each split at its first `!=`,
+    /// `==` or `=`; in a value `\\`, `\,` and `\=` stand for the character
+    /// and an unescaped `,` or `=` is refused. Nothing is trimmed.
     pub fn parse(s: &str) -> Result<FieldSelector, ApiError> {
+        let mut parts = split_escaped_terms(s);
+        parts.sort_unstable();
         let mut terms = Vec::new();
-        for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
-                (f, false, v)
-            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                (f, true, v)
-            } else {
+        for part in parts.into_iter().filter(|t| !t.is_empty()) {
+            let Some((field, equal, value)) = split_field_term(part) else {
                 return Err(bad(format!(
-                    "invalid selector: '{s}'; can't understand '{term}'"
+                    "invalid selector: '{s}'; can't understand '{part}'"
                 )));
             };
-            terms.push((field.trim().to_string(), equal, value.trim().to_string()));
+            let value = unescape_field_value(value)?;
+            // A term without field and value selects everything
+            // (`Transform`).
+            if !(field.is_empty() && value.is_empty()) {
+                terms.push((field.to_string(), equal, value));
+            }
         }
         Ok(FieldSelector { terms })
+    }
+
+    /// Each term: the field, whether it asks for equality, and the value.
+    pub fn terms(&self) -> &[(String, bool, String)] {
+        &self.terms
     }
 
     pub fn is_empty(&self) -> bool {
@@ -282,6 +208,73 @@ impl FieldSelector {
             (actual == value) == *equal
         })
     }
+}
+
+/// Splits at commas, except one after a backslash.
+fn split_escaped_terms(s: &str) -> Vec<&str> {
+    if s.is_empty() {
+        return Vec::new();
+    }
+    let mut terms = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                terms.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&s[start..]);
+    terms
+}
+
+/// A term at its first operator: `!=`, `==` or `=`, tried in that order at
+/// each position.
+fn split_field_term(term: &str) -> Option<(&str, bool, &str)> {
+    (0..term.len())
+        .filter(|&i| term.is_char_boundary(i))
+        .find_map(|i| {
+            let rest = &term[i..];
+            [("!=", false), ("==", true), ("=", true)]
+                .into_iter()
+                .find(|(op, _)| rest.starts_with(op))
+                .map(|(op, equal)| (&term[..i], equal, &rest[op.len()..]))
+        })
+}
+
+/// `fields.UnescapeValue`.
+fn unescape_field_value(s: &str) -> Result<String, ApiError> {
+    let mut out = String::with_capacity(s.len());
+    let mut escaped = false;
+    for c in s.chars() {
+        if escaped {
+            if !matches!(c, '\\' | ',' | '=') {
+                return Err(bad(format!(
+                    "invalid field selector: invalid escape sequence: \\{c}"
+                )));
+            }
+            out.push(c);
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            ',' | '=' => {
+                return Err(bad(format!(
+                    "invalid field selector: unescaped character {c:?}"
+                )));
+            }
+            c => out.push(c),
+        }
+    }
+    if escaped {
+        return Err(bad("invalid field selector: invalid escape sequence: \\"));
+    }
+    Ok(out)
 }
 
 /// The fields beyond `metadata.name` and `metadata.namespace` each kind's
@@ -367,7 +360,17 @@ mod tests {
         assert!(!notin.matches(&labels(&[("env", "prod")])));
         assert!(parse_labels("").unwrap().is_everything());
         assert!(parse_labels("env in prod").is_err());
-        assert!(parse_labels("a > 3").is_err());
+        let gt = parse_labels("a > 3").unwrap();
+        assert!(gt.matches(&labels(&[("a", "5")])));
+        assert!(!gt.matches(&labels(&[("a", "3")])));
+        assert!(!gt.matches(&labels(&[("a", "x")])));
+        assert!(parse_labels("a > x").is_err());
+        // Both requirements hold, as labels.Parse keeps both.
+        assert!(
+            !parse_labels("a=b,a=c")
+                .unwrap()
+                .matches(&labels(&[("a", "c")]))
+        );
     }
 
     #[test]

@@ -692,7 +692,7 @@ impl Simulation {
                 selector,
             } => {
                 let sel = match selector.as_deref() {
-                    Some(s) => parse_selector(s)
+                    Some(s) => Selector::parse(s)
                         .map_err(|e| SimError::Setup(format!("delete: selector {s:?}: {e}")))?,
                     None => Selector::everything(),
                 };
@@ -789,7 +789,7 @@ impl Simulation {
     /// The instances an `interrupt` step is about, by id.
     /// The nodes a step's selector matches, not being deleted, by name.
     fn selected_nodes(&self, step: &str, s: &str) -> Result<Vec<Arc<Node>>, SimError> {
-        let sel = parse_selector(s)
+        let sel = Selector::parse(s)
             .map_err(|e| SimError::Setup(format!("{step}: selector {s:?}: {e}")))?;
         let mut nodes = self.cluster.list::<Node>(None, &sel).items;
         nodes.retain(|n| n.metadata.deletion_timestamp.is_none());
@@ -1430,29 +1430,4 @@ fn object_name(o: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("default");
     format!("{kind}/{ns}/{name}")
-}
-
-/// An equality-based label selector: `app=web,tier!=db`; empty selects all.
-pub fn parse_selector(s: &str) -> Result<Selector, String> {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-    let mut match_labels = BTreeMap::new();
-    let mut exprs = Vec::new();
-    for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        if let Some((k, v)) = term.split_once("!=") {
-            exprs.push(LabelSelectorRequirement {
-                key: k.trim().to_string(),
-                operator: "NotIn".into(),
-                values: Some(vec![v.trim().to_string()]),
-            });
-        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-            match_labels.insert(k.trim().to_string(), v.trim().to_string());
-        } else {
-            return Err(format!("{term:?} is not `key=value` or `key!=value`"));
-        }
-    }
-    Selector::new(&LabelSelector {
-        match_labels: Some(match_labels),
-        match_expressions: Some(exprs),
-    })
-    .map_err(|e| e.to_string())
 }

@@ -1606,7 +1606,7 @@ fn interrupt_step(ctx: &Ctx, body: &Node) -> Result<InterruptStep, ScenarioError
                 }
                 "instance" => InterruptTarget::Instance(value),
                 _ => {
-                    if let Err(e) = super::driver::parse_selector(&value) {
+                    if let Err(e) = crate::cluster::Selector::parse(&value) {
                         return Err(ctx.err(n, format!("selector {value:?}: {e}")));
                     }
                     InterruptTarget::Selector(value)
@@ -1705,7 +1705,7 @@ fn node_condition_step(ctx: &Ctx, body: &Node) -> Result<NodeConditionStep, Scen
         }
         (None, Some(n)) => {
             let v = ctx.str(n, "selector")?;
-            if let Err(e) = super::driver::parse_selector(v) {
+            if let Err(e) = crate::cluster::Selector::parse(v) {
                 return Err(ctx.err(n, format!("selector {v:?}: {e}")));
             }
             InterruptTarget::Selector(v.to_string())
@@ -2178,8 +2178,8 @@ mod tests {
                 "3:44: \"web-1\" is not an EC2 instance id such as i-0123456789abcdef0",
             ),
             (
-                "{kind: rebalance, selector: \"a\"}",
-                "3:44: selector \"a\": \"a\" is not `key=value` or `key!=value`",
+                "{kind: rebalance, selector: \"a in b\"}",
+                "3:44: selector \"a in b\": unable to parse requirement: found 'b' expected: '('",
             ),
             (
                 "{kind: rebalance, node: a, count: 2}",
