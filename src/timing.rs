@@ -85,6 +85,11 @@ pub fn parse_duration(s: &str, syntax: DurationSyntax) -> Result<NillableDuratio
             .ok_or_else(|| format!("invalid duration {s:?}: too large"))?;
         i += 1;
     }
+    // Karpenter reads the field with `time.ParseDuration`, which refuses
+    // more than an int64 of nanoseconds (about 292 years).
+    if total > i64::MAX as u64 / 1_000_000_000 {
+        return Err(format!("invalid duration {s:?}: too large"));
+    }
     // Budget durations are `Nh`, `Nm` or `NhMm`: one of each, hours first.
     if syntax == DurationSyntax::HoursMinutes && !(units == b"h" || units == b"m" || units == b"hm")
     {
@@ -97,53 +102,100 @@ pub fn parse_duration(s: &str, syntax: DurationSyntax) -> Result<NillableDuratio
 /// `karpenter.sh/do-not-disrupt: "1h30m"` is read with it): an optional
 /// sign, then decimal numbers each with a unit (`ns`, `us`, `µs`, `ms`,
 /// `s`, `m`, `h`), such as `300ms`, `1.5h` or `2h45m`; `0` alone is zero.
-/// Returns nanoseconds, negative for a negative duration.
+/// Returns nanoseconds, negative for a negative duration. Integer parts are
+/// exact and a fraction is truncated to the nanosecond, as Go computes
+/// them, and anything beyond an `int64` of nanoseconds is refused.
 pub fn parse_go_duration(s: &str) -> Result<i128, String> {
+    const LIMIT: u64 = 1 << 63;
     let err =
         || format!("invalid duration {s:?}: use a number with a unit such as 90s, 1.5h or 2h45m");
-    let (neg, body) = match s.as_bytes().first() {
+    let too_large = || format!("invalid duration {s:?}: too large");
+    let (neg, mut rest) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
         _ => (false, s),
     };
-    if body == "0" {
+    if rest == "0" {
         return Ok(0);
     }
-    if body.is_empty() {
+    if rest.is_empty() {
         return Err(err());
     }
-    let mut total: f64 = 0.0;
-    let mut rest = body;
+    let mut total: u64 = 0;
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        let num = &rest[..num_len];
-        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
+        let digits = |r: &str| r.bytes().take_while(u8::is_ascii_digit).count();
+        if !rest.starts_with(|c: char| c == '.' || c.is_ascii_digit()) {
             return Err(err());
         }
-        let value: f64 = num.parse().map_err(|_| err())?;
-        rest = &rest[num_len..];
+        // The integer part, exact; more than 2^63 is refused.
+        let int_len = digits(rest);
+        let mut v: u64 = 0;
+        for b in rest[..int_len].bytes() {
+            if v > LIMIT / 10 {
+                return Err(too_large());
+            }
+            v = v * 10 + u64::from(b - b'0');
+            if v > LIMIT {
+                return Err(too_large());
+            }
+        }
+        rest = &rest[int_len..];
+        // The fraction: digits stop counting once they would overflow.
+        let (mut f, mut scale, mut frac_len) = (0u64, 1f64, 0);
+        if let Some(r) = rest.strip_prefix('.') {
+            frac_len = digits(r);
+            let mut overflow = false;
+            for b in r[..frac_len].bytes() {
+                if overflow || f > (LIMIT - 1) / 10 {
+                    overflow = true;
+                    continue;
+                }
+                let y = f * 10 + u64::from(b - b'0');
+                if y > LIMIT {
+                    overflow = true;
+                    continue;
+                }
+                f = y;
+                scale *= 10.0;
+            }
+            rest = &r[frac_len..];
+        }
+        if int_len == 0 && frac_len == 0 {
+            return Err(err());
+        }
         let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .find(|c: char| c == '.' || c.is_ascii_digit())
             .unwrap_or(rest.len());
-        let nanos_per = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
+        let unit: u64 = match &rest[..unit_len] {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
             _ => return Err(err()),
         };
-        total += value * nanos_per;
         rest = &rest[unit_len..];
+        if v > LIMIT / unit {
+            return Err(too_large());
+        }
+        v *= unit;
+        if f > 0 {
+            // As Go: a float64 product, truncated.
+            v += (f as f64 * (unit as f64 / scale)) as u64;
+            if v > LIMIT {
+                return Err(too_large());
+            }
+        }
+        total += v;
+        if total > LIMIT {
+            return Err(too_large());
+        }
     }
-    // Go's limit: about 292 years.
-    if total > i64::MAX as f64 {
-        return Err(format!("invalid duration {s:?}: too large"));
+    if !neg && total > LIMIT - 1 {
+        return Err(too_large());
     }
-    let nanos = total.round() as i128;
+    let nanos = i128::from(total);
     Ok(if neg { -nanos } else { nanos })
 }
 
@@ -164,16 +216,20 @@ const DESCRIPTORS: &[(&str, &str)] = &[
 ];
 
 impl Schedule {
-    /// Parses a schedule as the reference does: five fields (minute, hour,
-    /// day of month, month, day of week) with names, ranges, steps and lists,
-    /// or one of the `@` descriptors. Seconds, years, `@every`, and the `L`,
-    /// `W`, `#` and `?` extensions are rejected.
+    /// Parses a schedule as Karpenter does (`cron.ParseStandard` of
+    /// robfig/cron, in UTC): five fields (minute, hour, day of month, month,
+    /// day of week) of comma-separated ranges, each `*` or `?`, `N`, `N-M`
+    /// or a name (months and weekdays, three letters, any case), with an
+    /// optional `/step` (`N/step` runs to the field's maximum), or one of
+    /// the `@` descriptors in lower case. Day of week is 0-6 (Sunday 0).
+    /// Seconds, years, `@every`, and the `L`, `W` and `#` extensions are
+    /// rejected.
     pub fn parse(s: &str) -> Result<Schedule, String> {
         let trimmed = s.trim();
         let expanded = if trimmed.starts_with('@') {
             DESCRIPTORS
                 .iter()
-                .find(|(d, _)| d.eq_ignore_ascii_case(trimmed))
+                .find(|(d, _)| *d == trimmed)
                 .map(|(_, p)| *p)
                 .ok_or_else(|| {
                     format!(
@@ -190,41 +246,19 @@ impl Schedule {
                 fields.len()
             ));
         }
-        for (field, name) in fields.iter().zip(FIELD_NAMES) {
-            if let Some(c) = field
-                .chars()
-                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '*' | '/' | ',' | '-')))
-            {
-                return Err(format!(
-                    "invalid schedule {s:?}: character {c:?} in the {name} field is not supported"
-                ));
-            }
-            if field.chars().any(|c| c.is_ascii_alphabetic())
-                && !matches!(name, "month" | "day-of-week")
-            {
-                return Err(format!(
-                    "invalid schedule {s:?}: names are only allowed in the month and day-of-week fields"
-                ));
-            }
-        }
-        // `L` and `W` are letters, so they pass the character check above;
-        // reject them unless they are part of a month or weekday name.
-        for (field, name) in fields.iter().zip(FIELD_NAMES).skip(3) {
-            for token in field.split([',', '-', '/']) {
-                let alpha = token.chars().any(|c| c.is_ascii_alphabetic());
-                if alpha && !is_name(token, name) {
-                    return Err(format!(
-                        "invalid schedule {s:?}: {token:?} is not a valid {name} name"
-                    ));
-                }
-            }
-        }
+        let normalized = fields
+            .iter()
+            .zip(FIELDS)
+            .map(|(field, spec)| normalize_field(field, &spec))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("invalid schedule {s:?}: {e}"))?
+            .join(" ");
         let parser = CronParser::builder()
             .seconds(Seconds::Disallowed)
             .year(Year::Disallowed)
             .build();
         let cron = parser
-            .parse(expanded)
+            .parse(&normalized)
             .map_err(|e| format!("invalid schedule {s:?}: {e}"))?;
         Ok(Schedule { cron })
     }
@@ -233,17 +267,144 @@ impl Schedule {
     pub fn cron(&self) -> &croner::Cron {
         &self.cron
     }
+
+    /// The first time the schedule fires strictly after `t` (UTC), as
+    /// robfig/cron's `Schedule.Next`.
+    pub fn next_after(&self, t: crate::clock::Timestamp) -> Option<crate::clock::Timestamp> {
+        self.cron
+            .find_next_occurrence(&t.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC), false)
+            .ok()
+            .map(|z| z.timestamp())
+    }
 }
 
-const FIELD_NAMES: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+/// One cron field: its name, bounds and the names it accepts.
+struct FieldSpec {
+    name: &'static str,
+    min: u32,
+    max: u32,
+    names: &'static [&'static str],
+}
 
-fn is_name(token: &str, field: &str) -> bool {
-    const MONTHS: [&str; 12] = [
-        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
-    ];
-    const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
-    let names: &[&str] = if field == "month" { &MONTHS } else { &DAYS };
-    names.iter().any(|n| n.eq_ignore_ascii_case(token))
+const FIELDS: [FieldSpec; 5] = [
+    FieldSpec {
+        name: "minute",
+        min: 0,
+        max: 59,
+        names: &[],
+    },
+    FieldSpec {
+        name: "hour",
+        min: 0,
+        max: 23,
+        names: &[],
+    },
+    FieldSpec {
+        name: "day-of-month",
+        min: 1,
+        max: 31,
+        names: &[],
+    },
+    FieldSpec {
+        name: "month",
+        min: 1,
+        max: 12,
+        names: &[
+            "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+        ],
+    },
+    FieldSpec {
+        name: "day-of-week",
+        min: 0,
+        max: 6,
+        names: &["sun", "mon", "tue", "wed", "thu", "fri", "sat"],
+    },
+];
+
+/// A field rewritten as numeric ranges croner reads the same way
+/// robfig/cron reads the original: `*` (or `?`, or `*/1`) stays a
+/// wildcard, which decides how day of month and day of week combine;
+/// everything else becomes `start-end/step`.
+fn normalize_field(field: &str, spec: &FieldSpec) -> Result<String, String> {
+    let name = spec.name;
+    let number = |text: &str| -> Result<u32, String> {
+        if let Some(i) = spec.names.iter().position(|n| n.eq_ignore_ascii_case(text)) {
+            return Ok(spec.min + i as u32);
+        }
+        // strconv.Atoi: an optional sign and decimal digits.
+        match text.parse::<i64>() {
+            Ok(n) if n < 0 => Err(format!("negative number {text:?} in the {name} field")),
+            Ok(n) => u32::try_from(n)
+                .map_err(|_| format!("{text:?} is out of range in the {name} field")),
+            Err(_) => Err(format!(
+                "{text:?} is not a number or name in the {name} field"
+            )),
+        }
+    };
+    let mut parts = Vec::new();
+    // strings.FieldsFunc: empty elements (`1,,2`) are skipped.
+    for expr in field.split(',').filter(|e| !e.is_empty()) {
+        let range_and_step: Vec<&str> = expr.split('/').collect();
+        let low_high: Vec<&str> = range_and_step[0].split('-').collect();
+        let star = matches!(low_high[0], "*" | "?");
+        let (start, mut end) = if star {
+            (spec.min, spec.max)
+        } else {
+            let start = number(low_high[0])?;
+            match low_high.len() {
+                1 => (start, start),
+                2 => (start, number(low_high[1])?),
+                _ => return Err(format!("too many hyphens in {expr:?} ({name} field)")),
+            }
+        };
+        let step = match range_and_step.len() {
+            1 => 1,
+            2 => {
+                let step = number(range_and_step[1])?;
+                if low_high.len() == 1 {
+                    end = spec.max;
+                }
+                step
+            }
+            _ => return Err(format!("too many slashes in {expr:?} ({name} field)")),
+        };
+        if start < spec.min {
+            return Err(format!(
+                "{start} is below the {name} field's minimum {}",
+                spec.min
+            ));
+        }
+        if end > spec.max {
+            return Err(format!(
+                "{end} is above the {name} field's maximum {}",
+                spec.max
+            ));
+        }
+        if start > end {
+            return Err(format!(
+                "the range {expr:?} starts after it ends ({name} field)"
+            ));
+        }
+        if step == 0 {
+            return Err(format!(
+                "the step of {expr:?} must be positive ({name} field)"
+            ));
+        }
+        parts.push(if star && step == 1 {
+            "*".to_string()
+        } else {
+            format!("{start}-{end}/{step}")
+        });
+    }
+    if parts.is_empty() {
+        return Err(format!("the {name} field is empty"));
+    }
+    // A wildcard anywhere makes the whole field one, as robfig/cron ORs
+    // its star bit into the field.
+    if parts.iter().any(|p| p == "*") {
+        return Ok("*".into());
+    }
+    Ok(parts.join(","))
 }
 
 #[cfg(test)]
@@ -307,6 +468,10 @@ mod tests {
             "@midnight",
             "@annually",
             "0 0 * * 0",
+            // robfig/cron's forms: `?` for `*`, `N/step`, empty list items.
+            "0 0 ? * MON",
+            "0 0 * * 1/2",
+            "1,,2 * * * *",
         ] {
             assert!(
                 Schedule::parse(ok).is_ok(),
@@ -314,6 +479,43 @@ mod tests {
                 Schedule::parse(ok)
             );
         }
+    }
+
+    #[test]
+    fn schedules_fire_as_robfig_cron_does() {
+        let fires = |s: &str, n: usize| {
+            let schedule = Schedule::parse(s).expect(s);
+            // 2026-01-01T00:00:00Z, a Thursday.
+            let mut t = crate::clock::Timestamp::from_second(1_767_225_600).expect("time");
+            (0..n)
+                .map(|_| {
+                    t = schedule.next_after(t).expect("fires");
+                    t.to_string()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            fires("5/20 * * * *", 3),
+            [
+                "2026-01-01T00:05:00Z",
+                "2026-01-01T00:25:00Z",
+                "2026-01-01T00:45:00Z"
+            ]
+        );
+        // Day of week `1/2` is Monday, Wednesday and Friday.
+        assert_eq!(
+            fires("0 0 * * 1/2", 3),
+            [
+                "2026-01-02T00:00:00Z",
+                "2026-01-05T00:00:00Z",
+                "2026-01-07T00:00:00Z"
+            ]
+        );
+        // Day of month and day of week both restricted: either one.
+        assert_eq!(
+            fires("0 0 2 * 0", 2),
+            ["2026-01-02T00:00:00Z", "2026-01-04T00:00:00Z"]
+        );
     }
 
     #[test]
@@ -325,8 +527,10 @@ mod tests {
             "0 0 L * *",
             "0 0 15W * *",
             "0 0 * * 5#3",
-            "0 0 ? * MON",
             "0 0 * * 5L",
+            "0 0 * * 7",
+            "*/0 * * * *",
+            "@DAILY",
             "60 * * * *",
             "0 24 * * *",
             "0 0 * * * 2026",

@@ -53,7 +53,12 @@ const DIGITS: u32 = 36;
 /// Parses `s` and returns `ceil(value * 10^scale)` (towards zero for a
 /// negative value), saturating at the bounds of `i64`.
 pub fn parse_scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
-    let s = s.trim();
+    // The API server decodes a quantity from its JSON string and trims
+    // blanks from it; characters JSON escapes (control characters, U+2028,
+    // U+2029) reach the parser as escapes and are refused.
+    let s = s.trim_matches(|c: char| {
+        c.is_whitespace() && c >= ' ' && !matches!(c, '\u{2028}' | '\u{2029}')
+    });
     if s.is_empty() {
         return Err(QuantityError::Empty);
     }
@@ -67,7 +72,9 @@ pub fn parse_scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(body.len());
     let (number, suffix) = body.split_at(num_end);
-    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+    // As `resource.ParseQuantity`, digits may be missing on either side of
+    // the point, or altogether: `-`, `.` and `m` are zero.
+    if number.matches('.').count() > 1 {
         return Err(invalid());
     }
     // value = mantissa * 10^exp10 (+ a dropped non-zero remainder)
@@ -120,16 +127,18 @@ pub fn parse_scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
             if digits_only.is_empty() || !digits_only.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(invalid());
             }
-            // Any exponent is valid; beyond i64 it only saturates.
-            let big = exp.parse::<i64>().unwrap_or(if exp.starts_with('-') {
-                i64::MIN / 2
-            } else {
-                i64::MAX / 2
-            });
-            (0, big.clamp(i64::MIN / 2, i64::MAX / 2))
+            // `resource.ParseQuantity` reads the exponent as an int32.
+            let exp = exp.parse::<i32>().map_err(|_| invalid())?;
+            (0, i64::from(exp))
         }
         _ => return Err(invalid()),
     };
+    // Without a digit the number is zero, but Go reads it through its
+    // fast path only: a decimal exponent below -9 or the suffix Pi or Ei
+    // takes the slow path, which cannot read an empty number.
+    if !number.bytes().any(|b| b.is_ascii_digit()) && (dec < -9 || bin >= 50) {
+        return Err(invalid());
+    }
     let saturated = if negative { i64::MIN } else { i64::MAX };
     if mantissa == 0 {
         return Ok(if remainder && !negative { 1 } else { 0 });
@@ -256,10 +265,12 @@ mod tests {
             "9223372036854775807",
             "1e400",
             "99999999999Ei",
-            "1e99999999999999999999",
         ] {
             assert_eq!(parse_quantity(CPU, s), Ok(i64::MAX), "{s}");
         }
+        // resource.ParseQuantity reads the exponent as an int32.
+        assert!(parse_quantity(CPU, "1e2147483648").is_err());
+        assert_eq!(parse_quantity(CPU, "1e2147483647"), Ok(i64::MAX));
         assert_eq!(parse_quantity(MEMORY, "9223372036854775807"), Ok(i64::MAX));
         assert_eq!(parse_quantity(MEMORY, "9223372036854775808"), Ok(i64::MAX));
         assert_eq!(parse_quantity(MEMORY, "8Ei"), Ok(i64::MAX));
