@@ -40,7 +40,10 @@ pub fn apply(kind: PatchType, target: &Value, patch: &[u8]) -> Result<Value, Api
         PatchType::Json => {
             let ops: json_patch::Patch = serde_json::from_slice(patch)
                 .map_err(|e| bad(format!("error decoding patch: {e}")))?;
-            json_patch::patch(&mut out, &ops).map_err(|e| ApiError::Invalid {
+            // On the copy, without json_patch::patch's undo: a failed patch
+            // leaves the copy to be dropped, and the undo panics on some
+            // patches (an append at `/-` followed by a failing operation).
+            json_patch::patch_unsafe(&mut out, &ops).map_err(|e| ApiError::Invalid {
                 resource: String::new(),
                 key: Default::default(),
                 messages: vec![format!(
@@ -51,18 +54,75 @@ pub fn apply(kind: PatchType, target: &Value, patch: &[u8]) -> Result<Value, Api
         PatchType::Merge => {
             let p: Value = serde_json::from_slice(patch)
                 .map_err(|e| bad(format!("error decoding patch: {e}")))?;
-            json_patch::merge(&mut out, &p);
+            match p {
+                Value::Object(_) => merge(&mut out, &p),
+                // As the API server's json-patch: an array replaces the
+                // document; anything else is refused.
+                Value::Array(_) => out = without_nulls(p),
+                _ => return Err(bad("Invalid JSON Patch".into())),
+            }
         }
         PatchType::Strategic => {
             let p: Value = serde_json::from_slice(patch)
                 .map_err(|e| bad(format!("error decoding patch: {e}")))?;
-            strategic(&mut out, &p);
+            // `null` decodes into an empty patch; anything else but an
+            // object does not decode at all.
+            if p.is_null() {
+                return Ok(out);
+            }
+            if !p.is_object() {
+                return Err(bad("invalid JSON document".into()));
+            }
+            strategic(&mut out, &p).map_err(bad)?;
         }
         PatchType::Apply => {
             return Err(bad("apply patches are merged by server-side apply".into()));
         }
     }
     Ok(out)
+}
+
+/// A JSON merge patch as the API server's json-patch (evanphx v4) merges
+/// one: a `null` member deletes, an object merges into an object, anything
+/// else replaces; what is put where there was nothing, `null` or a
+/// non-object loses the `null` members of its objects, however deep (an
+/// array keeps its `null` items), and what replaces an object is kept as
+/// it is.
+fn merge(target: &mut Value, patch: &Value) {
+    let (Some(t), Some(p)) = (target.as_object_mut(), patch.as_object()) else {
+        // evanphx v4 prunes what replaces anything but an object, and
+        // takes what replaces an object as it is.
+        *target = if target.is_object() {
+            patch.clone()
+        } else {
+            without_nulls(patch.clone())
+        };
+        return;
+    };
+    for (key, value) in p {
+        match (value, t.get_mut(key)) {
+            (Value::Null, _) => {
+                t.remove(key);
+            }
+            (_, Some(current)) if !current.is_null() => merge(current, value),
+            _ => {
+                t.insert(key.clone(), without_nulls(value.clone()));
+            }
+        }
+    }
+}
+
+fn without_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+        v => v,
+    }
 }
 
 /// Whether a patch sets `metadata.resourceVersion`: then it is a
@@ -113,25 +173,41 @@ fn merges_scalars(field: &str) -> bool {
 
 /// Kubernetes' strategic merge patch for the built-in kinds: maps merge,
 /// `null` deletes, lists with a merge key merge element by element
-/// (`$patch: delete` removes one), `finalizers` unite, other lists are
-/// replaced; `$patch: replace` replaces a map, and
-/// `$deleteFromPrimitiveList/<field>` removes scalars.
-pub fn strategic(target: &mut Value, patch: &Value) {
+/// (`$patch: delete` removes one, `{"$patch": "replace"}` replaces the
+/// list), `finalizers` unite, other lists are replaced; `$patch: replace`
+/// replaces a map and `$patch: delete` empties it, and
+/// `$deleteFromPrimitiveList/<field>` removes scalars. A patch that
+/// `strategicpatch` refuses (another `$patch` value, a list element
+/// without its merge key) is refused with its message.
+pub fn strategic(target: &mut Value, patch: &Value) -> Result<(), String> {
     let Some(patch) = patch.as_object() else {
         *target = patch.clone();
-        return;
+        return Ok(());
     };
-    if patch.get("$patch").and_then(Value::as_str) == Some("replace") {
-        let mut replaced = patch.clone();
-        replaced.remove("$patch");
-        *target = Value::Object(replaced);
-        return;
+    match patch.get("$patch") {
+        None => {}
+        Some(Value::String(d)) if d == "replace" => {
+            let mut replaced = patch.clone();
+            replaced.remove("$patch");
+            *target = Value::Object(replaced);
+            return Ok(());
+        }
+        Some(Value::String(d)) if d == "delete" => {
+            *target = Value::Object(Map::new());
+            return Ok(());
+        }
+        Some(other) => {
+            return Err(format!(
+                "unknown patch type: {other} in map: {}",
+                Value::Object(patch.clone())
+            ));
+        }
     }
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
     let Some(t) = target.as_object_mut() else {
-        return;
+        return Ok(());
     };
     for (key, value) in patch {
         if let Some(list) = key.strip_prefix("$deleteFromPrimitiveList/") {
@@ -144,15 +220,25 @@ pub fn strategic(target: &mut Value, patch: &Value) {
             // `$setElementOrder/...`, `$retainKeys`: ordering hints.
             continue;
         }
-        match value {
-            Value::Null => {
-                t.remove(key);
-            }
-            Value::Object(_) => strategic(t.entry(key.clone()).or_insert(Value::Null), value),
-            Value::Array(items) => {
-                let merged = match (t.get(key), merge_key(key)) {
-                    (Some(Value::Array(existing)), Some(k)) => merge_by_key(existing, items, k),
-                    (Some(Value::Array(existing)), None) if merges_scalars(key) => {
+        if value.is_null() {
+            t.remove(key);
+            continue;
+        }
+        match (value, t.get_mut(key)) {
+            (Value::Object(_), Some(current @ Value::Object(_))) => strategic(current, value)?,
+            (Value::Array(items), Some(Value::Array(existing))) => {
+                *existing = match merge_key(key) {
+                    Some(k) => merge_by_key(existing, items, k)?,
+                    None if merges_scalars(key) => {
+                        let kind = |v: &Value| std::mem::discriminant(v);
+                        let mut all = existing.iter().chain(items);
+                        let first = all.next().map(kind);
+                        if all.any(|v| Some(kind(v)) != first) {
+                            return Err(format!(
+                                "list element types are not identical: {}",
+                                Value::Array(existing.iter().chain(items).cloned().collect())
+                            ));
+                        }
                         let mut out = existing.clone();
                         for i in items {
                             if !out.contains(i) {
@@ -161,43 +247,108 @@ pub fn strategic(target: &mut Value, patch: &Value) {
                         }
                         out
                     }
-                    _ => items
-                        .iter()
-                        .filter(|i| i.get("$patch").is_none())
-                        .cloned()
-                        .collect(),
+                    None => items.clone(),
                 };
-                t.insert(key.clone(), Value::Array(merged));
             }
-            v => {
-                t.insert(key.clone(), v.clone());
-            }
+            // Absent, or of another type (`null` is one): the patch's
+            // value, without its nulls and its directives.
+            _ => match without_directives(without_nulls(value.clone())) {
+                Some(v) => drop(t.insert(key.clone(), v)),
+                None => drop(t.remove(key)),
+            },
         }
+    }
+    Ok(())
+}
+
+/// strategicpatch's `removeDirectives`: a map with `$patch` goes, and so
+/// does any list element or member that is one.
+fn without_directives(value: Value) -> Option<Value> {
+    match value {
+        Value::Object(m) if m.contains_key("$patch") => None,
+        Value::Object(m) => Some(Value::Object(
+            m.into_iter()
+                .filter_map(|(k, v)| Some((k, without_directives(v)?)))
+                .collect(),
+        )),
+        Value::Array(items) => Some(Value::Array(
+            items.into_iter().filter_map(without_directives).collect(),
+        )),
+        v => Some(v),
     }
 }
 
-fn merge_by_key(existing: &[Value], patch: &[Value], key: &str) -> Vec<Value> {
+/// A list merged by its merge key, as strategicpatch's `mergeSlice` does
+/// apart from the final ordering: elements with `$patch: delete` remove
+/// their match, one with `$patch: replace` makes the list the patch's other
+/// elements, then each element merges into its match or is appended.
+fn merge_by_key(existing: &[Value], patch: &[Value], key: &str) -> Result<Vec<Value>, String> {
+    let no_key = |p: &Value| format!("map: {p} does not contain declared merge key: {key}");
     let mut out = existing.to_vec();
+    let mut plain = Vec::new();
+    let mut replace = false;
     for p in patch {
-        let id = p.get(key);
-        let at = out.iter().position(|e| id.is_some() && e.get(key) == id);
-        if p.get("$patch").and_then(Value::as_str) == Some("delete") {
-            if let Some(i) = at {
-                out.remove(i);
+        match p.get("$patch") {
+            None => plain.push(p),
+            Some(Value::String(d)) if d == "delete" => {
+                let id = p.get(key).ok_or_else(|| no_key(p))?;
+                out.retain(|e| e.get(key) != Some(id));
             }
-            continue;
+            Some(Value::String(d)) if d == "replace" => replace = true,
+            Some(Value::String(d)) if d == "merge" => {
+                return Err("merging lists cannot yet be specified in the patch".into());
+            }
+            Some(other) => return Err(format!("unknown patch type: {other} in map: {p}")),
         }
-        match at {
-            Some(i) => strategic(&mut out[i], p),
+    }
+    if let Some(p) = plain.iter().find(|p| p.get(key).is_none()) {
+        return Err(no_key(p));
+    }
+    if replace {
+        return Ok(plain.into_iter().cloned().collect());
+    }
+    for p in plain {
+        match out.iter().position(|e| e.get(key) == p.get(key)) {
+            Some(i) => strategic(&mut out[i], p)?,
             None => out.push(p.clone()),
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_json_patch_after_an_append_is_refused_not_a_panic() {
+        let target = serde_json::json!({"metadata": {"finalizers": ["a"], "labels": {"k": "v"}}});
+        let patch = br#"[{"op": "add", "path": "/metadata/finalizers/-", "value": "b"},
+                         {"op": "test", "path": "/metadata/labels/k", "value": "w"}]"#;
+        assert!(apply(PatchType::Json, &target, patch).is_err());
+    }
+
+    #[test]
+    fn merge_patches_merge_as_the_api_server_does() {
+        let target = serde_json::json!({"a": {"b": 1, "c": 2}, "l": [1]});
+        let merged =
+            |p: serde_json::Value| apply(PatchType::Merge, &target, p.to_string().as_bytes());
+        assert_eq!(
+            merged(serde_json::json!({"a": {"b": null}, "l": [{"x": null, "y": 1}, null], "n": {"z": null}})).ok(),
+            Some(serde_json::json!({"a": {"c": 2}, "l": [{"y": 1}, null], "n": {}}))
+        );
+        assert_eq!(
+            merged(serde_json::json!([1, null])).ok(),
+            Some(serde_json::json!([1, null]))
+        );
+        for refused in [
+            serde_json::json!(null),
+            serde_json::json!("x"),
+            serde_json::json!(1),
+        ] {
+            assert!(merged(refused).is_err());
+        }
+    }
     use serde_json::json;
 
     #[test]
