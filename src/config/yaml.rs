@@ -783,11 +783,52 @@ fn key_from_value(value: Value, pos: Pos) -> KeyKind {
     let name = match value {
         Value::Str(s) => s,
         Value::Bool(b) => b.to_string(),
+        Value::Number(n) if n.is_f64() => go_float_key(n.as_f64().unwrap_or_default()),
         Value::Number(n) => n.to_string(),
         Value::Null => return KeyKind::Invalid(pos, "null"),
         Value::Seq(_) | Value::Map(_) => return KeyKind::Invalid(pos, "a collection"),
     };
     KeyKind::Key(Key { name, pos })
+}
+
+/// A float key's text as sigs.k8s.io/yaml writes it: go-yaml's
+/// `strconv.FormatFloat(f, 'g', -1, 32)` (the shortest digits of the
+/// float32, in exponent form below 1e-4 or from 1e6), `.inf`, `-.inf`,
+/// `.nan`.
+fn go_float_key(f: f64) -> String {
+    if f.is_nan() {
+        return ".nan".into();
+    }
+    let x = f as f32;
+    if x.is_infinite() {
+        return if x > 0.0 { ".inf" } else { "-.inf" }.into();
+    }
+    let sign = if x.is_sign_negative() { "-" } else { "" };
+    if x == 0.0 {
+        return format!("{sign}0");
+    }
+    // Rust's `{:e}` gives the shortest digits that read back as `x`.
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if !(-4..6).contains(&exp) {
+        let (first, rest) = digits.split_at(1);
+        let point = if rest.is_empty() { "" } else { "." };
+        let esign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{point}{rest}e{esign}{:02}", exp.abs());
+    }
+    let body = if exp < 0 {
+        format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
+    } else {
+        let int_len = exp as usize + 1;
+        if digits.len() <= int_len {
+            format!("{digits}{}", "0".repeat(int_len - digits.len()))
+        } else {
+            format!("{}.{}", &digits[..int_len], &digits[int_len..])
+        }
+    };
+    format!("{sign}{body}")
 }
 
 /// Adds `key: node` to a mapping under construction; a duplicate replaces the
@@ -1160,24 +1201,25 @@ mod fast {
     /// A plain scalar that means the same in every context we use it in.
     fn simple_plain(s: &str) -> bool {
         let b = s.as_bytes();
-        match b.first() {
-            None => false,
-            Some(&c) if bad_start(c) => {
-                // `-5`, `-foo` are fine plain scalars.
-                c == b'-' && b.get(1).is_some_and(|&n| n != b' ') && !s.starts_with("---")
-            }
-            Some(_) => {
-                // One pass: no `: `, ` #` or backslash inside.
-                let mut prev = 0u8;
-                for &c in b {
-                    if c == b'\\' || (prev == b':' && c == b' ') || (prev == b' ' && c == b'#') {
-                        return false;
-                    }
-                    prev = c;
-                }
-                prev != b':' && prev != b' '
-            }
+        let Some(&first) = b.first() else {
+            return false;
+        };
+        // `-5`, `-foo` are fine plain scalars; other indicators are not.
+        if bad_start(first)
+            && !(first == b'-' && b.get(1).is_some_and(|&n| n != b' ') && !s.starts_with("---"))
+        {
+            return false;
         }
+        // One pass: no `: `, ` #` or backslash inside, and no `:` or blank
+        // at the end (`-:` is a key, not a scalar).
+        let mut prev = 0u8;
+        for &c in b {
+            if c == b'\\' || (prev == b':' && c == b' ') || (prev == b' ' && c == b'#') {
+                return false;
+            }
+            prev = c;
+        }
+        prev != b':' && prev != b' '
     }
 
     impl Reader<'_, '_> {
@@ -1837,6 +1879,29 @@ mod tests {
     }
 
     #[test]
+    fn float_keys_are_written_as_go_yaml_writes_them() {
+        for (f, text) in [
+            (0.0, "0"),
+            (1.0, "1"),
+            (1.5, "1.5"),
+            (0.1, "0.1"),
+            (123456.0, "123456"),
+            (1234567.0, "1.234567e+06"),
+            (123456789.0, "1.2345679e+08"),
+            (1e21, "1e+21"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-2.5, "-2.5"),
+            (f64::INFINITY, ".inf"),
+            (f64::NEG_INFINITY, "-.inf"),
+            (f64::NAN, ".nan"),
+            (1e300, ".inf"),
+        ] {
+            assert_eq!(go_float_key(f), text, "{f}");
+        }
+    }
+
+    #[test]
     fn non_string_keys_become_text_and_null_keys_are_errors() {
         let root = one("yes: 1\n0x10: 2\n1.5: 3\n");
         assert_eq!(root.to_json(), json!({"true": 1, "16": 2, "1.5": 3}));
@@ -2195,6 +2260,11 @@ mod tests {
         );
         // Whether or not these are read fast, the result must not differ.
         for text in [
+            // Found by the differential test against sigs.k8s.io/yaml: the
+            // fast reader took `-:` for a scalar.
+            "a: -:\n",
+            "a: -: y\n",
+            "a: -b:\n",
             "a:\n\n  b: 1\n",
             "a: # c\n  b: 1\n",
             "- a\n-\n",
