@@ -341,6 +341,12 @@ fn normalize_field(field: &str, spec: &FieldSpec) -> Result<String, String> {
             )),
         }
     };
+    if let Some(c) = field
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '*' | '?' | '/' | ',' | '-' | '+')))
+    {
+        return Err(format!("character {c:?} in the {name} field is not supported"));
+    }
     let mut parts = Vec::new();
     // strings.FieldsFunc: empty elements (`1,,2`) are skipped.
     for expr in field.split(',').filter(|e| !e.is_empty()) {

@@ -13,6 +13,7 @@
 
 mod admission;
 mod http;
+mod parsers;
 mod served;
 
 use std::path::{Path, PathBuf};
