@@ -743,12 +743,75 @@ fn identical_concurrent_launches_share_one_create_fleet() {
                 Some(&i.nodeclaim)
             );
         }
+        // The fleet's instances also name the whole batch, which is all a
+        // replica that dies between the fleet and the tags leaves behind.
+        let mut batch: Vec<String> = claims
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        batch.sort();
+        for i in &instances {
+            let tags = env.tags(&i.id).await;
+            let mut named: Vec<String> = tags["dovetail.dev/launch-batch"]
+                .split(',')
+                .map(str::to_string)
+                .collect();
+            named.sort();
+            assert_eq!(named, batch);
+        }
         // A lone launch is not batched with anything and tags at launch.
         aws.create(&claim("alone", &["m5.large"]), &class, &none)
             .await
             .expect("launches");
         assert_eq!(proxy.count("CreateFleet"), 2);
         assert_eq!(proxy.count("CreateTags"), 3);
+
+        // The launching replica died after CreateFleet, before the tags and
+        // the NodeClaims' status: the next one finds each claim's instance
+        // among the batch's and records it instead of launching again.
+        for i in &instances {
+            env.ec2
+                .delete_tags()
+                .resources(&i.id)
+                .tags(Tag::builder().key("karpenter.sh/nodeclaim").build())
+                .send()
+                .await
+                .expect("DeleteTags");
+        }
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(SystemClock.now()));
+        let cluster = Arc::new(MemoryCluster::new(clock.clone()));
+        let stored = cluster.create(env.nodeclass()).expect("created");
+        let mut with = (*stored).clone();
+        with.status = class.status.clone();
+        Cluster::replace_status(cluster.as_ref(), with)
+            .await
+            .expect("status");
+        for c in &claims {
+            cluster.create(c.clone()).expect("created");
+        }
+        let standby = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
+        let mut controller = Controller::new(cluster.clone(), standby, clock, Settings::default());
+        controller.reconcile_nodeclaims().await;
+        let recorded: BTreeSet<String> = Cluster::list::<NodeClaim>(cluster.as_ref())
+            .iter()
+            .filter_map(|c| c.status.as_ref()?.provider_id.clone())
+            .collect();
+        let launched: BTreeSet<String> = instances.iter().map(|i| i.provider_id.clone()).collect();
+        assert_eq!(
+            recorded, launched,
+            "each claim recorded one of the batch's instances"
+        );
+        assert_eq!(proxy.count("CreateFleet"), 2, "nothing launched again");
+        let reasons: Vec<String> = controller
+            .drain_events()
+            .into_iter()
+            .map(|e| e.reason)
+            .collect();
+        assert_eq!(
+            reasons.iter().filter(|r| *r == "LaunchRecovered").count(),
+            3,
+            "{reasons:?}"
+        );
     });
 }
 

@@ -56,6 +56,11 @@ pub struct Instance {
     pub state: InstanceState,
     /// The NodeClaim it was launched for (the `karpenter.sh/nodeclaim` tag).
     pub nodeclaim: String,
+    /// Without that tag: the NodeClaims of the CreateFleet that launched
+    /// it for several (`dovetail.dev/launch-batch`), one of which it is
+    /// for; the tag per instance follows the fleet's answer, and a replica
+    /// that died in between leaves only this.
+    pub launch_batch: Vec<String>,
     /// The NodePool of that NodeClaim (the `karpenter.sh/nodepool` tag).
     pub nodepool: String,
     /// Well-known labels of the instance type, zone and capacity type, for
@@ -530,6 +535,7 @@ mod tests {
             image_id: None,
             subnet_id: None,
             security_group_ids: Vec::new(),
+            launch_batch: Vec::new(),
             efa_attached: false,
         };
         let held: CapacityReservation = serde_json::from_value(serde_json::json!({

@@ -489,14 +489,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         if self.unrecorded.is_none() {
             match self.cloud.list().await {
                 Ok(instances) => {
-                    let live = instances.into_iter().filter(|i| {
-                        !i.nodeclaim.is_empty()
-                            && !matches!(
-                                i.state,
-                                InstanceState::ShuttingDown | InstanceState::Terminated
-                            )
-                    });
-                    self.unrecorded = Some(live.map(|i| (i.nodeclaim.clone(), i)).collect());
+                    let claims = self.cluster.list::<NodeClaim>();
+                    self.unrecorded = Some(unrecorded_instances(instances, &claims));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "listing instances before a launch");
@@ -809,6 +803,52 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 }
 
+/// The live instances launched for NodeClaims that have not recorded
+/// them, by claim: those tagged with their claim, and those of a batched
+/// CreateFleet whose per-instance tags were never written, shared out in
+/// order among the batch's claims that recorded none (all claims of a batch
+/// asked for the same launch, so any of its instances serves any of them).
+fn unrecorded_instances(
+    instances: Vec<Instance>,
+    claims: &[std::sync::Arc<NodeClaim>],
+) -> std::collections::HashMap<String, Instance> {
+    let recorded: std::collections::HashSet<&str> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.provider_id.as_deref())
+        .collect();
+    let waiting: std::collections::HashSet<&str> = claims
+        .iter()
+        .filter(|c| c.status.as_ref().is_none_or(|s| s.provider_id.is_none()))
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
+    let live = instances.into_iter().filter(|i| {
+        !recorded.contains(i.provider_id.as_str())
+            && !matches!(
+                i.state,
+                InstanceState::ShuttingDown | InstanceState::Terminated
+            )
+    });
+    let (tagged, mut batched): (Vec<Instance>, Vec<Instance>) =
+        live.partition(|i| !i.nodeclaim.is_empty());
+    let mut out: std::collections::HashMap<String, Instance> = tagged
+        .into_iter()
+        .map(|i| (i.nodeclaim.clone(), i))
+        .collect();
+    batched.retain(|i| !i.launch_batch.is_empty());
+    batched.sort_by(|a, b| (&a.launch_batch, &a.id).cmp(&(&b.launch_batch, &b.id)));
+    for instance in batched {
+        let claim = instance
+            .launch_batch
+            .iter()
+            .find(|c| waiting.contains(c.as_str()) && !out.contains_key(c.as_str()))
+            .cloned();
+        if let Some(claim) = claim {
+            out.insert(claim, instance);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -857,5 +897,60 @@ mod tests {
         assert!(shape_issues(&claim, &node).is_empty());
         let (claim, node) = claim_and_node("128Gi", "64Gi", false);
         assert!(shape_issues(&claim, &node).is_empty());
+    }
+
+    #[test]
+    fn a_batch_launch_whose_tags_were_never_written_is_shared_among_its_claims() {
+        let instance = |id: &str, claim: &str, batch: &[&str]| Instance {
+            id: id.into(),
+            provider_id: format!("aws:///us-east-1a/{id}"),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: "on-demand".into(),
+            price: 0.096,
+            launched_at: Timestamp::UNIX_EPOCH,
+            state: InstanceState::Pending,
+            nodeclaim: claim.into(),
+            launch_batch: batch.iter().map(|c| c.to_string()).collect(),
+            nodepool: "default".into(),
+            labels: Default::default(),
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
+            efa_attached: false,
+        };
+        let claim = |name: &str, provider: Option<&str>| {
+            let mut c = NodeClaim::test(name);
+            if let Some(p) = provider {
+                c.status.get_or_insert_with(Default::default).provider_id = Some(p.into());
+            }
+            Arc::new(c)
+        };
+        // One fleet for a, b, c and d: i-1 was tagged for a before the
+        // launching replica died, d recorded i-4 (tagged too late), and
+        // i-2 and i-3 carry only the batch.
+        let batch = ["a", "b", "c", "d"];
+        let instances = vec![
+            instance("i-3", "", &batch),
+            instance("i-1", "a", &[]),
+            instance("i-2", "", &batch),
+            instance("i-4", "", &batch),
+            instance("i-9", "", &[]),
+        ];
+        let claims = [
+            claim("a", None),
+            claim("b", None),
+            claim("c", None),
+            claim("d", Some("aws:///us-east-1a/i-4")),
+        ];
+        let found = unrecorded_instances(instances, &claims);
+        let ids: BTreeMap<&str, &str> = found
+            .iter()
+            .map(|(c, i)| (c.as_str(), i.id.as_str()))
+            .collect();
+        assert_eq!(
+            ids,
+            BTreeMap::from([("a", "i-1"), ("b", "i-2"), ("c", "i-3")])
+        );
     }
 }

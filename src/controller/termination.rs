@@ -744,6 +744,7 @@ mod tests {
                 image_id: None,
                 subnet_id: None,
                 security_group_ids: Vec::new(),
+                launch_batch: Vec::new(),
                 efa_attached: false,
             })
             .unwrap();

@@ -358,6 +358,7 @@ fn adopt_initial_nodes(
             image_id: claim.and_then(|c| c.status.as_ref()?.image_id.clone()),
             subnet_id: None,
             security_group_ids: Vec::new(),
+            launch_batch: Vec::new(),
             efa_attached: false,
         };
         cloud

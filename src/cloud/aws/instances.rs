@@ -7,7 +7,7 @@ use crate::cloud::select::instance_labels;
 use crate::cloud::{Instance, InstanceState, OfferingKey};
 
 use super::instance_types::{LABEL_TENANCY, LABEL_ZONE_ID, TENANCY_DEFAULT};
-use super::launch::{TAG_NODECLAIM, TAG_NODEPOOL};
+use super::launch::{TAG_LAUNCH_BATCH, TAG_NODECLAIM, TAG_NODEPOOL};
 use super::reservations;
 
 /// `aws:///<zone>/<id>`, as the kubelet sets `spec.providerID`.
@@ -176,6 +176,18 @@ pub fn convert_with_zone_ids(
             .copied()
             .unwrap_or_default()
             .to_string(),
+        launch_batch: match tags.get(TAG_NODECLAIM) {
+            Some(_) => Vec::new(),
+            None => tags
+                .get(TAG_LAUNCH_BATCH)
+                .map(|b| {
+                    b.split(',')
+                        .filter(|c| !c.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
         nodepool,
         labels: labels.into(),
         image_id: i.image_id().map(str::to_string),

@@ -107,6 +107,14 @@ pub const TAG_NODEPOOL: &str = "karpenter.sh/nodepool";
 pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 pub const TAG_NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 pub const TAG_EKS_CLUSTER: &str = "eks:eks-cluster-name";
+/// On the instances of a CreateFleet for several NodeClaims, until each is
+/// tagged with its own: the claims' names, comma-separated. A replica that
+/// takes over after the launching one died between the fleet and the
+/// tagging finds each claim's instance among them instead of launching
+/// again.
+pub const TAG_LAUNCH_BATCH: &str = "dovetail.dev/launch-batch";
+/// The longest value EC2 takes for a tag, and so for a batch's names.
+pub const TAG_VALUE_MAX: usize = 256;
 /// On launch templates: the image they launch (for clean-up).
 pub const TAG_IMAGE: &str = "dovetail.dev/image-id";
 const MIME_BOUNDARY: &str = "//";
@@ -2016,8 +2024,45 @@ pub fn outcome(
     o
 }
 
+/// `names` in order, cut into runs whose comma-joined names fit in `max`
+/// characters (a tag's value); a name longer than that runs alone.
+pub fn batches(names: &[String], max: usize) -> Vec<&[String]> {
+    let mut out = Vec::new();
+    let (mut start, mut len) = (0, 0);
+    for (i, name) in names.iter().enumerate() {
+        let add = if i == start {
+            name.len()
+        } else {
+            name.len() + 1
+        };
+        if i > start && len + add > max {
+            out.push(&names[start..i]);
+            (start, len) = (i, name.len());
+        } else {
+            len += add;
+        }
+    }
+    if start < names.len() {
+        out.push(&names[start..]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn batches_fit_their_names_in_a_tag_value() {
+        let names: Vec<String> = (0..40).map(|i| format!("default-{i:05}")).collect();
+        let cut = super::batches(&names, 256);
+        assert_eq!(cut.iter().map(|b| b.len()).sum::<usize>(), 40);
+        assert!(cut.iter().all(|b| b.join(",").len() <= 256));
+        // 13 characters and a comma each: 18 fit in 256.
+        assert_eq!(cut[0].len(), 18);
+        let long = vec!["x".repeat(300), "y".into()];
+        assert_eq!(super::batches(&long, 256).len(), 2);
+        assert!(super::batches(&[], 256).is_empty());
+    }
+
     use super::*;
 
     /// No reservation known.

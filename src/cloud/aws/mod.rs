@@ -80,8 +80,8 @@ use tokio::time::Instant;
 use self::error::{call, paginate};
 use self::instance_types::{Family, NodeClassSettings, Overheads, TypeInfo};
 use self::launch::{
-    ClusterInfo, FleetInstance, LaunchPlan, PlanInput, TAG_IMAGE, TAG_NODECLAIM, TAG_NODECLASS,
-    cluster_tag,
+    ClusterInfo, FleetInstance, LaunchPlan, PlanInput, TAG_IMAGE, TAG_LAUNCH_BATCH, TAG_NODECLAIM,
+    TAG_NODECLASS, TAG_VALUE_MAX, cluster_tag,
 };
 use self::pricing::{OnDemandPrices, SpotPrices};
 use super::select::{
@@ -1518,9 +1518,7 @@ impl AwsProvider {
             .launch_template_specification(template())
             .set_overrides(Some(overrides))
             .build();
-        let request = self
-            .fleet_request(plan, vec![config], 1, None)
-            .dry_run(true);
+        let request = self.fleet_request(plan, vec![config], 1, &[]).dry_run(true);
         let answer = call(retry, "ec2:CreateFleet", || request.clone().send()).await;
         if let Some(p) = decide(verdict(DryRun::CreateFleet, answer))? {
             return Ok((Some(p), made_note));
@@ -1896,21 +1894,29 @@ impl AwsProvider {
     }
 
     /// The CreateFleet request of `plan` with its launch template
-    /// `configs`, for `total` instances (tagged with `claim` when one).
+    /// `configs`, for `total` instances, tagged with the claim when there
+    /// is one and with the batch's claims when there are several.
     fn fleet_request(
         &self,
         plan: &LaunchPlan,
         configs: Vec<FleetLaunchTemplateConfigRequest>,
         total: i32,
-        claim: Option<&str>,
+        claims: &[String],
     ) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
         let mut tags: Vec<Tag> = plan
             .tags
             .iter()
             .map(|(k, v)| Tag::builder().key(k).value(v).build())
             .collect();
-        if let Some(claim) = claim {
-            tags.push(Tag::builder().key(TAG_NODECLAIM).value(claim).build());
+        match claims {
+            [] => {}
+            [claim] => tags.push(Tag::builder().key(TAG_NODECLAIM).value(claim).build()),
+            batch => tags.push(
+                Tag::builder()
+                    .key(TAG_LAUNCH_BATCH)
+                    .value(batch.join(","))
+                    .build(),
+            ),
         }
         let tag_specs: Vec<TagSpecification> = [
             ResourceType::Instance,
@@ -2018,12 +2024,8 @@ impl AwsProvider {
                     .build(),
             );
         }
-        let claim = match claims {
-            [claim] => Some(claim.as_str()),
-            _ => None,
-        };
         let total = i32::try_from(claims.len()).unwrap_or(i32::MAX);
-        let request = self.fleet_request(plan, configs, total, claim);
+        let request = self.fleet_request(plan, configs, total, claims);
         // One token for every attempt of this request: a CreateFleet that
         // succeeded but whose answer was lost (a 5xx, a timeout) is not
         // carried out again when retried.
@@ -2099,7 +2101,10 @@ impl AwsProvider {
                 "batching launches into one CreateFleet"
             );
         }
-        let results = self.launch_fleet(plan, &names).await;
+        let mut results = Vec::with_capacity(names.len());
+        for batch in launch::batches(&names, TAG_VALUE_MAX) {
+            results.extend(self.launch_fleet(plan, batch).await);
+        }
         for ((_, sender), result) in pending.claims.into_iter().zip(results) {
             let _ = sender.send(result);
         }
@@ -2452,6 +2457,7 @@ impl CloudProvider for AwsProvider {
             launched_at: self.clock.now(),
             state: InstanceState::Pending,
             nodeclaim: name,
+            launch_batch: Vec::new(),
             nodepool,
             labels: labels.into(),
             image_id: image,

@@ -1184,6 +1184,7 @@ impl SimEc2 {
             security_group_ids,
             // As the AWS launch attaches EFA: for a NodeClaim that asks for
             // it, or from a node class that configures its interfaces.
+            launch_batch: Vec::new(),
             efa_attached: it.capacity.get(crate::cloud::aws::launch::EFA) > 0
                 && (requests.get(crate::cloud::aws::launch::EFA) > 0
                     || nodeclass.spec.network_interfaces.is_some()),
