@@ -345,7 +345,9 @@ fn normalize_field(field: &str, spec: &FieldSpec) -> Result<String, String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '*' | '?' | '/' | ',' | '-' | '+')))
     {
-        return Err(format!("character {c:?} in the {name} field is not supported"));
+        return Err(format!(
+            "character {c:?} in the {name} field is not supported"
+        ));
     }
     let mut parts = Vec::new();
     // strings.FieldsFunc: empty elements (`1,,2`) are skipped.
