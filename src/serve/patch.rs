@@ -245,7 +245,7 @@ pub fn strategic(target: &mut Value, patch: &Value) -> Result<(), String> {
                                 out.push(i.clone());
                             }
                         }
-                        out
+                        normalize_order(out, items, existing, &|v| Some(v.clone()))
                     }
                     None => items.clone(),
                 };
@@ -278,10 +278,11 @@ fn without_directives(value: Value) -> Option<Value> {
     }
 }
 
-/// A list merged by its merge key, as strategicpatch's `mergeSlice` does
-/// apart from the final ordering: elements with `$patch: delete` remove
-/// their match, one with `$patch: replace` makes the list the patch's other
-/// elements, then each element merges into its match or is appended.
+/// A list merged by its merge key, as strategicpatch's `mergeSlice` does:
+/// elements with `$patch: delete` remove their match, one with `$patch:
+/// replace` makes the list the patch's other elements, then each element
+/// merges into its match or is appended, and the result is ordered as
+/// [`normalize_order`] orders it.
 fn merge_by_key(existing: &[Value], patch: &[Value], key: &str) -> Result<Vec<Value>, String> {
     let no_key = |p: &Value| format!("map: {p} does not contain declared merge key: {key}");
     let mut out = existing.to_vec();
@@ -307,13 +308,175 @@ fn merge_by_key(existing: &[Value], patch: &[Value], key: &str) -> Result<Vec<Va
     if replace {
         return Ok(plain.into_iter().cloned().collect());
     }
-    for p in plain {
+    let server_order = out.clone();
+    for p in &plain {
         match out.iter().position(|e| e.get(key) == p.get(key)) {
             Some(i) => strategic(&mut out[i], p)?,
-            None => out.push(p.clone()),
+            None => out.push((*p).clone()),
         }
     }
-    Ok(out)
+    let patch_order: Vec<Value> = plain.into_iter().cloned().collect();
+    Ok(normalize_order(out, &patch_order, &server_order, &|v| {
+        v.get(key).cloned()
+    }))
+}
+
+/// Go's `sort.SliceStable`, step for step (insertion sort over blocks of
+/// 20, then SymMerge): strategicpatch orders lists with a `less` that is
+/// not a strict order (an element missing from the order is "less" than
+/// anything), so only Go's own sequence of comparisons gives Go's order.
+fn go_stable_sort<T>(v: &mut [T], less: &impl Fn(&T, &T) -> bool) {
+    fn insertion<T>(v: &mut [T], a: usize, b: usize, less: &impl Fn(&T, &T) -> bool) {
+        for i in a + 1..b {
+            let mut j = i;
+            while j > a && less(&v[j], &v[j - 1]) {
+                v.swap(j, j - 1);
+                j -= 1;
+            }
+        }
+    }
+    fn swap_range<T>(v: &mut [T], a: usize, b: usize, n: usize) {
+        for i in 0..n {
+            v.swap(a + i, b + i);
+        }
+    }
+    fn rotate<T>(v: &mut [T], a: usize, m: usize, b: usize) {
+        let (mut i, mut j) = (m - a, b - m);
+        while i != j {
+            if i > j {
+                swap_range(v, m - i, m, j);
+                i -= j;
+            } else {
+                swap_range(v, m - i, m + j - i, i);
+                j -= i;
+            }
+        }
+        swap_range(v, m - i, m, i);
+    }
+    fn sym_merge<T>(v: &mut [T], a: usize, m: usize, b: usize, less: &impl Fn(&T, &T) -> bool) {
+        if m - a == 1 {
+            let (mut i, mut j) = (m, b);
+            while i < j {
+                let h = (i + j) / 2;
+                if less(&v[h], &v[a]) {
+                    i = h + 1;
+                } else {
+                    j = h;
+                }
+            }
+            for k in a..i - 1 {
+                v.swap(k, k + 1);
+            }
+            return;
+        }
+        if b - m == 1 {
+            let (mut i, mut j) = (a, m);
+            while i < j {
+                let h = (i + j) / 2;
+                if !less(&v[m], &v[h]) {
+                    i = h + 1;
+                } else {
+                    j = h;
+                }
+            }
+            let mut k = m;
+            while k > i {
+                v.swap(k, k - 1);
+                k -= 1;
+            }
+            return;
+        }
+        let mid = (a + b) / 2;
+        let n = mid + m;
+        let (mut start, mut r) = if m > mid { (n - b, mid) } else { (a, m) };
+        let p = n - 1;
+        while start < r {
+            let c = (start + r) / 2;
+            if !less(&v[p - c], &v[c]) {
+                start = c + 1;
+            } else {
+                r = c;
+            }
+        }
+        let end = n - start;
+        if start < m && m < end {
+            rotate(v, start, m, end);
+        }
+        if a < start && start < mid {
+            sym_merge(v, a, start, mid, less);
+        }
+        if mid < end && end < b {
+            sym_merge(v, mid, end, b, less);
+        }
+    }
+    let n = v.len();
+    let mut block = 20;
+    let (mut a, mut b) = (0, block);
+    while b <= n {
+        insertion(v, a, b, less);
+        a = b;
+        b += block;
+    }
+    insertion(v, a, n, less);
+    while block < n {
+        let (mut a, mut b) = (0, 2 * block);
+        while b <= n {
+            sym_merge(v, a, a + block, b, less);
+            a = b;
+            b += 2 * block;
+        }
+        if a + block < n {
+            sym_merge(v, a, a + block, n, less);
+        }
+        block *= 2;
+    }
+}
+
+/// strategicpatch's `normalizeElementOrder`: the merged list's elements
+/// the patch names, in the patch's order, interleaved with the others in
+/// the server's order (`mergeSortedSlice`). `id` is what `index` compares:
+/// the merge key's value, or the element itself for a list of scalars.
+fn normalize_order(
+    merged: Vec<Value>,
+    patch_order: &[Value],
+    server_order: &[Value],
+    id: &impl Fn(&Value) -> Option<Value>,
+) -> Vec<Value> {
+    let index = |list: &[Value], v: &Value| {
+        let key = id(v);
+        list.iter().position(|e| id(e) == key)
+    };
+    let (mut from_patch, mut server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|v| index(patch_order, v).is_some());
+    let by = |order: &[Value]| {
+        let order = order.to_vec();
+        move |x: &Value, y: &Value| match (index(&order, x), index(&order, y)) {
+            (Some(i), Some(j)) => i < j,
+            _ => true,
+        }
+    };
+    go_stable_sort(&mut from_patch, &by(patch_order));
+    go_stable_sort(&mut server_only, &by(server_order));
+    // mergeSortedSlice(left = server-only, right = from the patch).
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        from_patch.into_iter().peekable(),
+    );
+    let mut out = Vec::new();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!(
+                (index(server_order, l), index(server_order, r)),
+                (Some(i), Some(j)) if i < j
+            ),
+        };
+        out.extend(if take_left { left.next() } else { right.next() });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -399,7 +562,9 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "Other", "status": "True"}]}
         });
         let out = apply(PatchType::Strategic, &t, p.to_string().as_bytes()).unwrap();
-        assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]));
+        // strategicpatch's order: what the patch names first (checked
+        // against the Go code by tests/differential/parsers.rs).
+        assert_eq!(out["metadata"]["finalizers"], json!(["b", "a"]));
         assert_eq!(
             out["spec"]["containers"],
             json!([{"name": "app", "image": "v2"}])
