@@ -27,6 +27,10 @@ pub enum NillableDuration {
     Never,
 }
 
+/// Why a duration beyond Go's `time.Duration` (int64 nanoseconds) is
+/// refused.
+const TOO_LONG: &str = "longer than 2562047h47m16s, the most a Go duration holds";
+
 /// Parses a duration in the given syntax. The error is a complete sentence
 /// that names the accepted forms.
 pub fn parse_duration(s: &str, syntax: DurationSyntax) -> Result<NillableDuration, String> {
@@ -72,7 +76,7 @@ pub fn parse_duration(s: &str, syntax: DurationSyntax) -> Result<NillableDuratio
         }
         let n: u64 = body[start..i]
             .parse()
-            .map_err(|_| format!("invalid duration {s:?}: number too large"))?;
+            .map_err(|_| format!("invalid duration {s:?}: {TOO_LONG}"))?;
         let unit = bytes[i];
         units.push(unit);
         let secs = match unit {
@@ -82,13 +86,13 @@ pub fn parse_duration(s: &str, syntax: DurationSyntax) -> Result<NillableDuratio
         };
         total = secs
             .and_then(|x| total.checked_add(x))
-            .ok_or_else(|| format!("invalid duration {s:?}: too large"))?;
+            .ok_or_else(|| format!("invalid duration {s:?}: {TOO_LONG}"))?;
         i += 1;
     }
     // Karpenter reads the field with `time.ParseDuration`, which refuses
     // more than an int64 of nanoseconds (about 292 years).
     if total > i64::MAX as u64 / 1_000_000_000 {
-        return Err(format!("invalid duration {s:?}: too large"));
+        return Err(format!("invalid duration {s:?}: {TOO_LONG}"));
     }
     // Budget durations are `Nh`, `Nm` or `NhMm`: one of each, hours first.
     if syntax == DurationSyntax::HoursMinutes && !(units == b"h" || units == b"m" || units == b"hm")
@@ -109,7 +113,7 @@ pub fn parse_go_duration(s: &str) -> Result<i128, String> {
     const LIMIT: u64 = 1 << 63;
     let err =
         || format!("invalid duration {s:?}: use a number with a unit such as 90s, 1.5h or 2h45m");
-    let too_large = || format!("invalid duration {s:?}: too large");
+    let too_large = || format!("invalid duration {s:?}: {TOO_LONG}");
     let (neg, mut rest) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),

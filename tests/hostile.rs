@@ -315,7 +315,13 @@ fn scenario_values_are_checked_at_their_line_before_anything_runs() {
         (
             "config: repo\nuntil: 99999999999999h\n".to_string(),
             format!(
-                "{name}:2:8: error: until reaches 99999999999999h after the start, beyond the simulation's limit of 744h (31 days)"
+                "{name}:2:8: error: until: invalid duration \"99999999999999h\": longer than 2562047h47m16s, the most a Go duration holds"
+            ),
+        ),
+        (
+            "config: repo\nuntil: 9999h\n".to_string(),
+            format!(
+                "{name}:2:8: error: until reaches 9999h after the start, beyond the simulation's limit of 744h (31 days)"
             ),
         ),
         (
@@ -372,12 +378,23 @@ fn scenario_values_are_checked_at_their_line_before_anything_runs() {
         "simulate",
         sb.path("ok.yaml").to_str().unwrap(),
         "--until",
+        "9999h",
+    ]);
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error: --until 9999h is beyond the simulation's limit of 744h (31 days)\n"
+    );
+    let out = dovetail(&[
+        "simulate",
+        sb.path("ok.yaml").to_str().unwrap(),
+        "--until",
         "9999999h",
     ]);
     assert_eq!(out.code, 2);
     assert_eq!(
         out.stderr,
-        "error: --until 9999999h is beyond the simulation's limit of 744h (31 days)\n"
+        "error: --until: invalid duration \"9999999h\": longer than 2562047h47m16s, the most a Go duration holds\n"
     );
 }
 

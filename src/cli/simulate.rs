@@ -133,6 +133,10 @@ pub(crate) fn run_with_progress(
             ));
             return exit::ERROR;
         }
+        Some(Err(e)) => {
+            io.log(&format!("error: --until: {e}"));
+            return exit::ERROR;
+        }
         Some(_) => {
             io.log("error: --until takes a duration such as 90m or 24h");
             return exit::ERROR;
