@@ -17,6 +17,8 @@ pub mod diag;
 pub mod disruption;
 pub mod drift;
 pub mod fsutil;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod interruption;
 pub mod metrics;
 pub mod model;

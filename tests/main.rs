@@ -11,6 +11,7 @@ mod diff;
 mod differential;
 mod disruption;
 mod forecast;
+mod fuzz_corpus;
 mod helm;
 mod hostile;
 mod impact;
