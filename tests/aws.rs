@@ -778,19 +778,18 @@ fn identical_concurrent_launches_share_one_create_fleet() {
                 .await
                 .expect("DeleteTags");
         }
-        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(SystemClock.now()));
-        let cluster = Arc::new(MemoryCluster::new(clock.clone()));
-        let stored = cluster.create(env.nodeclass()).expect("created");
-        let mut with = (*stored).clone();
-        with.status = class.status.clone();
-        Cluster::replace_status(cluster.as_ref(), with)
-            .await
-            .expect("status");
+        let standby = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
+        let (_, cluster, mut controller) = controller_for(
+            &env,
+            &standby,
+            &class,
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      \
+             nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n",
+        )
+        .await;
         for c in &claims {
             cluster.create(c.clone()).expect("created");
         }
-        let standby = Arc::new(env.provider(&proxy.endpoint(), env.config()).await);
-        let mut controller = Controller::new(cluster.clone(), standby, clock, Settings::default());
         controller.reconcile_nodeclaims().await;
         let recorded: BTreeSet<String> = Cluster::list::<NodeClaim>(cluster.as_ref())
             .iter()
