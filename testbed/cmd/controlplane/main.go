@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -129,7 +130,7 @@ func up(dir string, args []string) error {
 	}
 	ports := map[string]int{}
 	for _, name := range []string{"etcd", "etcd-peer", "etcd-metrics", "apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
-		if ports[name], err = freePort(); err != nil {
+		if ports[name], err = freePort(ports); err != nil {
 			return err
 		}
 	}
@@ -344,13 +345,54 @@ func alive(pid int) bool {
 	return len(fields) == 0 || fields[0] != "Z"
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePort finds a port below the kernel's ephemeral range that nothing
+// listens on. A port the kernel hands out for ":0" comes from that range,
+// and so does the source port of every outgoing connection: between this
+// check and the component's bind, any connection on the machine (a test's
+// HTTP client, moto, another listener on ":0") could take it, and the
+// component would fail with "address already in use".
+func freePort(taken map[string]int) (int, error) {
+	low := ephemeralLow()
+	const first = 10000
+	if low <= first+100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	used := map[int]bool{}
+	for _, p := range taken {
+		used[p] = true
+	}
+	for range 1000 {
+		port := first + rand.IntN(low-first)
+		if used[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free port between %d and %d", first, low)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(raw), &low, &high); err != nil || low <= 0 {
+		return 32768
+	}
+	return low
 }
 
 func tmpfs() string {
