@@ -34,11 +34,11 @@ use crate::support::root;
 
 pub(crate) const K8S: &str = "1.34";
 
-fn from_yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
+pub(crate) fn from_yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
     serde_saphyr::from_str(s).expect("valid test YAML")
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -208,7 +208,7 @@ impl Env {
             .expect("PutParameter");
     }
 
-    fn config(&self) -> AwsConfig {
+    pub(crate) fn config(&self) -> AwsConfig {
         let mut c = AwsConfig::new(&self.cluster);
         c.kubernetes_version = Some(K8S.to_string());
         c.ssm_parameter_root = self.ssm_root.clone();
@@ -224,11 +224,12 @@ impl Env {
             max_attempts: 4,
             base: Duration::from_millis(2),
             cap: Duration::from_millis(20),
+            ..RetrySettings::default()
         };
         c
     }
 
-    async fn provider(&self, endpoint: &str, config: AwsConfig) -> AwsProvider {
+    pub(crate) async fn provider(&self, endpoint: &str, config: AwsConfig) -> AwsProvider {
         let sdk = moto::sdk_config(endpoint, &self.region).await;
         AwsProvider::from_sdk_config(config, &sdk, Arc::new(SystemClock)).expect("provider")
     }
@@ -247,14 +248,14 @@ impl Env {
     }
 
     /// The node class with its status resolved by `aws`.
-    async fn resolved(&self, aws: &AwsProvider) -> EC2NodeClass {
+    pub(crate) async fn resolved(&self, aws: &AwsProvider) -> EC2NodeClass {
         let class = self.nodeclass();
         let r = aws.resolve_node_class(&class).await.expect("resolves");
         with_status(class, &r)
     }
 
     /// Tags of an instance, from EC2.
-    async fn tags(&self, id: &str) -> BTreeMap<String, String> {
+    pub(crate) async fn tags(&self, id: &str) -> BTreeMap<String, String> {
         let out = self
             .ec2
             .describe_instances()
@@ -305,7 +306,7 @@ fn validation_template(t: &aws_sdk_ec2::types::LaunchTemplate) -> bool {
 
 /// A NodeClaim of pool `default` for the node class `default`, allowing
 /// the given instance types on demand.
-fn claim(name: &str, types: &[&str]) -> NodeClaim {
+pub(crate) fn claim(name: &str, types: &[&str]) -> NodeClaim {
     let types = types.join(", ");
     from_yaml(&format!(
         "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: {name}\n  labels: {{karpenter.sh/nodepool: default}}\n\
@@ -2314,7 +2315,7 @@ fn launch_templates_read_back_from_ec2_carry_what_each_ami_family_needs() {
 
 /// The controller and the AWS provider through the proxy, with `pool`'s
 /// NodePool and the test's resolved node class stored in a memory cluster.
-async fn controller_for(
+pub(crate) async fn controller_for(
     env: &Env,
     aws: &Arc<AwsProvider>,
     class: &EC2NodeClass,
@@ -2327,20 +2328,31 @@ async fn controller_for(
     let clock = Arc::new(ManualClock::new(SystemClock.now()));
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+    store_class_and_pool(&cluster, env, class, pool).await;
+    let controller = Controller::new(cluster.clone(), aws.clone(), dyn_clock, Settings::default());
+    (clock, cluster, controller)
+}
+
+/// Stores the test's node class with `class`'s resolved status, and the
+/// NodePool `pool`.
+pub(crate) async fn store_class_and_pool(
+    cluster: &MemoryCluster,
+    env: &Env,
+    class: &EC2NodeClass,
+    pool: &str,
+) {
     let stored = cluster.create(env.nodeclass()).expect("created");
     let mut with = (*stored).clone();
     with.status = class.status.clone();
-    Cluster::replace_status(cluster.as_ref(), with)
+    Cluster::replace_status(cluster, with)
         .await
         .expect("status");
     cluster
         .create(from_yaml::<NodePool>(pool))
         .expect("created");
-    let controller = Controller::new(cluster.clone(), aws.clone(), dyn_clock, Settings::default());
-    (clock, cluster, controller)
 }
 
-fn pending_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
+pub(crate) fn pending_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
     from_yaml(&format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
          spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
@@ -2349,7 +2361,7 @@ fn pending_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
 }
 
 /// One provisioning pass that creates a NodeClaim, and its launch.
-async fn provision_and_launch(
+pub(crate) async fn provision_and_launch(
     clock: &ManualClock,
     controller: &mut Controller<MemoryCluster, AwsProvider>,
 ) {

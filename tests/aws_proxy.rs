@@ -4,6 +4,7 @@
 //!   next N calls of an action;
 //! - access denied (`UnauthorizedOperation`, `AccessDeniedException`) for
 //!   an action;
+//! - a service down: 503 `ServiceUnavailable` for an action;
 //! - insufficient capacity: CreateFleet overrides of a faulted instance
 //!   type are taken out of the request moto sees and reported back in the
 //!   answer's `errorSet` with `InsufficientInstanceCapacity`, as EC2 does
@@ -11,6 +12,9 @@
 //!   none left the answer has errors and no instance); overrides into a
 //!   subnet out of addresses likewise, with
 //!   `InsufficientFreeAddressesInSubnet`;
+//! - partial success: with [`Faults::fleet_capacity`] left, a CreateFleet
+//!   for more instances launches what is left and reports the shortfall
+//!   against its first override;
 //! - a missing Spot service-linked role: a spot CreateFleet is answered
 //!   with `AuthFailure.ServiceLinkedRoleCreationNotPermitted` and no
 //!   instance;
@@ -34,6 +38,15 @@
 //!   launches the others, each taking room), and DescribeInstances reports
 //!   the instances launched into a reservation as EC2 does (its
 //!   `capacityReservationId`, preference `capacity-reservations-only`);
+//! - throttling for a while: every call of an action is throttled until
+//!   an instant ([`Faults::throttle_until`]);
+//! - EC2's eventual consistency ([`Faults::unlisted_for`]): an instance
+//!   CreateFleet launched is left out of DescribeInstances for a while,
+//!   and DescribeInstances, CreateTags and TerminateInstances naming it
+//!   are answered `InvalidInstanceID.NotFound`, as EC2 answers for
+//!   seconds after a launch;
+//! - expired credentials: a request signed with an access key of
+//!   [`Faults::expired_keys`] is answered `ExpiredToken`;
 //! - placement groups, which moto lacks: DescribePlacementGroups is
 //!   answered from [`Faults::placement_groups`] (`GroupId.N`,
 //!   `GroupName.N`, the `state` filter), with EC2's
@@ -46,6 +59,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -55,12 +69,27 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct Faults {
     /// Action -> how many more of its calls are throttled.
     pub throttle: HashMap<String, u32>,
+    /// Action -> until when every call of it is throttled.
+    pub throttle_until: HashMap<String, Instant>,
+    /// How long an instance CreateFleet launched stays unknown to EC2's
+    /// reads (see the module documentation).
+    pub unlisted_for: Option<Duration>,
+    /// Instance id -> when CreateFleet launched it.
+    pub launched_at: HashMap<String, Instant>,
+    /// Access key ids whose session token has expired.
+    pub expired_keys: BTreeSet<String>,
     /// Actions answered with access denied.
     pub deny: BTreeSet<String>,
+    /// Actions whose service is down: answered 503 `ServiceUnavailable`.
+    pub unavailable: BTreeSet<String>,
     /// Instance types CreateFleet has no capacity for (every zone).
     pub no_capacity: BTreeSet<String>,
     /// Subnets with no free address.
     pub full_subnets: BTreeSet<String>,
+    /// How many more instances EC2 has capacity for, whatever the type: a
+    /// CreateFleet for more launches what is left and reports the rest
+    /// `InsufficientInstanceCapacity` (partial success).
+    pub fleet_capacity: Option<u32>,
     /// Spot CreateFleets fail for want of the Spot service-linked role.
     pub spot_role_missing: bool,
     /// How many more CreateFleet answers are lost: the fleet is launched,
@@ -279,6 +308,10 @@ pub struct Seen {
     pub body: String,
     /// `DryRun=true`: an authorization check, which does nothing.
     pub dry_run: bool,
+    /// When it arrived.
+    pub at: Instant,
+    /// The access key id it was signed with.
+    pub key: Option<String>,
 }
 
 pub struct Proxy {
@@ -310,6 +343,35 @@ impl Proxy {
             .iter()
             .filter(|s| s.action == action && s.dry_run)
             .count()
+    }
+
+    /// Calls of `action` per minute since `start`, dry-runs apart: the
+    /// count in each whole or partial minute up to now.
+    pub fn per_minute(&self, action: &str, start: Instant) -> Vec<usize> {
+        let minutes = (start.elapsed().as_secs() / 60 + 1) as usize;
+        let mut out = vec![0; minutes];
+        for s in self.seen.lock().unwrap().iter() {
+            if s.action == action && !s.dry_run && s.at >= start {
+                let m = ((s.at - start).as_secs() / 60) as usize;
+                if let Some(c) = out.get_mut(m) {
+                    *c += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// The access key ids requests were signed with, in first-seen order.
+    pub fn keys(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for s in self.seen.lock().unwrap().iter() {
+            if let Some(k) = &s.key
+                && !out.contains(k)
+            {
+                out.push(k.clone());
+            }
+        }
+        out
     }
 
     /// The bodies of the calls of `action`, dry-runs apart.
@@ -687,7 +749,33 @@ async fn fleet(
     body: &str,
     faults: &Arc<Mutex<Faults>>,
 ) -> std::io::Result<(String, String, Vec<u8>)> {
-    let params = form(body);
+    let mut params = form(body);
+    // EC2 has room for so many instances in all: a fleet for more gets
+    // what is left.
+    let shortfall = {
+        let mut f = faults.lock().unwrap();
+        match f.fleet_capacity.as_mut() {
+            Some(left) => {
+                let total: u32 = params
+                    .iter()
+                    .find(|(k, _)| k == "TargetCapacitySpecification.TotalTargetCapacity")
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(1);
+                let launched = total.min(*left);
+                *left -= launched;
+                for (k, v) in params.iter_mut() {
+                    if k.starts_with("TargetCapacitySpecification.")
+                        && k.ends_with("TargetCapacity")
+                    {
+                        let asked: u32 = v.parse().unwrap_or(0);
+                        *v = asked.min(launched).to_string();
+                    }
+                }
+                total - launched
+            }
+            None => 0,
+        }
+    };
     let param = |name: &str| {
         params
             .iter()
@@ -730,7 +818,26 @@ async fn fleet(
         )
         .into_bytes()
     };
-    let (stripped, refused, any_left) = strip_overrides(&params, &faulted, &full, &full_templates);
+    let (stripped, mut refused, mut any_left) =
+        strip_overrides(&params, &faulted, &full, &full_templates);
+    if shortfall > 0 {
+        // Reported against the first override, as EC2 reports a fleet
+        // it could not fill.
+        let (_, all, _) = strip_overrides(
+            &params,
+            &params
+                .iter()
+                .filter(|(k, _)| k.ends_with(".InstanceType"))
+                .map(|(_, v)| v.clone())
+                .collect(),
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+        );
+        refused.extend(all.into_iter().take(1));
+        any_left &= params
+            .iter()
+            .any(|(k, v)| k == "TargetCapacitySpecification.TotalTargetCapacity" && v != "0");
+    }
     let answer = if role_missing && lifecycle == "spot" {
         // EC2 reports it once, against the override it tried first.
         let (_, all, _) = strip_overrides(
@@ -773,24 +880,16 @@ async fn fleet(
     // What launched into a reservation takes its room.
     if answer.0.starts_with("200") && String::from_utf8_lossy(&answer.2).contains("<instanceIds>") {
         let mut f = faults.lock().unwrap();
+        let now = Instant::now();
+        for id in fleet_instances(&String::from_utf8_lossy(&answer.2)) {
+            f.launched_at.entry(id).or_insert(now);
+        }
         let targeted: Vec<String> = named
             .iter()
             .filter(|t| !full_templates.contains(*t))
             .filter_map(|t| f.template_reservations.get(t).cloned())
             .collect();
-        let text = String::from_utf8_lossy(&answer.2).to_string();
-        let launched: Vec<String> = text
-            .split("<instanceIds>")
-            .skip(1)
-            .filter_map(|s| s.split("</instanceIds>").next())
-            .flat_map(|ids| {
-                ids.split("<item>")
-                    .skip(1)
-                    .filter_map(|i| i.split("</item>").next())
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let launched = fleet_instances(&String::from_utf8_lossy(&answer.2));
         for id in targeted {
             if let Some(r) = f.reservations.iter_mut().find(|r| r.id == id) {
                 r.room = r.room.saturating_sub(1);
@@ -836,14 +935,25 @@ async fn serve(
         && form(&body)
             .iter()
             .any(|(k, v)| k == "DryRun" && v == "true");
+    // `Authorization: AWS4-HMAC-SHA256 Credential=AKID/date/region/...`
+    let key = req
+        .header("authorization")
+        .and_then(|a| a.split_once("Credential="))
+        .and_then(|(_, c)| c.split('/').next())
+        .map(str::to_string);
     seen.lock().unwrap().push(Seen {
         action: action.clone(),
         body: body.clone(),
         dry_run,
+        at: Instant::now(),
+        key: key.clone(),
     });
     enum Plan {
+        Expired,
+        Unknown(String),
         Throttle,
         Deny,
+        Unavailable,
         Pricing(Option<String>),
         Fleet,
         KeepRunning,
@@ -856,11 +966,26 @@ async fn serve(
     }
     let plan = {
         let mut f = faults.lock().unwrap();
-        if let Some(n) = f.throttle.get_mut(&action).filter(|n| **n > 0) {
+        let unknown = unlisted_named(&f, &action, &body);
+        if key.as_ref().is_some_and(|k| f.expired_keys.contains(k)) {
+            Plan::Expired
+        } else if f
+            .throttle_until
+            .get(&action)
+            .is_some_and(|until| Instant::now() < *until)
+        {
+            Plan::Throttle
+        } else if let Some(n) = f.throttle.get_mut(&action).filter(|n| **n > 0) {
             *n -= 1;
             Plan::Throttle
+        } else if let Some(id) = unknown {
+            Plan::Unknown(id)
+        } else if action == "DescribeInstances" && unlisted(&f).next().is_some() {
+            Plan::Instances(f.instance_reservations.clone())
         } else if f.deny.contains(&action) {
             Plan::Deny
+        } else if f.unavailable.contains(&action) {
+            Plan::Unavailable
         } else if target
             .as_deref()
             .is_some_and(|t| t.starts_with("AWSPriceListService."))
@@ -911,6 +1036,42 @@ async fn serve(
         }
     };
     match plan {
+        Plan::Expired if json => {
+            respond(
+                &mut conn,
+                "400 Bad Request",
+                "application/x-amz-json-1.1",
+                &[("x-amzn-ErrorType", "ExpiredTokenException")],
+                br#"{"__type":"ExpiredTokenException","message":"The security token included in the request is expired"}"#,
+            )
+            .await
+        }
+        Plan::Expired => {
+            respond(
+                &mut conn,
+                "400 Bad Request",
+                "text/xml",
+                &[],
+                &ec2_error(
+                    "ExpiredToken",
+                    "The security token included in the request is expired",
+                ),
+            )
+            .await
+        }
+        Plan::Unknown(id) => {
+            respond(
+                &mut conn,
+                "400 Bad Request",
+                "text/xml",
+                &[],
+                &ec2_error(
+                    "InvalidInstanceID.NotFound",
+                    &format!("The instance ID '{id}' does not exist"),
+                ),
+            )
+            .await
+        }
         Plan::Throttle if json => {
             respond(
                 &mut conn,
@@ -928,6 +1089,26 @@ async fn serve(
                 "text/xml",
                 &[],
                 &ec2_error("RequestLimitExceeded", "Request limit exceeded."),
+            )
+            .await
+        }
+        Plan::Unavailable if json => {
+            respond(
+                &mut conn,
+                "503 Service Unavailable",
+                "application/x-amz-json-1.1",
+                &[("x-amzn-ErrorType", "ServiceUnavailableException")],
+                br#"{"__type":"ServiceUnavailableException","message":"Service is unavailable"}"#,
+            )
+            .await
+        }
+        Plan::Unavailable => {
+            respond(
+                &mut conn,
+                "503 Service Unavailable",
+                "text/xml",
+                &[],
+                &ec2_error("Unavailable", "The service is unavailable."),
             )
             .await
         }
@@ -1026,6 +1207,10 @@ async fn serve(
         Plan::Instances(reserved) => {
             let (status, ct, answer) = forward(upstream, &req, &req.body).await?;
             let mut text = String::from_utf8_lossy(&answer).to_string();
+            let hidden: Vec<String> = unlisted(&faults.lock().unwrap()).collect();
+            for id in hidden {
+                text = without_instance(&text, &id);
+            }
             for (instance, reservation) in &reserved {
                 let tag = format!("<instanceId>{instance}</instanceId>");
                 text = text.replace(
@@ -1061,6 +1246,96 @@ async fn serve(
             respond(&mut conn, &status, &ct, &[], &answer).await
         }
     }
+}
+
+/// The instance ids of a CreateFleet answer.
+fn fleet_instances(text: &str) -> Vec<String> {
+    text.split("<instanceIds>")
+        .skip(1)
+        .filter_map(|s| s.split("</instanceIds>").next())
+        .flat_map(|ids| {
+            ids.split("<item>")
+                .skip(1)
+                .filter_map(|i| i.split("</item>").next())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The instances EC2's reads do not know yet.
+fn unlisted(f: &Faults) -> impl Iterator<Item = String> + '_ {
+    let now = Instant::now();
+    f.launched_at
+        .iter()
+        .filter(move |(_, at)| f.unlisted_for.is_some_and(|d| now < **at + d))
+        .map(|(id, _)| id.clone())
+}
+
+/// The first instance not known yet that a DescribeInstances, CreateTags
+/// or TerminateInstances request names.
+fn unlisted_named(f: &Faults, action: &str, body: &str) -> Option<String> {
+    let prefix = match action {
+        "DescribeInstances" | "TerminateInstances" => "InstanceId.",
+        "CreateTags" => "ResourceId.",
+        _ => return None,
+    };
+    let hidden: BTreeSet<String> = unlisted(f).collect();
+    form(body)
+        .into_iter()
+        .find(|(k, v)| k.starts_with(prefix) && hidden.contains(v))
+        .map(|(_, v)| v)
+}
+
+/// A DescribeInstances answer without the instance `id`: the item of an
+/// `<instancesSet>` that holds its `<instanceId>` (elements come in
+/// alphabetical order, so the id is not the item's first) is cut out,
+/// nested items and all.
+fn without_instance(xml: &str, id: &str) -> String {
+    let marker = format!("<instanceId>{id}</instanceId>");
+    let mut out = String::with_capacity(xml.len());
+    let mut rest = xml;
+    while let Some(at) = rest.find("<instancesSet>") {
+        let body = at + "<instancesSet>".len();
+        out.push_str(&rest[..body]);
+        rest = &rest[body..];
+        // The set's top-level items, up to its end.
+        let mut depth = 0usize;
+        let mut item_start = 0;
+        let mut i = 0;
+        let mut kept = String::new();
+        while i < rest.len() {
+            let tail = &rest[i..];
+            if tail.starts_with("<item>") {
+                if depth == 0 {
+                    item_start = i;
+                }
+                depth += 1;
+                i += "<item>".len();
+            } else if tail.starts_with("</item>") {
+                depth = depth.saturating_sub(1);
+                i += "</item>".len();
+                if depth == 0 {
+                    let item = &rest[item_start..i];
+                    if !item.contains(&marker) {
+                        kept.push_str(item);
+                    }
+                }
+            } else if depth == 0 && tail.starts_with("</instancesSet>") {
+                break;
+            } else {
+                let c = tail.chars().next().map_or(1, char::len_utf8);
+                if depth == 0 {
+                    kept.push_str(&tail[..c]);
+                }
+                i += c;
+            }
+        }
+        out.push_str(&kept);
+        rest = &rest[i..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A DescribeImages answer as EC2 gives it when `deprecated` images are
@@ -1125,6 +1400,28 @@ fn deprecate(xml: &str, request: &str, deprecated: &BTreeSet<String>) -> String 
     }
     out.push_str(&xml[end..]);
     out
+}
+
+#[test]
+fn an_instance_not_listed_yet_is_cut_out_of_describe_instances() {
+    let xml = "<reservationSet><item><reservationId>r-1</reservationId><instancesSet>\
+               <item><architecture>x86_64</architecture><blockDeviceMapping><item><deviceName>a</deviceName></item></blockDeviceMapping><instanceId>i-1</instanceId></item>\
+               <item><instanceId>i-2</instanceId><tagSet><item><key>k</key></item></tagSet></item>\
+               </instancesSet></item></reservationSet>";
+    let cut = without_instance(xml, "i-1");
+    assert!(
+        !cut.contains("i-1") && !cut.contains("<deviceName>"),
+        "{cut}"
+    );
+    assert!(
+        cut.contains("<instanceId>i-2</instanceId><tagSet><item><key>k</key></item></tagSet>"),
+        "{cut}"
+    );
+    assert!(
+        cut.ends_with("</instancesSet></item></reservationSet>"),
+        "{cut}"
+    );
+    assert_eq!(without_instance(xml, "i-3"), xml);
 }
 
 #[test]

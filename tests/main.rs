@@ -2,9 +2,11 @@
 //! link the whole dependency tree again), one module per suite.
 
 mod aws;
+mod aws_faults;
 mod aws_proxy;
 mod capacity_buffer;
 mod conformance;
+mod crash_steps;
 mod dashboards;
 mod deploy;
 mod diff;

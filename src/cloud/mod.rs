@@ -424,12 +424,23 @@ pub enum CloudError {
     Api(String),
     /// The cloud kept throttling the call (`action`, the IAM action such
     /// as `ec2:CreateFleet`) through every retry.
-    #[error("{action} throttled after {attempts} attempts")]
+    /// `attempts` 0: not sent, the action is cooling down after
+    /// throttling.
+    #[error("{action} throttled {}", throttled_note(*attempts))]
     Throttled { action: String, attempts: u32 },
     /// The controller's credentials may not call `action` (the IAM action
     /// its policy must allow).
     #[error("access denied: the controller's IAM policy must allow {action} ({message})")]
     AccessDenied { action: String, message: String },
+}
+
+/// How a throttled call ended, for messages.
+pub fn throttled_note(attempts: u32) -> String {
+    if attempts == 0 {
+        "(not sent: backing off after throttling)".to_string()
+    } else {
+        format!("after {attempts} attempts")
+    }
 }
 
 impl CloudError {

@@ -310,7 +310,27 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .await;
             return None;
         };
-        if let Some(instance) = self.unrecorded_launch(claim).await {
+        let unrecorded = match self.unrecorded_launch(claim).await {
+            Ok(found) => found,
+            Err(e) => {
+                // Launching now could launch it twice: tried again after
+                // the backoff.
+                let reason = match &e {
+                    CloudError::Throttled { .. } => "Throttled",
+                    _ => "LaunchFailed",
+                };
+                self.launch_failed(
+                    claim,
+                    reason,
+                    &format!(
+                        "cannot tell whether an instance was already launched for it (listing instances: {e}); launching later"
+                    ),
+                )
+                .await;
+                return None;
+            }
+        };
+        if let Some(instance) = unrecorded {
             self.event(
                 name_of(claim),
                 "LaunchRecovered",
@@ -484,21 +504,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// left by a status write that failed, or by a controller that stopped
     /// between the launch and the write. The provider's instances are
     /// listed once per controller start (and whenever the list failed);
-    /// afterwards failed writes are remembered as they happen.
-    async fn unrecorded_launch(&mut self, claim: &NodeClaim) -> Option<Instance> {
+    /// afterwards failed writes are remembered as they happen. An error
+    /// when the list fails: whether the claim has an instance is unknown.
+    async fn unrecorded_launch(
+        &mut self,
+        claim: &NodeClaim,
+    ) -> Result<Option<Instance>, CloudError> {
         if self.unrecorded.is_none() {
-            match self.cloud.list().await {
-                Ok(instances) => {
-                    let claims = self.cluster.list::<NodeClaim>();
-                    self.unrecorded = Some(unrecorded_instances(instances, &claims));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "listing instances before a launch");
-                    return None;
-                }
-            }
+            let instances = self.cloud.list().await.inspect_err(|e| {
+                tracing::warn!(error = %e, "listing instances before a launch");
+            })?;
+            let claims = self.cluster.list::<NodeClaim>();
+            self.unrecorded = Some(unrecorded_instances(instances, &claims));
         }
-        self.unrecorded.as_mut()?.remove(&name_of_claim(claim))
+        Ok(self
+            .unrecorded
+            .as_mut()
+            .and_then(|u| u.remove(&name_of_claim(claim))))
     }
 
     /// Marks offerings that had no capacity unavailable for the offering TTL;

@@ -43,6 +43,14 @@
 //! between the two). A
 //! drain stops when the instance is already gone (EC2 reclaimed or stopped
 //! it): the pods left are lost with it, and the node is released.
+//!
+//! EC2 is eventually consistent: for some seconds after a launch it may
+//! answer `InvalidInstanceID.NotFound` for the new instance. Within
+//! [`LISTING_LAG`] of a NodeClaim's launch, an instance the cloud does not
+//! know is taken to be not listed yet, never gone: the drain goes on, and
+//! the termination is tried again rather than taken as done (which would
+//! leave the instance running, with no NodeClaim, until garbage
+//! collection).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,6 +70,9 @@ use crate::cluster::{Cluster, DeleteOutcome, DeleteParams, ObjectKey};
 
 /// How soon to look again while pods are still draining.
 const DRAIN_POLL: Duration = Duration::from_secs(5);
+/// How long after a NodeClaim's launch an instance the cloud does not know
+/// may still be on its way into the cloud's listing.
+pub const LISTING_LAG: Duration = Duration::from_secs(60);
 /// How long `Drained` stays Unknown at least (Karpenter's `MinDrainTime`):
 /// a pod bound to the node just before the scheduler saw its taint is
 /// drained too.
@@ -129,6 +140,17 @@ fn termination_deadline(claim: &NodeClaim) -> Option<Timestamp> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// Whether the claim was launched less than [`LISTING_LAG`] before `now`.
+fn launched_lately(claim: &NodeClaim, now: Timestamp) -> bool {
+    crate::api::common::find_condition(
+        claim.status.as_ref().and_then(|s| s.conditions.as_deref()),
+        conditions::LAUNCHED,
+    )
+    .filter(|c| c.is_true())
+    .and_then(|c| Duration::try_from(now.duration_since(c.last_transition_time.0)).ok())
+    .is_some_and(|age| age < LISTING_LAG)
 }
 
 fn claim_name(claim: &NodeClaim) -> String {
@@ -537,7 +559,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let Some(pid) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) else {
             return false;
         };
-        if !matches!(self.cloud.get(&pid).await, Err(CloudError::NotFound(_))) {
+        if launched_lately(claim, self.clock.now())
+            || !matches!(self.cloud.get(&pid).await, Err(CloudError::NotFound(_)))
+        {
             return false;
         }
         let name = claim_name(claim);
@@ -591,6 +615,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 );
                 self.event(name, "InstanceTerminated", format!("terminated {pid}"));
                 true
+            }
+            Err(CloudError::NotFound(_)) if launched_lately(claim, self.clock.now()) => {
+                self.event_deduped(
+                    format!("NodeClaim/{}", claim_name(claim)),
+                    "TerminationWaiting",
+                    format!("{pid} is not listed yet (launched less than {}s ago); terminating it again shortly", LISTING_LAG.as_secs()),
+                );
+                false
             }
             Err(CloudError::NotFound(_)) => true,
             Err(e) => {

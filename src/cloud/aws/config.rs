@@ -288,7 +288,9 @@ impl AwsConfig {
     }
 
     /// The SDK configuration: the usual chain with this config's region
-    /// and endpoint overrides, SDK retries disabled, bounded timeouts.
+    /// and endpoint overrides, SDK retries disabled, bounded timeouts, and
+    /// credentials that load again when AWS says they expired
+    /// ([`super::credentials`]).
     pub async fn sdk_config(&self) -> SdkConfig {
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .retry_config(RetryConfig::disabled())
@@ -304,7 +306,7 @@ impl AwsConfig {
         if let Some(url) = &self.endpoint_url {
             loader = loader.endpoint_url(url.clone());
         }
-        loader.load().await
+        super::credentials::refreshing(&loader.load().await)
     }
 }
 

@@ -6,13 +6,25 @@
 //! - throttling (`RequestLimitExceeded`, `Throttling`, ...) and transient
 //!   failures (5xx, timeouts, connection errors) are retried with capped
 //!   exponential backoff and full jitter, up to [`RetrySettings::max_attempts`];
+//! - an action still throttled after every attempt cools down: for
+//!   [`COOLDOWN_BASE`], doubling with each call that ends throttled in a
+//!   row up to [`COOLDOWN_CAP`], its calls fail at once without being sent
+//!   (as the SDKs' client-side rate limiting does), so however many
+//!   NodeClaims wait on an action, a throttled account sees a bounded
+//!   number of requests (calls of the action retrying meanwhile stop at
+//!   their next attempt); the first call that gets an answer ends it;
+//! - an expired session token (`ExpiredToken`, `RequestExpired`, ...)
+//!   makes the credentials load again ([`super::credentials`]) and the call
+//!   is tried again;
 //! - access denied becomes [`AwsError::AccessDenied`] naming the IAM action
 //!   the controller's policy must allow;
 //! - every other error is returned at once with its code.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
@@ -55,8 +67,23 @@ const ACCESS_DENIED_CODES: [&str; 4] = [
     "UnauthorizedAccess",
 ];
 
+/// Error codes of a session token that expired (or a request signed too
+/// long ago): the credentials are loaded again.
+const EXPIRED_CODES: [&str; 4] = [
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "RequestExpired",
+    "InvalidClientTokenId",
+];
+
+/// The first cool-down of an action that stayed throttled through every
+/// attempt of a call...
+pub const COOLDOWN_BASE: Duration = Duration::from_secs(2);
+/// ...doubling per call that ends throttled in a row, up to this.
+pub const COOLDOWN_CAP: Duration = Duration::from_secs(30);
+
 /// How throttled and transient calls are retried.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RetrySettings {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
@@ -64,6 +91,10 @@ pub struct RetrySettings {
     pub base: Duration,
     /// ...up to this. The wait is uniformly random below the backoff.
     pub cap: Duration,
+    /// The actions cooling down after throttling, shared by every call
+    /// made with these settings (one provider: one account and region,
+    /// which is what AWS throttles).
+    pub cooldowns: Cooldowns,
 }
 
 impl Default for RetrySettings {
@@ -72,6 +103,58 @@ impl Default for RetrySettings {
             max_attempts: 6,
             base: Duration::from_millis(200),
             cap: Duration::from_secs(10),
+            cooldowns: Cooldowns::default(),
+        }
+    }
+}
+
+/// Actions cooling down after throttling (see the module documentation):
+/// action -> (calls that ended throttled in a row, the end of its
+/// cool-down).
+#[derive(Debug, Clone, Default)]
+pub struct Cooldowns(Arc<Mutex<HashMap<&'static str, (u32, Instant)>>>);
+
+impl PartialEq for Cooldowns {
+    /// The same state, shared.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Cooldowns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, (u32, Instant)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What is left of `action`'s cool-down, if it is cooling down.
+    pub fn left(&self, action: &str) -> Option<Duration> {
+        let (_, until) = *self.lock().get(action)?;
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+    }
+
+    /// A call of `action` ended throttled: it cools down, longer than
+    /// last time if the last call ended throttled too. Returns for how
+    /// long.
+    fn throttled(&self, action: &'static str) -> Duration {
+        let mut state = self.lock();
+        let (row, until) = state.entry(action).or_insert((0, Instant::now()));
+        *row = row.saturating_add(1);
+        let wait = COOLDOWN_BASE
+            .saturating_mul(1 << (*row - 1).min(16))
+            .min(COOLDOWN_CAP);
+        *until = Instant::now() + wait;
+        wait
+    }
+
+    /// A call of `action` got an answer: the cool-downs start over.
+    fn answered(&self, action: &str) {
+        let mut state = self.lock();
+        if !state.is_empty() {
+            state.remove(action);
         }
     }
 }
@@ -110,7 +193,9 @@ pub fn client_token() -> String {
 /// Why an AWS call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AwsError {
-    #[error("{action} throttled after {attempts} attempts")]
+    /// Throttled through every attempt, or (`attempts` 0) not sent: the
+    /// action is cooling down after throttling.
+    #[error("{action} throttled {}", crate::cloud::throttled_note(*attempts))]
     Throttled { action: &'static str, attempts: u32 },
     #[error("access denied: the controller's IAM policy must allow {action} ({code}: {message})")]
     AccessDenied {
@@ -178,6 +263,7 @@ impl From<AwsError> for CloudError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
     Throttled,
+    Expired,
     Transient,
     Final,
 }
@@ -185,6 +271,7 @@ enum Class {
 fn classify_code(code: Option<&str>, status: Option<u16>) -> Class {
     match code {
         Some(c) if THROTTLING_CODES.contains(&c) => Class::Throttled,
+        Some(c) if EXPIRED_CODES.contains(&c) => Class::Expired,
         Some(c) if TRANSIENT_CODES.contains(&c) => Class::Transient,
         _ if status == Some(429) => Class::Throttled,
         _ if status.is_some_and(|s| (500..600).contains(&s)) => Class::Transient,
@@ -251,12 +338,27 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
 {
+    if let Some(left) = retry.cooldowns.left(action) {
+        tracing::debug!(
+            action,
+            left_ms = left.as_millis() as u64,
+            "cooling down after throttling; not sent"
+        );
+        return Err(AwsError::Throttled {
+            action,
+            attempts: 0,
+        });
+    }
     let max = retry.max_attempts.max(1);
     let mut attempt = 0;
+    let mut reloaded = false;
     loop {
         attempt += 1;
         let err = match op().await {
-            Ok(v) => return Ok(v),
+            Ok(v) => {
+                retry.cooldowns.answered(action);
+                return Ok(v);
+            }
             Err(e) => e,
         };
         let class = match &err {
@@ -266,9 +368,30 @@ where
             SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => Class::Transient,
             _ => Class::Final,
         };
-        if class == Class::Final || attempt >= max {
+        if class != Class::Throttled {
+            retry.cooldowns.answered(action);
+        }
+        if class == Class::Expired && !reloaded {
+            // Once per call: credentials loaded again and refused again
+            // are not expired but wrong.
+            reloaded = true;
+            tracing::warn!(
+                action,
+                code = err.code(),
+                "the session token expired; loading the credentials again"
+            );
+            super::credentials::expire();
+            continue;
+        }
+        if matches!(class, Class::Final | Class::Expired) || attempt >= max {
             if class == Class::Throttled {
-                tracing::warn!(action, attempts = attempt, "throttled; giving up");
+                let cooldown = retry.cooldowns.throttled(action);
+                tracing::warn!(
+                    action,
+                    attempts = attempt,
+                    cooldown_s = cooldown.as_secs_f64(),
+                    "throttled; giving up, and cooling down"
+                );
                 return Err(AwsError::Throttled {
                     action,
                     attempts: attempt,
@@ -285,6 +408,14 @@ where
             "retrying"
         );
         tokio::time::sleep(wait).await;
+        // Another call of the action gave up meanwhile: this one stops
+        // too, rather than keep a throttled account busy.
+        if class == Class::Throttled && retry.cooldowns.left(action).is_some() {
+            return Err(AwsError::Throttled {
+                action,
+                attempts: attempt,
+            });
+        }
     }
 }
 
@@ -325,6 +456,7 @@ mod tests {
             max_attempts: 10,
             base: Duration::from_millis(100),
             cap: Duration::from_millis(1000),
+            cooldowns: Cooldowns::default(),
         };
         for _ in 0..200 {
             assert!(r.backoff(1) < Duration::from_millis(100));
@@ -339,6 +471,35 @@ mod tests {
             ..r
         };
         assert_eq!(none.backoff(3), Duration::ZERO);
+    }
+
+    #[test]
+    fn an_action_throttled_through_a_call_cools_down_longer_each_time_in_a_row() {
+        let c = Cooldowns::default();
+        assert_eq!(c.left("ec2:CreateFleet"), None);
+        let waits: Vec<Duration> = (0..6).map(|_| c.throttled("ec2:CreateFleet")).collect();
+        assert_eq!(
+            waits,
+            [2, 4, 8, 16, 30, 30].map(Duration::from_secs),
+            "from COOLDOWN_BASE, doubling, up to COOLDOWN_CAP"
+        );
+        let left = c.left("ec2:CreateFleet").expect("cooling down");
+        assert!(
+            left > Duration::from_secs(29) && left <= COOLDOWN_CAP,
+            "{left:?}"
+        );
+        // Per action; an answer ends it.
+        assert_eq!(c.left("ec2:TerminateInstances"), None);
+        c.answered("ec2:CreateFleet");
+        assert_eq!(c.left("ec2:CreateFleet"), None);
+        assert_eq!(c.throttled("ec2:CreateFleet"), COOLDOWN_BASE);
+        // Shared by the settings' clones (one provider's calls).
+        let settings = RetrySettings::default();
+        let clone = settings.clone();
+        settings.cooldowns.throttled("ec2:DescribeInstances");
+        assert!(clone.cooldowns.left("ec2:DescribeInstances").is_some());
+        assert_eq!(settings, clone);
+        assert_ne!(settings, RetrySettings::default());
     }
 
     #[test]

@@ -45,6 +45,7 @@
 
 pub mod background;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod iam;
 pub mod instance_types;
