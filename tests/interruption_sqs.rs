@@ -325,6 +325,58 @@ fn offering_of(claim: &NodeClaim) -> (String, String, String) {
     )
 }
 
+/// A memory cluster holding the examples' NodePool and node class and a
+/// pending pod (`web`), the simulated EC2 on a manual clock, and
+/// `dovetail controller`'s runtime polling `queue` through `client`, with
+/// its interruption metrics.
+fn queue_world(
+    client: &Client,
+    queue: &str,
+) -> (
+    Arc<ManualClock>,
+    Arc<MemoryCluster>,
+    Metrics,
+    Runtime<MemoryCluster, SimEc2>,
+) {
+    let clock = Arc::new(ManualClock::new(t0()));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+    let catalog = SimEc2::builtin_catalog().expect("the built-in catalog");
+    let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+    let class: EC2NodeClass = from_yaml(include_str!("../examples-repo/nodeclasses/default.yaml"));
+    let pool: NodePool = from_yaml(include_str!("../examples-repo/nodepools/general.yaml"));
+    cluster.create(class).expect("created");
+    cluster.create(pool).expect("created");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "i",
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .expect("a pod");
+    cluster.create(pod).expect("created");
+    let interruption_metrics = dovetail::interruption::Metrics::new();
+    let runtime = Runtime {
+        cluster: cluster.clone(),
+        cloud,
+        clock: dyn_clock,
+        settings: Settings::default(),
+        metrics: ControllerMetrics::new(),
+        interruption_metrics: interruption_metrics.clone(),
+        health: Arc::new(Health::default()),
+        events: EventRecorder::new("replica-a"),
+        sync: None,
+        interruption: Some(Interruption {
+            queue: queue.into(),
+            sqs: client.clone(),
+            poll: settings(),
+        }),
+    };
+    (clock, cluster, interruption_metrics, runtime)
+}
+
 /// `dovetail controller`'s runtime with an interruption queue: while it
 /// leads, a spot interruption sent to moto's queue reaches the term's
 /// controller, which deletes the NodeClaim of that instance and marks its
@@ -338,44 +390,8 @@ fn the_runtime_polls_its_queue_while_leading_and_deletes_the_interrupted_nodecla
         let client = moto::sqs_client(&moto.endpoint(), SQS_REGION).await;
         let url = create_queue(&client, "interruption-runtime", 30).await;
 
-        let clock = Arc::new(ManualClock::new(t0()));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().expect("the built-in catalog");
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
-        let class: EC2NodeClass =
-            from_yaml(include_str!("../examples-repo/nodeclasses/default.yaml"));
-        let pool: NodePool = from_yaml(include_str!("../examples-repo/nodepools/general.yaml"));
-        cluster.create(class).expect("created");
-        cluster.create(pool).expect("created");
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"containers": [{"name": "c", "image": "i",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
-            "status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-        }))
-        .expect("a pod");
-        cluster.create(pod).expect("created");
-
-        let interruption_metrics = dovetail::interruption::Metrics::new();
-        let mut runtime = Runtime {
-            cluster: cluster.clone(),
-            cloud,
-            clock: dyn_clock,
-            settings: Settings::default(),
-            metrics: ControllerMetrics::new(),
-            interruption_metrics: interruption_metrics.clone(),
-            health: Arc::new(Health::default()),
-            events: EventRecorder::new("replica-a"),
-            sync: None,
-            interruption: Some(Interruption {
-                queue: "interruption-runtime".into(),
-                sqs: client.clone(),
-                poll: settings(),
-            }),
-        };
+        let (clock, cluster, interruption_metrics, mut runtime) =
+            queue_world(&client, "interruption-runtime");
         let (changes_tx, changes) = tokio::sync::watch::channel(0u64);
         let (leading_tx, leading) = tokio::sync::watch::channel(false);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -472,6 +488,139 @@ fn the_runtime_polls_its_queue_while_leading_and_deletes_the_interrupted_nodecla
                 tokio::time::sleep(Duration::from_millis(100)).await;
             };
             assert_ne!(offering_of(&replacement), offering);
+            stop_tx.send(()).expect("the runtime runs");
+        };
+        tokio::join!(run, drive);
+    });
+}
+
+/// The production runtime polling through the fault proxy in front of
+/// moto's SQS. A spot warning delivered twice, a state change that arrives
+/// before it (out of order), a body that is not an event, and a warning
+/// for another cluster's instance: the NodeClaim is marked once, the
+/// others are ignored or counted undecodable, and all are deleted from
+/// the queue. ReceiveMessage denied, then the queue deleted: the
+/// queue-health gauge drops to 0, errors are counted, the poller backs
+/// off (no tight loop) and the controller keeps running; once the queue
+/// answers again, its messages are handled again.
+#[test]
+fn the_poller_survives_duplicates_disorder_garbage_foreign_instances_and_outages() {
+    let Some(moto) = moto::server() else { return };
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = crate::aws_proxy::start(moto.addr).await;
+        let client = moto::sqs_client(&proxy.endpoint(), SQS_REGION).await;
+        let url = create_queue(&client, "interruption-faults", 30).await;
+        let (clock, cluster, metrics, mut runtime) = queue_world(&client, "interruption-faults");
+        let health = runtime.health.clone();
+        let (changes_tx, changes) = tokio::sync::watch::channel(0u64);
+        let (_leading_tx, leading) = tokio::sync::watch::channel(true);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let run = runtime.run(changes, leading, async {
+            let _ = stop_rx.await;
+        });
+        let drive = async {
+            let tick = || {
+                clock.advance(Duration::from_secs(1)).expect("forward");
+                changes_tx.send_modify(|v| *v += 1);
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let claim = loop {
+                let launched = Cluster::list::<NodeClaim>(cluster.as_ref())
+                    .into_iter()
+                    .find(|c| c.status.as_ref().is_some_and(|s| s.provider_id.is_some()));
+                if let Some(c) = launched {
+                    break c;
+                }
+                assert!(Instant::now() < deadline, "no NodeClaim was launched");
+                tick();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            let name = claim.metadata.name.clone().expect("a name");
+            let provider_id = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.clone())
+                .expect("a provider id");
+            let instance = provider_id.rsplit('/').next().expect("an instance id");
+            let later = t0() + jiff::SignedDuration::from_secs(30);
+            for body in [
+                events::state_change(instance, InstanceState::ShuttingDown, REGION, ACCOUNT, later),
+                events::spot_interruption(instance, REGION, ACCOUNT, t0()),
+                events::spot_interruption(instance, REGION, ACCOUNT, t0()),
+                "{\"not\": \"an event\"".to_string(),
+                events::spot_interruption("i-0fffffffffffffff0", REGION, ACCOUNT, t0()),
+            ] {
+                send(&client, &url, &body).await;
+            }
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while metrics.deleted() < 5 {
+                assert!(Instant::now() < deadline, "deleted {} of 5", metrics.deleted());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let claim = Cluster::get::<NodeClaim>(cluster.as_ref(), &ObjectKey::cluster(&name));
+            assert!(
+                claim.is_none_or(|c| c.metadata.deletion_timestamp.is_some()),
+                "NodeClaim {name} is deleted"
+            );
+            assert_eq!(metrics.handling().0, 1, "marked once");
+            assert_eq!(metrics.received("spot_interrupted"), 3);
+            assert_eq!(metrics.received("instance_terminated"), 1);
+            assert_eq!(metrics.undecodable("envelope"), 1);
+            assert_eq!(depth(&client, &url).await, (0, 0));
+            assert!(metrics.queue_healthy());
+
+            // ReceiveMessage denied for 8 s.
+            proxy.faults.lock().unwrap().deny.insert("ReceiveMessage".into());
+            let receives = proxy.count("ReceiveMessage");
+            let errors = metrics.sqs_errors("receive");
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            let denied = proxy.count("ReceiveMessage") - receives;
+            assert!(!metrics.queue_healthy());
+            assert!(metrics.sqs_errors("receive") > errors);
+            // Backing off from 1 s, doubling: 1 + 2 + 4 s, so at most five
+            // calls in 8 s (the long poll in flight included).
+            assert!((1..=5).contains(&denied), "{denied} receives while denied");
+            assert!(health.leading.load(Ordering::Relaxed), "the controller runs");
+            proxy.faults.lock().unwrap().deny.remove("ReceiveMessage");
+            let foreign = events::spot_interruption("i-0fffffffffffffff1", REGION, ACCOUNT, t0());
+            send(&client, &url, &foreign).await;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while metrics.deleted() < 6 {
+                assert!(Instant::now() < deadline, "not received after access came back");
+                tick();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(metrics.queue_healthy());
+
+            // The queue deleted: the same, until it is there again.
+            client
+                .delete_queue()
+                .queue_url(&url)
+                .send()
+                .await
+                .expect("DeleteQueue");
+            let errors = metrics.sqs_errors("receive");
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(!metrics.queue_healthy());
+            assert!(metrics.sqs_errors("receive") > errors);
+            assert!(health.leading.load(Ordering::Relaxed), "the controller runs");
+            let again = create_queue(&client, "interruption-faults", 30).await;
+            assert_eq!(again, url);
+            send(&client, &url, &foreign).await;
+            let deadline = Instant::now() + Duration::from_secs(40);
+            while metrics.deleted() < 7 {
+                assert!(Instant::now() < deadline, "not received once the queue was back");
+                tick();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(metrics.queue_healthy());
+            println!(
+                "SQS faults: ReceiveMessage {} in all ({denied} in 8 s denied), receive errors {}, deleted {}",
+                proxy.count("ReceiveMessage"),
+                metrics.sqs_errors("receive"),
+                metrics.deleted()
+            );
             stop_tx.send(()).expect("the runtime runs");
         };
         tokio::join!(run, drive);

@@ -163,15 +163,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     reason,
                     message: why,
                 } => {
-                    if let Err(e) = self
+                    match self
                         .interrupt_claim(&name, reason, message.metric_kind(), why)
                         .await
                     {
-                        failed.push(e);
-                        continue;
+                        Ok(true) => self
+                            .interruption_metrics
+                            .observe_marked(received_at, self.clock.now()),
+                        // Already being deleted (a message delivered twice,
+                        // or a second event for the same instance).
+                        Ok(false) => {}
+                        Err(e) => failed.push(e),
                     }
-                    self.interruption_metrics
-                        .observe_marked(received_at, self.clock.now());
                 }
                 Action::Record {
                     object,
@@ -188,20 +191,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// Marks, taints, records and deletes one NodeClaim for an
-    /// interruption. A NodeClaim already gone or being deleted is left
-    /// alone.
+    /// interruption; whether it did. A NodeClaim already gone or being
+    /// deleted is left alone.
     async fn interrupt_claim(
         &mut self,
         name: &str,
         reason: &str,
         metric_reason: &str,
         why: String,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let Some(claim) = self.cluster.get::<NodeClaim>(&ObjectKey::cluster(name)) else {
-            return Ok(());
+            return Ok(false);
         };
         if claim.metadata.deletion_timestamp.is_some() {
-            return Ok(());
+            return Ok(false);
         }
         let reason = Reason::parse(reason).unwrap_or(Reason::Interrupted);
         let now = self.clock.now();
@@ -236,7 +239,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 Err(format!("NodeClaim {name} could not be deleted"))
             }
-            _ => Ok(()),
+            _ => Ok(true),
         }
     }
 }

@@ -96,6 +96,10 @@ pub async fn run_interruption<C: Cluster + 'static, P: CloudProvider + 'static>(
             Ok(poller) => break poller,
             Err(e) => {
                 metrics.count_sqs_error("get_queue_url", 1);
+                metrics.set_queue_healthy(false);
+                if e.expired_credentials() {
+                    crate::cloud::aws::credentials::expire();
+                }
                 tracing::warn!(
                     queue = %i.queue,
                     error = %aws_sdk_sqs::error::DisplayErrorContext(&e),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
 use super::message::METRIC_KINDS;
@@ -34,6 +34,7 @@ pub struct Metrics {
     undecodable: IntCounterVec,
     handler_errors: IntCounterVec,
     sqs_errors: IntCounterVec,
+    queue_healthy: IntGauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -126,6 +127,13 @@ impl Metrics {
                 &["operation"],
             ),
         );
+        let queue_healthy = register(
+            &registry,
+            IntGauge::with_opts(Opts::new(
+                "dovetail_interruption_queue_healthy",
+                "1 while the interruption queue answers; 0 since its URL did not resolve or a ReceiveMessage failed (queue deleted, access denied, unreachable).",
+            )),
+        );
         // Every bounded label value starts at zero, so dashboards see the
         // series before the first message of a kind.
         for label in METRIC_KINDS {
@@ -140,6 +148,7 @@ impl Metrics {
             undecodable,
             handler_errors,
             sqs_errors,
+            queue_healthy,
         }
     }
 
@@ -188,6 +197,16 @@ impl Metrics {
         self.sqs_errors
             .with_label_values(&[operation])
             .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+    }
+
+    /// Whether the queue answered the last call made to it.
+    pub fn set_queue_healthy(&self, healthy: bool) {
+        self.queue_healthy.set(i64::from(healthy));
+    }
+
+    /// Whether the queue answered the last call made to it.
+    pub fn queue_healthy(&self) -> bool {
+        self.queue_healthy.get() == 1
     }
 
     /// Messages received with `message_type` so far.

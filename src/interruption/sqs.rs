@@ -99,6 +99,27 @@ pub enum SqsError {
     Delete(#[source] Box<aws_sdk_sqs::Error>),
 }
 
+impl SqsError {
+    /// The service's error code, if it answered with one.
+    pub fn code(&self) -> Option<&str> {
+        use aws_sdk_sqs::error::ProvideErrorMetadata;
+        match self {
+            SqsError::GetQueueUrl { source, .. } => source.code(),
+            SqsError::Receive(e) | SqsError::Delete(e) => e.code(),
+            SqsError::NoQueueUrl { .. } => None,
+        }
+    }
+
+    /// AWS refused the session token as expired: the credentials are
+    /// loaded again ([`crate::cloud::aws::credentials`]).
+    pub fn expired_credentials(&self) -> bool {
+        matches!(
+            self.code(),
+            Some("ExpiredToken" | "ExpiredTokenException" | "RequestExpired")
+        )
+    }
+}
+
 /// What one receive did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -322,6 +343,7 @@ impl<H: MessageHandler> Poller<H> {
                 _ = stop.changed() => return,
                 r = self.receive() => r,
             };
+            self.metrics.set_queue_healthy(received.is_ok());
             match received {
                 Ok(messages) => {
                     backoff = self.settings.min_backoff;
@@ -331,6 +353,9 @@ impl<H: MessageHandler> Poller<H> {
                 }
                 Err(e) => {
                     self.metrics.count_sqs_error("receive", 1);
+                    if e.expired_credentials() {
+                        crate::cloud::aws::credentials::expire();
+                    }
                     tracing::warn!(queue = %self.queue_url, error = %DisplayErrorContext(&e), retry_in = ?backoff, "receiving interruption messages failed");
                     tokio::select! {
                         biased;
