@@ -588,7 +588,12 @@ fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
 }
 
 /// Polls `f` every half second for `within`, returning the first `Some`.
-fn eventually<T>(what: &str, w: &World, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn eventually<T>(
+    what: &str,
+    w: &World,
+    within: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + within;
     loop {
         if let Some(v) = f() {
@@ -871,7 +876,7 @@ fn disrupting(w: &World) -> BTreeSet<String> {
 
 /// The audit events of dovetail's requests that succeeded, of `verb` on
 /// `resource` (with `subresource`, if any).
-fn succeeded<'a>(
+pub(crate) fn succeeded<'a>(
     events: &'a [Value],
     verb: &str,
     resource: &str,

@@ -653,6 +653,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .revision::<crate::api::NodeOverlay>()
             .hash(&mut h);
         self.buffers.on_nodes.hash(&mut h);
+        // Consolidation waits for pending pods the provisioner has not yet
+        // found unschedulable: once it has, the next pass may consolidate
+        // though nothing in the cluster changed (a new leader's first
+        // disruption pass can come before its first solve).
+        for k in self.unschedulable.keys() {
+            k.hash(&mut h);
+        }
         for (k, _) in self.unavailable.iter() {
             k.hash(&mut h);
         }

@@ -211,12 +211,23 @@ const kwokAnnotation = "kwok.x-k8s.io/node"
 // auditPolicy records the metadata of every write, and of every request of
 // dovetail's service account: the tests read who wrote what from it (a
 // leader that kept writing after losing its lease, the write a crash
-// interrupted). Reads, Lease renewals and Events of the other components
-// are left out to keep the log small at scale.
+// interrupted). dovetail's writes of NodeClaims and Nodes carry their
+// request body, so a test can tell one step of a NodeClaim's life from the
+// next (launched, registered, initialized, drained, ...) and kill the
+// leader right after it. Reads, Lease renewals and Events of the other
+// components are left out to keep the log small at scale.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+- level: Request
+  userGroups: ["system:serviceaccounts:dovetail"]
+  verbs: ["create", "update", "patch", "delete"]
+  resources:
+  - group: "karpenter.sh"
+    resources: ["nodeclaims", "nodeclaims/status"]
+  - group: ""
+    resources: ["nodes"]
 - level: Metadata
   userGroups: ["system:serviceaccounts:dovetail"]
 - level: None
