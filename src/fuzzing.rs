@@ -168,3 +168,223 @@ pub fn snapshot(data: &[u8]) {
         let _ = crate::snapshot::snapshot_from_objects("fuzz.yaml", &objects);
     }
 }
+
+/// A small, seeded generator (xorshift64*) for [`mutate`]: reproducible
+/// from its seed, no dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+/// Bytes that parsers treat specially, for [`mutate`] to put in.
+const INTERESTING: &[&[u8]] = &[
+    b"\0",
+    b"\n",
+    b"\r\n",
+    b"\t",
+    b" ",
+    b":",
+    b"-",
+    b"#",
+    b"'",
+    b"\"",
+    b"\\",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b"=",
+    b"!",
+    b"!=",
+    b"==",
+    b"(",
+    b")",
+    b".",
+    b"e",
+    b"E",
+    b"+",
+    b"*",
+    b"/",
+    b"?",
+    b"&",
+    b"|",
+    b">",
+    b"<",
+    b"~",
+    b"$patch",
+    b"null",
+    b"true",
+    b"0",
+    b"-1",
+    b"9223372036854775807",
+    b"18446744073709551616",
+    b"1e308",
+    b"NaN",
+    b"\xc3\xa9",
+    b"\xff",
+    b"\xe2\x80\xa8",
+    b"---",
+    b"...",
+    b"<<",
+    b"@",
+    b"%",
+    b"`",
+];
+
+/// One random mutation of `input` (libFuzzer's kinds, without coverage
+/// feedback): flip a bit, set a byte, insert or replace with a special
+/// token or a piece of another corpus input, delete or duplicate a range,
+/// or splice two inputs.
+pub fn mutate(rng: &mut Rng, input: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = input.to_vec();
+    let rounds = 1 + rng.below(4);
+    for _ in 0..rounds {
+        let len = out.len();
+        let at = rng.below(len + 1);
+        match rng.below(8) {
+            0 if len > 0 => {
+                let i = rng.below(len);
+                out[i] ^= 1 << rng.below(8);
+            }
+            1 if len > 0 => {
+                let i = rng.below(len);
+                out[i] = rng.next_u64() as u8;
+            }
+            2 => {
+                let token = INTERESTING[rng.below(INTERESTING.len())];
+                out.splice(at..at, token.iter().copied());
+            }
+            3 if len > 0 => {
+                let end = (at + 1 + rng.below(16)).min(len);
+                out.drain(at.min(len - 1)..end.max(at.min(len - 1)));
+            }
+            4 if len > 0 => {
+                let start = rng.below(len);
+                let end = (start + 1 + rng.below(32)).min(len);
+                let piece = out[start..end].to_vec();
+                out.splice(at..at, piece);
+            }
+            5 if !corpus.is_empty() => {
+                let other = &corpus[rng.below(corpus.len())];
+                if !other.is_empty() {
+                    let start = rng.below(other.len());
+                    let end = (start + 1 + rng.below(64)).min(other.len());
+                    out.splice(at..at, other[start..end].iter().copied());
+                }
+            }
+            6 if !corpus.is_empty() => {
+                let other = &corpus[rng.below(corpus.len())];
+                let cut = rng.below(other.len() + 1);
+                out.truncate(at);
+                out.extend_from_slice(&other[cut..]);
+            }
+            _ => {
+                let token = INTERESTING[rng.below(INTERESTING.len())];
+                let end = (at + token.len()).min(len);
+                out.splice(at..end, token.iter().copied());
+            }
+        }
+        out.truncate(64 * 1024);
+    }
+    out
+}
+
+/// What a mutation run found.
+#[derive(Debug)]
+pub struct MutationRun {
+    /// Inputs run.
+    pub executions: u64,
+    /// The slowest input, in seconds.
+    pub slowest: f64,
+    /// The first input that panicked, and the panic's message.
+    pub crash: Option<(Vec<u8>, String)>,
+}
+
+/// Runs `target` on mutations of `corpus` for `time` (seeded by `seed`):
+/// each input a random corpus input mutated, stopping at the first panic.
+pub fn run_mutations(
+    target: Target,
+    corpus: &[Vec<u8>],
+    time: std::time::Duration,
+    seed: u64,
+) -> MutationRun {
+    let mut rng = Rng::new(seed);
+    let start = std::time::Instant::now();
+    let mut run = MutationRun {
+        executions: 0,
+        slowest: 0.0,
+        crash: None,
+    };
+    let empty = Vec::new();
+    while start.elapsed() < time {
+        let base = if corpus.is_empty() {
+            &empty
+        } else {
+            &corpus[rng.below(corpus.len())]
+        };
+        let input = mutate(&mut rng, base, corpus);
+        let began = std::time::Instant::now();
+        let result = std::panic::catch_unwind(|| target(&input));
+        run.slowest = run.slowest.max(began.elapsed().as_secs_f64());
+        run.executions += 1;
+        if let Err(panic) = result {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            run.crash = Some((input, message));
+            break;
+        }
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mutations_are_reproducible_from_the_seed_and_vary() {
+        let corpus = vec![b"a: 1\nb: [x, y]\n".to_vec(), b"app=web,tier!=db".to_vec()];
+        let run = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..200)
+                .map(|i| mutate(&mut rng, &corpus[i % 2], &corpus))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+        let distinct: std::collections::BTreeSet<Vec<u8>> = run(7).into_iter().collect();
+        assert!(distinct.len() > 150, "{}", distinct.len());
+    }
+
+    #[test]
+    fn a_panicking_target_is_caught_with_its_input() {
+        fn picky(data: &[u8]) {
+            assert!(!data.contains(&b'!'), "found a bang");
+        }
+        let corpus = vec![b"abc".to_vec()];
+        let run = run_mutations(picky, &corpus, std::time::Duration::from_secs(5), 1);
+        let (input, message) = run.crash.expect("a bang is inserted within 5 s");
+        assert!(input.contains(&b'!'));
+        assert!(message.contains("found a bang"), "{message}");
+    }
+}

@@ -191,7 +191,9 @@ pub fn parse_go_duration(s: &str) -> Result<i128, String> {
                 return Err(too_large());
             }
         }
-        total += v;
+        // Go adds in uint64 and wraps: 2^63ns twice is 0 there (the
+        // fuzz run found the overflow; the oracle says 0).
+        total = total.wrapping_add(v);
         if total > LIMIT {
             return Err(too_large());
         }
@@ -434,11 +436,25 @@ mod tests {
             ("-5m", -300_000_000_000),
             ("0", 0),
             (".5s", 500_000_000),
+            // Go sums in uint64 and wraps (found by the fuzz run).
+            ("9223372036854775808ns9223372036854775808ns", 0),
+            ("9223372036854775808ns9223372036854775808ns1ns", 1),
         ];
         for (s, n) in ok {
             assert_eq!(parse_go_duration(s), Ok(n), "{s}");
         }
-        for bad in ["", "true", "1", "1d", "h", "1h-2m", "1..5s", "Never", " 1h"] {
+        for bad in [
+            "",
+            "true",
+            "1",
+            "1d",
+            "h",
+            "1h-2m",
+            "1..5s",
+            "Never",
+            " 1h",
+            "9223372036854775807ns9223372036854775807ns",
+        ] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
     }
