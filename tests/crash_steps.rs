@@ -181,6 +181,35 @@ fn longest_wait(w: &World, app: &str) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The NodeClaims dovetail created, from the audit events of its
+/// requests. A create whose client was killed mid-request is audited as a
+/// timeout (504) although the API server goes on and stores the object,
+/// so a NodeClaim counts as created when a create of it succeeded or when
+/// any later write to it did (it existed).
+fn claims_created(requests: &[Value]) -> BTreeSet<String> {
+    let written: BTreeSet<&str> = requests
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "nodeclaims"
+                && matches!(
+                    e["verb"].as_str(),
+                    Some("create" | "update" | "patch" | "delete")
+                )
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| (200..300).contains(&c))
+        })
+        .filter_map(|e| e["objectRef"]["name"].as_str())
+        .collect();
+    requests
+        .iter()
+        .filter(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "nodeclaims")
+        .filter_map(|e| e["objectRef"]["name"].as_str())
+        .filter(|name| written.contains(name))
+        .map(String::from)
+        .collect()
+}
+
 /// Pods of the Deployment: three of 1500m, a node each.
 const PODS: usize = 3;
 
@@ -242,16 +271,14 @@ fn crash_after(step: Step) {
     // belongs to a NodeClaim dovetail created, and the live ones are
     // exactly the NodeClaims' and the Nodes' (wait_consistent).
     let requests = w.dovetail_requests();
-    let created: Vec<String> = succeeded(&requests, "create", "nodeclaims", None)
-        .iter()
-        .filter_map(|e| e["objectRef"]["name"].as_str().map(String::from))
-        .collect();
-    let launched = w.instances().len();
+    let created = claims_created(&requests);
+    let instances = w.instances();
+    let launched = instances.len();
     assert_eq!(
         launched,
         created.len(),
-        "{step:?}: {launched} instances for {} NodeClaims",
-        created.len()
+        "{step:?}: {launched} instances {instances:?} for the NodeClaims {created:?}\n{}",
+        w.logs()
     );
     // The standby carried on with the NodeClaims there were: no new one
     // for the same pods (which would wait for a second launch).
@@ -323,4 +350,27 @@ fn the_leader_killed_after_terminating_an_instance() {
 #[test]
 fn the_leader_killed_after_removing_a_finalizer() {
     crash_after(Step::FinalizerRemoved);
+}
+
+#[test]
+fn a_create_audited_as_a_timeout_counts_once_the_nodeclaim_is_written_again() {
+    let event = |verb: &str, name: &str, subresource: Option<&str>, code: u64| {
+        serde_json::json!({
+            "verb": verb,
+            "objectRef": {"resource": "nodeclaims", "name": name, "subresource": subresource},
+            "responseStatus": {"code": code},
+        })
+    };
+    let requests = [
+        event("create", "default-00001", None, 201),
+        // The leader was killed while this create was in flight: the API
+        // server stored it, and the standby launched it.
+        event("create", "default-00002", None, 504),
+        event("patch", "default-00002", Some("status"), 200),
+        // Killed in flight, and never stored.
+        event("create", "default-00003", None, 504),
+        event("create", "default-00001", None, 409),
+    ];
+    let created: Vec<String> = claims_created(&requests).into_iter().collect();
+    assert_eq!(created, ["default-00001", "default-00002"]);
 }
