@@ -66,7 +66,7 @@ fn unavailable<T>(what: &str) -> Option<T> {
 /// the "Dir" of `go mod download -json MODULE@TAG`, run in an empty
 /// directory (no go.mod, no workspace), once per test process. `None`
 /// (said) outside CI when go is missing or the download fails.
-fn karpenter_module() -> Option<PathBuf> {
+pub(crate) fn karpenter_module() -> Option<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
         let module = format!("{KARPENTER_MODULE}@{KARPENTER_TAG}");

@@ -297,6 +297,59 @@ fn wrong_api_group_is_a_warning_and_fails_under_strict() {
     assert_eq!(strict.code, 1, "{}{}", strict.stdout, strict.stderr);
 }
 
+/// Karpenter v1.14.1's own examples (`examples/v1/` of its Go module,
+/// which `go mod download` fetches and checks against the checksum
+/// database), each validated alone: every one is valid, the fields issue 43
+/// brought back included, but `windows-custom-userdata.yaml`, whose
+/// `nodeClassRef.group: karpenter.k8s.aws/v1` the v1.14.1 CRD's own pattern
+/// (`^[^/]*$`) refuses, as the API server would.
+#[test]
+fn karpenter_v1_14_1_examples_validate() {
+    let Some(module) = crate::helm::karpenter_module() else {
+        return;
+    };
+    let examples = module.join("examples/v1");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&examples)
+        .unwrap_or_else(|e| panic!("{}: {e}", examples.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "{} examples", files.len());
+    let mut refused = Vec::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(f, dir.path().join(&name)).unwrap();
+        let out = dovetail(&["validate", &dir.path().display().to_string()]);
+        let errors: Vec<String> = out
+            .stdout
+            .lines()
+            .filter(|l| l.contains(": error: "))
+            .map(|l| l.split_once(&name).map_or(l, |(_, rest)| rest).to_string())
+            .collect();
+        match out.code {
+            0 => assert!(errors.is_empty(), "{name}: {}", out.stdout),
+            _ => refused.push((name, errors)),
+        }
+    }
+    assert_eq!(
+        refused,
+        [(
+            "windows-custom-userdata.yaml".to_string(),
+            vec![
+                ":32:9: error: NodePool/windows2022: spec.template.spec.nodeClassRef.group: nodeClassRef karpenter.k8s.aws/v1/EC2NodeClass is not supported; dovetail provisions EC2NodeClass (karpenter.k8s.aws) nodes",
+                ":32:9: error: NodePool/windows2022: spec.template.spec.nodeClassRef.group: \"karpenter.k8s.aws/v1\" does not match `^[^/]*$`",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+        )],
+        "of {} examples",
+        files.len()
+    );
+}
+
 /// The YAML examples of Karpenter's v1.14 documentation
 /// (`website/content/en/v1.14` of aws/karpenter-provider-aws), read from
 /// the directory `DOVETAIL_KARPENTER_DOCS` names (the docs are another
