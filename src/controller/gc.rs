@@ -371,4 +371,77 @@ mod tests {
             "{reasons:?}"
         );
     }
+
+    /// A new controller that cannot list the instances cannot tell whether
+    /// a NodeClaim's instance was launched already: it waits (LaunchFailed,
+    /// tried again after the backoff) instead of launching a second one,
+    /// and records the instance once the list answers.
+    #[test]
+    fn a_launch_waits_while_the_instances_cannot_be_listed() {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
+        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let class = EC2NodeClass::test("default");
+        cluster.create(class.clone()).expect("created");
+        let claim = NodeClaim::test("crashed");
+        cluster.create(claim.clone()).expect("created");
+        let first = rt
+            .block_on(cloud.create(&claim, &class, &BTreeSet::new()))
+            .expect("launches")
+            .instance;
+        let mut controller = Controller::new(
+            cluster.clone(),
+            cloud.clone(),
+            dyn_clock.clone(),
+            Settings::default(),
+        );
+        let creates = || {
+            cloud
+                .calls()
+                .iter()
+                .filter(|c| matches!(c.call, crate::cloud::sim::Call::Create { .. }))
+                .count()
+        };
+        let provider_id = || {
+            cluster
+                .get::<NodeClaim>(&crate::cluster::ObjectKey::cluster("crashed"))
+                .expect("kept")
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.clone())
+        };
+
+        cloud.fail_next(CloudError::Api("RequestLimitExceeded".into()));
+        let wait = rt.block_on(controller.reconcile_nodeclaims());
+        assert_eq!(creates(), 1, "launched while the list failed");
+        assert_eq!(provider_id(), None);
+        // The claim says why it waits.
+        let stored = cluster
+            .get::<NodeClaim>(&crate::cluster::ObjectKey::cluster("crashed"))
+            .expect("kept");
+        let launched = stored
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == conditions::LAUNCHED))
+            .expect("a Launched condition");
+        assert_eq!(launched.status, crate::api::ConditionStatus::Unknown);
+        assert_eq!(launched.reason.as_deref(), Some("LaunchFailed"));
+        let message = launched.message.as_deref().unwrap_or_default();
+        assert!(
+            message.contains("cannot tell whether an instance was already launched"),
+            "{message}"
+        );
+        assert!(wait < Duration::from_secs(60), "tried again after {wait:?}");
+
+        clock.advance(wait).expect("advances");
+        rt.block_on(controller.reconcile_nodeclaims());
+        assert_eq!(creates(), 1, "launched a second instance");
+        assert_eq!(provider_id(), Some(first.provider_id.clone()));
+    }
 }

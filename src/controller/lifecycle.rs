@@ -230,8 +230,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 if let Some(since) = failing {
                     next = next.min(LAUNCH_TIMEOUT.saturating_sub(elapsed(since, now)));
                 }
-                if let Some(job) = self.prepare_launch(&claim).await {
-                    jobs.push(job);
+                match self.prepare_launch(&claim).await {
+                    Some(job) => jobs.push(job),
+                    // Not sent (the instances could not be listed): due
+                    // again after its backoff.
+                    None => {
+                        if let Some(&(_, retry_at)) =
+                            self.launch_failures.get(&name_of_claim(&claim))
+                            && retry_at > now
+                        {
+                            next = next.min(elapsed(now, retry_at));
+                        }
+                    }
                 }
                 continue;
             };
