@@ -13,6 +13,7 @@
 
 mod admission;
 mod http;
+mod karpenter_cases;
 mod parsers;
 mod served;
 
