@@ -8,28 +8,22 @@ use crate::support::root;
 #[test]
 fn every_fuzz_target_survives_its_corpus() {
     for (target, body) in dovetail::fuzzing::TARGETS {
-        let dir = root().join("fuzz/corpus").join(target);
-        let mut inputs: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.expect("a corpus entry").path())
-            .collect();
-        inputs.sort();
+        let inputs = corpus(target);
         assert!(!inputs.is_empty(), "{target}: empty corpus");
-        for input in inputs {
-            let data = std::fs::read(&input).expect("a corpus file");
+        for (path, data) in inputs {
             let run = std::panic::catch_unwind(|| body(&data));
             assert!(
                 run.is_ok(),
                 "{target} panicked on {} ({} bytes)",
-                input.display(),
+                path.display(),
                 data.len()
             );
         }
     }
 }
 
-/// Every target's corpus, as bytes.
-fn corpus(target: &str) -> Vec<Vec<u8>> {
+/// Every input of a target's corpus, in file name order.
+fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     let dir = root().join("fuzz/corpus").join(target);
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -37,8 +31,11 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
         .collect();
     paths.sort();
     paths
-        .iter()
-        .map(|p| std::fs::read(p).expect("a corpus file"))
+        .into_iter()
+        .map(|p| {
+            let data = std::fs::read(&p).expect("a corpus file");
+            (p, data)
+        })
         .collect()
 }
 
@@ -61,7 +58,7 @@ fn every_fuzz_target_survives_mutations_of_its_corpus() {
         .unwrap_or(0x00d0_7e11);
     let mut failures = Vec::new();
     for (i, (target, body)) in dovetail::fuzzing::TARGETS.iter().enumerate() {
-        let inputs = corpus(target);
+        let inputs: Vec<Vec<u8>> = corpus(target).into_iter().map(|(_, data)| data).collect();
         let run = dovetail::fuzzing::run_mutations(
             *body,
             &inputs,

@@ -314,6 +314,30 @@ fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
     serde_json::from_value(value).expect("the object")
 }
 
+/// The first NodeClaim but `except`, not being deleted, whose launch is
+/// recorded: `tick` (the controller's clock a second on, and a change
+/// signalled) runs every 100 ms until there is one, for at most 30 s.
+async fn launched_claim(
+    cluster: &MemoryCluster,
+    except: Option<&str>,
+    tick: impl Fn(),
+) -> Arc<NodeClaim> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let launched = Cluster::list::<NodeClaim>(cluster).into_iter().find(|c| {
+            c.metadata.deletion_timestamp.is_none()
+                && c.metadata.name.as_deref() != except
+                && c.status.as_ref().is_some_and(|s| s.provider_id.is_some())
+        });
+        if let Some(c) = launched {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "no NodeClaim was launched");
+        tick();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The offering a launched NodeClaim runs on, from its labels.
 fn offering_of(claim: &NodeClaim) -> (String, String, String) {
     let labels = claim.metadata.labels.clone().unwrap_or_default();
@@ -403,15 +427,6 @@ fn the_runtime_polls_its_queue_while_leading_and_deletes_the_interrupted_nodecla
                 clock.advance(Duration::from_secs(1)).expect("forward");
                 changes_tx.send_modify(|v| *v += 1);
             };
-            let launched = || {
-                Cluster::list::<NodeClaim>(cluster.as_ref())
-                    .into_iter()
-                    .find(|c| {
-                        c.metadata.deletion_timestamp.is_none()
-                            && c.status.as_ref().is_some_and(|s| s.provider_id.is_some())
-                    })
-            };
-
             // Standing by, a message stays in the queue.
             send(
                 &client,
@@ -426,15 +441,8 @@ fn the_runtime_polls_its_queue_while_leading_and_deletes_the_interrupted_nodecla
             // Leading: the pod's NodeClaim is launched; the stale message
             // (no NodeClaim has that instance) is handled and deleted.
             leading_tx.send(true).expect("the runtime listens");
+            let claim = launched_claim(&cluster, None, &tick).await;
             let deadline = Instant::now() + Duration::from_secs(30);
-            let claim = loop {
-                if let Some(c) = launched() {
-                    break c;
-                }
-                assert!(Instant::now() < deadline, "no NodeClaim was launched");
-                tick();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
             let name = claim.metadata.name.clone().expect("a name");
             let offering = offering_of(&claim);
             assert_eq!(offering.2, "spot", "{offering:?}");
@@ -478,15 +486,7 @@ fn the_runtime_polls_its_queue_while_leading_and_deletes_the_interrupted_nodecla
             assert_eq!(depth(&client, &url).await, (0, 0));
 
             // The pod's replacement avoids the reclaimed offering.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let replacement = loop {
-                if let Some(c) = launched().filter(|c| c.metadata.name.as_ref() != Some(&name)) {
-                    break c;
-                }
-                assert!(Instant::now() < deadline, "no replacement was launched");
-                tick();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
+            let replacement = launched_claim(&cluster, Some(&name), &tick).await;
             assert_ne!(offering_of(&replacement), offering);
             stop_tx.send(()).expect("the runtime runs");
         };
@@ -524,18 +524,7 @@ fn the_poller_survives_duplicates_disorder_garbage_foreign_instances_and_outages
                 clock.advance(Duration::from_secs(1)).expect("forward");
                 changes_tx.send_modify(|v| *v += 1);
             };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let claim = loop {
-                let launched = Cluster::list::<NodeClaim>(cluster.as_ref())
-                    .into_iter()
-                    .find(|c| c.status.as_ref().is_some_and(|s| s.provider_id.is_some()));
-                if let Some(c) = launched {
-                    break c;
-                }
-                assert!(Instant::now() < deadline, "no NodeClaim was launched");
-                tick();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
+            let claim = launched_claim(&cluster, None, &tick).await;
             let name = claim.metadata.name.clone().expect("a name");
             let provider_id = claim
                 .status
