@@ -483,6 +483,30 @@ async fn respond(
     conn.flush().await
 }
 
+/// An AWS error answer with `status`: in the JSON protocols' form
+/// (`__type` and the `x-amzn-ErrorType` header) when `json`, else in
+/// EC2's XML.
+async fn respond_error(
+    conn: &mut TcpStream,
+    (json, status): (bool, &str),
+    code: &str,
+    message: &str,
+) -> std::io::Result<()> {
+    if json {
+        let body = serde_json::json!({"__type": code, "message": message}).to_string();
+        respond(
+            conn,
+            status,
+            "application/x-amz-json-1.1",
+            &[("x-amzn-ErrorType", code)],
+            body.as_bytes(),
+        )
+        .await
+    } else {
+        respond(conn, status, "text/xml", &[], &ec2_error(code, message)).await
+    }
+}
+
 /// Sends a request to moto and returns (status line, content type, body).
 async fn forward(
     upstream: SocketAddr,
@@ -1037,104 +1061,85 @@ async fn serve(
     };
     match plan {
         Plan::Expired if json => {
-            respond(
+            respond_error(
                 &mut conn,
-                "400 Bad Request",
-                "application/x-amz-json-1.1",
-                &[("x-amzn-ErrorType", "ExpiredTokenException")],
-                br#"{"__type":"ExpiredTokenException","message":"The security token included in the request is expired"}"#,
+                (true, "400 Bad Request"),
+                "ExpiredTokenException",
+                "The security token included in the request is expired",
             )
             .await
         }
         Plan::Expired => {
-            respond(
+            respond_error(
                 &mut conn,
-                "400 Bad Request",
-                "text/xml",
-                &[],
-                &ec2_error(
-                    "ExpiredToken",
-                    "The security token included in the request is expired",
-                ),
+                (false, "400 Bad Request"),
+                "ExpiredToken",
+                "The security token included in the request is expired",
             )
             .await
         }
         Plan::Unknown(id) => {
-            respond(
+            respond_error(
                 &mut conn,
-                "400 Bad Request",
-                "text/xml",
-                &[],
-                &ec2_error(
-                    "InvalidInstanceID.NotFound",
-                    &format!("The instance ID '{id}' does not exist"),
-                ),
+                (false, "400 Bad Request"),
+                "InvalidInstanceID.NotFound",
+                &format!("The instance ID '{id}' does not exist"),
             )
             .await
         }
         Plan::Throttle if json => {
-            respond(
+            respond_error(
                 &mut conn,
-                "400 Bad Request",
-                "application/x-amz-json-1.1",
-                &[("x-amzn-ErrorType", "ThrottlingException")],
-                br#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#,
+                (true, "400 Bad Request"),
+                "ThrottlingException",
+                "Rate exceeded",
             )
             .await
         }
         Plan::Throttle => {
-            respond(
+            respond_error(
                 &mut conn,
-                "503 Service Unavailable",
-                "text/xml",
-                &[],
-                &ec2_error("RequestLimitExceeded", "Request limit exceeded."),
+                (false, "503 Service Unavailable"),
+                "RequestLimitExceeded",
+                "Request limit exceeded.",
             )
             .await
         }
         Plan::Unavailable if json => {
-            respond(
+            respond_error(
                 &mut conn,
-                "503 Service Unavailable",
-                "application/x-amz-json-1.1",
-                &[("x-amzn-ErrorType", "ServiceUnavailableException")],
-                br#"{"__type":"ServiceUnavailableException","message":"Service is unavailable"}"#,
+                (true, "503 Service Unavailable"),
+                "ServiceUnavailableException",
+                "Service is unavailable",
             )
             .await
         }
         Plan::Unavailable => {
-            respond(
+            respond_error(
                 &mut conn,
-                "503 Service Unavailable",
-                "text/xml",
-                &[],
-                &ec2_error("Unavailable", "The service is unavailable."),
+                (false, "503 Service Unavailable"),
+                "Unavailable",
+                "The service is unavailable.",
             )
             .await
         }
         Plan::Deny if json => {
-            let msg = format!(
-                r#"{{"__type":"AccessDeniedException","message":"User: arn:aws:sts::123456789012:assumed-role/dovetail/x is not authorized to perform: {action}"}}"#
-            );
-            respond(
+            respond_error(
                 &mut conn,
-                "400 Bad Request",
-                "application/x-amz-json-1.1",
-                &[("x-amzn-ErrorType", "AccessDeniedException")],
-                msg.as_bytes(),
+                (true, "400 Bad Request"),
+                "AccessDeniedException",
+                &format!(
+                    "User: arn:aws:sts::123456789012:assumed-role/dovetail/x is not authorized to perform: {action}"
+                ),
             )
             .await
         }
         Plan::Deny => {
-            respond(
+            respond_error(
                 &mut conn,
-                "403 Forbidden",
-                "text/xml",
-                &[],
-                &ec2_error(
-                    "UnauthorizedOperation",
-                    "You are not authorized to perform this operation.",
-                ),
+                (false, "403 Forbidden"),
+                "UnauthorizedOperation",
+                "You are not authorized to perform this operation.",
             )
             .await
         }
@@ -1149,12 +1154,11 @@ async fn serve(
             .await
         }
         Plan::Pricing(None) => {
-            respond(
+            respond_error(
                 &mut conn,
-                "400 Bad Request",
-                "application/x-amz-json-1.1",
-                &[("x-amzn-ErrorType", "InvalidNextTokenException")],
-                br#"{"__type":"InvalidNextTokenException","message":"no such page"}"#,
+                (true, "400 Bad Request"),
+                "InvalidNextTokenException",
+                "no such page",
             )
             .await
         }
