@@ -1045,9 +1045,10 @@ fn runtime_writes() -> BTreeSet<dovetail::cluster::Access> {
             interruption: None,
             interruption_metrics: dovetail::interruption::Metrics::new(),
         };
-        let mut controller = runtime.controller();
+        let controller = tokio::sync::Mutex::new(runtime.controller());
         for _ in 0..4 {
-            runtime.pass(&mut controller).await;
+            runtime.pass(&controller).await;
+            runtime.events.settled().await;
             clock.advance(Duration::from_secs(11)).expect("advance");
         }
     });

@@ -386,6 +386,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         std::mem::take(&mut self.decisions)
     }
 
+    /// One pass's reconciles, in order: provisioning (the solve and the
+    /// NodeClaims it creates), the NodeClaims' lifecycle and termination,
+    /// then disruption. `dovetail controller` ([`runtime::Runtime::pass`]),
+    /// `simulate` and the tests all run this. The launches it decides are
+    /// sent within it, or with [`Controller::defer_launches`] left for
+    /// [`Controller::take_launches`]. Returns when it next needs to run.
+    pub async fn reconcile(&mut self) -> Duration {
+        let a = self.reconcile_provisioning().await;
+        let b = self.reconcile_nodeclaims().await;
+        let c = self.reconcile_disruption().await;
+        a.min(b).min(c)
+    }
+
     /// One pass of every loop that does not need the scheduler: the NodeClaim
     /// lifecycle (launch, register, initialise, liveness) and termination.
     /// Returns when it next needs to run.

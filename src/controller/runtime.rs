@@ -184,6 +184,14 @@ impl EventRecorder {
         n
     }
 
+    /// Waits until the Events handed to [`EventRecorder::record_later`]
+    /// are written (or dropped after their retries).
+    pub async fn settled(&self) {
+        while self.queued.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Hands `events` to a background task that writes them as
     /// [`EventRecorder::record`] does, within [`MAX_QUEUED_EVENTS`].
     /// Returns how many were dropped because the queue was full.
@@ -383,32 +391,17 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
         c
     }
 
-    /// One pass of every reconcile, then the Events it recorded. Returns
-    /// when the controller next needs to run.
-    pub async fn pass(&mut self, controller: &mut Controller<C, P>) -> Duration {
-        let a = controller.reconcile_provisioning().await;
-        let b = controller.reconcile_nodeclaims().await;
-        let c = controller.reconcile_disruption().await;
-        self.record(controller).await;
-        a.min(b).min(c)
-    }
-
     /// One pass as [`Runtime::run`] runs it: the reconciles hold the
     /// controller, the launches they decided are sent without it (at most
     /// [`Settings::launch_concurrency`] at once), and their answers are
     /// recorded holding it again. So interruption handling, which needs
     /// the controller, never waits for CreateFleet calls.
-    pub async fn pass_shared(
-        &mut self,
-        controller: &tokio::sync::Mutex<Controller<C, P>>,
-    ) -> Duration {
+    pub async fn pass(&mut self, controller: &tokio::sync::Mutex<Controller<C, P>>) -> Duration {
         let (wait, jobs) = {
             let mut c = controller.lock().await;
             c.defer_launches = true;
-            let a = c.reconcile_provisioning().await;
-            let b = c.reconcile_nodeclaims().await;
-            let d = c.reconcile_disruption().await;
-            (a.min(b).min(d), c.take_launches())
+            let wait = c.reconcile().await;
+            (wait, c.take_launches())
         };
         let mut more = Duration::MAX;
         if !jobs.is_empty() {
@@ -424,18 +417,6 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
         self.events
             .record_later(self.cluster.clone(), events, self.clock.now());
         wait.min(more)
-    }
-
-    /// Writes the Events a pass recorded, and waits for them.
-    async fn record(&mut self, controller: &mut Controller<C, P>) {
-        let events = controller.drain_events();
-        let now = self.clock.now();
-        self.events
-            .record(self.cluster.as_ref(), &events, now)
-            .await;
-        // The simulation's report reads decisions; here they went out as
-        // Events and metrics already.
-        controller.drain_decisions();
     }
 
     /// Runs until `shutdown` resolves: while `leading` is true, the
@@ -525,10 +506,7 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
             let started = tokio::time::Instant::now();
             changes.borrow_and_update();
             self.health.pass_started();
-            let wait = self
-                .pass_shared(controller)
-                .await
-                .max(Duration::from_millis(10));
+            let wait = self.pass(controller).await.max(Duration::from_millis(10));
             self.health.progressed();
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
@@ -824,10 +802,10 @@ mod tests {
         let (mut rt, clock) = runtime();
         let cluster = rt.cluster.clone();
         cluster.create(pending_pod("a")).unwrap();
-        let mut controller = rt.controller();
-        rt.pass(&mut controller).await;
+        let controller = tokio::sync::Mutex::new(rt.controller());
+        pass(&mut rt, &controller).await;
         clock.advance(Duration::from_secs(11)).unwrap();
-        rt.pass(&mut controller).await;
+        pass(&mut rt, &controller).await;
         let text = gather_metrics(cluster.as_ref(), &[rt.metrics.registry()]);
         for name in [
             "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"general\",reason=\"provisioned\"} 1",
@@ -840,16 +818,26 @@ mod tests {
         }
     }
 
+    /// One pass as the controller runs it, and the Events it recorded
+    /// written.
+    async fn pass(
+        rt: &mut Runtime<MemoryCluster, SimEc2>,
+        controller: &tokio::sync::Mutex<Controller<MemoryCluster, SimEc2>>,
+    ) {
+        rt.pass(controller).await;
+        rt.events.settled().await;
+    }
+
     /// Passes of the controller, `step` apart on its clock.
     async fn passes_for(
         rt: &mut Runtime<MemoryCluster, SimEc2>,
-        controller: &mut Controller<MemoryCluster, SimEc2>,
+        controller: &tokio::sync::Mutex<Controller<MemoryCluster, SimEc2>>,
         clock: &ManualClock,
         n: usize,
         step: Duration,
     ) {
         for _ in 0..n {
-            rt.pass(controller).await;
+            pass(rt, controller).await;
             clock.advance(step).unwrap();
             stop_terminated_pods(&rt.cluster, clock.now());
         }
@@ -895,12 +883,12 @@ mod tests {
                 message: "etcdserver: request timed out".into(),
             },
         ));
-        let mut controller = rt.controller();
+        let controller = tokio::sync::Mutex::new(rt.controller());
         // The batch closes at 1s: the create fails.
-        passes_for(&mut rt, &mut controller, &clock, 2, Duration::from_secs(1)).await;
+        passes_for(&mut rt, &controller, &clock, 2, Duration::from_secs(1)).await;
         assert!(Cluster::list::<NodeClaim>(cluster.as_ref()).is_empty());
         // Retried after the next batch window, not at the resync.
-        passes_for(&mut rt, &mut controller, &clock, 2, Duration::from_secs(1)).await;
+        passes_for(&mut rt, &controller, &clock, 2, Duration::from_secs(1)).await;
         let warned = reasons(&cluster)
             .into_iter()
             .any(|(o, r, t)| o.starts_with("NodeClaim/") && r == "CreateFailed" && t == "Warning");
@@ -921,8 +909,8 @@ mod tests {
                 message: "the object has been modified".into(),
             },
         ));
-        let mut controller = rt.controller();
-        rt.pass(&mut controller).await;
+        let controller = tokio::sync::Mutex::new(rt.controller());
+        pass(&mut rt, &controller).await;
         let class = |c: &MemoryCluster| {
             c.get_opt::<EC2NodeClass>(&ObjectKey::cluster("default"))
                 .and_then(|n| n.status.clone())
@@ -937,7 +925,7 @@ mod tests {
             "{:?}",
             reasons(&cluster)
         );
-        passes_for(&mut rt, &mut controller, &clock, 3, Duration::from_secs(61)).await;
+        passes_for(&mut rt, &controller, &clock, 3, Duration::from_secs(61)).await;
         assert!(class(&cluster).is_some());
     }
 
@@ -1002,7 +990,7 @@ mod tests {
 
     async fn a_running_pod_on_its_own_node(
         rt: &mut Runtime<MemoryCluster, SimEc2>,
-        controller: &mut Controller<MemoryCluster, SimEc2>,
+        controller: &tokio::sync::Mutex<Controller<MemoryCluster, SimEc2>>,
         clock: &ManualClock,
     ) -> String {
         let cluster = rt.cluster.clone();
@@ -1040,8 +1028,8 @@ mod tests {
     async fn an_eviction_answered_with_404_is_done_not_blocked() {
         let (mut rt, clock) = runtime();
         let cluster = rt.cluster.clone();
-        let mut controller = rt.controller();
-        let name = a_running_pod_on_its_own_node(&mut rt, &mut controller, &clock).await;
+        let controller = tokio::sync::Mutex::new(rt.controller());
+        let name = a_running_pod_on_its_own_node(&mut rt, &controller, &clock).await;
         let instance = provider_id(&cluster, &name);
         // The pod is gone by the time the drain evicts it (once).
         cluster.inject(crate::cluster::Fault::new(
@@ -1055,14 +1043,7 @@ mod tests {
         Cluster::delete::<NodeClaim>(cluster.as_ref(), &ObjectKey::cluster(name.as_str()))
             .await
             .unwrap();
-        passes_for(
-            &mut rt,
-            &mut controller,
-            &clock,
-            20,
-            Duration::from_secs(20),
-        )
-        .await;
+        passes_for(&mut rt, &controller, &clock, 20, Duration::from_secs(20)).await;
         let written = reasons(&cluster);
         assert!(
             !written.iter().any(
@@ -1086,8 +1067,8 @@ mod tests {
         use k8s_openapi::api::policy::v1::PodDisruptionBudget;
         let (mut rt, clock) = runtime();
         let cluster = rt.cluster.clone();
-        let mut controller = rt.controller();
-        let name = a_running_pod_on_its_own_node(&mut rt, &mut controller, &clock).await;
+        let controller = tokio::sync::Mutex::new(rt.controller());
+        let name = a_running_pod_on_its_own_node(&mut rt, &controller, &clock).await;
         let instance = provider_id(&cluster, &name);
         let pdb: PodDisruptionBudget = from_yaml(
             "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
@@ -1097,7 +1078,7 @@ mod tests {
         Cluster::delete::<NodeClaim>(cluster.as_ref(), &ObjectKey::cluster(name.as_str()))
             .await
             .unwrap();
-        passes_for(&mut rt, &mut controller, &clock, 3, Duration::from_secs(20)).await;
+        passes_for(&mut rt, &controller, &clock, 3, Duration::from_secs(20)).await;
         assert!(
             cluster
                 .get_opt::<Pod>(&ObjectKey::new("default", "a"))
@@ -1127,14 +1108,7 @@ mod tests {
         cluster
             .delete::<PodDisruptionBudget>(&ObjectKey::new("default", "web"))
             .unwrap();
-        passes_for(
-            &mut rt,
-            &mut controller,
-            &clock,
-            20,
-            Duration::from_secs(20),
-        )
-        .await;
+        passes_for(&mut rt, &controller, &clock, 20, Duration::from_secs(20)).await;
         assert!(
             cluster
                 .get_opt::<Pod>(&ObjectKey::new("default", "a"))

@@ -1019,20 +1019,14 @@ impl Simulation {
         }
         let w = self.workloads.sync(&self.cluster, now);
         let s = self.scheduler.schedule(&self.cluster, now);
-        let (mut wake_p, mut wake_n, mut wake_d) = (Duration::MAX, Duration::MAX, Duration::MAX);
+        let mut wake_c = Duration::MAX;
         if self.in_process {
             // Calls to the simulated EC2 take its latency on the virtual
             // clock: a pass that waits for them moves the time forward.
             let clock = self.clock.clone();
-            wake_p = self
+            wake_c = self
                 .runtime
-                .block_on(clock.run(self.controller.reconcile_provisioning()));
-            wake_n = self
-                .runtime
-                .block_on(clock.run(self.controller.reconcile_nodeclaims()));
-            wake_d = self
-                .runtime
-                .block_on(clock.run(self.controller.reconcile_disruption()));
+                .block_on(clock.run(self.controller.reconcile()));
         }
         let budgets = self.workloads.disruption_budgets(&self.cluster);
         let instances = match self.external.as_mut() {
@@ -1071,7 +1065,7 @@ impl Simulation {
         self.recorder.volumes(now, &v);
         self.recorder.observe(&self.cluster, &instances, now);
         // The next time something is due on its own.
-        let mut wake = wake_p.min(wake_n).min(wake_d);
+        let mut wake = wake_c;
         for i in instances.iter() {
             if let Some(ready) = self.kubelet.ready_at(i)
                 && ready > now
