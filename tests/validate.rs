@@ -454,3 +454,43 @@ fn karpenter_docs_examples() {
     );
     assert!(total > 0, "no examples found under {}", root.display());
 }
+
+/// A key without a value is `null`, which the API server drops from a
+/// field that is neither nullable nor defaulted before it validates (as it
+/// drops the `null` a Go client sends for a nil slice): valid, not "expected
+/// array, found null".
+#[test]
+fn keys_without_a_value_are_absent_as_the_api_server_takes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("class.yaml"),
+        "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms:
+    - alias: al2023@latest
+  subnetSelectorTerms:
+    - tags: {karpenter.sh/discovery: demo}
+  securityGroupSelectorTerms:
+    - tags: {karpenter.sh/discovery: demo}
+  capacityReservationSelectorTerms:
+  tags:
+  kubelet:
+    maxPods:
+",
+    )
+    .unwrap();
+    let out = dovetail(&[
+        "validate",
+        &dir.path().display().to_string(),
+        "--allow-external-nodeclass",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout,
+        "validate: 0 errors, 0 warnings in 1 file (1 object)\n"
+    );
+}

@@ -28,6 +28,7 @@ pub mod nodeoverlay;
 pub mod nodepool;
 pub mod pod;
 pub mod schema;
+pub mod structural;
 
 #[cfg(test)]
 mod behaviour;

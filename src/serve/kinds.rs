@@ -218,7 +218,9 @@ pub fn decode<K: Object>(meta: &KindMeta, mut obj: Value) -> Result<K, ApiError>
     map.insert("apiVersion".into(), meta.group_version().into());
     map.insert("kind".into(), meta.kind.clone().into());
     if let Some(kind) = meta.crd {
-        apply_defaults(crd_schema(kind), &mut obj);
+        let schema = crate::api::structural::schema(kind);
+        crate::api::structural::prune_nulls(schema, &mut obj);
+        crate::api::structural::apply_defaults(schema, &mut obj);
         // A custom resource is checked against its schema and rules as
         // JSON, before it has to fit the Rust type: what does not fit is
         // a 422 naming the field, not a decoding error.
@@ -240,56 +242,6 @@ pub fn decode<K: Object>(meta: &KindMeta, mut obj: Value) -> Result<K, ApiError>
     serde_json::from_value(obj).map_err(|e| ApiError::BadRequest {
         message: format!("error decoding {}: {e}", meta.kind),
     })
-}
-
-/// The OpenAPI schema of one of dovetail's CRDs, generated once.
-fn crd_schema(kind: ApiKind) -> &'static Value {
-    static SCHEMAS: std::sync::OnceLock<Vec<(ApiKind, Value)>> = std::sync::OnceLock::new();
-    let all = SCHEMAS.get_or_init(|| {
-        ApiKind::ALL
-            .into_iter()
-            .map(|k| (k, crate::api::openapi_schema(k)))
-            .collect()
-    });
-    &all.iter()
-        .find(|(k, _)| *k == kind)
-        .expect("every ApiKind has a CRD")
-        .1
-}
-
-/// The API server's structural defaulting of a custom resource: a field
-/// with a `default` that is absent from an object that is present gets
-/// its default, and defaults apply inside defaults.
-fn apply_defaults(schema: &Value, v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                for (k, s) in props {
-                    if !map.contains_key(k)
-                        && let Some(d) = s.get("default")
-                    {
-                        map.insert(k.clone(), d.clone());
-                    }
-                    if let Some(child) = map.get_mut(k) {
-                        apply_defaults(s, child);
-                    }
-                }
-            }
-            if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                for child in map.values_mut() {
-                    apply_defaults(extra, child);
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(s) = schema.get("items") {
-                for item in items {
-                    apply_defaults(s, item);
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 fn erase<K: Object>(obj: Arc<K>) -> Stored {

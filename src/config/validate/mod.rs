@@ -156,6 +156,21 @@ fn drop_status(json: &mut Value) -> bool {
         .is_some_and(|o| o.remove("status").is_some())
 }
 
+/// Drops the `null`s the API server drops from an object of one of the
+/// served versions before it validates it ([`crate::api::structural`]): a
+/// key without a value, or a Go client's nil slice, is as if absent.
+fn prune_nulls(json: &mut Value) {
+    let api_version = json.get("apiVersion").and_then(Value::as_str);
+    let kind = json.get("kind").and_then(Value::as_str);
+    let served = ApiKind::ALL
+        .into_iter()
+        .find(|e| Some(e.kind()) == kind && Some(e.api_version()) == api_version);
+    if let Some(served) = served {
+        let schema = crate::api::structural::schema(served);
+        crate::api::structural::prune_nulls(schema, json);
+    }
+}
+
 /// The per-document outcome of the schema phase.
 struct Classification {
     class: Option<Classified>,
@@ -179,6 +194,7 @@ pub fn validate(loaded: &Loaded, opts: &Options) -> Report {
     let docs: Vec<Doc> = crate::par::map(&refs, |(file, yaml)| {
         let mut json = yaml.root.to_json();
         let had_status = drop_status(&mut json);
+        prune_nulls(&mut json);
         Doc {
             file,
             yaml,

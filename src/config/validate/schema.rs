@@ -178,12 +178,15 @@ fn check_with(c: &Compiled, kind: Option<ApiKind>, doc: &Value) -> Vec<Finding> 
                 });
             }
             ValidationErrorKind::Type { kind } => out.push(Finding {
-                message: format!(
-                    "expected {}, found {} {}",
-                    type_name(kind),
-                    json_type(err.instance()),
-                    short(err.instance())
-                ),
+                message: match err.instance().as_ref() {
+                    Value::Null => format!("expected {}, found null", type_name(kind)),
+                    v => format!(
+                        "expected {}, found {} {}",
+                        type_name(kind),
+                        json_type(v),
+                        short(v)
+                    ),
+                },
                 path,
                 hint: None,
                 keyword,
