@@ -313,11 +313,19 @@ mod tests {
         assert_eq!(collects(false, Some(false), 3), 0);
     }
 
-    /// A controller stopped between a launch and the NodeClaim status that
-    /// records it: the next controller records the instance it finds
-    /// instead of launching a second one.
-    #[test]
-    fn a_launch_whose_status_was_never_written_is_recorded_not_repeated() {
+    /// A NodeClaim `crashed` whose instance (`first`) was launched by a
+    /// controller that stopped before writing its status, and a new
+    /// controller.
+    struct Crashed {
+        clock: Arc<ManualClock>,
+        cluster: Arc<MemoryCluster>,
+        cloud: Arc<SimEc2>,
+        rt: tokio::runtime::Runtime,
+        first: crate::cloud::Instance,
+        controller: Controller<MemoryCluster, SimEc2>,
+    }
+
+    fn crashed() -> Crashed {
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
@@ -334,13 +342,35 @@ mod tests {
             .block_on(cloud.create(&claim, &class, &BTreeSet::new()))
             .expect("launches")
             .instance;
-
-        let mut controller = Controller::new(
+        let controller = Controller::new(
             cluster.clone(),
             cloud.clone(),
-            dyn_clock.clone(),
+            dyn_clock,
             Settings::default(),
         );
+        Crashed {
+            clock,
+            cluster,
+            cloud,
+            rt,
+            first,
+            controller,
+        }
+    }
+
+    /// A controller stopped between a launch and the NodeClaim status that
+    /// records it: the next controller records the instance it finds
+    /// instead of launching a second one.
+    #[test]
+    fn a_launch_whose_status_was_never_written_is_recorded_not_repeated() {
+        let Crashed {
+            cluster,
+            cloud,
+            rt,
+            first,
+            mut controller,
+            ..
+        } = crashed();
         rt.block_on(controller.reconcile_nodeclaims());
         let stored = cluster
             .get::<NodeClaim>(&crate::cluster::ObjectKey::cluster("crashed"))
@@ -378,28 +408,14 @@ mod tests {
     /// and records the instance once the list answers.
     #[test]
     fn a_launch_waits_while_the_instances_cannot_be_listed() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        let class = EC2NodeClass::test("default");
-        cluster.create(class.clone()).expect("created");
-        let claim = NodeClaim::test("crashed");
-        cluster.create(claim.clone()).expect("created");
-        let first = rt
-            .block_on(cloud.create(&claim, &class, &BTreeSet::new()))
-            .expect("launches")
-            .instance;
-        let mut controller = Controller::new(
-            cluster.clone(),
-            cloud.clone(),
-            dyn_clock.clone(),
-            Settings::default(),
-        );
+        let Crashed {
+            clock,
+            cluster,
+            cloud,
+            rt,
+            first,
+            mut controller,
+        } = crashed();
         let creates = || {
             cloud
                 .calls()
