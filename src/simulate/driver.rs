@@ -26,7 +26,7 @@ use super::volumes::AttachDetach;
 use super::workloads::Workloads;
 use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
-use crate::cloud::sim::{CapacityWindow, SimConfig, SimEc2};
+use crate::cloud::sim::SimEc2;
 use crate::cluster::{MemoryCluster, Object, ObjectKey, Selector};
 use crate::config::load;
 use crate::config::source::Revision;
@@ -481,59 +481,9 @@ impl Simulation {
             None => SimEc2::builtin_catalog(),
         }
         .map_err(|e| SimError::Setup(e.to_string()))?;
-        let mut config = SimConfig::new(catalog);
-        config.region = scenario.region.clone();
-        config.zones = scenario.zones.clone();
-        config.launch_delay = scenario.cloud.launch_delay;
-        config.kubernetes_version = scenario.cloud.kubernetes_version.clone();
-        config.images = scenario.cloud.images.clone();
-        config.subnets = scenario.cloud.subnets.clone();
-        config.security_groups = scenario.cloud.security_groups.clone();
-        config.placement_groups = scenario.cloud.placement_groups.clone();
-        config.observed_aliases = scenario.cloud.observed_aliases.clone();
-        config.insufficient_capacity = scenario
+        let config = scenario
             .cloud
-            .insufficient_capacity
-            .iter()
-            .map(|w| CapacityWindow {
-                instance_type: w.instance_type.clone(),
-                zone: w.zone.clone(),
-                capacity_type: w.capacity_type.clone(),
-                from: at(start, w.from),
-                until: w.until.map(|u| at(start, u)),
-            })
-            .collect();
-        config.reservations = scenario
-            .cloud
-            .reservations
-            .iter()
-            .map(|r| crate::cloud::sim::reservations::SimReservation {
-                id: r.id.clone(),
-                instance_type: r.instance_type.clone(),
-                zone: r.zone.clone(),
-                count: r.count,
-                capacity_block: r.capacity_block,
-                instance_match_criteria: r.instance_match_criteria.clone(),
-                tags: r.tags.clone(),
-                owner_id: r
-                    .owner_id
-                    .clone()
-                    .unwrap_or_else(|| crate::cloud::sim::reservations::SIM_OWNER_ID.to_string()),
-                start: at(start, r.from),
-                end: r.until.map(|u| at(start, u)),
-            })
-            .collect();
-        config.call_latency = scenario.cloud.api_latency;
-        config.launch_errors = scenario
-            .cloud
-            .launch_errors
-            .iter()
-            .map(|w| crate::cloud::sim::LaunchErrorWindow {
-                error: w.error.clone(),
-                from: at(start, w.from),
-                until: w.until.map(|u| at(start, u)),
-            })
-            .collect();
+            .sim_config(catalog, &scenario.region, &scenario.zones, start);
         let cloud = Arc::new(SimEc2::new(config, dyn_clock.clone()));
         let catalog = cloud.catalog().to_vec();
 

@@ -148,6 +148,70 @@ pub struct CloudSettings {
     pub placement_groups: Vec<crate::cloud::aws::placement::PlacementGroup>,
 }
 
+impl CloudSettings {
+    /// The simulated EC2's configuration for these settings, in `region`
+    /// and `zones`, with the scripted windows counted from `start`.
+    pub fn sim_config(
+        &self,
+        catalog: Vec<crate::model::InstanceType>,
+        region: &str,
+        zones: &[String],
+        start: Timestamp,
+    ) -> crate::cloud::sim::SimConfig {
+        let at = |offset: Duration| start.checked_add(offset).unwrap_or(start);
+        let mut config = crate::cloud::sim::SimConfig::new(catalog);
+        config.region = region.to_string();
+        config.zones = zones.to_vec();
+        config.launch_delay = self.launch_delay;
+        config.kubernetes_version = self.kubernetes_version.clone();
+        config.images = self.images.clone();
+        config.subnets = self.subnets.clone();
+        config.security_groups = self.security_groups.clone();
+        config.placement_groups = self.placement_groups.clone();
+        config.observed_aliases = self.observed_aliases.clone();
+        config.insufficient_capacity = self
+            .insufficient_capacity
+            .iter()
+            .map(|w| crate::cloud::sim::CapacityWindow {
+                instance_type: w.instance_type.clone(),
+                zone: w.zone.clone(),
+                capacity_type: w.capacity_type.clone(),
+                from: at(w.from),
+                until: w.until.map(&at),
+            })
+            .collect();
+        config.reservations =
+            self.reservations
+                .iter()
+                .map(|r| crate::cloud::sim::reservations::SimReservation {
+                    id: r.id.clone(),
+                    instance_type: r.instance_type.clone(),
+                    zone: r.zone.clone(),
+                    count: r.count,
+                    capacity_block: r.capacity_block,
+                    instance_match_criteria: r.instance_match_criteria.clone(),
+                    tags: r.tags.clone(),
+                    owner_id: r.owner_id.clone().unwrap_or_else(|| {
+                        crate::cloud::sim::reservations::SIM_OWNER_ID.to_string()
+                    }),
+                    start: at(r.from),
+                    end: r.until.map(&at),
+                })
+                .collect();
+        config.call_latency = self.api_latency;
+        config.launch_errors = self
+            .launch_errors
+            .iter()
+            .map(|w| crate::cloud::sim::LaunchErrorWindow {
+                error: w.error.clone(),
+                from: at(w.from),
+                until: w.until.map(&at),
+            })
+            .collect();
+        config
+    }
+}
+
 impl Default for CloudSettings {
     fn default() -> Self {
         CloudSettings {
@@ -440,6 +504,75 @@ fn check_keys(ctx: &Ctx, node: &Node, allowed: &[&str], what: &str) -> Result<()
     Ok(())
 }
 
+/// A scenario's `region` and `zones` (default: the region's a, b and c).
+fn region_and_zones(ctx: &Ctx, root: &Node) -> Result<(String, Vec<String>), ScenarioError> {
+    let region = match root.get("region") {
+        Some(n) => ctx.str(n, "region")?.to_string(),
+        None => DEFAULT_REGION.to_string(),
+    };
+    let zones = match root.get("zones") {
+        Some(n) => match &n.value {
+            Value::Seq(items) if !items.is_empty() => items
+                .iter()
+                .map(|z| ctx.str(z, "a zone").map(str::to_string))
+                .collect::<Result<_, _>>()?,
+            _ => return Err(ctx.err(n, "zones must be a non-empty list of zone names")),
+        },
+        None => default_zones(&region),
+    };
+    Ok((region, zones))
+}
+
+/// The simulated cloud of a scenario file alone: its `region`, `zones` and
+/// `cloud` (what `controller --cloud kwok --cloud-scenario` reads; any
+/// other key of a scenario is allowed and ignored, so a scenario file can
+/// be given as it is).
+pub fn load_cloud(path: &Path) -> Result<(String, Vec<String>, CloudSettings), ScenarioError> {
+    let file = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| {
+        Box::new(
+            Diagnostic::error("scenario", format!("cannot read the scenario: {e}")).in_file(&file),
+        )
+    })?;
+    let parsed = yaml::parse_documents(&file, &bytes, &Limits::default());
+    if let Some(d) = parsed.diagnostics.into_iter().next() {
+        return Err(Box::new(d));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let ctx = Ctx { file: &file, dir };
+    let docs: Vec<&yaml::YamlDoc> = parsed
+        .docs
+        .iter()
+        .filter(|d| !matches!(d.root.value, Value::Null))
+        .collect();
+    let root = match docs.as_slice() {
+        [doc] => &doc.root,
+        [] => {
+            return Ok((
+                DEFAULT_REGION.to_string(),
+                default_zones(DEFAULT_REGION),
+                CloudSettings::default(),
+            ));
+        }
+        [_, second, ..] => {
+            return Err(ctx.err(&second.root, "a scenario is a single YAML document"));
+        }
+    };
+    check_keys(&ctx, root, &SCENARIO_KEYS, "the scenario")?;
+    let (region, zones) = region_and_zones(&ctx, root)?;
+    let cloud = match root.get("cloud") {
+        Some(n) => cloud_settings(&ctx, n)?,
+        None => CloudSettings::default(),
+    };
+    Ok((region, zones, cloud))
+}
+
+/// The keys of a scenario file.
+const SCENARIO_KEYS: [&str; 12] = [
+    "start", "config", "catalog", "region", "zones", "initial", "cloud", "pods", "settings",
+    "timeline", "until", "faults",
+];
+
 /// Reads and checks a scenario file.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
     let file = path.display().to_string();
@@ -565,15 +698,7 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
             return Err(ctx.err(&second.root, "a scenario is a single YAML document"));
         }
     };
-    check_keys(
-        &ctx,
-        root,
-        &[
-            "start", "config", "catalog", "region", "zones", "initial", "cloud", "pods",
-            "settings", "timeline", "until", "faults",
-        ],
-        "the scenario",
-    )?;
+    check_keys(&ctx, root, &SCENARIO_KEYS, "the scenario")?;
 
     let start = match root.get("start") {
         Some(n) => parse_rfc3339(ctx.str(n, "start")?).map_err(|e| {
@@ -598,24 +723,11 @@ pub fn parse(file: &str, dir: &Path, bytes: &[u8]) -> Result<Scenario, ScenarioE
         .get("catalog")
         .map(|n| ctx.path(n, "catalog"))
         .transpose()?;
-    let region = match root.get("region") {
-        Some(n) => ctx.str(n, "region")?.to_string(),
-        None => DEFAULT_REGION.to_string(),
-    };
+    let (region, zones) = region_and_zones(&ctx, root)?;
     let zones_pos = root
         .get("zones")
         .or_else(|| root.get("region"))
         .map_or(root.pos, |n| n.pos);
-    let zones = match root.get("zones") {
-        Some(n) => match &n.value {
-            Value::Seq(items) if !items.is_empty() => items
-                .iter()
-                .map(|z| ctx.str(z, "a zone").map(str::to_string))
-                .collect::<Result<_, _>>()?,
-            _ => return Err(ctx.err(n, "zones must be a non-empty list of zone names")),
-        },
-        None => default_zones(&region),
-    };
     let initial = match root.get("initial") {
         Some(n) => manifests(&ctx, n, "initial")?,
         None => Vec::new(),

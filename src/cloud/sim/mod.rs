@@ -273,6 +273,46 @@ pub struct SimConfig {
     pub reservations: Vec<SimReservation>,
     /// The account's placement groups.
     pub placement_groups: Vec<crate::cloud::aws::placement::PlacementGroup>,
+    /// How instances' provider ids are written.
+    pub provider_ids: ProviderIds,
+    /// Whether every call is kept for [`SimEc2::calls`] (a simulation's
+    /// report reads them); off for a provider that runs for days.
+    pub call_log: bool,
+    /// Instance ids are handed out after this one (hex, 17 digits): a
+    /// provider that outlives its process starts past the ids of earlier
+    /// runs.
+    pub first_instance_id: u64,
+}
+
+/// The form of an instance's provider id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProviderIds {
+    /// `aws:///<zone>/<id>`, as an EC2 node's kubelet sets it.
+    #[default]
+    Aws,
+    /// `kwok://<id>`, the KWOK provider's (the Node is named `<id>`).
+    Kwok,
+}
+
+impl ProviderIds {
+    pub const KWOK_PREFIX: &'static str = "kwok://";
+
+    /// The provider id of instance `id` in `zone`.
+    pub fn format(self, zone: &str, id: &str) -> String {
+        match self {
+            ProviderIds::Aws => format!("aws:///{zone}/{id}"),
+            ProviderIds::Kwok => format!("{}{id}", Self::KWOK_PREFIX),
+        }
+    }
+
+    /// The instance id a provider id of this form names.
+    pub fn parse(self, provider_id: &str) -> Option<&str> {
+        let id = match self {
+            ProviderIds::Aws => provider_id.strip_prefix("aws:///")?.rsplit_once('/')?.1,
+            ProviderIds::Kwok => provider_id.strip_prefix(Self::KWOK_PREFIX)?,
+        };
+        (!id.is_empty() && !id.contains('/')).then_some(id)
+    }
 }
 
 impl SimConfig {
@@ -296,6 +336,9 @@ impl SimConfig {
             observed_aliases: Vec::new(),
             reservations: Vec::new(),
             placement_groups: Vec::new(),
+            provider_ids: ProviderIds::Aws,
+            call_log: true,
+            first_instance_id: 0,
         }
     }
 }
@@ -393,6 +436,8 @@ struct State {
     /// ids make this id order also launch order.
     instances: BTreeMap<String, Instance>,
     calls: Vec<CallRecord>,
+    /// Whether calls are kept ([`SimConfig::call_log`]).
+    call_log: bool,
     next_error: Option<CloudError>,
     /// Images, network and the cluster's version.
     account: Option<Account>,
@@ -412,6 +457,13 @@ struct State {
 }
 
 impl State {
+    /// Keeps a call for [`SimEc2::calls`], if calls are kept.
+    fn log(&mut self, record: CallRecord) {
+        if self.call_log {
+            self.calls.push(record);
+        }
+    }
+
     /// Live instances launched into reservation `id`.
     fn used(&self, id: &str) -> i64 {
         self.instances
@@ -466,7 +518,7 @@ fn apply_reclaims(state: &mut State, now: Timestamp) {
             }
             None => Err(CloudError::NotFound(id.clone())),
         };
-        state.calls.push(CallRecord {
+        state.log(CallRecord {
             at,
             call: Call::TerminateExternally {
                 instance_id: id,
@@ -486,6 +538,7 @@ pub struct SimEc2 {
     windows: Vec<CapacityWindow>,
     launch_errors: Vec<LaunchErrorWindow>,
     call_latency: Duration,
+    provider_ids: ProviderIds,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     /// The catalog as node classes with each kubelet configuration seen so
@@ -523,6 +576,9 @@ impl SimEc2 {
             observed_aliases,
             reservations,
             placement_groups,
+            provider_ids,
+            call_log,
+            first_instance_id,
         } = config;
         let mut account = Account::new(&zones, &kubernetes_version);
         account.placement_groups = placement_groups;
@@ -542,9 +598,12 @@ impl SimEc2 {
             launch_errors,
             call_latency,
             clock,
+            provider_ids,
             state: Mutex::new(State {
                 account: Some(account),
                 reservations,
+                call_log,
+                last_id: first_instance_id,
                 ..State::default()
             }),
             adjusted: Mutex::new(Vec::new()),
@@ -613,18 +672,18 @@ impl SimEc2 {
     /// (a node of the scenario's initial state), so that the cloud knows
     /// it like one it launched. Its id is the last part of the provider id;
     /// its price is the catalog's for its offering (0 when unknown). Fails
-    /// on a provider id that is not `aws:///<zone>/<id>` or an id in use.
+    /// on a provider id not of the configured form ([`ProviderIds`]) or an
+    /// id in use.
     pub fn adopt(&self, mut instance: Instance) -> Result<(), CloudError> {
-        let id = instance
-            .provider_id
-            .strip_prefix("aws:///")
-            .and_then(|rest| rest.rsplit_once('/'))
-            .map(|(_, id)| id.to_string())
-            .filter(|id| !id.is_empty())
+        let id = self
+            .provider_ids
+            .parse(&instance.provider_id)
+            .map(str::to_string)
             .ok_or_else(|| {
                 CloudError::InvalidRequest(format!(
-                    "provider id {:?} is not aws:///<zone>/<instance id>",
-                    instance.provider_id
+                    "provider id {:?} is not {}",
+                    instance.provider_id,
+                    self.provider_ids.format("<zone>", "<instance id>")
                 ))
             })?;
         instance.price = self
@@ -662,7 +721,7 @@ impl SimEc2 {
             Some(_) => Ok(()),
             None => Err(CloudError::NotFound(instance_id.to_string())),
         };
-        state.calls.push(CallRecord {
+        state.log(CallRecord {
             at: now,
             call: Call::TerminateExternally {
                 instance_id: instance_id.to_string(),
@@ -730,7 +789,7 @@ impl SimEc2 {
                         st.instances.remove(id);
                         st.generation += 1;
                         st.reclaims.remove(id);
-                        st.calls.push(CallRecord {
+                        st.log(CallRecord {
                             at: now,
                             call: Call::TerminateExternally {
                                 instance_id: id.clone(),
@@ -812,7 +871,7 @@ impl SimEc2 {
             None => op(&mut state, now),
         };
         let call = record(&result);
-        state.calls.push(CallRecord { at: now, call });
+        state.log(CallRecord { at: now, call });
         result
     }
 
@@ -875,7 +934,7 @@ impl SimEc2 {
                 if capacity_block {
                     state.instances.remove(&instance_id);
                     state.reclaimed.push((end, instance_id.clone()));
-                    state.calls.push(CallRecord {
+                    state.log(CallRecord {
                         at: end,
                         call: Call::TerminateExternally {
                             instance_id,
@@ -1164,7 +1223,7 @@ impl SimEc2 {
             .collect();
         security_group_ids.sort();
         let instance = Instance {
-            provider_id: format!("aws:///{}/{id}", key.zone),
+            provider_id: self.provider_ids.format(&key.zone, &id),
             id: id.clone(),
             instance_type: key.instance_type.clone(),
             zone: key.zone.clone(),
