@@ -21,7 +21,7 @@ use dovetail::cluster::{Cluster, MemoryCluster, ObjectKey};
 use dovetail::controller::Settings;
 use dovetail::controller::http::Health;
 use dovetail::controller::metrics::Metrics as ControllerMetrics;
-use dovetail::controller::runtime::{EventRecorder, Interruption, Runtime};
+use dovetail::controller::runtime::{EventRecorder, Interruption, InterruptionQueue, Runtime};
 use dovetail::interruption::{
     Action, InstanceState, Metrics, PollSettings, Poller, Queue, SqsError, events,
 };
@@ -392,11 +392,11 @@ fn queue_world(
         health: Arc::new(Health::default()),
         events: EventRecorder::new("replica-a"),
         sync: None,
-        interruption: Some(Interruption {
+        interruption: Some(Interruption::Queue(InterruptionQueue {
             queue: queue.into(),
             sqs: client.clone(),
             poll: settings(),
-        }),
+        })),
     };
     (clock, cluster, interruption_metrics, runtime)
 }

@@ -198,6 +198,13 @@ pub struct DiffArgs {
     pub allow_external_nodeclass: bool,
 }
 
+/// Where the controller's capacity comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudArg {
+    Aws,
+    Kwok,
+}
+
 /// Whether soft scheduling constraints count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PreferencesArg {
@@ -530,6 +537,18 @@ pub struct ControllerArgs {
     pub cluster: AwsClusterArgs,
     #[command(flatten)]
     pub aws: AwsCommonArgs,
+    /// Where capacity comes from: aws (EC2), or kwok (Nodes that KWOK keeps alive, launched from an instance-type catalog's types and prices: no AWS account needed; the cluster runs KWOK with --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake).
+    #[arg(long, value_enum, value_name = "CLOUD", default_value_t = CloudArg::Aws, ignore_case = true, env = "DOVETAIL_CLOUD")]
+    pub cloud: CloudArg,
+    /// With --cloud kwok: the instance-type catalog to launch from [default: the built-in one].
+    #[arg(long, value_name = "FILE", env = "DOVETAIL_CATALOG")]
+    pub catalog: Option<PathBuf>,
+    /// With --cloud kwok: from an instance's launch to its Node's registration.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_poll_interval, env = "DOVETAIL_REGISTRATION_DELAY")]
+    pub registration_delay: std::time::Duration,
+    /// With --cloud kwok: a simulate scenario file whose region, zones and cloud section the capacity follows (insufficientCapacity and launchErrors windows count from the controller's start).
+    #[arg(long, value_name = "FILE", env = "DOVETAIL_CLOUD_SCENARIO")]
+    pub cloud_scenario: Option<PathBuf>,
     /// The SQS queue (name or URL) EventBridge routes EC2 interruption events to (spot interruption warnings, rebalance recommendations, scheduled changes, state changes); polled while leading. Karpenter's interruptionQueue setting.
     #[arg(long, value_name = "NAME", env = "DOVETAIL_INTERRUPTION_QUEUE")]
     pub interruption_queue: Option<String>,

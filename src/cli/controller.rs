@@ -24,17 +24,21 @@ use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::args::ControllerArgs;
+use super::args::{CloudArg, ControllerArgs};
 use super::{Io, exit};
 use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, SlimPod};
 use crate::clock::{Clock, SystemClock};
 use crate::cloud::aws::{AwsProvider, Background, Registered, VersionSource};
+use crate::cloud::kwok::KwokProvider;
+use crate::cloud::sim::SimEc2;
 use crate::cluster::{Cluster, Fenced, KubeCluster, WatchOptions, slim};
 use crate::controller::Settings;
 use crate::controller::http::{Endpoints, Health, serve};
 use crate::controller::leader::{Elector, LeaseConfig};
 use crate::controller::metrics::{Metered, Metrics};
-use crate::controller::runtime::{EventRecorder, Interruption, Runtime, gather_metrics};
+use crate::controller::runtime::{
+    EventRecorder, Interruption, InterruptionQueue, Runtime, gather_metrics,
+};
 use crate::interruption::{Metrics as InterruptionMetrics, PollSettings};
 use crate::sync::{STATUS_CONFIGMAP, SyncEngine, resolve_head};
 
@@ -308,40 +312,9 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         tracing::info!("caches synced");
 
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let sdk = aws.sdk_config().await;
-        // The interruption queue, in the provider's region and endpoint.
-        let interruption = a.interruption_queue.clone().map(|queue| Interruption {
-            queue,
-            sqs: aws_sdk_sqs::Client::new(&sdk),
-            poll: PollSettings::default(),
-        });
-        let provider = match AwsProvider::from_sdk_config(aws, &sdk, clock.clone()) {
-            Ok(p) => p,
-            Err(e) => {
-                io.error(&e, Some("check the region and the credentials (EKS Pod Identity or IRSA)"));
-                return exit::ERROR;
-            }
-        };
-        // The cluster DNS address nodes use: the kube-dns Service's
-        // ClusterIP (a custom DNS setup without one keeps the service
-        // CIDR's .10, as Karpenter carries on without it).
-        let dns_ip = match crate::cloud::aws::config::kube_dns_ip(&version_client).await {
-            Ok(ip) => Some(ip),
-            Err(e) => {
-                tracing::info!(error = %e, "no kube-dns cluster IP; nodes use the service CIDR's .10");
-                None
-            }
-        };
-        // What nodes need to join, from eks:DescribeCluster where the
-        // flags do not say.
-        if let Err(e) = provider.discover_cluster(kube_ca.as_deref(), dns_ip).await {
-            io.error(&e, Some("allow eks:DescribeCluster on the cluster (deploy/iam-policy.json), or pass --cluster-endpoint"));
-            return exit::ERROR;
-        }
-        let cloud = Arc::new(Metered::new(provider, "aws", &metrics));
-
         // Only the leader writes, and only while its last renewal vouches
-        // for it: every write of the loops and the sync passes the fence.
+        // for it: every write of the loops, the sync and the cloud's
+        // background work passes the fence.
         let fence = a
             .leader_elect
             .then(|| Arc::new(crate::cluster::Fence::new(clock.clone())));
@@ -351,8 +324,6 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
             let _ = sync_registry.set(engine.metrics().registry().clone());
             (engine, a.poll_interval)
         });
-
-        // Only the leader writes.
         let identity = identity(a);
         let (leading, elector) = if a.leader_elect {
             let elector = Elector::new(
@@ -372,82 +343,273 @@ pub fn run(a: &ControllerArgs, io: &mut Io) -> u8 {
         } else {
             (watch::channel(true).1, None)
         };
-
-        // The provider's periodic work: prices and types refreshed, the
-        // Kubernetes version followed, and, while leading, launch templates
-        // no node class uses deleted.
-        let background = {
-            let cloud = cloud.clone();
-            let cluster = cluster.clone();
-            // Leader-only work (tagging, deleting launch templates) goes
-            // through the same fence as the loops' writes.
-            let leading = {
-                let (fence, leading) = (fence.clone(), leading.clone());
-                Arc::new(move || match &fence {
-                    Some(f) => f.check().is_ok(),
-                    None => *leading.borrow(),
-                })
-            };
-            let source: Option<VersionSource> = follow_version.then(|| {
-                let client = version_client.clone();
-                Arc::new(move || {
-                    let client = client.clone();
-                    Box::pin(async move { crate::cloud::aws::kubernetes_version(&client).await })
-                        as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
-                }) as VersionSource
-            });
-            let (claims_cluster, claims_leading) = (cluster.clone(), leading.clone());
-            let work = Background {
-                kubernetes_version: source,
-                registered: Box::new(move || {
-                    if !claims_leading() {
-                        return Vec::new();
-                    }
-                    Cluster::list::<NodeClaim>(claims_cluster.as_ref())
-                        .iter()
-                        .filter_map(|c| {
-                            let status = c.status.as_ref()?;
-                            Some(Registered {
-                                nodeclaim: c.metadata.name.clone()?,
-                                provider_id: status.provider_id.clone()?,
-                                node_name: status.node_name.clone()?,
-                            })
-                        })
-                        .collect()
-                }),
-                nodeclasses: Box::new(move || {
-                    leading().then(|| {
-                        Cluster::list::<EC2NodeClass>(cluster.as_ref())
-                            .iter()
-                            .map(|c| (**c).clone())
-                            .collect()
-                    })
-                }),
-            };
-            let stop = stopped(stop.clone());
-            tokio::spawn(async move { cloud.inner().run_background(work, stop).await })
+        // Whether this replica may do leader-only work now.
+        let may_write: Leading = {
+            let (fence, leading) = (fence.clone(), leading.clone());
+            Arc::new(move || match &fence {
+                Some(f) => f.check().is_ok(),
+                None => *leading.borrow(),
+            })
         };
-
-        let mut rt = Runtime {
-            cluster: writer,
-            cloud,
+        let term = Term {
+            writer,
             clock,
-            settings: controller_settings.clone(),
+            settings: controller_settings,
             metrics,
             interruption_metrics,
-            health: health.clone(),
-            events: EventRecorder::new(&identity),
+            health,
+            identity,
             sync,
-            interruption,
+            changes: cluster.changes(),
+            leading,
+            stop: stop.clone(),
         };
-        rt.run(cluster.changes(), leading, stopped(stop.clone())).await;
-        let _ = background.await;
+        let code = match a.cloud {
+            CloudArg::Aws => {
+                let access = AwsAccess { aws, kube_ca, version_client, follow_version };
+                run_aws(a, access, cluster.clone(), may_write, term, io).await
+            }
+            CloudArg::Kwok => run_kwok(a, aws.kubernetes_version, may_write, term, io).await,
+        };
         // The loops have stopped writing: now the Lease may go.
         if let Some((release, task)) = elector {
             let _ = release.send(true);
             let _ = task.await;
         }
-        tracing::info!("stopped");
-        exit::OK
+        if code == exit::OK {
+            tracing::info!("stopped");
+        }
+        code
     })
+}
+
+/// Whether this replica may do leader-only work now.
+type Leading = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// What every cloud's controller runs with.
+struct Term {
+    writer: Arc<Fenced<KubeCluster>>,
+    clock: Arc<dyn Clock>,
+    settings: Settings,
+    metrics: Metrics,
+    interruption_metrics: InterruptionMetrics,
+    health: Arc<Health>,
+    identity: String,
+    sync: Option<(SyncEngine<Fenced<KubeCluster>>, std::time::Duration)>,
+    changes: watch::Receiver<u64>,
+    leading: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Term {
+    /// Runs the controller on `cloud` until SIGTERM, then waits for the
+    /// cloud's background work.
+    async fn run<P: crate::cloud::CloudProvider + 'static>(
+        self,
+        cloud: Arc<P>,
+        interruption: Option<Interruption>,
+        background: tokio::task::JoinHandle<()>,
+    ) {
+        let mut rt = Runtime {
+            cluster: self.writer,
+            cloud,
+            clock: self.clock,
+            settings: self.settings,
+            metrics: self.metrics,
+            interruption_metrics: self.interruption_metrics,
+            health: self.health,
+            events: EventRecorder::new(&self.identity),
+            sync: self.sync,
+            interruption,
+        };
+        rt.run(self.changes, self.leading, stopped(self.stop.clone()))
+            .await;
+        let _ = background.await;
+    }
+}
+
+/// What the AWS provider is built from.
+struct AwsAccess {
+    aws: crate::cloud::aws::AwsConfig,
+    kube_ca: Option<String>,
+    version_client: kube::Client,
+    /// The Kubernetes version is read from the API server again every 5
+    /// minutes (no --kubernetes-version).
+    follow_version: bool,
+}
+
+/// `--cloud aws`: the AWS provider, its interruption queue and its
+/// periodic work.
+async fn run_aws(
+    a: &ControllerArgs,
+    access: AwsAccess,
+    cluster: Arc<KubeCluster>,
+    leading: Leading,
+    term: Term,
+    io: &mut Io<'_>,
+) -> u8 {
+    let AwsAccess {
+        aws,
+        kube_ca,
+        version_client,
+        follow_version,
+    } = access;
+    let sdk = aws.sdk_config().await;
+    // The interruption queue, in the provider's region and endpoint.
+    let interruption = a.interruption_queue.clone().map(|queue| {
+        Interruption::Queue(InterruptionQueue {
+            queue,
+            sqs: aws_sdk_sqs::Client::new(&sdk),
+            poll: PollSettings::default(),
+        })
+    });
+    let provider = match AwsProvider::from_sdk_config(aws, &sdk, term.clock.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            io.error(
+                &e,
+                Some("check the region and the credentials (EKS Pod Identity or IRSA)"),
+            );
+            return exit::ERROR;
+        }
+    };
+    // The cluster DNS address nodes use: the kube-dns Service's ClusterIP
+    // (a custom DNS setup without one keeps the service CIDR's .10, as
+    // Karpenter carries on without it).
+    let dns_ip = match crate::cloud::aws::config::kube_dns_ip(&version_client).await {
+        Ok(ip) => Some(ip),
+        Err(e) => {
+            tracing::info!(error = %e, "no kube-dns cluster IP; nodes use the service CIDR's .10");
+            None
+        }
+    };
+    // What nodes need to join, from eks:DescribeCluster where the flags do
+    // not say.
+    if let Err(e) = provider.discover_cluster(kube_ca.as_deref(), dns_ip).await {
+        io.error(&e, Some("allow eks:DescribeCluster on the cluster (deploy/iam-policy.json), or pass --cluster-endpoint"));
+        return exit::ERROR;
+    }
+    let cloud = Arc::new(Metered::new(provider, "aws", &term.metrics));
+
+    // The provider's periodic work: prices and types refreshed, the
+    // Kubernetes version followed, and, while leading, launch templates no
+    // node class uses deleted. Leader-only work (tagging, deleting launch
+    // templates) goes through the same fence as the loops' writes.
+    let background = {
+        let cloud = cloud.clone();
+        let source: Option<VersionSource> = follow_version.then(|| {
+            let client = version_client.clone();
+            Arc::new(move || {
+                let client = client.clone();
+                Box::pin(async move { crate::cloud::aws::kubernetes_version(&client).await })
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+            }) as VersionSource
+        });
+        let (claims_cluster, claims_leading) = (cluster.clone(), leading.clone());
+        let work = Background {
+            kubernetes_version: source,
+            registered: Box::new(move || {
+                if !claims_leading() {
+                    return Vec::new();
+                }
+                Cluster::list::<NodeClaim>(claims_cluster.as_ref())
+                    .iter()
+                    .filter_map(|c| {
+                        let status = c.status.as_ref()?;
+                        Some(Registered {
+                            nodeclaim: c.metadata.name.clone()?,
+                            provider_id: status.provider_id.clone()?,
+                            node_name: status.node_name.clone()?,
+                        })
+                    })
+                    .collect()
+            }),
+            nodeclasses: Box::new(move || {
+                leading().then(|| {
+                    Cluster::list::<EC2NodeClass>(cluster.as_ref())
+                        .iter()
+                        .map(|c| (**c).clone())
+                        .collect()
+                })
+            }),
+        };
+        let stop = stopped(term.stop.clone());
+        tokio::spawn(async move { cloud.inner().run_background(work, stop).await })
+    };
+    term.run(cloud, interruption, background).await;
+    exit::OK
+}
+
+/// `--cloud kwok`: capacity from a catalog as Nodes that KWOK keeps alive
+/// ([`crate::cloud::kwok`]); scripted interruptions reach the controller
+/// in process.
+async fn run_kwok(
+    a: &ControllerArgs,
+    kubernetes_version: Option<String>,
+    leading: Leading,
+    term: Term,
+    io: &mut Io<'_>,
+) -> u8 {
+    if a.interruption_queue.is_some() {
+        io.log("error: --interruption-queue is for --cloud aws");
+        io.log("hint: with --cloud kwok, script an interruption with `kubectl annotate node NAME kwok.dovetail.dev/interrupt=spot-interruption`");
+        return exit::ERROR;
+    }
+    let catalog = match &a.catalog {
+        Some(path) => SimEc2::load_catalog(path),
+        None => SimEc2::builtin_catalog(),
+    };
+    let catalog = match catalog {
+        Ok(c) => c,
+        Err(e) => {
+            io.error(&e, Some("a catalog in the shared format: instanceTypes[] with offerings (see `dovetail instance-types --output json`)"));
+            return exit::ERROR;
+        }
+    };
+    let (region, zones, cloud) = match &a.cloud_scenario {
+        Some(path) => match crate::simulate::scenario::load_cloud(path) {
+            Ok(c) => c,
+            Err(d) => {
+                let style = super::render::Style::for_stream(io.err_is_terminal);
+                let _ =
+                    std::io::Write::write_all(io.err, super::render::text(&[*d], style).as_bytes());
+                return exit::ERROR;
+            }
+        },
+        None => {
+            let region = a
+                .aws
+                .region
+                .clone()
+                .unwrap_or_else(|| crate::cloud::sim::DEFAULT_REGION.to_string());
+            let zones = crate::cloud::sim::default_zones(&region);
+            (region, zones, Default::default())
+        }
+    };
+    let mut config = cloud.sim_config(catalog, &region, &zones, term.clock.now());
+    // Aliases resolve for the cluster's own version.
+    if let Some(v) = kubernetes_version {
+        config.kubernetes_version = v;
+    }
+    let (provider, events) = KwokProvider::new(
+        config,
+        term.writer.clone(),
+        term.clock.clone(),
+        a.registration_delay,
+    );
+    tracing::info!(
+        %region,
+        zones = %zones.join(","),
+        instance_types = provider.sim().catalog().len(),
+        registration_delay = ?a.registration_delay,
+        "launching KWOK nodes"
+    );
+    let cloud = Arc::new(Metered::new(provider, "kwok", &term.metrics));
+    let background = {
+        let (cloud, stop) = (cloud.clone(), stopped(term.stop.clone()));
+        tokio::spawn(async move { cloud.inner().run(|| leading(), stop).await })
+    };
+    let interruption = Interruption::Local(Arc::new(tokio::sync::Mutex::new(events)));
+    term.run(cloud, Some(interruption), background).await;
+    exit::OK
 }

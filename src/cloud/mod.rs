@@ -7,6 +7,7 @@
 //! unavailable and retries elsewhere; not-found means the instance is gone).
 
 pub mod aws;
+pub mod kwok;
 pub(crate) mod select;
 pub mod sim;
 

@@ -50,10 +50,20 @@ pub const EVENT_DEDUPE: Duration = Duration::from_secs(10 * 60);
 /// Where Events about cluster-scoped objects go, as kubectl looks for them.
 pub const CLUSTER_EVENTS_NAMESPACE: &str = "default";
 
+/// Where interruption events come from.
+#[derive(Debug, Clone)]
+pub enum Interruption {
+    /// The queue of `--interruption-queue`.
+    Queue(InterruptionQueue),
+    /// The events a cloud sends in process: the KWOK provider's scripted
+    /// interruptions ([`crate::cloud::kwok`]).
+    Local(Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>>),
+}
+
 /// The interruption queue of `--interruption-queue`: EC2 and AWS Health
 /// events that EventBridge routes to SQS (see `src/interruption`).
 #[derive(Debug, Clone)]
-pub struct Interruption {
+pub struct InterruptionQueue {
     /// The queue's name (resolved with GetQueueUrl) or URL.
     pub queue: String,
     pub sqs: aws_sdk_sqs::Client,
@@ -78,8 +88,24 @@ pub async fn run_interruption<C: Cluster + 'static, P: CloudProvider + 'static>(
     metrics: &InterruptionMetrics,
     clock: Arc<dyn Clock>,
 ) {
-    let Some(i) = interruption else {
-        return std::future::pending().await;
+    let i = match interruption {
+        None => return std::future::pending().await,
+        Some(Interruption::Queue(q)) => q,
+        Some(Interruption::Local(events)) => {
+            let mut events = events.lock().await;
+            while let Some(body) = events.recv().await {
+                let now = clock.now();
+                crate::interruption::deliver(
+                    &body,
+                    Some(now),
+                    now,
+                    &Handler::shared(controller),
+                    metrics,
+                )
+                .await;
+            }
+            return std::future::pending().await;
+        }
     };
     let mut retry = QUEUE_RETRY_MIN;
     let poller = loop {
