@@ -22,6 +22,7 @@ mod interruption_sim;
 mod interruption_sqs;
 mod karpenter_disruption;
 mod karpenter_scheduling;
+mod kwok;
 mod lifecycle;
 mod moto;
 mod newcomer;

@@ -436,7 +436,7 @@ async fn create_eks_cluster(endpoint: &str, cluster: &str) {
         .expect("eks:CreateCluster");
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
         .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
@@ -461,11 +461,41 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Starts the controller; if a port it was given was taken before it
-    /// bound it (by another test's process), starts it again on others.
+    /// Starts the controller of a [`World`] as `identity`.
     fn start(w: &World, identity: &str, extra: &[&str]) -> Controller {
+        Controller::start_with(w.tb.dir.path(), identity, |cmd| {
+            cmd.arg("--kubeconfig")
+                .arg(&w.sa_kubeconfig)
+                .args(["--cluster-name", &w.cluster, "--region", REGION])
+                .args(["--endpoint-url", &w.moto.endpoint()])
+                .args(["--ssm-parameter-root", &w.env.ssm_root, "--isolated-vpc"])
+                .arg("--pricing-file")
+                .arg(root().join("tests/fixtures/aws/prices.json"))
+                .arg("--config-repo")
+                .arg(&w.repo)
+                .args([
+                    "--config-branch",
+                    "main",
+                    "--poll-interval",
+                    "2s",
+                    "--prune",
+                ])
+                .args(["--identity", identity, "--namespace", "dovetail"])
+                .args(extra)
+                .envs(w.moto.sdk_env(REGION))
+                .envs(w.controller_env.iter().cloned());
+            if let Some(queue) = &w.queue {
+                cmd.args(["--interruption-queue", queue]);
+            }
+        })
+    }
+
+    /// Starts `dovetail controller` with the flags `configure` adds (its
+    /// log in `dir`); if a port it was given was taken before it bound it
+    /// (by another test's process), starts it again on others.
+    pub fn start_with(dir: &Path, identity: &str, configure: impl Fn(&mut Command)) -> Controller {
         for _ in 0..5 {
-            let mut c = Self::spawn(w, identity, extra);
+            let mut c = Self::spawn(dir, identity, &configure);
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline && c.healthz().is_none() && !c.exited() {
                 std::thread::sleep(Duration::from_millis(100));
@@ -478,7 +508,7 @@ impl Controller {
         panic!("controller {identity} found no free ports");
     }
 
-    fn spawn(w: &World, identity: &str, extra: &[&str]) -> Controller {
+    fn spawn(dir: &Path, identity: &str, configure: &impl Fn(&mut Command)) -> Controller {
         let port = || {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
@@ -486,38 +516,16 @@ impl Controller {
                 .port()
                 .to_string()
         };
-        let log = w.tb.dir.path().join(format!("controller-{identity}.log"));
+        let log = dir.join(format!("controller-{identity}.log"));
         let (health, metrics) = (port(), port());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_dovetail"));
         cmd.arg("controller")
-            .arg("--kubeconfig")
-            .arg(&w.sa_kubeconfig)
-            .args(["--cluster-name", &w.cluster, "--region", REGION])
-            .args(["--endpoint-url", &w.moto.endpoint()])
-            .args(["--ssm-parameter-root", &w.env.ssm_root, "--isolated-vpc"])
-            .arg("--pricing-file")
-            .arg(root().join("tests/fixtures/aws/prices.json"))
-            .arg("--config-repo")
-            .arg(&w.repo)
-            .args([
-                "--config-branch",
-                "main",
-                "--poll-interval",
-                "2s",
-                "--prune",
-            ])
-            .args(["--identity", identity, "--namespace", "dovetail"])
-            .args(["--metrics-port", &metrics, "--health-port", &health])
-            .args(extra)
-            .envs(w.moto.sdk_env(REGION))
             .env("DOVETAIL_LOG_LEVEL", "info")
-            .envs(w.controller_env.iter().cloned())
-            .stdin(Stdio::null())
+            .args(["--metrics-port", &metrics, "--health-port", &health]);
+        configure(&mut cmd);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"));
-        if let Some(queue) = &w.queue {
-            cmd.args(["--interruption-queue", queue]);
-        }
         Controller {
             identity: identity.to_string(),
             child: cmd.spawn().expect("dovetail controller starts"),
