@@ -718,8 +718,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let Some(uid) = claim.metadata.uid.clone() else {
             return Duration::MAX;
         };
-        if let Some(&scanned) = self.consistency_scanned.get(&uid) {
-            return CONSISTENCY_SCAN.saturating_sub(elapsed(scanned, now));
+        // Scanned again once the period has passed, as the reference's
+        // `lastScanned` entries expire: a claim scanned long ago is not
+        // due "now" forever.
+        if let Some(&scanned) = self.consistency_scanned.get(&uid)
+            && elapsed(scanned, now) < CONSISTENCY_SCAN
+        {
+            return CONSISTENCY_SCAN - elapsed(scanned, now);
         }
         self.consistency_scanned.insert(uid, now);
         let issues = shape_issues(claim, node);
@@ -929,6 +934,55 @@ mod tests {
         assert!(shape_issues(&claim, &node).is_empty());
         let (claim, node) = claim_and_node("128Gi", "64Gi", false);
         assert!(shape_issues(&claim, &node).is_empty());
+    }
+
+    /// The consistency check runs again once its period has passed, as the
+    /// reference's `lastScanned` entries expire; a claim scanned more than
+    /// a period ago was due "now" at every pass, so a quiet controller
+    /// (and the simulation's clock) woke every second.
+    #[test]
+    fn the_consistency_check_is_due_again_after_its_period_and_then_runs() {
+        use crate::clock::{Clock, ManualClock};
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(crate::cluster::MemoryCluster::new(dyn_clock.clone()));
+        let catalog = crate::cloud::sim::SimEc2::builtin_catalog().unwrap();
+        let cloud = Arc::new(crate::cloud::sim::SimEc2::new(
+            crate::cloud::sim::SimConfig::new(catalog),
+            dyn_clock.clone(),
+        ));
+        let mut controller =
+            Controller::new(cluster, cloud, dyn_clock, super::super::Settings::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (mut claim, node) = claim_and_node("128Gi", "64Gi", true);
+        claim.metadata.uid = Some("uid-1".into());
+        let check = |controller: &mut Controller<_, _>| {
+            let now = clock.now();
+            let next = rt.block_on(controller.check_consistency(&claim, &node, now));
+            let events = controller
+                .drain_events()
+                .into_iter()
+                .filter(|e| e.reason == "FailedConsistencyCheck")
+                .count();
+            (next, events)
+        };
+        assert_eq!(check(&mut controller), (CONSISTENCY_SCAN, 1));
+        clock.advance(Duration::from_secs(4 * 60)).unwrap();
+        assert_eq!(check(&mut controller), (Duration::from_secs(6 * 60), 0));
+        clock.advance(Duration::from_secs(6 * 60)).unwrap();
+        assert_eq!(
+            check(&mut controller),
+            (CONSISTENCY_SCAN, 1),
+            "scanned again"
+        );
+        clock.advance(Duration::from_secs(25 * 60)).unwrap();
+        assert_eq!(
+            check(&mut controller),
+            (CONSISTENCY_SCAN, 1),
+            "never due at once"
+        );
     }
 
     #[test]
