@@ -79,6 +79,11 @@ pub struct AttachDetach {
     attaching: BTreeMap<Key, (String, Timestamp)>,
     /// Attachments no longer needed, since when.
     detaching: BTreeMap<Key, Timestamp>,
+    /// The attachments the pods needed at the last sync, and the
+    /// revisions of the kinds that answer was read from (pods, nodes,
+    /// claims, volumes): a step that changed none of them reuses it
+    /// instead of reading every pod again.
+    needed: Option<([u64; 4], BTreeMap<Key, String>)>,
 }
 
 impl AttachDetach {
@@ -88,6 +93,7 @@ impl AttachDetach {
             detach_delay,
             attaching: BTreeMap::new(),
             detaching: BTreeMap::new(),
+            needed: None,
         }
     }
 
@@ -107,7 +113,16 @@ impl AttachDetach {
     /// Brings the VolumeAttachments in line with the pods at `now`.
     pub fn sync(&mut self, cluster: &MemoryCluster, now: Timestamp) -> VolumeReport {
         let mut report = VolumeReport::default();
-        let needed = needed(cluster);
+        let revisions = [
+            cluster.kind_revision::<Pod>(),
+            cluster.kind_revision::<Node>(),
+            cluster.kind_revision::<PersistentVolumeClaim>(),
+            cluster.kind_revision::<PersistentVolume>(),
+        ];
+        let needed = match self.needed.take() {
+            Some((seen, needed)) if seen == revisions => needed,
+            _ => needed(cluster),
+        };
         let existing: BTreeMap<Key, String> = cluster
             .list::<VolumeAttachment>(None, &Selector::everything())
             .items
@@ -192,6 +207,7 @@ impl AttachDetach {
                     .push((format!("VolumeAttachment/{name}"), e.to_string())),
             }
         }
+        self.needed = Some((revisions, needed));
         report
     }
 }
@@ -199,6 +215,17 @@ impl AttachDetach {
 /// The attachments the pods need now, with their attachers.
 fn needed(cluster: &MemoryCluster) -> BTreeMap<Key, String> {
     let mut out = BTreeMap::new();
+    // Most clusters have few attachable volumes: without any, no pod needs
+    // to be read.
+    let attachable: BTreeMap<String, String> = cluster
+        .list::<PersistentVolume>(None, &Selector::everything())
+        .items
+        .iter()
+        .filter_map(|pv| Some((pv.metadata.name.clone()?, attacher(pv)?)))
+        .collect();
+    if attachable.is_empty() {
+        return out;
+    }
     let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
     let nodes: BTreeSet<String> = cluster
         .list::<Node>(None, &Selector::everything())
@@ -235,13 +262,8 @@ fn needed(cluster: &MemoryCluster) -> BTreeMap<Key, String> {
             else {
                 continue;
             };
-            let Some(pv) =
-                cluster.get_opt::<PersistentVolume>(&ObjectKey::cluster(pv_name.clone()))
-            else {
-                continue;
-            };
-            if let Some(attacher) = attacher(&pv) {
-                out.insert((pv_name, node.clone()), attacher);
+            if let Some(attacher) = attachable.get(&pv_name) {
+                out.insert((pv_name, node.clone()), attacher.clone());
             }
         }
     }
