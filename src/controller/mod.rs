@@ -396,6 +396,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let a = self.reconcile_provisioning().await;
         let b = self.reconcile_nodeclaims().await;
         let c = self.reconcile_disruption().await;
+        tracing::trace!(provisioning = ?a, nodeclaims = ?b, disruption = ?c, "pass wakes");
         a.min(b).min(c)
     }
 
@@ -430,6 +431,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 wait
             }
         };
+        tracing::trace!(lifecycle = ?a, termination = ?b, garbage = ?c, repair = ?repair, "nodeclaim wakes");
         a.min(b).min(c).min(repair).min(self.settings.resync)
     }
 

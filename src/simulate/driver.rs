@@ -1043,6 +1043,7 @@ impl Simulation {
         if self.recorder.active_job_pods() > 0 {
             wake = wake.min(MAX_STEP);
         }
+        tracing::trace!(controller = ?wake_c, ?wake, changed, "tick");
         (changed, wake)
     }
 
