@@ -36,7 +36,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint as K8sTaint};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -466,7 +465,7 @@ impl<C: Cluster> KwokProvider<C> {
         }
         let status = claim.and_then(|c| c.status.as_ref());
         let from_type = |pick: fn(&InstanceType) -> &crate::model::Resources| {
-            it.map(|t| quantities(pick(t))).unwrap_or_default()
+            it.map(|t| pick(t).to_quantities()).unwrap_or_default()
         };
         let capacity = status
             .and_then(|s| s.capacity.clone())
@@ -500,14 +499,6 @@ impl<C: Cluster> KwokProvider<C> {
             }),
         }
     }
-}
-
-fn quantities(resources: &crate::model::Resources) -> BTreeMap<String, Quantity> {
-    resources
-        .to_strings()
-        .into_iter()
-        .map(|(k, v)| (k, Quantity(v)))
-        .collect()
 }
 
 impl<C: Cluster> CloudProvider for KwokProvider<C> {

@@ -110,13 +110,6 @@ fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(since)).unwrap_or_default()
 }
 
-fn quantities(r: &crate::model::Resources) -> BTreeMap<String, Quantity> {
-    r.to_strings()
-        .into_iter()
-        .map(|(k, v)| (k, Quantity(v)))
-        .collect()
-}
-
 /// Karpenter's node shape check: an initialized NodeClaim whose Node has
 /// less than 90% of the capacity it was launched to have of any resource
 /// it requested. Each issue in Karpenter's words.
@@ -590,7 +583,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 if !instance.efa_attached {
                     r.remove(crate::cloud::aws::launch::EFA);
                 }
-                quantities(&r)
+                r.to_quantities()
             };
             status.capacity = Some(listed(&it.capacity));
             status.allocatable = Some(listed(&it.allocatable));

@@ -21,7 +21,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{Controller, conditions, set_condition, set_condition_status};
 use crate::api::common::ConditionStatus;
@@ -67,11 +66,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             let used = usage.remove(&name).unwrap_or_default();
             let nodes = used.get("nodes");
-            let resources: BTreeMap<String, Quantity> = used
-                .to_strings()
-                .into_iter()
-                .map(|(k, v)| (k, Quantity(v)))
-                .collect();
+            let resources = used.to_quantities();
             if status.nodes != Some(nodes) || status.resources.as_ref() != Some(&resources) {
                 status.nodes = Some(nodes);
                 status.resources = Some(resources);
@@ -190,6 +185,7 @@ mod tests {
     use crate::cloud::sim::{SimConfig, SimEc2};
     use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     #[tokio::test]
     async fn a_pool_reports_its_nodes_resources_and_readiness() {

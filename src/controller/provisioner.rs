@@ -16,7 +16,6 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::ObjectMeta;
@@ -1028,12 +1027,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Requirement::in_values(claim.instance_types.iter().cloned()),
             );
         }
-        let requests: BTreeMap<String, Quantity> = claim
-            .requests
-            .to_strings()
-            .into_iter()
-            .map(|(k, v)| (k, Quantity(v)))
-            .collect();
+        let requests = claim.requests.to_quantities();
         NodeClaim {
             metadata: ObjectMeta {
                 name: Some(name),

@@ -98,6 +98,15 @@ impl Resources {
             .collect()
     }
 
+    /// [`Resources::to_strings`] as the API's quantities, for a capacity,
+    /// an allocatable or a request list.
+    pub fn to_quantities(&self) -> BTreeMap<String, Quantity> {
+        self.to_strings()
+            .into_iter()
+            .map(|(k, v)| (k, Quantity(v)))
+            .collect()
+    }
+
     pub fn is_zero(&self) -> bool {
         self.0.values().all(|v| *v == 0)
     }

@@ -53,7 +53,6 @@ use k8s_openapi::api::core::v1::{
     NodeSelectorTerm, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodStatus,
     Taint as K8sTaint, Toleration as K8sToleration,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::Serialize;
 
@@ -64,7 +63,7 @@ use crate::api::labels::{
 use crate::clock::{Timestamp, truncate_to_second};
 use crate::cloud::{Instance, InstanceState};
 use crate::cluster::{DeleteParams, MemoryCluster, ObjectKey, Selector};
-use crate::model::{Effect, InstanceType, Resources, Taint, Toleration};
+use crate::model::{Effect, InstanceType, Taint, Toleration};
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 
@@ -568,14 +567,6 @@ fn node_name_for(address: u32, instance: &Instance) -> String {
     }
 }
 
-fn quantities(resources: &Resources) -> BTreeMap<String, Quantity> {
-    resources
-        .to_strings()
-        .into_iter()
-        .map(|(k, v)| (k, Quantity(v)))
-        .collect()
-}
-
 /// The Node an instance registers.
 fn new_node(
     instance: &Instance,
@@ -623,8 +614,8 @@ fn new_node(
             ..NodeSpec::default()
         }),
         status: Some(NodeStatus {
-            capacity: Some(quantities(&instance_type.capacity)),
-            allocatable: Some(quantities(&instance_type.allocatable)),
+            capacity: Some(instance_type.capacity.to_quantities()),
+            allocatable: Some(instance_type.allocatable.to_quantities()),
             addresses: Some(vec![
                 NodeAddress {
                     type_: "InternalIP".into(),
@@ -1038,7 +1029,7 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock, parse_rfc3339};
-    use crate::model::{Overhead, Requirements};
+    use crate::model::{Overhead, Requirements, Resources};
 
     const DELAY: Duration = Duration::from_secs(45);
 
