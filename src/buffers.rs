@@ -23,6 +23,8 @@
 //! The controller (`controller::buffers`) resolves the references, writes
 //! the status and hands the virtual pods to the provisioner and the
 //! disruption pass.
+//!
+//! This module depends only on `api`, `model` and `scheduling`.
 
 use std::collections::BTreeMap;
 

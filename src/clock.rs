@@ -6,6 +6,13 @@
 //! clock ([`SystemClock`]). Times are [`Timestamp`]s, the type that
 //! `k8s_openapi`'s `meta/v1` `Time` wraps, so a reading can go straight into
 //! an object (`Time(clock.now())`).
+//!
+//! `SystemClock` sleeps on tokio's timer. A `ManualClock` wakes its sleepers
+//! when it is set past their deadlines; `ManualClock::run` drives a future on
+//! virtual time, setting the clock to the earliest sleeper whenever the future
+//! waits, as tokio's paused clock does (so the simulated EC2's call latency
+//! passes in virtual time), and `ManualClock::follow_wall` makes it follow the
+//! wall clock at a given speed (`simulate --serve`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -4,6 +4,10 @@
 //! kind/name and a JSON path inside it) and what it is. Loaders, the schema
 //! check, the native rules and the cross-object checks all produce them, and
 //! the CLI renders them in every output format.
+//!
+//! Each one also has a `Severity` (`error`, `warning` or `note`), an optional
+//! hint (a likely fix, printed as `hint:` after the message) and its path as a
+//! `JsonPath`.
 
 use std::fmt;
 

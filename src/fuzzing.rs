@@ -4,6 +4,12 @@
 //! invariant cheap to state, the body asserts it too. `tests/fuzz_corpus.rs`
 //! runs every body over the committed corpus on the stable toolchain, so a
 //! crash once found stays fixed without libFuzzer.
+//!
+//! The targets, each with its corpus under `fuzz/corpus/`: YAML, `validate`,
+//! durations, cron schedules, quantities, label and field selectors, patches,
+//! EventBridge messages and snapshots. `tests/fuzz_corpus.rs` also runs each
+//! body over seeded mutations of its corpus; `.ci/fuzz` runs the targets under
+//! libFuzzer (`docs/fuzzing.md`).
 
 use serde_json::Value;
 

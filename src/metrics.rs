@@ -7,6 +7,11 @@
 //!   time read from an injected clock), which the `prometheus` crate lacks;
 //! - [`exposition`]: the text formats, and snapshots over a run as one
 //!   timestamped OpenMetrics file.
+//!
+//! `register` adds a new metric to the registry its owner keeps. The summaries
+//! report the count, the sum and the quantiles 0, 0.5, 0.9, 0.99 and 1 over the
+//! last ten minutes; the exposition sorts the families, and a `Series` keeps
+//! each label set's text once.
 
 pub mod exposition;
 pub mod summary;

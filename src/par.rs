@@ -1,5 +1,8 @@
 //! Data parallelism over slices with scoped threads: deterministic output
 //! order, no extra dependency.
+//!
+//! Threads take the next item from a shared counter, so one expensive item
+//! does not hold up a fixed share of the others.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;

@@ -4,6 +4,8 @@
 //!
 //! Validation and the disruption logic share these parsers, so what `validate`
 //! accepts is exactly what the controller can act on.
+//!
+//! Cron schedules are parsed and evaluated with the `croner` crate.
 
 use std::time::Duration;
 

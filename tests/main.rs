@@ -23,6 +23,7 @@ mod interruption_sqs;
 mod karpenter_disruption;
 mod karpenter_scheduling;
 mod kwok;
+mod layers;
 mod lifecycle;
 mod moto;
 mod newcomer;

@@ -17,6 +17,10 @@
 //!
 //! Regenerate both with `dovetail crds --out-dir crds` (CRDs only) or
 //! `DOVETAIL_BLESS=1 cargo test --lib api::` (both).
+//!
+//! CapacityBuffer is the one namespaced `ApiKind`: sync and `diff` name it
+//! `namespace/name`. Label and annotation keys are constants (`api::labels`);
+//! `api::pod::SlimPod` is the Pod as dovetail reads it.
 
 pub mod capacitybuffer;
 pub mod common;

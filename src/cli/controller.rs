@@ -9,6 +9,18 @@
 //! every watch lists (the controller acts only after every initial list);
 //! the AWS provider is built; then the election and the loops start. On
 //! SIGTERM the loops stop first, then the Lease is released.
+//!
+//! Every flag has a `DOVETAIL_*` variable. The caches: Pods (as `SlimPod`s)
+//! and Nodes (slimmed by `cluster::slim`), NodePools, NodeClaims,
+//! EC2NodeClasses, DaemonSets, PodDisruptionBudgets, PersistentVolumes and
+//! their claims, StorageClasses and VolumeAttachments; NodeOverlays,
+//! CapacityBuffers and the workloads buffers name when their gates (or the
+//! sync) need them; and, each by name in the controller's namespace, the
+//! election's Lease and the sync's status ConfigMap. The AWS provider is
+//! `AwsProvider::from_sdk_config` (the Kubernetes version read from the API
+//! server unless a flag gives it), wrapped in `controller::metrics::Metered`,
+//! and the SQS client of `--interruption-queue` is built from the same SDK
+//! configuration. `--cloud kwok` puts `cloud::kwok` in AWS's place.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};

@@ -3,6 +3,8 @@
 //! kinds as plain JSON, as `kubectl get -o json` prints them. This is the
 //! only place the CLI talks to an API server; everything it reads is then
 //! handled like a file.
+//!
+//! Its tests answer through tower-test mocks.
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};

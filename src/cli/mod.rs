@@ -1,6 +1,10 @@
 //! The command line: argument types in [`args`], one module per command,
 //! rendering of diagnostics in [`render`]. Commands write through [`Io`], so
 //! tests run them in-process and capture both streams.
+//!
+//! `cli::live` is the one place the CLI reads a live API server;
+//! `cli::controller` wires `dovetail controller`; `cli::log` writes the logs,
+//! as JSON lines with `--log-format json`.
 
 pub mod args;
 mod aws;

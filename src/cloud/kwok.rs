@@ -28,6 +28,9 @@
 //! know. A launch whose Node was not yet registered when its replica
 //! stopped is lost, as with Karpenter's KWOK provider: its NodeClaim's
 //! instance is gone, and the NodeClaim is replaced.
+//!
+//! It depends on `cloud::sim` for the capacity, `cluster` for the Nodes and
+//! `interruption` for the scripted events.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;

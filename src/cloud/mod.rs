@@ -1,10 +1,16 @@
 //! The cloud-provider interface: launching and terminating instances for
-//! NodeClaims, and the instance types a NodePool may use. Two
-//! implementations: the simulated EC2 and AWS.
+//! NodeClaims, and the instance types a NodePool may use. Implementations:
+//! the simulated EC2 (`cloud::sim`), AWS (`cloud::aws`), and KWOK
+//! (`cloud::kwok`: the simulated EC2's capacity as Nodes KWOK keeps alive).
 //!
 //! The controller depends only on [`CloudProvider`]; errors are typed so
 //! the controller can react to each (insufficient capacity marks offerings
 //! unavailable and retries elsewhere; not-found means the instance is gone).
+//!
+//! `CloudProvider` creates, deletes, gets and lists instances, lists each
+//! NodePool's instance types, resolves node classes (`resolve_node_class`) and
+//! tells drift (`is_drifted`). `cloud::select` is what both providers read of
+//! a NodeClaim's requirements and requests.
 
 pub mod aws;
 pub mod kwok;

@@ -24,6 +24,9 @@
 //! has a deadline of [`API_CALL_TIMEOUT`], retries included, so no call
 //! holds a pass for longer; watches are bounded by their `timeoutSeconds`
 //! and the watcher's own backoff.
+//!
+//! The user agent is `dovetail/<version>`, followed by the replica's identity
+//! for `dovetail controller`, so the API server's audit log names the replica.
 
 use std::path::Path;
 use std::pin::Pin;

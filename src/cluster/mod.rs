@@ -1,3 +1,20 @@
+//! Kubernetes behind the `Cluster` trait, and an in-memory API server.
+//!
+//! The trait (`cluster::client`) has cached, synchronous reads,
+//! `Cluster::revision` to tell whether a kind changed, and asynchronous
+//! writes, among them server-side apply with dry run
+//! (`Cluster::apply`), deletes with `DeleteParams` (preconditions, a pod's
+//! grace period, propagation, dry run) and evictions. Implementations:
+//! `KubeCluster` (kube-rs: reflector caches, pods watched as `SlimPod`s,
+//! nodes slimmed by `cluster::slim`), `MemoryCluster` below, and `Fenced`,
+//! which wraps either and lets writes through only while its `Fence` (the
+//! leader election's, when there is one) holds. `cluster::kube_client`
+//! builds the one kube client every command uses; `cluster::admission`
+//! gives `MemoryCluster` the checks of `validate` and the transition rules
+//! for dovetail's kinds.
+//!
+//! # The in-memory API server
+//!
 //! An in-memory, API-server-like object store.
 //!
 //! [`MemoryCluster`] keeps typed Kubernetes objects and enforces the

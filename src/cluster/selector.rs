@@ -1,5 +1,9 @@
 //! Label selectors: `meta/v1` `LabelSelector` compiled once and matched many
 //! times, with the semantics of apimachinery's `LabelSelectorAsSelector`.
+//!
+//! `Selector::parse` reads a selector string as apimachinery's `labels.Parse`
+//! does; it is the one port of it, used by the served API's queries and by
+//! scenario steps.
 
 use std::collections::{BTreeMap, BTreeSet};
 

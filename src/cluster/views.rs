@@ -6,6 +6,10 @@
 //! A projection is made once per pod and resource version and reused
 //! until the pod changes, so a pass that lists every pod converts only the
 //! pods that changed since the last.
+//!
+//! Deleting a `SlimPod` through the `Cluster` trait deletes the pod (and
+//! answers with its view); every other write of a `SlimPod` is refused: write
+//! the Pod.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;

@@ -27,6 +27,21 @@
 //! at any point continues where the last one stopped; a disrupted taint
 //! without marks (a crash before marking, or another autoscaler's) is
 //! removed.
+//!
+//! Before a pass, each reconcile refreshes EC2NodeClass status from
+//! `CloudProvider::resolve_node_class` (when the spec changed, or every
+//! minute: images, subnets, security groups, instance profile, and every
+//! condition Karpenter writes, with `Ready` as their root), deletes expired
+//! NodeClaims (`expire_claims`: at once, outside budgets), and moves the
+//! disruptions in progress on. A pass runs only when the revision of a kind it
+//! reads (`Cluster::revision`), the unavailable offerings or a time threshold
+//! (a node becoming consolidatable or expiring, a budget window) changed since
+//! a pass that found nothing, or after `Settings::disruption_resync`. It
+//! stamps NodeClaims that lack the drift hashes (adopted ones) and writes
+//! their `status.lastPodEventTime`; the scheduling input it describes is
+//! every node, with every candidate's movable pods as the pods that may move.
+//! `DISRUPTION_POLL` is 10 s and `Settings::consolidation_validation` 15 s by
+//! default.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};

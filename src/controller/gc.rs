@@ -10,6 +10,11 @@
 //! the reason `InstanceGone`, so its pods are rescheduled and it stops
 //! counting as capacity. The same listing relabels the nodes whose capacity
 //! reservation ended ([`super::capacity_type`]).
+//!
+//! Everything goes through the `CloudProvider` trait. Only a registered
+//! NodeClaim whose Node is not Ready is deleted as gone: an unregistered one
+//! is the registration timeout's, and a Ready Node's kubelet runs whatever the
+//! list says.
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -6,6 +6,9 @@
 //! closed. That is all Prometheus and the kubelet's probes need. It
 //! predates hyper's `server` feature in the tree; now that `crate::serve`
 //! builds on it, these three routes could move onto hyper too.
+//!
+//! `/readyz` answers once every cache is synced, while the replica leads or
+//! stands by with a working election.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -18,6 +18,13 @@
 //!   writing at once;
 //! - on shutdown the holder **releases** the Lease (no holder, a lease of
 //!   one second), so a standby takes over without waiting for it to expire.
+//!
+//! `LeaseConfig`'s defaults: a renewal every 2 s, a renew deadline of 10 s,
+//! a lease duration of 15 s. Each round is bounded by what is left of the
+//! renew deadline since the last renewal: a round that passes it steps down
+//! whether or not its request returns. Each renewal extends the
+//! `cluster::Fence` that the runtime's writes pass (`cluster::Fenced`) to the
+//! renewal's start plus the renew deadline.
 
 use std::sync::Arc;
 use std::time::Duration;

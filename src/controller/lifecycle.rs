@@ -1,6 +1,21 @@
 //! The NodeClaim lifecycle: launch an instance for a new NodeClaim, register
 //! the node that joins for it, mark it initialised when it is ready, and
 //! give up on instances whose node never registers.
+//!
+//! Launches are decided in the pass and sent at most
+//! `Settings::launch_concurrency` at a time (`send_launches`; the in-cluster
+//! runtime sends them outside the controller's lock). The cloud provider
+//! launches the cheapest available offering of the claim's instance types.
+//! Offerings out of capacity are marked unavailable for
+//! `Settings::unavailable_offering_ttl` (three minutes); when none launched,
+//! the claim is deleted and its pods get another. A node class that is not
+//! ready deletes the claim. Any other failure turns `Launched` `Unknown` with
+//! the reason and is retried after a backoff (2 s, doubling to 60 s) until
+//! `LAUNCH_TIMEOUT` (five minutes after the first failure), when the claim is
+//! deleted. A node that joins is registered (label `karpenter.sh/registered`,
+//! the `karpenter.sh/unregistered` taint removed) and initialised once ready
+//! (`karpenter.sh/initialized`); a claim whose node has not registered within
+//! `Settings::registration_ttl` (15 minutes by default) is deleted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -1,6 +1,16 @@
 //! The controller's metrics, in a registry the controller owns, with the
 //! reference autoscaler's names where the meaning is the same (so existing
 //! dashboards work) and `dovetail_` names for dovetail's own.
+//!
+//! The reference's series: NodeClaim and node counters, disruption decisions
+//! and eligible nodes, the termination and pod-startup summaries
+//! (`crate::metrics::summary`),
+//! `karpenter_scheduler_scheduling_duration_seconds`,
+//! `karpenter_cloudprovider_duration_seconds` (through `Metered<P>`, a
+//! `CloudProvider` wrapper that `dovetail controller` puts around its
+//! provider), and controller-runtime's `controller_runtime_reconcile_*` with
+//! one `controller` label per loop, timed by a guard each loop takes
+//! (`Metrics::reconcile`), all with the reference's labels and label values.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -7,6 +7,25 @@
 //! needs to run. A driver calls it: the simulation after every step of the
 //! virtual clock, the in-cluster runtime on watch events and at that time.
 //! Time comes only from the injected [`Clock`].
+//!
+//! `Controller<C: Cluster, P: CloudProvider>` holds the loops' state, and each
+//! file adds one concern's methods:
+//! - provisioning: `provisioner`, with `static_capacity`, `buffers` and
+//!   `overlays` under their feature gates (`features`);
+//! - the NodeClaims: `lifecycle`, `repair` and `capacity_type`; termination
+//!   (`termination`, `eviction`, `volumes`); garbage collection (`gc`); and
+//!   NodePool status (`pool_status`);
+//! - disruption: `disruption` (EC2NodeClass status, expiration, the decisions
+//!   and their queue);
+//! - interruption: `interruption`, the handler its deliverers call;
+//! - metrics: `metrics` and `state_metrics`; the in-cluster driver:
+//!   `runtime`, `leader` and `http`.
+//!
+//! `Controller::reconcile` is one pass: provisioning, then the NodeClaims'
+//! lifecycle and termination, then disruption. The launches it decides are
+//! sent at most `Settings::launch_concurrency` at a time (`send_launches`):
+//! within the pass in the simulation, and outside the controller's lock in
+//! `runtime::Runtime::pass`, which `dovetail controller` runs.
 
 mod buffers;
 mod capacity_type;

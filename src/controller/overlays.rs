@@ -9,6 +9,10 @@
 //! (`karpenter.sh/price-overlay-applied`,
 //! `karpenter.sh/capacity-overlay-applied`), and a price-overlaid one
 //! carries its launch order for the cloud provider.
+//!
+//! The overlaid NodePools feed every solve, consolidation's prices and the
+//! lower bound. The launch order is the annotation
+//! `dovetail.dev/launch-priority`, which both providers follow.
 
 use std::collections::BTreeMap;
 

@@ -7,6 +7,23 @@
 //! only the instance types differ: they come from the cloud provider, per
 //! NodePool and its EC2NodeClass, with offerings that recently failed with
 //! insufficient capacity marked unavailable.
+//!
+//! A batch opens only for a pod whose last decision no longer holds: a pending
+//! pod the last solve has not seen; a pod planned on a NodeClaim that is now
+//! initialized or gone while the pod is still pending; a pod planned on a
+//! ready node that kube-scheduler has not bound within a grace (10 s, doubling
+//! each time a solve places it on a ready node again); a lost NodeClaim the
+//! solve counted on; a changed NodePool or EC2NodeClass; or the resync. The
+//! NodeClaims a solve creates are stamped with the `drift` hashes of their
+//! NodePool and EC2NodeClass.
+//!
+//! The pods on every deleting node (interrupted, expired, disrupted, repaired
+//! or deleted by hand) count as pending, so their capacity launches at once,
+//! while they drain; the nodes they are planned on are nominated, and are no
+//! disruption candidates while those pods wait for them. Each provisioning
+//! reconcile first keeps static NodePools at their replica count
+//! (`static_capacity`), and CapacityBuffers' virtual pods join every solve
+//! (`buffers`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -13,6 +13,8 @@
 //! A repair held back by too many unhealthy nodes is looked at again every
 //! [`BLOCKED_RECHECK`], and is a `NodeRepairBlocked` Warning on the node at
 //! most every [`BLOCKED_EVENT_EVERY`].
+//!
+//! It runs in each NodeClaim reconcile (`Controller::reconcile_nodeclaims`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -17,6 +17,31 @@
 //!   families computed from the cache at scrape time
 //!   ([`super::state_metrics`]: no per-pod or per-node series is kept
 //!   between scrapes).
+//!
+//! Details:
+//! - passes run on watch events (`KubeCluster::changes`), at least
+//!   `MIN_PASS_INTERVAL` (0.5 s) apart, and at the time each asks for; the
+//!   launches a pass decides are sent outside the controller's lock
+//!   (`Runtime::pass`), so interruption handling never waits for them;
+//! - the config sync is `sync::watch::run`; the SQS poller
+//!   (`run_interruption`) is an `interruption::Poller` delivering to
+//!   `controller::interruption::Handler::shared`, which takes the term's
+//!   controller between passes, and resolves the queue's URL with a backoff
+//!   (1 s doubling to 60 s); with `--cloud kwok` the events come in process
+//!   (`Interruption::Local`);
+//! - Events are core/v1 Events on the NodePool, NodeClaim, Node,
+//!   EC2NodeClass or Pod, in the pod's namespace or `default`, `Warning` for
+//!   failures, each object, reason and message at most once per
+//!   `EVENT_DEDUPE` (10 minutes), written by a background task after each
+//!   pass (`record_later`, at most `MAX_QUEUED_EVENTS`, 1,000, waiting);
+//! - `gather`, behind `gather_metrics`, is also what `simulate --metrics`
+//!   uses;
+//! - the passes, the sync and the poller stop writing at once when leadership
+//!   is lost (their writes pass the term's `cluster::Fence`); standing by,
+//!   the runtime writes nothing (a test checks the in-memory cluster's access
+//!   log). On SIGTERM the passes stop first, then the Lease is released, so a
+//!   standby takes over at its next round (2 s) rather than after the lease
+//!   duration (15 s).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -16,6 +16,11 @@
 //! `_` (`ephemeral_storage`). The only per-object labels are the ones the
 //! reference has: pod `name` and `node` on `karpenter_pods_state`,
 //! `node_name` on the node metrics.
+//!
+//! The node metrics carry the node's 36 well-known labels
+//! (`well_known_node_labels`). `PodStartup` keeps the pods seen pending, for
+//! the pod-startup summary; the controller looks at the pods only when they
+//! changed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -24,6 +24,8 @@
 //! but is never silently ignored: its `Ready` condition turns False with
 //! reason [`STATIC_DISABLED`] and an Event says why (the provisioner does
 //! that while it reads the NodePools), and `validate` warns.
+//!
+//! It runs at the start of each provisioning reconcile.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -10,6 +10,11 @@
 //! The conversions are one small function per kind ([`nodepool_spec`],
 //! [`kubelet_settings`], ...) so they can later take `crate::api` types
 //! instead of JSON values.
+//!
+//! `build_input` assembles a `SolveInput`: snapshot Nodes and NodeClaims
+//! become `ExistingNode`s, and a NodePool's instance types are those its
+//! EC2NodeClass's kubelet settings give
+//! (`model::InstanceType::for_node_class`).
 
 mod kinds;
 mod overlay;

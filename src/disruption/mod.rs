@@ -50,6 +50,13 @@
 //! feature gate) and at least [`MIN_SPOT_TO_SPOT_TYPES`] cheaper types to
 //! choose from; the list is then cut to those cheapest types, as the
 //! reference does, so consolidation does not chase the spot market.
+//!
+//! A `Candidate` carries its price, how many pods would move, its disruption
+//! cost, its drift reasons, whether its `consolidateAfter` has passed, and
+//! what blocks it. `budgets` says how many nodes each reason may disrupt now
+//! (counts, percentages, reasons, cron windows). `revalidate` checks a
+//! consolidation again on the cluster as it is after the delay before it is
+//! carried out.
 
 pub mod budgets;
 pub mod pods;

@@ -15,9 +15,16 @@
 //! - its image is not one its EC2NodeClass currently resolves to.
 //!
 //! Hashes are stamped on NodeClaims under dovetail's own annotation keys
-//! with a hash version. A NodeClaim without them (adopted from Karpenter, or
+//! with a hash version (`dovetail.dev/nodepool-hash`,
+//! `dovetail.dev/ec2nodeclass-hash` and a `-version` annotation for each;
+//! `stamp_annotations`). A NodeClaim without them (adopted from Karpenter, or
 //! launched before a dovetail upgrade that changed hashing) is stamped, never
 //! drifted for that reason.
+//!
+//! Budget pacing for the impact report is `budget`. The module uses only
+//! `api`, `model`, and pure functions of `config::diff` (`Change`,
+//! `normalise`) and `snapshot` (`kind_name`); never `cli`, `cluster` or
+//! `cloud`.
 
 pub mod budget;
 pub mod hash;

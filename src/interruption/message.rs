@@ -5,6 +5,9 @@
 //! EventBridge event can be is refused before it is read, serde_json's
 //! recursion limit bounds nesting, and no input makes it panic (a property
 //! test feeds it arbitrary bytes and mutated events).
+//!
+//! Bodies over `MAX_MESSAGE_BYTES` (256 KiB) and malformed ones are typed
+//! errors; events of other kinds are ignored by kind (`IgnoredKind`).
 
 use std::collections::HashSet;
 

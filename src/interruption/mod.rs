@@ -17,6 +17,9 @@
 //! in its provider-id index, calls [`decide`], applies the actions, and
 //! reports each NodeClaim marked for deletion to
 //! [`Metrics::observe_marked`].
+//!
+//! This module never depends on `controller`; the controller implements
+//! `MessageHandler` (`controller::interruption`).
 
 pub mod decide;
 pub mod events;

@@ -1,6 +1,8 @@
 //! The pure domain model of scheduling: resources, requirements, taints,
 //! instance types and offerings. No I/O, no kube client, no AWS SDK
 //! (except [`catalog`], which reads catalog files).
+//!
+//! The catalog format is documented in `docs/catalog.md`.
 
 pub mod catalog;
 pub mod instance_type;

@@ -2,6 +2,9 @@
 //! EC2NodeClasses, a catalog, pending pods and optionally a cluster snapshot,
 //! runs the scheduling core once and reports the NodeClaims it would launch.
 //! The conversion of its inputs to the core's domain is [`crate::convert`].
+//!
+//! The repository is loaded and validated as `dovetail validate` does it, so
+//! `plan` refuses an invalid configuration.
 
 mod report;
 

@@ -4,6 +4,27 @@
 //!
 //! Consolidation and drift call [`solve`] too, to ask where pods would go if
 //! a node went away.
+//!
+//! `solve` takes the pods in order and places each on existing nodes and
+//! in-flight NodeClaims, then on NodeClaims planned earlier in the solve, then
+//! on new NodeClaims from the NodePools in weight order, keeping every
+//! instance type that can still hold a claim's pods. It relaxes a pod's
+//! preferences one at a time only when the pod cannot be placed, then improves
+//! the packing and computes a lower bound on the price.
+//!
+//! Files:
+//! - `mod.rs`: `solve`, the pod order, the passes, the result and the bound;
+//! - `types.rs`: the API (`SolveInput`, `PodSpec`, `NodePoolSpec`,
+//!   `SolveResult`, ...);
+//! - `pod.rs`: Kubernetes Pod to `PodSpec`, and the resource quantities the
+//!   API server would reject;
+//! - `topology.rs`: incremental topology counters (per domain, per target);
+//! - `lower_bound.rs`: the covering-LP dual bound;
+//! - `explain.rs`: after a solve, precise reasons per NodePool for the pods it
+//!   could not place;
+//! - `removal.rs`: what-if removals for consolidation, drift and expiration;
+//! - `bits.rs`: bitsets over instance types;
+//! - `solver/`: the solve's state and the work on it.
 
 mod bits;
 pub mod explain;

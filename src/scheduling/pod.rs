@@ -1,5 +1,8 @@
 //! From Kubernetes Pods to [`PodSpec`]: which pods are provisionable, what
 //! each requests (as kube computes it) and what it requires.
+//!
+//! `resource_problems` names the resource quantities the API server would
+//! reject; snapshot and `plan` files report them as diagnostics.
 
 use std::collections::{BTreeMap, BTreeSet};
 

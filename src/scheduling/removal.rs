@@ -9,6 +9,13 @@
 //! candidate's pods, not a solve of the whole cluster per candidate.
 //! [`Removals::floor`] answers the common case of a node whose pods fit
 //! nowhere else without a trial.
+//!
+//! A trial takes the candidate nodes out of the solver's node index, uncounts
+//! their bound pods from the topology counters, places their pods (remaining
+//! nodes first, then new NodeClaims; `remove_with` bounds how many, and
+//! consolidation allows one), reads the result, and restores every structure
+//! it changed. The floor is a bound from free resources alone: the pods no
+//! other node has room for, and the cheapest capacity that holds them.
 
 use std::collections::HashMap;
 

@@ -22,6 +22,17 @@
 //!   server-side apply, `pods/eviction`, `pods/binding` and `dryRun=All`;
 //! - `Status` bodies with the API server's codes and reasons;
 //! - faults on demand ([`faults`]).
+//!
+//! The parts: `serve::kinds` (each served kind a type-erased `ServedKind` over
+//! the typed store: JSON in, typed write, JSON out; undeclared fields found by
+//! what decoding drops); routing, discovery and an OpenAPI v3 index with each
+//! kind's PATCH parameters, and list pages from snapshots kept per `continue`
+//! token (here); `serve::watch` (events from the store's watch log);
+//! `serve::table`; `serve::patch`; `serve::query` (field selectors as
+//! `fields.ParseSelector` reads them, label selectors through
+//! `cluster::Selector::parse`); `serve::faults`; `serve::protobuf`; and
+//! `serve::token`. No authentication: it listens on loopback only.
+//! `tests/serve.rs` runs the production `dovetail controller` against it.
 
 pub mod faults;
 pub mod kinds;

@@ -3,6 +3,23 @@
 //! on one virtual clock. Time jumps to the next thing that can happen: a
 //! timeline step, the controller's next wake-up, an instance becoming
 //! ready, or at most [`MAX_STEP`] while work is running.
+//!
+//! The controller's launches are sent within its pass, on the virtual clock
+//! (`ManualClock::run`). The loop also wakes when a terminating pod's grace
+//! period ends, for the kubelet to remove it. The `interrupt` step hands the
+//! simulated EC2's event bodies to `interruption::deliver` and the
+//! controller's handler, as the SQS poller does. With `--metrics`, the
+//! controller's `/metrics` families (`controller::runtime::gather`) are
+//! gathered at the end and, with `--metrics-every`, between passes at each
+//! snapshot's time.
+//!
+//! `simulate --serve` runs this loop on a clock that follows the wall clock
+//! (`ManualClock::follow_wall`) while `serve` serves its `MemoryCluster` over
+//! HTTP: either the in-process controller runs it, as in every simulation, or
+//! (`--controller none`) an external `dovetail controller` does through a
+//! real `kube::Client`, while the stand-in kubelet registers Nodes for the
+//! instances an EC2 endpoint (moto) lists for the cluster (`ExternalEc2`).
+//! `tests/serve.rs` tests the production path that way, end to end.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

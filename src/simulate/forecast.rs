@@ -12,6 +12,11 @@
 //! resolved their AMI aliases to is kept, so an unchanged class does not
 //! drift. The run starts at the snapshot's latest timestamp, so the same
 //! inputs give the same forecast.
+//!
+//! Each side is a `Simulation` of the prepared state with that side's
+//! configuration given as objects (`Simulation::with_config`); the two run on
+//! two threads, and their reports are compared into a `Forecast`, rendered as
+//! text, Markdown and JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

@@ -2,6 +2,9 @@
 //! summary, as JSON (`schema_version` 1, snake_case keys) and as a readable
 //! timeline. Everything is ordered and timestamped by the virtual clock, so
 //! the same scenario gives byte-identical reports.
+//!
+//! `series` holds the fleet and the pending pods on one time axis (at most
+//! `SERIES_POINTS` points each), computed at the end from the nodes and pods.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

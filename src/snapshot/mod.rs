@@ -1,6 +1,12 @@
 //! Reader of cluster-state files (snapshots): plain Kubernetes objects as a
 //! `v1/List`, multi-document YAML, or JSON lines (see CONVENTIONS.md).
 //! Shared by `plan --snapshot`, `simulate` and `diff`.
+//!
+//! It reads kubectl's `-o yaml` and `-o json` output, lists and JSON lines: the
+//! pods `plan` reads, snapshots, and a scenario's manifests. Problems are
+//! diagnostics; `Origin` keeps each object's file and line, so a conversion
+//! error names where the object is; `kind_name` is an object's `Kind/name` for
+//! messages.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -9,12 +9,15 @@
 //!    the live objects. If anything is invalid nothing is applied, the last
 //!    applied revision stays, and the diagnostics are reported (status
 //!    ConfigMap, a Warning Event, a log line, `dovetail_config_sync_errors_total`).
+//!    The revision is not tried again until the ref moves.
 //! 2. **Dry-run every object** it will write (server-side `dryRun=All`; the
-//!    in-memory server runs its admission checks).
+//!    in-memory server runs its admission checks). A refusal makes the
+//!    revision invalid, as in step 1.
 //! 3. **Apply in dependency order**, by server-side apply under the field
-//!    manager `dovetail`: EC2NodeClasses, then NodePools. Objects carry
-//!    `app.kubernetes.io/managed-by=dovetail`, `dovetail.dev/revision` and
-//!    `dovetail.dev/source`.
+//!    manager `dovetail`: EC2NodeClasses, NodePools, NodeOverlays, then
+//!    CapacityBuffers (named `namespace/name`, the one namespaced kind).
+//!    Objects carry `app.kubernetes.io/managed-by=dovetail`,
+//!    `dovetail.dev/revision` and `dovetail.dev/source`.
 //! 4. **Partial failures** are reported as "partially applied at revision
 //!    X" and retried with exponential backoff (on the injected clock) until
 //!    the revision converges. Nothing is rolled back by deleting.
@@ -27,6 +30,9 @@
 //! live objects (listed from the cluster cache) and is recorded in the
 //! status ConfigMap ([`status`]). [`watch`] wakes the engine on repository
 //! changes, including git-sync's symlink swap.
+//!
+//! A pass that finds the revision already applied, still invalid, or waiting
+//! for its retry writes no status.
 
 mod engine;
 pub mod metrics;

@@ -42,6 +42,16 @@
 //! - **Launch templates** are deleted by
 //!   [`AwsProvider::cleanup_launch_templates`] once their node class is gone
 //!   or no longer resolves to their image.
+//!
+//! Also: the EKS SDK for cluster discovery (`config`, which also reads the
+//! cluster DNS IP from the `kube-dns` Service), the IAM SDK for instance
+//! profiles (`instanceprofile`), `validation` (`ValidationSucceeded`, its
+//! decisions cached for 30 minutes), `placement` (placement groups), and
+//! `credentials` (credentials that load again after `ExpiredToken`).
+//! `instance_types`, `launch` and `subnets` are pure (values, no calls), as is
+//! the validation decision. Configuration and setup: `docs/aws.md`. The
+//! provider depends on `api`, `model`, `clock`, `drift` and `cloud`, never on
+//! `controller` or `cli`.
 
 pub mod background;
 pub mod config;

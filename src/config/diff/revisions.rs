@@ -1,4 +1,7 @@
 //! The two revisions `diff` compares, read from a git repository.
+//!
+//! With `--merge-base`, the `from` side is the merge base of the two refs, as
+//! in a pull request's diff.
 
 use std::path::{Path, PathBuf};
 

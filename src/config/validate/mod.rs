@@ -8,6 +8,23 @@
 //!    warnings.
 //!
 //! Every problem becomes a [`Diagnostic`] at the most specific YAML node.
+//!
+//! In more detail:
+//! - phase 2 gives a retired Karpenter API its migration findings at the
+//!   offending fields, warns about a Karpenter kind in the wrong API group,
+//!   drops `status` (the API server ignores it), and checks the generated JSON
+//!   Schema strictly (unknown fields are errors);
+//! - phase 3 is the reference CRDs' CEL rules that do not use `oldSelf`,
+//!   checked natively (`rules`), and the reference's runtime checks
+//!   (`runtime`: label and taint syntax, restricted domains, well-known
+//!   values, durations, schedules);
+//! - phase 4 also reports a repository with no NodePool or EC2NodeClass.
+//!
+//! Each phase is timed (`Report::timings`). A finding carries a JSON path;
+//! `config::yaml::Node::locate` maps it to the most specific YAML node that
+//! exists. Transition rules (`oldSelf`) need the previous object, so `diff`
+//! and sync check them (`transition`), not `validate`. `cli::render` prints
+//! the diagnostics.
 
 #[cfg(test)]
 mod capacitybuffer_cases;

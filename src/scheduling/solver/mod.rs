@@ -14,6 +14,63 @@
 //! [`placement`] is the first pass, [`claims`] keeps each claim's open
 //! instance-type set and price, [`repack`] improves the packing and
 //! [`reasons`] explains failures.
+//!
+//! The files in more detail: `setup` puts each pool's types in price order and
+//! builds the per-resource and per-offering-domain indexes, pod classes,
+//! counters and variants; `constraints` says what a pod may use at a
+//! relaxation level (`Attempt`) and whether a node or claim admits it;
+//! `placement` is the first pass (run, place, choose, commit), sizing runs of
+//! identical pods by price per packed pod; `claims` keeps open instance-type
+//! sets (incremental narrowing, pricing, limit reservations); `repack` holds
+//! the improvement moves (`refill`, `improve`); `reasons` says why a pod
+//! cannot get a new NodeClaim; `reservations` lets claims take capacity
+//! reservations after the packing, at most the instances left in each;
+//! `whatif` runs the trials of `scheduling::removal`. They are one
+//! `impl Solver` split by concern and call each other's methods, so they are
+//! not layered: `constraints` asks `setup` for variants, `setup` collects
+//! reservations, and `reservations` runs `placement` again.
+//!
+//! # Invariants
+//! - A pool's instance types are sorted by their cheapest available offering,
+//!   so scanning a claim's type bitset in index order meets the cheapest types
+//!   first and stops early.
+//! - DaemonSet overhead is per instance type of a pool (Karpenter's daemon
+//!   groups: a DaemonSet counts where its pod would schedule, by taints, any
+//!   required term, the pool's and the type's requirements); each type's
+//!   `alloc` is net of it, so claims start empty and a claim's reported
+//!   requests add the smallest overhead among its listed types. A pod's host
+//!   ports are part of its variant when a DaemonSet holds ports: they drop the
+//!   types whose DaemonSets hold the same port.
+//! - Topology terms on keys other than hostname, zone and capacity type narrow
+//!   the attempt's variant (`In` the allowed values, or `NotIn` the others
+//!   where a node without the label is fine), so instance types and NodePools
+//!   are filtered like any requirement.
+//! - A claim's types are narrowed as pods join (a per-resource cursor over the
+//!   types sorted by allocatable, an AND with per-domain offering bitsets), and
+//!   recomputed only when pods leave.
+//! - Under NodePool limits a claim reserves the capacity of its cheapest type,
+//!   the one its launch takes (with minValues, the largest of the cheapest
+//!   types that meet them). When the result is built, each claim lists larger
+//!   types only within the pool's headroom (the limit minus every node's and
+//!   claim's reservation), each claim taking what its list adds, so whatever
+//!   type each claim launches, the limit holds, and a limit binds only when
+//!   the capacity the claims launch is really near it. In-flight NodeClaims
+//!   count with the largest capacity among the types they list, until they
+//!   report their own.
+//! - Claims are indexed twice, by spare cpu and by spare memory of their
+//!   cheapest type; a pod is matched through the index of its dominant
+//!   resource.
+//! - Improvement moves never raise the price: a pod moves only into room its
+//!   receiver already pays for, and a shrink is applied only when the claim
+//!   then fits a cheaper type. A pod pinned by hostname constraints
+//!   (anti-affinity, hostname spread, or counted by a neighbour's) moves only
+//!   by trading places with a pod of its own class between two claims that
+//!   hold the same count on every hostname counter of that class, so no count
+//!   changes; no other pod those counters count moves in the same shrink.
+//! - Pod ids are positions in `Solver::pods` (the pods in trial order) and
+//!   node ids positions in `Solver::existing` (by name), both built once in
+//!   `setup`; ties that fall to the lower id therefore never depend on the
+//!   caller's input order (a property test shuffles the input).
 
 mod claims;
 mod constraints;
