@@ -252,6 +252,19 @@ impl fmt::Display for Diagnostic {
     }
 }
 
+/// `Kind/name` of an object, for messages.
+pub fn kind_name(o: &serde_json::Value) -> String {
+    let kind = o
+        .get("kind")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("object");
+    let name = o
+        .pointer("/metadata/name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("?");
+    format!("{kind}/{name}")
+}
+
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: usize) -> String {
     let digits = n.to_string();

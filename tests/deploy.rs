@@ -23,7 +23,7 @@ fn root() -> PathBuf {
 
 fn typed<K: serde::de::DeserializeOwned>(file: &str, doc: &Value) -> K {
     serde_json::from_value(doc.clone())
-        .unwrap_or_else(|e| panic!("{file}: {}: {e}", dovetail::snapshot::kind_name(doc)))
+        .unwrap_or_else(|e| panic!("{file}: {}: {e}", dovetail::diag::kind_name(doc)))
 }
 
 fn yaml_docs(path: &Path) -> Vec<Value> {
@@ -107,7 +107,7 @@ fn render_base() -> Option<Rendered> {
         }
         // Everything namespaced lands in dovetail's namespace.
         if let Some(ns) = doc.pointer("/metadata/namespace") {
-            assert_eq!(ns, "dovetail", "{}", dovetail::snapshot::kind_name(doc));
+            assert_eq!(ns, "dovetail", "{}", dovetail::diag::kind_name(doc));
         }
     }
     Some(r)

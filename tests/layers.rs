@@ -54,7 +54,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ("cluster", "config"),
     ("cloud", "convert"),
     ("drift", "config"),
-    ("drift", "snapshot"),
 ];
 
 fn repo() -> PathBuf {

@@ -200,7 +200,7 @@ fn nodepool_specs_plain(
         let k = kubelet_settings(&o.object).map_err(|message| Invalid {
             file: file.clone(),
             line: o.line,
-            object: crate::snapshot::kind_name(&o.object),
+            object: crate::diag::kind_name(&o.object),
             message,
         })?;
         classes.push((name.to_string(), k));
@@ -212,7 +212,7 @@ fn nodepool_specs_plain(
             nodepool_spec(&o.object, &classes, catalog).map_err(|message| Invalid {
                 file: file.clone(),
                 line: o.line,
-                object: crate::snapshot::kind_name(&o.object),
+                object: crate::diag::kind_name(&o.object),
                 message,
             })
         })

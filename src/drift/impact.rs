@@ -45,7 +45,7 @@ impl Config {
     /// CapacityBuffers, which drift nothing, are ignored). The
     /// error says why it does not deserialise.
     pub fn insert_value(&mut self, kind: ApiKind, value: &Value) -> Result<(), String> {
-        let display = crate::snapshot::kind_name(value);
+        let display = crate::diag::kind_name(value);
         let fail = |e: serde_json::Error| format!("{display}: {e}");
         match kind {
             ApiKind::NodePool => {

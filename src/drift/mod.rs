@@ -22,9 +22,8 @@
 //! drifted for that reason.
 //!
 //! Budget pacing for the impact report is `budget`. The module uses only
-//! `api`, `model`, and pure functions of `config::diff` (`Change`,
-//! `normalise`) and `snapshot` (`kind_name`); never `cli`, `cluster` or
-//! `cloud`.
+//! `api`, `model`, `diag`, and pure functions of `config::diff` (`Change`,
+//! `normalise`); never `cli`, `cluster` or `cloud`.
 
 pub mod budget;
 pub mod hash;

@@ -93,7 +93,7 @@ fn input_error(m: &Manifest, message: impl Into<String>) -> SimError {
 }
 
 fn kind_name(v: &Value) -> String {
-    crate::snapshot::kind_name(v)
+    crate::diag::kind_name(v)
 }
 
 /// Creates an object, or replaces the existing one of the same name. With

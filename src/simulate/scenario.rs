@@ -1375,7 +1375,7 @@ fn check_manifest(
             Diagnostic::error("scenario", message)
                 .in_file(file)
                 .at(locate(&path))
-                .with_object(crate::snapshot::kind_name(object))
+                .with_object(crate::diag::kind_name(object))
                 .with_path(path),
         )
     };

@@ -5,8 +5,8 @@
 //! It reads kubectl's `-o yaml` and `-o json` output, lists and JSON lines: the
 //! pods `plan` reads, snapshots, and a scenario's manifests. Problems are
 //! diagnostics; `Origin` keeps each object's file and line, so a conversion
-//! error names where the object is; `kind_name` is an object's `Kind/name` for
-//! messages.
+//! error names where the object is; `diag::kind_name` is an object's `Kind/name`
+//! for messages.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -60,19 +60,9 @@ pub fn typed<T: serde::de::DeserializeOwned>(file: &str, o: &Located) -> Result<
                     line: u32::try_from(o.line).unwrap_or(u32::MAX),
                     column: 1,
                 })
-                .with_object(kind_name(&o.object)),
+                .with_object(crate::diag::kind_name(&o.object)),
         ))
     })
-}
-
-/// `Kind/name` of an object, for messages.
-pub fn kind_name(o: &Value) -> String {
-    let kind = o.get("kind").and_then(Value::as_str).unwrap_or("object");
-    let name = o
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("?");
-    format!("{kind}/{name}")
 }
 
 /// The objects of a cluster snapshot, by kind. Karpenter kinds stay
