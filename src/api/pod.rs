@@ -253,7 +253,24 @@ impl kube::Resource for SlimPod {
     }
 }
 
+/// Whether a pod in this phase is done (`Succeeded` or `Failed`): it
+/// holds no resources, and is never scheduled, drained or evicted again.
+/// The one definition of "finished" for pods read whole or slim.
+pub fn is_finished_phase(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// Whether a Pod read whole is finished (`is_finished_phase`).
+pub fn is_finished(pod: &Pod) -> bool {
+    is_finished_phase(pod.status.as_ref().and_then(|s| s.phase.as_deref()))
+}
+
 impl SlimPod {
+    /// Whether the pod is finished (`is_finished_phase`).
+    pub fn is_finished(&self) -> bool {
+        is_finished_phase(self.status.as_ref().and_then(|s| s.phase.as_deref()))
+    }
+
     /// Drops what the controller never reads from a pod read whole (see
     /// the module), and the spare capacity lists grew with while they were
     /// deserialised, which 100,000 pods pay for.

@@ -28,7 +28,7 @@ pub(super) fn is_terminating(pod: &Pod) -> bool {
 
 /// Whether the pod is terminal (`Succeeded` or `Failed`).
 pub(super) fn is_terminal(pod: &Pod) -> bool {
-    matches!(phase(pod), Some("Succeeded" | "Failed"))
+    crate::api::pod::is_finished(pod)
 }
 
 /// Whether a pod counts towards a budget's current health: `Running`,

@@ -268,11 +268,7 @@ fn pod_grace_seconds(pod: &Pod, requested: Option<i64>, default: i64) -> i64 {
     let bound = spec
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    let finished = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
-    if !bound || finished {
+    if !bound || crate::api::pod::is_finished(pod) {
         return 0;
     }
     let period = requested

@@ -268,20 +268,13 @@ fn is_daemon(pod: &SlimPod) -> bool {
         .any(|o| o.kind == "DaemonSet")
 }
 
-pub(super) fn is_finished(pod: &SlimPod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 /// Pods that would have to move if their node went away, as the
 /// reference's `IsReschedulable` has it: not finished, not going (but a
 /// StatefulSet's terminating pod, which its controller recreates under the
 /// same name once it is gone, so it needs room elsewhere), not DaemonSet
 /// or mirror pods, not pods that tolerate the disrupted taint.
 pub(super) fn is_movable(pod: &SlimPod) -> bool {
-    !is_finished(pod)
+    !pod.is_finished()
         && (pod.metadata.deletion_timestamp.is_none() || is_stateful(pod))
         && !is_mirror(pod)
         && !is_daemon(pod)
@@ -845,7 +838,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         for p in &pods {
             match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 Some(n) if !n.is_empty() => {
-                    if !is_finished(p) {
+                    if !p.is_finished() {
                         pods_by_node.entry(n).or_default().push(p);
                         if deleting.contains(n) && is_movable(p) {
                             leaving.insert(p.key());

@@ -790,11 +790,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .list::<SlimPod>()
             .iter()
             .chain(self.buffers.pods.iter())
-            .filter(|p| {
-                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                !matches!(phase, Some("Succeeded" | "Failed"))
-                    && p.metadata.deletion_timestamp.is_none()
-            })
+            .filter(|p| !p.is_finished() && p.metadata.deletion_timestamp.is_none())
             .filter(|p| {
                 !p.metadata
                     .owner_references

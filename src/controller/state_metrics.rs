@@ -114,13 +114,6 @@ fn gauges(name: &str, help: &str, metrics: Vec<(Vec<LabelPair>, f64)>) -> Metric
     f
 }
 
-fn is_terminal(pod: &SlimPod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 fn is_daemon(pod: &SlimPod) -> bool {
     pod.metadata
         .owner_references
@@ -225,7 +218,7 @@ fn node_resources(
     pods: &[Arc<SlimPod>],
 ) -> Vec<MetricFamily> {
     let mut requests: HashMap<&str, (Resources, Resources)> = HashMap::new();
-    for pod in pods.iter().filter(|p| !is_terminal(p)) {
+    for pod in pods.iter().filter(|p| !p.is_finished()) {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             continue;
         };
@@ -418,7 +411,7 @@ impl PodStartup {
                 self.pending.insert(uid.to_string());
                 continue;
             }
-            if before.is_empty() || !before.contains(uid) || is_terminal(pod) {
+            if before.is_empty() || !before.contains(uid) || pod.is_finished() {
                 continue;
             }
             let ready = pod

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use super::ANNOTATION_DISRUPTION_REASON;
 use super::Controller;
-use super::disruption::{eviction_cost, is_finished, is_movable, lifetime_remaining};
+use super::disruption::{eviction_cost, is_movable, lifetime_remaining};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey};
@@ -209,7 +209,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut by_node: HashMap<&str, Vec<&Arc<SlimPod>>> = HashMap::new();
         for p in &pods {
             if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                && !is_finished(p)
+                && !p.is_finished()
                 && p.metadata.deletion_timestamp.is_none()
             {
                 by_node.entry(n).or_default().push(p);

@@ -180,8 +180,7 @@ pub(super) fn stuck_at(pod: &SlimPod) -> Option<Timestamp> {
 /// and not terminating for more than a minute past their deletionTimestamp
 /// (the end of their grace period).
 fn waiting(pod: &SlimPod, now: Timestamp) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) {
+    if pod.is_finished() {
         return false;
     }
     if stuck_at(pod).is_some_and(|stuck| now > stuck) {

@@ -270,11 +270,7 @@ pub fn existing_nodes(
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
             .unwrap_or("");
-        let done = p
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+        let done = p.is_finished();
         if !node.is_empty() && !done {
             pods_by_node.entry(node).or_default().push(bound_pod(p)?);
         }

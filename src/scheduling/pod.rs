@@ -54,10 +54,7 @@ pub fn is_provisionable(pod: &SlimPod) -> bool {
                 && c.reason.as_deref() == Some("Unschedulable")
         })
     });
-    let finished = status
-        .phase
-        .as_deref()
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    let finished = pod.is_finished();
     let owned_by_ds_or_node = pod
         .metadata
         .owner_references

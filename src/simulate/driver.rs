@@ -1080,11 +1080,7 @@ impl Simulation {
                     .list::<Pod>(None, &Selector::everything())
                     .items
                 {
-                    let finished = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.phase.as_deref())
-                        .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+                    let finished = crate::api::pod::is_finished(&p);
                     let daemon = p
                         .metadata
                         .owner_references

@@ -447,7 +447,7 @@ fn rebuilt_owner(kind: &str, namespace: &str, name: &str, uid: &str, pods: &[&Va
     let template = template_of(first);
     let live = pods
         .iter()
-        .filter(|p| !matches!(str_at(p, "/status/phase"), Some("Succeeded" | "Failed")))
+        .filter(|p| !crate::api::pod::is_finished_phase(str_at(p, "/status/phase")))
         .count();
     let labels = template["metadata"]["labels"].clone();
     let meta = json!({"name": name, "namespace": namespace, "uid": uid, "labels": labels.clone()});

@@ -234,7 +234,7 @@ impl Index {
         if is_pending(pod) {
             self.pending.insert(key.clone());
         } else if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
-            && !is_finished(pod)
+            && !crate::api::pod::is_finished(pod)
             && let Ok(info) = &entry.info
         {
             match self.state.node_index.get(node) {
@@ -378,18 +378,11 @@ fn is_pending(pod: &Pod) -> bool {
     };
     spec.node_name.as_deref().is_none_or(str::is_empty)
         && pod.metadata.deletion_timestamp.is_none()
-        && !is_finished(pod)
+        && !crate::api::pod::is_finished(pod)
         && spec
             .scheduler_name
             .as_deref()
             .is_none_or(|s| s.is_empty() || s == DEFAULT_SCHEDULER)
-}
-
-fn is_finished(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 fn has_scheduling_gates(pod: &Pod) -> bool {

@@ -593,7 +593,7 @@ fn phase(p: &Pod) -> String {
 }
 
 fn terminal(phase: &str) -> bool {
-    matches!(phase, "Succeeded" | "Failed")
+    crate::api::pod::is_finished_phase(Some(phase))
 }
 
 fn kind_of(object: &str) -> String {

@@ -240,12 +240,7 @@ fn needed(cluster: &MemoryCluster) -> BTreeMap<Key, String> {
         let Some(node) = spec.node_name.as_ref().filter(|n| nodes.contains(*n)) else {
             continue;
         };
-        let finished = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        if finished {
+        if crate::api::pod::is_finished(pod) {
             continue;
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();

@@ -333,13 +333,7 @@ impl Workloads {
             counted.insert(p.metadata.uid.clone().unwrap_or_default());
         }
         let succeeded = counted.len();
-        let active = mine
-            .iter()
-            .filter(|p| {
-                p.metadata.deletion_timestamp.is_none()
-                    && !matches!(phase(p), "Succeeded" | "Failed")
-            })
-            .count();
+        let active = mine.iter().filter(|p| is_live(p)).count();
         let completions = usize::try_from(spec.completions.unwrap_or(1)).unwrap_or(1);
         let parallelism = usize::try_from(spec.parallelism.unwrap_or(1)).unwrap_or(1);
         let remaining = completions.saturating_sub(succeeded);
@@ -439,7 +433,7 @@ fn pending_pod(
 
 /// Not deleting and not finished.
 fn is_live(p: &Pod) -> bool {
-    p.metadata.deletion_timestamp.is_none() && !matches!(phase(p), "Succeeded" | "Failed")
+    p.metadata.deletion_timestamp.is_none() && !crate::api::pod::is_finished(p)
 }
 
 /// The uid of an object's controlling owner.
