@@ -946,8 +946,9 @@ mod tests {
 
     /// The consistency check runs again once its period has passed, as the
     /// reference's `lastScanned` entries expire; a claim scanned more than
-    /// a period ago was due "now" at every pass, so a quiet controller
-    /// (and the simulation's clock) woke every second.
+    /// a period ago was due "now" at every pass, so the simulation stepped
+    /// every simulated second and `dovetail controller` ran a pass every
+    /// 10 ms (its shortest wait).
     #[test]
     fn the_consistency_check_is_due_again_after_its_period_and_then_runs() {
         use crate::clock::{Clock, ManualClock};
