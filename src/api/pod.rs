@@ -260,12 +260,36 @@ pub fn is_finished_phase(phase: Option<&str>) -> bool {
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
+/// Whether a pod is a DaemonSet's, as the reference's `IsOwnedByDaemonSet`
+/// has it: an owner reference of kind `DaemonSet` in `apps/v1` (another
+/// group's DaemonSet kind, such as OpenKruise's, is not one).
+pub fn is_daemon_owned(meta: &ObjectMeta) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" && o.api_version == "apps/v1")
+}
+
+/// Whether a pod is a static pod its node owns, as the reference's
+/// `IsOwnedByNode`: an owner reference of kind `Node` in `v1`.
+pub fn is_node_owned(meta: &ObjectMeta) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Node" && o.api_version == "v1")
+}
+
 /// Whether a Pod read whole is finished (`is_finished_phase`).
 pub fn is_finished(pod: &Pod) -> bool {
     is_finished_phase(pod.status.as_ref().and_then(|s| s.phase.as_deref()))
 }
 
 impl SlimPod {
+    /// Whether the pod is a DaemonSet's (`is_daemon_owned`).
+    pub fn is_daemon(&self) -> bool {
+        is_daemon_owned(&self.metadata)
+    }
+
     /// Whether the pod is finished (`is_finished_phase`).
     pub fn is_finished(&self) -> bool {
         is_finished_phase(self.status.as_ref().and_then(|s| s.phase.as_deref()))

@@ -260,14 +260,6 @@ fn is_mirror(pod: &SlimPod) -> bool {
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
 }
 
-fn is_daemon(pod: &SlimPod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet")
-}
-
 /// Pods that would have to move if their node went away, as the
 /// reference's `IsReschedulable` has it: not finished, not going (but a
 /// StatefulSet's terminating pod, which its controller recreates under the
@@ -277,7 +269,7 @@ pub(super) fn is_movable(pod: &SlimPod) -> bool {
     !pod.is_finished()
         && (pod.metadata.deletion_timestamp.is_none() || is_stateful(pod))
         && !is_mirror(pod)
-        && !is_daemon(pod)
+        && !pod.is_daemon()
         && !tolerates_disrupted(pod)
 }
 

@@ -791,13 +791,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .iter()
             .chain(self.buffers.pods.iter())
             .filter(|p| !p.is_finished() && p.metadata.deletion_timestamp.is_none())
-            .filter(|p| {
-                !p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.kind == "DaemonSet")
-            })
+            .filter(|p| !p.is_daemon())
             .filter_map(|p| pod_spec(p, &volumes, now_ms).ok())
             .collect();
         let result = solve(

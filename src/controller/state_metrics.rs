@@ -114,14 +114,6 @@ fn gauges(name: &str, help: &str, metrics: Vec<(Vec<LabelPair>, f64)>) -> Metric
     f
 }
 
-fn is_daemon(pod: &SlimPod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet" && o.api_version == "apps/v1")
-}
-
 fn is_ready(pod: &SlimPod) -> bool {
     pod.status
         .as_ref()
@@ -227,7 +219,7 @@ fn node_resources(
         };
         let entry = requests.entry(node).or_default();
         entry.0.add(&r);
-        if is_daemon(pod) {
+        if pod.is_daemon() {
             entry.1.add(&r);
         }
     }

@@ -88,13 +88,7 @@ fn drain_group(pod: &SlimPod) -> u8 {
         .as_ref()
         .and_then(|s| s.priority_class_name.as_deref())
         .is_some_and(|c| CRITICAL_CLASSES.contains(&c));
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    u8::from(critical) * 2 + u8::from(daemon)
+    u8::from(critical) * 2 + u8::from(pod.is_daemon())
 }
 
 /// A pod's own grace period: Kubernetes defaults it to 30 seconds.

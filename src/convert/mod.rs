@@ -299,13 +299,7 @@ pub fn build_input_from(
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
             .is_some_and(|n| !n.is_empty());
-        let daemon = p
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|r| r.kind == "DaemonSet");
-        if bound || daemon {
+        if bound || p.is_daemon() {
             continue;
         }
         input

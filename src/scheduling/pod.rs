@@ -55,12 +55,7 @@ pub fn is_provisionable(pod: &SlimPod) -> bool {
         })
     });
     let finished = pod.is_finished();
-    let owned_by_ds_or_node = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    let owned_by_ds_or_node = pod.is_daemon() || crate::api::pod::is_node_owned(&pod.metadata);
     !nominated && unschedulable && !finished && !owned_by_ds_or_node
 }
 

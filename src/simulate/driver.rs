@@ -1081,12 +1081,7 @@ impl Simulation {
                     .items
                 {
                     let finished = crate::api::pod::is_finished(&p);
-                    let daemon = p
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|o| o.kind == "DaemonSet");
+                    let daemon = crate::api::pod::is_daemon_owned(&p.metadata);
                     if !finished && !daemon && p.metadata.deletion_timestamp.is_none() {
                         p.metadata.uid.hash(&mut h);
                         p.metadata.name.hash(&mut h);
