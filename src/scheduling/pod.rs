@@ -600,6 +600,26 @@ mod tests {
             .unwrap(),
         ]);
         assert!(!is_provisionable(&p));
+        // Owners by group, version and kind, as the reference's `IsOwnedBy`:
+        // another group's DaemonSet kind (OpenKruise's) needs capacity like
+        // any pod, and so does a pod whose owner only names a Node kind of
+        // another group; a static pod's v1 Node does not.
+        let owned = |api_version: &str, kind: &str| {
+            let mut q = p.clone();
+            q.metadata.owner_references = Some(vec![
+                serde_json::from_value(serde_json::json!(
+                    {"apiVersion": api_version, "kind": kind, "name": "o", "uid": "1"}
+                ))
+                .unwrap(),
+            ]);
+            q
+        };
+        assert!(is_provisionable(&owned(
+            "apps.kruise.io/v1alpha1",
+            "DaemonSet"
+        )));
+        assert!(is_provisionable(&owned("example.com/v1", "Node")));
+        assert!(!is_provisionable(&owned("v1", "Node")));
     }
 
     #[test]
