@@ -4,14 +4,15 @@ the testbed"): the production binary with `--cloud kwok`, the testbed's
 kube-apiserver, etcd, kube-controller-manager, kube-scheduler and KWOK,
 tuned for load as kwokctl tunes them.
 
-    benches/scale.py [--nodes 500 1000 2000] [--pods-per-node 20] [--json FILE]
+    benches/scale.py [--nodes 500 1000 2000] [--pods-per-node 20]
+                     [--idle-seconds 60] [--dovetail BIN] [--json FILE]
 
 For each size N, one run on a fresh control plane:
   burst   Deployments of N x 20 pods, each pod a twentieth of an m5.2xlarge
           (the NodePool's only type): the time until every pod is Running
           and Ready, the pods' pending time (creation to Ready, p50/p99),
           the NodeClaims launched;
-  idle    60 s with nothing to do;
+  idle    60 s (--idle-seconds) with nothing to do;
   down    every Deployment scaled to 20%: the time until consolidation has
           brought the fleet to the lower bound (or has stopped for 120 s),
           and the fleet's price against that bound.
@@ -184,7 +185,7 @@ def fleet(plane):
     return len(claims), sum(priced), min(priced, default=0.0)
 
 
-def one(bin_dir, dovetail, nodes, per_node):
+def one(bin_dir, dovetail, nodes, per_node, idle_seconds=60):
     work = tempfile.mkdtemp(prefix="dovetail-scale-")
     plane = Plane(bin_dir, work)
     controller = None
@@ -290,7 +291,7 @@ spec:
                     "nodeclaims": claims, "price_per_hour": round(price, 3)}
 
         def idle():
-            time.sleep(60)
+            time.sleep(idle_seconds)
             return {}
 
         def down():
@@ -331,6 +332,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[500, 1000, 2000])
     ap.add_argument("--pods-per-node", type=int, default=20)
+    ap.add_argument("--idle-seconds", type=int, default=60, help="the idle phase's length")
     ap.add_argument("--json", help="write the results here too")
     ap.add_argument("--dovetail", help="the dovetail binary [default: cargo build --release]")
     a = ap.parse_args()
@@ -344,7 +346,7 @@ def main():
     for n in a.nodes:
         print(f"{n} nodes:", file=sys.stderr, flush=True)
         load = os.getloadavg()
-        r = one(bin_dir, dovetail, n, a.pods_per_node)
+        r = one(bin_dir, dovetail, n, a.pods_per_node, a.idle_seconds)
         r["loadavg_before"] = [round(x, 2) for x in load]
         results.append(r)
         print(json.dumps(r, indent=1), flush=True)

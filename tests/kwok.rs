@@ -288,3 +288,73 @@ fn kwok_nodes_are_provisioned_adopted_consolidated_drifted_and_interrupted() {
     let log = w.controller.as_ref().expect("running").log();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// `benches/scale.py` at 100 nodes and 2,000 pods, so the scale benchmark
+/// cannot rot: the production binary with `--cloud kwok` on a fresh,
+/// load-tuned control plane launches at least the lower bound for the
+/// burst, and consolidation brings the fleet down to the lower bound after
+/// the scale to 20%. The figures (times, requests, CPU) go in
+/// BENCHMARKS.md, never in an assertion.
+#[test]
+fn the_scale_benchmark_runs_at_100_nodes() {
+    const NODES: u64 = 100;
+    let _turn = crate::testbed::turn();
+    let bin = crate::testbed::bin();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("scale.json");
+    let log = dir.path().join("scale.log");
+    let mut child = std::process::Command::new("python3")
+        .arg(crate::support::root().join("benches/scale.py"))
+        .args(["--nodes", &NODES.to_string(), "--idle-seconds", "10"])
+        .arg("--dovetail")
+        .arg(env!("CARGO_BIN_EXE_dovetail"))
+        .arg("--json")
+        .arg(&json)
+        .env("DOVETAIL_TESTBED_BIN", bin)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("python3 runs benches/scale.py");
+    // Far beyond a slow machine's run (about 8 minutes on 2 vCPUs): a
+    // run that hangs fails instead of holding CI.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40 * 60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "benches/scale.py did not finish in 40 minutes:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "benches/scale.py failed:\n{log}");
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("results")).expect("JSON");
+    let run = &results[0];
+    assert_eq!(run["nodes"], NODES, "{run:#}");
+    let burst = &run["phases"]["burst"];
+    let down = &run["phases"]["down"];
+    assert!(
+        burst["nodeclaims"].as_u64().is_some_and(|n| n >= NODES),
+        "every pod Ready on at least the lower bound's NodeClaims: {burst:#}"
+    );
+    assert!(
+        burst["dovetail_requests"].as_u64().is_some_and(|n| n > 0),
+        "the audit log counts dovetail's requests: {burst:#}"
+    );
+    assert_eq!(
+        down["nodeclaims"], down["lower_bound_nodeclaims"],
+        "consolidation reaches the lower bound: {down:#}\n{log}"
+    );
+    assert_eq!(down["lower_bound_nodeclaims"], NODES / 5, "{down:#}");
+    assert_eq!(
+        down["price_per_hour"], down["lower_bound_price_per_hour"],
+        "{down:#}"
+    );
+}

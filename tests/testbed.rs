@@ -48,8 +48,9 @@ pub fn bin() -> &'static Path {
     })
 }
 
-/// One control plane at a time per test process.
-fn turn() -> MutexGuard<'static, ()> {
+/// One control plane at a time per test process (`benches/scale.py`'s
+/// run in `tests/kwok.rs` takes its turn too).
+pub fn turn() -> MutexGuard<'static, ()> {
     static TURN: Mutex<()> = Mutex::new(());
     TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
