@@ -325,6 +325,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     overlays: overlays::OverlayCache,
     /// The CapacityBuffers' virtual pods, and where the last solve put them.
     buffers: buffers::BufferState,
+    /// The revisions of what the NodePool status reads, at its last pass
+    /// that wrote everything it meant to (`pool_status`).
+    pool_status_read: Option<[u64; 4]>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -364,6 +367,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             repair_blocked: std::collections::HashMap::new(),
             overlays: overlays::OverlayCache::default(),
             buffers: buffers::BufferState::default(),
+            pool_status_read: None,
         }
     }
 

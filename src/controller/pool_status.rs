@@ -15,7 +15,11 @@
 //!   with the reason otherwise), so `kubectl wait` and Argo CD's health
 //!   see a healthy pool.
 //!
-//! One status write per NodePool whose status changed.
+//! One status write per NodePool whose status changed. The status reads
+//! only NodeClaims, Nodes, NodePools and EC2NodeClasses (and the
+//! registration failures reported to it), so a pass skips it while their
+//! revisions are those of its last pass that wrote everything it meant
+//! to.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -42,6 +46,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Writes every NodePool's status that changed (see the module
     /// documentation).
     pub(super) async fn reconcile_pool_status(&mut self) {
+        let read = [
+            self.cluster.revision::<NodeClaim>(),
+            self.cluster.revision::<Node>(),
+            self.cluster.revision::<NodePool>(),
+            self.cluster.revision::<EC2NodeClass>(),
+        ];
+        if self.registration_failures.is_empty() && self.pool_status_read == Some(read) {
+            return;
+        }
+        let mut written = true;
         let now = self.clock.now();
         let claims = self.cluster.list::<NodeClaim>();
         let nodes = self.cluster.list::<Node>();
@@ -168,11 +182,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             };
             if changed && let Err(e) = self.cluster.replace_status(updated).await {
                 tracing::debug!(nodepool = %name, error = %e, "NodePool status not written; the next pass retries");
+                written = false;
                 if let Some(f) = failures.get(&name) {
                     self.registration_failures.insert(name.clone(), f.clone());
                 }
             }
         }
+        self.pool_status_read = written.then_some(read);
     }
 }
 
@@ -186,6 +202,58 @@ mod tests {
     use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    /// The pass is skipped only after one that wrote everything: a refused
+    /// write is tried again at the next pass although nothing it reads
+    /// changed, and then nothing more is written.
+    #[tokio::test]
+    async fn a_refused_status_write_is_retried_though_nothing_read_changed() {
+        use crate::cluster::{ApiError, Fault, Write};
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let cloud = Arc::new(SimEc2::new(
+            SimConfig::new(SimEc2::builtin_catalog().expect("catalog")),
+            dyn_clock.clone(),
+        ));
+        cluster.create(NodePool::test("general")).expect("pool");
+        let mut controller =
+            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let status_writes = || {
+            cluster
+                .accesses()
+                .iter()
+                .filter(|(a, _)| a.resource == "nodepools/status")
+                .map(|(_, n)| *n)
+                .sum::<u64>()
+        };
+        cluster.inject(Fault::new(
+            Write::ReplaceStatus,
+            "NodePool",
+            ApiError::Internal {
+                message: "injected".into(),
+            },
+        ));
+        controller.reconcile_pool_status().await;
+        let pool = || Cluster::get::<NodePool>(cluster.as_ref(), &ObjectKey::cluster("general"));
+        assert!(
+            pool().expect("pool").status.is_none(),
+            "the write was refused"
+        );
+        controller.reconcile_pool_status().await;
+        assert_eq!(
+            pool().expect("pool").status.as_ref().and_then(|s| s.nodes),
+            Some(0)
+        );
+        let written = status_writes();
+        controller.reconcile_pool_status().await;
+        controller.reconcile_pool_status().await;
+        assert_eq!(
+            status_writes(),
+            written,
+            "nothing read changed, nothing written"
+        );
+    }
 
     #[tokio::test]
     async fn a_pool_reports_its_nodes_resources_and_readiness() {
