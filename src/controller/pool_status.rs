@@ -203,12 +203,13 @@ mod tests {
     use crate::controller::Settings;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-    /// The pass is skipped only after one that wrote everything: a refused
-    /// write is tried again at the next pass although nothing it reads
-    /// changed, and then nothing more is written.
-    #[tokio::test]
-    async fn a_refused_status_write_is_retried_though_nothing_read_changed() {
-        use crate::cluster::{ApiError, Fault, Write};
+    /// A cluster with the NodePool `general`, and a controller over it on
+    /// a manual clock.
+    fn general() -> (
+        Arc<ManualClock>,
+        Arc<MemoryCluster>,
+        Controller<MemoryCluster, SimEc2>,
+    ) {
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
@@ -217,8 +218,17 @@ mod tests {
             dyn_clock.clone(),
         ));
         cluster.create(NodePool::test("general")).expect("pool");
-        let mut controller =
-            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let controller = Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        (clock, cluster, controller)
+    }
+
+    /// The pass is skipped only after one that wrote everything: a refused
+    /// write is tried again at the next pass although nothing it reads
+    /// changed, and then nothing more is written.
+    #[tokio::test]
+    async fn a_refused_status_write_is_retried_though_nothing_read_changed() {
+        use crate::cluster::{ApiError, Fault, Write};
+        let (_, cluster, mut controller) = general();
         let status_writes = || {
             cluster
                 .accesses()
@@ -257,16 +267,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pool_reports_its_nodes_resources_and_readiness() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let cloud = Arc::new(SimEc2::new(
-            SimConfig::new(SimEc2::builtin_catalog().expect("catalog")),
-            dyn_clock.clone(),
-        ));
-        cluster.create(NodePool::test("general")).expect("pool");
-        let mut controller =
-            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let (clock, cluster, mut controller) = general();
         controller.reconcile_pool_status().await;
         let pool = Cluster::get::<NodePool>(cluster.as_ref(), &ObjectKey::cluster("general"))
             .expect("pool");
@@ -330,22 +331,13 @@ mod tests {
     /// NodePool's `NodeClassReady` that reads their root.
     #[tokio::test]
     async fn a_node_class_gets_every_condition_and_the_pool_follows_its_ready() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let cloud = Arc::new(SimEc2::new(
-            SimConfig::new(SimEc2::builtin_catalog().expect("catalog")),
-            dyn_clock.clone(),
-        ));
+        let (_, cluster, mut controller) = general();
         let mut class = EC2NodeClass::test("default");
         class.spec.tags = Some(BTreeMap::from([(
             "karpenter.sh/nodepool".to_string(),
             "x".to_string(),
         )]));
         cluster.create(class).expect("class");
-        cluster.create(NodePool::test("general")).expect("pool");
-        let mut controller =
-            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
         controller.refresh_nodeclasses().await;
         controller.reconcile_pool_status().await;
         let class = Cluster::get::<EC2NodeClass>(cluster.as_ref(), &ObjectKey::cluster("default"))
