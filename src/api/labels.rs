@@ -108,6 +108,11 @@ pub const ANNOTATION_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 /// The taint a node carries until Karpenter has registered it.
 pub const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
+/// The Node label the reference sets when a NodeClaim's node registers.
+pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
+/// The Node label the reference sets when a NodeClaim's node is
+/// initialised; the scheduler reads it.
+pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
 /// The finalizer Karpenter puts on nodes and NodeClaims.
 pub const FINALIZER_TERMINATION: &str = "karpenter.sh/termination";
 

@@ -20,13 +20,16 @@
 //!
 //! CapacityBuffer is the one namespaced `ApiKind`: sync and `diff` name it
 //! `namespace/name`. Label and annotation keys are constants (`api::labels`);
-//! `api::pod::SlimPod` is the Pod as dovetail reads it.
+//! `api::pod::SlimPod` is the Pod as dovetail reads it; `api::node` and
+//! `api::pod` hold the predicates every loop shares (Ready, finished,
+//! owned by a DaemonSet).
 
 pub mod capacitybuffer;
 pub mod common;
 pub mod crd;
 pub mod ec2nodeclass;
 pub mod labels;
+pub mod node;
 pub mod nodeclaim;
 pub mod nodeoverlay;
 pub mod nodepool;

@@ -284,6 +284,23 @@ pub fn is_finished(pod: &Pod) -> bool {
     is_finished_phase(pod.status.as_ref().and_then(|s| s.phase.as_deref()))
 }
 
+/// Whether pod conditions hold `Ready=True`.
+pub fn is_ready_in(conditions: Option<&[PodCondition]>) -> bool {
+    ready_condition(conditions).is_some()
+}
+
+/// The `Ready=True` condition among pod conditions, if it holds.
+pub fn ready_condition(conditions: Option<&[PodCondition]>) -> Option<&PodCondition> {
+    conditions?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Whether a Pod read whole is `Ready=True`.
+pub fn is_ready(pod: &Pod) -> bool {
+    is_ready_in(pod.status.as_ref().and_then(|s| s.conditions.as_deref()))
+}
+
 impl SlimPod {
     /// Whether the pod is a DaemonSet's (`is_daemon_owned`).
     pub fn is_daemon(&self) -> bool {
@@ -293,6 +310,11 @@ impl SlimPod {
     /// Whether the pod is finished (`is_finished_phase`).
     pub fn is_finished(&self) -> bool {
         is_finished_phase(self.status.as_ref().and_then(|s| s.phase.as_deref()))
+    }
+
+    /// Whether the pod is `Ready=True` (`is_ready_in`).
+    pub fn is_ready(&self) -> bool {
+        is_ready_in(self.status.as_ref().and_then(|s| s.conditions.as_deref()))
     }
 
     /// Drops what the controller never reads from a pod read whole (see

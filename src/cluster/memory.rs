@@ -551,7 +551,7 @@ fn check_disruption_budget(state: &State, pod: &Pod) -> Result<(), ApiError> {
     let counts = budget_pods(state, namespace, &selector);
     let status =
         pdb::budget_status(spec, counts).map_err(|e| refuse(format!("cannot be computed: {e}")))?;
-    if !pdb::is_pod_ready(pod) {
+    if !crate::api::pod::is_ready(pod) {
         if spec.unhealthy_pod_eviction_policy.as_deref() == Some(ALWAYS_ALLOW) {
             return Ok(());
         }

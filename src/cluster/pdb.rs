@@ -14,14 +14,6 @@ fn phase(pod: &Pod) -> Option<&str> {
     pod.status.as_ref()?.phase.as_deref()
 }
 
-/// Whether the pod has the condition `Ready=True`.
-pub(super) fn is_pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 pub(super) fn is_terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
@@ -34,7 +26,7 @@ pub(super) fn is_terminal(pod: &Pod) -> bool {
 /// Whether a pod counts towards a budget's current health: `Running`,
 /// `Ready=True`, and not terminating.
 pub fn is_pod_healthy(pod: &Pod) -> bool {
-    phase(pod) == Some("Running") && is_pod_ready(pod) && !is_terminating(pod)
+    phase(pod) == Some("Running") && crate::api::pod::is_ready(pod) && !is_terminating(pod)
 }
 
 /// Pods the eviction subresource deletes without consulting budgets: those

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::Node;
 
 use super::Controller;
-use super::lifecycle::LABEL_REGISTERED;
+use crate::api::LABEL_REGISTERED;
 use crate::api::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, LABEL_CAPACITY_TYPE, NodeClaim};
 use crate::cloud::aws::reservations::{
     LABEL_RESERVATION_ID, LABEL_RESERVATION_INTERRUPTIBLE, LABEL_RESERVATION_TYPE,

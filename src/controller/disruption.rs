@@ -49,15 +49,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Taint as NodeTaint,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
+use super::claims::{claim_created, claim_expire_after, duration_or_never, lifetime_remaining};
+use super::taints::{taint_disrupted, untaint_disrupted};
 use super::{Controller, clear_condition, conditions, is_true, set_condition};
+use crate::api::node::{has_taint, is_ready};
 use crate::api::nodepool::ConsolidationPolicy;
 use crate::api::{
     ANNOTATION_DO_NOT_DISRUPT, EC2NodeClass, NodeClaim, NodePool, SlimPod, TAINT_DISRUPTED,
@@ -66,13 +67,13 @@ use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey, Selector};
 use crate::convert::build_input_with_pools;
+use crate::disruption::pods::{eviction_cost, is_mirror, is_movable, tolerates_disrupted};
 use crate::disruption::{self, Candidate, Command, Options, Pass, Reason};
 use crate::drift::{self, DriftReason, NodeView};
 use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::scheduling::removal::Removals;
 use crate::scheduling::{NodePoolSpec, SolveOptions};
-use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 
 /// A disruption pass runs at most this often, as the reference's.
 pub const DISRUPTION_POLL: Duration = Duration::from_secs(10);
@@ -171,35 +172,12 @@ struct Facts {
     conditions: Vec<(String, Option<&'static str>, bool)>,
 }
 
-/// The share of a NodeClaim's lifetime still ahead of it (1 without
-/// `expireAfter`), which weighs its disruption cost as the reference's
-/// `LifetimeRemaining` does.
-pub(super) fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
-    let expire_after = claim_expire_after(claim);
-    let expires_at = disruption::expires_at(expire_after, claim_created(claim, now));
-    match (expire_after, expires_at) {
-        (Some(d), Some(t)) if !d.is_zero() => {
-            (until(t, now).as_secs_f64() / d.as_secs_f64()).clamp(0.0, 1.0)
-        }
-        _ => 1.0,
-    }
-}
-
 fn since(t: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(t)).unwrap_or_default()
 }
 
 fn until(t: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(t.duration_since(now)).unwrap_or_default()
-}
-
-fn duration_or_never(s: Option<&str>, default: Option<Duration>) -> Option<Duration> {
-    match s.map(|s| parse_duration(s, DurationSyntax::HmsOrNever)) {
-        None => default,
-        Some(Ok(NillableDuration::After(d))) => Some(d),
-        Some(Ok(NillableDuration::Never)) => None,
-        Some(Err(_)) => default,
-    }
 }
 
 fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
@@ -212,111 +190,6 @@ fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
 
 fn claim_name(claim: &NodeClaim) -> String {
     claim.metadata.name.clone().unwrap_or_default()
-}
-
-/// A NodeClaim's `expireAfter` (the reference's default of 720h when
-/// unset); `None` for `Never`.
-fn claim_expire_after(claim: &NodeClaim) -> Option<Duration> {
-    duration_or_never(
-        claim.spec.expire_after.as_deref(),
-        Some(Duration::from_secs(720 * 3600)),
-    )
-}
-
-fn claim_created(claim: &NodeClaim, now: Timestamp) -> Timestamp {
-    claim
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or(now)
-}
-
-/// Whether a pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be
-/// scheduled straight back, so drains and consolidation ignore it).
-pub(super) fn tolerates_disrupted(pod: &SlimPod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|t| {
-            let key_ok = match t.key.as_deref() {
-                None | Some("") => t.operator.as_deref() == Some("Exists"),
-                Some(k) => k == TAINT_DISRUPTED,
-            };
-            let effect_ok = t
-                .effect
-                .as_deref()
-                .is_none_or(|e| e.is_empty() || e == "NoSchedule");
-            key_ok && effect_ok
-        })
-}
-
-fn is_mirror(pod: &SlimPod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
-}
-
-/// Pods that would have to move if their node went away, as the
-/// reference's `IsReschedulable` has it: not finished, not going (but a
-/// StatefulSet's terminating pod, which its controller recreates under the
-/// same name once it is gone, so it needs room elsewhere), not DaemonSet
-/// or mirror pods, not pods that tolerate the disrupted taint.
-pub(super) fn is_movable(pod: &SlimPod) -> bool {
-    !pod.is_finished()
-        && (pod.metadata.deletion_timestamp.is_none() || is_stateful(pod))
-        && !is_mirror(pod)
-        && !pod.is_daemon()
-        && !tolerates_disrupted(pod)
-}
-
-/// Whether a StatefulSet (`apps/v1`) owns the pod.
-fn is_stateful(pod: &SlimPod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "StatefulSet" && o.api_version == "apps/v1")
-}
-
-/// The cost of evicting one pod, as the reference weighs it: 1, plus its
-/// `controller.kubernetes.io/pod-deletion-cost` over 2^27, plus its
-/// priority over 2^25, within [-10, 10].
-pub(super) fn eviction_cost(pod: &SlimPod) -> f64 {
-    let mut cost = 1.0;
-    if let Some(c) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
-        .and_then(|v| v.parse::<i32>().ok())
-    {
-        cost += f64::from(c) / 2f64.powi(27);
-    }
-    if let Some(p) = pod.spec.as_ref().and_then(|s| s.priority) {
-        cost += f64::from(p) / 2f64.powi(25);
-    }
-    cost.clamp(-10.0, 10.0)
-}
-
-fn has_taint(node: &Node, key: &str) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
-}
-
-/// Whether a Node reports `Ready=True`.
-pub(super) fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// The price of an offering among the NodePools' instance types.
@@ -1221,7 +1094,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now_ms = now.as_millisecond();
         // The scheduling input's NodePools: replacements never come from a
         // static pool (static drift builds its own from the template).
-        let dynamic = super::provisioner::dynamic_only(&specs, &pools);
+        let dynamic = super::dynamic_only(&specs, &pools);
         let statics = self.static_pools();
         let needs_removals = disruption::needs_removals(&candidates, consolidation);
         let input_key = needs_removals.then(|| self.input_key(&candidates, &uninitialized));
@@ -1842,68 +1715,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 }
 
-/// The label that takes a node out of external load balancers' targets
-/// (the cloud provider's service controller and the AWS Load Balancer
-/// Controller honour it), set while a node drains, as Karpenter's
-/// terminator does, so connections drain before the instance goes.
-pub const LABEL_EXCLUDE_BALANCERS: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-
-/// Taints a node `karpenter.sh/disrupted:NoSchedule`, if it is not yet.
-pub(crate) async fn taint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
-    taint(cluster, node, false).await;
-}
-
-/// Taints a node that is terminating, and takes it out of external load
-/// balancers, in one write.
-pub(crate) async fn taint_terminating<C: Cluster>(cluster: &C, node: &Node) {
-    taint(cluster, node, true).await;
-}
-
-async fn taint(cluster: &impl Cluster, node: &Node, exclude_balancers: bool) {
-    let labelled = !exclude_balancers
-        || node
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(LABEL_EXCLUDE_BALANCERS));
-    if has_taint(node, TAINT_DISRUPTED) && labelled {
-        return;
-    }
-    let mut n = node.clone();
-    if !labelled {
-        n.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(LABEL_EXCLUDE_BALANCERS.into(), "karpenter".into());
-    }
-    if has_taint(node, TAINT_DISRUPTED) {
-        let _ = cluster.replace(n).await;
-        return;
-    }
-    n.spec
-        .get_or_insert_with(Default::default)
-        .taints
-        .get_or_insert_with(Vec::new)
-        .push(NodeTaint {
-            key: TAINT_DISRUPTED.into(),
-            value: None,
-            effect: "NoSchedule".into(),
-            time_added: None,
-        });
-    let _ = cluster.replace(n).await;
-}
-
-async fn untaint_disrupted<C: Cluster>(cluster: &C, node: &Node) {
-    if !has_taint(node, TAINT_DISRUPTED) {
-        return;
-    }
-    let mut n = node.clone();
-    if let Some(ts) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-        ts.retain(|t| t.key != TAINT_DISRUPTED);
-    }
-    let _ = cluster.replace(n).await;
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -1926,30 +1737,6 @@ mod tests {
             namespace: namespace.map(str::to_string),
             ..ObjectMeta::default()
         }
-    }
-
-    /// pkg/utils/pod IsReschedulable: a terminating pod has left, but a
-    /// StatefulSet's, which comes back under its name once it is gone,
-    /// still needs room; DaemonSet pods never move.
-    #[test]
-    fn terminating_pods_do_not_move_but_a_stateful_set_s_do() {
-        let pod = |owner: &str, terminating: bool| -> SlimPod {
-            let mut v = serde_json::json!({
-                "metadata": {"name": "p", "namespace": "default", "ownerReferences": [
-                    {"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": "u", "controller": true}
-                ]},
-                "spec": {"nodeName": "n", "containers": []},
-                "status": {"phase": "Running"},
-            });
-            if terminating {
-                v["metadata"]["deletionTimestamp"] = "2026-01-05T00:00:30Z".into();
-            }
-            serde_json::from_value(v).unwrap()
-        };
-        assert!(is_movable(&pod("ReplicaSet", false)));
-        assert!(!is_movable(&pod("ReplicaSet", true)));
-        assert!(is_movable(&pod("StatefulSet", true)));
-        assert!(!is_movable(&pod("DaemonSet", false)));
     }
 
     /// The scheduling input a pass keeps is rebuilt when any kind it was

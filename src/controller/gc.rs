@@ -84,7 +84,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .cluster
             .list::<Node>()
             .iter()
-            .filter(|n| super::disruption::is_ready(n))
+            .filter(|n| crate::api::node::is_ready(n))
             .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
             .collect();
         let gone: Vec<std::sync::Arc<NodeClaim>> = claims

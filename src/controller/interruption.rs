@@ -221,7 +221,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .get::<k8s_openapi::api::core::v1::Node>(&ObjectKey::cluster(n))
             })
         {
-            super::disruption::taint_disrupted(&*self.cluster, &node).await;
+            super::taints::taint_disrupted(&*self.cluster, &node).await;
         }
         self.disruption_event(name, reason, why, Vec::new());
         self.decisions.push(super::Decision {

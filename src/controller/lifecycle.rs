@@ -30,8 +30,8 @@ use super::{Controller, conditions, is_true, set_condition, set_condition_status
 use crate::api::common::Taint;
 use crate::api::common::{ConditionStatus, find_condition};
 use crate::api::{
-    EC2NodeClass, FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE,
-    NodeClaim, NodePool, TAINT_UNREGISTERED,
+    EC2NodeClass, FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_INITIALIZED,
+    LABEL_INSTANCE_TYPE, LABEL_REGISTERED, LABEL_ZONE, NodeClaim, NodePool, TAINT_UNREGISTERED,
 };
 use crate::clock::Timestamp;
 use crate::cloud::{CloudError, CloudProvider, Instance, InstanceState, Launched};
@@ -48,11 +48,6 @@ const CONSISTENCY_SCAN: Duration = Duration::from_secs(10 * 60);
 
 const LAUNCH_BACKOFF_MIN: Duration = Duration::from_secs(2);
 const LAUNCH_BACKOFF_MAX: Duration = Duration::from_secs(60);
-
-/// Node labels the reference sets when a NodeClaim's node registers and
-/// when it is initialised; the scheduler reads the latter.
-pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
-pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
 
 /// Adds the NodeClaim conditions not written yet as `Unknown`, as
 /// Karpenter initializes them (`AwaitingReconciliation`), so
@@ -779,7 +774,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Initializes a NodeClaim whose Node is ready; whether it did.
     async fn initialize(&mut self, claim: &NodeClaim, node: &Node) -> bool {
         let now = self.clock.now();
-        let node_ready = super::disruption::is_ready(node);
+        let node_ready = crate::api::node::is_ready(node);
         let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
         let startup_pending = claim.spec.startup_taints.iter().flatten().any(|t| {
             node_taints

@@ -29,6 +29,7 @@
 
 mod buffers;
 mod capacity_type;
+mod claims;
 mod disruption;
 pub mod eviction;
 pub mod features;
@@ -45,6 +46,7 @@ mod repair;
 pub mod runtime;
 pub mod state_metrics;
 mod static_capacity;
+mod taints;
 mod termination;
 pub mod volumes;
 
@@ -56,7 +58,7 @@ pub use lifecycle::{LaunchJob, LaunchOutcome, send_launches};
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
 #[cfg(test)]
-pub(crate) use disruption::taint_disrupted;
+pub(crate) use taints::taint_disrupted;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -469,6 +471,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.pod_startup.1.observe(&pods, &self.metrics);
         self.pod_startup.0 = revision;
     }
+}
+
+/// The NodePools pending pods may get new NodeClaims from: not the static
+/// ones (`spec.replicas`), which keep their replica count on their own
+/// (the reference's provisioner leaves them out whatever its gates).
+pub(crate) fn dynamic_only(
+    specs: &[crate::scheduling::NodePoolSpec],
+    pools: &[Arc<crate::api::NodePool>],
+) -> Vec<crate::scheduling::NodePoolSpec> {
+    let statics: std::collections::BTreeSet<&str> = pools
+        .iter()
+        .filter(|p| p.spec.replicas.is_some())
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    specs
+        .iter()
+        .filter(|s| !statics.contains(s.name.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// Sets a condition, keeping its transition time when the status does not

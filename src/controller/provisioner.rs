@@ -37,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-use super::Controller;
+use super::{Controller, dynamic_only};
 use crate::api::common::{NodeSelectorRequirementWithMinValues, Operator};
 use crate::api::nodeclaim::{NodeClaimResources, NodeClaimSpec};
 use crate::api::{
@@ -176,22 +176,6 @@ fn name_of_pool(pool: &NodePool) -> String {
         "NodePool/{}",
         pool.metadata.name.as_deref().unwrap_or_default()
     )
-}
-
-/// The NodePools pending pods may get new NodeClaims from: not the static
-/// ones (`spec.replicas`), which keep their replica count on their own
-/// (the reference's provisioner leaves them out whatever its gates).
-pub(super) fn dynamic_only(specs: &[NodePoolSpec], pools: &[Arc<NodePool>]) -> Vec<NodePoolSpec> {
-    let statics: BTreeSet<&str> = pools
-        .iter()
-        .filter(|p| p.spec.replicas.is_some())
-        .filter_map(|p| p.metadata.name.as_deref())
-        .collect();
-    specs
-        .iter()
-        .filter(|s| !statics.contains(s.name.as_str()))
-        .cloned()
-        .collect()
 }
 
 /// Marks offerings that recently failed with insufficient capacity.
@@ -339,7 +323,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .as_ref()
                     .and_then(|s| s.node_name.as_deref())
                     .is_some_and(|n| nodes.contains(n));
-                if leaving && super::disruption::is_movable(&p) {
+                if leaving && crate::disruption::pods::is_movable(&p) {
                     Arc::new(as_pending(&p))
                 } else {
                     p
@@ -724,7 +708,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter(|n| {
                 let labels = n.metadata.labels.as_ref();
                 labels.is_none_or(|l| !l.contains_key(crate::api::LABEL_NODEPOOL))
-                    || labels.and_then(|l| l.get(super::lifecycle::LABEL_INITIALIZED))
+                    || labels.and_then(|l| l.get(crate::api::LABEL_INITIALIZED))
                         == Some(&"true".to_string())
             })
             .filter_map(|n| n.metadata.name.as_deref())

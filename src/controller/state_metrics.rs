@@ -114,13 +114,6 @@ fn gauges(name: &str, help: &str, metrics: Vec<(Vec<LabelPair>, f64)>) -> Metric
     f
 }
 
-fn is_ready(pod: &SlimPod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn bool_str(b: bool) -> &'static str {
     if b { "true" } else { "false" }
 }
@@ -188,7 +181,7 @@ fn pods_state(pods: &[Arc<SlimPod>], nodes: &HashMap<&str, &Arc<Node>>) -> Metri
                 pair("capacity_type", label(LABEL_CAPACITY_TYPE)),
                 pair("instance_type", label(LABEL_INSTANCE_TYPE)),
                 pair("phase", phase),
-                pair("ready", bool_str(is_ready(pod))),
+                pair("ready", bool_str(pod.is_ready())),
                 pair("managed", bool_str(!label(LABEL_NODEPOOL).is_empty())),
             ];
             (labels, 1.0)
@@ -406,11 +399,9 @@ impl PodStartup {
             if before.is_empty() || !before.contains(uid) || pod.is_finished() {
                 continue;
             }
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"));
+            let ready = crate::api::pod::ready_condition(
+                pod.status.as_ref().and_then(|s| s.conditions.as_deref()),
+            );
             match (ready, pod.metadata.creation_timestamp.as_ref()) {
                 (Some(c), Some(created)) => {
                     let at = c.last_transition_time.as_ref().map_or(created.0, |t| t.0);

@@ -33,10 +33,11 @@ use std::time::Duration;
 
 use super::ANNOTATION_DISRUPTION_REASON;
 use super::Controller;
-use super::disruption::{eviction_cost, is_movable, lifetime_remaining};
+use super::claims::lifetime_remaining;
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey};
+use crate::disruption::pods::{eviction_cost, is_movable};
 use crate::disruption::statics::{StaticNode, StaticPool, removal_order, template_claim};
 
 /// The `Ready` reason of a static NodePool while the gate is off.

@@ -185,7 +185,7 @@ fn waiting(pod: &SlimPod, now: Timestamp) -> bool {
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    !mirror && !super::disruption::tolerates_disrupted(pod)
+    !mirror && !crate::disruption::pods::tolerates_disrupted(pod)
 }
 
 /// Whether a pod the drain waits for is to be deleted before the
@@ -315,7 +315,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                             draining.len()
                         ),
                     );
-                    super::disruption::taint_terminating(&*self.cluster, node).await;
+                    super::taints::taint_terminating(&*self.cluster, node).await;
                     if claim.condition(conditions::DRAINED).is_none() {
                         self.write_termination_condition(
                             &mut claim,

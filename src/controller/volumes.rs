@@ -58,7 +58,7 @@ fn drainable(pod: &SlimPod, now: Timestamp) -> bool {
         .iter()
         .flatten()
         .any(|o| o.api_version == "v1" && o.kind == "Node");
-    !super::disruption::tolerates_disrupted(pod) && !stuck && !static_pod
+    !crate::disruption::pods::tolerates_disrupted(pod) && !stuck && !static_pod
 }
 
 /// The attachments on `node` termination waits for: those with a

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::api::{ANNOTATION_DO_NOT_DISRUPT, SlimPod};
+use crate::api::{ANNOTATION_DO_NOT_DISRUPT, SlimPod, TAINT_DISRUPTED};
 use crate::clock::Timestamp;
 use crate::timing::parse_go_duration;
 
@@ -81,6 +81,77 @@ pub fn is_protected(pod: &SlimPod, now: Timestamp) -> bool {
     do_not_disrupt(pod).active(now)
 }
 
+/// Whether a pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be
+/// scheduled straight back, so drains and consolidation ignore it).
+pub fn tolerates_disrupted(pod: &SlimPod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            let key_ok = match t.key.as_deref() {
+                None | Some("") => t.operator.as_deref() == Some("Exists"),
+                Some(k) => k == TAINT_DISRUPTED,
+            };
+            let effect_ok = t
+                .effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+            key_ok && effect_ok
+        })
+}
+
+/// Pods that would have to move if their node went away, as the
+/// reference's `IsReschedulable` has it: not finished, not going (but a
+/// StatefulSet's terminating pod, which its controller recreates under the
+/// same name once it is gone, so it needs room elsewhere), not DaemonSet
+/// or mirror pods, not pods that tolerate the disrupted taint.
+pub fn is_movable(pod: &SlimPod) -> bool {
+    !pod.is_finished()
+        && (pod.metadata.deletion_timestamp.is_none() || is_stateful(pod))
+        && !is_mirror(pod)
+        && !pod.is_daemon()
+        && !tolerates_disrupted(pod)
+}
+
+/// The cost of evicting one pod, as the reference weighs it: 1, plus its
+/// `controller.kubernetes.io/pod-deletion-cost` over 2^27, plus its
+/// priority over 2^25, within [-10, 10].
+pub fn eviction_cost(pod: &SlimPod) -> f64 {
+    let mut cost = 1.0;
+    if let Some(c) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+        .and_then(|v| v.parse::<i32>().ok())
+    {
+        cost += f64::from(c) / 2f64.powi(27);
+    }
+    if let Some(p) = pod.spec.as_ref().and_then(|s| s.priority) {
+        cost += f64::from(p) / 2f64.powi(25);
+    }
+    cost.clamp(-10.0, 10.0)
+}
+
+/// Whether the pod is a static pod's mirror (`kubernetes.io/config.mirror`).
+pub fn is_mirror(pod: &SlimPod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+/// Whether a StatefulSet (`apps/v1`) owns the pod.
+fn is_stateful(pod: &SlimPod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "StatefulSet" && o.api_version == "apps/v1")
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -145,5 +216,29 @@ mod tests {
             assert!(!is_protected(&p, t(1)), "{v}");
         }
         assert_eq!(do_not_disrupt(&pod(None, Some(t(0)))), Protection::None);
+    }
+
+    /// pkg/utils/pod IsReschedulable: a terminating pod has left, but a
+    /// StatefulSet's, which comes back under its name once it is gone,
+    /// still needs room; DaemonSet pods never move.
+    #[test]
+    fn terminating_pods_do_not_move_but_a_stateful_set_s_do() {
+        let pod = |owner: &str, terminating: bool| -> SlimPod {
+            let mut v = serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default", "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": "u", "controller": true}
+                ]},
+                "spec": {"nodeName": "n", "containers": []},
+                "status": {"phase": "Running"},
+            });
+            if terminating {
+                v["metadata"]["deletionTimestamp"] = "2026-01-05T00:00:30Z".into();
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        assert!(is_movable(&pod("ReplicaSet", false)));
+        assert!(!is_movable(&pod("ReplicaSet", true)));
+        assert!(is_movable(&pod("StatefulSet", true)));
+        assert!(!is_movable(&pod("DaemonSet", false)));
     }
 }

@@ -278,7 +278,7 @@ impl Kubelet {
                     continue;
                 }
                 next_stop = Some(next_stop.map_or(deleted.0, |t| t.min(deleted.0)));
-                if is_pod_ready(pod) {
+                if crate::api::pod::is_ready(pod) {
                     match cluster.update_status_with::<Pod>(&key, |p| stop_pod(p, now)) {
                         Ok(_) => report.stopping.push(key.to_string()),
                         Err(e) => report.errors.push((key.to_string(), e.to_string())),
@@ -288,7 +288,7 @@ impl Kubelet {
             }
             let job_pod = controller_of_kind(pod, "Job").is_some();
             match phase(pod) {
-                None | Some("Pending") if is_node_ready(node) => {
+                None | Some("Pending") if crate::api::node::is_ready(node) => {
                     jobs_running |= job_pod;
                     let key = key();
                     match cluster.update_status_with::<Pod>(&key, |p| start_pod(p, now)) {
@@ -657,21 +657,6 @@ fn kubelet_runs(node: &Node) -> bool {
 }
 
 /// Whether a pod has the condition `Ready=True`.
-fn is_pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Whether a node reports `Ready=True`.
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn node_name(pod: &Pod) -> Option<&str> {
     pod.spec
         .as_ref()?
@@ -1139,7 +1124,7 @@ mod tests {
         assert_eq!(allocatable["cpu"].0, "1930m");
         assert_eq!(allocatable["memory"].0, "7Gi");
         assert_eq!(status.capacity.as_ref().expect("capacity")["cpu"].0, "2");
-        assert!(is_node_ready(node));
+        assert!(crate::api::node::is_ready(node));
         let ready = &status.conditions.as_ref().expect("conditions")[0];
         assert_eq!(ready.last_heartbeat_time, Some(Time(at(45))));
         // Registered once.

@@ -699,7 +699,7 @@ impl State {
                 .flatten()
                 .filter_map(|t| Taint::from_k8s(t).ok())
                 .collect();
-            let ready = crate::simulate::kubelet::is_node_ready(node);
+            let ready = crate::api::node::is_ready(node);
             if !ready
                 && !node_taints
                     .iter()
