@@ -28,7 +28,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{PodTemplate, PodTemplateSpec};
 
-use super::Controller;
+use super::{Conditioned, Controller};
 use crate::api::SlimPod;
 use crate::api::capacitybuffer::{CapacityBuffer, LocalObjectRef};
 use crate::buffers::{
@@ -185,14 +185,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     pods.push(Arc::new(p));
                 }
             }
-            if updated.status != b.status
-                && let Err(e) = self.cluster.replace_status(updated).await
-            {
-                self.event(
-                    format!("CapacityBuffer/{key}"),
-                    "StatusNotRecorded",
-                    e.to_string(),
-                );
+            if updated.status != b.status {
+                let _ = self.record_status(updated).await;
             }
         }
         self.buffers.pods = pods;
@@ -317,24 +311,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             };
             let mut updated = (*b).clone();
-            let conds = updated
-                .status
-                .get_or_insert_with(Default::default)
-                .conditions
-                .get_or_insert_with(Vec::new);
+            let conds = updated.conditions_mut();
             if !super::set_condition(conds, buffers::PROVISIONING, ok, reason, &message, now) {
                 continue;
             }
             if let Some(c) = conds.iter_mut().find(|c| c.type_ == buffers::PROVISIONING) {
                 c.observed_generation = b.metadata.generation;
             }
-            if let Err(e) = self.cluster.replace_status(updated).await {
-                self.event(
-                    format!("CapacityBuffer/{key}"),
-                    "StatusNotRecorded",
-                    e.to_string(),
-                );
-            }
+            let _ = self.record_status(updated).await;
         }
         // The status writes are the controller's own: they do not call for
         // another resolution (a change from elsewhere since still does).

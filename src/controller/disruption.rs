@@ -57,7 +57,7 @@ use kube::Resource;
 
 use super::claims::{claim_created, claim_expire_after, duration_or_never, lifetime_remaining};
 use super::taints::{taint_disrupted, untaint_disrupted};
-use super::{Controller, clear_condition, conditions, is_true, set_condition};
+use super::{Conditioned, Controller, clear_condition, conditions, is_true, set_condition};
 use crate::api::node::{has_taint, is_ready};
 use crate::api::nodepool::ConsolidationPolicy;
 use crate::api::{
@@ -1219,11 +1219,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             }
             let mut updated = (*claim).clone();
-            let conds = updated
-                .status
-                .get_or_insert_with(Default::default)
-                .conditions
-                .get_or_insert_with(Vec::new);
+            let conds = updated.conditions_mut();
             let mut changed = match drifted {
                 Some(reason) => {
                     set_condition(conds, conditions::DRIFTED, true, reason, reason, now)
@@ -1242,11 +1238,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             } else {
                 clear_condition(conds, conditions::CONSOLIDATABLE)
             };
-            if changed
-                && let Err(e) = self.cluster.replace_status(updated).await
-                && !e.is_not_found()
-            {
-                tracing::debug!(nodeclaim = %name, error = %e, "conditions not written");
+            if changed {
+                let _ = self.record_status(updated).await;
             }
         }
     }
@@ -1258,11 +1251,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .status
             .get_or_insert_with(Default::default)
             .last_pod_event_time = Some(Time(crate::clock::truncate_to_second(now)));
-        if let Err(e) = self.cluster.replace_status(updated).await
-            && !e.is_not_found()
-        {
-            tracing::debug!(nodeclaim = %claim_name(claim), error = %e, "lastPodEventTime not written");
-        }
+        let _ = self.record_status(updated).await;
     }
 
     /// Stamps a NodeClaim with the drift hashes it lacks (an adopted one, or
@@ -1314,31 +1303,25 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     continue;
                 }
             };
-            self.disruption
-                .resolved
-                .insert(name.clone(), (generation, now));
             let mut updated = (*class).clone();
-            let status = updated.status.get_or_insert_with(Default::default);
-            resolution.apply_to(status);
-            let conds = status.conditions.get_or_insert_with(Vec::new);
+            resolution.apply_to(updated.status.get_or_insert_with(Default::default));
+            let conds = updated.conditions_mut();
             for c in resolution.conditions() {
                 set_condition(conds, c.type_, c.status, &c.reason, &c.message, now);
             }
-            let ready = resolution.is_ready();
-            let message = resolution.summary();
             if updated.status != class.status {
-                match self.cluster.replace_status(updated).await {
-                    Ok(_) if !ready => {
-                        self.event(format!("EC2NodeClass/{name}"), "NotReady", message)
-                    }
-                    Ok(_) => {}
-                    Err(e) => self.event(
-                        format!("EC2NodeClass/{name}"),
-                        "StatusNotWritten",
-                        e.to_string(),
-                    ),
+                if self.record_status(updated).await.is_err() {
+                    // Resolved and written again at the next pass.
+                    continue;
+                }
+                if !resolution.is_ready() {
+                    let message = resolution.summary();
+                    self.event(format!("EC2NodeClass/{name}"), "NotReady", message);
                 }
             }
+            self.disruption
+                .resolved
+                .insert(name.clone(), (generation, now));
         }
         next
     }
@@ -1488,23 +1471,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         a.insert(ANNOTATION_REPLACED_BY.into(), replacements.join(","));
         let stored = self.cluster.replace(updated).await.ok()?;
         let mut with_condition = (*stored).clone();
-        let conds = with_condition
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
-        set_condition(
-            conds,
-            CONDITION_DISRUPTION_REASON,
-            true,
-            reason.as_str(),
-            reason.as_str(),
-            now,
-        );
-        match self.cluster.replace_status(with_condition).await {
-            Ok(s) => Some(s),
-            Err(_) => Some(stored),
-        }
+        let (conds, why) = (with_condition.conditions_mut(), reason.as_str());
+        set_condition(conds, CONDITION_DISRUPTION_REASON, true, why, why, now);
+        // The annotations mark the disruption; the condition only tells it.
+        Some(self.record_status(with_condition).await.unwrap_or(stored))
     }
 
     /// Disruptions in progress, from the cluster's state: deletes the
@@ -1659,7 +1629,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 if let Some(conds) = s.status.as_mut().and_then(|s| s.conditions.as_mut()) {
                     conds.retain(|c| c.type_ != CONDITION_DISRUPTION_REASON);
                 }
-                let _ = self.cluster.replace_status(s).await;
+                let _ = self.record_status(s).await;
             }
             if let Some(node) = current
                 .status

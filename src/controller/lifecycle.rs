@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
-use super::{Controller, conditions, is_true, set_condition, set_condition_status};
+use super::{Conditioned, Controller, conditions, is_true, set_condition, set_condition_status};
 use crate::api::common::Taint;
 use crate::api::common::{ConditionStatus, find_condition};
 use crate::api::{
@@ -495,11 +495,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .min(LAUNCH_BACKOFF_MAX);
         entry.1 = now.checked_add(backoff).unwrap_or(now);
         let mut updated = claim.clone();
-        let conds = updated
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
+        let conds = updated.conditions_mut();
         let changed = set_condition_status(
             conds,
             conditions::LAUNCHED,
@@ -509,7 +505,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             now,
         );
         if awaiting(conds, now) || changed {
-            let _ = self.cluster.replace_status(updated).await;
+            let _ = self.record_status(updated).await;
         }
     }
 
@@ -598,11 +594,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             status.capacity = Some(listed(&it.capacity));
             status.allocatable = Some(listed(&it.allocatable));
         }
-        let conds = status.conditions.get_or_insert_with(Vec::new);
+        let conds = updated.conditions_mut();
         set_condition(conds, conditions::LAUNCHED, true, "Launched", "", now);
         awaiting(conds, now);
-        if let Err(e) = self.cluster.replace_status(updated).await {
-            self.event(name_of(claim), "LaunchNotRecorded", e.to_string());
+        if self.record_status(updated).await.is_err() {
+            // The instance exists: the next pass records it, or the
+            // garbage collector terminates it if this claim is gone.
             self.remember_unrecorded(claim, instance);
             return;
         }
@@ -681,9 +678,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut updated = claim.clone();
         let status = updated.status.get_or_insert_with(Default::default);
         status.node_name = Some(node_name.clone());
-        let conds = status.conditions.get_or_insert_with(Vec::new);
+        let conds = updated.conditions_mut();
         set_condition(conds, conditions::REGISTERED, true, "Registered", "", now);
-        let recorded = self.cluster.replace_status(updated).await;
+        let recorded = self.record_status(updated).await;
         if recorded.is_ok() {
             // The claim's label, else the node's.
             let label = |k: &str| match crate::api::label_or_empty(&claim.metadata, k) {
@@ -695,13 +692,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .with_label_values(&[label(crate::api::LABEL_NODEPOOL), label(LABEL_ZONE)])
                 .inc();
         }
-        match recorded {
-            Ok(_) => self.event(
-                name_of(claim),
-                "Registered",
-                format!("node {node_name} registered"),
-            ),
-            Err(e) => self.event(name_of(claim), "RegistrationFailed", e.to_string()),
+        if recorded.is_ok() {
+            let message = format!("node {node_name} registered");
+            self.event(name_of(claim), "Registered", message);
         }
     }
 
@@ -735,11 +728,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             self.event(name_of(claim), "FailedConsistencyCheck", issue.clone());
         }
         let mut updated = claim.clone();
-        let conds = updated
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
+        let conds = updated.conditions_mut();
         let consistent = is_true(Some(&*conds), conditions::CONSISTENT_STATE_FOUND);
         let changed = if !issues.is_empty() {
             set_condition(
@@ -761,12 +750,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     now,
                 )
         };
-        if changed
-            && let Err(e) = self.cluster.replace_status(updated).await
-            && !e.is_not_found()
-        {
-            // Checked again at the next scan.
-            tracing::debug!(nodeclaim = %name_of_claim(claim), error = %e, "ConsistentStateFound not written");
+        if changed {
+            // Checked again at the next scan if refused.
+            let _ = self.record_status(updated).await;
         }
         CONSISTENCY_SCAN
     }
@@ -806,16 +792,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return true;
         }
         let mut updated = claim.clone();
-        let conds = updated
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
+        let conds = updated.conditions_mut();
         set_condition(conds, conditions::INITIALIZED, true, "Initialized", "", now);
         set_condition(conds, conditions::READY, true, "Ready", "", now);
-        match self.cluster.replace_status(updated).await {
-            Ok(_) => self.event(name_of(claim), "Initialized", "node is ready".into()),
-            Err(e) => self.event(name_of(claim), "InitializationFailed", e.to_string()),
+        if self.record_status(updated).await.is_ok() {
+            self.event(name_of(claim), "Initialized", "node is ready".into());
         }
         true
     }

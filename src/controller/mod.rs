@@ -46,6 +46,7 @@ mod repair;
 pub mod runtime;
 pub mod state_metrics;
 mod static_capacity;
+mod status;
 mod taints;
 mod termination;
 pub mod volumes;
@@ -57,6 +58,9 @@ pub use disruption::{
 pub use lifecycle::{LaunchJob, LaunchOutcome, send_launches};
 pub use provisioner::{BATCH_IDLE, BATCH_MAX, Batch};
 
+pub(crate) use status::{
+    Conditioned, clear_condition, is_true, set_condition, set_condition_status,
+};
 #[cfg(test)]
 pub(crate) use taints::taint_disrupted;
 
@@ -64,9 +68,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-use crate::api::common::{Condition, ConditionStatus};
 use crate::clock::{Clock, Timestamp};
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::Cluster;
@@ -492,65 +493,6 @@ pub(crate) fn dynamic_only(
         .collect()
 }
 
-/// Sets a condition, keeping its transition time when the status does not
-/// change. Returns whether anything changed.
-pub(crate) fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    now: Timestamp,
-) -> bool {
-    let status = if status {
-        ConditionStatus::True
-    } else {
-        ConditionStatus::False
-    };
-    set_condition_status(conditions, type_, status, reason, message, now)
-}
-
-/// [`set_condition`] with any status, `Unknown` included.
-pub(crate) fn set_condition_status(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: ConditionStatus,
-    reason: &str,
-    message: &str,
-    now: Timestamp,
-) -> bool {
-    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
-        let same = c.status == status
-            && c.reason.as_deref() == Some(reason)
-            && c.message.as_deref().unwrap_or("") == message;
-        if same {
-            return false;
-        }
-        if c.status != status {
-            c.last_transition_time = Time(now);
-        }
-        c.status = status;
-        c.reason = Some(reason.to_string());
-        c.message = Some(message.to_string());
-        return true;
-    }
-    conditions.push(Condition {
-        last_transition_time: Time(now),
-        message: Some(message.to_string()),
-        observed_generation: None,
-        reason: Some(reason.to_string()),
-        status,
-        type_: type_.to_string(),
-    });
-    true
-}
-
-/// Whether a condition is true.
-pub(crate) fn is_true(conditions: Option<&Vec<Condition>>, type_: &str) -> bool {
-    crate::api::common::find_condition(conditions.map(Vec::as_slice), type_)
-        .is_some_and(Condition::is_true)
-}
-
 /// The condition types of a NodeClaim's lifecycle.
 pub mod conditions {
     pub const LAUNCHED: &str = "Launched";
@@ -562,11 +504,4 @@ pub mod conditions {
     pub const DRAINED: &str = "Drained";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
     pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
-}
-
-/// Removes a condition; whether there was one.
-pub(crate) fn clear_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
-    let before = conditions.len();
-    conditions.retain(|c| c.type_ != type_);
-    conditions.len() != before
 }

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Controller;
+use super::{Conditioned, Controller};
 use crate::api::{
     ANNOTATION_CAPACITY_OVERLAY_APPLIED, ANNOTATION_LAUNCH_PRIORITY,
     ANNOTATION_PRICE_OVERLAY_APPLIED, ApiKind, NodeOverlay,
@@ -90,11 +90,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             };
             let mut updated = (*o).clone();
-            let conds = updated
-                .status
-                .get_or_insert_with(Default::default)
-                .conditions
-                .get_or_insert_with(Vec::new);
+            let conds = updated.conditions_mut();
             let (ok, reason) = match verdict.reason() {
                 None => (true, VALIDATION_SUCCEEDED),
                 Some(r) => (false, r),
@@ -113,13 +109,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             if !(a || b) {
                 continue;
             }
-            if let Err(e) = self.cluster.replace_status(updated).await {
-                self.event(
-                    format!("NodeOverlay/{name}"),
-                    "StatusNotRecorded",
-                    e.to_string(),
-                );
-            } else if !ok {
+            if self.record_status(updated).await.is_ok() && !ok {
                 self.event(
                     format!("NodeOverlay/{name}"),
                     reason,

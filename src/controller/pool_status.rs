@@ -180,8 +180,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             } else {
                 false
             };
-            if changed && let Err(e) = self.cluster.replace_status(updated).await {
-                tracing::debug!(nodepool = %name, error = %e, "NodePool status not written; the next pass retries");
+            if changed && self.record_status(updated).await.is_err() {
                 written = false;
                 if let Some(f) = failures.get(&name) {
                     self.registration_failures.insert(name.clone(), f.clone());

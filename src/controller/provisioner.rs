@@ -37,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-use super::{Controller, dynamic_only};
+use super::{Conditioned, Controller, dynamic_only};
 use crate::api::common::{NodeSelectorRequirementWithMinValues, Operator};
 use crate::api::nodeclaim::{NodeClaimResources, NodeClaimSpec};
 use crate::api::{
@@ -684,17 +684,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     ) -> bool {
         let now = self.clock.now();
         let mut updated = pool.clone();
-        let conds = updated
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
+        let conds = updated.conditions_mut();
         if !super::set_condition(conds, super::conditions::READY, ready, reason, message, now) {
             return false;
         }
-        if let Err(e) = self.cluster.replace_status(updated).await {
-            self.event(name_of_pool(pool), "StatusNotRecorded", e.to_string());
-        }
+        let _ = self.record_status(updated).await;
         true
     }
 

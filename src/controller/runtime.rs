@@ -947,8 +947,10 @@ mod tests {
         assert_eq!(Cluster::list::<NodeClaim>(cluster.as_ref()).len(), 1);
     }
 
+    /// As the reference's node class controller: a conflict requeues
+    /// without an error, and the next pass writes the status.
     #[tokio::test]
-    async fn a_conflicting_status_write_is_a_warning_and_is_written_on_a_later_pass() {
+    async fn a_conflicting_status_write_is_quiet_and_is_written_on_the_next_pass() {
         let (mut rt, clock) = runtime();
         let cluster = rt.cluster.clone();
         cluster.inject(crate::cluster::Fault::new(
@@ -968,15 +970,13 @@ mod tests {
         };
         assert!(class(&cluster).is_none());
         assert!(
-            reasons(&cluster).contains(&(
-                "EC2NodeClass/default".into(),
-                "StatusNotWritten".into(),
-                "Warning".into()
-            )),
+            !reasons(&cluster)
+                .iter()
+                .any(|(o, _, t)| o == "EC2NodeClass/default" && t == "Warning"),
             "{:?}",
             reasons(&cluster)
         );
-        passes_for(&mut rt, &controller, &clock, 3, Duration::from_secs(61)).await;
+        passes_for(&mut rt, &controller, &clock, 2, Duration::from_secs(11)).await;
         assert!(class(&cluster).is_some());
     }
 

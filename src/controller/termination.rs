@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::{Controller, conditions};
+use super::{Conditioned, Controller, conditions};
 use crate::api::common::ConditionStatus;
 use crate::api::{
     FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim, SlimPod,
@@ -581,17 +581,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     ) {
         let now = self.clock.now();
         let mut updated = (**claim).clone();
-        let conds = updated
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
-        if super::set_condition_status(conds, type_, status, reason, message, now) {
-            match self.cluster.replace_status(updated).await {
-                Ok(stored) => *claim = stored,
-                // Written again on the next pass.
-                Err(e) => tracing::debug!(error = %e, condition = type_, "not written"),
-            }
+        let conds = updated.conditions_mut();
+        if super::set_condition_status(conds, type_, status, reason, message, now)
+            && let Ok(stored) = self.record_status(updated).await
+        {
+            *claim = stored;
         }
     }
 
