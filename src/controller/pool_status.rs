@@ -11,8 +11,9 @@
 //! - `NodeRegistrationHealthy`: `Unknown` until a NodeClaim of the pool
 //!   registers (`True`), `False` with the launch's or the registration's
 //!   reason when a NodeClaim was given up on;
-//! - `Ready`: `True` for a pool the provisioner can use (it sets `False`
-//!   with the reason otherwise), so `kubectl wait` and Argo CD's health
+//! - `Ready`: `True` for a pool the provisioner can use, `False` with the
+//!   reason otherwise (the provisioner reports it through `pool_usable`
+//!   and `pool_unusable` while it reads the NodePools), so `kubectl wait` and Argo CD's health
 //!   see a healthy pool.
 //!
 //! One status write per NodePool whose status changed. The status reads
@@ -26,7 +27,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::{Controller, conditions, set_condition, set_condition_status};
+use super::status::event_object;
+use super::{Conditioned, Controller, conditions, set_condition, set_condition_status};
 use crate::api::common::ConditionStatus;
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
@@ -34,8 +36,56 @@ use crate::cluster::{Cluster, ObjectKey};
 
 pub const NODE_CLASS_READY: &str = "NodeClassReady";
 pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+/// The `Ready` reason of a static NodePool while the gate is off.
+pub const STATIC_DISABLED: &str = "StaticCapacityDisabled";
+/// Its message, as `validate` words it.
+pub const STATIC_DISABLED_MESSAGE: &str = crate::config::validate::STATIC_INACTIVE;
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    /// A NodePool the provisioner cannot use is never dropped silently: its
+    /// `Ready` condition turns False with the reason, and an Event says why.
+    pub(super) async fn pool_unusable(&mut self, pool: &NodePool, reason: &str, message: String) {
+        self.set_pool_ready(pool, false, reason, &message).await;
+        self.event(event_object(pool), reason, message);
+    }
+
+    /// Clears a `Ready=False` this provisioner set, once the pool is usable.
+    pub(super) async fn pool_usable(&mut self, pool: &NodePool) {
+        let ours = [
+            "NodeClassNotFound",
+            "NodeClassNotReady",
+            "InstanceTypesUnavailable",
+            "InvalidNodePool",
+            STATIC_DISABLED,
+        ];
+        let ready = pool.condition(super::conditions::READY);
+        if ready.is_none()
+            || ready.is_some_and(|c| {
+                !c.is_true() && c.reason.as_deref().is_some_and(|r| ours.contains(&r))
+            })
+        {
+            self.set_pool_ready(pool, true, "Ready", "").await;
+        }
+    }
+
+    /// Whether the condition changed.
+    pub(super) async fn set_pool_ready(
+        &mut self,
+        pool: &NodePool,
+        ready: bool,
+        reason: &str,
+        message: &str,
+    ) -> bool {
+        let now = self.clock.now();
+        let mut updated = pool.clone();
+        let conds = updated.conditions_mut();
+        if !super::set_condition(conds, super::conditions::READY, ready, reason, message, now) {
+            return false;
+        }
+        let _ = self.record_status(updated).await;
+        true
+    }
+
     /// A NodeClaim of `pool` was given up on before its node registered:
     /// the pool's `NodeRegistrationHealthy` turns False with the reason.
     pub(super) fn registration_failed(&mut self, pool: &str, reason: &str, message: &str) {

@@ -33,23 +33,17 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
-use kube::api::ObjectMeta;
 
-use super::{Conditioned, Controller, dynamic_only};
-use crate::api::common::{NodeSelectorRequirementWithMinValues, Operator};
-use crate::api::nodeclaim::{NodeClaimResources, NodeClaimSpec};
-use crate::api::{
-    EC2NodeClass, FINALIZER_TERMINATION, LABEL_NODEPOOL, NodeClaim, NodePool, SlimPod,
-};
+use super::{Controller, dynamic_only};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
 use crate::convert::{build_input_with_pools, nodepool_spec_with_types};
-use crate::model::{InstanceType, Requirement, Requirements};
+use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
-use crate::scheduling::{NewNodeClaim, NodePoolSpec, SolveOptions, solve};
+use crate::scheduling::{NodePoolSpec, SolveOptions, solve};
 use crate::snapshot::Snapshot;
 
 /// A batch closes when no new pending pod arrived for this long...
@@ -122,37 +116,6 @@ fn since(t: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(t)).unwrap_or_default()
 }
 
-/// Requirements as a NodeClaim writes them.
-fn node_selector(reqs: &Requirements) -> Vec<NodeSelectorRequirementWithMinValues> {
-    let mut out = Vec::new();
-    for (key, r) in &reqs.0 {
-        let mut push = |operator: Operator, values: Vec<String>, min: Option<usize>| {
-            out.push(NodeSelectorRequirementWithMinValues {
-                key: key.clone(),
-                min_values: min.and_then(|m| i64::try_from(m).ok()),
-                operator,
-                values: (!values.is_empty()).then_some(values),
-            })
-        };
-        let values: Vec<String> = r.values.iter().cloned().collect();
-        let bounded = r.greater_than.is_some() || r.less_than.is_some();
-        match (r.complement, values.is_empty()) {
-            (false, false) => push(Operator::In, values, r.min_values),
-            (false, true) => push(Operator::DoesNotExist, values, None),
-            (true, true) if !bounded => push(Operator::Exists, values, r.min_values),
-            (true, true) => {}
-            (true, false) => push(Operator::NotIn, values, r.min_values),
-        }
-        if let Some(g) = r.greater_than {
-            push(Operator::Gt, vec![g.to_string()], None);
-        }
-        if let Some(l) = r.less_than {
-            push(Operator::Lt, vec![l.to_string()], None);
-        }
-    }
-    out
-}
-
 /// A pod as it would be if it were not yet scheduled.
 fn as_pending(p: &SlimPod) -> SlimPod {
     let mut p = p.clone();
@@ -169,13 +132,6 @@ fn as_pending(p: &SlimPod) -> SlimPod {
         ..Default::default()
     }]);
     p
-}
-
-fn name_of_pool(pool: &NodePool) -> String {
-    format!(
-        "NodePool/{}",
-        pool.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Marks offerings that recently failed with insufficient capacity.
@@ -630,68 +586,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         (pools, specs, catalog.into_values().collect())
     }
 
-    /// A NodePool the provisioner cannot use is never dropped silently: its
-    /// `Ready` condition turns False with the reason, and an Event says why.
-    async fn pool_unusable(&mut self, pool: &NodePool, reason: &str, message: String) {
-        self.set_pool_ready(pool, false, reason, &message).await;
-        self.event(name_of_pool(pool), reason, message);
-    }
-
-    /// Clears a `Ready=False` this provisioner set, once the pool is usable.
-    async fn pool_usable(&mut self, pool: &NodePool) {
-        let ours = [
-            "NodeClassNotFound",
-            "NodeClassNotReady",
-            "InstanceTypesUnavailable",
-            "InvalidNodePool",
-            super::static_capacity::STATIC_DISABLED,
-        ];
-        let ready = pool.condition(super::conditions::READY);
-        if ready.is_none()
-            || ready.is_some_and(|c| {
-                !c.is_true() && c.reason.as_deref().is_some_and(|r| ours.contains(&r))
-            })
-        {
-            self.set_pool_ready(pool, true, "Ready", "").await;
-        }
-    }
-
-    /// A static NodePool while the `StaticCapacity` gate is off: `Ready`
-    /// turns False with the reason, and an Event says so once, when the
-    /// condition changes (the reference launches nothing for it either,
-    /// but says nothing).
-    pub(super) async fn static_inactive(&mut self, pool: &NodePool) {
-        use super::static_capacity::{STATIC_DISABLED, STATIC_DISABLED_MESSAGE};
-        if self
-            .set_pool_ready(pool, false, STATIC_DISABLED, STATIC_DISABLED_MESSAGE)
-            .await
-        {
-            self.event(
-                name_of_pool(pool),
-                STATIC_DISABLED,
-                STATIC_DISABLED_MESSAGE.into(),
-            );
-        }
-    }
-
-    /// Whether the condition changed.
-    async fn set_pool_ready(
-        &mut self,
-        pool: &NodePool,
-        ready: bool,
-        reason: &str,
-        message: &str,
-    ) -> bool {
-        let now = self.clock.now();
-        let mut updated = pool.clone();
-        let conds = updated.conditions_mut();
-        if !super::set_condition(conds, super::conditions::READY, ready, reason, message, now) {
-            return false;
-        }
-        let _ = self.record_status(updated).await;
-        true
-    }
-
     /// The cluster as the scheduling core's input builder reads it.
     pub(super) fn snapshot(&self, pods: &[Arc<SlimPod>]) -> Snapshot {
         let nodes = self.cluster.list::<Node>();
@@ -958,105 +852,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         out
     }
 
-    /// A name for a new NodeClaim of a NodePool: `<pool>-<5 hex digits>`
-    /// from a sequence, skipping names in use. A controller that starts
-    /// (after a restart, or a leader change) continues the sequence past
-    /// the highest suffix among the NodeClaims it finds, so that it does
-    /// not hand out again the names of claims deleted moments ago.
-    pub(super) fn next_claim_name(&mut self, pool: &str) -> String {
-        if self.sequence == 0 {
-            self.sequence = self
-                .cluster
-                .list::<NodeClaim>()
-                .iter()
-                .filter_map(|c| claim_suffix(c.metadata.name.as_deref()?))
-                .max()
-                .unwrap_or(0);
-        }
-        loop {
-            self.sequence += 1;
-            let name = format!("{pool}-{:05x}", self.sequence & 0xfffff);
-            if self
-                .cluster
-                .get::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
-                .is_none()
-            {
-                return name;
-            }
-        }
-    }
-
-    /// The NodeClaim object for a planned claim of a NodePool, stamped with
-    /// the drift hashes of the NodePool and its EC2NodeClass.
-    pub(super) fn nodeclaim_for(
-        &mut self,
-        name: String,
-        pool: &NodePool,
-        class: Option<&EC2NodeClass>,
-        claim: &NewNodeClaim,
-    ) -> NodeClaim {
-        let pool_name = pool.metadata.name.clone().unwrap_or_default();
-        let template = &pool.spec.template;
-        let mut labels: BTreeMap<String, String> = template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
-        labels.insert(LABEL_NODEPOOL.to_string(), pool_name.clone());
-        let mut requirements = claim.requirements.clone();
-        // A static pool's claim lists no types: the cloud provider takes
-        // the cheapest its requirements allow, as the reference's does.
-        if !claim.instance_types.is_empty() {
-            requirements.add(
-                crate::api::LABEL_INSTANCE_TYPE,
-                Requirement::in_values(claim.instance_types.iter().cloned()),
-            );
-        }
-        let requests = claim.requests.to_quantities();
-        NodeClaim {
-            metadata: ObjectMeta {
-                name: Some(name),
-                labels: Some(labels),
-                annotations: {
-                    let mut a = template
-                        .metadata
-                        .as_ref()
-                        .and_then(|m| m.annotations.clone())
-                        .unwrap_or_default();
-                    if let Some(class) = class {
-                        a.extend(crate::drift::stamp_annotations(pool, class));
-                    }
-                    a.extend(self.overlay_annotations(&pool_name, claim));
-                    (!a.is_empty()).then_some(a)
-                },
-                finalizers: Some(vec![FINALIZER_TERMINATION.to_string()]),
-                owner_references: pool.metadata.uid.clone().map(|uid| {
-                    vec![OwnerReference {
-                        api_version: NodePool::api_version(&()).into_owned(),
-                        kind: NodePool::kind(&()).into_owned(),
-                        name: pool_name,
-                        uid,
-                        block_owner_deletion: Some(true),
-                        controller: None,
-                    }]
-                }),
-                ..ObjectMeta::default()
-            },
-            spec: NodeClaimSpec {
-                expire_after: template.spec.expire_after.clone(),
-                node_class_ref: template.spec.node_class_ref.clone(),
-                requirements: node_selector(&requirements),
-                resources: Some(NodeClaimResources {
-                    requests: Some(requests),
-                }),
-                startup_taints: template.spec.startup_taints.clone(),
-                taints: template.spec.taints.clone(),
-                termination_grace_period: template.spec.termination_grace_period.clone(),
-            },
-            status: None,
-        }
-    }
-
     /// The pods the last solve could not place, with reasons.
     pub fn unschedulable(&self) -> &BTreeMap<String, String> {
         &self.unschedulable
@@ -1076,15 +871,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             })
             .collect()
     }
-}
-
-/// The sequence number of a NodeClaim name `<pool>-<5 hex digits>`.
-fn claim_suffix(name: &str) -> Option<u64> {
-    let (_, suffix) = name.rsplit_once('-')?;
-    if suffix.len() != 5 {
-        return None;
-    }
-    u64::from_str_radix(suffix, 16).ok()
 }
 
 #[cfg(test)]

@@ -22,8 +22,8 @@
 //!
 //! With the gate off, a static pool launches nothing, as in the reference,
 //! but is never silently ignored: its `Ready` condition turns False with
-//! reason [`STATIC_DISABLED`] and an Event says why (the provisioner does
-//! that while it reads the NodePools), and `validate` warns.
+//! reason [`STATIC_DISABLED`] and an Event says why (while the provisioner
+//! reads the NodePools), and `validate` warns.
 //!
 //! It runs at the start of each provisioning reconcile.
 
@@ -34,20 +34,35 @@ use std::time::Duration;
 use super::ANNOTATION_DISRUPTION_REASON;
 use super::Controller;
 use super::claims::lifetime_remaining;
+use super::pool_status::{STATIC_DISABLED, STATIC_DISABLED_MESSAGE};
+use super::status::event_object;
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey};
 use crate::disruption::pods::{eviction_cost, is_movable};
 use crate::disruption::statics::{StaticNode, StaticPool, removal_order, template_claim};
 
-/// The `Ready` reason of a static NodePool while the gate is off.
-pub const STATIC_DISABLED: &str = "StaticCapacityDisabled";
-/// Its message, as `validate` words it.
-pub const STATIC_DISABLED_MESSAGE: &str = crate::config::validate::STATIC_INACTIVE;
 /// How soon a pool at its `limits.nodes` looks again (the reference's).
 const LIMIT_RETRY: Duration = Duration::from_secs(30);
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
+    /// A static NodePool while the `StaticCapacity` gate is off: `Ready`
+    /// turns False with the reason, and an Event says so once, when the
+    /// condition changes (the reference launches nothing for it either,
+    /// but says nothing).
+    pub(super) async fn static_inactive(&mut self, pool: &NodePool) {
+        if self
+            .set_pool_ready(pool, false, STATIC_DISABLED, STATIC_DISABLED_MESSAGE)
+            .await
+        {
+            self.event(
+                event_object(pool),
+                STATIC_DISABLED,
+                STATIC_DISABLED_MESSAGE.into(),
+            );
+        }
+    }
+
     /// The static NodePools with their NodeClaims counted; empty while the
     /// gate is off.
     pub(super) fn static_pools(&self) -> BTreeMap<String, StaticPool> {

@@ -53,7 +53,7 @@ conditioned!(
 );
 
 /// The object as Events name it: `Kind/name`, or `Kind/namespace/name`.
-fn event_object<K: Object>(obj: &K) -> String {
+pub(super) fn event_object<K: Object>(obj: &K) -> String {
     let meta = obj.meta();
     let name = meta.name.as_deref().unwrap_or_default();
     match meta.namespace.as_deref() {
@@ -79,6 +79,27 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         }
         written
+    }
+
+    /// Writes one condition of a NodeClaim (`lastTransitionTime` only on a
+    /// change of status); `claim` becomes the stored version. Nothing is
+    /// written when the condition already says so.
+    pub(crate) async fn write_claim_condition(
+        &mut self,
+        claim: &mut Arc<NodeClaim>,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) {
+        let now = self.clock.now();
+        let mut updated = (**claim).clone();
+        let conds = updated.conditions_mut();
+        if set_condition_status(conds, type_, status, reason, message, now)
+            && let Ok(stored) = self.record_status(updated).await
+        {
+            *claim = stored;
+        }
     }
 }
 

@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::{Conditioned, Controller, conditions};
+use super::{Controller, conditions};
 use crate::api::common::ConditionStatus;
 use crate::api::{
     FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, NodeClaim, SlimPod,
@@ -158,17 +158,6 @@ fn has_finalizer(meta: &kube::api::ObjectMeta) -> bool {
         .any(|f| f == FINALIZER_TERMINATION)
 }
 
-/// How long past its deletionTimestamp a terminating pod still holds a
-/// drain (the reference's `IsStuckTerminating`).
-const STUCK_TERMINATING: Duration = Duration::from_secs(60);
-
-/// When a terminating pod stops holding a drain: a minute past its
-/// deletionTimestamp.
-pub(super) fn stuck_at(pod: &SlimPod) -> Option<Timestamp> {
-    let deleted = pod.metadata.deletion_timestamp.as_ref()?;
-    deleted.0.checked_add(STUCK_TERMINATING).ok()
-}
-
 /// Pods a drain must see gone (the reference's `IsWaitingEviction`): not
 /// finished, not mirror pods, not pods that tolerate the disrupted taint,
 /// and not terminating for more than a minute past their deletionTimestamp
@@ -177,14 +166,10 @@ fn waiting(pod: &SlimPod, now: Timestamp) -> bool {
     if pod.is_finished() {
         return false;
     }
-    if stuck_at(pod).is_some_and(|stuck| now > stuck) {
+    if crate::disruption::pods::stuck_at(pod).is_some_and(|stuck| now > stuck) {
         return false;
     }
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    let mirror = crate::disruption::pods::is_mirror(pod);
     !mirror && !crate::disruption::pods::tolerates_disrupted(pod)
 }
 
@@ -317,7 +302,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     );
                     super::taints::taint_terminating(&*self.cluster, node).await;
                     if claim.condition(conditions::DRAINED).is_none() {
-                        self.write_termination_condition(
+                        self.write_claim_condition(
                             &mut claim,
                             conditions::DRAINED,
                             ConditionStatus::Unknown,
@@ -346,7 +331,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         .filter(|c| c.status == ConditionStatus::Unknown)
                         .map(|c| c.last_transition_time.0);
                     if claim.condition(conditions::DRAINED).is_none() {
-                        self.write_termination_condition(
+                        self.write_claim_condition(
                             &mut claim,
                             conditions::DRAINED,
                             ConditionStatus::Unknown,
@@ -366,7 +351,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                             continue;
                         }
                     }
-                    self.write_termination_condition(
+                    self.write_claim_condition(
                         &mut claim,
                         conditions::DRAINED,
                         ConditionStatus::True,
@@ -394,7 +379,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 next = next.min(DRAIN_POLL);
                 continue;
             }
-            self.write_termination_condition(
+            self.write_claim_condition(
                 &mut claim,
                 conditions::INSTANCE_TERMINATING,
                 ConditionStatus::True,
@@ -510,7 +495,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let protected = pods
             .iter()
             .any(|p| p.metadata.deletion_timestamp.is_none() && !self.evictions.contains(p));
-        let stuck = pods.iter().filter_map(|p| stuck_at(p)).min();
+        let stuck = pods
+            .iter()
+            .filter_map(|p| crate::disruption::pods::stuck_at(p))
+            .min();
         let mut wait = stuck.map_or(self.settings.resync, |t| {
             until(t.checked_add(Duration::from_secs(1)).unwrap_or(t))
         });
@@ -565,28 +553,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             format!("{pid} is gone; the pods left on its node are lost"),
         );
         true
-    }
-
-    /// Writes one condition of a NodeClaim being terminated, as the
-    /// reference's termination controller does (`lastTransitionTime` only
-    /// on a change of status); `claim` becomes the stored version. Nothing
-    /// is written when the condition already says so.
-    pub(super) async fn write_termination_condition(
-        &mut self,
-        claim: &mut Arc<NodeClaim>,
-        type_: &str,
-        status: ConditionStatus,
-        reason: &str,
-        message: &str,
-    ) {
-        let now = self.clock.now();
-        let mut updated = (**claim).clone();
-        let conds = updated.conditions_mut();
-        if super::set_condition_status(conds, type_, status, reason, message, now)
-            && let Ok(stored) = self.record_status(updated).await
-        {
-            *claim = stored;
-        }
     }
 
     /// Terminates the claim's instance; true once it is gone.

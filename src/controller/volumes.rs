@@ -51,7 +51,7 @@ const NAMES_SHOWN: usize = 5;
 
 /// The reference's `IsDrainable`: a pod whose volumes a drain moves.
 fn drainable(pod: &SlimPod, now: Timestamp) -> bool {
-    let stuck = super::termination::stuck_at(pod).is_some_and(|t| now > t);
+    let stuck = crate::disruption::pods::stuck_at(pod).is_some_and(|t| now > t);
     let static_pod = pod
         .metadata
         .owner_references
@@ -197,14 +197,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         } else {
             reason
         };
-        self.write_termination_condition(
-            claim,
-            CONDITION_VOLUMES_DETACHED,
-            status,
-            reason,
-            message,
-        )
-        .await;
+        self.write_claim_condition(claim, CONDITION_VOLUMES_DETACHED, status, reason, message)
+            .await;
         wait
     }
 }

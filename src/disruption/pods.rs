@@ -152,6 +152,17 @@ fn is_stateful(pod: &SlimPod) -> bool {
         .any(|o| o.kind == "StatefulSet" && o.api_version == "apps/v1")
 }
 
+/// How long past its deletionTimestamp a terminating pod still holds a
+/// drain (the reference's `IsStuckTerminating`).
+const STUCK_TERMINATING: Duration = Duration::from_secs(60);
+
+/// When a terminating pod stops holding a drain: a minute past its
+/// deletionTimestamp.
+pub fn stuck_at(pod: &SlimPod) -> Option<Timestamp> {
+    let deleted = pod.metadata.deletion_timestamp.as_ref()?;
+    deleted.0.checked_add(STUCK_TERMINATING).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

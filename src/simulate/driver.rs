@@ -315,14 +315,6 @@ struct MetricsPlan {
     last: Option<Timestamp>,
 }
 
-/// The metrics of a run: the families at its end, and the snapshots over
-/// it when asked for.
-#[derive(Debug, Clone)]
-pub struct RunMetrics {
-    pub families: Vec<prometheus::proto::MetricFamily>,
-    pub series: Option<crate::metrics::exposition::Series>,
-}
-
 /// The initial state's nodes run on instances the simulated EC2 did not
 /// launch: it learns them (type, zone, capacity type and NodePool from the
 /// node's labels, the NodeClaim whose providerID names it, its image from
@@ -1285,7 +1277,7 @@ impl Simulation {
             if plan.every.is_some() && plan.last != Some(end_at) {
                 plan.series.add(&families, end_at);
             }
-            RunMetrics {
+            super::report::RunMetrics {
                 families,
                 series: plan.every.map(|_| plan.series),
             }

@@ -567,7 +567,7 @@ pub struct Report {
     /// The controller's metrics, when the run kept them
     /// ([`super::driver::Simulation::with_metrics`]).
     #[serde(skip)]
-    pub metrics: Option<super::driver::RunMetrics>,
+    pub metrics: Option<RunMetrics>,
 }
 
 /// Collects what happens during a run.
@@ -1391,6 +1391,14 @@ fn is_warning(reason: &str) -> bool {
         ]
         .iter()
         .any(|w| reason.contains(w))
+}
+
+/// The metrics of a run: the families at its end, and the snapshots over
+/// it when asked for.
+#[derive(Debug, Clone)]
+pub struct RunMetrics {
+    pub families: Vec<prometheus::proto::MetricFamily>,
+    pub series: Option<crate::metrics::exposition::Series>,
 }
 
 #[cfg(test)]
