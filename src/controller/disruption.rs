@@ -67,7 +67,9 @@ use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey, Selector};
 use crate::convert::build_input_with_pools;
-use crate::disruption::pods::{eviction_cost, is_mirror, is_movable, tolerates_disrupted};
+use crate::disruption::pods::{
+    eviction_cost, is_leaving, is_mirror, is_movable, tolerates_disrupted,
+};
 use crate::disruption::{self, Candidate, Command, Options, Pass, Reason};
 use crate::drift::{self, DriftReason, NodeView};
 use crate::model::InstanceType;
@@ -705,7 +707,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Some(n) if !n.is_empty() => {
                     if !p.is_finished() {
                         pods_by_node.entry(n).or_default().push(p);
-                        if deleting.contains(n) && is_movable(p) {
+                        if is_leaving(p, &deleting) {
                             leaving.insert(p.key());
                         }
                     }

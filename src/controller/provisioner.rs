@@ -274,12 +274,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         pods.into_iter()
             .map(|p| {
-                let leaving = p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .is_some_and(|n| nodes.contains(n));
-                if leaving && crate::disruption::pods::is_movable(&p) {
+                if crate::disruption::pods::is_leaving(&p, &nodes) {
                     Arc::new(as_pending(&p))
                 } else {
                     p

@@ -115,6 +115,18 @@ pub fn is_movable(pod: &SlimPod) -> bool {
         && !tolerates_disrupted(pod)
 }
 
+/// Whether a pod leaves with its node: it is bound to one of `deleting`
+/// and would have to move ([`is_movable`]). The provisioner plans room for
+/// these pods while they drain, and consolidation waits for them; both ask
+/// here, so they agree.
+pub fn is_leaving(pod: &SlimPod, deleting: &std::collections::BTreeSet<String>) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| deleting.contains(n))
+        && is_movable(pod)
+}
+
 /// The cost of evicting one pod, as the reference weighs it: 1, plus its
 /// `controller.kubernetes.io/pod-deletion-cost` over 2^27, plus its
 /// priority over 2^25, within [-10, 10].
@@ -251,5 +263,12 @@ mod tests {
         assert!(!is_movable(&pod("ReplicaSet", true)));
         assert!(is_movable(&pod("StatefulSet", true)));
         assert!(!is_movable(&pod("DaemonSet", false)));
+        let deleting = std::collections::BTreeSet::from(["n".to_string()]);
+        assert!(is_leaving(&pod("ReplicaSet", false), &deleting));
+        assert!(!is_leaving(&pod("DaemonSet", false), &deleting));
+        assert!(!is_leaving(&pod("ReplicaSet", false), &Default::default()));
+        let mut finished = pod("ReplicaSet", false);
+        finished.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        assert!(!is_leaving(&finished, &deleting), "a finished pod needs no room");
     }
 }
