@@ -269,6 +269,9 @@ mod tests {
         assert!(!is_leaving(&pod("ReplicaSet", false), &Default::default()));
         let mut finished = pod("ReplicaSet", false);
         finished.status.as_mut().unwrap().phase = Some("Succeeded".into());
-        assert!(!is_leaving(&finished, &deleting), "a finished pod needs no room");
+        assert!(
+            !is_leaving(&finished, &deleting),
+            "a finished pod needs no room"
+        );
     }
 }
