@@ -103,36 +103,45 @@ fn test_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
     out
 }
 
-/// Every `crate::` edge between top-level modules, with where it is used.
-fn edges() -> BTreeMap<(String, String), Vec<String>> {
+/// The non-test code of every file under `src/` but `lib.rs` and
+/// `main.rs`, by path relative to `src/`: files only tests compile are left
+/// out, and an inline test module ends a file in this code base.
+fn sources() -> Vec<(String, String)> {
     let src = repo().join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files.sort();
     let tests = test_files(&files);
-    // Inline test modules end a file in this code base.
     let test_module = Regex::new(
         r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([a-z]+\))?\s+)?mod\s+\w+\s*\{",
     )
     .unwrap();
-    let path = Regex::new(r"crate::(\{[^}]*\}?|[a-z_]+)").unwrap();
-    let first = Regex::new(r"(?:^|[{,])\s*([a-z_]+)").unwrap();
-    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut out = Vec::new();
     for f in files.iter().filter(|f| !tests.contains(*f)) {
         let rel = f
             .strip_prefix(&src)
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        let top = rel.split('/').next().unwrap().trim_end_matches(".rs");
-        if top == "lib" || top == "main" {
+        if rel == "lib.rs" || rel == "main.rs" {
             continue;
         }
-        let text = std::fs::read_to_string(f).unwrap();
-        let code = match test_module.find(&text) {
-            Some(m) => &text[..m.start()],
-            None => &text,
-        };
+        let mut text = std::fs::read_to_string(f).unwrap();
+        if let Some(m) = test_module.find(&text) {
+            text.truncate(m.start());
+        }
+        out.push((rel, text));
+    }
+    out
+}
+
+/// Every `crate::` edge between top-level modules, with where it is used.
+fn edges() -> BTreeMap<(String, String), Vec<String>> {
+    let path = Regex::new(r"crate::(\{[^}]*\}?|[a-z_]+)").unwrap();
+    let first = Regex::new(r"(?:^|[{,])\s*([a-z_]+)").unwrap();
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (rel, code) in sources() {
+        let top = rel.split('/').next().unwrap().trim_end_matches(".rs");
         for (i, line) in code.lines().enumerate() {
             let line = line.split("//").next().unwrap_or("");
             for m in path.captures_iter(line) {
@@ -291,15 +300,6 @@ fn module_path(rel: &str) -> Vec<String> {
 /// defines (the controller's loops are methods of one type, each file
 /// adding its own). Keyed by directory, then edge.
 fn sibling_edges() -> BTreeMap<String, BTreeMap<(String, String), Vec<String>>> {
-    let src = repo().join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
-    let tests = test_files(&files);
-    let test_module = Regex::new(
-        r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([a-z]+\))?\s+)?mod\s+\w+\s*\{",
-    )
-    .unwrap();
     let path = Regex::new(r"\b(crate|super|self)((?:::super)*)::((?:[a-z_][a-z0-9_]*::)*)(\{[^}]*\}?|[a-z_][a-z0-9_]*)").unwrap();
     let first = Regex::new(r"(?:^|[{,])\s*([a-z_][a-z0-9_]*)").unwrap();
     let method_def =
@@ -308,23 +308,10 @@ fn sibling_edges() -> BTreeMap<String, BTreeMap<(String, String), Vec<String>>> 
     let method_use = Regex::new(r"(?:\bself\s*\.\s*|\bSelf::)([a-z_][a-z0-9_]*)\s*\(").unwrap();
 
     // (module path, relative name, code) of every non-test file.
-    let mut code = Vec::new();
-    for f in files.iter().filter(|f| !tests.contains(*f)) {
-        let rel = f
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
-        if rel == "lib.rs" || rel == "main.rs" {
-            continue;
-        }
-        let text = std::fs::read_to_string(f).unwrap();
-        let text = match test_module.find(&text) {
-            Some(m) => text[..m.start()].to_string(),
-            None => text,
-        };
-        code.push((module_path(&rel), rel, text));
-    }
+    let code: Vec<(Vec<String>, String, String)> = sources()
+        .into_iter()
+        .map(|(rel, text)| (module_path(&rel), rel, text))
+        .collect();
     let modules: BTreeSet<Vec<String>> = code.iter().map(|(m, _, _)| m.clone()).collect();
     // The sibling a module path falls in, under `dir`.
     let unit_under = |dir: &[String], m: &[String]| -> Option<String> {

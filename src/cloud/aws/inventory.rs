@@ -114,16 +114,7 @@ impl AwsProvider {
     /// The instance profiles the cluster's live instances run with.
     pub(super) async fn instance_profiles_in_use(&self) -> Result<BTreeSet<String>, CloudError> {
         let ec2 = &self.ec2;
-        let filters = vec![
-            Filter::builder()
-                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
-                .values("owned")
-                .build(),
-            Filter::builder()
-                .name("instance-state-name")
-                .set_values(Some(LIVE_STATES.iter().map(|s| s.to_string()).collect()))
-                .build(),
-        ];
+        let filters = self.live_instance_filters(&[]);
         let arns = paginate(
             &self.config.retry,
             "ec2:DescribeInstances",

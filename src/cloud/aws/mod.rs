@@ -315,6 +315,30 @@ impl AwsProvider {
     }
 
     /// Remembers the zone ids `subnets` report, for instances' labels.
+    /// DescribeInstances filters for the cluster's live instances (its tag
+    /// valued `owned`, a [`LIVE_STATES`] state), carrying every tag key of
+    /// `tag_keys` too.
+    fn live_instance_filters(&self, tag_keys: &[&str]) -> Vec<Filter> {
+        let mut filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
+                .values("owned")
+                .build(),
+        ];
+        filters.extend(
+            tag_keys
+                .iter()
+                .map(|k| Filter::builder().name("tag-key").values(*k).build()),
+        );
+        filters.push(
+            Filter::builder()
+                .name("instance-state-name")
+                .set_values(Some(LIVE_STATES.iter().map(|s| s.to_string()).collect()))
+                .build(),
+        );
+        filters
+    }
+
     fn remember_zone_ids(&self, subnets: &[crate::api::ec2nodeclass::Subnet]) {
         let mut ids = lock(&self.zone_ids);
         for s in subnets {
@@ -619,20 +643,7 @@ impl CloudProvider for AwsProvider {
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
-        let filters = vec![
-            Filter::builder()
-                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
-                .values("owned")
-                .build(),
-            Filter::builder()
-                .name("tag-key")
-                .values(launch::TAG_NODEPOOL)
-                .build(),
-            Filter::builder()
-                .name("instance-state-name")
-                .set_values(Some(LIVE_STATES.iter().map(|s| s.to_string()).collect()))
-                .build(),
-        ];
+        let filters = self.live_instance_filters(&[launch::TAG_NODEPOOL]);
         let mut listed = self.describe(filters, Vec::new()).await?;
         listed.retain(|i| i.state != InstanceState::Terminated);
         listed.sort_by(|a, b| a.id.cmp(&b.id));
