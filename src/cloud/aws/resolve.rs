@@ -244,27 +244,6 @@ impl AwsProvider {
         }
     }
 
-    /// The placement group `class` selects, resolved at most once a
-    /// minute (Karpenter's cache); `None` without a selector or when EC2
-    /// has no such available group.
-    pub(super) async fn placement_group(
-        &self,
-        class: &EC2NodeClass,
-    ) -> Result<Option<placement::PlacementGroup>, AwsError> {
-        let Some(selector) = class.spec.placement_group_selector.as_ref() else {
-            return Ok(None);
-        };
-        let key = format!("{:?}/{:?}", selector.id, selector.name);
-        if let Some((at, pg)) = lock(&self.placement_groups).get(&key)
-            && at.elapsed() < PLACEMENT_GROUP_TTL
-        {
-            return Ok(pg.clone());
-        }
-        let pg = placement::describe(&self.ec2, &self.config.retry, selector).await?;
-        lock(&self.placement_groups).insert(key, (Instant::now(), pg.clone()));
-        Ok(pg)
-    }
-
     /// `PlacementGroupReady`, as Karpenter's placement group reconciler
     /// writes it: False when the selected group is not found or cannot be
     /// resolved.
