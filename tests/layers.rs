@@ -117,7 +117,14 @@ fn sources() -> Vec<(String, String)> {
     )
     .unwrap();
     let mut out = Vec::new();
-    for f in files.iter().filter(|f| !tests.contains(*f)) {
+    // A test module's directory holds only test code.
+    let test_dirs: Vec<&Path> = tests
+        .iter()
+        .filter(|t| t.file_name().is_some_and(|n| n == "mod.rs"))
+        .filter_map(|t| t.parent())
+        .collect();
+    let is_test = |f: &Path| tests.contains(f) || test_dirs.iter().any(|d| f.starts_with(d));
+    for f in files.iter().filter(|f| !is_test(f)) {
         let rel = f
             .strip_prefix(&src)
             .unwrap()
