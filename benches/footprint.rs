@@ -50,12 +50,12 @@ use tower_test::mock;
 
 use dovetail::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use dovetail::clock::{Clock, SystemClock};
-use dovetail::cloud::sim::{SimConfig, SimEc2};
 use dovetail::cluster::{Cluster, KubeCluster, WatchOptions, slim};
 use dovetail::controller::Settings;
 use dovetail::controller::http::Health;
 use dovetail::controller::metrics::Metrics;
 use dovetail::controller::runtime::{EventRecorder, Runtime};
+use dovetail::world::ec2::{SimConfig, SimEc2};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

@@ -18,8 +18,10 @@ use git2::{IndexAddOption, Repository, RepositoryInitOptions, Signature, Time};
 
 use dovetail::api::NodePool;
 use dovetail::clock::{Clock, SystemClock};
-use dovetail::cluster::{MemoryCluster, ObjectKey, admission};
+use dovetail::cluster::ObjectKey;
 use dovetail::sync::{Settings, SyncEngine, watch};
+use dovetail::world::MemoryCluster;
+use dovetail::world::apiserver::admission;
 
 const POOLS: usize = 10;
 const COMMITS: usize = 30;

@@ -15,9 +15,9 @@ use serde_json::Value;
 
 use crate::cluster::Selector;
 use crate::config::yaml::{Limits, parse_documents};
-use crate::serve::patch::{self, PatchType};
-use crate::serve::query::FieldSelector;
 use crate::timing::{self, DurationSyntax, NillableDuration, Schedule};
+use crate::world::serve::patch::{self, PatchType};
+use crate::world::serve::query::FieldSelector;
 
 /// A target's body: raw bytes in, a panic for a failure.
 pub type Target = fn(&[u8]);

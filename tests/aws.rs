@@ -24,9 +24,10 @@ use dovetail::api::{EC2NodeClass, NodeClaim, NodePool};
 use dovetail::clock::{Clock, ManualClock, SystemClock};
 use dovetail::cloud::aws::{AwsConfig, AwsProvider, ClusterAccess, RetrySettings};
 use dovetail::cloud::{CloudError, CloudProvider, InstanceState};
-use dovetail::cluster::{Cluster, MemoryCluster};
+use dovetail::cluster::Cluster;
 use dovetail::controller::{BATCH_IDLE, Controller, Settings};
 use dovetail::drift::DriftReason;
+use dovetail::world::MemoryCluster;
 
 use crate::aws_proxy;
 use crate::moto;

@@ -12,12 +12,13 @@ use dovetail::api::{EC2NodeClass, NodeClaim};
 use dovetail::clock::SystemClock;
 use dovetail::cloud::aws::{AwsProvider, RetrySettings};
 use dovetail::cloud::{CloudError, CloudProvider, InstanceState};
-use dovetail::cluster::{Cluster, MemoryCluster, ObjectKey};
+use dovetail::cluster::{Cluster, ObjectKey};
 use dovetail::controller::Settings;
 use dovetail::controller::http::Health;
 use dovetail::controller::metrics::Metrics as ControllerMetrics;
 use dovetail::controller::runtime::{EventRecorder, Runtime};
 use dovetail::interruption::Metrics as InterruptionMetrics;
+use dovetail::world::MemoryCluster;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::aws::{

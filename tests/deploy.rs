@@ -899,7 +899,7 @@ fn watched_kinds() -> BTreeMap<String, bool> {
 
 /// `(group, plural)` of a kind the controller watches, by its Rust name.
 fn resource_of(kind: &str) -> (String, String) {
-    use dovetail::cluster::Access;
+    use dovetail::world::Access;
     use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{
@@ -939,7 +939,7 @@ fn resource_of(kind: &str) -> (String, String) {
 /// emptiness, drift, expiry, blocked and forced drains and config commits;
 /// then the runtime's pieces a simulation does not run: leader election
 /// (acquire, renew, release) and the Kubernetes Events of a pass.
-fn written() -> BTreeSet<dovetail::cluster::Access> {
+fn written() -> BTreeSet<dovetail::world::Access> {
     use dovetail::simulate::{driver::Simulation, scenario};
     let mut accesses = BTreeSet::new();
     // Every scenario of the test suite (the files that load as scenarios:
@@ -978,18 +978,18 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Leader election and Events, against the in-memory server.
-fn runtime_writes() -> BTreeSet<dovetail::cluster::Access> {
+fn runtime_writes() -> BTreeSet<dovetail::world::Access> {
     use std::sync::Arc;
     use std::time::Duration;
 
     use dovetail::clock::{Clock, ManualClock, Timestamp};
-    use dovetail::cloud::sim::{SimConfig, SimEc2};
-    use dovetail::cluster::MemoryCluster;
     use dovetail::controller::Settings;
     use dovetail::controller::http::Health;
     use dovetail::controller::leader::{Elector, LeaseConfig};
     use dovetail::controller::metrics::Metrics;
     use dovetail::controller::runtime::{EventRecorder, Runtime};
+    use dovetail::world::MemoryCluster;
+    use dovetail::world::ec2::{SimConfig, SimEc2};
 
     let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
     let dyn_clock: Arc<dyn Clock> = clock.clone();

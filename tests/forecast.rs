@@ -356,7 +356,7 @@ fn snapshot_out_writes_what_dovetail_snapshot_writes() {
         c.replace("cpu: \"200\"", "cpu: \"300\"")
     });
     let config = std::path::PathBuf::from(format!("{}/config", repo.path()));
-    let catalog = root().join("src/cloud/sim/sim-catalog.json");
+    let catalog = root().join("src/world/ec2/sim-catalog.json");
     let out = dovetail(&[
         "plan",
         config.to_str().unwrap(),

@@ -197,7 +197,7 @@ fn limits_beyond_i64_mean_unlimited_in_every_command() {
             "plan",
             repo_s,
             "--catalog",
-            "src/cloud/sim/sim-catalog.json",
+            "src/world/ec2/sim-catalog.json",
             "--pods",
             pods.to_str().unwrap(),
             "-o",
@@ -406,9 +406,10 @@ fn the_controller_marks_a_nodepool_it_cannot_use() {
 
     use dovetail::api::{EC2NodeClass, NodePool};
     use dovetail::clock::{Clock, ManualClock, Timestamp};
-    use dovetail::cloud::sim::{SimConfig, SimEc2};
-    use dovetail::cluster::{MemoryCluster, ObjectKey};
+    use dovetail::cluster::ObjectKey;
     use dovetail::controller::{BATCH_IDLE, Controller, Settings};
+    use dovetail::world::MemoryCluster;
+    use dovetail::world::ec2::{SimConfig, SimEc2};
     use k8s_openapi::api::core::v1::Pod;
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {

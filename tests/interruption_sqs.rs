@@ -16,8 +16,7 @@ use dovetail::api::{
 };
 use dovetail::clock::{Clock, ManualClock, SystemClock};
 use dovetail::cloud::OfferingKey;
-use dovetail::cloud::sim::{SimConfig, SimEc2};
-use dovetail::cluster::{Cluster, MemoryCluster, ObjectKey};
+use dovetail::cluster::{Cluster, ObjectKey};
 use dovetail::controller::Settings;
 use dovetail::controller::http::Health;
 use dovetail::controller::metrics::Metrics as ControllerMetrics;
@@ -25,6 +24,8 @@ use dovetail::controller::runtime::{EventRecorder, Interruption, InterruptionQue
 use dovetail::interruption::{
     Action, InstanceState, Metrics, PollSettings, Poller, Queue, SqsError, events,
 };
+use dovetail::world::MemoryCluster;
+use dovetail::world::ec2::{SimConfig, SimEc2};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::interruption::{Recorder, index, t0};

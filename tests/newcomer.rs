@@ -336,7 +336,7 @@ fn simulate_refuses_a_catalog_of_other_zones() {
         format!(
             "config: {}\ncatalog: {}\nregion: us-west-2\nuntil: 1m\n",
             root().join("examples-repo").display(),
-            root().join("src/cloud/sim/sim-catalog.json").display()
+            root().join("src/world/ec2/sim-catalog.json").display()
         ),
     )
     .unwrap();

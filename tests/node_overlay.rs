@@ -12,7 +12,7 @@ use crate::disruption::{array, report};
 use crate::support::dovetail;
 
 const REPO: &str = "tests/scenarios/overlay/repo";
-const CATALOG: &str = "src/cloud/sim/sim-catalog.json";
+const CATALOG: &str = "src/world/ec2/sim-catalog.json";
 const PODS: &str = "tests/scenarios/overlay/pods.yaml";
 
 fn types(r: &Value) -> Vec<&str> {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::support::{dovetail, root};
 
 const BENCH: &str = "../shared/bench/karpenter-scheduling";
-const SIM_CATALOG: &str = "src/cloud/sim/sim-catalog.json";
+const SIM_CATALOG: &str = "src/world/ec2/sim-catalog.json";
 const FIXTURES: &str = "tests/fixtures/plan";
 
 fn bench(file: &str) -> String {

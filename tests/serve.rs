@@ -1109,7 +1109,7 @@ fn a_client_go_program_speaking_only_protobuf_works_against_the_served_api() {
     assert_eq!((code, content_type.as_str()), (200, "application/json"));
 }
 
-/// The served API's protobuf descriptors (src/serve/protobuf/kubernetes.binpb)
+/// The served API's protobuf descriptors (src/world/serve/protobuf/kubernetes.binpb)
 /// are those testbed's k8sprotos compiles from the Kubernetes modules the
 /// testbed is built with.
 #[test]
@@ -1123,11 +1123,11 @@ fn the_committed_protobuf_descriptors_are_the_testbeds() {
         "k8sprotos failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let committed = std::fs::read(root().join("src/serve/protobuf/kubernetes.binpb"))
+    let committed = std::fs::read(root().join("src/world/serve/protobuf/kubernetes.binpb"))
         .expect("committed descriptors");
     assert!(
         out.stdout == committed,
-        "src/serve/protobuf/kubernetes.binpb is stale: regenerate it with \
-         (cd testbed && go run ./cmd/k8sprotos) > src/serve/protobuf/kubernetes.binpb"
+        "src/world/serve/protobuf/kubernetes.binpb is stale: regenerate it with \
+         (cd testbed && go run ./cmd/k8sprotos) > src/world/serve/protobuf/kubernetes.binpb"
     );
 }

@@ -15,10 +15,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use dovetail::api::{EC2NodeClass, NodePool};
 use dovetail::clock::{Clock, ManualClock, Timestamp};
 use dovetail::cluster::{
-    ApiError, ApplyParams, Cluster, DeleteOutcome, DeleteParams, MemoryCluster, Object, ObjectKey,
-    Selector, admission,
+    ApiError, ApplyParams, Cluster, DeleteOutcome, DeleteParams, Object, ObjectKey, Selector,
 };
 use dovetail::sync::{Outcome, Settings, SyncEngine, SyncStatus, watch};
+use dovetail::world::MemoryCluster;
+use dovetail::world::apiserver::admission;
 
 use crate::support::dovetail;
 

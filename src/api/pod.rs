@@ -19,7 +19,7 @@
 //!
 //! It is a kind of its own for kube-rs (`v1` `pods`), so the in-cluster
 //! cache watches pods as `SlimPod`s; the in-memory cluster projects its
-//! full pods (`cluster::MemoryCluster` answers `Cluster::list::<SlimPod>`).
+//! full pods (`world::MemoryCluster` answers `Cluster::list::<SlimPod>`).
 //!
 //! Every reader of pods outside the simulation's stand-in kubelet and
 //! kube-scheduler takes a `SlimPod`: the in-cluster cache stores nothing else,

@@ -317,8 +317,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "REGION")]
     pub region: Option<String>,
     /// With --serve: a fault of the served API, `key=value,...` with verb, resource, latency, status, retryAfter, dropWatchAfter, writeTimeout and times (e.g. verb=create,resource=nodeclaims,status=429,retryAfter=1,times=3); repeatable, added to the scenario's `faults:`.
-    #[arg(long, value_name = "SPEC", requires = "serve", value_parser = crate::serve::faults::FaultRule::parse)]
-    pub fault: Vec<crate::serve::faults::FaultRule>,
+    #[arg(long, value_name = "SPEC", requires = "serve", value_parser = crate::world::faults::FaultRule::parse)]
+    pub fault: Vec<crate::world::faults::FaultRule>,
     /// With --serve: keep only the last EVENTS changes of each kind for watches from a resource version (default 1048576); a watch from an older one gets a 410 Expired ERROR event, as from an API server whose watch cache has moved past it, so clients' relists can be tried.
     #[arg(long, value_name = "EVENTS", requires = "serve", value_parser = parse_watch_log)]
     pub watch_log: Option<usize>,

@@ -20,7 +20,7 @@
 //! `AwsProvider::from_sdk_config` (the Kubernetes version read from the API
 //! server unless a flag gives it), wrapped in `controller::metrics::Metered`,
 //! and the SQS client of `--interruption-queue` is built from the same SDK
-//! configuration. `--cloud kwok` puts `cloud::kwok` in AWS's place.
+//! configuration. `--cloud kwok` puts `world::kwok` in AWS's place.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -41,8 +41,6 @@ use super::{Io, exit};
 use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, SlimPod};
 use crate::clock::{Clock, SystemClock};
 use crate::cloud::aws::{AwsProvider, Background, Registered, VersionSource};
-use crate::cloud::kwok::KwokProvider;
-use crate::cloud::sim::SimEc2;
 use crate::cluster::{Cluster, Fenced, KubeCluster, WatchOptions, slim};
 use crate::controller::Settings;
 use crate::controller::http::{Endpoints, Health, serve};
@@ -53,6 +51,8 @@ use crate::controller::runtime::{
 };
 use crate::interruption::{Metrics as InterruptionMetrics, PollSettings};
 use crate::sync::{STATUS_CONFIGMAP, SyncEngine, resolve_head};
+use crate::world::ec2::SimEc2;
+use crate::world::kwok::KwokProvider;
 
 /// The controller's settings from its flags.
 /// The controller's settings from its flags; an error when `FEATURE_GATES`
@@ -553,7 +553,7 @@ async fn run_aws(
 }
 
 /// `--cloud kwok`: capacity from a catalog as Nodes that KWOK keeps alive
-/// ([`crate::cloud::kwok`]); scripted interruptions reach the controller
+/// ([`crate::world::kwok`]); scripted interruptions reach the controller
 /// in process.
 async fn run_kwok(
     a: &ControllerArgs,
@@ -593,8 +593,8 @@ async fn run_kwok(
                 .aws
                 .region
                 .clone()
-                .unwrap_or_else(|| crate::cloud::sim::DEFAULT_REGION.to_string());
-            let zones = crate::cloud::sim::default_zones(&region);
+                .unwrap_or_else(|| crate::world::ec2::DEFAULT_REGION.to_string());
+            let zones = crate::world::ec2::default_zones(&region);
             (region, zones, Default::default())
         }
     };

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::Io;
 use super::args::SimulateArgs;
 use crate::cloud::aws::AwsConfig;
-use crate::serve::faults::Faults;
-use crate::serve::{ApiServer, ServeOptions, kubeconfig};
 use crate::simulate::driver::{ExternalEc2, Served, SimError, Simulation};
 use crate::simulate::report::Report;
+use crate::world::faults::Faults;
+use crate::world::serve::{ApiServer, ServeOptions, kubeconfig};
 
 fn setup(message: String) -> SimError {
     SimError::Setup(message)

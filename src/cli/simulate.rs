@@ -326,7 +326,7 @@ fn zones_mismatch(
     scenario: &scenario::Scenario,
     catalog: Option<&Path>,
 ) -> Option<crate::diag::Diagnostic> {
-    use crate::cloud::sim::SimEc2;
+    use crate::world::ec2::SimEc2;
     let types = match catalog.or(scenario.catalog.as_deref()) {
         Some(p) => SimEc2::load_catalog(p),
         None => SimEc2::builtin_catalog(),

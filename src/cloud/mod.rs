@@ -1,7 +1,7 @@
 //! The cloud-provider interface: launching and terminating instances for
 //! NodeClaims, and the instance types a NodePool may use. Implementations:
-//! the simulated EC2 (`cloud::sim`), AWS (`cloud::aws`), and KWOK
-//! (`cloud::kwok`: the simulated EC2's capacity as Nodes KWOK keeps alive).
+//! the simulated EC2 (`world::ec2`), AWS (`cloud::aws`), and KWOK
+//! (`world::kwok`: the simulated EC2's capacity as Nodes KWOK keeps alive).
 //!
 //! The controller depends only on [`CloudProvider`]; errors are typed so
 //! the controller can react to each (insufficient capacity marks offerings
@@ -13,9 +13,7 @@
 //! a NodeClaim's requirements and requests.
 
 pub mod aws;
-pub mod kwok;
 pub(crate) mod select;
-pub mod sim;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

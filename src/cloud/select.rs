@@ -333,7 +333,7 @@ mod tests {
     /// (not Xen, nor bare metal, whose hypervisor label is empty).
     #[test]
     fn connection_tracking_needs_nitro() {
-        let catalog = crate::cloud::sim::SimEc2::builtin_catalog().expect("catalog");
+        let catalog = crate::world::ec2::SimEc2::builtin_catalog().expect("catalog");
         let with_hypervisor = |h: &str| {
             let mut it = catalog[0].clone();
             it.requirements =
@@ -370,7 +370,7 @@ mod tests {
     /// whose facts are unknown fits only a node class that needs none.
     #[test]
     fn interfaces_nested_virtualization_and_placement_strategy_need_the_hardware() {
-        let it = crate::cloud::sim::SimEc2::builtin_catalog().expect("catalog")[0].clone();
+        let it = crate::world::ec2::SimEc2::builtin_catalog().expect("catalog")[0].clone();
         let hw = Hardware {
             network_cards: vec![4, 2],
             ena: true,

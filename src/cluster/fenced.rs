@@ -153,7 +153,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::cluster::MemoryCluster;
+    use crate::world::MemoryCluster;
 
     fn config_map(name: &str) -> ConfigMap {
         ConfigMap {

@@ -27,7 +27,7 @@
 //!
 //! Writes are single requests (POST, PUT, DELETE, and the `status` and
 //! `eviction` subresources); their failures become [`ApiError`]s with the
-//! same variants [`super::MemoryCluster`] returns, so the controller handles
+//! same variants [`crate::world::MemoryCluster`] returns, so the controller handles
 //! both servers alike.
 //!
 //! kube's typed `Api::namespaced` needs the kind's scope at compile time,

@@ -381,9 +381,9 @@ mod tests {
     use super::*;
     use crate::api::{EC2NodeClass, NodeClaim, NodePool};
     use crate::clock::{Clock, ManualClock, Timestamp};
-    use crate::cloud::sim::{SimConfig, SimEc2};
-    use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
+    use crate::world::MemoryCluster;
+    use crate::world::ec2::{SimConfig, SimEc2};
 
     struct Env {
         cluster: Arc<MemoryCluster>,

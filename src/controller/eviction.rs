@@ -380,7 +380,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::cluster::MemoryCluster;
+    use crate::world::MemoryCluster;
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
         let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();

@@ -149,9 +149,9 @@ mod tests {
     use super::*;
     use crate::api::EC2NodeClass;
     use crate::clock::{Clock, ManualClock, Timestamp};
-    use crate::cloud::sim::{SimConfig, SimEc2};
-    use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
+    use crate::world::MemoryCluster;
+    use crate::world::ec2::{SimConfig, SimEc2};
 
     #[test]
     fn orphans_past_the_grace_are_terminated_and_owned_or_young_ones_kept() {
@@ -425,7 +425,7 @@ mod tests {
             cloud
                 .calls()
                 .iter()
-                .filter(|c| matches!(c.call, crate::cloud::sim::Call::Create { .. }))
+                .filter(|c| matches!(c.call, crate::world::ec2::Call::Create { .. }))
                 .count()
         };
         let provider_id = || {

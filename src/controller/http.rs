@@ -4,7 +4,7 @@
 //! A minimal HTTP/1.1 responder on tokio's TCP listener: each connection
 //! sends one `GET` (or `HEAD`) request and gets one response, then is
 //! closed. That is all Prometheus and the kubelet's probes need. It
-//! predates hyper's `server` feature in the tree; now that `crate::serve`
+//! predates hyper's `server` feature in the tree; now that `crate::world::serve`
 //! builds on it, these three routes could move onto hyper too.
 //!
 //! `/readyz` answers once every cache is synced, while the replica leads or

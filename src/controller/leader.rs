@@ -375,7 +375,7 @@ fn elapsed(from: Timestamp, to: Timestamp) -> Duration {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::cluster::MemoryCluster;
+    use crate::world::MemoryCluster;
 
     struct Replicas {
         clock: Arc<ManualClock>,
@@ -480,8 +480,7 @@ mod tests {
             message: "etcd unavailable".into(),
         };
         r.cluster.inject(
-            crate::cluster::Fault::new(crate::cluster::Write::Replace, "Lease", down.clone())
-                .times(10),
+            crate::world::Fault::new(crate::world::Write::Replace, "Lease", down.clone()).times(10),
         );
         r.advance(2);
         assert_eq!(a.try_acquire_or_renew().await, Err(down.clone()));

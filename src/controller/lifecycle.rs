@@ -930,10 +930,10 @@ mod tests {
         use crate::clock::{Clock, ManualClock};
         let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(crate::cluster::MemoryCluster::new(dyn_clock.clone()));
-        let catalog = crate::cloud::sim::SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(crate::cloud::sim::SimEc2::new(
-            crate::cloud::sim::SimConfig::new(catalog),
+        let cluster = Arc::new(crate::world::MemoryCluster::new(dyn_clock.clone()));
+        let catalog = crate::world::ec2::SimEc2::builtin_catalog().unwrap();
+        let cloud = Arc::new(crate::world::ec2::SimEc2::new(
+            crate::world::ec2::SimConfig::new(catalog),
             dyn_clock.clone(),
         ));
         let mut controller =

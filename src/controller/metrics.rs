@@ -528,7 +528,7 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock, Timestamp};
-    use crate::cloud::sim::{SimConfig, SimEc2};
+    use crate::world::ec2::{SimConfig, SimEc2};
 
     #[test]
     fn reasons_are_spelled_as_the_reference_spells_them() {

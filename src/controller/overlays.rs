@@ -162,9 +162,10 @@ mod tests {
     use super::*;
     use crate::api::{EC2NodeClass, NodeClaim, NodePool};
     use crate::clock::{Clock, ManualClock, Timestamp};
-    use crate::cloud::sim::{SimConfig, SimEc2};
-    use crate::cluster::{MemoryCluster, ObjectKey};
+    use crate::cluster::ObjectKey;
     use crate::controller::{BATCH_IDLE, Settings};
+    use crate::world::MemoryCluster;
+    use crate::world::ec2::{SimConfig, SimEc2};
 
     fn obj<K: serde::de::DeserializeOwned>(v: Value) -> K {
         serde_json::from_value(v).unwrap()

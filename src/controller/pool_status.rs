@@ -247,9 +247,9 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock, Timestamp};
-    use crate::cloud::sim::{SimConfig, SimEc2};
-    use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
+    use crate::world::MemoryCluster;
+    use crate::world::ec2::{SimConfig, SimEc2};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     /// A cluster with the NodePool `general`, and a controller over it on
@@ -276,7 +276,8 @@ mod tests {
     /// changed, and then nothing more is written.
     #[tokio::test]
     async fn a_refused_status_write_is_retried_though_nothing_read_changed() {
-        use crate::cluster::{ApiError, Fault, Write};
+        use crate::cluster::ApiError;
+        use crate::world::{Fault, Write};
         let (_, cluster, mut controller) = general();
         let status_writes = || {
             cluster

@@ -874,9 +874,9 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::cloud::sim::{SimConfig, SimEc2};
-    use crate::cluster::MemoryCluster;
     use crate::controller::Settings;
+    use crate::world::MemoryCluster;
+    use crate::world::ec2::{SimConfig, SimEc2};
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
         let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();

@@ -81,7 +81,7 @@ pub enum Interruption {
     /// The queue of `--interruption-queue`.
     Queue(InterruptionQueue),
     /// The events a cloud sends in process: the KWOK provider's scripted
-    /// interruptions ([`crate::cloud::kwok`]).
+    /// interruptions ([`crate::world::kwok`]).
     Local(Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>>),
 }
 
@@ -603,8 +603,8 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::cloud::sim::{SimConfig, SimEc2};
-    use crate::cluster::MemoryCluster;
+    use crate::world::MemoryCluster;
+    use crate::world::ec2::{SimConfig, SimEc2};
 
     fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
         let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
@@ -927,8 +927,8 @@ mod tests {
         let (mut rt, clock) = runtime();
         let cluster = rt.cluster.clone();
         cluster.create(pending_pod("a")).unwrap();
-        cluster.inject(crate::cluster::Fault::new(
-            crate::cluster::Write::Create,
+        cluster.inject(crate::world::Fault::new(
+            crate::world::Write::Create,
             "NodeClaim",
             crate::cluster::ApiError::Internal {
                 message: "etcdserver: request timed out".into(),
@@ -953,8 +953,8 @@ mod tests {
     async fn a_conflicting_status_write_is_quiet_and_is_written_on_the_next_pass() {
         let (mut rt, clock) = runtime();
         let cluster = rt.cluster.clone();
-        cluster.inject(crate::cluster::Fault::new(
-            crate::cluster::Write::ReplaceStatus,
+        cluster.inject(crate::world::Fault::new(
+            crate::world::Write::ReplaceStatus,
             "EC2NodeClass",
             crate::cluster::ApiError::Conflict {
                 resource: "ec2nodeclasses.karpenter.k8s.aws".into(),
@@ -1083,8 +1083,8 @@ mod tests {
         let name = a_running_pod_on_its_own_node(&mut rt, &controller, &clock).await;
         let instance = provider_id(&cluster, &name);
         // The pod is gone by the time the drain evicts it (once).
-        cluster.inject(crate::cluster::Fault::new(
-            crate::cluster::Write::Evict,
+        cluster.inject(crate::world::Fault::new(
+            crate::world::Write::Evict,
             "Pod",
             crate::cluster::ApiError::NotFound {
                 resource: "pods".into(),

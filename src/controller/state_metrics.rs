@@ -431,7 +431,7 @@ impl PodStartup {
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, Timestamp};
-    use crate::cluster::MemoryCluster;
+    use crate::world::MemoryCluster;
     use k8s_openapi::api::core::v1::Pod;
 
     fn yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {

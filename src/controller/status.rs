@@ -175,9 +175,10 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::cloud::sim::{SimConfig, SimEc2};
-    use crate::cluster::{Fault, MemoryCluster, ObjectKey, Write};
+    use crate::cluster::ObjectKey;
     use crate::controller::Settings;
+    use crate::world::ec2::{SimConfig, SimEc2};
+    use crate::world::{Fault, MemoryCluster, Write};
 
     fn controller() -> (Arc<MemoryCluster>, Controller<MemoryCluster, SimEc2>) {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));

@@ -663,10 +663,11 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::cloud::sim::{SimConfig, SimEc2};
     use crate::cloud::{Instance, InstanceState};
-    use crate::cluster::{MemoryCluster, Selector};
+    use crate::cluster::Selector;
     use crate::controller::Settings;
+    use crate::world::MemoryCluster;
+    use crate::world::ec2::{SimConfig, SimEc2};
     use std::collections::BTreeMap;
 
     const PROVIDER_ID: &str = "aws:///us-east-1a/i-0123";

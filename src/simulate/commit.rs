@@ -18,9 +18,9 @@ use git2::{IndexAddOption, Repository, RepositoryInitOptions, Signature, Time};
 
 use super::scenario::{CommitFile, CommitStep};
 use crate::clock::{Clock, Timestamp};
-use crate::cluster::MemoryCluster;
 use crate::fsutil::{self, WriteError};
 use crate::sync::{Outcome, Settings, SyncEngine};
+use crate::world::MemoryCluster;
 
 /// The identity of simulated commits.
 const AUTHOR: (&str, &str) = ("dovetail simulate", "simulate@dovetail.dev");

@@ -33,18 +33,13 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
 
 use super::commit::ConfigRepo;
-use super::kubelet::Kubelet;
-use super::kubescheduler::KubeScheduler;
 use super::report::{Progress, Recorder, Report};
 use super::scenario::{
     Action, InterruptStep, InterruptTarget, Manifest, NodeConditionStep, Scenario,
 };
-use super::volumes::AttachDetach;
-use super::workloads::Workloads;
 use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::clock::{Clock, ManualClock, Timestamp};
-use crate::cloud::sim::SimEc2;
-use crate::cluster::{MemoryCluster, Object, ObjectKey, Selector};
+use crate::cluster::{Object, ObjectKey, Selector};
 use crate::config::load;
 use crate::config::source::Revision;
 use crate::config::validate;
@@ -52,6 +47,12 @@ use crate::config::yaml::Limits;
 use crate::controller::{Controller, Settings};
 use crate::diag::{Diagnostic, Severity};
 use crate::model::InstanceType;
+use crate::world::MemoryCluster;
+use crate::world::ec2::SimEc2;
+use crate::world::kubelet::Kubelet;
+use crate::world::kubescheduler::KubeScheduler;
+use crate::world::volumes::AttachDetach;
+use crate::world::workloads::Workloads;
 
 /// The longest jump of the virtual clock while Job pods run, so their
 /// completions are noticed promptly.
@@ -479,7 +480,7 @@ impl Simulation {
                 .with_watch_log_capacity(WATCH_LOG)
                 .with_default_termination_grace_period(scenario.pods.termination_grace_period),
         );
-        crate::cluster::admission::register(&cluster)
+        crate::world::apiserver::admission::register(&cluster)
             .map_err(|e| SimError::Setup(e.to_string()))?;
 
         let catalog_path = catalog_override
@@ -890,7 +891,7 @@ impl Simulation {
                     "SpotInterruptionWarning",
                     format!(
                         "EC2 will reclaim spot instance {id} in {}s",
-                        crate::cloud::sim::SPOT_RECLAIM_NOTICE.as_secs()
+                        crate::world::ec2::SPOT_RECLAIM_NOTICE.as_secs()
                     ),
                 ),
                 Kind::Rebalance => (
@@ -1215,7 +1216,7 @@ impl Simulation {
         let end = at(start, self.scenario.until);
         let steps = std::mem::take(&mut self.scenario.steps);
         let mut next_step = 0;
-        crate::serve::ensure_namespaces(&self.cluster);
+        self.cluster.ensure_namespaces();
         self.clock.follow_wall(speed);
         while !served.stop.load(Ordering::Relaxed) {
             let now = self.clock.now();
@@ -1227,7 +1228,7 @@ impl Simulation {
                 stepped = true;
             }
             if stepped {
-                crate::serve::ensure_namespaces(&self.cluster);
+                self.cluster.ensure_namespaces();
             }
             let (changed, wake) = self.tick();
             self.sample_fleet(now);

@@ -31,10 +31,10 @@ use super::report::Report;
 use super::scenario::{Action, CloudSettings, Manifest, Scenario, Step};
 use crate::api::ec2nodeclass::Ami;
 use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
-use crate::cloud::sim::nodeclass::{DEFAULT_KUBERNETES_VERSION, ObservedAlias};
-use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 use crate::diag::Pos;
 use crate::snapshot::Located;
+use crate::world::ec2::nodeclass::{DEFAULT_KUBERNETES_VERSION, ObservedAlias};
+use crate::world::ec2::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 
 /// Whether a forecast uses objects of `kind`: those of a snapshot
 /// ([`super::snapshot::KINDS`]) but NodePools, which each side's

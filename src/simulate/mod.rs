@@ -5,13 +5,13 @@
 //! - `scenario`: the scenario file (`docs/simulate.md`,
 //!   `schemas/scenario.schema.json`);
 //! - `driver`: `Simulation`, the loop on a `clock::ManualClock` that runs
-//!   `controller::Controller::reconcile` after every step, against
-//!   `cluster::MemoryCluster` and `cloud::sim::SimEc2`;
-//! - stand-ins for the rest of a cluster: `kubescheduler`, `kubelet` (which
-//!   also stops terminating pods), `workloads` (Deployment, ReplicaSet,
-//!   StatefulSet and Job controllers) and `volumes` (the attach-detach
-//!   controller, after the scenario's `cloud.volumeAttachDelay` and
-//!   `cloud.volumeDetachDelay`);
+//!   `controller::Controller::reconcile` after every step, against the
+//!   simulated world (`crate::world`): `world::MemoryCluster`,
+//!   `world::ec2::SimEc2`, and the stand-ins for the rest of a cluster,
+//!   `world::kubescheduler`, `world::kubelet` (which also stops terminating
+//!   pods), `world::workloads` (Deployment, ReplicaSet, StatefulSet and Job
+//!   controllers) and `world::volumes` (the attach-detach controller, after
+//!   the scenario's `cloud.volumeAttachDelay` and `cloud.volumeDetachDelay`);
 //! - `commit`: the `commit` step, through the same `sync` engine as
 //!   `dovetail sync`;
 //! - `report` (JSON and text), `html` (one self-contained page) and
@@ -30,10 +30,6 @@ pub mod commit;
 pub mod driver;
 pub mod forecast;
 pub mod html;
-pub mod kubelet;
-pub mod kubescheduler;
 pub mod report;
 pub mod scenario;
 pub mod snapshot;
-pub mod volumes;
-pub mod workloads;

@@ -12,12 +12,13 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 
-use super::kubelet::KubeletReport;
 use crate::clock::{Timestamp, format_rfc3339};
 use crate::cloud::{Instance, InstanceState};
-use crate::cluster::{EventType, MemoryCluster, Selector};
+use crate::cluster::{EventType, Selector};
 use crate::controller::{Decision, Event};
 use crate::diag::thousands;
+use crate::world::MemoryCluster;
+use crate::world::kubelet::KubeletReport;
 
 /// The reason given for a pod pending at the end of a run that the last
 /// solve did not call unschedulable: capacity was planned for it.
@@ -754,7 +755,7 @@ impl Recorder {
     }
 
     /// The stand-in attach-detach controller's attaches and detaches.
-    pub fn volumes(&mut self, now: Timestamp, v: &super::volumes::VolumeReport) {
+    pub fn volumes(&mut self, now: Timestamp, v: &crate::world::volumes::VolumeReport) {
         for (name, pv, node) in &v.attached {
             self.event(
                 now,
@@ -1463,7 +1464,8 @@ mod tests {
     /// pods no longer listed are gone as of then.
     #[test]
     fn deleted_at_is_when_a_pod_was_gone() {
-        use crate::cluster::{DeleteParams, MemoryCluster, ObjectKey};
+        use crate::cluster::{DeleteParams, ObjectKey};
+        use crate::world::MemoryCluster;
         let clock = std::sync::Arc::new(crate::clock::ManualClock::new(Timestamp::UNIX_EPOCH));
         let t = |s: u64| {
             Timestamp::UNIX_EPOCH

@@ -12,13 +12,13 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use crate::clock::{Timestamp, parse_rfc3339};
-use crate::cloud::sim::nodeclass::{
-    DEFAULT_KUBERNETES_VERSION, FAMILIES, SimImage, SimSecurityGroup, SimSubnet,
-};
-use crate::cloud::sim::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 use crate::config::yaml::{self, Limits, Node, Value};
 use crate::diag::{Diagnostic, JsonPath, Pos};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
+use crate::world::ec2::nodeclass::{
+    DEFAULT_KUBERNETES_VERSION, FAMILIES, SimImage, SimSecurityGroup, SimSubnet,
+};
+use crate::world::ec2::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
 
 /// Budget schedules depend on the weekday and hour, so the default start is
 /// a known Monday at midnight UTC.
@@ -59,12 +59,12 @@ pub struct Scenario {
     /// Offset from `start` at which the simulation ends.
     pub until: Duration,
     /// Faults of the served API (`simulate --serve`).
-    pub faults: Vec<crate::serve::faults::FaultRule>,
+    pub faults: Vec<crate::world::faults::FaultRule>,
 }
 
 /// `faults:`: a list of maps with the keys of `--fault` (`verb` and
 /// `resource` may be lists).
-fn faults(ctx: &Ctx<'_>, n: &Node) -> Result<Vec<crate::serve::faults::FaultRule>, ScenarioError> {
+fn faults(ctx: &Ctx<'_>, n: &Node) -> Result<Vec<crate::world::faults::FaultRule>, ScenarioError> {
     let Value::Seq(items) = &n.value else {
         return Err(ctx.err(n, "faults must be a list of faults such as {verb: create, resource: nodeclaims, status: 429, retryAfter: 1}"));
     };
@@ -91,7 +91,7 @@ fn faults(ctx: &Ctx<'_>, n: &Node) -> Result<Vec<crate::serve::faults::FaultRule
             terms.push(format!("{}={text}", key.name));
         }
         out.push(
-            crate::serve::faults::FaultRule::parse(&terms.join(","))
+            crate::world::faults::FaultRule::parse(&terms.join(","))
                 .map_err(|e| ctx.err(item, e))?,
         );
     }
@@ -141,7 +141,7 @@ pub struct CloudSettings {
     pub security_groups: Option<Vec<SimSecurityGroup>>,
     /// What AMI aliases resolved to in the cluster the run starts from (a
     /// forecast's snapshot); not written in scenario files.
-    pub observed_aliases: Vec<crate::cloud::sim::nodeclass::ObservedAlias>,
+    pub observed_aliases: Vec<crate::world::ec2::nodeclass::ObservedAlias>,
     /// The account's capacity reservations (`cloud.reservations`).
     pub reservations: Vec<ReservationSpec>,
     /// The account's placement groups (`cloud.placementGroups`).
@@ -157,9 +157,9 @@ impl CloudSettings {
         region: &str,
         zones: &[String],
         start: Timestamp,
-    ) -> crate::cloud::sim::SimConfig {
+    ) -> crate::world::ec2::SimConfig {
         let at = |offset: Duration| start.checked_add(offset).unwrap_or(start);
-        let mut config = crate::cloud::sim::SimConfig::new(catalog);
+        let mut config = crate::world::ec2::SimConfig::new(catalog);
         config.region = region.to_string();
         config.zones = zones.to_vec();
         config.launch_delay = self.launch_delay;
@@ -172,7 +172,7 @@ impl CloudSettings {
         config.insufficient_capacity = self
             .insufficient_capacity
             .iter()
-            .map(|w| crate::cloud::sim::CapacityWindow {
+            .map(|w| crate::world::ec2::CapacityWindow {
                 instance_type: w.instance_type.clone(),
                 zone: w.zone.clone(),
                 capacity_type: w.capacity_type.clone(),
@@ -183,7 +183,7 @@ impl CloudSettings {
         config.reservations =
             self.reservations
                 .iter()
-                .map(|r| crate::cloud::sim::reservations::SimReservation {
+                .map(|r| crate::world::ec2::reservations::SimReservation {
                     id: r.id.clone(),
                     instance_type: r.instance_type.clone(),
                     zone: r.zone.clone(),
@@ -192,7 +192,7 @@ impl CloudSettings {
                     instance_match_criteria: r.instance_match_criteria.clone(),
                     tags: r.tags.clone(),
                     owner_id: r.owner_id.clone().unwrap_or_else(|| {
-                        crate::cloud::sim::reservations::SIM_OWNER_ID.to_string()
+                        crate::world::ec2::reservations::SIM_OWNER_ID.to_string()
                     }),
                     start: at(r.from),
                     end: r.until.map(&at),
@@ -202,7 +202,7 @@ impl CloudSettings {
         config.launch_errors = self
             .launch_errors
             .iter()
-            .map(|w| crate::cloud::sim::LaunchErrorWindow {
+            .map(|w| crate::world::ec2::LaunchErrorWindow {
                 error: w.error.clone(),
                 from: at(w.from),
                 until: w.until.map(&at),
@@ -219,8 +219,8 @@ impl Default for CloudSettings {
             insufficient_capacity: Vec::new(),
             launch_errors: Vec::new(),
             api_latency: Duration::ZERO,
-            volume_attach_delay: crate::simulate::volumes::DEFAULT_ATTACH_DELAY,
-            volume_detach_delay: crate::simulate::volumes::DEFAULT_DETACH_DELAY,
+            volume_attach_delay: crate::world::volumes::DEFAULT_ATTACH_DELAY,
+            volume_detach_delay: crate::world::volumes::DEFAULT_DETACH_DELAY,
             kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_string(),
             images: Vec::new(),
             subnets: None,
@@ -1056,7 +1056,7 @@ fn cloud_settings(ctx: &Ctx, node: &Node) -> Result<CloudSettings, ScenarioError
                 return Err(ctx.err(w, "a launchErrors window needs an error"));
             };
             let error = ctx.str(e, "error")?.to_string();
-            let known = crate::cloud::sim::LaunchErrorWindow::ERRORS;
+            let known = crate::world::ec2::LaunchErrorWindow::ERRORS;
             if !known.contains(&error.as_str()) {
                 return Err(ctx.err(
                     e,

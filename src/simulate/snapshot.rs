@@ -12,7 +12,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::{Value, json};
 
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
-use crate::cluster::{MemoryCluster, Object, Selector};
+use crate::cluster::{Object, Selector};
+use crate::world::MemoryCluster;
 
 /// Every object of `K`, as JSON with its `apiVersion` and `kind`.
 fn objects<K: Object>(cluster: &MemoryCluster, out: &mut Vec<Value>) {

@@ -24,9 +24,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use serde_json::{Value, json};
 
 use dovetail::cluster::Selector;
-use dovetail::serve::patch::{self, PatchType};
-use dovetail::serve::query::FieldSelector;
 use dovetail::timing::{self, DurationSyntax, NillableDuration, Schedule};
+use dovetail::world::serve::patch::{self, PatchType};
+use dovetail::world::serve::query::FieldSelector;
 
 /// The Go oracle, one process for a whole comparison.
 struct Oracle {

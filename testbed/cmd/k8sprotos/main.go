@@ -16,7 +16,7 @@
 // option (dovetail.k8sjson.omit_zero) = true: its zero value means unset, as
 // Go's decoding and JSON read it. A pointer's zero (replicas: 0) is a value.
 //
-//	k8sprotos > src/serve/protobuf/kubernetes.binpb
+//	k8sprotos > src/world/serve/protobuf/kubernetes.binpb
 package main
 
 import (

@@ -8,16 +8,17 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 
-use super::apply::{self, ApplyParams};
+use super::apply;
 use super::pdb::{self, ALWAYS_ALLOW, BudgetPods};
 use super::seam::{Access, Fault, Seam};
 use super::store::Gc;
 use super::store::State;
-use super::{
+use crate::clock::{Clock, Timestamp, truncate_to_second};
+use crate::cluster::ApplyParams;
+use crate::cluster::{
     ApiError, DeleteOutcome, DeleteParams, Object, ObjectKey, ObjectList, Selector, Validator,
     WatchEvent,
 };
-use crate::clock::{Clock, Timestamp, truncate_to_second};
 
 /// How often the `*_with` helpers retry on a conflict, as client-go's
 /// `retry.DefaultRetry` does.
@@ -52,7 +53,7 @@ const CONFLICT_RETRIES: usize = 5;
 pub struct MemoryCluster {
     clock: Arc<dyn Clock>,
     state: Arc<RwLock<State>>,
-    /// The access log and faults of the [`super::Cluster`] interface.
+    /// The access log and faults of the [`crate::cluster::Cluster`] interface.
     pub(super) seam: Seam,
     /// The pods as the controller reads them ([`super::views`]).
     pub(super) views: super::views::SharedViews,
@@ -77,14 +78,14 @@ impl MemoryCluster {
         }
     }
 
-    /// Arms a fault: a matching write through the [`super::Cluster`]
+    /// Arms a fault: a matching write through the [`crate::cluster::Cluster`]
     /// interface fails with the fault's error and changes nothing. See
     /// [`super::seam`].
     pub fn inject(&self, fault: Fault) {
         self.seam.arm(fault);
     }
 
-    /// Every kind of write made through the [`super::Cluster`] interface,
+    /// Every kind of write made through the [`crate::cluster::Cluster`] interface,
     /// with how often, as RBAC names it.
     pub fn accesses(&self) -> BTreeMap<Access, u64> {
         self.seam.accesses()
@@ -124,7 +125,7 @@ impl MemoryCluster {
         &self.clock
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, State> {
+    pub(super) fn read(&self) -> RwLockReadGuard<'_, State> {
         // Nothing mutates the state before all fallible steps are done, so
         // a panic in another thread (a validator) leaves it consistent.
         self.state.read().unwrap_or_else(PoisonError::into_inner)

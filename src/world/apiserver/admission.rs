@@ -2,8 +2,9 @@
 //! `dovetail validate` on every write and the transition rules (`oldSelf`)
 //! on updates, as a real API server applies the CRDs' schemas and rules.
 
-use super::{ApiError, MemoryCluster, Object};
+use super::MemoryCluster;
 use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use crate::cluster::{ApiError, Object};
 use crate::config::validate::{self, transition};
 
 /// The admission errors of writing `new` over `old`, as `path: message`.

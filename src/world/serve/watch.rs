@@ -14,11 +14,11 @@ use hyper::body::Frame;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::faults::Effect;
 use super::kinds::{Change, ServedKind, Stored};
 use super::query::{FieldSelector, Query};
 use super::{ApiServer, Body};
 use crate::cluster::{ApiError, EventType, ObjectKey, Selector};
+use crate::world::faults::Effect;
 
 /// How long a watch runs when the client gives no `timeoutSeconds`: the
 /// API server's default `--min-request-timeout` (30 minutes).
@@ -305,7 +305,7 @@ impl Stream<'_> {
     /// as its log had it at `rv` (absent if it was added since). One whose
     /// state at `rv` is older than the log is taken as its first change
     /// since has it.
-    fn state_at(&self, c: &crate::cluster::MemoryCluster, rv: u64) -> HashMap<ObjectKey, Stored> {
+    fn state_at(&self, c: &crate::world::MemoryCluster, rv: u64) -> HashMap<ObjectKey, Stored> {
         let (items, _) =
             self.kind
                 .list(c, self.filter.namespace.as_deref(), &Selector::everything());

@@ -1,6 +1,6 @@
 //! The KWOK cloud provider (`dovetail controller --cloud kwok`): dovetail
 //! on any cluster without AWS, as Karpenter's KWOK provider offers. The
-//! capacity is the simulated EC2 of [`super::sim`] (a catalog's types,
+//! capacity is the simulated EC2 of [`super::ec2`] (a catalog's types,
 //! zones and prices, spot offerings, scripted insufficient capacity and
 //! launch errors, EC2NodeClass resolution against a default VPC), and
 //! each instance becomes a Node that [KWOK](https://kwok.sigs.k8s.io)
@@ -29,7 +29,7 @@
 //! stopped is lost, as with Karpenter's KWOK provider: its NodeClaim's
 //! instance is gone, and the NodeClaim is replaced.
 //!
-//! It depends on `cloud::sim` for the capacity, `cluster` for the Nodes and
+//! It depends on `world::ec2` for the capacity, `cluster` for the Nodes and
 //! `interruption` for the scripted events.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -43,11 +43,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::sim::{ProviderIds, SimEc2};
-use super::{CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution};
-use super::{OfferingKey, sim};
+use super::ec2::{self, ProviderIds, SimEc2};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::clock::{Clock, Timestamp, format_rfc3339, parse_rfc3339};
+use crate::cloud::OfferingKey;
+use crate::cloud::{
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
+};
 use crate::cluster::{ApiError, Cluster, ObjectKey};
 use crate::drift::DriftReason;
 use crate::interruption::{InstanceState as Ec2State, Kind};
@@ -221,7 +223,7 @@ impl<C: Cluster> KwokProvider<C> {
     /// cache must be synced: the Nodes it holds are adopted now). The
     /// receiver gets the events of scripted interruptions.
     pub fn new(
-        mut config: sim::SimConfig,
+        mut config: ec2::SimConfig,
         cluster: Arc<C>,
         clock: Arc<dyn Clock>,
         registration_delay: Duration,
@@ -564,7 +566,7 @@ impl<C: Cluster> CloudProvider for KwokProvider<C> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::cluster::MemoryCluster;
+    use crate::world::MemoryCluster;
 
     struct World {
         clock: Arc<ManualClock>,
@@ -583,7 +585,7 @@ mod tests {
         fn provider(&self) -> (KwokProvider<MemoryCluster>, mpsc::UnboundedReceiver<String>) {
             let catalog = SimEc2::builtin_catalog().expect("catalog");
             KwokProvider::new(
-                sim::SimConfig::new(catalog),
+                ec2::SimConfig::new(catalog),
                 self.cluster.clone(),
                 self.clock.clone(),
                 Duration::from_secs(5),

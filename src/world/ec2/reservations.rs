@@ -235,7 +235,7 @@ mod tests {
     /// price, unavailable once its reservations are used up.
     #[test]
     fn held_reservations_are_reserved_offerings_until_used_up() {
-        let catalog = crate::cloud::sim::SimEc2::builtin_catalog().expect("catalog");
+        let catalog = crate::world::ec2::SimEc2::builtin_catalog().expect("catalog");
         let it = catalog
             .iter()
             .find(|t| t.name == "m7i.large")

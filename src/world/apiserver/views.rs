@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{MemoryCluster, Object, ObjectKey, Selector};
+use super::MemoryCluster;
 use crate::api::SlimPod;
+use crate::cluster::{Object, ObjectKey, Selector};
 
 /// The projections of the pods at one revision of the kind.
 #[derive(Default)]

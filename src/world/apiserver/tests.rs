@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::*;
 use crate::clock::{ManualClock, Timestamp, parse_rfc3339};
+use crate::cluster::*;
 
 const START: &str = "2026-11-21T12:00:00Z";
 

@@ -26,7 +26,8 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 
 use crate::clock::{Timestamp, truncate_to_second};
-use crate::cluster::{ApiError, MemoryCluster, Selector};
+use crate::cluster::{ApiError, Selector};
+use crate::world::MemoryCluster;
 
 /// The condition of a PodDisruptionBudget's status that says whether it
 /// allows a disruption now.

@@ -56,11 +56,11 @@ pub struct Printers {
 }
 
 const CRDS: [&str; 5] = [
-    include_str!("../../crds/karpenter.sh_nodepools.yaml"),
-    include_str!("../../crds/karpenter.sh_nodeclaims.yaml"),
-    include_str!("../../crds/karpenter.k8s.aws_ec2nodeclasses.yaml"),
-    include_str!("../../crds/karpenter.sh_nodeoverlays.yaml"),
-    include_str!("../../crds/autoscaling.x-k8s.io_capacitybuffers.yaml"),
+    include_str!("../../../crds/karpenter.sh_nodepools.yaml"),
+    include_str!("../../../crds/karpenter.sh_nodeclaims.yaml"),
+    include_str!("../../../crds/karpenter.k8s.aws_ec2nodeclasses.yaml"),
+    include_str!("../../../crds/karpenter.sh_nodeoverlays.yaml"),
+    include_str!("../../../crds/autoscaling.x-k8s.io_capacitybuffers.yaml"),
 ];
 
 impl Default for Printers {

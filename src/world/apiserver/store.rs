@@ -3,7 +3,7 @@
 //! needs. Everything here runs under the cluster's lock.
 
 use std::any::{Any, TypeId};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -12,12 +12,12 @@ use k8s_openapi::jiff::SignedDuration;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
-use super::{
+use crate::clock::{Timestamp, truncate_to_second};
+use crate::cluster::{
     ApiError, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, DeleteOutcome, DeleteParams, EventType,
     FINALIZER_FOREGROUND, KindScope, Object, ObjectKey, Preconditions, Propagation, Validator,
     WatchEvent,
 };
-use crate::clock::{Timestamp, truncate_to_second};
 
 /// Events kept per kind before the oldest are compacted away. Large enough
 /// that a controller draining its watches once per simulated step rarely
@@ -197,6 +197,10 @@ pub(super) trait ErasedStore: Any + Send + Sync {
 
     /// Compacts the watch log to its last `keep` events.
     fn compact(&mut self, keep: usize);
+
+    /// The namespaces the kind's objects live in (none for a cluster-scoped
+    /// kind).
+    fn namespaces(&self) -> BTreeSet<String>;
 }
 
 /// An object removed from the store, for garbage collection to follow.
@@ -340,7 +344,7 @@ impl<K: Object> KindStore<K> {
         KindStore {
             info: KindInfo {
                 id: Arc::from(format!("{}/{kind}", K::api_version(&()))),
-                resource: super::resource_name::<K>(),
+                resource: crate::cluster::resource_name::<K>(),
                 namespaced: <K::Scope as KindScope>::NAMESPACED,
             },
             objects: BTreeMap::new(),
@@ -376,7 +380,7 @@ impl<K: Object> KindStore<K> {
 
     fn invalid(&self, key: &ObjectKey, messages: Vec<String>) -> ApiError {
         ApiError::Invalid {
-            resource: super::qualified_kind::<K>(),
+            resource: crate::cluster::qualified_kind::<K>(),
             key: key.clone(),
             messages,
         }
@@ -763,7 +767,7 @@ impl<K: Object> KindStore<K> {
         // `Operation cannot be fulfilled on ConfigMap "a": the UID in ...`.
         match wanted {
             Some(wanted) if Some(wanted) != stored => Err(ApiError::Conflict {
-                resource: super::qualified_kind::<K>(),
+                resource: crate::cluster::qualified_kind::<K>(),
                 key: key.clone(),
                 message: format!(
                     "the {field} in the precondition ({wanted}) does not match the {field} in record ({}). The object might have been {what_happened}",
@@ -1028,6 +1032,13 @@ impl<K: Object> ErasedStore for KindStore<K> {
         let replicas = value.pointer("/spec/replicas")?.as_i64()?;
         i32::try_from(replicas).ok()
     }
+
+    fn namespaces(&self) -> BTreeSet<String> {
+        if !self.info.namespaced {
+            return BTreeSet::new();
+        }
+        self.objects.keys().map(|k| k.namespace.clone()).collect()
+    }
 }
 
 /// All kinds, and the shared counters and indexes.
@@ -1086,6 +1097,11 @@ impl State {
             Some(store) => Ok((store, &mut self.shared)),
             None => Err(internal(format!("kind {id} has an inconsistent store"))),
         }
+    }
+
+    /// The namespaces the stored objects of every kind live in.
+    pub(super) fn namespaces(&self) -> BTreeSet<String> {
+        self.kinds.values().flat_map(|s| s.namespaces()).collect()
     }
 
     /// Keeps at most `capacity` (at least 1) watch events per kind from now

@@ -62,10 +62,11 @@ use crate::api::labels::{
 };
 use crate::clock::{Timestamp, truncate_to_second};
 use crate::cloud::{Instance, InstanceState};
-use crate::cluster::{DeleteParams, MemoryCluster, ObjectKey, Selector};
+use crate::cluster::{DeleteParams, ObjectKey, Selector};
 use crate::model::{Effect, InstanceType, Taint, Toleration};
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
+use crate::world::MemoryCluster;
 
 /// The Job annotation that says how long each of its pods runs.
 pub const DURATION_ANNOTATION: &str = "simulate.dovetail.dev/duration";
@@ -1455,7 +1456,10 @@ mod tests {
             .expect("exists");
         let status = web.status.as_ref().expect("status");
         assert_eq!(status.start_time, Some(Time(start())));
-        assert!(crate::cluster::is_pod_healthy(&web), "running and ready");
+        assert!(
+            crate::world::apiserver::is_pod_healthy(&web),
+            "running and ready"
+        );
 
         clock
             .advance(Duration::from_secs(29 * 60))

@@ -35,7 +35,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::clock::Timestamp;
-use crate::cluster::{MemoryCluster, ObjectKey, Selector};
+use crate::cluster::{ObjectKey, Selector};
+use crate::world::MemoryCluster;
 
 /// How long after a pod needs a volume on its node its VolumeAttachment
 /// appears, unless the scenario says (`cloud.volumeAttachDelay`): an EBS

@@ -21,8 +21,9 @@ use tokio::sync::watch;
 use super::DeleteParams;
 use crate::api::{ApiKind, CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::cluster::{
-    ApiError, ApplyParams, DeleteOutcome, EventType, MemoryCluster, Object, ObjectKey, Selector,
+    ApiError, ApplyParams, DeleteOutcome, EventType, Object, ObjectKey, Selector,
 };
+use crate::world::MemoryCluster;
 
 /// A stored object of any served kind.
 pub trait AnyObject: Send + Sync {

@@ -72,11 +72,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
 
 use crate::clock::{Timestamp, truncate_to_second};
-use crate::cluster::{EventType, MemoryCluster, ObjectKey, Selector};
+use crate::cluster::{EventType, ObjectKey, Selector};
 use crate::model::quantity::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, parse_quantity};
 use crate::model::{Effect, LabelSelector, Requirements, Resources, Taint, Toleration};
 use crate::scheduling::pod::{VolumeIndex, pod_requests_with_defaults, pod_spec};
 use crate::scheduling::types::{HostPort, Namespaces, PodAffinityTerm, PodSpec, Unsatisfiable};
+use crate::world::MemoryCluster;
 
 /// The scheduler name pods get by default.
 const DEFAULT_SCHEDULER: &str = "default-scheduler";

@@ -9,9 +9,9 @@ use std::time::Duration;
 use http::HeaderMap;
 use serde_json::{Value, json};
 
-use super::faults::FaultRule;
 use super::*;
 use crate::clock::{ManualClock, Timestamp};
+use crate::world::faults::FaultRule;
 
 #[test]
 fn routes_split_group_version_namespace_and_subresource() {
@@ -66,8 +66,8 @@ fn serve_with(faults: Vec<FaultRule>, log_capacity: usize) -> Harness {
     let cluster = Arc::new(
         MemoryCluster::new(Arc::new(ManualClock::new(start))).with_watch_log_capacity(log_capacity),
     );
-    crate::cluster::admission::register(&cluster).expect("admission");
-    ensure_namespaces(&cluster);
+    crate::world::apiserver::admission::register(&cluster).expect("admission");
+    cluster.ensure_namespaces();
     let server = ApiServer::new(
         cluster.clone(),
         ServeOptions {

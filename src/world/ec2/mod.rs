@@ -121,16 +121,16 @@ use std::collections::BTreeSet;
 
 use self::nodeclass::{Account, SimImage, SimSecurityGroup, SimSubnet};
 use self::reservations::SimReservation;
-use super::select::{
+use crate::api::{self, EC2NodeClass, NodeClaim, NodePool};
+use crate::clock::{Clock, Timestamp};
+use crate::cloud::select::{
     claim_requests, fits_node_class, image_for, instance_constraints, instance_labels,
     launch_priority, nodepool_constraints, offering_key, requirements_of, type_allowed,
 };
-use super::{
+use crate::cloud::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution, OfferingKey,
     instance_drift,
 };
-use crate::api::{self, EC2NodeClass, NodeClaim, NodePool};
-use crate::clock::{Clock, Timestamp};
 use crate::convert::kubelet_settings;
 use crate::drift::DriftReason;
 use crate::model::catalog::{CatalogError, parse_catalog, read_catalog};

@@ -21,7 +21,7 @@
 //!   propagation and grace periods, merge, JSON and strategic merge patch,
 //!   server-side apply, `pods/eviction`, `pods/binding` and `dryRun=All`;
 //! - `Status` bodies with the API server's codes and reasons;
-//! - faults on demand ([`faults`]).
+//! - faults on demand ([`crate::world::faults`]).
 //!
 //! The parts: `serve::kinds` (each served kind a type-erased `ServedKind` over
 //! the typed store: JSON in, typed write, JSON out; undeclared fields found by
@@ -30,11 +30,10 @@
 //! token (here); `serve::watch` (events from the store's watch log);
 //! `serve::table`; `serve::patch`; `serve::query` (field selectors as
 //! `fields.ParseSelector` reads them, label selectors through
-//! `cluster::Selector::parse`); `serve::faults`; `serve::protobuf`; and
+//! `cluster::Selector::parse`); `serve::protobuf`; and
 //! `serve::token`. No authentication: it listens on loopback only.
 //! `tests/serve.rs` runs the production `dovetail controller` against it.
 
-pub mod faults;
 pub mod kinds;
 pub mod patch;
 pub mod protobuf;
@@ -43,7 +42,7 @@ pub mod table;
 mod token;
 mod watch;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -57,10 +56,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::cluster::{
-    ApiError, ApplyParams, DeleteParams, MemoryCluster, ObjectKey, Preconditions, Propagation,
-};
-use faults::Faults;
+use super::faults::Faults;
+use crate::cluster::{ApiError, ApplyParams, DeleteParams, ObjectKey, Preconditions, Propagation};
+use crate::world::MemoryCluster;
 use kinds::{Kinds, ServedKind, Stored};
 use patch::PatchType;
 use query::Query;
@@ -1469,48 +1467,6 @@ impl ApiServer {
                 let key = ObjectKey::new(ns, o.meta().name.clone().unwrap_or_default());
                 let _ = kind.delete(&self.cluster, &key, &DeleteParams::default());
             }
-        }
-    }
-}
-
-/// Creates the Namespace objects of every namespace objects live in (and
-/// the four every cluster has), as the scenario's author would have.
-pub fn ensure_namespaces(cluster: &MemoryCluster) {
-    let kinds = Kinds::standard();
-    let mut names: BTreeSet<String> = ["default", "kube-system", "kube-public", "kube-node-lease"]
-        .into_iter()
-        .map(String::from)
-        .collect();
-    for kind in kinds.iter().filter(|k| k.meta().namespaced) {
-        let (items, _) = kind.list(cluster, None, &crate::cluster::Selector::everything());
-        for o in items {
-            if let Some(ns) = &o.meta().namespace
-                && !names.contains(ns)
-            {
-                names.insert(ns.clone());
-            }
-        }
-    }
-    for name in names {
-        let key = ObjectKey::cluster(&name);
-        if cluster.get_opt::<Namespace>(&key).is_none() {
-            let ns = Namespace {
-                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                    name: Some(name.clone()),
-                    labels: Some(
-                        [("kubernetes.io/metadata.name".to_string(), name.clone())].into(),
-                    ),
-                    ..Default::default()
-                },
-                spec: Some(k8s_openapi::api::core::v1::NamespaceSpec {
-                    finalizers: Some(vec!["kubernetes".into()]),
-                }),
-                status: Some(k8s_openapi::api::core::v1::NamespaceStatus {
-                    phase: Some("Active".into()),
-                    ..Default::default()
-                }),
-            };
-            let _ = cluster.create(ns);
         }
     }
 }

@@ -1,5 +1,5 @@
 //! What [`super::MemoryCluster`] records of, and injects into, the requests
-//! the controller makes through the [`super::Cluster`] interface:
+//! the controller makes through the [`crate::cluster::Cluster`] interface:
 //!
 //! - **the access log**: every write, as RBAC names it ([`Access`]: verb,
 //!   group, resource, subresource), so a test can check that the
@@ -9,7 +9,7 @@
 //!   inject server errors, and crashes between two writes (a launch
 //!   recorded on the cloud whose NodeClaim status write never happens).
 //!
-//! Only the [`super::Cluster`] implementation goes through here; the
+//! Only the [`crate::cluster::Cluster`] implementation goes through here; the
 //! in-memory server's own methods (which the simulation's kubelet,
 //! scheduler and workload controllers call) are neither logged nor faulted.
 
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
-use super::{ApiError, Object};
+use crate::cluster::{ApiError, Object};
 
 /// One kind of request, as an RBAC rule names what it allows.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -68,7 +68,7 @@ impl fmt::Display for Access {
     }
 }
 
-/// The writes of the [`super::Cluster`] interface.
+/// The writes of the [`crate::cluster::Cluster`] interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {
     Create,
