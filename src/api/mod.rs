@@ -22,13 +22,15 @@
 //! `namespace/name`. Label and annotation keys are constants (`api::labels`);
 //! `api::pod::SlimPod` is the Pod as dovetail reads it; `api::node` and
 //! `api::pod` hold the predicates every loop shares (Ready, finished,
-//! owned by a DaemonSet).
+//! owned by a DaemonSet); `api::names` Kubernetes' name syntax, which
+//! validation and label selectors share.
 
 pub mod capacitybuffer;
 pub mod common;
 pub mod crd;
 pub mod ec2nodeclass;
 pub mod labels;
+pub mod names;
 pub mod node;
 pub mod nodeclaim;
 pub mod nodeoverlay;

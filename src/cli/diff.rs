@@ -14,12 +14,12 @@ use super::render::{self, Style};
 use super::validate::display_prefix;
 use super::{Io, exit};
 use crate::api::ApiKind;
+use crate::config::diff::impact::ImpactReport;
 use crate::config::diff::{self, Change, Comparison, ObjectDiff, Revisions, Side};
 use crate::config::validate::{self, Object, Options, Report};
 use crate::config::yaml::Limits;
 use crate::diag::{Diagnostic, Pos, Severity};
 use crate::drift::NodeView;
-use crate::drift::impact::ImpactReport;
 use crate::simulate::forecast::{Forecast, Settings as ForecastSettings};
 use crate::snapshot::Located;
 

@@ -1,4 +1,4 @@
-//! `diff --impact`: the inputs of [`crate::drift::impact`] (the two sides'
+//! `diff --impact`: the inputs of [`crate::config::diff::impact`] (the two sides'
 //! objects, the node set from a snapshot or a live cluster, the catalog) and
 //! the impact section of the text, Markdown and JSON outputs.
 
@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::render::Style;
 use crate::api::NodeClaim;
+use crate::config::diff::impact::{self, AffectedNode, Config, ImpactReport, NodePoolImpact};
 use crate::config::validate::Object;
-use crate::drift::impact::{self, AffectedNode, Config, ImpactReport, NodePoolImpact};
 use crate::drift::{NodeView, RequirementsError};
 use crate::model::InstanceType;
 use crate::model::catalog::{CatalogError, read_catalog};

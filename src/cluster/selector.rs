@@ -399,7 +399,7 @@ impl Parser {
             }
         };
         for v in &values {
-            let errors = crate::config::validate::names::label_value_errors(v);
+            let errors = crate::api::names::label_value_errors(v);
             if let Some(e) = errors.first() {
                 return Err(format!("values: Invalid value: {e}"));
             }
@@ -494,7 +494,7 @@ impl Parser {
 }
 
 fn check_key(key: &str) -> Result<(), String> {
-    match crate::config::validate::names::qualified_name_errors(key).first() {
+    match crate::api::names::qualified_name_errors(key).first() {
         Some(e) => Err(format!("key: Invalid value: {e}")),
         None => Ok(()),
     }

@@ -2,7 +2,8 @@
 //!
 //! A pure module (no kube client, no AWS, no I/O, no clock): the
 //! controller's disruption logic acts on [`check`], and `dovetail diff
-//! --impact` previews a configuration change with [`impact::build`].
+//! --impact` previews a configuration change with
+//! `config::diff::impact::build`, on the hashes and requirements here.
 //!
 //! A node drifts when:
 //! - its NodePool's [hash](hash::nodepool_hash) (the template's labels,
@@ -21,13 +22,12 @@
 //! launched before a dovetail upgrade that changed hashing) is stamped, never
 //! drifted for that reason.
 //!
-//! Budget pacing for the impact report is `budget`. The module uses only
-//! `api`, `model`, `diag`, and pure functions of `config::diff` (`Change`,
-//! `normalise`); never `cli`, `cluster` or `cloud`.
+//! Budget pacing (`budget`) serves the impact report and the disruption
+//! budgets. The module uses only `api`, `model` and `diag`; never
+//! `config`, `cli`, `cluster` or `cloud`.
 
 pub mod budget;
 pub mod hash;
-pub mod impact;
 
 use std::collections::BTreeMap;
 

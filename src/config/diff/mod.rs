@@ -10,6 +10,7 @@
 //! ([`crate::config::validate::transition`]) are checked for every object
 //! present on both sides.
 
+pub mod impact;
 pub mod normalise;
 pub mod revisions;
 

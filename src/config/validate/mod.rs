@@ -30,7 +30,7 @@
 mod capacitybuffer_cases;
 pub mod catalog;
 pub mod kinds;
-pub mod names;
+
 #[cfg(test)]
 mod nodeoverlay_cases;
 pub mod rules;
@@ -528,7 +528,7 @@ fn metadata_checks(doc: &Doc, kind: ApiKind, out: &mut Vec<Diagnostic>) {
         return;
     };
     let path = JsonPath::parse("metadata.name");
-    if !names::is_dns1123_subdomain(name) {
+    if !crate::api::names::is_dns1123_subdomain(name) {
         out.push(diag_at(
             doc,
             Diagnostic::error(

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::names::{label_value_errors, qualified_name_errors};
+use crate::api::names::{label_value_errors, qualified_name_errors};
 use crate::diag::{JsonPath, Severity};
 use crate::timing::{DurationSyntax, Schedule, parse_duration};
 

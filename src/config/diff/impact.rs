@@ -15,14 +15,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 
-use super::budget::{self, Pacing};
-use super::hash::{self, ami_selection, changed_fields};
-use super::{
+use super::Change;
+use super::normalise::normalise;
+use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
+use crate::drift::budget::{self, Pacing};
+use crate::drift::hash::{self, ami_selection, changed_fields};
+use crate::drift::{
     DriftReason, NodeView, RequirementsError, nodepool_requirements, requirements_conflict,
 };
-use crate::api::{ApiKind, EC2NodeClass, NodeClaim, NodePool};
-use crate::config::diff::Change;
-use crate::config::diff::normalise::normalise;
 use crate::model::InstanceType;
 use crate::model::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE, normalize_labels};
 use crate::model::quantity::{format_quantity, parse_quantity};
