@@ -563,10 +563,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             for t in &types {
                 catalog.entry(t.name.clone()).or_insert_with(|| t.clone());
             }
-            let spec = serde_json::to_value(pool.as_ref())
-                .map_err(|e| e.to_string())
-                .and_then(|doc| nodepool_spec_with_types(&doc, types));
-            match spec {
+            match nodepool_spec_with_types(pool, types) {
                 Ok(s) => {
                     specs.push(s);
                     self.pool_usable(pool).await;

@@ -168,10 +168,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     async fn launch_static(&mut self, pool: &NodePool, state: &StaticPool, n: i64) {
         let pool_name = pool.metadata.name.clone().unwrap_or_default();
-        let spec = match serde_json::to_value(pool)
-            .map_err(|e| e.to_string())
-            .and_then(|doc| crate::convert::nodepool_spec_with_types(&doc, Vec::new()))
-        {
+        let spec = match crate::convert::nodepool_spec_with_types(pool, Vec::new()) {
             Ok(s) => s,
             Err(e) => {
                 self.event(format!("NodePool/{pool_name}"), "InvalidNodePool", e);

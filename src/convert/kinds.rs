@@ -7,10 +7,13 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint as K8sTaint};
 use serde_json::Value;
 
-use crate::api::{SlimPod, SlimPodSpec};
+use crate::api::common::TaintEffect;
+use crate::api::{EC2NodeClass, NodePool, SlimPod, SlimPodSpec};
 use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
 use crate::model::quantity::parse_quantity;
-use crate::model::{InstanceType, KubeletSettings, Requirement, Requirements, Resources, Taint};
+use crate::model::{
+    Effect, InstanceType, KubeletSettings, Requirement, Requirements, Resources, Taint,
+};
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::scheduling::{BoundPod, DaemonSetSpec, ExistingNode, NodePoolSpec};
 use crate::snapshot::Snapshot;
@@ -54,36 +57,44 @@ fn taints(v: Option<&Value>, what: &str) -> Result<Vec<Taint>, String> {
         .collect()
 }
 
+/// Quantities by resource name, as `what` names the field.
+fn quantities<'a>(
+    items: impl IntoIterator<Item = (&'a String, &'a str)>,
+    what: &str,
+) -> Result<Resources, String> {
+    let mut r = Resources::new();
+    for (k, q) in items {
+        r.set(
+            k,
+            parse_quantity(k, q).map_err(|e| format!("{what}.{k}: {e}"))?,
+        );
+    }
+    Ok(r)
+}
+
 /// The kubelet settings of an EC2NodeClass that change allocatable.
-pub fn kubelet_settings(nodeclass: &Value) -> Result<KubeletSettings, String> {
-    let k = get(nodeclass, "/spec/kubelet");
-    let int = |p: &str| -> Result<Option<i64>, String> {
-        k.and_then(|k| get(k, p))
-            .map(|v| {
-                v.as_i64()
-                    .ok_or_else(|| format!("spec.kubelet{}: not an integer", p.replace('/', ".")))
-            })
+pub fn kubelet_settings(nodeclass: &EC2NodeClass) -> Result<KubeletSettings, String> {
+    let k = nodeclass.spec.kubelet.as_ref();
+    let reserved = |m: Option<&BTreeMap<String, String>>, what: &str| {
+        m.map(|m| quantities(m.iter().map(|(k, v)| (k, v.as_str())), what))
             .transpose()
     };
     let mut out = KubeletSettings {
-        max_pods: int("/maxPods")?,
-        pods_per_core: int("/podsPerCore")?,
-        kube_reserved: resources(
-            k.and_then(|k| get(k, "/kubeReserved")),
+        max_pods: k.and_then(|k| k.max_pods).map(i64::from),
+        pods_per_core: k.and_then(|k| k.pods_per_core).map(i64::from),
+        kube_reserved: reserved(
+            k.and_then(|k| k.kube_reserved.as_ref()),
             "spec.kubelet.kubeReserved",
         )?,
-        system_reserved: resources(
-            k.and_then(|k| get(k, "/systemReserved")),
+        system_reserved: reserved(
+            k.and_then(|k| k.system_reserved.as_ref()),
             "spec.kubelet.systemReserved",
         )?,
         ..KubeletSettings::default()
     };
     // evictionHard is keyed by signal; absolute quantities only (percentages
     // depend on capacity and are left to the catalog's overhead).
-    if let Some(map) = from::<BTreeMap<String, String>>(
-        k.and_then(|k| get(k, "/evictionHard")),
-        "spec.kubelet.evictionHard",
-    )? {
+    if let Some(map) = k.and_then(|k| k.eviction_hard.as_ref()) {
         let mut r = Resources::new();
         for (signal, q) in map {
             let resource = match signal.as_str() {
@@ -96,20 +107,21 @@ pub fn kubelet_settings(nodeclass: &Value) -> Result<KubeletSettings, String> {
             }
             r.set(
                 resource,
-                parse_quantity(resource, &q)
+                parse_quantity(resource, q)
                     .map_err(|e| format!("spec.kubelet.evictionHard.{signal}: {e}"))?,
             );
         }
         out.eviction_hard = Some(r);
     }
-    for (i, m) in get(nodeclass, "/spec/blockDeviceMappings")
-        .and_then(Value::as_array)
-        .into_iter()
+    for (i, m) in nodeclass
+        .spec
+        .block_device_mappings
+        .iter()
         .flatten()
         .enumerate()
     {
-        if m.get("rootVolume").and_then(Value::as_bool) == Some(true)
-            && let Some(size) = get(m, "/ebs/volumeSize").and_then(Value::as_str)
+        if m.root_volume == Some(true)
+            && let Some(size) = m.ebs.as_ref().and_then(|e| e.volume_size.as_deref())
         {
             out.root_volume_bytes = Some(
                 parse_quantity("ephemeral-storage", size)
@@ -120,25 +132,15 @@ pub fn kubelet_settings(nodeclass: &Value) -> Result<KubeletSettings, String> {
     Ok(out)
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequirementDoc {
-    #[serde(flatten)]
-    req: NodeSelectorRequirement,
-    min_values: Option<usize>,
-}
-
-/// Builds the core's NodePool from a NodePool document, the kubelet settings
-/// of the EC2NodeClasses by name, and the catalog: the catalog's types as the
+/// Builds the core's NodePool from a NodePool, the kubelet settings of the
+/// EC2NodeClasses by name, and the catalog: the catalog's types as the
 /// NodePool's EC2NodeClass configures the kubelet.
 pub fn nodepool_spec(
-    nodepool: &Value,
+    nodepool: &NodePool,
     nodeclasses: &[(String, KubeletSettings)],
     catalog: &[InstanceType],
 ) -> Result<NodePoolSpec, String> {
-    let class = get(nodepool, "/spec/template/spec/nodeClassRef/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let class = nodepool.spec.template.spec.node_class_ref.name.as_str();
     let kubelet = nodeclasses
         .iter()
         .find(|(n, _)| n == class)
@@ -153,55 +155,79 @@ pub fn nodepool_spec(
     nodepool_spec_with_types(nodepool, types)
 }
 
-/// Builds the core's NodePool from a NodePool document and the instance types
-/// it may launch, as its cloud provider reports them for its node class.
+/// The model's taints of a Karpenter template's taints.
+fn template_taints(taints: Option<&Vec<crate::api::common::Taint>>) -> Vec<Taint> {
+    taints
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let effect = match t.effect {
+                TaintEffect::NoSchedule => Effect::NoSchedule,
+                TaintEffect::PreferNoSchedule => Effect::PreferNoSchedule,
+                TaintEffect::NoExecute => Effect::NoExecute,
+            };
+            Taint::new(&t.key, t.value.as_deref().unwrap_or_default(), effect)
+        })
+        .collect()
+}
+
+/// Builds the core's NodePool from a NodePool and the instance types it may
+/// launch, as its cloud provider reports them for its node class.
 pub fn nodepool_spec_with_types(
-    nodepool: &Value,
+    nodepool: &NodePool,
     instance_types: Vec<InstanceType>,
 ) -> Result<NodePoolSpec, String> {
-    let name = get(nodepool, "/metadata/name")
-        .and_then(Value::as_str)
-        .ok_or("metadata.name is missing")?
-        .to_string();
-    let weight = get(nodepool, "/spec/weight")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let labels: BTreeMap<String, String> = from(
-        get(nodepool, "/spec/template/metadata/labels"),
-        "spec.template.metadata.labels",
-    )?
-    .unwrap_or_default();
-    let docs: Vec<RequirementDoc> = from(
-        get(nodepool, "/spec/template/spec/requirements"),
-        "spec.template.spec.requirements",
-    )?
-    .unwrap_or_default();
+    let name = nodepool
+        .metadata
+        .name
+        .clone()
+        .ok_or("metadata.name is missing")?;
+    let template = &nodepool.spec.template;
+    let labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
     let mut requirements = Requirements::new();
-    for (i, d) in docs.iter().enumerate() {
-        let one = Requirements::from_node_selector(std::slice::from_ref(&d.req))
+    for (i, r) in template.spec.requirements.iter().enumerate() {
+        let req = NodeSelectorRequirement {
+            key: r.key.clone(),
+            operator: r.operator.as_str().to_string(),
+            values: r.values.clone(),
+        };
+        let one = Requirements::from_node_selector(std::slice::from_ref(&req))
             .map_err(|e| format!("spec.template.spec.requirements[{i}]: {e}"))?;
+        let min_values = r
+            .min_values
+            .map(|m| {
+                usize::try_from(m).map_err(|_| {
+                    format!("spec.template.spec.requirements[{i}].minValues: {m} is negative")
+                })
+            })
+            .transpose()?;
         for (k, mut r) in one.0 {
-            r.min_values = d.min_values;
+            r.min_values = min_values;
             requirements.add(&k, r);
         }
     }
     for (k, v) in &labels {
         requirements.add(k, Requirement::in_values([v.clone()]));
     }
+    let limits = nodepool
+        .spec
+        .limits
+        .as_ref()
+        .map(|l| quantities(l.iter().map(|(k, q)| (k, q.0.as_str())), "spec.limits"))
+        .transpose()?
+        .unwrap_or_default();
     Ok(NodePoolSpec {
         name,
-        weight: i32::try_from(weight).map_err(|_| "spec.weight out of range".to_string())?,
+        weight: nodepool.spec.weight.unwrap_or(0),
         requirements,
         labels: normalize_labels(&labels),
-        taints: taints(
-            get(nodepool, "/spec/template/spec/taints"),
-            "spec.template.spec.taints",
-        )?,
-        startup_taints: taints(
-            get(nodepool, "/spec/template/spec/startupTaints"),
-            "spec.template.spec.startupTaints",
-        )?,
-        limits: resources(get(nodepool, "/spec/limits"), "spec.limits")?.unwrap_or_default(),
+        taints: template_taints(template.spec.taints.as_ref()),
+        startup_taints: template_taints(template.spec.startup_taints.as_ref()),
+        limits,
         instance_types,
     })
 }
@@ -482,6 +508,75 @@ mod tests {
         assert_eq!(keys, ["dedicated"]);
         assert_eq!(n.allocatable.get("nvidia.com/gpu"), 1);
         assert_eq!(n.allocatable.get("cpu"), 8000);
+    }
+
+    /// The typed conversions read every field that shapes a NodePool's
+    /// capacity: requirements with minValues, template labels, taints and
+    /// startup taints, limits, weight; and the kubelet settings and root
+    /// volume of its EC2NodeClass.
+    #[test]
+    fn a_nodepool_and_its_nodeclass_convert_from_their_api_types() {
+        let pool: NodePool = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "general"},
+            "spec": {
+                "weight": 10,
+                "limits": {"cpu": "100", "memory": "400Gi"},
+                "template": {
+                    "metadata": {"labels": {"team": "a"}},
+                    "spec": {
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                        "requirements": [
+                            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5"], "minValues": 2},
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                        ],
+                        "taints": [{"key": "dedicated", "value": "a", "effect": "NoSchedule"}],
+                        "startupTaints": [{"key": "boot", "effect": "NoExecute"}],
+                    },
+                },
+            },
+        }))
+        .expect("NodePool");
+        let spec = nodepool_spec_with_types(&pool, Vec::new()).expect("converts");
+        assert_eq!(spec.name, "general");
+        assert_eq!(spec.weight, 10);
+        assert_eq!(spec.limits.get("cpu"), 100_000);
+        let family = spec
+            .requirements
+            .get("karpenter.k8s.aws/instance-family")
+            .expect("family");
+        assert!(family.has("m5") && family.has("c5") && !family.has("r5"));
+        assert_eq!(family.min_values, Some(2));
+        assert!(spec.requirements.get("team").is_some_and(|r| r.has("a")));
+        assert_eq!(spec.labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(
+            spec.taints,
+            [Taint::new("dedicated", "a", Effect::NoSchedule)]
+        );
+        assert_eq!(
+            spec.startup_taints,
+            [Taint::new("boot", "", Effect::NoExecute)]
+        );
+
+        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "default"},
+            "spec": {
+                "role": "r",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"a": "b"}}],
+                "securityGroupSelectorTerms": [{"tags": {"a": "b"}}],
+                "kubelet": {"maxPods": 20, "kubeReserved": {"cpu": "200m"},
+                            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "10%"}},
+                "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": true, "ebs": {"volumeSize": "50Gi"}}],
+            },
+        }))
+        .expect("EC2NodeClass");
+        let k = kubelet_settings(&class).expect("converts");
+        assert_eq!(k.max_pods, Some(20));
+        assert_eq!(k.kube_reserved.as_ref().map(|r| r.get("cpu")), Some(200));
+        let hard = k.eviction_hard.expect("evictionHard");
+        assert_eq!(hard.get("memory"), 100 << 20);
+        assert_eq!(hard.get("ephemeral-storage"), 0, "a percentage is left out");
+        assert_eq!(k.root_volume_bytes, Some(50 << 30));
     }
 
     #[test]

@@ -8,8 +8,12 @@
 //! provisioner and the simulated EC2 all convert through here.
 //!
 //! The conversions are one small function per kind ([`nodepool_spec`],
-//! [`kubelet_settings`], ...) so they can later take `crate::api` types
-//! instead of JSON values.
+//! [`kubelet_settings`], ...), and read the API types: the controller
+//! converts the objects it holds without a JSON round trip, and `plan`
+//! decodes its validated documents once. Two read JSON still: a snapshot's
+//! NodeClaims (a snapshot file is read leniently, as written by hand or by
+//! `dovetail snapshot`) and NodeOverlays (whose runtime validation is
+//! `validate`'s, over the document; done once per change of the overlays).
 //!
 //! `build_input` assembles a `SolveInput`: snapshot Nodes and NodeClaims
 //! become `ExistingNode`s, and a NodePool's instance types are those its
@@ -26,7 +30,7 @@ pub use kinds::{
 };
 pub use overlay::{apply_overlays, overlay};
 
-use crate::api::SlimPod;
+use crate::api::{EC2NodeClass, NodePool, SlimPod};
 use crate::diag::Pos;
 use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
@@ -190,33 +194,33 @@ fn nodepool_specs_plain(
     config: &ConfigDocs,
     catalog: &[InstanceType],
 ) -> Result<Vec<NodePoolSpec>, Invalid> {
+    let invalid = |file: &str, o: &Located, message: String| Invalid {
+        file: file.to_string(),
+        line: o.line,
+        object: crate::diag::kind_name(&o.object),
+        message,
+    };
     let mut classes = Vec::new();
     for (file, o) in &config.nodeclasses {
-        let name = o
-            .object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let k = kubelet_settings(&o.object).map_err(|message| Invalid {
-            file: file.clone(),
-            line: o.line,
-            object: crate::diag::kind_name(&o.object),
-            message,
-        })?;
-        classes.push((name.to_string(), k));
+        let class: EC2NodeClass = typed(&o.object).map_err(|m| invalid(file, o, m))?;
+        let k = kubelet_settings(&class).map_err(|m| invalid(file, o, m))?;
+        classes.push((class.metadata.name.clone().unwrap_or_default(), k));
     }
     config
         .nodepools
         .iter()
         .map(|(file, o)| {
-            nodepool_spec(&o.object, &classes, catalog).map_err(|message| Invalid {
-                file: file.clone(),
-                line: o.line,
-                object: crate::diag::kind_name(&o.object),
-                message,
-            })
+            typed::<NodePool>(&o.object)
+                .and_then(|pool| nodepool_spec(&pool, &classes, catalog))
+                .map_err(|m| invalid(file, o, m))
         })
         .collect()
+}
+
+/// A validated document as its API type (the conversions read the types,
+/// not JSON).
+fn typed<K: serde::de::DeserializeOwned>(doc: &Value) -> Result<K, String> {
+    K::deserialize(doc).map_err(|e| e.to_string())
 }
 
 /// Builds the core's input around NodePools already built: existing nodes,

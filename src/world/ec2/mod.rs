@@ -1582,8 +1582,7 @@ fn nodeclass_kubelet(nodeclass: &EC2NodeClass) -> Result<KubeletSettings, CloudE
         name: nodeclass.metadata.name.clone().unwrap_or_default(),
         reason,
     };
-    let doc = serde_json::to_value(nodeclass).map_err(|e| not_ready(e.to_string()))?;
-    kubelet_settings(&doc).map_err(not_ready)
+    kubelet_settings(nodeclass).map_err(not_ready)
 }
 
 #[cfg(test)]
