@@ -28,5 +28,7 @@ pub mod scheduling;
 pub mod simulate;
 pub mod snapshot;
 pub mod sync;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod timing;
 pub mod world;

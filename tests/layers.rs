@@ -544,3 +544,123 @@ fn sibling_edges_resolve_paths_and_methods() {
         ["cloud", "aws", "launch"]
     );
 }
+
+/// One placement rule for unit tests (`src/testing.rs` states it): a
+/// file's inline `#[cfg(test)] mod`s are the last things in the file, so
+/// everything before it is production code, as `sources` assumes; larger
+/// test modules are files of their own. Braces inside strings, characters
+/// and comments are skipped when the module's end is found.
+#[test]
+fn inline_test_modules_end_their_file() {
+    let src = repo().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let test_module = Regex::new(
+        r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([a-z]+\))?\s+)?mod\s+\w+\s*\{",
+    )
+    .unwrap();
+    let mut misplaced = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let Some(m) = test_module.find(&text) else {
+            continue;
+        };
+        // Only more test modules may follow (a property-test module, say).
+        let mut end = block_end(&text, m.end() - 1);
+        while let Some(next) = test_module.find_at(&text, end)
+            && text[end..next.start()].trim().is_empty()
+        {
+            end = block_end(&text, next.end() - 1);
+        }
+        let after = text[end..].trim();
+        if !after.is_empty() {
+            let line = text[..end].lines().count();
+            misplaced.push(format!(
+                "{}:{line}: code after the test module",
+                f.strip_prefix(&src).unwrap().display()
+            ));
+        }
+    }
+    assert!(misplaced.is_empty(), "{misplaced:#?}");
+}
+
+/// The byte after the `}` that closes the `{` at `open`, skipping string,
+/// raw string, character literals and comments.
+fn block_end(text: &str, open: usize) -> usize {
+    let b = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = open;
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 2;
+                continue;
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'"' | b'#'))
+                && !b[i.saturating_sub(1)].is_ascii_alphanumeric() =>
+            {
+                let mut hashes = 0;
+                let mut j = i + 1;
+                while b.get(j) == Some(&b'#') {
+                    hashes += 1;
+                    j += 1;
+                }
+                if b.get(j) != Some(&b'"') {
+                    i += 1;
+                    continue;
+                }
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
+                j += 1;
+                while j < b.len() && !b[j..].starts_with(&close) {
+                    j += 1;
+                }
+                i = j + close.len();
+                continue;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                continue;
+            }
+            b'\'' => {
+                // A character literal ('x', '\n', '\u{..}'), not a lifetime.
+                let rest = &text[i + 1..];
+                let len = if rest.starts_with('\\') {
+                    rest.get(2..).and_then(|r| r.find('\'')).map(|n| n + 3)
+                } else {
+                    rest.chars()
+                        .next()
+                        .filter(|c| rest[c.len_utf8()..].starts_with('\''))
+                        .map(|c| c.len_utf8() + 1)
+                };
+                i += 1 + len.unwrap_or(0);
+                continue;
+            }
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
+}

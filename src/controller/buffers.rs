@@ -380,10 +380,11 @@ mod tests {
 
     use super::*;
     use crate::api::{EC2NodeClass, NodeClaim, NodePool};
-    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::clock::ManualClock;
     use crate::controller::Settings;
+    use crate::testing::World;
     use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
+    use crate::world::ec2::SimEc2;
 
     struct Env {
         cluster: Arc<MemoryCluster>,
@@ -393,24 +394,18 @@ mod tests {
     }
 
     fn env() -> Env {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let cloud = Arc::new(SimEc2::new(
-            SimConfig::new(SimEc2::builtin_catalog().unwrap()),
-            dyn_clock.clone(),
-        ));
-        let settings = Settings {
+        let w = World::new();
+        let controller = w.controller(Settings {
             capacity_buffer: true,
             ..Settings::default()
-        };
+        });
+        let World { clock, cluster, .. } = w;
+        let rt = crate::testing::runtime();
         Env {
-            controller: Controller::new(cluster.clone(), cloud, dyn_clock, settings),
+            controller,
             cluster,
             clock,
-            rt: tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap(),
+            rt,
         }
     }
 

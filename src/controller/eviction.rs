@@ -380,12 +380,8 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::testing::from_yaml;
     use crate::world::MemoryCluster;
-
-    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
 
     fn pod(name: &str) -> Pod {
         from_yaml(&format!(

@@ -148,22 +148,22 @@ mod tests {
 
     use super::*;
     use crate::api::EC2NodeClass;
-    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::clock::{Clock, ManualClock};
     use crate::controller::Settings;
+    use crate::testing::World;
     use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
+    use crate::world::ec2::SimEc2;
 
     #[test]
     fn orphans_past_the_grace_are_terminated_and_owned_or_young_ones_kept() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = World::new();
+        let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
         let class = EC2NodeClass::test("default");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
         let launch = |name: &str| {
             let claim = NodeClaim::test(name);
             rt.block_on(cloud.create(&claim, &class, &BTreeSet::new()))
@@ -225,11 +225,13 @@ mod tests {
     /// none); the instance terminated outside dovetail; whether the
     /// collector deletes the NodeClaim.
     fn collects(registered: bool, node: Option<bool>, claims: usize) -> usize {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+            ..
+        } = World::new();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
@@ -331,11 +333,13 @@ mod tests {
     }
 
     fn crashed() -> Crashed {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+            ..
+        } = World::new();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().expect("built-in catalog");
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");

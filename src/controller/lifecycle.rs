@@ -873,6 +873,7 @@ fn unrecorded_instances(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::World;
 
     fn claim_and_node(
         expected_memory: &str,
@@ -927,20 +928,16 @@ mod tests {
     /// 10 ms (its shortest wait).
     #[test]
     fn the_consistency_check_is_due_again_after_its_period_and_then_runs() {
-        use crate::clock::{Clock, ManualClock};
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        use crate::clock::Clock;
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = World::new();
+        let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(crate::world::MemoryCluster::new(dyn_clock.clone()));
-        let catalog = crate::world::ec2::SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(crate::world::ec2::SimEc2::new(
-            crate::world::ec2::SimConfig::new(catalog),
-            dyn_clock.clone(),
-        ));
         let mut controller =
             Controller::new(cluster, cloud, dyn_clock, super::super::Settings::default());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         let (mut claim, node) = claim_and_node("128Gi", "64Gi", true);
         claim.metadata.uid = Some("uid-1".into());
         let check = |controller: &mut Controller<_, _>| {

@@ -161,11 +161,10 @@ mod tests {
 
     use super::*;
     use crate::api::{EC2NodeClass, NodeClaim, NodePool};
-    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::clock::Clock;
     use crate::cluster::ObjectKey;
     use crate::controller::{BATCH_IDLE, Settings};
-    use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
+    use crate::testing::World;
 
     fn obj<K: serde::de::DeserializeOwned>(v: Value) -> K {
         serde_json::from_value(v).unwrap()
@@ -186,13 +185,13 @@ mod tests {
     /// given their launch order.
     #[test]
     fn overlays_statuses_and_nodeclaim_annotations() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = World::new();
+        let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let cloud = Arc::new(SimEc2::new(
-            SimConfig::new(SimEc2::builtin_catalog().unwrap()),
-            dyn_clock.clone(),
-        ));
         let yaml = |text: &str| -> Value { serde_saphyr::from_str(text).unwrap() };
         cluster
             .create(obj::<EC2NodeClass>(yaml(include_str!(
@@ -223,9 +222,6 @@ mod tests {
             ..Settings::default()
         };
         let mut controller = Controller::new(cluster.clone(), cloud, dyn_clock, settings);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         rt.block_on(controller.reconcile_provisioning());
         clock.advance(BATCH_IDLE).unwrap();
         rt.block_on(controller.reconcile_provisioning());

@@ -246,10 +246,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::clock::{Clock, ManualClock};
     use crate::controller::Settings;
+    use crate::testing::World;
     use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
+    use crate::world::ec2::SimEc2;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     /// A cluster with the NodePool `general`, and a controller over it on
@@ -259,13 +260,13 @@ mod tests {
         Arc<MemoryCluster>,
         Controller<MemoryCluster, SimEc2>,
     ) {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+            ..
+        } = World::new();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let cloud = Arc::new(SimEc2::new(
-            SimConfig::new(SimEc2::builtin_catalog().expect("catalog")),
-            dyn_clock.clone(),
-        ));
         cluster.create(NodePool::test("general")).expect("pool");
         let controller = Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
         (clock, cluster, controller)

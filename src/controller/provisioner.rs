@@ -870,31 +870,19 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::clock::{Clock, ManualClock};
+    use crate::clock::Clock;
     use crate::controller::Settings;
-    use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
-
-    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
-
-    fn pending_pod(name: &str) -> Pod {
-        from_yaml(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
-             spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
-             status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
-        ))
-    }
+    use crate::testing::{World, from_yaml, pending_pod};
 
     #[test]
     fn new_nodeclaims_carry_the_drift_hashes_and_a_second_pass_does_not_solve_again() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = World::new();
+        let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
         let class: EC2NodeClass =
             from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
         let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
@@ -903,9 +891,6 @@ mod tests {
         cluster.create(pending_pod("a")).unwrap();
         let mut controller =
             Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         rt.block_on(controller.reconcile_provisioning());
         clock.advance(BATCH_IDLE).unwrap();
         rt.block_on(controller.reconcile_provisioning());
@@ -929,11 +914,13 @@ mod tests {
     /// kube-scheduler had given its room to another pod.
     #[test]
     fn a_pod_still_pending_once_its_planned_claim_is_ready_is_solved_again_at_once() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = World::new();
+        let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
         let class: EC2NodeClass =
             from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
         let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
@@ -942,9 +929,6 @@ mod tests {
         cluster.create(pending_pod("a")).unwrap();
         let mut controller =
             Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         let mut pass = |by: Duration| {
             clock.advance(by).unwrap();
             rt.block_on(controller.reconcile_provisioning())
@@ -993,11 +977,13 @@ mod tests {
     /// of launching a duplicate for a pod that fits on it.
     #[test]
     fn a_pod_that_fits_an_initializing_node_gets_no_new_claim() {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = World::new();
+        let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
         let class: EC2NodeClass =
             from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
         let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
@@ -1011,9 +997,6 @@ mod tests {
         cluster.create(pending_pod("a")).unwrap();
         let mut controller =
             Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         let mut pass = |by: Duration| {
             clock.advance(by).unwrap();
             rt.block_on(controller.reconcile_provisioning())

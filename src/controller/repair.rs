@@ -208,16 +208,12 @@ mod tests {
     //! against the in-memory cluster, named after its It()s.
 
     use super::*;
-    use crate::clock::{Clock, ManualClock};
+    use crate::clock::ManualClock;
     use crate::cluster::ObjectKey;
     use crate::controller::Settings;
+    use crate::testing::{World, from_yaml};
     use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
-
-    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
+    use crate::world::ec2::SimEc2;
 
     struct Env {
         clock: Arc<ManualClock>,
@@ -238,9 +234,8 @@ mod tests {
             Some(p) => format!("karpenter.sh/nodepool: {p}, karpenter.sh/capacity-type: on-demand"),
             None => "karpenter.sh/capacity-type: on-demand".to_string(),
         };
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let w = World::new();
+        let cluster = &w.cluster;
         for i in 0..n {
             let status = if i < unhealthy { "Unknown" } else { "True" };
             let node: Node = from_yaml(&format!(
@@ -258,16 +253,12 @@ mod tests {
             });
             cluster.update_status(with_status).unwrap();
         }
-        let catalog = SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
-        let settings = Settings {
+        let controller = w.controller(Settings {
             node_repair,
             ..Settings::default()
-        };
-        let controller = Controller::new(cluster.clone(), cloud, dyn_clock, settings);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        });
+        let World { clock, cluster, .. } = w;
+        let rt = crate::testing::runtime();
         Env {
             clock,
             cluster,

@@ -603,37 +603,22 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::testing::{World, from_yaml, pending_pod};
     use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
-
-    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
-
-    fn pending_pod(name: &str) -> Pod {
-        from_yaml(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
-             spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
-             status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
-        ))
-    }
+    use crate::world::ec2::SimEc2;
 
     fn runtime() -> (Runtime<MemoryCluster, SimEc2>, Arc<ManualClock>) {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let w = World::new();
         let class: EC2NodeClass =
             from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
         let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
-        cluster.create(class).unwrap();
-        cluster.create(pool).unwrap();
+        w.cluster.create(class).unwrap();
+        w.cluster.create(pool).unwrap();
+        let clock = w.clock.clone();
         let rt = Runtime {
-            cluster,
-            cloud,
-            clock: dyn_clock,
+            clock: w.dyn_clock(),
+            cluster: w.cluster,
+            cloud: w.cloud,
             settings: Settings::default(),
             metrics: Metrics::new(),
             interruption_metrics: InterruptionMetrics::new(),

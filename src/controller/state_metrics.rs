@@ -431,13 +431,9 @@ impl PodStartup {
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, Timestamp};
+    use crate::testing::from_yaml as yaml;
     use crate::world::MemoryCluster;
     use k8s_openapi::api::core::v1::Pod;
-
-    fn yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
 
     fn cluster() -> MemoryCluster {
         let c = MemoryCluster::new(Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)));

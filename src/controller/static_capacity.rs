@@ -288,15 +288,11 @@ mod tests {
 
     use super::*;
     use crate::api::common::ConditionStatus;
-    use crate::clock::{Clock, ManualClock, Timestamp};
+    use crate::clock::Timestamp;
     use crate::controller::Settings;
+    use crate::testing::{World, from_yaml};
     use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
-
-    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
+    use crate::world::ec2::SimEc2;
 
     fn static_pool(replicas: Option<i64>, limits: &str) -> NodePool {
         let replicas = replicas.map_or(String::new(), |r| format!("  replicas: {r}\n"));
@@ -312,23 +308,17 @@ mod tests {
     }
 
     fn env(pool: NodePool, static_capacity: bool) -> Env {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
-        let catalog = SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
+        let w = World::new();
         let class: EC2NodeClass =
             from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
-        cluster.create(class).unwrap();
-        cluster.create(pool).unwrap();
-        let settings = Settings {
+        w.cluster.create(class).unwrap();
+        w.cluster.create(pool).unwrap();
+        let controller = w.controller(Settings {
             static_capacity,
             ..Settings::default()
-        };
-        let controller = Controller::new(cluster.clone(), cloud, dyn_clock, settings);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        });
+        let World { cluster, .. } = w;
+        let rt = crate::testing::runtime();
         Env {
             cluster,
             controller,

@@ -666,16 +666,12 @@ mod tests {
     use crate::cloud::{Instance, InstanceState};
     use crate::cluster::Selector;
     use crate::controller::Settings;
+    use crate::testing::{World, from_yaml};
     use crate::world::MemoryCluster;
-    use crate::world::ec2::{SimConfig, SimEc2};
+    use crate::world::ec2::SimEc2;
     use std::collections::BTreeMap;
 
     const PROVIDER_ID: &str = "aws:///us-east-1a/i-0123";
-
-    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
 
     struct Env {
         clock: Arc<ManualClock>,
@@ -691,9 +687,8 @@ mod tests {
     /// A node `n1` of NodeClaim `c1` on a running instance; the claim's
     /// `terminationGracePeriod` if given.
     fn env(grace: Option<&str>) -> Env {
-        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let cluster = Arc::new(MemoryCluster::new(dyn_clock.clone()));
+        let w = World::new();
+        let cluster = &w.cluster;
         let node: Node = from_yaml(&format!(
             "apiVersion: v1\nkind: Node\nmetadata: {{name: n1, labels: {{karpenter.sh/nodepool: general}}, finalizers: [karpenter.sh/termination]}}\nspec: {{providerID: \"{PROVIDER_ID}\"}}\nstatus:\n  conditions: [{{type: Ready, status: \"True\"}}]\n"
         ));
@@ -712,9 +707,7 @@ mod tests {
             ..Default::default()
         });
         cluster.update_status(with_status).unwrap();
-        let catalog = SimEc2::builtin_catalog().unwrap();
-        let cloud = Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock.clone()));
-        cloud
+        w.cloud
             .adopt(Instance {
                 id: String::new(),
                 provider_id: PROVIDER_ID.into(),
@@ -734,14 +727,16 @@ mod tests {
                 efa_attached: false,
             })
             .unwrap();
-        let settings = Settings {
+        let controller = w.controller(Settings {
             resync: Duration::from_secs(3600),
             ..Settings::default()
-        };
-        let controller = Controller::new(cluster.clone(), cloud.clone(), dyn_clock, settings);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        });
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = w;
+        let rt = crate::testing::runtime();
         Env {
             clock,
             cluster,

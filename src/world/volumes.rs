@@ -296,11 +296,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
     use crate::cluster::DeleteParams;
-
-    fn from_yaml<K: serde::de::DeserializeOwned>(text: &str) -> K {
-        let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        serde_json::from_value(value).unwrap()
-    }
+    use crate::testing::from_yaml;
 
     fn at(s: u64) -> Timestamp {
         Timestamp::UNIX_EPOCH

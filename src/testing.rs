@@ -1,0 +1,78 @@
+//! What the unit tests share, in one place: objects from YAML, the pending
+//! pod most provisioning tests start from, and the world a controller test
+//! runs in (a virtual clock, the in-memory API server, the simulated EC2 and
+//! a single-threaded runtime). A test module keeps only what is its own.
+//!
+//! Placement: a file's unit tests sit in a `#[cfg(test)] mod tests` at its
+//! end, or, when they outgrow it, in a `tests.rs` (or `tests/`) beside it,
+//! declared the same way; `tests/layers.rs` relies on both.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::de::DeserializeOwned;
+
+use crate::clock::{Clock, ManualClock, Timestamp};
+use crate::controller::{Controller, Settings};
+use crate::world::MemoryCluster;
+use crate::world::ec2::{SimConfig, SimEc2};
+
+/// An object from YAML, read as the API server reads JSON.
+pub(crate) fn from_yaml<K: DeserializeOwned>(text: &str) -> K {
+    let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+    serde_json::from_value(value).unwrap()
+}
+
+/// A pod of one CPU and 1 GiB that kube-scheduler found no node for.
+pub(crate) fn pending_pod(name: &str) -> Pod {
+    from_yaml(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
+         status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
+    ))
+}
+
+/// A runtime for a synchronous test to run the controller's passes on.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A controller test's world: a virtual clock at the Unix epoch, and the
+/// in-memory API server and the simulated EC2 (the built-in catalog) on
+/// it.
+pub(crate) struct World {
+    pub clock: Arc<ManualClock>,
+    pub cluster: Arc<MemoryCluster>,
+    pub cloud: Arc<SimEc2>,
+}
+
+impl World {
+    pub fn new() -> World {
+        let clock = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let catalog = SimEc2::builtin_catalog().unwrap();
+        World {
+            cluster: Arc::new(MemoryCluster::new(dyn_clock.clone())),
+            cloud: Arc::new(SimEc2::new(SimConfig::new(catalog), dyn_clock)),
+            clock,
+        }
+    }
+
+    /// The clock as the controller takes it.
+    pub fn dyn_clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
+    /// A controller with `settings` on this world.
+    pub fn controller(&self, settings: Settings) -> Controller<MemoryCluster, SimEc2> {
+        Controller::new(
+            self.cluster.clone(),
+            self.cloud.clone(),
+            self.dyn_clock(),
+            settings,
+        )
+    }
+}
