@@ -266,11 +266,20 @@ spec:
 
     /// Waits for `replicas` ready pods of the Deployment, each on a Node
     /// that a NodeClaim launched.
+    /// Waits for `replicas` ready pods of the Deployment `name`; on a
+    /// timeout, fails with the cluster's state and the controllers' logs,
+    /// so that a failure under load can be read afterwards.
     pub fn wait_ready(&self, name: &str, replicas: u64, within: Duration) {
-        self.tb
-            .wait_for(&format!("{replicas} ready pods of {name}"), within, || {
-                self.ready(name) == replicas && self.pods(name).len() as u64 == replicas
-            });
+        let deadline = Instant::now() + within;
+        while !(self.ready(name) == replicas && self.pods(name).len() as u64 == replicas) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {within:?} waiting for {replicas} ready pods of {name}\n{}\n{}",
+                self.tb.describe(),
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     /// The Deployment's pods that are not terminating.
