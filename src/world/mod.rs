@@ -16,9 +16,9 @@
 //!   attach-detach controller.
 //!
 //! `simulate` runs the controller in this world on a virtual clock; `cli`
-//! chooses it (`simulate`, `serve`, `--cloud kwok`). No production code path
-//! uses it: `tests/layers.rs` checks that only `simulate`, `cli` and
-//! `fuzzing` do. The stand-ins are not the judge: `testbed/` builds the real
+//! chooses it when asked for a simulated part (`simulate`, `--cloud kwok`).
+//! The controller, sync and the adapters never use it: `tests/layers.rs`
+//! checks that only `simulate`, `cli` and `fuzzing` do. The stand-ins are not the judge: `testbed/` builds the real
 //! control plane, and `tests/differential.rs` compares the two.
 
 pub mod apiserver;

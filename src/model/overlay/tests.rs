@@ -1478,7 +1478,7 @@ fn price_changes_parse_as_the_reference_reads_them_and_never_go_below_zero() {
 /// -- --ignored --nocapture` prints how long applying ten overlays to four
 /// NodePools of the shared AWS catalog takes (one solve's cost).
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a check; run with --ignored --nocapture"]
 fn timing_on_the_aws_catalog() {
     let catalog = crate::model::catalog::read_catalog(std::path::Path::new(
         "../shared/data/aws-catalog.json",
