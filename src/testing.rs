@@ -23,6 +23,21 @@ pub(crate) fn from_yaml<K: DeserializeOwned>(text: &str) -> K {
     serde_json::from_value(value).unwrap()
 }
 
+/// An object from JSON, as the API server reads it.
+pub(crate) fn from_json<K: DeserializeOwned>(value: serde_json::Value) -> K {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+/// The NodePool `general`, consolidating at once, with these disruption
+/// budgets.
+pub(crate) fn pool_with_budgets(budgets: serde_json::Value) -> crate::api::NodePool {
+    let mut pool = crate::api::NodePool::test("general");
+    pool.spec.disruption = Some(from_json(
+        serde_json::json!({"consolidateAfter": "0s", "budgets": budgets}),
+    ));
+    pool
+}
+
 /// A pod of one CPU and 1 GiB that kube-scheduler found no node for.
 pub(crate) fn pending_pod(name: &str) -> Pod {
     from_yaml(&format!(

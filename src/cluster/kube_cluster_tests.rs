@@ -13,13 +13,13 @@ use http_body_util::channel::{Channel, Sender};
 use http_body_util::{Either, Full};
 use k8s_openapi::api::core::v1::Pod;
 use kube::client::Body;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tower_test::mock;
 
 use super::*;
 use crate::api::{NodeClaim, SlimPod};
+use crate::testing::from_json;
 
 type ResponseBody = Either<Full<Bytes>, Channel<Bytes>>;
 
@@ -178,10 +178,6 @@ fn status(code: u16, reason: &str, message: &str, details: Value) -> Value {
         "details": details,
         "code": code,
     })
-}
-
-fn from_json<T: DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).expect("a valid object")
 }
 
 fn with_deletion_timestamp(mut obj: Value) -> Value {

@@ -163,15 +163,8 @@ impl Reason {
 mod tests {
     use super::*;
     use crate::clock::parse_rfc3339;
+    use crate::testing::pool_with_budgets as pool;
     use serde_json::json;
-
-    fn pool(budgets: serde_json::Value) -> NodePool {
-        let mut pool = NodePool::test("general");
-        pool.spec.disruption = Some(
-            serde_json::from_value(json!({"consolidateAfter": "0s", "budgets": budgets})).unwrap(),
-        );
-        pool
-    }
 
     fn at(s: &str) -> Timestamp {
         parse_rfc3339(s).unwrap()

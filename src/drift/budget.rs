@@ -125,15 +125,8 @@ pub fn pacing(pool: &NodePool, total: usize, drifted: usize, per_wave: Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::pool_with_budgets as pool;
     use serde_json::json;
-
-    fn pool(budgets: serde_json::Value) -> NodePool {
-        let mut pool = NodePool::test("general");
-        pool.spec.disruption = Some(
-            serde_json::from_value(json!({"consolidateAfter": "0s", "budgets": budgets})).unwrap(),
-        );
-        pool
-    }
 
     const FIVE_MIN: Duration = Duration::from_secs(300);
 

@@ -315,10 +315,7 @@ mod tests {
     use super::*;
     use crate::model::Offering;
     use crate::model::{Requirements, Resources};
-
-    fn pod(json: serde_json::Value) -> SlimPod {
-        serde_json::from_value(json).unwrap()
-    }
+    use crate::testing::from_json as pod;
 
     fn it(name: &str, zone: &str) -> InstanceType {
         let mut t = InstanceType {

@@ -490,16 +490,13 @@ pub fn pod_spec(pod: &SlimPod, volumes: &VolumeIndex, now_ms: i64) -> Result<Pod
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pod(json: serde_json::Value) -> SlimPod {
-        serde_json::from_value(json).unwrap()
-    }
+    use crate::testing::from_json as pod;
 
     /// The API server rejects negative requests and limits, and quantities
     /// that do not parse; `plan` printed `requests cpu=-85` before.
     #[test]
     fn negative_and_invalid_quantities_are_rejected_at_their_field() {
-        let p = pod(serde_json::json!({
+        let p: SlimPod = pod(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default"},
             "spec": {
                 "overhead": {"memory": "-1m"},

@@ -14,6 +14,7 @@ use serde_json::json;
 use super::*;
 use crate::clock::{ManualClock, Timestamp, parse_rfc3339};
 use crate::cluster::*;
+use crate::testing::from_json;
 
 const START: &str = "2026-11-21T12:00:00Z";
 
@@ -24,10 +25,6 @@ fn start() -> Timestamp {
 fn cluster() -> (MemoryCluster, ManualClock) {
     let clock = ManualClock::new(start());
     (MemoryCluster::new(Arc::new(clock.clone())), clock)
-}
-
-fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).expect("valid test object")
 }
 
 fn pod(ns: &str, name: &str, app: &str) -> Pod {
