@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use dovetail::disruption::{Allowed, Candidate, Options, Pass, Reason, decide};
@@ -125,13 +126,15 @@ fn cluster(
         let pods = per_node(i);
         let bound = pods
             .iter()
-            .map(|p| BoundPod {
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                labels: p.labels.clone(),
-                requests: p.requests.clone(),
-                host_ports: Vec::new(),
-                anti_affinity: p.anti_affinity.clone(),
+            .map(|p| {
+                Arc::new(BoundPod {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    labels: p.labels.clone(),
+                    requests: p.requests.clone(),
+                    host_ports: Vec::new(),
+                    anti_affinity: p.anti_affinity.clone(),
+                })
             })
             .collect();
         candidates.push(Candidate {

@@ -66,7 +66,7 @@ use crate::api::{
 use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey, Selector};
-use crate::convert::build_input_with_pools;
+use crate::convert::{build_input_kept, build_input_with_pools};
 use crate::disruption::pods::{
     eviction_cost, is_leaving, is_mirror, is_movable, tolerates_disrupted,
 };
@@ -1127,14 +1127,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             with_virtual.extend(self.virtual_pods_bound());
             self.snapshot(&with_virtual)
         });
-        let mut input =
-            match build_input_with_pools(dynamic, &catalog, &[], "", snapshot.as_ref(), now_ms) {
-                Ok(i) => i,
-                Err(e) => {
-                    self.event("Disruption".into(), "InputInvalid", e.to_string());
-                    return None;
-                }
-            };
+        let built = match &snapshot {
+            Some(s) => build_input_kept(dynamic, &catalog, s, now_ms, &mut self.bound_pods),
+            None => build_input_with_pools(dynamic, &catalog, &[], "", None, now_ms),
+        };
+        let mut input = match built {
+            Ok(i) => i,
+            Err(e) => {
+                self.event("Disruption".into(), "InputInvalid", e.to_string());
+                return None;
+            }
+        };
         input.pods.clear();
         // Capacity not yet initialized is no place for a plan's pods (they
         // would wait for it): the trials see it tainted, so pods go to

@@ -265,6 +265,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     decisions: Vec<Decision>,
     batch: Batch,
     disruption: DisruptionState,
+    /// The bound pods as the scheduling core saw them at the last input
+    /// built (disruption's and the provisioner's): the next converts only
+    /// the pods that changed.
+    bound_pods: crate::convert::BoundPods,
     /// When garbage collection of orphaned instances is next due.
     gc_due: Option<Timestamp>,
     /// Drains in progress, by NodeClaim (for `karpenter_nodes_drained_total`).
@@ -346,6 +350,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             decisions: Vec::new(),
             batch: Batch::default(),
             disruption: DisruptionState::default(),
+            bound_pods: Default::default(),
             drains: std::collections::HashSet::new(),
             volume_waits: std::collections::HashMap::new(),
             evictions: Arc::default(),

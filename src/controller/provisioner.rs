@@ -40,7 +40,7 @@ use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
-use crate::convert::{build_input_with_pools, nodepool_spec_with_types};
+use crate::convert::{build_input_kept, build_input_with_pools, nodepool_spec_with_types};
 use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
 use crate::scheduling::{NodePoolSpec, SolveOptions, solve};
@@ -745,7 +745,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         pods.extend(self.buffers.pods.iter().cloned());
         let snapshot = self.snapshot(&pods);
         let now_ms = now.as_millisecond();
-        let input = match build_input_with_pools(specs, &catalog, &[], "", Some(&snapshot), now_ms)
+        let input = match build_input_kept(specs, &catalog, &snapshot, now_ms, &mut self.bound_pods)
         {
             Ok(i) => i,
             Err(e) => {

@@ -2,6 +2,7 @@
 //! core's domain types.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint as K8sTaint};
@@ -284,12 +285,76 @@ fn largest_capacity(reqs: &Requirements, catalog: &[InstanceType]) -> Option<Res
 /// for namespaced kinds) and the problem.
 pub type ObjectError = (String, String);
 
-/// Existing nodes and in-flight NodeClaims of a snapshot, with their pods.
+/// Bound pods as the scheduling core sees them, kept from one conversion
+/// to the next: a pod is converted again only when it changed.
+///
+/// The pods of a cluster are shared (`Arc`) and never changed in place: a
+/// changed pod is a new allocation (the watch cache's, or the in-memory
+/// cluster's view of a new resource version). An entry is keyed by its
+/// pod's address and holds that pod, so the address cannot be reused while
+/// the entry lives: a pod at a cached address is the pod converted. Each
+/// conversion drops the entries of the pods it no longer saw.
+#[derive(Default)]
+pub struct BoundPods {
+    entries: HashMap<usize, Converted>,
+    generation: u64,
+}
+
+struct Converted {
+    pod: Arc<SlimPod>,
+    bound: Arc<BoundPod>,
+    seen: u64,
+}
+
+impl BoundPods {
+    /// `p` as a bound pod: the kept conversion when `p` is the pod it was
+    /// made from.
+    fn get(&mut self, p: &Arc<SlimPod>) -> Result<Arc<BoundPod>, ObjectError> {
+        let generation = self.generation;
+        let key = Arc::as_ptr(p) as usize;
+        if let Some(c) = self.entries.get_mut(&key) {
+            debug_assert!(Arc::ptr_eq(&c.pod, p));
+            c.seen = generation;
+            return Ok(c.bound.clone());
+        }
+        let bound = Arc::new(bound_pod(p)?);
+        self.entries.insert(
+            key,
+            Converted {
+                pod: p.clone(),
+                bound: bound.clone(),
+                seen: generation,
+            },
+        );
+        Ok(bound)
+    }
+
+    /// Ends a conversion: the pods it did not see are forgotten.
+    fn sweep(&mut self) {
+        let generation = self.generation;
+        self.entries.retain(|_, c| c.seen == generation);
+        self.generation += 1;
+    }
+
+    /// How many pods' conversions are kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no conversion is kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Existing nodes and in-flight NodeClaims of a snapshot, with their pods,
+/// converting only the bound pods `kept` does not hold already.
 pub fn existing_nodes(
     s: &Snapshot,
     catalog: &[InstanceType],
+    kept: &mut BoundPods,
 ) -> Result<Vec<ExistingNode>, ObjectError> {
-    let mut pods_by_node: HashMap<&str, Vec<BoundPod>> = HashMap::new();
+    let mut pods_by_node: HashMap<&str, Vec<Arc<BoundPod>>> = HashMap::new();
     for p in &s.pods {
         let node = p
             .spec
@@ -298,9 +363,10 @@ pub fn existing_nodes(
             .unwrap_or("");
         let done = p.is_finished();
         if !node.is_empty() && !done {
-            pods_by_node.entry(node).or_default().push(bound_pod(p)?);
+            pods_by_node.entry(node).or_default().push(kept.get(p)?);
         }
     }
+    kept.sweep();
     // A registered node's NodeClaim, by provider id: until the node is
     // initialized, its startup taints are not the node's to keep, and its
     // allocatable fills what the kubelet has not registered yet (GPUs).
@@ -496,7 +562,7 @@ mod tests {
             nodeclaims: vec![claim],
             ..Snapshot::default()
         };
-        let mut nodes = existing_nodes(&s, &[]).expect("converts");
+        let mut nodes = existing_nodes(&s, &[], &mut BoundPods::default()).expect("converts");
         assert_eq!(nodes.len(), 1, "the claim is the node's, not in flight");
         nodes.remove(0)
     }
@@ -508,6 +574,50 @@ mod tests {
         assert_eq!(keys, ["dedicated"]);
         assert_eq!(n.allocatable.get("nvidia.com/gpu"), 1);
         assert_eq!(n.allocatable.get("cpu"), 8000);
+    }
+
+    /// A bound pod is converted once: the next conversion reuses it while the
+    /// pod is the same object, converts a changed pod (a new object) again,
+    /// and forgets the pods that are gone.
+    #[test]
+    fn bound_pods_are_converted_again_only_when_they_change() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "8", "memory": "30Gi", "pods": "58"}},
+        }))
+        .expect("node");
+        let pod = |name: &str, cpu: &str| -> Arc<SlimPod> {
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata: {{name: {name}, namespace: default}}
+spec:
+  nodeName: n1
+  containers: [{{name: c, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}]"
+            )))
+        };
+        let (a, b) = (pod("a", "1"), pod("b", "1"));
+        let mut s = Snapshot {
+            nodes: vec![Arc::new(node)],
+            pods: vec![a.clone(), b.clone()],
+            ..Snapshot::default()
+        };
+        let mut kept = BoundPods::default();
+        let first = existing_nodes(&s, &[], &mut kept).expect("converts");
+        assert_eq!(kept.len(), 2);
+
+        // b changes (a new object), a does not.
+        s.pods[1] = pod("b", "2");
+        let second = existing_nodes(&s, &[], &mut kept).expect("converts");
+        let (before, after) = (&first[0].pods, &second[0].pods);
+        assert!(Arc::ptr_eq(&before[0], &after[0]), "a is reused");
+        assert!(!Arc::ptr_eq(&before[1], &after[1]));
+        assert_eq!(after[1].requests.get("cpu"), 2000, "b is converted again");
+
+        // a goes: its conversion is forgotten.
+        s.pods.remove(0);
+        let third = existing_nodes(&s, &[], &mut kept).expect("converts");
+        assert_eq!(third[0].pods.len(), 1);
+        assert_eq!(kept.len(), 1);
+        assert!(Arc::ptr_eq(&after[1], &third[0].pods[0]));
     }
 
     /// The typed conversions read every field that shapes a NodePool's

@@ -26,7 +26,8 @@ mod overlay;
 use serde_json::Value;
 
 pub use kinds::{
-    daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
+    BoundPods, daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec,
+    nodepool_spec_with_types,
 };
 pub use overlay::{apply_overlays, overlay};
 
@@ -246,6 +247,28 @@ pub fn build_input_with_pools(
     )
 }
 
+/// [`build_input_with_pools`] for a cluster's snapshot alone, converting
+/// only the bound pods `kept` does not hold already: what a controller
+/// that builds its input pass after pass calls.
+pub fn build_input_kept(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    snapshot: &Snapshot,
+    now_ms: i64,
+    kept: &mut BoundPods,
+) -> Result<SolveInput, Invalid> {
+    let origin = Origin::default();
+    build(
+        nodepools,
+        catalog,
+        &[],
+        "",
+        Some((snapshot, &origin)),
+        now_ms,
+        kept,
+    )
+}
+
 /// [`build_input_with_pools`] for a snapshot read from a file: a problem
 /// names the snapshot's file and the object's line.
 pub fn build_input_from(
@@ -255,6 +278,26 @@ pub fn build_input_from(
     pods_file: &str,
     snapshot: Option<(&Snapshot, &Origin)>,
     now_ms: i64,
+) -> Result<SolveInput, Invalid> {
+    build(
+        nodepools,
+        catalog,
+        pods,
+        pods_file,
+        snapshot,
+        now_ms,
+        &mut BoundPods::default(),
+    )
+}
+
+fn build(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    pods: &[(Pos, SlimPod)],
+    pods_file: &str,
+    snapshot: Option<(&Snapshot, &Origin)>,
+    now_ms: i64,
+    kept: &mut BoundPods,
 ) -> Result<SolveInput, Invalid> {
     let mut input = SolveInput {
         nodepools,
@@ -273,8 +316,8 @@ pub fn build_input_from(
             &s.persistent_volumes,
             &s.storage_classes,
         );
-        input.nodes =
-            existing_nodes(s, catalog).map_err(|(object, message)| invalid(object, message))?;
+        input.nodes = existing_nodes(s, catalog, kept)
+            .map_err(|(object, message)| invalid(object, message))?;
         for ds in &s.daemonsets {
             input
                 .daemonsets

@@ -2,6 +2,7 @@
 //! raises the price.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
@@ -75,14 +76,14 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
                 .with("cpu", *cpu)
                 .with("memory", 256 << 20)
                 .with("pods", 1);
-            bound.push(BoundPod {
+            bound.push(Arc::new(BoundPod {
                 namespace: "default".into(),
                 name: pod_name.clone(),
                 labels: BTreeMap::new(),
                 requests: req.clone(),
                 host_ports: Vec::new(),
                 anti_affinity: Vec::new(),
-            });
+            }));
             input.pods.push(PodSpec::new("default", &pod_name, req));
             homes.push(name.to_string());
         }
@@ -815,7 +816,7 @@ fn run_preferences(f: &Fixture, preferences: Preferences) -> Outcome {
 fn app_foo(f: &mut Fixture, edit: impl Fn(&mut PodSpec)) {
     for n in &mut f.input.nodes {
         for p in &mut n.pods {
-            p.labels.insert("app".into(), "foo".into());
+            Arc::make_mut(p).labels.insert("app".into(), "foo".into());
         }
     }
     for p in &mut f.input.pods {

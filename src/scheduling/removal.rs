@@ -220,6 +220,7 @@ mod tests {
     use crate::scheduling::types::{BoundPod, ExistingNode, NodePoolSpec, PodSpec};
     use crate::scheduling::{Preferences, solve};
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     fn catalog() -> Vec<crate::model::InstanceType> {
         crate::scheduling::tests::catalog()
@@ -251,16 +252,18 @@ mod tests {
                 .with("pods", 20),
             pods: pods
                 .iter()
-                .map(|(p, cpu)| BoundPod {
-                    namespace: "default".into(),
-                    name: p.to_string(),
-                    labels: BTreeMap::new(),
-                    requests: Resources::new()
-                        .with("cpu", *cpu)
-                        .with("memory", 1 << 30)
-                        .with("pods", 1),
-                    host_ports: Vec::new(),
-                    anti_affinity: Vec::new(),
+                .map(|(p, cpu)| {
+                    Arc::new(BoundPod {
+                        namespace: "default".into(),
+                        name: p.to_string(),
+                        labels: BTreeMap::new(),
+                        requests: Resources::new()
+                            .with("cpu", *cpu)
+                            .with("memory", 1 << 30)
+                            .with("pods", 1),
+                        host_ports: Vec::new(),
+                        anti_affinity: Vec::new(),
+                    })
                 })
                 .collect(),
             price: Some(0.2),

@@ -2,6 +2,7 @@
 //! (`plan`, `simulate`, consolidation) from Kubernetes objects.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::model::{InstanceType, LabelSelector, Requirements, Resources, Taint, Toleration};
 
@@ -168,7 +169,8 @@ pub struct ExistingNode {
     pub allocatable: Resources,
     /// Capacity, counted against NodePool limits.
     pub capacity: Resources,
-    pub pods: Vec<BoundPod>,
+    /// Shared with the conversion that keeps them ([`crate::convert::BoundPods`]).
+    pub pods: Vec<Arc<BoundPod>>,
     /// Price per hour, when known (for consolidation callers).
     pub price: Option<f64>,
 }
