@@ -38,6 +38,16 @@ pub(crate) fn pool_with_budgets(budgets: serde_json::Value) -> crate::api::NodeP
     pool
 }
 
+/// The examples repository's EC2NodeClass `default`, as committed.
+pub(crate) fn example_class() -> crate::api::EC2NodeClass {
+    from_yaml(include_str!("../examples-repo/nodeclasses/default.yaml"))
+}
+
+/// The examples repository's NodePool `general`, as committed.
+pub(crate) fn example_pool() -> crate::api::NodePool {
+    from_yaml(include_str!("../examples-repo/nodepools/general.yaml"))
+}
+
 /// A pod of one CPU and 1 GiB that kube-scheduler found no node for.
 pub(crate) fn pending_pod(name: &str) -> Pod {
     from_yaml(&format!(
@@ -79,6 +89,12 @@ impl World {
     /// The clock as the controller takes it.
     pub fn dyn_clock(&self) -> Arc<dyn Clock> {
         self.clock.clone()
+    }
+
+    /// Creates the examples repository's EC2NodeClass and NodePool.
+    pub fn create_examples(&self) {
+        self.cluster.create(example_class()).unwrap();
+        self.cluster.create(example_pool()).unwrap();
     }
 
     /// A controller with `settings` on this world.

@@ -379,10 +379,10 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+    use crate::api::NodeClaim;
     use crate::clock::ManualClock;
     use crate::controller::Settings;
-    use crate::testing::World;
+    use crate::testing::{World, example_class, example_pool};
     use crate::world::MemoryCluster;
     use crate::world::ec2::SimEc2;
 
@@ -805,17 +805,8 @@ mod tests {
     #[test]
     fn should_trigger_the_provisioner_after_a_successful_reconcile() {
         let mut e = env();
-        let yaml = |text: &str| -> Value { serde_saphyr::from_str(text).unwrap() };
-        e.cluster
-            .create(obj::<EC2NodeClass>(yaml(include_str!(
-                "../../examples-repo/nodeclasses/default.yaml"
-            ))))
-            .unwrap();
-        e.cluster
-            .create(obj::<NodePool>(yaml(include_str!(
-                "../../examples-repo/nodepools/general.yaml"
-            ))))
-            .unwrap();
+        e.cluster.create(example_class()).unwrap();
+        e.cluster.create(example_pool()).unwrap();
         e.cluster.create(template("t", "1")).unwrap();
         e.cluster
             .create(buffer(

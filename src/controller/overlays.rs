@@ -160,11 +160,11 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+    use crate::api::NodeClaim;
     use crate::clock::Clock;
     use crate::cluster::ObjectKey;
     use crate::controller::{BATCH_IDLE, Settings};
-    use crate::testing::World;
+    use crate::testing::{World, example_class, example_pool};
 
     fn obj<K: serde::de::DeserializeOwned>(v: Value) -> K {
         serde_json::from_value(v).unwrap()
@@ -192,17 +192,8 @@ mod tests {
         } = World::new();
         let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let yaml = |text: &str| -> Value { serde_saphyr::from_str(text).unwrap() };
-        cluster
-            .create(obj::<EC2NodeClass>(yaml(include_str!(
-                "../../examples-repo/nodeclasses/default.yaml"
-            ))))
-            .unwrap();
-        cluster
-            .create(obj::<NodePool>(yaml(include_str!(
-                "../../examples-repo/nodepools/general.yaml"
-            ))))
-            .unwrap();
+        cluster.create(example_class()).unwrap();
+        cluster.create(example_pool()).unwrap();
         // m7i free, so its claims come first; a second overlay of the same
         // weight on the same offerings conflicts.
         cluster

@@ -872,7 +872,7 @@ mod tests {
     use super::*;
     use crate::clock::Clock;
     use crate::controller::Settings;
-    use crate::testing::{World, from_yaml, pending_pod};
+    use crate::testing::{World, example_class, example_pool, from_yaml, pending_pod};
 
     #[test]
     fn new_nodeclaims_carry_the_drift_hashes_and_a_second_pass_does_not_solve_again() {
@@ -883,9 +883,7 @@ mod tests {
         } = World::new();
         let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let class: EC2NodeClass =
-            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
-        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
+        let (class, pool) = (example_class(), example_pool());
         let class = cluster.create(class).unwrap();
         let pool = cluster.create(pool).unwrap();
         cluster.create(pending_pod("a")).unwrap();
@@ -921,9 +919,7 @@ mod tests {
         } = World::new();
         let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let class: EC2NodeClass =
-            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
-        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
+        let (class, pool) = (example_class(), example_pool());
         cluster.create(class).unwrap();
         cluster.create(pool).unwrap();
         cluster.create(pending_pod("a")).unwrap();
@@ -984,9 +980,7 @@ mod tests {
         } = World::new();
         let rt = crate::testing::runtime();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let class: EC2NodeClass =
-            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
-        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
+        let (class, pool) = (example_class(), example_pool());
         let mut pool = serde_json::to_value(&pool).unwrap();
         pool["spec"]["template"]["spec"]["startupTaints"] = serde_json::json!([
             {"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoExecute"}

@@ -609,11 +609,7 @@ mod tests {
 
     fn runtime() -> (Runtime<MemoryCluster, SimEc2>, Arc<ManualClock>) {
         let w = World::new();
-        let class: EC2NodeClass =
-            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
-        let pool: NodePool = from_yaml(include_str!("../../examples-repo/nodepools/general.yaml"));
-        w.cluster.create(class).unwrap();
-        w.cluster.create(pool).unwrap();
+        w.create_examples();
         let clock = w.clock.clone();
         let rt = Runtime {
             clock: w.dyn_clock(),

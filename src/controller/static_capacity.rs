@@ -290,7 +290,7 @@ mod tests {
     use crate::api::common::ConditionStatus;
     use crate::clock::Timestamp;
     use crate::controller::Settings;
-    use crate::testing::{World, from_yaml};
+    use crate::testing::{World, example_class, from_yaml};
     use crate::world::MemoryCluster;
     use crate::world::ec2::SimEc2;
 
@@ -309,9 +309,7 @@ mod tests {
 
     fn env(pool: NodePool, static_capacity: bool) -> Env {
         let w = World::new();
-        let class: EC2NodeClass =
-            from_yaml(include_str!("../../examples-repo/nodeclasses/default.yaml"));
-        w.cluster.create(class).unwrap();
+        w.cluster.create(example_class()).unwrap();
         w.cluster.create(pool).unwrap();
         let controller = w.controller(Settings {
             static_capacity,
