@@ -18,7 +18,10 @@
 //! `build_input` assembles a `SolveInput`: snapshot Nodes and NodeClaims
 //! become `ExistingNode`s, and a NodePool's instance types are those its
 //! EC2NodeClass's kubelet settings give
-//! (`model::InstanceType::for_node_class`).
+//! (`model::InstanceType::for_node_class`). A controller builds one pass
+//! after pass: [`build_input_kept`] converts only the bound pods that
+//! changed since the last ([`BoundPods`]), so one replaced node does not
+//! convert every pod of the cluster again.
 
 mod kinds;
 mod overlay;
