@@ -63,11 +63,11 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 type ResponseBody = Either<Full<Bytes>, Channel<Bytes>>;
 
-/// The targets (issue 16): under 1 GiB resident, under 5% of a core idle.
-/// The binary's allocator, so the figures are the controller's.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The binary's allocator and its settings, so the figures are the binary's.
+#[path = "../src/allocator.rs"]
+mod allocator;
 
+/// The targets (issue 16): under 1 GiB resident, under 5% of a core idle.
 const RSS_TARGET_MIB: f64 = 1024.0;
 const IDLE_CPU_TARGET: f64 = 0.05;
 /// Ticks per second of `/proc/<pid>/stat`'s times (USER_HZ).

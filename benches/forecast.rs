@@ -29,9 +29,9 @@ use dovetail::simulate::scenario;
 mod cluster;
 use cluster::{CONFIG, DEPLOYMENTS, REPLICAS};
 
-/// The binary's allocator, so the figure is the command's.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The binary's allocator and its settings, so the figures are the binary's.
+#[path = "../src/allocator.rs"]
+mod allocator;
 
 const RUNS: usize = 3;
 
@@ -88,6 +88,8 @@ fn dovetail(args: &[&str]) -> (u8, String, String) {
 }
 
 fn main() {
+    // As the `simulate` and `diff --forecast` commands run.
+    allocator::keep_freed_memory();
     let tmp = tempfile::tempdir().unwrap();
     let dir = arg("--keep").map_or_else(|| tmp.path().to_path_buf(), Into::into);
     let deployments = arg("--deployments")

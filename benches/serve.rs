@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use dovetail::simulate::driver::Simulation;
 use dovetail::simulate::scenario;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The binary's allocator and its settings, so the figures are the binary's.
+#[path = "../src/allocator.rs"]
+mod allocator;
 
 #[path = "common/cluster.rs"]
 mod cluster;

@@ -20,9 +20,9 @@ use std::time::Instant;
 use dovetail::simulate::driver::Simulation;
 use dovetail::simulate::scenario;
 
-/// The binary's allocator, so the figure is the command's.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The binary's allocator and its settings, so the figures are the binary's.
+#[path = "../src/allocator.rs"]
+mod allocator;
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -102,6 +102,8 @@ fn html_outputs(report: &dovetail::simulate::report::Report, dir: &std::path::Pa
 }
 
 fn main() {
+    // As the `simulate` and `diff --forecast` commands run.
+    allocator::keep_freed_memory();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("repo")).unwrap();
     std::fs::write(dir.path().join("repo/config.yaml"), CONFIG).unwrap();

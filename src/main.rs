@@ -1,9 +1,11 @@
-/// The allocator: glibc's fragments under a controller's pattern of
-/// long-lived caches among short-lived per-pass data; see the README's
-/// dependency notes.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use clap::Parser;
+
+mod allocator;
 
 fn main() -> std::process::ExitCode {
-    dovetail::cli::main()
+    let cli = dovetail::cli::args::Cli::parse();
+    if !cli.command.runs_until_stopped() {
+        allocator::keep_freed_memory();
+    }
+    dovetail::cli::run_main(cli)
 }

@@ -50,6 +50,18 @@ pub enum Command {
     Controller(Box<ControllerArgs>),
 }
 
+impl Command {
+    /// Whether the command runs until it is stopped (the controller, a
+    /// served cluster) rather than finishing its work and exiting.
+    pub fn runs_until_stopped(&self) -> bool {
+        match self {
+            Command::Controller(_) => true,
+            Command::Simulate(a) => a.serve.is_some(),
+            _ => false,
+        }
+    }
+}
+
 /// Where the configuration is read from.
 #[derive(Debug, Clone, Args)]
 pub struct RepoArgs {

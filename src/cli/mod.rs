@@ -111,8 +111,8 @@ fn with_causes(err: &dyn std::error::Error) -> String {
     msg
 }
 
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// The command line parsed: runs it with the process's terminal.
+pub fn run_main(cli: Cli) -> ExitCode {
     match &cli.command {
         Command::Controller(a) => log::init(
             &a.log_level,
