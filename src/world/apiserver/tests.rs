@@ -1285,6 +1285,53 @@ fn pods_read_through_the_slim_view_follow_their_changes() {
     assert!(c.get_opt::<Pod>(&key("web", "b")).is_some());
 }
 
+/// The pod views follow the watch log: through creates, binds, status
+/// writes, graceful and immediate deletes, each call's views are the
+/// projections of the pods as they are, and a pod no event touched keeps its
+/// projection. When the log has been compacted past the last call, the
+/// views are compared again with every pod.
+#[test]
+fn pod_views_follow_the_watch_log_and_its_compaction() {
+    let (c, _) = cluster();
+    let fresh = |c: &MemoryCluster| -> Vec<crate::api::SlimPod> {
+        c.list::<Pod>(None, &Selector::everything())
+            .items
+            .iter()
+            .map(|p| crate::api::SlimPod::from(&**p))
+            .collect()
+    };
+    let same = |c: &MemoryCluster| {
+        let views: Vec<crate::api::SlimPod> = c.pod_views().iter().map(|v| (**v).clone()).collect();
+        assert_eq!(views, fresh(c));
+    };
+    for name in ["a", "b", "c", "d"] {
+        c.create(pod("web", name, "web")).unwrap();
+    }
+    same(&c);
+    let before = c.pod_views();
+    c.bind("web", "b", "n1").unwrap();
+    c.update_status_with::<Pod>(&key("web", "b"), |p| {
+        p.status = Some(from_json(json!({"phase": "Running"})));
+    })
+    .unwrap();
+    c.delete_with::<Pod>(&key("web", "c"), &DeleteParams::with_grace_period(30))
+        .unwrap();
+    c.delete_with::<Pod>(&key("web", "d"), &DeleteParams::with_grace_period(0))
+        .unwrap();
+    c.create(pod("app", "z", "app")).unwrap();
+    same(&c);
+    let after = c.pod_views();
+    assert!(Arc::ptr_eq(&before[0], &after[1]), "web/a is untouched");
+
+    // Compacted past the last call: every pod is compared.
+    c.set_watch_log_capacity(1);
+    c.bind("web", "a", "n2").unwrap();
+    c.delete_with::<Pod>(&key("app", "z"), &DeleteParams::with_grace_period(0))
+        .unwrap();
+    c.create(pod("web", "e", "web")).unwrap();
+    same(&c);
+}
+
 // --- graceful deletion, propagation, dry runs ------------------------------
 
 /// A running, ready pod bound to `node`, with its own grace period if

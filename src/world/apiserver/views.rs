@@ -12,21 +12,58 @@
 //! the Pod.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::MemoryCluster;
 use crate::api::SlimPod;
-use crate::cluster::{Object, ObjectKey, Selector};
+use crate::cluster::{EventType, Object, ObjectKey, WatchEvent};
 
-/// The projections of the pods at one revision of the kind.
+/// The projections of the pods at one revision of the kind, ordered by
+/// namespace and name.
 #[derive(Default)]
 pub(super) struct PodViews {
     revision: Option<u64>,
     list: Vec<Arc<SlimPod>>,
-    by_key: HashMap<ObjectKey, Arc<SlimPod>>,
+    by_key: BTreeMap<ObjectKey, Arc<SlimPod>>,
+}
+
+impl PodViews {
+    /// Brings the views to the pods as `events` leave them: each pod's
+    /// last event.
+    fn apply(&mut self, events: &[WatchEvent<Pod>]) {
+        let mut seen: HashSet<ObjectKey> = HashSet::new();
+        for e in events.iter().rev() {
+            let key = ObjectKey::of(&*e.object);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.insert(key.clone());
+            match e.event_type {
+                EventType::Deleted => {
+                    self.by_key.remove(&key);
+                }
+                EventType::Added | EventType::Modified => {
+                    self.by_key.insert(key, Arc::new(SlimPod::from(&*e.object)));
+                }
+            }
+        }
+    }
+
+    /// The views of `pods`, the kept one for each pod still at its version.
+    fn rebuild<'a>(&mut self, pods: impl Iterator<Item = &'a Arc<Pod>>) {
+        let mut old = std::mem::take(&mut self.by_key);
+        for p in pods {
+            let key = ObjectKey::of(&**p);
+            let view = match old.remove(&key) {
+                Some(v) if same_version(&v, p) => v,
+                _ => Arc::new(SlimPod::from(&**p)),
+            };
+            self.by_key.insert(key, view);
+        }
+    }
 }
 
 /// Whether `K` is the pod view, which the in-memory cluster projects.
@@ -47,33 +84,27 @@ fn same_version(a: &SlimPod, b: &Pod) -> bool {
 }
 
 impl MemoryCluster {
-    /// Every pod as a [`SlimPod`], ordered by namespace and name.
+    /// Every pod as a [`SlimPod`], ordered by namespace and name. The
+    /// views follow the kind's watch log: only the pods written since the
+    /// last call are projected again (all are compared when the log was
+    /// compacted past it).
     pub fn pod_views(&self) -> Vec<Arc<SlimPod>> {
-        let revision = self.kind_revision::<Pod>();
+        let state = self.read();
+        let Some(store) = state.store::<Pod>() else {
+            return Vec::new();
+        };
+        let revision = *store.subscribe().borrow();
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
         if views.revision == Some(revision) {
             return views.list.clone();
         }
-        let pods = self.list::<Pod>(None, &Selector::everything()).items;
-        let mut by_key = HashMap::with_capacity(pods.len());
-        let list: Vec<Arc<SlimPod>> = pods
-            .iter()
-            .map(|p| {
-                let key = ObjectKey::of(&**p);
-                let view = match views.by_key.remove(&key) {
-                    Some(v) if same_version(&v, p) => v,
-                    _ => Arc::new(SlimPod::from(&**p)),
-                };
-                by_key.insert(key, view.clone());
-                view
-            })
-            .collect();
-        *views = PodViews {
-            revision: Some(revision),
-            list: list.clone(),
-            by_key,
-        };
-        list
+        match views.revision.map(|r| store.events_after(r)) {
+            Some(Ok(events)) => views.apply(&events),
+            _ => views.rebuild(store.objects.values()),
+        }
+        views.revision = Some(revision);
+        views.list = views.by_key.values().cloned().collect();
+        views.list.clone()
     }
 
     /// One pod as a [`SlimPod`].
