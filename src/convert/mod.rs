@@ -172,7 +172,15 @@ pub fn build_input(
     now_ms: i64,
 ) -> Result<SolveInput, Invalid> {
     let nodepools = nodepool_specs(config, catalog)?;
-    build_input_from(nodepools, catalog, pods, pods_file, snapshot, now_ms)
+    build_input_from(
+        nodepools,
+        catalog,
+        pods,
+        pods_file,
+        snapshot,
+        now_ms,
+        &mut BoundPods::default(),
+    )
 }
 
 /// The core's NodePools from the repository's documents and a catalog,
@@ -247,6 +255,7 @@ pub fn build_input_with_pools(
         pods_file,
         snapshot.map(|s| (s, &origin)),
         now_ms,
+        &mut BoundPods::default(),
     )
 }
 
@@ -261,7 +270,7 @@ pub fn build_input_kept(
     kept: &mut BoundPods,
 ) -> Result<SolveInput, Invalid> {
     let origin = Origin::default();
-    build(
+    build_input_from(
         nodepools,
         catalog,
         &[],
@@ -273,27 +282,9 @@ pub fn build_input_kept(
 }
 
 /// [`build_input_with_pools`] for a snapshot read from a file: a problem
-/// names the snapshot's file and the object's line.
+/// names the snapshot's file and the object's line. `kept` holds the bound
+/// pods converted before (a one-shot caller passes an empty one).
 pub fn build_input_from(
-    nodepools: Vec<NodePoolSpec>,
-    catalog: &[InstanceType],
-    pods: &[(Pos, SlimPod)],
-    pods_file: &str,
-    snapshot: Option<(&Snapshot, &Origin)>,
-    now_ms: i64,
-) -> Result<SolveInput, Invalid> {
-    build(
-        nodepools,
-        catalog,
-        pods,
-        pods_file,
-        snapshot,
-        now_ms,
-        &mut BoundPods::default(),
-    )
-}
-
-fn build(
     nodepools: Vec<NodePoolSpec>,
     catalog: &[InstanceType],
     pods: &[(Pos, SlimPod)],
