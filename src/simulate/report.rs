@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
@@ -579,6 +580,9 @@ pub struct Recorder {
     /// By instance id.
     nodes: BTreeMap<String, NodeRecord>,
     pod_version: u64,
+    /// The Node revision and the instances the node records were last
+    /// brought up to: nothing to do until either changes.
+    nodes_seen: Option<(u64, Arc<Vec<Instance>>)>,
     evictions: usize,
     decisions: Vec<DecisionRecord>,
     fleet: Vec<FleetPoint>,
@@ -609,6 +613,7 @@ impl Recorder {
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
             pod_version: 0,
+            nodes_seen: None,
             evictions: 0,
             decisions: Vec::new(),
             fleet: Vec::new(),
@@ -843,7 +848,12 @@ impl Recorder {
     }
 
     /// Follows pods through the watch log and instances through the cloud.
-    pub fn observe(&mut self, cluster: &MemoryCluster, instances: &[Instance], now: Timestamp) {
+    pub fn observe(
+        &mut self,
+        cluster: &MemoryCluster,
+        instances: &Arc<Vec<Instance>>,
+        now: Timestamp,
+    ) {
         match cluster.watch_from::<Pod>(self.pod_version) {
             Ok(events) => {
                 for e in events {
@@ -877,6 +887,25 @@ impl Recorder {
                 }
             }
         }
+        self.observe_nodes(cluster, instances, now);
+    }
+
+    /// Brings the node records up to the instances and their Nodes.
+    fn observe_nodes(
+        &mut self,
+        cluster: &MemoryCluster,
+        instances: &Arc<Vec<Instance>>,
+        now: Timestamp,
+    ) {
+        let revision = cluster.kind_revision::<Node>();
+        if self
+            .nodes_seen
+            .as_ref()
+            .is_some_and(|(r, seen)| *r == revision && Arc::ptr_eq(seen, instances))
+        {
+            return;
+        }
+        self.nodes_seen = Some((revision, instances.clone()));
         let node_names: BTreeMap<String, String> = cluster
             .list::<Node>(None, &Selector::everything())
             .items
@@ -893,7 +922,7 @@ impl Recorder {
             .filter(|i| i.state != InstanceState::Terminated)
             .map(|i| i.id.as_str())
             .collect();
-        for i in instances {
+        for i in instances.iter() {
             let rec = self
                 .nodes
                 .entry(i.id.clone())
@@ -1477,9 +1506,9 @@ mod tests {
         for name in ["a", "b"] {
             cluster.create(pod(name, "Deployment", Some("n"))).unwrap();
         }
-        r.observe(&cluster, &[], t(0));
+        r.observe(&cluster, &Arc::default(), t(0));
         cluster.delete::<Pod>(&ObjectKey::new("shop", "a")).unwrap();
-        r.observe(&cluster, &[], t(0));
+        r.observe(&cluster, &Arc::default(), t(0));
         clock.set(t(30)).unwrap();
         cluster
             .delete_with::<Pod>(
@@ -1487,7 +1516,7 @@ mod tests {
                 &DeleteParams::with_grace_period(0),
             )
             .unwrap();
-        r.observe(&cluster, &[], t(30));
+        r.observe(&cluster, &Arc::default(), t(30));
         assert_eq!(r.pods["shop/a"].deleted, Some(t(30)));
 
         // Enough changes to compact the log past what the recorder saw.
@@ -1507,7 +1536,7 @@ mod tests {
             cluster.watch_from::<Pod>(r.pod_version).is_err(),
             "compacted: the recorder relists"
         );
-        r.observe(&cluster, &[], t(40));
+        r.observe(&cluster, &Arc::default(), t(40));
         assert_eq!(r.pods["shop/b"].deleted, Some(t(40)));
         assert_eq!(r.pods["shop/a"].deleted, Some(t(30)));
         assert_eq!(r.pods["shop/c5"].deleted, None);
