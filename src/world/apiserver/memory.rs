@@ -13,6 +13,7 @@ use super::pdb::{self, ALWAYS_ALLOW, BudgetPods};
 use super::seam::{Access, Fault, Seam};
 use super::store::Gc;
 use super::store::State;
+use crate::api::SlimPod;
 use crate::clock::{Clock, Timestamp, truncate_to_second};
 use crate::cluster::ApplyParams;
 use crate::cluster::{
@@ -197,6 +198,26 @@ impl MemoryCluster {
     /// Reads one object, `None` if it does not exist.
     pub fn get_opt<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
         self.read().store::<K>()?.objects.get(key).cloned()
+    }
+
+    /// Every pod as a [`SlimPod`], ordered by namespace and name: the
+    /// projections [`super::views`] keeps, brought up to the watch log.
+    pub fn pod_views(&self) -> Vec<Arc<SlimPod>> {
+        let state = self.read();
+        let Some(store) = state.store::<Pod>() else {
+            return Vec::new();
+        };
+        self.views
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .follow(store)
+    }
+
+    /// One pod as a [`SlimPod`].
+    pub fn pod_view(&self, key: &ObjectKey) -> Option<Arc<SlimPod>> {
+        let pod = self.get_opt::<Pod>(key)?;
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(views.view_of(key, &pod))
     }
 
     /// Lists the objects of a kind whose labels match `selector`, in one

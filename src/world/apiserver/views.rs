@@ -1,11 +1,12 @@
 //! The in-memory cluster's [`SlimPod`] view of its pods.
 //!
 //! The controller reads pods as [`SlimPod`]s (the in-cluster cache stores
-//! nothing else); [`MemoryCluster`] stores whole pods, as an API server
-//! does, and answers `Cluster::list::<SlimPod>` with their projections.
-//! A projection is made once per pod and resource version and reused
-//! until the pod changes, so a pass that lists every pod converts only the
-//! pods that changed since the last.
+//! nothing else); [`super::MemoryCluster`] stores whole pods, as an API
+//! server does, and answers `Cluster::list::<SlimPod>` with their
+//! projections. A projection is made once per pod and resource version and
+//! reused until the pod changes; the kept views follow the kind's watch
+//! log, so a pass that lists every pod touches only the pods written since
+//! the last.
 //!
 //! Deleting a `SlimPod` through the `Cluster` trait deletes the pod (and
 //! answers with its view); every other write of a `SlimPod` is refused: write
@@ -13,11 +14,11 @@
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::MemoryCluster;
+use super::store::KindStore;
 use crate::api::SlimPod;
 use crate::cluster::{EventType, Object, ObjectKey, WatchEvent};
 
@@ -31,6 +32,32 @@ pub(super) struct PodViews {
 }
 
 impl PodViews {
+    /// Every pod of `store` as a [`SlimPod`], ordered by namespace and
+    /// name. The views follow the kind's watch log: only the pods written
+    /// since the last call are projected again (all are compared when the
+    /// log was compacted past it).
+    pub(super) fn follow(&mut self, store: &KindStore<Pod>) -> Vec<Arc<SlimPod>> {
+        let revision = *store.subscribe().borrow();
+        if self.revision == Some(revision) {
+            return self.list.clone();
+        }
+        match self.revision.map(|r| store.events_after(r)) {
+            Some(Ok(events)) => self.apply(&events),
+            _ => self.rebuild(store.objects.values()),
+        }
+        self.revision = Some(revision);
+        self.list = self.by_key.values().cloned().collect();
+        self.list.clone()
+    }
+
+    /// `pod`'s view: the kept one while the pod is at its version.
+    pub(super) fn view_of(&self, key: &ObjectKey, pod: &Pod) -> Arc<SlimPod> {
+        match self.by_key.get(key) {
+            Some(v) if same_version(v, pod) => v.clone(),
+            _ => Arc::new(SlimPod::from(pod)),
+        }
+    }
+
     /// Brings the views to the pods as `events` leave them: each pod's
     /// last event.
     fn apply(&mut self, events: &[WatchEvent<Pod>]) {
@@ -81,41 +108,6 @@ pub(super) fn cast<T: Any, U: Any>(value: U) -> Option<T> {
 fn same_version(a: &SlimPod, b: &Pod) -> bool {
     a.metadata.resource_version.is_some()
         && a.metadata.resource_version == b.metadata.resource_version
-}
-
-impl MemoryCluster {
-    /// Every pod as a [`SlimPod`], ordered by namespace and name. The
-    /// views follow the kind's watch log: only the pods written since the
-    /// last call are projected again (all are compared when the log was
-    /// compacted past it).
-    pub fn pod_views(&self) -> Vec<Arc<SlimPod>> {
-        let state = self.read();
-        let Some(store) = state.store::<Pod>() else {
-            return Vec::new();
-        };
-        let revision = *store.subscribe().borrow();
-        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        if views.revision == Some(revision) {
-            return views.list.clone();
-        }
-        match views.revision.map(|r| store.events_after(r)) {
-            Some(Ok(events)) => views.apply(&events),
-            _ => views.rebuild(store.objects.values()),
-        }
-        views.revision = Some(revision);
-        views.list = views.by_key.values().cloned().collect();
-        views.list.clone()
-    }
-
-    /// One pod as a [`SlimPod`].
-    pub fn pod_view(&self, key: &ObjectKey) -> Option<Arc<SlimPod>> {
-        let pod = self.get_opt::<Pod>(key)?;
-        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        match views.by_key.get(key) {
-            Some(v) if same_version(v, &pod) => Some(v.clone()),
-            _ => Some(Arc::new(SlimPod::from(&*pod))),
-        }
-    }
 }
 
 pub(super) type SharedViews = Arc<Mutex<PodViews>>;
