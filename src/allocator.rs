@@ -17,9 +17,9 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// it back to the OS a second after (mimalloc's default). A batch command
 /// (`simulate`, `diff --forecast`, `plan`) builds and drops the same few
 /// hundred MiB of per-pass data again and again; given back, each pass
-/// faulted it in again, zeroed: 245,000 page faults and 3 s of system time
-/// in the 24-hour benchmark, against 1,850 kept. The peak is the same, and
-/// the process exits. A command that runs until stopped keeps the default,
+/// faulted it in again, zeroed: 213,000 to 243,000 page faults and 1 to 3 s
+/// more system time in the 24-hour benchmark than with it kept (1,850
+/// faults). The peak is the same, and the process exits. A command that runs until stopped keeps the default,
 /// so its resident memory falls back after a burst.
 #[allow(dead_code)] // the benchmarks that run until stopped do not call it
 pub fn keep_freed_memory() {
