@@ -64,10 +64,9 @@ impl PodViews {
         let mut seen: HashSet<ObjectKey> = HashSet::new();
         for e in events.iter().rev() {
             let key = ObjectKey::of(&*e.object);
-            if seen.contains(&key) {
+            if !seen.insert(key.clone()) {
                 continue;
             }
-            seen.insert(key.clone());
             match e.event_type {
                 EventType::Deleted => {
                     self.by_key.remove(&key);
