@@ -130,7 +130,7 @@ fn cluster(
                 Arc::new(BoundPod {
                     namespace: p.namespace.clone(),
                     name: p.name.clone(),
-                    labels: p.labels.clone(),
+                    labels: p.labels.as_ref().clone(),
                     requests: p.requests.clone(),
                     host_ports: Vec::new(),
                     anti_affinity: p.anti_affinity.clone(),
@@ -188,7 +188,7 @@ fn pod(name: String, app: &str, cpu_m: i64, mem_mi: i64) -> PodSpec {
             .with("memory", mem_mi << 20)
             .with("pods", 1),
     );
-    p.labels.insert("app".into(), app.into());
+    std::sync::Arc::make_mut(&mut p.labels).insert("app".into(), app.into());
     p
 }
 

@@ -173,7 +173,7 @@ fn pods(n: usize) -> Vec<PodSpec> {
             "",
             Resources::new().with("cpu", cpu).with("memory", mem),
         );
-        template.labels.insert("app".into(), app.clone());
+        std::sync::Arc::make_mut(&mut template.labels).insert("app".into(), app.clone());
         let term = PodAffinityTerm {
             selector: selector(&app),
             namespaces: Namespaces::Names([ns.clone()].into_iter().collect()),

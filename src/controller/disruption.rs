@@ -73,7 +73,7 @@ use crate::disruption::pods::{
 use crate::disruption::{self, Candidate, Command, Options, Pass, Reason};
 use crate::drift::{self, DriftReason, NodeView};
 use crate::model::InstanceType;
-use crate::scheduling::pod::{VolumeIndex, pod_spec};
+use crate::scheduling::pod::VolumeIndex;
 use crate::scheduling::removal::Removals;
 use crate::scheduling::{NodePoolSpec, SolveOptions};
 
@@ -1177,7 +1177,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     .filter(|p| is_movable(p))
                     .chain(own_virtual)
                 {
-                    match pod_spec(p, &volumes, now_ms) {
+                    match self.pod_specs.get(p, &volumes, now_ms) {
                         Ok(spec) => {
                             input.pods.push(spec);
                             homes.push(c.node.clone());

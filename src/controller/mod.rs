@@ -269,6 +269,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// built (disruption's and the provisioner's): the next converts only
     /// the pods that changed.
     bound_pods: crate::convert::BoundPods,
+    /// The pods that need a place as the scheduling core saw them
+    /// (the workload's lower bound, the pods of disruption candidates).
+    pod_specs: crate::convert::PodSpecs,
     /// When garbage collection of orphaned instances is next due.
     gc_due: Option<Timestamp>,
     /// Drains in progress, by NodeClaim (for `karpenter_nodes_drained_total`).
@@ -351,6 +354,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             batch: Batch::default(),
             disruption: DisruptionState::default(),
             bound_pods: Default::default(),
+            pod_specs: Default::default(),
             drains: std::collections::HashSet::new(),
             volume_waits: std::collections::HashMap::new(),
             evictions: Arc::default(),

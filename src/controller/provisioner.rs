@@ -42,7 +42,7 @@ use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
 use crate::convert::{build_input_kept, build_input_with_pools, nodepool_spec_with_types};
 use crate::model::InstanceType;
-use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_spec};
+use crate::scheduling::pod::{VolumeIndex, is_provisionable};
 use crate::scheduling::{NodePoolSpec, SolveOptions, solve};
 use crate::snapshot::Snapshot;
 
@@ -656,7 +656,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .chain(self.buffers.pods.iter())
             .filter(|p| !p.is_finished() && p.metadata.deletion_timestamp.is_none())
             .filter(|p| !p.is_daemon())
-            .filter_map(|p| pod_spec(p, &volumes, now_ms).ok())
+            .filter_map(|p| self.pod_specs.get(p, &volumes, now_ms).ok())
             .collect();
         let result = solve(
             &input,

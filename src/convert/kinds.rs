@@ -15,7 +15,8 @@ use crate::model::quantity::parse_quantity;
 use crate::model::{
     Effect, InstanceType, KubeletSettings, Requirement, Requirements, Resources, Taint,
 };
-use crate::scheduling::pod::{VolumeIndex, pod_spec};
+use crate::scheduling::PodSpec;
+use crate::scheduling::pod::{PodError, VolumeIndex, pod_spec};
 use crate::scheduling::{BoundPod, DaemonSetSpec, ExistingNode, NodePoolSpec};
 use crate::snapshot::Snapshot;
 
@@ -257,7 +258,7 @@ fn bound_pod(p: &SlimPod) -> Result<BoundPod, ObjectError> {
     Ok(BoundPod {
         namespace: spec.namespace,
         name: spec.name,
-        labels: spec.labels,
+        labels: Arc::unwrap_or_clone(spec.labels),
         requests: spec.requests,
         host_ports: spec.host_ports,
         anti_affinity: spec.anti_affinity,
@@ -334,6 +335,67 @@ impl BoundPods {
         let generation = self.generation;
         self.entries.retain(|_, c| c.seen == generation);
         self.generation += 1;
+    }
+
+    /// How many pods' conversions are kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no conversion is kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Pods as the scheduling core sees them when they need a place (the
+/// workload's lower bound, the pods of disruption candidates), kept from
+/// one pass to the next as [`BoundPods`] keeps bound pods: keyed by the
+/// pod's address, holding the pod, so a cached address is the pod
+/// converted. A pod whose conversion reads more than the pod itself (its
+/// volumes' claims, or the clock for a pod without a creation time) is
+/// converted at every call.
+///
+/// The users convert different subsets of the pods, so no call can tell
+/// which pods are gone; entries are dropped instead once the cache holds
+/// the last reference to their pod (the cluster replaced or deleted it),
+/// in a sweep each time the cache has doubled since the last.
+#[derive(Default)]
+pub struct PodSpecs {
+    entries: HashMap<usize, (Arc<SlimPod>, PodSpec)>,
+    sweep_at: usize,
+}
+
+impl PodSpecs {
+    /// `p` as a pod that needs a place, with `volumes` giving its volumes'
+    /// zones and `now_ms` its creation time if it has none.
+    pub fn get(
+        &mut self,
+        p: &Arc<SlimPod>,
+        volumes: &VolumeIndex,
+        now_ms: i64,
+    ) -> Result<PodSpec, PodError> {
+        let reads_more = p.metadata.creation_timestamp.is_none()
+            || p.spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .is_some_and(|v| !v.is_empty());
+        if reads_more {
+            return pod_spec(p, volumes, now_ms);
+        }
+        let key = Arc::as_ptr(p) as usize;
+        if let Some((pod, spec)) = self.entries.get(&key) {
+            debug_assert!(Arc::ptr_eq(pod, p));
+            return Ok(spec.clone());
+        }
+        let spec = pod_spec(p, volumes, now_ms)?;
+        if self.entries.len() >= self.sweep_at {
+            self.entries
+                .retain(|_, (pod, _)| Arc::strong_count(pod) > 1);
+            self.sweep_at = (2 * self.entries.len()).max(1024);
+        }
+        self.entries.insert(key, (p.clone(), spec.clone()));
+        Ok(spec)
     }
 
     /// How many pods' conversions are kept.
@@ -618,6 +680,48 @@ spec:
         assert_eq!(third[0].pods.len(), 1);
         assert_eq!(kept.len(), 1);
         assert!(Arc::ptr_eq(&after[1], &third[0].pods[0]));
+    }
+
+    /// A pod that needs a place is converted once while it is the same
+    /// object; a pod with volumes is converted at every call (its claims
+    /// may have changed); the conversion of a pod the cluster no longer
+    /// holds is dropped at the next sweep.
+    #[test]
+    fn pod_specs_are_kept_while_the_pod_is_the_same_object() {
+        let pod = |name: &str, extra: &str| -> Arc<SlimPod> {
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata: {{name: {name}, namespace: default, creationTimestamp: \"2026-01-01T00:00:00Z\", labels: {{app: a}}}}
+spec:
+  containers: [{{name: c, resources: {{requests: {{cpu: \"1\"}}}}}}]{extra}"
+            )))
+        };
+        let volumes = VolumeIndex::default();
+        let mut kept = PodSpecs::default();
+        let a = pod("a", "");
+        let first = kept.get(&a, &volumes, 0).expect("converts");
+        let again = kept.get(&a, &volumes, 0).expect("converts");
+        assert_eq!(first, again);
+        assert!(Arc::ptr_eq(&first.labels, &again.labels), "a is kept");
+        assert_eq!(kept.len(), 1);
+
+        let with_claim = pod(
+            "b",
+            "\n  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]",
+        );
+        let b1 = kept.get(&with_claim, &volumes, 0).expect("converts");
+        let b2 = kept.get(&with_claim, &volumes, 0).expect("converts");
+        assert!(!Arc::ptr_eq(&b1.labels, &b2.labels), "b is converted again");
+        assert_eq!(kept.len(), 1, "b is not kept");
+
+        // Enough pods to sweep, none of them held elsewhere: the sweep
+        // keeps only `a`, which the test still holds.
+        for i in 0..1100 {
+            kept.get(&pod(&format!("p{i}"), ""), &volumes, 0)
+                .expect("converts");
+        }
+        assert!(kept.len() < 1100, "swept: {}", kept.len());
+        let a_again = kept.get(&a, &volumes, 0).expect("converts");
+        assert!(Arc::ptr_eq(&first.labels, &a_again.labels), "a survives");
     }
 
     /// The typed conversions read every field that shapes a NodePool's

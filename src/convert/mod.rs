@@ -29,7 +29,7 @@ mod overlay;
 use serde_json::Value;
 
 pub use kinds::{
-    BoundPods, daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec,
+    BoundPods, PodSpecs, daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec,
     nodepool_spec_with_types,
 };
 pub use overlay::{apply_overlays, overlay};

@@ -820,7 +820,7 @@ fn app_foo(f: &mut Fixture, edit: impl Fn(&mut PodSpec)) {
         }
     }
     for p in &mut f.input.pods {
-        p.labels.insert("app".into(), "foo".into());
+        Arc::make_mut(&mut p.labels).insert("app".into(), "foo".into());
         edit(p);
     }
 }

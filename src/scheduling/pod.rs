@@ -5,6 +5,7 @@
 //! reject; snapshot and `plan` files report them as diagnostics.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, PodAffinityTerm as K8sTerm,
@@ -365,7 +366,7 @@ pub fn pod_spec(pod: &SlimPod, volumes: &VolumeIndex, now_ms: i64) -> Result<Pod
     };
     let requests = pod_requests(pod).map_err(err)?;
     let mut out = PodSpec::new(&ns, &name, requests);
-    out.labels = pod.metadata.labels.clone().unwrap_or_default();
+    out.labels = Arc::new(pod.metadata.labels.clone().unwrap_or_default());
     out.created_ms = pod
         .metadata
         .creation_timestamp

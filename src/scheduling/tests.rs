@@ -91,7 +91,7 @@ fn pod(name: &str, cpu_m: i64, mem_mi: i64) -> PodSpec {
 }
 
 fn labelled(mut p: PodSpec, k: &str, v: &str) -> PodSpec {
-    p.labels.insert(k.into(), v.into());
+    std::sync::Arc::make_mut(&mut p.labels).insert(k.into(), v.into());
     p
 }
 

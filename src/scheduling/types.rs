@@ -11,7 +11,9 @@ use crate::model::{InstanceType, LabelSelector, Requirements, Resources, Taint, 
 pub struct PodSpec {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    /// Shared: a pod's conversion is kept and copied pass after pass
+    /// ([`crate::convert::PodSpecs`]).
+    pub labels: Arc<BTreeMap<String, String>>,
     /// Creation time in milliseconds since the epoch.
     pub created_ms: i64,
     /// Effective requests, including the `pods` slot.
@@ -46,7 +48,7 @@ impl PodSpec {
         PodSpec {
             namespace: namespace.to_string(),
             name: name.to_string(),
-            labels: BTreeMap::new(),
+            labels: Arc::default(),
             created_ms: 0,
             requests,
             node_selector: Requirements::new(),

@@ -465,7 +465,7 @@ impl Shape {
     fn of(spec: &PodSpec) -> Self {
         Shape {
             namespace: spec.namespace.clone(),
-            labels: spec.labels.clone(),
+            labels: spec.labels.as_ref().clone(),
             requests: spec.requests.clone(),
             statics: StaticKey::of(spec),
             host_ports: spec.host_ports.clone(),
