@@ -30,6 +30,10 @@
 //!   `simulate.dovetail.dev/duration` annotation (default 10m).
 //!
 //! Everything is processed in name order, so a sync is deterministic.
+//! Like the real kubelets' informers, the kubelets follow the watch log:
+//! a sync looks only at the pods that changed, the pods of the nodes that
+//! changed and the pods whose time has come (a grace period or a Job pod's
+//! run ending), and does exactly what looking at every pod would.
 //!
 //! # Simplifications
 //! - Heartbeats are not renewed: a Node's `lastHeartbeatTime` is its
@@ -40,7 +44,7 @@
 //!   DaemonSet no longer matches are kept.
 //! - Containers have no statuses; only the pod's phase and conditions move.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,13 +145,8 @@ impl KubeletReport {
 #[derive(Debug, Clone)]
 pub struct Kubelet {
     launch_delay: Duration,
-    /// The cluster's resourceVersion after a pass that left no Job pod
-    /// running: until something changes, the pods need nothing (but the
-    /// next end of a grace period).
-    quiet: Cell<Option<u64>>,
-    /// The earliest end of a grace period of a pod the kubelets are
-    /// stopping, as the last sync saw them.
-    next_stop: Cell<Option<Timestamp>>,
+    /// What the kubelets know of the pods between syncs.
+    watch: RefCell<PodWatch>,
     /// The kubelets' version (`nodeInfo.kubeletVersion`), from the
     /// cluster's Kubernetes version.
     kubelet_version: String,
@@ -182,8 +181,7 @@ impl Kubelet {
     pub fn new(launch_delay: Duration) -> Self {
         Kubelet {
             launch_delay,
-            quiet: Cell::new(None),
-            next_stop: Cell::new(None),
+            watch: RefCell::default(),
             kubelet_version: "v1.33.0".to_string(),
             node_gone_after: None,
         }
@@ -192,7 +190,7 @@ impl Kubelet {
     /// When the next terminating pod's grace period ends (its kubelet then
     /// deletes it), as the last [`Kubelet::sync`] saw the pods.
     pub fn next_stop(&self) -> Option<Timestamp> {
-        self.next_stop.get()
+        self.watch.borrow().stops.first().map(|(t, _)| *t)
     }
 
     /// When the node of `instance` registers: `launched_at` plus the launch
@@ -229,105 +227,25 @@ impl Kubelet {
             &mut report,
             self.node_gone_after.map(|after| (after, now)),
         );
-        if self.quiet.get() == Some(cluster.resource_version())
-            && self.next_stop.get().is_none_or(|t| t > now)
-        {
-            return report;
-        }
-        let mut next_stop: Option<Timestamp> = None;
-        let mut jobs_running = false;
-        let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
+        let mut watch = self.watch.borrow_mut();
+        let pods = watch.catch_up(cluster, now);
         let by_name: HashMap<&str, &Arc<Node>> =
             nodes.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut jobs = JobDurations::default();
-        let mut daemon_pods: HashSet<(&str, &str)> = HashSet::new();
         for pod in &pods {
-            let key = || ObjectKey::of(pod.as_ref());
-            if let Some(uid) = controller_of_kind(pod, "DaemonSet").map(|r| r.uid.as_str())
-                && let Some(node) = node_name(pod)
-            {
-                daemon_pods.insert((uid, node));
-            }
-            let Some(node_name) = node_name(pod) else {
-                continue;
-            };
-            // A pod already deleted with a grace period of 0 waits for its
-            // finalizers alone.
-            let forced = pod.metadata.deletion_grace_period_seconds == Some(0);
-            let Some(node) = by_name.get(node_name) else {
-                if pod.metadata.deletion_timestamp.is_some() && forced {
-                    continue;
+            match pod_action(cluster, pod, &by_name, now, &mut jobs, &mut report) {
+                Ok(Some(due)) => watch.due(due, pod),
+                Ok(None) => {}
+                Err(()) => {
+                    watch.retry.insert(ObjectKey::of(pod.as_ref()));
                 }
-                let key = key();
-                match cluster.delete_with::<Pod>(&key, &DeleteParams::with_grace_period(0)) {
-                    Ok(_) => report.orphans_deleted.push(key.to_string()),
-                    Err(e) => report.errors.push((key.to_string(), e.to_string())),
-                }
-                continue;
-            };
-            if let Some(deleted) = &pod.metadata.deletion_timestamp {
-                if forced || !kubelet_runs(node) {
-                    continue;
-                }
-                let key = key();
-                if deleted.0 <= now {
-                    match cluster.delete_with::<Pod>(&key, &DeleteParams::with_grace_period(0)) {
-                        Ok(_) => report.stopped.push(key.to_string()),
-                        Err(e) if e.is_not_found() => {}
-                        Err(e) => report.errors.push((key.to_string(), e.to_string())),
-                    }
-                    continue;
-                }
-                next_stop = Some(next_stop.map_or(deleted.0, |t| t.min(deleted.0)));
-                if crate::api::pod::is_ready(pod) {
-                    match cluster.update_status_with::<Pod>(&key, |p| stop_pod(p, now)) {
-                        Ok(_) => report.stopping.push(key.to_string()),
-                        Err(e) => report.errors.push((key.to_string(), e.to_string())),
-                    }
-                }
-                continue;
-            }
-            let job_pod = controller_of_kind(pod, "Job").is_some();
-            match phase(pod) {
-                None | Some("Pending") if crate::api::node::is_ready(node) => {
-                    jobs_running |= job_pod;
-                    let key = key();
-                    match cluster.update_status_with::<Pod>(&key, |p| start_pod(p, now)) {
-                        Ok(_) => report.started.push(key.to_string()),
-                        Err(e) => report.errors.push((key.to_string(), e.to_string())),
-                    }
-                }
-                Some("Running") => {
-                    let Some(job) = controller_of_kind(pod, "Job") else {
-                        continue;
-                    };
-                    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-                    let duration = jobs.get(cluster, namespace, &job.name, &mut report);
-                    let started = pod
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.start_time.as_ref())
-                        .or(pod.metadata.creation_timestamp.as_ref())
-                        .map(|t| t.0);
-                    let done = started
-                        .and_then(|s| s.checked_add(duration).ok())
-                        .is_some_and(|end| end <= now);
-                    jobs_running |= !done;
-                    if done {
-                        let key = key();
-                        match cluster.update_status_with::<Pod>(&key, |p| complete_pod(p, now)) {
-                            Ok(_) => report.completed.push(key.to_string()),
-                            Err(e) => report.errors.push((key.to_string(), e.to_string())),
-                        }
-                    }
-                }
-                _ => {}
             }
         }
-        run_daemon_sets(cluster, &nodes, &daemon_pods, now, &mut report);
-        self.quiet
-            .set((!jobs_running).then(|| cluster.resource_version()));
-        self.next_stop.set(next_stop);
+        if watch.daemons_changed {
+            let errors = report.errors.len();
+            run_daemon_sets(cluster, &nodes, &watch.daemon_set_pods(), now, &mut report);
+            watch.daemons_changed = report.errors.len() > errors;
+        }
         report
     }
 
@@ -385,6 +303,234 @@ impl Kubelet {
             }
         }
     }
+}
+
+/// When a pod needs its kubelet again although nothing changes: the end
+/// of its grace period, or the end of its Job pod's run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    Stop(Timestamp),
+    JobDone(Timestamp),
+}
+
+/// What the kubelets know of the pods between syncs, caught up from the
+/// watch log as the real kubelets' informers are: a sync looks only at the
+/// pods that changed, the pods of the nodes that changed, and the pods
+/// whose time has come (or whose last write failed). The first sync, and
+/// one after the log was compacted past the last, look at every pod.
+#[derive(Debug, Clone, Default)]
+struct PodWatch {
+    /// The cluster's resource version the watch has seen up to; `None`
+    /// before the first sync.
+    revision: Option<u64>,
+    /// Bound pods by node name.
+    on_node: HashMap<String, BTreeSet<ObjectKey>>,
+    /// Each bound pod's node, and the uid of its DaemonSet if it is a
+    /// DaemonSet's pod.
+    bound: HashMap<ObjectKey, (String, Option<String>)>,
+    /// Terminating pods by the end of their grace period.
+    stops: BTreeSet<(Timestamp, ObjectKey)>,
+    /// Running Job pods by the end of their run.
+    jobs: BTreeSet<(Timestamp, ObjectKey)>,
+    due_of: HashMap<ObjectKey, Due>,
+    /// Pods whose last write failed.
+    retry: BTreeSet<ObjectKey>,
+    /// Whether a node, a pod or a DaemonSet changed since the DaemonSets
+    /// were last brought to every node.
+    daemons_changed: bool,
+}
+
+impl PodWatch {
+    /// The pods to look at now, in key order, with the indexes brought up
+    /// to date.
+    fn catch_up(&mut self, cluster: &MemoryCluster, now: Timestamp) -> Vec<Arc<Pod>> {
+        let changes = self.revision.and_then(|rv| {
+            Some((
+                cluster.watch_from::<Pod>(rv).ok()?,
+                cluster.watch_from::<Node>(rv).ok()?,
+                cluster.watch_from::<Job>(rv).ok()?,
+                cluster.watch_from::<DaemonSet>(rv).ok()?,
+            ))
+        });
+        let revision = cluster.resource_version();
+        let Some((pod_events, node_events, job_events, daemon_set_events)) = changes else {
+            let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
+            *self = PodWatch {
+                revision: Some(revision),
+                daemons_changed: true,
+                ..PodWatch::default()
+            };
+            for pod in &pods {
+                self.index(pod);
+            }
+            return pods;
+        };
+        self.revision = Some(revision);
+        self.daemons_changed |=
+            !pod_events.is_empty() || !node_events.is_empty() || !daemon_set_events.is_empty();
+        let mut examine = std::mem::take(&mut self.retry);
+        examine.extend(pod_events.iter().map(|e| ObjectKey::of(e.object.as_ref())));
+        for e in &node_events {
+            let name = e.object.metadata.name.as_deref().unwrap_or_default();
+            examine.extend(self.on_node.get(name).into_iter().flatten().cloned());
+        }
+        // A Job's duration may have changed: its running pods look again.
+        if !job_events.is_empty() {
+            examine.extend(self.jobs.iter().map(|(_, key)| key.clone()));
+        }
+        for due in [&mut self.stops, &mut self.jobs] {
+            while due.first().is_some_and(|(t, _)| *t <= now) {
+                examine.extend(due.pop_first().map(|(_, key)| key));
+            }
+        }
+        let mut pods = Vec::with_capacity(examine.len());
+        for key in examine {
+            self.unindex(&key);
+            if let Some(pod) = cluster.get_opt::<Pod>(&key) {
+                self.index(&pod);
+                pods.push(pod);
+            }
+        }
+        pods
+    }
+
+    fn index(&mut self, pod: &Pod) {
+        let Some(node) = node_name(pod) else {
+            return;
+        };
+        let key = ObjectKey::of(pod);
+        let daemon_set = controller_of_kind(pod, "DaemonSet").map(|r| r.uid.clone());
+        self.on_node
+            .entry(node.to_string())
+            .or_default()
+            .insert(key.clone());
+        self.bound.insert(key, (node.to_string(), daemon_set));
+    }
+
+    /// Forgets the pod at `key`: its node and anything due.
+    fn unindex(&mut self, key: &ObjectKey) {
+        if let Some((node, _)) = self.bound.remove(key)
+            && let Some(on_node) = self.on_node.get_mut(&node)
+        {
+            on_node.remove(key);
+            if on_node.is_empty() {
+                self.on_node.remove(&node);
+            }
+        }
+        match self.due_of.remove(key) {
+            Some(Due::Stop(t)) => self.stops.remove(&(t, key.clone())),
+            Some(Due::JobDone(t)) => self.jobs.remove(&(t, key.clone())),
+            None => false,
+        };
+    }
+
+    fn due(&mut self, due: Due, pod: &Pod) {
+        let key = ObjectKey::of(pod);
+        match due {
+            Due::Stop(t) => self.stops.insert((t, key.clone())),
+            Due::JobDone(t) => self.jobs.insert((t, key.clone())),
+        };
+        self.due_of.insert(key, due);
+    }
+
+    /// The (DaemonSet uid, node) of every DaemonSet pod.
+    fn daemon_set_pods(&self) -> HashSet<(&str, &str)> {
+        self.bound
+            .values()
+            .filter_map(|(node, ds)| Some((ds.as_deref()?, node.as_str())))
+            .collect()
+    }
+}
+
+/// What the pod's kubelet does with it now (see the module
+/// documentation), and when it must look at it again; `Err` when a write
+/// failed (in the report's errors).
+fn pod_action(
+    cluster: &MemoryCluster,
+    pod: &Pod,
+    nodes: &HashMap<&str, &Arc<Node>>,
+    now: Timestamp,
+    jobs: &mut JobDurations,
+    report: &mut KubeletReport,
+) -> Result<Option<Due>, ()> {
+    let Some(node_name) = node_name(pod) else {
+        return Ok(None);
+    };
+    let key = ObjectKey::of(pod);
+    let failed = |report: &mut KubeletReport, e: crate::cluster::ApiError| {
+        report.errors.push((key.to_string(), e.to_string()));
+        Err(())
+    };
+    // A pod already deleted with a grace period of 0 waits for its
+    // finalizers alone.
+    let forced = pod.metadata.deletion_grace_period_seconds == Some(0);
+    let Some(node) = nodes.get(node_name) else {
+        if pod.metadata.deletion_timestamp.is_some() && forced {
+            return Ok(None);
+        }
+        return match cluster.delete_with::<Pod>(&key, &DeleteParams::with_grace_period(0)) {
+            Ok(_) => {
+                report.orphans_deleted.push(key.to_string());
+                Ok(None)
+            }
+            Err(e) => failed(report, e),
+        };
+    };
+    if let Some(deleted) = &pod.metadata.deletion_timestamp {
+        if forced || !kubelet_runs(node) {
+            return Ok(None);
+        }
+        if deleted.0 <= now {
+            return match cluster.delete_with::<Pod>(&key, &DeleteParams::with_grace_period(0)) {
+                Ok(_) => {
+                    report.stopped.push(key.to_string());
+                    Ok(None)
+                }
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => failed(report, e),
+            };
+        }
+        if crate::api::pod::is_ready(pod) {
+            match cluster.update_status_with::<Pod>(&key, |p| stop_pod(p, now)) {
+                Ok(_) => report.stopping.push(key.to_string()),
+                Err(e) => return failed(report, e),
+            }
+        }
+        return Ok(Some(Due::Stop(deleted.0)));
+    }
+    match phase(pod) {
+        None | Some("Pending") if crate::api::node::is_ready(node) => {
+            match cluster.update_status_with::<Pod>(&key, |p| start_pod(p, now)) {
+                Ok(_) => report.started.push(key.to_string()),
+                Err(e) => return failed(report, e),
+            }
+        }
+        Some("Running") => {
+            let Some(job) = controller_of_kind(pod, "Job") else {
+                return Ok(None);
+            };
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let duration = jobs.get(cluster, namespace, &job.name, report);
+            let started = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .or(pod.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0);
+            let Some(end) = started.and_then(|s| s.checked_add(duration).ok()) else {
+                return Ok(None);
+            };
+            if end > now {
+                return Ok(Some(Due::JobDone(end)));
+            }
+            match cluster.update_status_with::<Pod>(&key, |p| complete_pod(p, now)) {
+                Ok(_) => report.completed.push(key.to_string()),
+                Err(e) => return failed(report, e),
+            }
+        }
+        _ => {}
+    }
+    Ok(None)
 }
 
 fn is_alive(instance: &Instance) -> bool {
@@ -1477,6 +1623,133 @@ mod tests {
         );
         assert_eq!(pods(&cluster).len(), 3);
         assert!(kubelet.sync(&cluster, &[], &[], clock.now()).is_empty());
+    }
+
+    /// A kubelet that follows the watch log does what one that looks at
+    /// every pod at every sync does, step by step: pods bound to a node
+    /// that becomes Ready later, Job pods whose Job's duration changes,
+    /// graceful deletes, a node whose kubelet stops reporting, a deleted
+    /// node's orphans, a DaemonSet created late, and a watch log compacted
+    /// under it.
+    #[test]
+    fn following_the_watch_log_does_what_a_full_look_does() {
+        let twins = [cluster(), cluster()];
+        let kubelet = Kubelet::new(DELAY);
+        let both = |step: &dyn Fn(&MemoryCluster)| {
+            for (c, _) in &twins {
+                step(c);
+            }
+        };
+        let mut seconds = 0;
+        let mut sync = |advance: u64| {
+            seconds += advance;
+            let now = at(seconds);
+            for (_, clock) in &twins {
+                clock.set(now).expect("in range");
+            }
+            let followed = kubelet.sync(&twins[0].0, &[], &catalog(), now);
+            let fresh = Kubelet::new(DELAY);
+            let full = fresh.sync(&twins[1].0, &[], &catalog(), now);
+            assert_eq!(followed, full, "at {seconds} s");
+            assert_eq!(kubelet.next_stop(), fresh.next_stop(), "at {seconds} s");
+            followed
+        };
+        let job = |minutes: u32| -> Job {
+            serde_json::from_value(json!({
+                "metadata": {"name": "nightly", "namespace": "default",
+                             "annotations": {DURATION_ANNOTATION: format!("{minutes}m")}},
+                "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}},
+            }))
+            .expect("valid job")
+        };
+        let job_pod = |name: &str, node: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "ownerReferences": [{
+                    "apiVersion": "batch/v1", "kind": "Job", "name": "nightly",
+                    "uid": "job-uid", "controller": true,
+                }]},
+                "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+            }))
+            .expect("valid pod")
+        };
+        let set_ready = |c: &MemoryCluster, node: &str, status: &str| {
+            c.update_status_with::<Node>(&ObjectKey::cluster(node), |n| {
+                n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = status.into();
+            })
+            .expect("updated");
+        };
+        both(&|c| {
+            c.create(ready_node("n1", json!({}), json!([]))).unwrap();
+            c.create(ready_node("n2", json!({}), json!([]))).unwrap();
+            set_ready(c, "n2", "False");
+            c.create(job(30)).unwrap();
+            c.create(job_pod("nightly-a", "n1")).unwrap();
+            c.create(running_on("web", "n2", 30)).unwrap();
+            c.create(running_on("slow", "n1", 300)).unwrap();
+        });
+        let first = sync(0);
+        assert_eq!(first.started, ["default/nightly-a"]);
+
+        both(&|c| {
+            let mut pending = running_on("late", "n2", 30);
+            pending.status = None;
+            c.create(pending).unwrap();
+        });
+        assert!(sync(60).is_empty(), "n2 is not Ready");
+        both(&|c| set_ready(c, "n2", "True"));
+        assert_eq!(sync(1).started, ["default/late"]);
+
+        // The Job now runs its pods for 5 minutes: its running pod is done.
+        both(&|c| {
+            c.update_with::<Job>(&ObjectKey::new("default", "nightly"), |j| {
+                j.metadata.annotations = job(5).metadata.annotations;
+            })
+            .unwrap();
+        });
+        assert_eq!(sync(239).completed, ["default/nightly-a"]);
+
+        both(&|c| {
+            c.delete::<Pod>(&ObjectKey::new("default", "slow")).unwrap();
+            c.delete::<Pod>(&ObjectKey::new("default", "web")).unwrap();
+        });
+        assert_eq!(sync(1).stopping, ["default/slow", "default/web"]);
+        assert_eq!(sync(30).stopped, ["default/web"]);
+
+        // n1's kubelet stops reporting: slow's end does not come; then n1
+        // goes, and its pods with it.
+        both(&|c| set_ready(c, "n1", "Unknown"));
+        sync(1);
+        assert_eq!(kubelet.next_stop(), None);
+        assert!(sync(600).is_empty());
+        both(&|c| {
+            c.create(job_pod("nightly-b", "n2")).unwrap();
+            c.delete::<Node>(&ObjectKey::cluster("n1")).unwrap();
+        });
+        let report = sync(1);
+        assert_eq!(
+            report.orphans_deleted,
+            ["default/nightly-a", "default/slow"]
+        );
+        assert_eq!(report.started, ["default/nightly-b"]);
+
+        both(&|c| {
+            c.create(daemon_set("logs", json!({"containers": [{"name": "c"}]})))
+                .unwrap();
+        });
+        assert_eq!(sync(1).daemon_pods.len(), 1);
+
+        // The log forgets what the kubelet has not seen: it looks at every
+        // pod again.
+        twins[0].0.set_watch_log_capacity(1);
+        both(&|c| {
+            c.create(job_pod("nightly-c", "n2")).unwrap();
+            c.create(running_on("api", "n2", 30)).unwrap();
+        });
+        assert_eq!(sync(1).started, ["default/nightly-c"]);
+        assert_eq!(
+            sync(300).completed,
+            ["default/nightly-b", "default/nightly-c"]
+        );
     }
 
     #[test]
