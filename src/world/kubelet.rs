@@ -147,6 +147,9 @@ pub struct Kubelet {
     launch_delay: Duration,
     /// What the kubelets know of the pods between syncs.
     watch: RefCell<PodWatch>,
+    /// The nodes and instances as the last sync left them in line, when
+    /// it left nothing to retry.
+    nodes_settled: RefCell<Option<NodesSettled>>,
     /// The kubelets' version (`nodeInfo.kubeletVersion`), from the
     /// cluster's Kubernetes version.
     kubelet_version: String,
@@ -182,6 +185,7 @@ impl Kubelet {
         Kubelet {
             launch_delay,
             watch: RefCell::default(),
+            nodes_settled: RefCell::default(),
             kubelet_version: "v1.33.0".to_string(),
             node_gone_after: None,
         }
@@ -208,27 +212,54 @@ impl Kubelet {
     pub fn sync(
         &self,
         cluster: &MemoryCluster,
-        instances: &[Instance],
+        instances: &Arc<Vec<Instance>>,
         catalog: &[InstanceType],
         now: Timestamp,
     ) -> KubeletReport {
         let mut report = KubeletReport::default();
-        let mut nodes: BTreeMap<String, Arc<Node>> = cluster
-            .list::<Node>(None, &Selector::everything())
-            .items
-            .into_iter()
-            .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
-            .collect();
-        self.register_nodes(cluster, instances, catalog, now, &mut nodes, &mut report);
-        delete_nodes_without_instance(
-            cluster,
-            instances,
-            &mut nodes,
-            &mut report,
-            self.node_gone_after.map(|after| (after, now)),
-        );
+        let list_nodes = || -> BTreeMap<String, Arc<Node>> {
+            cluster
+                .list::<Node>(None, &Selector::everything())
+                .items
+                .into_iter()
+                .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+                .collect()
+        };
+        let settled = self.nodes_settled.borrow().as_ref().is_some_and(|s| {
+            s.nodes == cluster.kind_revision::<Node>()
+                && Arc::ptr_eq(&s.instances, instances)
+                && s.next_registration.is_none_or(|t| t > now)
+        });
+        let mut listed = None;
+        if !settled {
+            let mut nodes = list_nodes();
+            let errors = report.errors.len();
+            let next_registration =
+                self.register_nodes(cluster, instances, catalog, now, &mut nodes, &mut report);
+            delete_nodes_without_instance(
+                cluster,
+                instances,
+                &mut nodes,
+                &mut report,
+                self.node_gone_after.map(|after| (after, now)),
+            );
+            // With the node lifecycle, a gone instance's node is removed
+            // some time after: not settled.
+            *self.nodes_settled.borrow_mut() = (report.errors.len() == errors
+                && self.node_gone_after.is_none())
+            .then(|| NodesSettled {
+                nodes: cluster.kind_revision::<Node>(),
+                instances: instances.clone(),
+                next_registration,
+            });
+            listed = Some(nodes);
+        }
         let mut watch = self.watch.borrow_mut();
         let pods = watch.catch_up(cluster, now);
+        if pods.is_empty() && !watch.daemons_changed {
+            return report;
+        }
+        let nodes = listed.unwrap_or_else(list_nodes);
         let by_name: HashMap<&str, &Arc<Node>> =
             nodes.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut jobs = JobDurations::default();
@@ -242,9 +273,8 @@ impl Kubelet {
             }
         }
         if watch.daemons_changed {
-            let errors = report.errors.len();
             run_daemon_sets(cluster, &nodes, &watch.daemon_set_pods(), now, &mut report);
-            watch.daemons_changed = report.errors.len() > errors;
+            watch.daemons_changed = false;
         }
         report
     }
@@ -257,15 +287,21 @@ impl Kubelet {
         now: Timestamp,
         nodes: &mut BTreeMap<String, Arc<Node>>,
         report: &mut KubeletReport,
-    ) {
+    ) -> Option<Timestamp> {
         let registered: HashSet<&str> = nodes
             .values()
             .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
             .collect();
-        let mut due: Vec<&Instance> = instances
-            .iter()
-            .filter(|i| !registered.contains(i.provider_id.as_str()))
-            .filter(|i| self.ready_at(i).is_some_and(|t| t <= now))
+        let unregistered = || {
+            instances
+                .iter()
+                .filter(|i| !registered.contains(i.provider_id.as_str()))
+                .filter_map(|i| Some((i, self.ready_at(i)?)))
+        };
+        let next = unregistered().map(|(_, t)| t).filter(|t| *t > now).min();
+        let mut due: Vec<&Instance> = unregistered()
+            .filter(|(_, t)| *t <= now)
+            .map(|(i, _)| i)
             .collect();
         due.sort_by(|a, b| a.id.cmp(&b.id));
         let mut taken: HashSet<String> = nodes.keys().cloned().collect();
@@ -302,7 +338,22 @@ impl Kubelet {
                 Err(e) => report.errors.push((name, e.to_string())),
             }
         }
+        next
     }
+}
+
+/// The inputs of the nodes' part of a sync that left everything in line:
+/// while the Nodes and the instances are these and no registration is due,
+/// it has nothing to do.
+#[derive(Debug, Clone)]
+struct NodesSettled {
+    /// The Node kind's revision after it.
+    nodes: u64,
+    /// The instance list it saw (shared and never changed in place; held,
+    /// so its address identifies it).
+    instances: Arc<Vec<Instance>>,
+    /// When the next instance's node registers.
+    next_registration: Option<Timestamp>,
 }
 
 /// When a pod needs its kubelet again although nothing changes: the end
@@ -1228,7 +1279,7 @@ mod tests {
     fn a_running_instance_registers_its_node_after_the_launch_delay() {
         let (cluster, _) = cluster();
         let kubelet = Kubelet::new(DELAY);
-        let instances = [instance("i-0abc", start())];
+        let instances = Arc::new(vec![instance("i-0abc", start())]);
         assert!(
             kubelet
                 .sync(&cluster, &instances, &catalog(), at(44))
@@ -1280,6 +1331,15 @@ mod tests {
                 .sync(&cluster, &instances, &catalog(), at(60))
                 .is_empty()
         );
+        // The same instances, but the Node was deleted: it registers again.
+        cluster
+            .delete::<Node>(&ObjectKey::cluster(&name))
+            .expect("deleted");
+        let report = kubelet.sync(&cluster, &instances, &catalog(), at(61));
+        assert_eq!(report.registered, std::slice::from_ref(&name));
+        // A new list without the instance: its node goes.
+        let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), at(62));
+        assert_eq!(report.deleted, [name]);
     }
 
     #[test]
@@ -1289,7 +1349,7 @@ mod tests {
             .collect();
         let names = |order: &[Instance]| {
             let (cluster, _) = cluster();
-            Kubelet::new(DELAY).sync(&cluster, order, &catalog(), at(60));
+            Kubelet::new(DELAY).sync(&cluster, &Arc::new(order.to_vec()), &catalog(), at(60));
             nodes(&cluster)
                 .iter()
                 .map(|n| {
@@ -1314,7 +1374,7 @@ mod tests {
     fn nodes_of_gone_instances_are_deleted_unless_finalized_and_orphans_go() {
         let (cluster, _) = cluster();
         let kubelet = Kubelet::new(DELAY);
-        let both = [instance("i-1", start()), instance("i-2", start())];
+        let both = Arc::new(vec![instance("i-1", start()), instance("i-2", start())]);
         kubelet.sync(&cluster, &both, &catalog(), at(60));
         let by_provider = |id: &str| {
             nodes(&cluster)
@@ -1338,7 +1398,7 @@ mod tests {
         }))
         .expect("valid pod");
         cluster.create(orphan).expect("created");
-        let report = kubelet.sync(&cluster, &[], &catalog(), at(120));
+        let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), at(120));
         assert_eq!(report.deleted, vec![gone]);
         assert_eq!(report.orphans_deleted, vec!["default/orphan".to_string()]);
         let left: Vec<String> = nodes(&cluster)
@@ -1391,7 +1451,11 @@ mod tests {
             .unwrap();
         cluster.create(running_on("slow", "n1", 120)).unwrap();
         cluster.create(running_on("quick", "n1", 10)).unwrap();
-        assert!(kubelet.sync(&cluster, &[], &catalog(), start()).is_empty());
+        assert!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &catalog(), start())
+                .is_empty()
+        );
         assert_eq!(kubelet.next_stop(), None);
 
         for name in ["slow", "quick"] {
@@ -1399,7 +1463,7 @@ mod tests {
                 .delete::<Pod>(&ObjectKey::new("default", name))
                 .unwrap();
         }
-        let report = kubelet.sync(&cluster, &[], &catalog(), start());
+        let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), start());
         assert_eq!(report.stopping, ["default/quick", "default/slow"]);
         assert!(report.stopped.is_empty());
         for p in pods(&cluster) {
@@ -1408,14 +1472,18 @@ mod tests {
         }
         // The simulation wakes when the first grace period ends.
         assert_eq!(kubelet.next_stop(), Some(at(10)));
-        assert!(kubelet.sync(&cluster, &[], &catalog(), at(9)).is_empty());
+        assert!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &catalog(), at(9))
+                .is_empty()
+        );
 
         clock.set(at(10)).unwrap();
-        let report = kubelet.sync(&cluster, &[], &catalog(), at(10));
+        let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), at(10));
         assert_eq!(report.stopped, ["default/quick"]);
         assert_eq!(kubelet.next_stop(), Some(at(120)));
         clock.set(at(120)).unwrap();
-        let report = kubelet.sync(&cluster, &[], &catalog(), at(120));
+        let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), at(120));
         assert_eq!(report.stopped, ["default/slow"]);
         assert!(pods(&cluster).is_empty());
         assert_eq!(kubelet.next_stop(), None);
@@ -1433,12 +1501,16 @@ mod tests {
             .delete::<Pod>(&ObjectKey::new("default", "a"))
             .unwrap();
         clock.set(at(600)).unwrap();
-        assert!(kubelet.sync(&cluster, &[], &catalog(), at(600)).is_empty());
+        assert!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &catalog(), at(600))
+                .is_empty()
+        );
         assert_eq!(pods(&cluster).len(), 1, "nothing confirms it stopped");
         assert_eq!(kubelet.next_stop(), None);
         // Once the node is gone, the pod garbage collector force-deletes it.
         cluster.delete::<Node>(&ObjectKey::cluster("n1")).unwrap();
-        let report = kubelet.sync(&cluster, &[], &catalog(), at(601));
+        let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), at(601));
         assert_eq!(report.orphans_deleted, ["default/a"]);
         assert!(pods(&cluster).is_empty());
     }
@@ -1451,13 +1523,17 @@ mod tests {
         held.metadata.finalizers = Some(vec!["x/hold".into()]);
         cluster.create(held).unwrap();
         cluster.create(running_on("plain", "gone", 300)).unwrap();
-        let report = kubelet.sync(&cluster, &[], &catalog(), start());
+        let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), start());
         assert_eq!(report.orphans_deleted, ["default/held", "default/plain"]);
         let left = pods(&cluster);
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].metadata.deletion_grace_period_seconds, Some(0));
         // Its finalizer is not the kubelet's: nothing more to do.
-        assert!(kubelet.sync(&cluster, &[], &catalog(), at(1)).is_empty());
+        assert!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &catalog(), at(1))
+                .is_empty()
+        );
     }
 
     fn ready_node(name: &str, labels: Value, taints: Value) -> Node {
@@ -1525,7 +1601,7 @@ mod tests {
             ))
             .expect("created");
         let kubelet = Kubelet::new(DELAY);
-        let report = kubelet.sync(&cluster, &[], &[], start());
+        let report = kubelet.sync(&cluster, &Arc::default(), &[], start());
         assert_eq!(
             report.daemon_pods,
             vec![
@@ -1555,7 +1631,9 @@ mod tests {
             ("DaemonSet", "logs")
         );
         assert!(
-            kubelet.sync(&cluster, &[], &[], start()).is_empty(),
+            kubelet
+                .sync(&cluster, &Arc::default(), &[], start())
+                .is_empty(),
             "no duplicates"
         );
     }
@@ -1595,7 +1673,7 @@ mod tests {
             cluster.create(p).expect("created");
         }
         let kubelet = Kubelet::new(DELAY);
-        let report = kubelet.sync(&cluster, &[], &[], clock.now());
+        let report = kubelet.sync(&cluster, &Arc::default(), &[], clock.now());
         assert_eq!(report.started, vec!["default/nightly-x", "default/web"]);
         let web: Arc<Pod> = cluster
             .get(&ObjectKey::new("default", "web"))
@@ -1610,9 +1688,13 @@ mod tests {
         clock
             .advance(Duration::from_secs(29 * 60))
             .expect("in range");
-        assert!(kubelet.sync(&cluster, &[], &[], clock.now()).is_empty());
+        assert!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &[], clock.now())
+                .is_empty()
+        );
         clock.advance(Duration::from_secs(60)).expect("in range");
-        let report = kubelet.sync(&cluster, &[], &[], clock.now());
+        let report = kubelet.sync(&cluster, &Arc::default(), &[], clock.now());
         assert_eq!(report.completed, vec!["default/nightly-x"]);
         let done: Arc<Pod> = cluster
             .get(&ObjectKey::new("default", "nightly-x"))
@@ -1622,7 +1704,11 @@ mod tests {
             Some("Succeeded")
         );
         assert_eq!(pods(&cluster).len(), 3);
-        assert!(kubelet.sync(&cluster, &[], &[], clock.now()).is_empty());
+        assert!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &[], clock.now())
+                .is_empty()
+        );
     }
 
     /// A kubelet that follows the watch log does what one that looks at
@@ -1647,9 +1733,9 @@ mod tests {
             for (_, clock) in &twins {
                 clock.set(now).expect("in range");
             }
-            let followed = kubelet.sync(&twins[0].0, &[], &catalog(), now);
+            let followed = kubelet.sync(&twins[0].0, &Arc::default(), &catalog(), now);
             let fresh = Kubelet::new(DELAY);
-            let full = fresh.sync(&twins[1].0, &[], &catalog(), now);
+            let full = fresh.sync(&twins[1].0, &Arc::default(), &catalog(), now);
             assert_eq!(followed, full, "at {seconds} s");
             assert_eq!(kubelet.next_stop(), fresh.next_stop(), "at {seconds} s");
             followed
@@ -1767,13 +1853,24 @@ mod tests {
         .expect("valid pod");
         cluster.create(pod).expect("created");
         let kubelet = Kubelet::new(DELAY);
-        kubelet.sync(&cluster, &[], &[], clock.now());
+        kubelet.sync(&cluster, &Arc::default(), &[], clock.now());
         let now = clock
             .advance(Duration::from_secs(9 * 60 + 59))
             .expect("in range");
-        assert!(kubelet.sync(&cluster, &[], &[], now).completed.is_empty());
+        assert!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &[], now)
+                .completed
+                .is_empty()
+        );
         let now = clock.advance(Duration::from_secs(1)).expect("in range");
-        assert_eq!(kubelet.sync(&cluster, &[], &[], now).completed.len(), 1);
+        assert_eq!(
+            kubelet
+                .sync(&cluster, &Arc::default(), &[], now)
+                .completed
+                .len(),
+            1
+        );
     }
 
     /// Speed of a sync with nothing to do on the simulation's largest
@@ -1784,9 +1881,11 @@ mod tests {
     fn bench_idle_sync_2000_nodes_40000_pods() {
         use std::time::Instant;
         let (cluster, _) = cluster();
-        let instances: Vec<Instance> = (0..2000)
-            .map(|i| instance(&format!("i-{i:017x}"), start()))
-            .collect();
+        let instances: Arc<Vec<Instance>> = Arc::new(
+            (0..2000)
+                .map(|i| instance(&format!("i-{i:017x}"), start()))
+                .collect(),
+        );
         let kubelet = Kubelet::new(DELAY);
         for name in ["logs", "metrics", "cni"] {
             cluster
