@@ -711,18 +711,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         node: &Node,
         now: Timestamp,
     ) -> Duration {
-        let Some(uid) = claim.metadata.uid.clone() else {
+        let Some(uid) = claim.metadata.uid.as_deref() else {
             return Duration::MAX;
         };
         // Scanned again once the period has passed, as the reference's
         // `lastScanned` entries expire: a claim scanned long ago is not
         // due "now" forever.
-        if let Some(&scanned) = self.consistency_scanned.get(&uid)
+        if let Some(&scanned) = self.consistency_scanned.get(uid)
             && elapsed(scanned, now) < CONSISTENCY_SCAN
         {
             return CONSISTENCY_SCAN - elapsed(scanned, now);
         }
-        self.consistency_scanned.insert(uid, now);
+        self.consistency_scanned.insert(uid.to_string(), now);
         let issues = shape_issues(claim, node);
         for issue in &issues {
             self.event(name_of(claim), "FailedConsistencyCheck", issue.clone());
