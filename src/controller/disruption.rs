@@ -1165,6 +1165,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 &snapshot.storage_classes,
             );
             let virtual_on: Vec<Arc<SlimPod>> = self.virtual_pods_bound();
+            let moving: usize = candidates.iter().map(|c| c.pods + c.buffer_pods).sum();
+            input.pods.reserve(moving);
+            homes.reserve(moving);
             for c in &candidates {
                 let own_virtual = virtual_on.iter().filter(|p| {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(c.node.as_str())

@@ -649,15 +649,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             &snapshot.storage_classes,
         );
         // CapacityBuffers' virtual pods need their capacity too.
-        input.pods = self
-            .cluster
-            .list::<SlimPod>()
-            .iter()
-            .chain(self.buffers.pods.iter())
-            .filter(|p| !p.is_finished() && p.metadata.deletion_timestamp.is_none())
-            .filter(|p| !p.is_daemon())
-            .filter_map(|p| self.pod_specs.get(p, &volumes, now_ms).ok())
-            .collect();
+        let pods = self.cluster.list::<SlimPod>();
+        input.pods = Vec::with_capacity(pods.len() + self.buffers.pods.len());
+        input.pods.extend(
+            pods.iter()
+                .chain(self.buffers.pods.iter())
+                .filter(|p| !p.is_finished() && p.metadata.deletion_timestamp.is_none())
+                .filter(|p| !p.is_daemon())
+                .filter_map(|p| self.pod_specs.get(p, &volumes, now_ms).ok()),
+        );
         let result = solve(
             &input,
             &SolveOptions {
