@@ -177,7 +177,7 @@ impl Index {
             pods: HashMap::with_capacity(pods.items.len()),
             pending: HashSet::new(),
             waiting: HashSet::new(),
-            state: State::new(&nodes.items),
+            state: State::new(&nodes.items, None),
         };
         for pod in pods.items {
             let key = ObjectKey::of(pod.as_ref());
@@ -539,6 +539,9 @@ enum Reason {
 /// One node as the scheduler tracks it during a call.
 #[derive(Debug)]
 struct NodeState {
+    /// The Node it was read from: while a new list holds the same object,
+    /// its parsed part is kept.
+    source: Arc<Node>,
     name: String,
     labels: BTreeMap<String, String>,
     /// Global taint ids, including the implicit not-ready taint.
@@ -682,7 +685,9 @@ struct State {
 }
 
 impl State {
-    fn new(nodes: &[Arc<Node>]) -> Self {
+    /// The state of `nodes` with nothing bound; the parsed part of a node
+    /// that is the same object as in `previous` moves over from there.
+    fn new(nodes: &[Arc<Node>], mut previous: Option<&mut State>) -> Self {
         let mut taint_index: HashMap<Taint, u32> = HashMap::new();
         let mut taints = Vec::new();
         let mut intern = |t: Taint| -> u32 {
@@ -693,6 +698,33 @@ impl State {
         };
         let mut states = Vec::with_capacity(nodes.len());
         for node in nodes {
+            let kept = previous.as_deref_mut().and_then(|p| {
+                let i = *p.node_index.get(node.metadata.name.as_deref()?)?;
+                let old = &mut p.nodes[i];
+                Arc::ptr_eq(&old.source, node).then_some((old, &p.taints))
+            });
+            if let Some((old, old_taints)) = kept {
+                states.push(NodeState {
+                    source: node.clone(),
+                    name: old.name.clone(),
+                    labels: std::mem::take(&mut old.labels),
+                    taints: old
+                        .taints
+                        .iter()
+                        .map(|&t| intern(old_taints[t as usize].clone()))
+                        .collect(),
+                    unschedulable: old.unschedulable,
+                    alloc: old.alloc,
+                    alloc_pods: old.alloc_pods,
+                    alloc_extended: std::mem::take(&mut old.alloc_extended),
+                    requested: [0; 3],
+                    requested_extended: HashMap::new(),
+                    non_zero: [0; 2],
+                    pod_count: 0,
+                    ports: Vec::new(),
+                });
+                continue;
+            }
             let spec = node.spec.as_ref();
             let mut node_taints: Vec<Taint> = spec
                 .and_then(|s| s.taints.as_ref())
@@ -722,6 +754,7 @@ impl State {
                 .filter_map(|(k, q)| Some((k.clone(), parse_quantity(k, &q.0).ok()?)))
                 .collect();
             states.push(NodeState {
+                source: node.clone(),
                 name: node.metadata.name.clone().unwrap_or_default(),
                 labels: node.metadata.labels.clone().unwrap_or_default(),
                 taints: node_taints.into_iter().map(&mut intern).collect(),
@@ -831,7 +864,7 @@ impl State {
     /// (returned, for the caller to re-add if their node comes back). Cached topology
     /// domains and static verdicts are dropped.
     fn replace_nodes(&mut self, nodes: &[Arc<Node>]) -> Vec<ObjectKey> {
-        let mut fresh = State::new(nodes);
+        let mut fresh = State::new(nodes, Some(self));
         let old_to_new: Vec<Option<usize>> = self
             .nodes
             .iter()
@@ -2208,7 +2241,7 @@ mod tests {
     }
 
     type Summary = (
-        BTreeMap<String, (Vec<i64>, i64, Vec<i32>, Vec<u32>)>,
+        BTreeMap<String, (Vec<i64>, i64, Vec<i32>, Vec<u32>, String)>,
         Vec<(String, usize)>,
         Vec<String>,
         Vec<String>,
@@ -2240,9 +2273,27 @@ mod tests {
                 ports.sort();
                 let anti: u32 = state.existing_anti.groups.iter().map(|g| g.2[i]).sum();
                 let web = state.counters[web].per_node[i];
+                // The node as parsed: kept for an unchanged node, read
+                // again for a changed one.
+                let taints: Vec<&Taint> = n
+                    .taints
+                    .iter()
+                    .map(|&t| &state.taints[t as usize])
+                    .collect();
+                let parsed = format!(
+                    "{:?}",
+                    (
+                        &n.labels,
+                        taints,
+                        n.unschedulable,
+                        n.alloc,
+                        n.alloc_pods,
+                        &n.alloc_extended
+                    )
+                );
                 (
                     n.name.clone(),
-                    (requested, n.pod_count, ports, vec![anti, web]),
+                    (requested, n.pod_count, ports, vec![anti, web], parsed),
                 )
             })
             .collect();
@@ -2316,6 +2367,17 @@ mod tests {
                         .insert("topology.kubernetes.io/zone".into(), "z9".into());
                 })
                 .expect("relabelled");
+            cluster
+                .update_with::<Node>(&ObjectKey::cluster("c"), |n| {
+                    n.spec.get_or_insert_default().taints =
+                        Some(vec![k8s_openapi::api::core::v1::Taint {
+                            key: "dedicated".into(),
+                            value: Some("batch".into()),
+                            effect: "PreferNoSchedule".into(),
+                            ..k8s_openapi::api::core::v1::Taint::default()
+                        }]);
+                })
+                .expect("tainted");
             let second = scheduler.schedule(&cluster, start());
             assert_eq!(second.bound.len(), 1, "{second:?}");
             let mut guard = scheduler
