@@ -21,7 +21,9 @@
 //! (`model::InstanceType::for_node_class`). A controller builds one pass
 //! after pass: [`build_input_kept`] converts only the bound pods that
 //! changed since the last ([`BoundPods`]), so one replaced node does not
-//! convert every pod of the cluster again.
+//! convert every pod of the cluster again; [`PodSpecs`] keeps, the same
+//! way, the pods that need a place (the lower bound's, the disruption
+//! candidates').
 
 mod kinds;
 mod overlay;
