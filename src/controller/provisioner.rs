@@ -658,15 +658,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .filter(|p| !p.is_daemon())
                 .filter_map(|p| self.pod_specs.get(p, &volumes, now_ms).ok()),
         );
-        let result = solve(
+        crate::scheduling::lower_bound_only(
             &input,
             &SolveOptions {
                 preferences: self.settings.preferences,
                 now_ms,
             },
         )
-        .ok()?;
-        Some(result.lower_bound)
+        .ok()
     }
 
     /// One solve for the pending pods: the NodeClaims it created, and where

@@ -118,7 +118,41 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
     let price = nodeclaims.iter().map(|c| c.price).sum();
 
-    // Lower bound over the pods that were placed.
+    let lower_bound = bound(&s, &initial_free, &reserved);
+    Ok(SolveResult {
+        nodeclaims,
+        existing,
+        unschedulable,
+        price,
+        lower_bound,
+    })
+}
+
+/// The lower bound [`solve`] reports for `input`, without the rest of its
+/// result. The bound reads which pods found a place and the capacity
+/// reservations left, not which claims hold the pods; repacking moves pods
+/// between claims and never takes a place away, so without reserved
+/// offerings (which the claims take only after the repacking) it is skipped.
+/// The simulation samples the workload's bound this way.
+pub fn lower_bound_only(input: &SolveInput, opts: &SolveOptions) -> Result<f64, SolveError> {
+    let mut s = Solver::new(input, opts)?;
+    let initial_free = s.free_on_nodes();
+    let order: Vec<usize> = (0..s.pods.len()).collect();
+    s.run(&order);
+    if s.has_reserved_offerings() {
+        s.refill();
+        s.improve();
+    }
+    let reserved = s.reserved_capacity();
+    s.settle_reservations();
+    Ok(bound(&s, &initial_free, &reserved))
+}
+
+/// The price no plan for the placed pods can beat: the covering bound over
+/// their demand beyond the free existing capacity and the reservations
+/// left (`reserved`: capacity, instances), 0 when they need no new
+/// NodeClaim.
+fn bound(s: &Solver<'_>, initial_free: &[i64], reserved: &(Vec<i64>, usize)) -> f64 {
     let placed: Vec<usize> = (0..s.pods.len())
         .filter(|&p| s.placed_node[p].is_some() || s.placed_claim_of(p).is_some())
         .collect();
@@ -130,7 +164,7 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
     }
     // Free existing capacity and the instances left in reservations serve
     // demand at no price; the types are priced without reserved offerings.
-    for ((d, f), r) in demand.iter_mut().zip(&initial_free).zip(&reserved.0) {
+    for ((d, f), r) in demand.iter_mut().zip(initial_free).zip(&reserved.0) {
         *d = (*d - *f as f64 - *r as f64).max(0.0);
     }
     // Types' allocatable is net of their daemonset overhead.
@@ -150,16 +184,10 @@ pub fn solve(input: &SolveInput, opts: &SolveOptions) -> Result<SolveResult, Sol
         })
         .collect();
     let needs_new = demand.iter().any(|d| *d > 0.0) || forced > 0;
-    let lower_bound = if needs_new && !nodeclaims.is_empty() {
+    let any_claim = s.claims.iter().any(|c| !c.pods.is_empty());
+    if needs_new && any_claim {
         lower_bound::lower_bound(&bound_types, &demand, forced)
     } else {
         0.0
-    };
-    Ok(SolveResult {
-        nodeclaims,
-        existing,
-        unschedulable,
-        price,
-        lower_bound,
-    })
+    }
 }

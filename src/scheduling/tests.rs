@@ -723,6 +723,16 @@ proptest! {
         check(&input, &ignored)?;
     }
 
+    /// The bound computed alone is bit for bit the one a solve reports.
+    #[test]
+    fn the_bound_alone_is_the_solves(input in arb_input()) {
+        for opts in [SolveOptions::default(), SolveOptions { preferences: Preferences::Ignore, now_ms: 0 }] {
+            let r = solve(&input, &opts).unwrap();
+            let alone = crate::scheduling::lower_bound_only(&input, &opts).unwrap();
+            prop_assert_eq!(alone.to_bits(), r.lower_bound.to_bits());
+        }
+    }
+
     #[test]
     fn deterministic_and_independent_of_input_order(input in arb_input(), seed in any::<u64>()) {
         let a = solve(&input, &SolveOptions::default()).unwrap();

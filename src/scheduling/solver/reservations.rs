@@ -50,6 +50,12 @@ impl Solver<'_> {
         (0..self.zones.len()).fold(0u128, |m, zi| m | (1u128 << (zi * ncts + ci)))
     }
 
+    /// Whether any offering is of the `reserved` capacity type: only then
+    /// do claims take reservations after the packing.
+    pub(crate) fn has_reserved_offerings(&self) -> bool {
+        self.reserved_mask() != 0
+    }
+
     fn combo_of(&self, zone: &str, capacity_type: &str) -> Option<usize> {
         let zi = self.zones.binary_search_by(|z| z.as_str().cmp(zone)).ok()?;
         let ci = self
@@ -605,6 +611,8 @@ mod properties {
                 prop_assert!(n <= left[id].0, "{} planned {} times", id, n);
             }
             prop_assert!(r.lower_bound <= r.price + 1e-9);
+            let alone = crate::scheduling::lower_bound_only(&input, &SolveOptions::default());
+            prop_assert_eq!(alone.unwrap().to_bits(), r.lower_bound.to_bits());
         }
     }
 }
