@@ -867,9 +867,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     }
                     (inputs, _) => {
                         let mut view = NodeView::from_nodeclaim(claim);
-                        view.labels.extend(crate::model::labels::normalize_labels(
-                            &node.metadata.labels.clone().unwrap_or_default(),
-                        ));
+                        if let Some(labels) = &node.metadata.labels {
+                            view.labels
+                                .extend(crate::model::labels::normalize_labels(labels));
+                        }
                         let verdict = drift::check(&view, pool, class);
                         // A verdict that asks for a stamp is not kept: the
                         // stamp changes the NodeClaim. Errors are checked
@@ -911,19 +912,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     ),
                 }
             }
-            let labels = node.metadata.labels.clone().unwrap_or_default();
-            let instance_type = labels
-                .get(crate::api::LABEL_INSTANCE_TYPE)
-                .cloned()
-                .unwrap_or_default();
-            let zone = labels
-                .get(crate::api::LABEL_ZONE)
-                .cloned()
-                .unwrap_or_default();
-            let capacity_type = labels
-                .get(crate::api::LABEL_CAPACITY_TYPE)
-                .cloned()
-                .unwrap_or_default();
+            let label = |key: &str| {
+                node.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(key))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let instance_type = label(crate::api::LABEL_INSTANCE_TYPE);
+            let zone = label(crate::api::LABEL_ZONE);
+            let capacity_type = label(crate::api::LABEL_CAPACITY_TYPE);
             let pool_types: Vec<&InstanceType> = specs
                 .iter()
                 .filter(|s| s.name == pool_name)
