@@ -294,14 +294,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Some(node) => next = next.min(self.check_consistency(&claim, node, now).await),
             }
         }
-        let claims: std::collections::HashSet<String> = self
-            .cluster
-            .list::<NodeClaim>()
+        let claims = self.cluster.list::<NodeClaim>();
+        let uids: std::collections::HashSet<&str> = claims
             .iter()
-            .filter_map(|c| c.metadata.uid.clone())
+            .filter_map(|c| c.metadata.uid.as_deref())
             .collect();
         self.consistency_scanned
-            .retain(|uid, _| claims.contains(uid));
+            .retain(|uid, _| uids.contains(uid.as_str()));
         next.min(self.launch_all(jobs).await)
     }
 
@@ -727,9 +726,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         for issue in &issues {
             self.event(name_of(claim), "FailedConsistencyCheck", issue.clone());
         }
+        let consistent = is_true(
+            claim.status.as_ref().and_then(|s| s.conditions.as_ref()),
+            conditions::CONSISTENT_STATE_FOUND,
+        );
+        if issues.is_empty() && consistent {
+            // Most scans: nothing to write, so nothing to copy.
+            return CONSISTENCY_SCAN;
+        }
         let mut updated = claim.clone();
         let conds = updated.conditions_mut();
-        let consistent = is_true(Some(&*conds), conditions::CONSISTENT_STATE_FOUND);
         let changed = if !issues.is_empty() {
             set_condition(
                 conds,
