@@ -161,6 +161,9 @@ struct Facts {
     /// What the input was built from (see [`DisruptionState::input`]);
     /// `None` when the pass needs no removals and built no input.
     input_key: Option<u64>,
+    /// Whether the input is the last pass's, kept because nothing it was
+    /// built from changed.
+    input_kept: bool,
     /// Nodes and NodeClaims not yet initialized, by the scheduling input's
     /// names: a plan may not rely on them.
     uninitialized: BTreeSet<String>,
@@ -377,6 +380,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         tracing::debug!(
             candidates = facts.candidates.len(),
             consolidation = facts.consolidation,
+            input_kept = facts.input_kept,
             trials = outcome.trials,
             evaluated = outcome.evaluated,
             decision = outcome.command.as_ref().map(Command::describe),
@@ -493,7 +497,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.cluster.revision::<SlimPod>().hash(&mut h);
         self.cluster.revision::<Node>().hash(&mut h);
-        self.cluster.revision::<NodeClaim>().hash(&mut h);
+        // Of the NodeClaims, only those the input converts: a pass's own
+        // writes to its candidates (conditions, pod event times, stamps)
+        // leave the next pass's input as it was.
+        for c in self.converted_claims(&self.cluster.list::<Node>()) {
+            c.metadata.uid.hash(&mut h);
+            c.metadata.resource_version.hash(&mut h);
+        }
         self.cluster.revision::<DaemonSet>().hash(&mut h);
         self.cluster.revision::<PersistentVolume>().hash(&mut h);
         self.cluster
@@ -1112,6 +1122,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 input,
                 homes: kept.homes,
                 input_key,
+                input_kept: true,
                 uninitialized,
                 next_threshold,
                 statics,
@@ -1199,6 +1210,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             input,
             homes,
             input_key,
+            input_kept: false,
             uninitialized,
             next_threshold,
             statics,
@@ -1771,6 +1783,59 @@ mod tests {
         changed(
             "the candidates",
             controller.input_key(std::slice::from_ref(&candidate), &none),
+        );
+
+        // A NodeClaim in flight is converted: any change to it counts.
+        let claim: NodeClaim = crate::testing::from_json(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "default-a", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": []
+            }
+        }));
+        let claim = cluster.create(claim).expect("created");
+        changed("a NodeClaim in flight", controller.input_key(&[], &none));
+        let mut registered = (*claim).clone();
+        registered.status.get_or_insert_default().node_name = Some("node-a".into());
+        let registered = cluster.update_status(registered).expect("updated");
+        changed("its node's name", controller.input_key(&[], &none));
+        // Its node, initialized: the claim is its node from now on.
+        cluster
+            .create(Node {
+                metadata: ObjectMeta {
+                    name: Some("node-a".into()),
+                    labels: Some(
+                        [
+                            ("karpenter.sh/nodepool".to_string(), "default".to_string()),
+                            ("karpenter.sh/initialized".to_string(), "true".to_string()),
+                        ]
+                        .into(),
+                    ),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .expect("created");
+        changed("its Node", controller.input_key(&[], &none));
+        // What a pass writes to its candidates' claims leaves the key.
+        let key = controller.input_key(&[], &none);
+        let mut written = (*registered).clone();
+        let conds = written.conditions_mut();
+        set_condition(
+            conds,
+            "Consolidatable",
+            true,
+            "Consolidatable",
+            "",
+            Timestamp::UNIX_EPOCH,
+        );
+        cluster.update_status(written).expect("updated");
+        assert_eq!(
+            key,
+            controller.input_key(&[], &none),
+            "a condition on a registered node's claim"
         );
     }
 }

@@ -578,11 +578,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         (pools, specs, catalog.into_values().collect())
     }
 
-    /// The cluster as the scheduling core's input builder reads it.
-    pub(super) fn snapshot(&self, pods: &[Arc<SlimPod>]) -> Snapshot {
-        let nodes = self.cluster.list::<Node>();
-        // Nodes that are their own account of themselves: initialized, or
-        // not Karpenter's.
+    /// The NodeClaims a scheduling input reads, of the cluster whose Nodes
+    /// are `nodes`: those without a node that is its own account of itself
+    /// (initialized, or not Karpenter's). An initialized one is its node
+    /// (as the conversion reads them), and a NodeClaim as JSON is not cheap
+    /// in a large cluster. An initializing node's claim says which of its
+    /// taints are startup taints and what it will have allocatable.
+    pub(super) fn converted_claims(&self, nodes: &[Arc<Node>]) -> Vec<Arc<NodeClaim>> {
         let registered: BTreeSet<&str> = nodes
             .iter()
             .filter(|n| {
@@ -593,21 +595,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             })
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
-        // Only claims without an initialized node are converted: an
-        // initialized one is its node (as the conversion reads them), and a
-        // NodeClaim as JSON is not cheap in a large cluster. An
-        // initializing node's claim says which of its taints are startup
-        // taints and what it will have allocatable.
-        let nodeclaims = self
-            .cluster
+        self.cluster
             .list::<NodeClaim>()
-            .iter()
+            .into_iter()
             .filter(|c| {
                 c.status
                     .as_ref()
                     .and_then(|s| s.node_name.as_deref())
                     .is_none_or(|n| !registered.contains(n))
             })
+            .collect()
+    }
+
+    /// The cluster as the scheduling core's input builder reads it.
+    pub(super) fn snapshot(&self, pods: &[Arc<SlimPod>]) -> Snapshot {
+        let nodes = self.cluster.list::<Node>();
+        let nodeclaims = self
+            .converted_claims(&nodes)
+            .iter()
             .filter_map(|c| serde_json::to_value(c.as_ref()).ok())
             .collect();
         Snapshot {
