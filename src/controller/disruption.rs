@@ -75,7 +75,7 @@ use crate::drift::{self, DriftReason, NodeView};
 use crate::model::InstanceType;
 use crate::scheduling::pod::VolumeIndex;
 use crate::scheduling::removal::Removals;
-use crate::scheduling::{NodePoolSpec, SolveOptions};
+use crate::scheduling::{NodePoolSpec, SolveError, SolveInput, SolveOptions};
 
 /// A disruption pass runs at most this often, as the reference's.
 pub const DISRUPTION_POLL: Duration = Duration::from_secs(10);
@@ -131,20 +131,74 @@ pub struct DisruptionState {
     resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
     /// USD/h saved by the consolidations carried out.
     savings: f64,
-    /// The scheduling input of the last pass that built one, kept for the
-    /// next pass while nothing it was built from changes: converting every
-    /// pod of a large cluster is most of a pass's cost, and the periodic
-    /// passes of a quiet cluster would convert the same objects again.
+    /// The scheduling input of the last pass that built one and the
+    /// removal trials built over it, kept for the next pass while nothing
+    /// the input was built from changes: converting every pod of a large
+    /// cluster and preparing the solver over it are most of a pass's cost,
+    /// and the periodic passes of a quiet cluster would do both again.
     input: Option<KeptInput>,
 }
 
-/// A pass's scheduling input (its NodePools excepted: they are read fresh
-/// at every pass) and what it was built from.
+/// A pass's scheduling input and the node each of its pods runs on
+/// (`homes[i]` for `input.pods[i]`).
 #[derive(Debug)]
+struct Prepared {
+    input: SolveInput,
+    homes: Vec<String>,
+}
+
+self_cell::self_cell!(
+    /// A pass's input with the removal trials built over it: a trial undoes
+    /// what it changed, so the same trials serve the next pass while
+    /// nothing the input was built from changes.
+    struct Trials {
+        owner: Prepared,
+        #[covariant]
+        dependent: Removals,
+    }
+);
+
+impl Trials {
+    /// Builds the trials over `prepared`.
+    fn build(prepared: Prepared, opts: &SolveOptions) -> Result<Trials, SolveError> {
+        Trials::try_new(prepared, |p| {
+            let homes: Vec<&str> = p.homes.iter().map(String::as_str).collect();
+            Removals::new(&p.input, &homes, opts)
+        })
+    }
+}
+
+/// A pass's input: built for it, or the last pass's trials, kept.
+enum PassInput {
+    Built(Prepared),
+    Kept(Trials),
+}
+
+impl PassInput {
+    fn trials(self, opts: &SolveOptions) -> Result<Trials, SolveError> {
+        match self {
+            PassInput::Built(p) => Trials::build(p, opts),
+            PassInput::Kept(t) => Ok(t),
+        }
+    }
+}
+
+/// The last pass's trials and the key of what their input was built from
+/// (its NodePools excepted: they are compared with the next pass's).
 struct KeptInput {
     key: u64,
-    input: crate::scheduling::SolveInput,
-    homes: Vec<String>,
+    trials: Trials,
+}
+
+impl std::fmt::Debug for KeptInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let input = self.trials.borrow_owner();
+        f.debug_struct("KeptInput")
+            .field("key", &self.key)
+            .field("nodes", &input.input.nodes.len())
+            .field("pods", &input.input.pods.len())
+            .finish()
+    }
 }
 
 /// The resource versions of what a drift check reads.
@@ -156,8 +210,8 @@ struct Facts {
     budgets: BTreeMap<String, disruption::Allowed>,
     consolidation: bool,
     specs: Vec<NodePoolSpec>,
-    input: crate::scheduling::SolveInput,
-    homes: Vec<String>,
+    /// `None` once taken for the pass's trials.
+    input: Option<PassInput>,
     /// What the input was built from (see [`DisruptionState::input`]);
     /// `None` when the pass needs no removals and built no input.
     input_key: Option<u64>,
@@ -351,16 +405,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return next.min(DISRUPTION_POLL);
         };
         self.metrics.eligible(&facts.candidates);
-        let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
+        let input = facts.input.take();
         let (opts, pass) = self.pass_of(&facts, now);
         let blocked = disruption::blocked(&pass);
-        let mut outcome = match Removals::new(&facts.input, &homes, &opts) {
-            Ok(mut removals) => disruption::decide(&pass, &mut removals),
-            Err(e) => {
+        let mut trials = match input.map(|i| i.trials(&opts)) {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => {
                 self.event("Disruption".into(), "DisruptionFailed", e.to_string());
                 return next;
             }
+            None => return next,
         };
+        let mut outcome =
+            trials.with_dependent_mut(|_, removals| disruption::decide(&pass, removals));
         drop(pass);
         self.report_blocked(blocked);
         let node_of: BTreeMap<&str, &str> = facts
@@ -394,7 +451,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let next_threshold = facts.next_threshold;
         let wanted = std::mem::take(&mut facts.conditions);
-        self.keep_input(facts);
+        self.keep_input(facts.input_key, trials);
         // Before the decision is carried out, as Karpenter's drift
         // controller marks a NodeClaim Drifted before its disruption
         // controller acts on it; the command reads the claims again.
@@ -479,13 +536,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// Keeps a pass's scheduling input for the next pass.
-    fn keep_input(&mut self, facts: Facts) {
-        if let Some(key) = facts.input_key {
-            self.disruption.input = Some(KeptInput {
-                key,
-                input: facts.input,
-                homes: facts.homes,
-            });
+    fn keep_input(&mut self, key: Option<u64>, trials: Trials) {
+        if let Some(key) = key {
+            self.disruption.input = Some(KeptInput { key, trials });
         }
     }
 
@@ -656,14 +709,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let Some(facts) = self.disruption_facts(now).await else {
             return;
         };
-        let homes: Vec<&str> = facts.homes.iter().map(String::as_str).collect();
+        let mut facts = facts;
+        let input = facts.input.take();
         let (opts, pass) = self.pass_of(&facts, now);
-        let revalidated = Removals::new(&facts.input, &homes, &opts)
-            .ok()
-            .and_then(|mut removals| disruption::revalidate(&pass, &cmd, &mut removals));
-        drop(homes);
+        let mut revalidated = None;
+        if let Some(Ok(mut trials)) = input.map(|i| i.trials(&opts)) {
+            revalidated = trials
+                .with_dependent_mut(|_, removals| disruption::revalidate(&pass, &cmd, removals));
+            self.keep_input(facts.input_key, trials);
+        }
         drop(pass);
-        self.keep_input(facts);
         match revalidated {
             Some(fresh) => self.execute(fresh).await,
             None => {
@@ -1112,15 +1167,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         if let Some(kept) = self.disruption.input.take()
             && Some(kept.key) == input_key
         {
-            let mut input = kept.input;
-            input.nodepools = dynamic;
+            // The trials price replacements from the input's NodePools:
+            // kept only while those are the same too.
+            let input = if kept.trials.borrow_owner().input.nodepools == dynamic {
+                PassInput::Kept(kept.trials)
+            } else {
+                let mut prepared = kept.trials.into_owner();
+                prepared.input.nodepools = dynamic;
+                PassInput::Built(prepared)
+            };
             return Some(Facts {
                 candidates,
                 budgets,
                 consolidation,
                 specs,
-                input,
-                homes: kept.homes,
+                input: Some(input),
                 input_key,
                 input_kept: true,
                 uninitialized,
@@ -1207,8 +1268,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             budgets,
             consolidation,
             specs,
-            input,
-            homes,
+            input: Some(PassInput::Built(Prepared { input, homes })),
             input_key,
             input_kept: false,
             uninitialized,

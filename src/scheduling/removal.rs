@@ -377,6 +377,57 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// However many trials came before, a trial answers as it does on
+        /// a fresh preparation: the controller keeps one preparation from
+        /// pass to pass while the cluster is the same.
+        #[test]
+        fn trials_leave_nothing_for_the_next(
+            loads in proptest::collection::vec(
+                proptest::collection::vec(200i64..1000, 0..4), 2..6),
+            sets in proptest::collection::vec(
+                proptest::collection::vec(0usize..6, 1..4), 1..8),
+            claims in proptest::option::of(0usize..2),
+        ) {
+            let names: Vec<String> = (0..loads.len()).map(|i| format!("n{i}")).collect();
+            let mut input = SolveInput {
+                nodepools: vec![pool()],
+                ..SolveInput::default()
+            };
+            let mut homes = Vec::new();
+            for (name, load) in names.iter().zip(&loads) {
+                let pods: Vec<(String, i64)> = load
+                    .iter()
+                    .enumerate()
+                    .map(|(j, cpu)| (format!("{name}-{j}"), *cpu))
+                    .collect();
+                let bound: Vec<(&str, i64)> =
+                    pods.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+                input.nodes.push(node(name, 4000, &bound));
+                for (p, cpu) in &pods {
+                    input.pods.push(pod(p, *cpu));
+                    homes.push(name.as_str());
+                }
+            }
+            let mut kept = Removals::new(&input, &homes, &opts()).unwrap();
+            for set in &sets {
+                let out: Vec<&str> = set
+                    .iter()
+                    .filter_map(|&i| names.get(i).map(String::as_str))
+                    .collect();
+                let mut fresh = Removals::new(&input, &homes, &opts()).unwrap();
+                proptest::prop_assert_eq!(
+                    kept.remove_with(&out, claims),
+                    fresh.remove_with(&out, claims),
+                    "{:?}",
+                    out
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_floor_is_known_when_pods_fit_no_other_node() {
         let (mut input, _) = cluster();
