@@ -158,7 +158,7 @@ fn cluster(
         });
         for p in pods {
             homes.push(name.clone());
-            input.pods.push(p);
+            input.pods.push(std::sync::Arc::new(p));
         }
         input.nodes.push(ExistingNode {
             name,

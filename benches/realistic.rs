@@ -237,7 +237,7 @@ fn one(n: usize) -> Result<(), String> {
     );
     let input = SolveInput {
         nodes: Vec::new(),
-        pods: pods(n),
+        pods: pods(n).into_iter().map(std::sync::Arc::new).collect(),
         nodepools: pools(&catalog),
         daemonsets: Vec::new(),
     };

@@ -362,7 +362,7 @@ impl BoundPods {
 /// in a sweep each time the cache has doubled since the last.
 #[derive(Default)]
 pub struct PodSpecs {
-    entries: HashMap<usize, (Arc<SlimPod>, PodSpec)>,
+    entries: HashMap<usize, (Arc<SlimPod>, Arc<PodSpec>)>,
     sweep_at: usize,
 }
 
@@ -374,21 +374,21 @@ impl PodSpecs {
         p: &Arc<SlimPod>,
         volumes: &VolumeIndex,
         now_ms: i64,
-    ) -> Result<PodSpec, PodError> {
+    ) -> Result<Arc<PodSpec>, PodError> {
         let reads_more = p.metadata.creation_timestamp.is_none()
             || p.spec
                 .as_ref()
                 .and_then(|s| s.volumes.as_ref())
                 .is_some_and(|v| !v.is_empty());
         if reads_more {
-            return pod_spec(p, volumes, now_ms);
+            return pod_spec(p, volumes, now_ms).map(Arc::new);
         }
         let key = Arc::as_ptr(p) as usize;
         if let Some((pod, spec)) = self.entries.get(&key) {
             debug_assert!(Arc::ptr_eq(pod, p));
             return Ok(spec.clone());
         }
-        let spec = pod_spec(p, volumes, now_ms)?;
+        let spec = Arc::new(pod_spec(p, volumes, now_ms)?);
         if self.entries.len() >= self.sweep_at {
             self.entries
                 .retain(|_, (pod, _)| Arc::strong_count(pod) > 1);

@@ -329,10 +329,10 @@ pub fn build_input_from(
                 })?);
         }
         for p in s.pods.iter().filter(|p| is_provisionable(p)) {
-            input.pods.push(
+            input.pods.push(std::sync::Arc::new(
                 pod_spec(p, &volumes, now_ms)
                     .map_err(|e| invalid(format!("Pod/{}", e.pod), e.message))?,
-            );
+            ));
         }
     }
     // Every pod of --pods that is not bound and not a DaemonSet's is pending.
@@ -345,14 +345,13 @@ pub fn build_input_from(
         if bound || p.is_daemon() {
             continue;
         }
-        input
-            .pods
-            .push(pod_spec(p, &volumes, now_ms).map_err(|e| Invalid {
-                file: pods_file.to_string(),
-                line: pos.line as usize,
-                object: format!("Pod/{}", e.pod),
-                message: e.message,
-            })?);
+        let spec = pod_spec(p, &volumes, now_ms).map_err(|e| Invalid {
+            file: pods_file.to_string(),
+            line: pos.line as usize,
+            object: format!("Pod/{}", e.pod),
+            message: e.message,
+        })?;
+        input.pods.push(std::sync::Arc::new(spec));
     }
     Ok(input)
 }

@@ -84,7 +84,9 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
                 host_ports: Vec::new(),
                 anti_affinity: Vec::new(),
             }));
-            input.pods.push(PodSpec::new("default", &pod_name, req));
+            input
+                .pods
+                .push(std::sync::Arc::new(PodSpec::new("default", &pod_name, req)));
             homes.push(name.to_string());
         }
         input.nodes.push(ExistingNode {
@@ -820,6 +822,7 @@ fn app_foo(f: &mut Fixture, edit: impl Fn(&mut PodSpec)) {
         }
     }
     for p in &mut f.input.pods {
+        let p = Arc::make_mut(p);
         Arc::make_mut(&mut p.labels).insert("app".into(), "foo".into());
         edit(p);
     }

@@ -110,7 +110,7 @@ pub fn report(
     let raw: std::collections::HashMap<String, &SlimPod> =
         pods.iter().map(|p| (p.key(), *p)).collect();
     let specs: std::collections::HashMap<String, &crate::scheduling::PodSpec> =
-        input.pods.iter().map(|p| (p.key(), p)).collect();
+        input.pods.iter().map(|p| (p.key(), &**p)).collect();
     for u in &mut report.unschedulable {
         let pod = raw.get(&u.pod).copied();
         let (text, parts) =

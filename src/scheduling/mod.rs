@@ -50,7 +50,7 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 
 /// The order pods are tried in: cpu desc, memory desc, creation time, then
 /// namespace/name so the result does not depend on input order.
-pub(crate) fn pod_order(pods: &[PodSpec]) -> Vec<usize> {
+pub(crate) fn pod_order(pods: &[std::sync::Arc<PodSpec>]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..pods.len()).collect();
     let size: Vec<(i64, i64)> = pods
         .iter()

@@ -217,6 +217,7 @@ impl<'a> Removals<'a> {
 mod tests {
     use super::*;
     use crate::model::Resources;
+    use crate::scheduling::tests::shared;
     use crate::scheduling::types::{BoundPod, ExistingNode, NodePoolSpec, PodSpec};
     use crate::scheduling::{Preferences, solve};
     use std::collections::BTreeMap;
@@ -299,13 +300,13 @@ mod tests {
                 node("b", 4000, &[("b1", 1000)]),
                 node("c", 4000, &[("c1", 1000), ("c2", 1000)]),
             ],
-            pods: vec![
+            pods: shared(vec![
                 pod("a1", 1500),
                 pod("a2", 1500),
                 pod("b1", 1000),
                 pod("c1", 1000),
                 pod("c2", 1000),
-            ],
+            ]),
             nodepools: vec![pool()],
             daemonsets: Vec::new(),
         };
@@ -407,7 +408,7 @@ mod tests {
                     pods.iter().map(|(p, c)| (p.as_str(), *c)).collect();
                 input.nodes.push(node(name, 4000, &bound));
                 for (p, cpu) in &pods {
-                    input.pods.push(pod(p, *cpu));
+                    input.pods.push(std::sync::Arc::new(pod(p, *cpu)));
                     homes.push(name.as_str());
                 }
             }
@@ -433,7 +434,7 @@ mod tests {
         let (mut input, _) = cluster();
         // d is full; its 3.5-cpu pod fits no other node (2.5 cpu free at most).
         input.nodes.push(node("d", 4000, &[("d1", 3500)]));
-        input.pods.push(pod("d1", 3500));
+        input.pods.push(std::sync::Arc::new(pod("d1", 3500)));
         let homes = vec!["a", "a", "b", "c", "c", "d"];
         let r = Removals::new(&input, &homes, &opts()).unwrap();
         assert_eq!(r.floor("b"), Floor::Unknown);

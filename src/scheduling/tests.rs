@@ -154,7 +154,7 @@ fn run(input: &SolveInput) -> SolveResult {
 #[test]
 fn one_pod_gets_the_cheapest_type() {
     let input = SolveInput {
-        pods: vec![pod("a", 500, 512)],
+        pods: shared(vec![pod("a", 500, 512)]),
         nodepools: vec![pool("general")],
         ..SolveInput::default()
     };
@@ -172,11 +172,11 @@ fn one_pod_gets_the_cheapest_type() {
 fn pods_fill_existing_capacity_first() {
     let input = SolveInput {
         nodes: vec![node("n1", "z1", 2000, 8)],
-        pods: vec![
+        pods: shared(vec![
             pod("a", 1000, 512),
             pod("b", 1000, 512),
             pod("c", 1000, 512),
-        ],
+        ]),
         nodepools: vec![pool("general")],
         ..SolveInput::default()
     };
@@ -198,7 +198,7 @@ fn hostname_anti_affinity_forces_one_node_per_pod() {
         .chain((0..4).map(|i| pod(&format!("q{i}"), 100, 100)))
         .collect();
     let input = SolveInput {
-        pods,
+        pods: shared(pods),
         nodepools: vec![pool("general")],
         ..SolveInput::default()
     };
@@ -218,7 +218,7 @@ fn taints_need_tolerations_and_reasons_say_so() {
     let mut p = pod("needs-gpu", 1000, 1024);
     p.requests.set("nvidia.com/gpu", 1);
     let input = SolveInput {
-        pods: vec![p.clone()],
+        pods: shared(vec![p.clone()]),
         nodepools: vec![gpu.clone()],
         ..SolveInput::default()
     };
@@ -233,7 +233,7 @@ fn taints_need_tolerations_and_reasons_say_so() {
     );
     p.tolerations.push(Toleration::any(None));
     let input = SolveInput {
-        pods: vec![p],
+        pods: shared(vec![p]),
         nodepools: vec![gpu],
         ..SolveInput::default()
     };
@@ -247,7 +247,7 @@ fn too_many_gpus_is_explained() {
     let mut p = pod("big", 1000, 1024);
     p.requests.set("nvidia.com/gpu", 8);
     let input = SolveInput {
-        pods: vec![p],
+        pods: shared(vec![p]),
         nodepools: vec![pool("gpu")],
         ..SolveInput::default()
     };
@@ -268,6 +268,7 @@ fn limits_hold_across_the_solve() {
             q.anti_affinity.push(term("app", "x", HOSTNAME));
             q
         })
+        .map(std::sync::Arc::new)
         .collect();
     let input = SolveInput {
         pods,
@@ -299,6 +300,7 @@ fn claims_list_larger_types_only_within_the_headroom_of_a_limit() {
             q.anti_affinity.push(term("app", "x", HOSTNAME));
             q
         })
+        .map(std::sync::Arc::new)
         .collect();
     let input = SolveInput {
         pods,
@@ -342,6 +344,7 @@ fn zone_spread_balances_domains() {
             p.anti_affinity.push(term("app", "s", HOSTNAME));
             p
         })
+        .map(std::sync::Arc::new)
         .collect();
     let input = SolveInput {
         pods,
@@ -366,7 +369,7 @@ fn heavier_nodepools_are_tried_first() {
     a.weight = 10;
     let b = pool("b");
     let input = SolveInput {
-        pods: vec![pod("x", 100, 100)],
+        pods: shared(vec![pod("x", 100, 100)]),
         nodepools: vec![b, a],
         ..SolveInput::default()
     };
@@ -378,7 +381,7 @@ fn heavier_nodepools_are_tried_first() {
     let mut a = pool("a");
     a.weight = 10;
     let input = SolveInput {
-        pods: vec![p],
+        pods: shared(vec![p]),
         nodepools: vec![a, pool("b")],
         ..SolveInput::default()
     };
@@ -399,7 +402,7 @@ fn preferences_are_relaxed_or_ignored() {
         p
     };
     let input = SolveInput {
-        pods: (0..5).map(mk).collect(),
+        pods: shared((0..5).map(mk)),
         nodepools: vec![pool("general")],
         ..SolveInput::default()
     };
@@ -424,7 +427,7 @@ fn daemonset_overhead_is_counted_on_new_nodes() {
         pod: pod("agent", 500, 256),
     };
     let input = SolveInput {
-        pods: vec![pod("a", 1500, 512)],
+        pods: shared(vec![pod("a", 1500, 512)]),
         nodepools: vec![pool("general")],
         daemonsets: vec![ds],
         ..SolveInput::default()
@@ -448,7 +451,7 @@ fn required_node_affinity_terms_are_tried_in_turn() {
     z3.add(ZONE, Requirement::in_values(["z3"]));
     p.required_terms = vec![nope, z3];
     let input = SolveInput {
-        pods: vec![p],
+        pods: shared(vec![p]),
         nodepools: vec![pool("general")],
         ..SolveInput::default()
     };
@@ -468,7 +471,7 @@ fn pod_affinity_follows_placed_pods() {
     let mut alone = pod("alone", 100, 100);
     alone.affinity.push(term("app", "nobody", ZONE));
     let input = SolveInput {
-        pods: vec![follower, leader, alone],
+        pods: shared(vec![follower, leader, alone]),
         nodepools: vec![pool("general")],
         ..SolveInput::default()
     };
@@ -547,7 +550,7 @@ fn arb_input() -> impl Strategy<Value = SolveInput> {
                 .collect();
             SolveInput {
                 nodes,
-                pods,
+                pods: shared(pods),
                 nodepools: pools,
                 daemonsets: Vec::new(),
             }
@@ -558,9 +561,14 @@ fn arb_input() -> impl Strategy<Value = SolveInput> {
 /// A node or claim in a result: its labels, pods and zones.
 type Target<'a> = (BTreeMap<String, String>, Vec<&'a PodSpec>, BTreeSet<String>);
 
+/// Pods as the solver's input holds them.
+pub(crate) fn shared(pods: impl IntoIterator<Item = PodSpec>) -> Vec<std::sync::Arc<PodSpec>> {
+    pods.into_iter().map(std::sync::Arc::new).collect()
+}
+
 /// Checks every invariant of a result against its input.
 pub(crate) fn check(input: &SolveInput, r: &SolveResult) -> Result<(), TestCaseError> {
-    let pods: BTreeMap<String, &PodSpec> = input.pods.iter().map(|p| (p.key(), p)).collect();
+    let pods: BTreeMap<String, &PodSpec> = input.pods.iter().map(|p| (p.key(), &**p)).collect();
     let types: BTreeMap<&str, &InstanceType> = input
         .nodepools
         .iter()
@@ -772,7 +780,7 @@ fn spread_over_a_key_the_instance_types_define() {
         })
         .collect();
     let input = SolveInput {
-        pods,
+        pods: shared(pods),
         nodepools: vec![np],
         ..SolveInput::default()
     };

@@ -216,7 +216,9 @@ pub enum Preferences {
 #[derive(Debug, Clone, Default)]
 pub struct SolveInput {
     pub nodes: Vec<ExistingNode>,
-    pub pods: Vec<PodSpec>,
+    /// Shared: a pending pod's conversion is kept and handed out pass after
+    /// pass ([`crate::convert::PodSpecs`]).
+    pub pods: Vec<Arc<PodSpec>>,
     pub nodepools: Vec<NodePoolSpec>,
     pub daemonsets: Vec<DaemonSetSpec>,
 }

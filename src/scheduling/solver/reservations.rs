@@ -364,7 +364,7 @@ mod tests {
 
     use crate::model::labels::{CAPACITY_TYPE, RESERVATION_ID, RESERVATION_TYPE, ZONE};
     use crate::model::{InstanceType, Offering, Requirement, Requirements, Reservation, Resources};
-    use crate::scheduling::tests::catalog;
+    use crate::scheduling::tests::{catalog, shared};
     use crate::scheduling::{NodePoolSpec, PodSpec, SolveInput, SolveOptions, solve};
 
     fn reservation(id: &str, kind: &str, left: u32) -> Reservation {
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn a_reservation_takes_only_as_many_claims_as_it_has_instances_left() {
         let input = SolveInput {
-            pods: pods(5),
+            pods: shared(pods(5)),
             nodepools: vec![pool_with(Requirements::new(), 2)],
             ..SolveInput::default()
         };
@@ -491,7 +491,7 @@ mod tests {
         let mut reqs = Requirements::new();
         reqs.add(CAPACITY_TYPE, Requirement::in_values(["reserved"]));
         let input = SolveInput {
-            pods: pods(5),
+            pods: shared(pods(5)),
             nodepools: vec![pool_with(reqs, 2)],
             ..SolveInput::default()
         };
@@ -518,7 +518,7 @@ mod tests {
                     .add(key, Requirement::in_values([value.to_string()]));
             }
             let input = SolveInput {
-                pods,
+                pods: shared(pods),
                 nodepools: vec![pool_with(Requirements::new(), 5)],
                 ..SolveInput::default()
             };
@@ -542,7 +542,7 @@ mod tests {
     #[test]
     fn a_used_up_reservation_is_not_planned() {
         let input = SolveInput {
-            pods: pods(2),
+            pods: shared(pods(2)),
             nodepools: vec![pool_with(Requirements::new(), 0)],
             ..SolveInput::default()
         };
@@ -557,6 +557,8 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use std::collections::BTreeMap;
+
+    use crate::scheduling::tests::shared;
 
     use proptest::prelude::*;
 
@@ -583,7 +585,7 @@ mod properties {
                 reqs.add(CAPACITY_TYPE, Requirement::in_values(["reserved"]));
             }
             let input = SolveInput {
-                pods: sized_pods(&cpus),
+                pods: shared(sized_pods(&cpus)),
                 nodepools: vec![pool_with(reqs, left_a)],
                 ..SolveInput::default()
             };
