@@ -201,7 +201,8 @@ impl std::fmt::Debug for KeptInput {
     }
 }
 
-/// The resource versions of what a drift check reads.
+/// What a drift verdict was read from: the NodeClaim's, the Node's and the
+/// EC2NodeClass's resource versions, the NodePool's uid and generation.
 type DriftInputs = [String; 4];
 
 /// What a pass is built from.
@@ -805,6 +806,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         let mut marks: HashMap<String, u64> = HashMap::new();
         let mut drift_checks = HashMap::new();
+        // Each NodePool and EC2NodeClass pair read once for all its nodes.
+        let mut drift_targets: HashMap<(&str, &str), drift::Target> = HashMap::new();
         let mut uninitialized: BTreeSet<String> = BTreeSet::new();
         for claim in &claims {
             if claim.metadata.deletion_timestamp.is_none() {
@@ -916,11 +919,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let class = classes.get(&claim.spec.node_class_ref.name);
             let mut drift_reasons: Vec<DriftReason> = Vec::new();
             if let Some(class) = class {
+                // The verdict reads the NodePool's spec alone (its uid and
+                // generation), and the EC2NodeClass's status too.
                 let inputs: Option<DriftInputs> = (|| {
                     Some([
                         claim.metadata.resource_version.clone()?,
                         node.metadata.resource_version.clone()?,
-                        pool.metadata.resource_version.clone()?,
+                        format!(
+                            "{}/{}",
+                            pool.metadata.uid.as_deref()?,
+                            pool.metadata.generation?
+                        ),
                         class.metadata.resource_version.clone()?,
                     ])
                 })();
@@ -936,7 +945,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                             view.labels
                                 .extend(crate::model::labels::normalize_labels(labels));
                         }
-                        let verdict = drift::check(&view, pool, class);
+                        let verdict = drift_targets
+                            .entry((
+                                pool.metadata.name.as_deref().unwrap_or_default(),
+                                class.metadata.name.as_deref().unwrap_or_default(),
+                            ))
+                            .or_insert_with(|| drift::Target::new(pool, class))
+                            .check(&view);
                         // A verdict that asks for a stamp is not kept: the
                         // stamp changes the NodeClaim. Errors are checked
                         // again (and reported) at every pass.

@@ -387,41 +387,69 @@ pub fn check(
     pool: &NodePool,
     class: &EC2NodeClass,
 ) -> Result<DriftVerdict, RequirementsError> {
-    let mut verdict = DriftVerdict::default();
-    match node.stamped_nodepool_hash() {
-        Some(stamped) if stamped != nodepool_hash(pool) => verdict
-            .reasons
-            .push(DriftReason::NodePoolTemplate { fields: Vec::new() }),
-        Some(_) => {}
-        None => verdict.stamp.extend(nodepool_stamp(pool)),
+    Target::new(pool, class).check(node)
+}
+
+/// A NodePool and an EC2NodeClass as drift reads them, for checking many
+/// nodes: the hashes, the requirements and the resolved images are
+/// computed once, not per node.
+pub struct Target<'a> {
+    pool: &'a NodePool,
+    class: &'a EC2NodeClass,
+    pool_hash: String,
+    class_hash: String,
+    requirements: Result<Requirements, RequirementsError>,
+}
+
+impl<'a> Target<'a> {
+    pub fn new(pool: &'a NodePool, class: &'a EC2NodeClass) -> Self {
+        Target {
+            pool,
+            class,
+            pool_hash: nodepool_hash(pool),
+            class_hash: ec2nodeclass_hash(class),
+            requirements: nodepool_requirements(pool),
+        }
     }
-    if let Some(conflict) = requirements_conflict(&nodepool_requirements(pool)?, &node.labels) {
-        verdict.reasons.push(DriftReason::Requirements { conflict });
+
+    /// Whether `node` has drifted from the pool and class, and which
+    /// annotations its NodeClaim should be stamped with.
+    pub fn check(&self, node: &NodeView) -> Result<DriftVerdict, RequirementsError> {
+        let mut verdict = DriftVerdict::default();
+        match node.stamped_nodepool_hash() {
+            Some(stamped) if stamped != self.pool_hash => verdict
+                .reasons
+                .push(DriftReason::NodePoolTemplate { fields: Vec::new() }),
+            Some(_) => {}
+            None => verdict.stamp.extend(nodepool_stamp(self.pool)),
+        }
+        let requirements = self.requirements.as_ref().map_err(Clone::clone)?;
+        if let Some(conflict) = requirements_conflict(requirements, &node.labels) {
+            verdict.reasons.push(DriftReason::Requirements { conflict });
+        }
+        match node.stamped_ec2nodeclass_hash() {
+            Some(stamped) if stamped != self.class_hash => verdict
+                .reasons
+                .push(DriftReason::EC2NodeClass { fields: Vec::new() }),
+            Some(_) => {}
+            None => verdict.stamp.extend(ec2nodeclass_stamp(self.class)),
+        }
+        let resolved = self
+            .class
+            .status
+            .as_ref()
+            .and_then(|s| s.amis.as_deref())
+            .unwrap_or_default();
+        if let Some(image) = &node.image_id
+            && !resolved.is_empty()
+            && !resolved.iter().any(|a| &a.id == image)
+        {
+            verdict.reasons.push(DriftReason::Ami {
+                image: image.clone(),
+            });
+        }
+        Ok(verdict)
     }
-    match node.stamped_ec2nodeclass_hash() {
-        Some(stamped) if stamped != ec2nodeclass_hash(class) => verdict
-            .reasons
-            .push(DriftReason::EC2NodeClass { fields: Vec::new() }),
-        Some(_) => {}
-        None => verdict.stamp.extend(ec2nodeclass_stamp(class)),
-    }
-    let resolved: Vec<&str> = class
-        .status
-        .as_ref()
-        .and_then(|s| s.amis.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|a| a.id.as_str())
-        .collect();
-    if let Some(image) = &node.image_id
-        && !resolved.is_empty()
-        && !resolved.contains(&image.as_str())
-    {
-        verdict.reasons.push(DriftReason::Ami {
-            image: image.clone(),
-        });
-    }
-    Ok(verdict)
 }
 
 #[cfg(test)]
