@@ -890,16 +890,19 @@ impl State {
         fresh.existing_anti.remap(&old_to_new, count);
         fresh.existing_preferred = std::mem::take(&mut self.existing_preferred);
         fresh.existing_preferred.remap(&old_to_new, count);
+        // Remapped in place: the bound pods are most of the index.
         let mut dropped = Vec::new();
-        for (key, mut b) in std::mem::take(&mut self.bound) {
-            match old_to_new.get(b.node) {
-                Some(Some(new)) => {
-                    b.node = *new;
-                    fresh.bound.insert(key, b);
-                }
-                _ => dropped.push(key),
+        self.bound.retain(|key, b| match old_to_new.get(b.node) {
+            Some(Some(new)) => {
+                b.node = *new;
+                true
             }
-        }
+            _ => {
+                dropped.push(key.clone());
+                false
+            }
+        });
+        fresh.bound = std::mem::take(&mut self.bound);
         *self = fresh;
         dropped
     }
