@@ -26,7 +26,7 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 
 use crate::clock::{Timestamp, truncate_to_second};
-use crate::cluster::{ApiError, Selector};
+use crate::cluster::{ApiError, EventType, ObjectKey, Selector};
 use crate::world::MemoryCluster;
 
 /// The condition of a PodDisruptionBudget's status that says whether it
@@ -56,6 +56,75 @@ pub struct Workloads {
     /// stays counted when the pod is deleted afterwards (with its node), as
     /// the Job controller's pod-tracking finalizers ensure.
     succeeded: HashMap<String, std::collections::HashSet<String>>,
+    /// The pods of each controlling owner.
+    owned: OwnedPods,
+}
+
+/// The pods under each controlling owner's uid, kept from the cluster's
+/// watch as kube-controller-manager's informers keep them: a sync reads
+/// what changed since the last, not every pod.
+#[derive(Debug, Default)]
+struct OwnedPods {
+    /// The resource version the index is current to; `None` before the
+    /// first list.
+    seen: Option<u64>,
+    /// Per owner uid, its pods in the order the cluster lists them.
+    by_owner: HashMap<String, BTreeMap<ObjectKey, Arc<Pod>>>,
+    /// The owner uid of each pod in `by_owner`.
+    owner_of: HashMap<ObjectKey, String>,
+}
+
+impl OwnedPods {
+    /// Applies the pod changes since the last sync; lists every pod again
+    /// on the first sync or when the watch no longer reaches back.
+    fn sync(&mut self, cluster: &MemoryCluster) {
+        if let Some(Ok(events)) = self.seen.map(|rv| cluster.watch_from::<Pod>(rv)) {
+            for event in events {
+                self.seen = Some(event.resource_version);
+                let key = ObjectKey::of(event.object.as_ref());
+                self.remove(&key);
+                if event.event_type != EventType::Deleted {
+                    self.insert(key, event.object);
+                }
+            }
+            return;
+        }
+        let list = cluster.list::<Pod>(None, &Selector::everything());
+        *self = OwnedPods {
+            seen: Some(list.resource_version),
+            ..OwnedPods::default()
+        };
+        for pod in list.items {
+            self.insert(ObjectKey::of(pod.as_ref()), pod);
+        }
+    }
+
+    fn insert(&mut self, key: ObjectKey, pod: Arc<Pod>) {
+        let Some(uid) = controller_uid(&pod.metadata).map(str::to_string) else {
+            return;
+        };
+        self.owner_of.insert(key.clone(), uid.clone());
+        self.by_owner.entry(uid).or_default().insert(key, pod);
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        let Some(uid) = self.owner_of.remove(key) else {
+            return;
+        };
+        if let Some(pods) = self.by_owner.get_mut(&uid) {
+            pods.remove(key);
+            if pods.is_empty() {
+                self.by_owner.remove(&uid);
+            }
+        }
+    }
+
+    /// The pods whose controlling owner has `uid`.
+    fn of(&self, uid: Option<&str>) -> Vec<&Arc<Pod>> {
+        uid.and_then(|u| self.by_owner.get(u))
+            .map(|pods| pods.values().collect())
+            .unwrap_or_default()
+    }
 }
 
 fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Option<OwnerReference> {
@@ -173,25 +242,10 @@ impl Workloads {
         if self.seen == Some(cluster.resource_version()) {
             return report;
         }
-        let pods = cluster.list::<Pod>(None, &Selector::everything()).items;
-        // Each pod under the uid of its controlling owner.
-        let mut by_owner: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
-        for p in &pods {
-            if let Some(o) = p
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.controller == Some(true))
-            {
-                by_owner.entry(o.uid.as_str()).or_default().push(p);
-            }
-        }
-        let owned = |uid: Option<&str>| -> &[&Arc<Pod>] {
-            uid.and_then(|u| by_owner.get(u))
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-        };
+        // Taken out while the controllers below borrow `self`.
+        let mut index = std::mem::take(&mut self.owned);
+        index.sync(cluster);
+        let owned = |uid: Option<&str>| index.of(uid);
         let replica_sets = cluster
             .list::<ReplicaSet>(None, &Selector::everything())
             .items;
@@ -206,7 +260,7 @@ impl Workloads {
                 .collect();
             if sets.is_empty() {
                 let mine = owned(uid);
-                self.sync_deployment(cluster, &d, mine, now, &mut report);
+                self.sync_deployment(cluster, &d, &mine, now, &mut report);
             } else {
                 scale_replica_sets(cluster, &d, &sets, &mut report);
             }
@@ -229,7 +283,7 @@ impl Workloads {
                 &template,
                 owner,
                 want,
-                mine,
+                &mine,
                 now,
                 &mut report,
             );
@@ -239,12 +293,13 @@ impl Workloads {
             .items
         {
             let mine = owned(s.metadata.uid.as_deref());
-            sync_stateful_set(cluster, &s, mine, now, &mut report);
+            sync_stateful_set(cluster, &s, &mine, now, &mut report);
         }
         for j in cluster.list::<Job>(None, &Selector::everything()).items {
             let mine = owned(j.metadata.uid.as_deref());
-            self.sync_job(cluster, &j, mine, now, &mut report);
+            self.sync_job(cluster, &j, &mine, now, &mut report);
         }
+        self.owned = index;
         self.seen = Some(cluster.resource_version());
         report
     }
@@ -683,6 +738,48 @@ mod tests {
             "the transition time holds while the status does"
         );
         assert_eq!(w.disruption_budgets(&c), 0, "nothing changed since");
+    }
+
+    /// The owned-pod index brought up to date from where the last sync left
+    /// it (before that sync's own writes), and as a fresh list gives it.
+    fn owned_now(w: &mut Workloads, c: &MemoryCluster) -> (Vec<ObjectKey>, Vec<ObjectKey>) {
+        w.owned.sync(c);
+        let keys = |o: &OwnedPods| -> Vec<ObjectKey> {
+            let mut keys: Vec<ObjectKey> = o.owner_of.keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let mut fresh = OwnedPods::default();
+        fresh.sync(c);
+        (keys(&w.owned), keys(&fresh))
+    }
+
+    #[test]
+    fn owned_pods_follow_the_watch_and_list_again_once_it_is_compacted() {
+        let (c, t) = cluster();
+        c.create(deployment(3)).unwrap();
+        let mut w = Workloads::default();
+        assert_eq!(w.sync(&c, t).created.len(), 3);
+        // A change within the watch log is applied as an event.
+        c.delete::<Pod>(&ObjectKey::new("default", "web-00001"))
+            .unwrap();
+        assert_eq!(w.sync(&c, t).created, ["default/web-00003"]);
+        let (kept, fresh) = owned_now(&mut w, &c);
+        assert_eq!(kept, fresh);
+        // Changes the log no longer holds: the index lists every pod again.
+        c.set_watch_log_capacity(1);
+        for name in ["web-00000", "web-00002"] {
+            c.delete::<Pod>(&ObjectKey::new("default", name)).unwrap();
+        }
+        assert_eq!(
+            w.sync(&c, t).created,
+            ["default/web-00004", "default/web-00005"]
+        );
+        assert!(w.sync(&c, t).created.is_empty(), "nothing changed since");
+        assert_eq!(pods(&c), ["web-00003", "web-00004", "web-00005"]);
+        let (kept, fresh) = owned_now(&mut w, &c);
+        assert_eq!(kept.len(), 3);
+        assert_eq!(kept, fresh);
     }
 
     #[test]
