@@ -51,23 +51,24 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 /// The order pods are tried in: cpu desc, memory desc, creation time, then
 /// namespace/name so the result does not depend on input order.
 pub(crate) fn pod_order(pods: &[std::sync::Arc<PodSpec>]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..pods.len()).collect();
-    let size: Vec<(i64, i64)> = pods
+    // The keys side by side, so the sort reads no pod; the position makes
+    // the order total, so an unstable sort gives the one order.
+    let mut keyed: Vec<_> = pods
         .iter()
-        .map(|p| (p.requests.get(CPU), p.requests.get(MEMORY)))
+        .enumerate()
+        .map(|(i, p)| {
+            (
+                std::cmp::Reverse(p.requests.get(CPU)),
+                std::cmp::Reverse(p.requests.get(MEMORY)),
+                p.created_ms,
+                p.namespace.as_str(),
+                p.name.as_str(),
+                i,
+            )
+        })
         .collect();
-    order.sort_by(|&a, &b| {
-        let (pa, pb) = (&pods[a], &pods[b]);
-        size[b]
-            .0
-            .cmp(&size[a].0)
-            .then_with(|| size[b].1.cmp(&size[a].1))
-            .then_with(|| pa.created_ms.cmp(&pb.created_ms))
-            .then_with(|| pa.namespace.cmp(&pb.namespace))
-            .then_with(|| pa.name.cmp(&pb.name))
-            .then_with(|| a.cmp(&b))
-    });
-    order
+    keyed.sort_unstable();
+    keyed.into_iter().map(|k| k.5).collect()
 }
 
 /// Decides which pods fit on existing capacity and which new NodeClaims to

@@ -741,6 +741,42 @@ proptest! {
         }
     }
 
+    /// The trial order is cpu, then memory (both largest first), creation
+    /// time, namespace and name, then input position: pods alike in all but
+    /// position keep their input order.
+    #[test]
+    fn pods_are_tried_in_size_age_and_name_order(
+        pods in proptest::collection::vec(
+            (0..3i64, 0..3i64, 0..3i64, 0..2usize, 0..3usize), 0..40),
+    ) {
+        let pods: Vec<std::sync::Arc<PodSpec>> = pods
+            .into_iter()
+            .map(|(cpu, mem, created, ns, name)| {
+                let mut p = PodSpec::new(
+                    ["a", "b"][ns],
+                    ["x", "y", "z"][name],
+                    Resources::new().with(CPU, cpu * 500).with(MEMORY, mem << 30),
+                );
+                p.created_ms = created;
+                std::sync::Arc::new(p)
+            })
+            .collect();
+        let order = crate::scheduling::pod_order(&pods);
+        let mut sorted: Vec<usize> = (0..pods.len()).collect();
+        prop_assert_eq!(order.len(), sorted.len());
+        sorted.sort_by_key(|&i| {
+            let p = &pods[i];
+            (
+                std::cmp::Reverse(p.requests.get(CPU)),
+                std::cmp::Reverse(p.requests.get(MEMORY)),
+                p.created_ms,
+                p.namespace.clone(),
+                p.name.clone(),
+            )
+        });
+        prop_assert_eq!(order, sorted);
+    }
+
     #[test]
     fn deterministic_and_independent_of_input_order(input in arb_input(), seed in any::<u64>()) {
         let a = solve(&input, &SolveOptions::default()).unwrap();
