@@ -21,11 +21,11 @@
 //! - metrics: `metrics` and `state_metrics`; the in-cluster driver:
 //!   `runtime`, `leader` and `http`.
 //!
-//! `Controller::reconcile` is one pass: provisioning, then the NodeClaims'
-//! lifecycle and termination, then disruption. The launches it decides are
-//! sent at most `Settings::launch_concurrency` at a time (`send_launches`):
-//! within the pass in the simulation, and outside the controller's lock in
-//! `runtime::Runtime::pass`, which `dovetail controller` runs.
+//! [`pass`] is one pass, the same for every driver: `Controller::reconcile`
+//! (provisioning, then the NodeClaims' lifecycle and termination, then
+//! disruption) holding the controller, then the launches it decided, sent
+//! outside the controller's lock at most `Settings::launch_concurrency` at a
+//! time (`send_launches`).
 
 mod buffers;
 mod capacity_type;
@@ -423,10 +423,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// One pass's reconciles, in order: provisioning (the solve and the
     /// NodeClaims it creates), the NodeClaims' lifecycle and termination,
-    /// then disruption. `dovetail controller` ([`runtime::Runtime::pass`]),
-    /// `simulate` and the tests all run this. The launches it decides are
-    /// sent within it, or with [`Controller::defer_launches`] left for
-    /// [`Controller::take_launches`]. Returns when it next needs to run.
+    /// then disruption: the heart of [`pass`], which every driver runs. The
+    /// launches it decides are sent within it, or with
+    /// [`Controller::defer_launches`] left for [`Controller::take_launches`].
+    /// Returns when it next needs to run.
     pub async fn reconcile(&mut self) -> Duration {
         let a = self.reconcile_provisioning().await;
         let b = self.reconcile_nodeclaims().await;
@@ -480,6 +480,43 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let pods = self.cluster.list::<crate::api::SlimPod>();
         self.pod_startup.1.observe(&pods, &self.metrics);
         self.pod_startup.0 = revision;
+    }
+}
+
+/// What one [`pass`] did: when the controller next needs to run, and what
+/// it recorded (the Events to write, the disruptions carried out).
+pub struct PassOutcome {
+    pub wait: Duration,
+    pub events: Vec<Event>,
+    pub decisions: Vec<Decision>,
+}
+
+/// One pass as every driver runs it (`dovetail controller`'s
+/// [`runtime::Runtime::pass`], `simulate`'s tick, the tests through them):
+/// the reconciles hold the controller; the launches they decided are sent
+/// without it, at most [`Settings::launch_concurrency`] at once; their
+/// answers are recorded holding it again. So interruption handling, which
+/// needs the controller, never waits for CreateFleet calls.
+pub async fn pass<C: Cluster, P: CloudProvider>(
+    controller: &tokio::sync::Mutex<Controller<C, P>>,
+) -> PassOutcome {
+    let (wait, jobs, cloud, concurrency) = {
+        let mut c = controller.lock().await;
+        c.defer_launches = true;
+        let wait = c.reconcile().await;
+        let jobs = c.take_launches();
+        (wait, jobs, c.cloud.clone(), c.settings.launch_concurrency)
+    };
+    let mut more = Duration::MAX;
+    if !jobs.is_empty() {
+        let outcomes = send_launches(cloud.as_ref(), jobs, concurrency).await;
+        more = controller.lock().await.finish_launches(outcomes).await;
+    }
+    let mut c = controller.lock().await;
+    PassOutcome {
+        wait: wait.min(more),
+        events: c.drain_events(),
+        decisions: c.drain_decisions(),
     }
 }
 

@@ -22,7 +22,7 @@
 //! - passes run on watch events (`KubeCluster::changes`), at least
 //!   `MIN_PASS_INTERVAL` (0.5 s) apart, and at the time each asks for; the
 //!   launches a pass decides are sent outside the controller's lock
-//!   (`Runtime::pass`), so interruption handling never waits for them;
+//!   (`controller::pass`), so interruption handling never waits for them;
 //! - the config sync is `sync::watch::run`; the SQS poller
 //!   (`run_interruption`) is an `interruption::Poller` delivering to
 //!   `controller::interruption::Handler::shared`, which takes the term's
@@ -442,32 +442,13 @@ impl<C: Cluster + 'static, P: CloudProvider + 'static> Runtime<C, P> {
         c
     }
 
-    /// One pass as [`Runtime::run`] runs it: the reconciles hold the
-    /// controller, the launches they decided are sent without it (at most
-    /// [`Settings::launch_concurrency`] at once), and their answers are
-    /// recorded holding it again. So interruption handling, which needs
-    /// the controller, never waits for CreateFleet calls.
+    /// One [`super::pass`], whose Events go out in the background: the
+    /// pass does not wait for them.
     pub async fn pass(&mut self, controller: &tokio::sync::Mutex<Controller<C, P>>) -> Duration {
-        let (wait, jobs) = {
-            let mut c = controller.lock().await;
-            c.defer_launches = true;
-            let wait = c.reconcile().await;
-            (wait, c.take_launches())
-        };
-        let mut more = Duration::MAX;
-        if !jobs.is_empty() {
-            let outcomes =
-                super::send_launches(self.cloud.as_ref(), jobs, self.settings.launch_concurrency)
-                    .await;
-            more = controller.lock().await.finish_launches(outcomes).await;
-        }
-        let mut c = controller.lock().await;
-        // The Events go out in the background: the pass does not wait.
-        let events = c.drain_events();
-        c.drain_decisions();
+        let pass = super::pass(controller).await;
         self.events
-            .record_later(self.cluster.clone(), events, self.clock.now());
-        wait.min(more)
+            .record_later(self.cluster.clone(), pass.events, self.clock.now());
+        pass.wait
     }
 
     /// Runs until `shutdown` resolves: while `leading` is true, the

@@ -175,7 +175,9 @@ pub struct Simulation {
     clock: Arc<ManualClock>,
     cluster: Arc<MemoryCluster>,
     cloud: Arc<SimEc2>,
-    controller: Controller<MemoryCluster, SimEc2>,
+    /// In a lock, as [`crate::controller::pass`] takes it; nothing else
+    /// holds it, so the simulation reaches in with `get_mut`.
+    controller: tokio::sync::Mutex<Controller<MemoryCluster, SimEc2>>,
     kubelet: Kubelet,
     volumes: AttachDetach,
     scheduler: KubeScheduler,
@@ -530,7 +532,7 @@ impl Simulation {
             clock,
             cluster,
             cloud,
-            controller,
+            controller: tokio::sync::Mutex::new(controller),
             catalog,
             runtime,
             ticks: 0,
@@ -565,10 +567,11 @@ impl Simulation {
     }
 
     /// Every family the controller serves on `/metrics` now.
-    fn gather_metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+    fn gather_metrics(&mut self) -> Vec<prometheus::proto::MetricFamily> {
+        let controller = self.controller.get_mut();
         let mut registries = vec![
-            self.controller.metrics.registry(),
-            self.controller.interruption_metrics.registry(),
+            controller.metrics.registry(),
+            controller.interruption_metrics.registry(),
         ];
         if let Some(repo) = &self.config_repo {
             registries.push(repo.metrics_registry());
@@ -711,7 +714,12 @@ impl Simulation {
             }
             Action::Restart => {
                 let clock: Arc<dyn Clock> = self.clock.clone();
-                self.controller = new_controller(&self.cluster, &self.cloud, clock, &self.scenario);
+                self.controller = tokio::sync::Mutex::new(new_controller(
+                    &self.cluster,
+                    &self.cloud,
+                    clock,
+                    &self.scenario,
+                ));
                 self.recorder.event(
                     now,
                     "Controller/dovetail".into(),
@@ -914,10 +922,10 @@ impl Simulation {
             self.recorder
                 .event(now, format!("Instance/{id}"), reason, message);
         }
-        let metrics = self.controller.interruption_metrics.clone();
+        let metrics = self.controller.get_mut().interruption_metrics.clone();
         for body in &bodies {
             let received = std::time::Instant::now();
-            let handler = crate::controller::interruption::Handler::new(&mut self.controller);
+            let handler = crate::controller::interruption::Handler::new(self.controller.get_mut());
             let outcome = self.runtime.block_on(self.clock.run(deliver(
                 body,
                 Some(now),
@@ -979,15 +987,20 @@ impl Simulation {
         }
         let w = self.workloads.sync(&self.cluster, now);
         let s = self.scheduler.schedule(&self.cluster, now);
-        let mut wake_c = Duration::MAX;
-        if self.in_process {
+        let pass = if self.in_process {
             // Calls to the simulated EC2 take its latency on the virtual
             // clock: a pass that waits for them moves the time forward.
             let clock = self.clock.clone();
-            wake_c = self
-                .runtime
-                .block_on(clock.run(self.controller.reconcile()));
-        }
+            self.runtime
+                .block_on(clock.run(crate::controller::pass(&self.controller)))
+        } else {
+            let c = self.controller.get_mut();
+            crate::controller::PassOutcome {
+                wait: Duration::MAX,
+                events: c.drain_events(),
+                decisions: c.drain_decisions(),
+            }
+        };
         let budgets = self.workloads.disruption_budgets(&self.cluster);
         let instances = match self.external.as_mut() {
             None => self.cloud.instances_now(),
@@ -1009,8 +1022,11 @@ impl Simulation {
             .kubelet
             .sync(&self.cluster, &instances, &self.catalog, now);
         let v = self.volumes.sync(&self.cluster, now);
-        let events = self.controller.drain_events();
-        let decisions = self.controller.drain_decisions();
+        let crate::controller::PassOutcome {
+            wait: wake_c,
+            events,
+            decisions,
+        } = pass;
         let changed = !w.created.is_empty()
             || !w.deleted.is_empty()
             || !s.bound.is_empty()
@@ -1098,6 +1114,7 @@ impl Simulation {
             .hash(&mut h);
         self.cluster.kind_revision::<StorageClass>().hash(&mut h);
         self.controller
+            .get_mut()
             .unavailable
             .active(self.clock.now())
             .hash(&mut h);
@@ -1109,7 +1126,7 @@ impl Simulation {
         }
         let b = self
             .runtime
-            .block_on(self.controller.workload_lower_bound());
+            .block_on(self.controller.get_mut().workload_lower_bound());
         self.bound = Some((revision, b));
         b
     }
@@ -1285,7 +1302,8 @@ impl Simulation {
         });
         let lower_bound = self.lower_bound();
         self.recorder.fleet_point(end_at, lower_bound);
-        let unschedulable: BTreeMap<String, String> = self.controller.unschedulable().clone();
+        let unschedulable: BTreeMap<String, String> =
+            self.controller.get_mut().unschedulable().clone();
         let calls = self.cloud.calls().len();
         let gap = super::report::gap(&self.cluster);
         let usage = super::report::usage_by_pool(&self.cluster);
@@ -1297,9 +1315,9 @@ impl Simulation {
             gap,
             &usage,
         );
-        report.blocked = self.controller.blocked().cloned().collect();
+        report.blocked = self.controller.get_mut().blocked().cloned().collect();
         report.interruption_handling = std::mem::take(&mut self.interruption_handling);
-        report.interruption_metrics = Some(self.controller.interruption_metrics.clone());
+        report.interruption_metrics = Some(self.controller.get_mut().interruption_metrics.clone());
         report.metrics = run_metrics;
         Ok(report)
     }

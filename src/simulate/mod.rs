@@ -5,8 +5,8 @@
 //! - `scenario`: the scenario file (`docs/simulate.md`,
 //!   `schemas/scenario.schema.json`);
 //! - `driver`: `Simulation`, the loop on a `clock::ManualClock` that runs
-//!   `controller::Controller::reconcile` after every step, against the
-//!   simulated world (`crate::world`): `world::MemoryCluster`,
+//!   `controller::pass` (as `dovetail controller` does) after every step,
+//!   against the simulated world (`crate::world`): `world::MemoryCluster`,
 //!   `world::ec2::SimEc2`, and the stand-ins for the rest of a cluster,
 //!   `world::kubescheduler`, `world::kubelet` (which also stops terminating
 //!   pods), `world::workloads` (Deployment, ReplicaSet, StatefulSet and Job
