@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Environment variables dovetail reads.
 pub mod env {
-    /// Disables colour when set to a non-empty value (https://no-color.org).
+    /// Disables colour when set to a non-empty value (<https://no-color.org>).
     pub const NO_COLOR: &str = "NO_COLOR";
     /// Log filter for stderr, in `tracing_subscriber::EnvFilter` syntax.
     pub const LOG: &str = "DOVETAIL_LOG";

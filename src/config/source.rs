@@ -4,7 +4,7 @@
 //! PATH may be the root of a git repository, a directory inside one (the
 //! committed tree is read at that directory's prefix), or a plain directory in
 //! no repository (always read from disk). Both sources go through one walker
-//! (a [`Source`] lists directories and reads files), so ignore rules, symlink
+//! (a `Source` lists directories and reads files), so ignore rules, symlink
 //! handling and per-file problems behave the same for a tree and a worktree:
 //!
 //! - only `*.yaml` and `*.yml` files are read, recursively; `.git` is skipped;

@@ -5,20 +5,20 @@
 //! names in its provider-id index (instance id → NodeClaim, kept from the
 //! NodeClaims' `status.providerID`; rebuilt only when a lookup misses and
 //! the NodeClaims changed since it was built, never scanned per message),
-//! asks the pure [`interruption::decide`], and applies the actions in
+//! asks the pure [`interruption::decide()`], and applies the actions in
 //! order:
 //! - an offering marked unavailable goes into the same cache as the
 //!   offerings that failed with insufficient capacity, for the same TTL, so
 //!   the provisioner and launches skip it;
 //! - a NodeClaim to delete is marked as disrupted with reason `Interrupted`
-//!   (the annotations and condition of [`super::disruption`]), its node is
+//!   (the annotations and condition of `controller::disruption`), its node is
 //!   tainted `karpenter.sh/disrupted:NoSchedule`, the decision is recorded
 //!   (a `Disruption` event and a decision for the report), and it is
 //!   deleted at once: termination drains it through evictions that respect
 //!   PodDisruptionBudgets, then terminates the instance. No budget is
 //!   consulted, and no replacement is waited for: the capacity is going
 //!   away regardless. The provisioner counts the pods still on an
-//!   interrupted node as pending ([`super::provisioner`]), so their
+//!   interrupted node as pending (`controller::provisioner`), so their
 //!   replacement capacity is launched at once, before they are evicted;
 //! - anything else is recorded as an event.
 //!

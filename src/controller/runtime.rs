@@ -102,7 +102,7 @@ const QUEUE_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Interruption handling for one leadership term: the SQS poller of
 /// [`crate::interruption::Poller`] long-polls the queue and delivers each
-/// message to the term's controller (the [`MessageHandler`] the
+/// message to the term's controller (the [`crate::interruption::MessageHandler`] the
 /// simulation delivers to as well), which it shares with the passes. Never
 /// returns; without a queue it does nothing. When the term ends, long
 /// polls in flight and messages not yet deleted are abandoned: SQS

@@ -2,7 +2,7 @@
 //!
 //! Karpenter documents (NodePool, EC2NodeClass, NodeClaim) and Kubernetes
 //! objects (Pod, Node, DaemonSet, volumes) become the pure values the
-//! scheduling core solves over: [`NodePoolSpec`], [`ExistingNode`],
+//! scheduling core solves over: [`NodePoolSpec`], [`crate::scheduling::ExistingNode`],
 //! [`DaemonSetSpec`](crate::scheduling::DaemonSetSpec) and
 //! [`PodSpec`](crate::scheduling::PodSpec). `plan`, the controller's
 //! provisioner and the simulated EC2 all convert through here.

@@ -3,7 +3,7 @@
 //! does about them.
 //!
 //! - [`message`]: the EventBridge envelope and the parsers (pure, bounded);
-//! - [`decide`]: the actions for a message (pure): mark the spot offering
+//! - [`decide()`]: the actions for a message (pure): mark the spot offering
 //!   unavailable, delete the NodeClaim (disruption reason `Interrupted`),
 //!   record an event;
 //! - [`events`]: real-shaped event JSON, for the simulated EC2 and tests;
@@ -14,7 +14,7 @@
 //! - [`metrics`]: the Prometheus metrics.
 //!
 //! The controller implements [`MessageHandler`]: it looks each instance up
-//! in its provider-id index, calls [`decide`], applies the actions, and
+//! in its provider-id index, calls [`decide()`], applies the actions, and
 //! reports each NodeClaim marked for deletion to
 //! [`Metrics::observe_marked`].
 //!

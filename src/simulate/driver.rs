@@ -1206,7 +1206,7 @@ impl Simulation {
     /// controller) for `simulate --serve`, until its end or until stopped:
     /// the scenario's steps at their offsets from the start, and a pass of
     /// every actor whenever something may be due, at most
-    /// [`SERVED_PAUSE`] apart so that writes through the served API are
+    /// `SERVED_PAUSE` apart so that writes through the served API are
     /// acted on promptly.
     pub fn run_served(mut self, served: Served) -> Result<Report, SimError> {
         use std::sync::atomic::Ordering;

@@ -190,7 +190,7 @@ impl Side {
     /// A side of `config`. Objects read from a live cluster come with what
     /// the API server set (uid, resourceVersion, status, ...): they are
     /// applied as new objects, so that goes. (The snapshot's objects, by
-    /// contrast, are restored with theirs: see [`strip_server_fields`].)
+    /// contrast, are restored with theirs: see `strip_server_fields`.)
     pub fn new(label: String, mut config: Vec<Manifest>) -> Side {
         for m in &mut config {
             if let Some(o) = m.object.as_object_mut() {

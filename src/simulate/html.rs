@@ -19,7 +19,7 @@ use super::report::{DecisionRecord, Report, offset};
 use crate::diag::thousands;
 
 /// Decisions listed (and marked) at most; the JSON report has them all.
-/// With [`MAX_PENDING_GROUPS`] and [`MAX_NAMES`], this keeps the page
+/// With [`MAX_PENDING_GROUPS`] and `MAX_NAMES`, this keeps the page
 /// under 5 MB whatever the run (a test renders the worst case).
 pub const MAX_DECISIONS: usize = 2_000;
 /// Groups of pending pods listed at most.

@@ -223,7 +223,7 @@ fn check_resources<S: Source>(
     )))
 }
 
-/// Checks the resources of a pod read from a file, as [`build`] does for a
+/// Checks the resources of a pod read from a file, as `build` does for a
 /// snapshot's pods.
 pub fn check_pod(file: &str, item: &Item<'_>, pod: &SlimPod) -> Result<(), ReadError> {
     match &pod.spec {

@@ -8,7 +8,7 @@
 //!   failed call: False (`PlacementGroupResolutionFailed`). Without a
 //!   selector the condition is True and nothing is asked.
 //! - **Instance types**: only those whose `PlacementGroupInfo` supports the
-//!   group's strategy ([`crate::cloud::select::NodeClassNeeds`]). Their
+//!   group's strategy (`cloud::select::NodeClassNeeds`). Their
 //!   requirements gain `karpenter.k8s.aws/placement-group-id` (the group),
 //!   and for a partition group `karpenter.k8s.aws/placement-group-partition`
 //!   (1 to its partition count), so pods can select on them.

@@ -416,7 +416,7 @@ pub fn reserved_offering(
 /// values of the node class's reservations of the type (absent for a type
 /// with none), so pods and NodePools can select reserved capacity by id,
 /// type and interruptibility. A node gets the labels only when launched
-/// into one ([`crate::cloud::select::instance_labels`] leaves them out).
+/// into one (`cloud::select::instance_labels` leaves them out).
 pub fn add_requirements(it: &mut InstanceType, held: &[CapacityReservation]) {
     let of_type: Vec<&CapacityReservation> =
         held.iter().filter(|r| r.instance_type == it.name).collect();

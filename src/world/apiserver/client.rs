@@ -54,7 +54,7 @@ fn view_write<K: Object>() -> Result<(), ApiError> {
 }
 
 /// The in-memory cluster stores whole pods and answers reads of the
-/// [`SlimPod`] view with their projections ([`views`]).
+/// [`SlimPod`] view with their projections (`views`).
 impl Cluster for MemoryCluster {
     fn list<K: Object>(&self) -> Vec<Arc<K>> {
         if views::is_view::<K>() {

@@ -201,7 +201,7 @@ impl MemoryCluster {
     }
 
     /// Every pod as a [`SlimPod`], ordered by namespace and name: the
-    /// projections [`super::views`] keeps, brought up to the watch log.
+    /// projections `apiserver::views` keeps, brought up to the watch log.
     pub fn pod_views(&self) -> Vec<Arc<SlimPod>> {
         let state = self.read();
         let Some(store) = state.store::<Pod>() else {
@@ -397,7 +397,7 @@ impl MemoryCluster {
         }
     }
 
-    /// Server-side apply, as [`super::apply`] describes the in-memory
+    /// Server-side apply, as `apiserver::apply` describes the in-memory
     /// merge: creates the object or merges `obj` into it, retrying on
     /// conflicts; a dry run only runs admission.
     pub fn apply<K: Object>(&self, obj: K, params: &ApplyParams) -> Result<Arc<K>, ApiError> {

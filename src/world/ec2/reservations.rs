@@ -4,7 +4,7 @@
 //!
 //! - **Resolution**: a node class's `capacityReservationSelectorTerms`
 //!   select the active reservations EC2 would answer their queries with
-//!   (the same [`Query`] values, matched as EC2 filters: by id, or by tags,
+//!   (the same [`crate::cloud::aws::reservations::Query`] values, matched as EC2 filters: by id, or by tags,
 //!   owner and match criteria); each is a status entry, a capacity block
 //!   within 40 minutes of its end `expiring`.
 //! - **Offerings**: a `reserved` offering of the type in the zone of each

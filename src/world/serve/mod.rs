@@ -140,7 +140,7 @@ pub struct ServeOptions {
     pub bookmark_every: Duration,
     /// Where each write request is recorded, one JSON line each, as the
     /// API server's audit log at the `Metadata` level records it (see
-    /// [`ApiServer::audit`]).
+    /// `ApiServer::audit`).
     pub audit: Option<Arc<Mutex<std::fs::File>>>,
 }
 
