@@ -304,7 +304,15 @@ pub(crate) mod tests {
         let (client, mut handle) = mock_client();
         let server = tokio::spawn(async move {
             serve_kinds(&mut handle, &SNAPSHOT_KINDS, |k| {
-                vec![json!({"metadata": {"name": format!("{}-1", k.plural)}})]
+                let mut object = json!({"metadata": {"name": format!("{}-1", k.plural)}});
+                if k.kind == "NodeClaim" {
+                    // What the CRD requires of every NodeClaim.
+                    object["spec"] = json!({
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                        "requirements": [],
+                    });
+                }
+                vec![object]
             })
             .await;
         });
@@ -323,7 +331,14 @@ pub(crate) mod tests {
         let text = snapshot.to_string();
         let objects = crate::snapshot::parse_objects("s.json", &text).unwrap();
         let read = crate::snapshot::snapshot_from_objects("s.json", &objects).unwrap();
-        assert_eq!((read.nodes.len(), read.storage_classes.len()), (1, 1));
+        assert_eq!(
+            (
+                read.nodes.len(),
+                read.nodeclaims.len(),
+                read.storage_classes.len()
+            ),
+            (1, 1, 1)
+        );
     }
 
     #[tokio::test]

@@ -610,11 +610,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The cluster as the scheduling core's input builder reads it.
     pub(super) fn snapshot(&self, pods: &[Arc<SlimPod>]) -> Snapshot {
         let nodes = self.cluster.list::<Node>();
-        let nodeclaims = self
-            .converted_claims(&nodes)
-            .iter()
-            .filter_map(|c| serde_json::to_value(c.as_ref()).ok())
-            .collect();
+        let nodeclaims = self.converted_claims(&nodes);
         Snapshot {
             pods: pods.to_vec(),
             nodes,

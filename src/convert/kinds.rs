@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint as K8sTaint};
-use serde_json::Value;
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::api::common::TaintEffect;
-use crate::api::{EC2NodeClass, NodePool, SlimPod, SlimPodSpec};
+use crate::api::common::{NodeSelectorRequirementWithMinValues, TaintEffect};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod, SlimPodSpec};
 use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
 use crate::model::quantity::parse_quantity;
 use crate::model::{
@@ -20,43 +20,23 @@ use crate::scheduling::pod::{PodError, VolumeIndex, pod_spec};
 use crate::scheduling::{BoundPod, DaemonSetSpec, ExistingNode, NodePoolSpec};
 use crate::snapshot::Snapshot;
 
-fn get<'a>(v: &'a Value, ptr: &str) -> Option<&'a Value> {
-    v.pointer(ptr).filter(|x| !x.is_null())
-}
-
-fn from<T: serde::de::DeserializeOwned>(
-    v: Option<&Value>,
+/// A NodeClaim's quantities in `what`, if it has that field.
+fn claim_resources(
+    list: Option<&BTreeMap<String, Quantity>>,
     what: &str,
-) -> Result<Option<T>, String> {
-    v.map(|x| serde_json::from_value(x.clone()).map_err(|e| format!("{what}: {e}")))
+) -> Result<Option<Resources>, String> {
+    list.map(|l| Resources::from_k8s(l).map_err(|(k, e)| format!("{what}.{k}: {e}")))
         .transpose()
 }
 
-fn resources(v: Option<&Value>, what: &str) -> Result<Option<Resources>, String> {
-    let Some(map) = from::<BTreeMap<String, Value>>(v, what)? else {
-        return Ok(None);
-    };
-    let mut r = Resources::new();
-    for (k, q) in map {
-        let s = match &q {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            other => return Err(format!("{what}.{k}: not a quantity: {other}")),
-        };
-        r.set(
-            &k,
-            parse_quantity(&k, &s).map_err(|e| format!("{what}.{k}: {e}"))?,
-        );
+/// A Karpenter requirement as the core's parser reads it (its `minValues`
+/// apart).
+fn node_selector(r: &NodeSelectorRequirementWithMinValues) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: r.key.clone(),
+        operator: r.operator.as_str().to_string(),
+        values: r.values.clone(),
     }
-    Ok(Some(r))
-}
-
-fn taints(v: Option<&Value>, what: &str) -> Result<Vec<Taint>, String> {
-    from::<Vec<K8sTaint>>(v, what)?
-        .unwrap_or_default()
-        .iter()
-        .map(Taint::from_k8s)
-        .collect()
 }
 
 /// Quantities by resource name, as `what` names the field.
@@ -192,12 +172,7 @@ pub fn nodepool_spec_with_types(
         .unwrap_or_default();
     let mut requirements = Requirements::new();
     for (i, r) in template.spec.requirements.iter().enumerate() {
-        let req = NodeSelectorRequirement {
-            key: r.key.clone(),
-            operator: r.operator.as_str().to_string(),
-            values: r.values.clone(),
-        };
-        let one = Requirements::from_node_selector(std::slice::from_ref(&req))
+        let one = Requirements::from_node_selector(&[node_selector(r)])
             .map_err(|e| format!("spec.template.spec.requirements[{i}]: {e}"))?;
         let min_values = r
             .min_values
@@ -432,10 +407,10 @@ pub fn existing_nodes(
     // A registered node's NodeClaim, by provider id: until the node is
     // initialized, its startup taints are not the node's to keep, and its
     // allocatable fills what the kubelet has not registered yet (GPUs).
-    let claims_by_provider: HashMap<&str, &Value> = s
+    let claims_by_provider: HashMap<&str, &NodeClaim> = s
         .nodeclaims
         .iter()
-        .filter_map(|c| Some((get(c, "/status/providerID")?.as_str()?, c)))
+        .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c.as_ref())))
         .collect();
     let mut out = Vec::new();
     for n in &s.nodes {
@@ -485,19 +460,19 @@ pub fn existing_nodes(
             // As Karpenter's state node: the claim's startup taints are
             // ignored, and each resource the node reports as zero is the
             // claim's.
-            let claim_name = get(c, "/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let startup = taints(get(c, "/spec/startupTaints"), "spec.startupTaints")
-                .map_err(|e| (format!("NodeClaim/{claim_name}"), e.to_string()))?;
+            let claim_name = c.metadata.name.as_deref().unwrap_or_default();
+            let startup = template_taints(c.spec.startup_taints.as_ref());
             node_taints.retain(|t| {
                 !startup
                     .iter()
                     .any(|s| s.key == t.key && s.effect == t.effect)
             });
-            let promised = resources(get(c, "/status/allocatable"), "status.allocatable")
-                .map_err(|e| (format!("NodeClaim/{claim_name}"), e.to_string()))?
-                .unwrap_or_default();
+            let promised = claim_resources(
+                c.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+                "status.allocatable",
+            )
+            .map_err(|e| (format!("NodeClaim/{claim_name}"), e))?
+            .unwrap_or_default();
             for (k, v) in &promised.0 {
                 if allocatable.get(k) == 0 {
                     allocatable.set(k, *v);
@@ -520,57 +495,51 @@ pub fn existing_nodes(
     let node_names: std::collections::HashSet<String> =
         out.iter().map(|n| n.name.clone()).collect();
     for c in &s.nodeclaims {
-        let name = get(c, "/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let node_name = get(c, "/status/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let status = c.status.as_ref();
+        let node_name = status.and_then(|s| s.node_name.as_deref()).unwrap_or("");
         if !node_name.is_empty() && node_names.contains(node_name) {
             continue;
         }
-        if get(c, "/metadata/deletionTimestamp").is_some() {
+        if c.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        let located = |e: String| (format!("NodeClaim/{name}"), e);
         let reqs_doc: Vec<NodeSelectorRequirement> =
-            from(get(c, "/spec/requirements"), "spec.requirements")
-                .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
-                .unwrap_or_default();
+            c.spec.requirements.iter().map(node_selector).collect();
         let reqs = Requirements::from_node_selector(&reqs_doc)
-            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
+            .map_err(|e| located(format!("spec.requirements: {e}")))?;
         let mut labels = reqs.labels();
-        let meta_labels: BTreeMap<String, String> =
-            from(get(c, "/metadata/labels"), "metadata.labels")
-                .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
-                .unwrap_or_default();
-        labels.extend(normalize_labels(&meta_labels));
+        if let Some(meta_labels) = &c.metadata.labels {
+            labels.extend(normalize_labels(meta_labels));
+        }
         let it = labels
             .get(INSTANCE_TYPE)
             .and_then(|t| catalog.iter().find(|i| &i.name == t));
         // Before launch the instance type is not chosen yet; the claim's
         // requests (its pods and daemonset overhead) are what it will hold.
-        let requested = resources(
-            get(c, "/spec/resources/requests"),
+        let requested = claim_resources(
+            c.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
             "spec.resources.requests",
         )
-        .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
-        let allocatable = resources(get(c, "/status/allocatable"), "status.allocatable")
-            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
-            .or_else(|| it.map(|i| i.allocatable.clone()))
-            .or(requested)
-            .unwrap_or_default();
+        .map_err(located)?;
+        let allocatable = claim_resources(
+            status.and_then(|s| s.allocatable.as_ref()),
+            "status.allocatable",
+        )
+        .map_err(located)?
+        .or_else(|| it.map(|i| i.allocatable.clone()))
+        .or(requested)
+        .unwrap_or_default();
         // Until it launches, a claim counts against its NodePool's limits
         // with the largest capacity among the types it may launch.
-        let capacity = resources(get(c, "/status/capacity"), "status.capacity")
-            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?
+        let capacity = claim_resources(status.and_then(|s| s.capacity.as_ref()), "status.capacity")
+            .map_err(located)?
             .or_else(|| it.map(|i| i.capacity.clone()))
             .or_else(|| largest_capacity(&reqs, catalog))
             .unwrap_or_else(|| allocatable.clone());
-        let mut claim_taints = taints(get(c, "/spec/taints"), "spec.taints")
-            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
-        let startup = taints(get(c, "/spec/startupTaints"), "spec.startupTaints")
-            .map_err(|e| (format!("NodeClaim/{name}"), e.to_string()))?;
+        let mut claim_taints = template_taints(c.spec.taints.as_ref());
+        let startup = template_taints(c.spec.startup_taints.as_ref());
         claim_taints.retain(|t| !startup.contains(t));
         out.push(ExistingNode {
             nodepool: labels.get(NODEPOOL).cloned(),
@@ -610,18 +579,21 @@ mod tests {
             "status": {"allocatable": {"cpu": "8", "memory": "30Gi", "pods": "58", "nvidia.com/gpu": "0"}},
         }))
         .expect("node");
-        let claim = serde_json::json!({
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "gpu-abc", "labels": {"karpenter.sh/nodepool": "gpu"}},
             "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
                 "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}],
                 "startupTaints": [{"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoExecute"}],
             },
             "status": {"providerID": "aws:///us-east-1a/i-1", "nodeName": "n1",
                 "allocatable": {"cpu": "8", "memory": "30Gi", "pods": "58", "nvidia.com/gpu": "1"}},
-        });
+        }))
+        .expect("claim");
         let s = Snapshot {
             nodes: vec![Arc::new(node)],
-            nodeclaims: vec![claim],
+            nodeclaims: vec![Arc::new(claim)],
             ..Snapshot::default()
         };
         let mut nodes = existing_nodes(&s, &[], &mut BoundPods::default()).expect("converts");

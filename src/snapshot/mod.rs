@@ -17,7 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::Value;
 
-use crate::api::{SlimPod, SlimPodSpec};
+use crate::api::{NodeClaim, SlimPod, SlimPodSpec};
 use crate::diag::{JsonPath, Pos};
 
 mod read;
@@ -74,7 +74,7 @@ pub struct Snapshot {
     /// As the controller reads them ([`SlimPod`]): a large snapshot's
     /// pods are read without the fields nothing reads.
     pub pods: Vec<Arc<SlimPod>>,
-    pub nodeclaims: Vec<Value>,
+    pub nodeclaims: Vec<Arc<NodeClaim>>,
     pub nodepools: Vec<Value>,
     pub ec2nodeclasses: Vec<Value>,
     pub daemonsets: Vec<Arc<DaemonSet>>,
@@ -275,13 +275,9 @@ fn build<'a, S: Source + 'a>(
                 s.pods.push(Arc::new(p));
             }
             "NodeClaim" => {
-                let v = o.value(file)?;
-                if let Ok(meta) =
-                    serde_json::from_value(v.get("metadata").cloned().unwrap_or_default())
-                {
-                    note("NodeClaim", &meta);
-                }
-                s.nodeclaims.push(v);
+                let c: NodeClaim = o.decode(file)?;
+                note("NodeClaim", &c.metadata);
+                s.nodeclaims.push(Arc::new(c));
             }
             "NodePool" => s.nodepools.push(o.value(file)?),
             "EC2NodeClass" => s.ec2nodeclasses.push(o.value(file)?),
