@@ -10,10 +10,9 @@
 //! The conversions are one small function per kind ([`nodepool_spec`],
 //! [`kubelet_settings`], ...), and read the API types: the controller
 //! converts the objects it holds without a JSON round trip, and `plan`
-//! decodes its validated documents once. Two read JSON still: a snapshot's
-//! NodeClaims (a snapshot file is read leniently, as written by hand or by
-//! `dovetail snapshot`) and NodeOverlays (whose runtime validation is
-//! `validate`'s, over the document; done once per change of the overlays).
+//! decodes its validated documents once. NodeOverlays alone are read as
+//! JSON: their runtime validation is `validate`'s, over the document, and
+//! runs once per change of the overlays.
 //!
 //! `build_input` assembles a `SolveInput`: snapshot Nodes and NodeClaims
 //! become `ExistingNode`s, and a NodePool's instance types are those its
