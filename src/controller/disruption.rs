@@ -253,6 +253,82 @@ fn claim_name(claim: &NodeClaim) -> String {
 }
 
 /// The price of an offering among the NodePools' instance types.
+/// The last pod event's mark: a hash of the node's movable pods, which
+/// changes when one comes or goes.
+fn pod_mark(on_node: &[&Arc<SlimPod>]) -> u64 {
+    let mut keys: Vec<(&str, &str)> = on_node
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.namespace.as_deref().unwrap_or("default"),
+                p.metadata.name.as_deref().unwrap_or(""),
+            )
+        })
+        .collect();
+    keys.sort_unstable();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    keys.hash(&mut h);
+    h.finish()
+}
+
+/// The offering a node runs on, as its labels name it.
+struct Offering<'a> {
+    instance_type: &'a str,
+    zone: &'a str,
+    capacity_type: &'a str,
+}
+
+impl Offering<'_> {
+    /// Instance-type drift: the type is gone from the catalog, or its
+    /// NodePool no longer offers it in this zone and capacity type.
+    fn drift(&self, pool_types: &[&InstanceType], catalog: &[InstanceType]) -> Option<DriftReason> {
+        let (name, zone, ct) = (self.instance_type, self.zone, self.capacity_type);
+        if name.is_empty() {
+            return None;
+        }
+        match pool_types.iter().find(|t| t.name == name) {
+            None if !catalog.iter().any(|t| t.name == name) => Some(DriftReason::InstanceType {
+                instance_type: name.to_string(),
+                why: "no longer exists".into(),
+            }),
+            Some(t)
+                if !t
+                    .offerings
+                    .iter()
+                    .any(|o| o.zone == zone && o.capacity_type == ct) =>
+            {
+                Some(DriftReason::InstanceType {
+                    instance_type: name.to_string(),
+                    why: format!("has no {ct} offering in {zone}"),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Its price: its own NodePool's first (overlays price types per
+    /// NodePool), then any NodePool's, then the catalog's; 0 if none has it.
+    fn price(
+        &self,
+        pool_types: &[&InstanceType],
+        all_types: &[&InstanceType],
+        catalog: &[InstanceType],
+    ) -> f64 {
+        let (name, zone, ct) = (self.instance_type, self.zone, self.capacity_type);
+        offering_price(pool_types, name, zone, ct)
+            .or_else(|| offering_price(all_types, name, zone, ct))
+            .or_else(|| {
+                catalog
+                    .iter()
+                    .filter(|t| t.name == name)
+                    .flat_map(|t| t.offerings.iter())
+                    .find(|o| o.zone == zone && o.capacity_type == ct)
+                    .map(|o| o.price)
+            })
+            .unwrap_or(0.0)
+    }
+}
+
 fn offering_price(types: &[&InstanceType], name: &str, zone: &str, ct: &str) -> Option<f64> {
     types
         .iter()
@@ -737,6 +813,183 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
     }
 
+    /// Why a node drifted: its NodePool's and EC2NodeClass's hashes and
+    /// requirements (the verdict kept in `checks` while nothing it read
+    /// changed; `targets` holds each pair's hashes for the pass), then the
+    /// cloud's view (image, subnet, security groups). Stamps a NodeClaim
+    /// whose verdict asks for it; an error gets an Event.
+    async fn drift_reasons<'p>(
+        &mut self,
+        claim: &NodeClaim,
+        node: &Node,
+        pool: &'p NodePool,
+        class: &'p EC2NodeClass,
+        targets: &mut HashMap<(&'p str, &'p str), drift::Target<'p>>,
+        checks: &mut HashMap<String, (DriftInputs, drift::DriftVerdict)>,
+    ) -> Vec<DriftReason> {
+        let mut drift_reasons: Vec<DriftReason> = Vec::new();
+
+        // The verdict reads the NodePool's spec alone (its uid and
+        // generation), and the EC2NodeClass's status too.
+        let inputs: Option<DriftInputs> = (|| {
+            Some([
+                claim.metadata.resource_version.clone()?,
+                node.metadata.resource_version.clone()?,
+                format!(
+                    "{}/{}",
+                    pool.metadata.uid.as_deref()?,
+                    pool.metadata.generation?
+                ),
+                class.metadata.resource_version.clone()?,
+            ])
+        })();
+        let claim_key = claim_name(claim);
+        let verdict = match (inputs, self.disruption.drift.remove(&claim_key)) {
+            (Some(inputs), Some((seen, verdict))) if seen == inputs => {
+                checks.insert(claim_key, (inputs, verdict.clone()));
+                Ok(verdict)
+            }
+            (inputs, _) => {
+                let mut view = NodeView::from_nodeclaim(claim);
+                if let Some(labels) = &node.metadata.labels {
+                    view.labels
+                        .extend(crate::model::labels::normalize_labels(labels));
+                }
+                let verdict = targets
+                    .entry((
+                        pool.metadata.name.as_deref().unwrap_or_default(),
+                        class.metadata.name.as_deref().unwrap_or_default(),
+                    ))
+                    .or_insert_with(|| drift::Target::new(pool, class))
+                    .check(&view);
+                // A verdict that asks for a stamp is not kept: the
+                // stamp changes the NodeClaim. Errors are checked
+                // again (and reported) at every pass.
+                if let (Some(inputs), Ok(v)) = (inputs, &verdict)
+                    && !v.needs_stamping()
+                {
+                    checks.insert(claim_key, (inputs, v.clone()));
+                }
+                verdict
+            }
+        };
+        match verdict {
+            Ok(verdict) => {
+                if verdict.needs_stamping() {
+                    self.stamp(claim, verdict.stamp.clone()).await;
+                }
+                drift_reasons.extend(verdict.reasons);
+            }
+            Err(e) => self.event(
+                format!(
+                    "NodePool/{}",
+                    pool.metadata.name.as_deref().unwrap_or_default()
+                ),
+                "InvalidNodePool",
+                e.to_string(),
+            ),
+        }
+        match self.cloud.is_drifted(claim, class).await {
+            Ok(reasons) => {
+                for r in reasons {
+                    if !drift_reasons.iter().any(|d| d.code() == r.code()) {
+                        drift_reasons.push(r);
+                    }
+                }
+            }
+            Err(crate::cloud::CloudError::NotFound(_)) => {}
+            Err(e) => self.event(
+                format!("NodeClaim/{}", claim_name(claim)),
+                "DriftCheckFailed",
+                e.to_string(),
+            ),
+        }
+
+        drift_reasons
+    }
+
+    /// What keeps a node's pods from being disrupted (for consolidation
+    /// always, for drift without a grace period): a pod's do-not-disrupt
+    /// (every running pod counts, DaemonSet and mirror pods too, as in the
+    /// reference), else a PodDisruptionBudget over its running pods but
+    /// mirror pods (the reference's `CanEvictPods`). `threshold` learns when
+    /// a pod's protection ends; an invalid one gets an Event.
+    fn pods_blocking(
+        &mut self,
+        pods: &[&Arc<SlimPod>],
+        pdbs: &Budgets,
+        now: Timestamp,
+        threshold: &mut impl FnMut(Timestamp),
+    ) -> Option<String> {
+        let running = || {
+            pods.iter()
+                .copied()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+        };
+        let mut protected: Option<String> = None;
+        for p in running() {
+            let protection = disruption::pods::do_not_disrupt(p);
+            if let disruption::pods::Protection::Invalid(why) = &protection {
+                self.event(
+                    format!("Pod/{}", p.key()),
+                    "InvalidDoNotDisrupt",
+                    why.clone(),
+                );
+            }
+            if protection.active(now) {
+                if let Some(t) = protection.ends() {
+                    threshold(t);
+                }
+                if protected.is_none() {
+                    protected = Some(match protection.ends() {
+                        Some(t) => format!(
+                            "pod {} has {DO_NOT_DISRUPT} until {}",
+                            p.key(),
+                            format_rfc3339(t)
+                        ),
+                        None => format!("pod {} has {DO_NOT_DISRUPT}", p.key()),
+                    });
+                }
+            }
+        }
+        protected.or_else(|| {
+            let counted: Vec<&Arc<SlimPod>> = running().filter(|p| !is_mirror(p)).collect();
+            pdbs.blocks(&counted)
+        })
+    }
+
+    /// Each NodePool's disruption budgets now, from its initialized nodes
+    /// and those of them being disrupted (`per_pool`), and the gauge of
+    /// what they allow; `threshold` learns when a budget's schedule next
+    /// changes.
+    fn pool_budgets(
+        &self,
+        per_pool: &BTreeMap<String, (usize, usize)>,
+        pools_by_name: &BTreeMap<String, Arc<NodePool>>,
+        now: Timestamp,
+        threshold: &mut impl FnMut(Timestamp),
+    ) -> BTreeMap<String, disruption::budgets::Allowed> {
+        let mut budgets = BTreeMap::new();
+        for (name, (total, disrupting)) in per_pool {
+            let Some(pool) = pools_by_name.get(name) else {
+                continue;
+            };
+            let allowed = disruption::budgets::allowed_now(pool, *total, *disrupting, now);
+            for reason in Reason::VOLUNTARY {
+                let n = allowed.remaining(reason).min(*total);
+                self.metrics
+                    .allowed_disruptions
+                    .with_label_values(&[name.as_str(), reason.as_str()])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            if let Some(t) = disruption::budgets::next_change(pool, now) {
+                threshold(t);
+            }
+            budgets.insert(name.clone(), allowed);
+        }
+        budgets
+    }
+
     /// The candidates, budgets and scheduling input of a pass; writes pod
     /// event times and drift stamps as it goes. `None` when the NodePools'
     /// instance types cannot be read.
@@ -867,22 +1120,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .filter(|p| is_movable(p))
                 .collect();
 
-            // The last pod event: a change in the node's movable pods.
-            let mark = {
-                let mut keys: Vec<(&str, &str)> = on_node
-                    .iter()
-                    .map(|p| {
-                        (
-                            p.metadata.namespace.as_deref().unwrap_or("default"),
-                            p.metadata.name.as_deref().unwrap_or(""),
-                        )
-                    })
-                    .collect();
-                keys.sort_unstable();
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                keys.hash(&mut h);
-                h.finish()
-            };
+            let mark = pod_mark(&on_node);
             marks.insert(node_name.clone(), mark);
             let initialized_at = crate::api::common::find_condition(
                 conds.map(Vec::as_slice),
@@ -916,82 +1154,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             // Drift: the hashes and requirements, the cloud's view (image,
             // subnet, security groups), and the instance type.
-            let class = classes.get(&claim.spec.node_class_ref.name);
-            let mut drift_reasons: Vec<DriftReason> = Vec::new();
-            if let Some(class) = class {
-                // The verdict reads the NodePool's spec alone (its uid and
-                // generation), and the EC2NodeClass's status too.
-                let inputs: Option<DriftInputs> = (|| {
-                    Some([
-                        claim.metadata.resource_version.clone()?,
-                        node.metadata.resource_version.clone()?,
-                        format!(
-                            "{}/{}",
-                            pool.metadata.uid.as_deref()?,
-                            pool.metadata.generation?
-                        ),
-                        class.metadata.resource_version.clone()?,
-                    ])
-                })();
-                let claim_key = claim_name(claim);
-                let verdict = match (inputs, self.disruption.drift.remove(&claim_key)) {
-                    (Some(inputs), Some((seen, verdict))) if seen == inputs => {
-                        drift_checks.insert(claim_key, (inputs, verdict.clone()));
-                        Ok(verdict)
-                    }
-                    (inputs, _) => {
-                        let mut view = NodeView::from_nodeclaim(claim);
-                        if let Some(labels) = &node.metadata.labels {
-                            view.labels
-                                .extend(crate::model::labels::normalize_labels(labels));
-                        }
-                        let verdict = drift_targets
-                            .entry((
-                                pool.metadata.name.as_deref().unwrap_or_default(),
-                                class.metadata.name.as_deref().unwrap_or_default(),
-                            ))
-                            .or_insert_with(|| drift::Target::new(pool, class))
-                            .check(&view);
-                        // A verdict that asks for a stamp is not kept: the
-                        // stamp changes the NodeClaim. Errors are checked
-                        // again (and reported) at every pass.
-                        if let (Some(inputs), Ok(v)) = (inputs, &verdict)
-                            && !v.needs_stamping()
-                        {
-                            drift_checks.insert(claim_key, (inputs, v.clone()));
-                        }
-                        verdict
-                    }
-                };
-                match verdict {
-                    Ok(verdict) => {
-                        if verdict.needs_stamping() {
-                            self.stamp(claim, verdict.stamp.clone()).await;
-                        }
-                        drift_reasons.extend(verdict.reasons);
-                    }
-                    Err(e) => self.event(
-                        format!("NodePool/{pool_name}"),
-                        "InvalidNodePool",
-                        e.to_string(),
-                    ),
+            let mut drift_reasons = match classes.get(&claim.spec.node_class_ref.name) {
+                Some(class) => {
+                    self.drift_reasons(
+                        claim,
+                        node,
+                        pool,
+                        class,
+                        &mut drift_targets,
+                        &mut drift_checks,
+                    )
+                    .await
                 }
-                match self.cloud.is_drifted(claim, class).await {
-                    Ok(reasons) => {
-                        for r in reasons {
-                            if !drift_reasons.iter().any(|d| d.code() == r.code()) {
-                                drift_reasons.push(r);
-                            }
-                        }
-                    }
-                    Err(crate::cloud::CloudError::NotFound(_)) => {}
-                    Err(e) => self.event(
-                        format!("NodeClaim/{}", claim_name(claim)),
-                        "DriftCheckFailed",
-                        e.to_string(),
-                    ),
-                }
-            }
+                None => Vec::new(),
+            };
             let label = |key: &str| {
                 node.metadata
                     .labels
@@ -1008,41 +1184,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .filter(|s| s.name == pool_name)
                 .flat_map(|s| s.instance_types.iter())
                 .collect();
-            if !instance_type.is_empty() {
-                match pool_types.iter().find(|t| t.name == instance_type) {
-                    None if !catalog.iter().any(|t| t.name == instance_type) => {
-                        drift_reasons.push(DriftReason::InstanceType {
-                            instance_type: instance_type.clone(),
-                            why: "no longer exists".into(),
-                        })
-                    }
-                    Some(t)
-                        if !t
-                            .offerings
-                            .iter()
-                            .any(|o| o.zone == zone && o.capacity_type == capacity_type) =>
-                    {
-                        drift_reasons.push(DriftReason::InstanceType {
-                            instance_type: instance_type.clone(),
-                            why: format!("has no {capacity_type} offering in {zone}"),
-                        })
-                    }
-                    _ => {}
-                }
-            }
-            // Its own NodePool's offering first: overlays price types per
-            // NodePool.
-            let price = offering_price(&pool_types, &instance_type, &zone, &capacity_type)
-                .or_else(|| offering_price(&all_types, &instance_type, &zone, &capacity_type))
-                .or_else(|| {
-                    catalog
-                        .iter()
-                        .filter(|t| t.name == instance_type)
-                        .flat_map(|t| t.offerings.iter())
-                        .find(|o| o.zone == zone && o.capacity_type == capacity_type)
-                        .map(|o| o.price)
-                })
-                .unwrap_or(0.0);
+            let offering = Offering {
+                instance_type: &instance_type,
+                zone: &zone,
+                capacity_type: &capacity_type,
+            };
+            drift_reasons.extend(offering.drift(&pool_types, &catalog));
+            let price = offering.price(&pool_types, &all_types, &catalog);
 
             // consolidateAfter.
             let disruption = pool.spec.disruption.as_ref();
@@ -1058,10 +1206,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let underutilized = disruption.and_then(|d| d.consolidation_policy)
                 != Some(ConsolidationPolicy::WhenEmpty);
 
-            // What blocks voluntary disruption: the node itself, or (for
-            // consolidation always, for drift without a grace period) its
-            // pods. Every running pod counts for do-not-disrupt, DaemonSet
-            // and mirror pods too, as in the reference.
+            // What blocks voluntary disruption: the node itself, or its
+            // pods.
             let blocked = if annotation(node.as_ref(), DO_NOT_DISRUPT) == Some("true")
                 || annotation(claim.as_ref(), DO_NOT_DISRUPT) == Some("true")
             {
@@ -1071,49 +1217,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             } else {
                 None
             };
-            let mut protected: Option<String> = None;
-            for p in pods_by_node
-                .get(node_name.as_str())
-                .into_iter()
-                .flatten()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-            {
-                let protection = disruption::pods::do_not_disrupt(p);
-                if let disruption::pods::Protection::Invalid(why) = &protection {
-                    self.event(
-                        format!("Pod/{}", p.key()),
-                        "InvalidDoNotDisrupt",
-                        why.clone(),
-                    );
-                }
-                if protection.active(now) {
-                    if let Some(t) = protection.ends() {
-                        threshold(t);
-                    }
-                    if protected.is_none() {
-                        protected = Some(match protection.ends() {
-                            Some(t) => format!(
-                                "pod {} has {DO_NOT_DISRUPT} until {}",
-                                p.key(),
-                                format_rfc3339(t)
-                            ),
-                            None => format!("pod {} has {DO_NOT_DISRUPT}", p.key()),
-                        });
-                    }
-                }
-            }
-            // PodDisruptionBudgets count every running pod but mirror pods
-            // (DaemonSet pods too), as the reference's `CanEvictPods`.
-            let pods_blocked = protected.or_else(|| {
-                let running: Vec<&Arc<SlimPod>> = pods_by_node
+            let pods_blocked = self.pods_blocking(
+                pods_by_node
                     .get(node_name.as_str())
-                    .into_iter()
-                    .flatten()
-                    .copied()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_mirror(p))
-                    .collect();
-                pdbs.blocks(&running)
-            });
+                    .map_or(&[], Vec::as_slice),
+                &pdbs,
+                now,
+                &mut threshold,
+            );
 
             let lifetime = lifetime_remaining(claim, now);
             let cost: f64 = on_node.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime;
@@ -1148,37 +1259,56 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.disruption.pod_marks = marks;
         self.disruption.drift = drift_checks;
 
-        // Budgets, and the gauge of what they allow.
-        let mut budgets = BTreeMap::new();
-        for (name, (total, disrupting)) in &per_pool {
-            let Some(pool) = pools_by_name.get(name) else {
-                continue;
-            };
-            let allowed = disruption::budgets::allowed_now(pool, *total, *disrupting, now);
-            for reason in Reason::VOLUNTARY {
-                let n = allowed.remaining(reason).min(*total);
-                self.metrics
-                    .allowed_disruptions
-                    .with_label_values(&[name.as_str(), reason.as_str()])
-                    .set(i64::try_from(n).unwrap_or(i64::MAX));
-            }
-            if let Some(t) = disruption::budgets::next_change(pool, now) {
-                threshold(t);
-            }
-            budgets.insert(name.clone(), allowed);
-        }
+        let budgets = self.pool_budgets(&per_pool, &pools_by_name, now, &mut threshold);
 
-        // The scheduling input: the cluster, and the pods of every
-        // candidate as the pods that may move. A pass that cannot simulate
-        // a removal does without it: converting every pod of a large
-        // cluster is most of a pass's cost.
-        let now_ms = now.as_millisecond();
         // The scheduling input's NodePools: replacements never come from a
         // static pool (static drift builds its own from the template).
         let dynamic = super::dynamic_only(&specs, &pools);
         let statics = self.static_pools();
         let needs_removals = disruption::needs_removals(&candidates, consolidation);
         let input_key = needs_removals.then(|| self.input_key(&candidates, &uninitialized));
+        let (input, input_kept) = self.pass_input(
+            input_key,
+            dynamic,
+            &catalog,
+            &candidates,
+            &pods,
+            &pods_by_node,
+            &uninitialized,
+            now,
+        )?;
+        Some(Facts {
+            candidates,
+            budgets,
+            consolidation,
+            specs,
+            input: Some(input),
+            input_key,
+            input_kept,
+            uninitialized,
+            next_threshold,
+            statics,
+            conditions,
+        })
+    }
+
+    /// The scheduling input of a pass: the last pass's, kept while its key
+    /// (`input_key`, `None` when no removal needs simulating) and its
+    /// NodePools are the same; else the cluster, and the pods of every
+    /// candidate as the pods that may move. Whether it was kept; `None`
+    /// (with an Event) when it cannot be built.
+    #[allow(clippy::too_many_arguments)]
+    fn pass_input(
+        &mut self,
+        input_key: Option<u64>,
+        dynamic: Vec<NodePoolSpec>,
+        catalog: &[InstanceType],
+        candidates: &[Candidate],
+        pods: &[Arc<SlimPod>],
+        pods_by_node: &HashMap<&str, Vec<&Arc<SlimPod>>>,
+        uninitialized: &BTreeSet<String>,
+        now: Timestamp,
+    ) -> Option<(PassInput, bool)> {
         if let Some(kept) = self.disruption.input.take()
             && Some(kept.key) == input_key
         {
@@ -1191,31 +1321,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 prepared.input.nodepools = dynamic;
                 PassInput::Built(prepared)
             };
-            return Some(Facts {
-                candidates,
-                budgets,
-                consolidation,
-                specs,
-                input: Some(input),
-                input_key,
-                input_kept: true,
-                uninitialized,
-                next_threshold,
-                statics,
-                conditions,
-            });
+            return Some((input, true));
         }
+        // A pass that cannot simulate a removal does without the cluster:
+        // converting every pod of a large cluster is most of a pass's cost.
+        let needs_removals = input_key.is_some();
+        let now_ms = now.as_millisecond();
         // CapacityBuffers' virtual pods on the nodes the last solve put
         // them: their room is taken, as the pending pods' room is in the
         // reference's simulation.
         let snapshot = needs_removals.then(|| {
-            let mut with_virtual = pods.clone();
+            let mut with_virtual = pods.to_vec();
             with_virtual.extend(self.virtual_pods_bound());
             self.snapshot(&with_virtual)
         });
         let built = match &snapshot {
-            Some(s) => build_input_kept(dynamic, &catalog, s, now_ms, &mut self.bound_pods),
-            None => build_input_with_pools(dynamic, &catalog, &[], "", None, now_ms),
+            Some(s) => build_input_kept(dynamic, catalog, s, now_ms, &mut self.bound_pods),
+            None => build_input_with_pools(dynamic, catalog, &[], "", None, now_ms),
         };
         let mut input = match built {
             Ok(i) => i,
@@ -1254,7 +1376,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let moving: usize = candidates.iter().map(|c| c.pods + c.buffer_pods).sum();
             input.pods.reserve(moving);
             homes.reserve(moving);
-            for c in &candidates {
+            for c in candidates {
                 let own_virtual = virtual_on.iter().filter(|p| {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(c.node.as_str())
                 });
@@ -1278,19 +1400,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
             }
         }
-        Some(Facts {
-            candidates,
-            budgets,
-            consolidation,
-            specs,
-            input: Some(PassInput::Built(Prepared { input, homes })),
-            input_key,
-            input_kept: false,
-            uninitialized,
-            next_threshold,
-            statics,
-            conditions,
-        })
+        Some((PassInput::Built(Prepared { input, homes }), false))
     }
 
     /// Writes the `Drifted` and `Consolidatable` conditions of the pass's
