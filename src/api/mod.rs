@@ -37,6 +37,7 @@ pub mod nodeoverlay;
 pub mod nodepool;
 pub mod pod;
 pub mod schema;
+pub mod shared;
 pub mod structural;
 
 #[cfg(test)]

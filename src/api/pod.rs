@@ -13,9 +13,12 @@
 //! fields it does not have are skipped as they are read (images,
 //! environment, probes, most of the status). [`SlimPod::from`] projects a
 //! k8s-openapi `Pod`; both go through [`SlimPod::slim`], which also drops
-//! managedFields, the annotations the controller never reads, the
-//! conditions other than `PodScheduled` and `Ready`, container ports
-//! without a host port and volumes that claim no persistent storage.
+//! managedFields, `generateName`, the annotations the controller never
+//! reads, the conditions other than `Ready` and an unscheduled pod's
+//! `PodScheduled`, container ports without a host port and volumes that
+//! claim no persistent storage. The fields a pod's template gives it are
+//! [`Shared`] with the other pods of that template: about half of a
+//! stored pod's memory (`BENCHMARKS.md`, the footprint benchmark).
 //!
 //! It is a kind of its own for kube-rs (`v1` `pods`), so the in-cluster
 //! cache watches pods as `SlimPod`s; the in-memory cluster projects its
@@ -37,6 +40,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::shared::Shared;
+
 /// kubectl's copy of the whole object as last applied: often the largest
 /// annotation, never read.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -44,6 +49,16 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 /// The pod conditions the controller reads: `PodScheduled` (unschedulable
 /// pods) and `Ready` (PodDisruptionBudgets' healthy pods).
 pub const POD_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
+
+/// Whether the controller reads a pod condition: `Ready`, and
+/// `PodScheduled` unless it is `True` (a scheduled pod's says nothing the
+/// node name does not; most pods are scheduled, so it is dropped).
+fn kept_condition(c: &PodCondition) -> bool {
+    match c.type_.as_str() {
+        "PodScheduled" => c.status != "True",
+        t => POD_CONDITIONS.contains(&t),
+    }
+}
 
 /// The pod annotations the controller reads: Karpenter's
 /// (`karpenter.sh/do-not-disrupt`), dovetail's own, the deletion cost that
@@ -94,22 +109,22 @@ pub struct SlimPod {
 #[serde(rename_all = "camelCase")]
 pub struct SlimPodSpec {
     #[serde(default)]
-    pub containers: Vec<SlimContainer>,
+    pub containers: Shared<Vec<SlimContainer>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub init_containers: Option<Vec<SlimContainer>>,
+    pub init_containers: Option<Shared<Vec<SlimContainer>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead: Option<BTreeMap<String, Quantity>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<BTreeMap<String, String>>,
-    /// Boxed: most pods have none, and `Affinity` is 144 bytes inline.
+    pub node_selector: Option<Shared<BTreeMap<String, String>>>,
+    /// Shared: most pods have none, and `Affinity` is 144 bytes inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<Box<Affinity>>,
+    pub affinity: Option<Shared<Affinity>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tolerations: Option<Vec<Toleration>>,
+    pub tolerations: Option<Shared<Vec<Toleration>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    pub topology_spread_constraints: Option<Shared<Vec<TopologySpreadConstraint>>>,
     /// Only the volumes that claim persistent storage (volume topology).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volumes: Option<Vec<SlimVolume>>,
@@ -170,8 +185,8 @@ pub struct SlimVolume {
     pub ephemeral: Option<Box<EphemeralVolumeSource>>,
 }
 
-/// The phase, the `PodScheduled` and `Ready` conditions, the start time
-/// and the nominated node.
+/// The phase, the `Ready` and an unscheduled pod's `PodScheduled`
+/// conditions, the start time and the nominated node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SlimPodStatus {
@@ -322,6 +337,7 @@ impl SlimPod {
     /// deserialised, which 100,000 pods pay for.
     pub fn slim(&mut self) {
         slim_metadata(&mut self.metadata);
+        self.metadata.generate_name = None;
         if let Some(annotations) = self.metadata.annotations.as_mut() {
             annotations.retain(|k, _| read_on_pods(k));
             if annotations.is_empty() {
@@ -332,11 +348,10 @@ impl SlimPod {
             owners.shrink_to_fit();
         }
         if let Some(spec) = self.spec.as_mut() {
-            for c in spec.containers.iter_mut() {
-                c.slim();
-            }
-            spec.containers.shrink_to_fit();
-            if let Some(init) = spec.init_containers.as_mut() {
+            let containers = &mut *spec.containers;
+            containers.iter_mut().for_each(SlimContainer::slim);
+            containers.shrink_to_fit();
+            if let Some(init) = spec.init_containers.as_deref_mut() {
                 init.iter_mut().for_each(SlimContainer::slim);
                 init.shrink_to_fit();
             }
@@ -347,15 +362,16 @@ impl SlimPod {
                     spec.volumes = None;
                 }
             }
-            if let Some(t) = spec.tolerations.as_mut() {
+            if let Some(t) = spec.tolerations.as_deref_mut() {
                 t.shrink_to_fit();
             }
-            if let Some(t) = spec.topology_spread_constraints.as_mut() {
+            if let Some(t) = spec.topology_spread_constraints.as_deref_mut() {
                 t.shrink_to_fit();
             }
+            spec.intern();
         }
         if let Some(conditions) = self.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-            conditions.retain(|c| POD_CONDITIONS.contains(&c.type_.as_str()));
+            conditions.retain(kept_condition);
             conditions.shrink_to_fit();
         }
     }
@@ -367,6 +383,30 @@ impl SlimPod {
             self.metadata.namespace.as_deref().unwrap_or("default"),
             self.metadata.name.as_deref().unwrap_or_default()
         )
+    }
+}
+
+impl SlimPodSpec {
+    /// Shares the fields a pod's template gives it with the pods of the
+    /// same template (`Shared::intern`): containers, init containers, node
+    /// selector, affinity, tolerations and spread constraints.
+    pub fn intern(&mut self) {
+        self.containers.intern();
+        if let Some(v) = self.init_containers.as_mut() {
+            v.intern();
+        }
+        if let Some(v) = self.node_selector.as_mut() {
+            v.intern();
+        }
+        if let Some(v) = self.affinity.as_mut() {
+            v.intern();
+        }
+        if let Some(v) = self.tolerations.as_mut() {
+            v.intern();
+        }
+        if let Some(v) = self.topology_spread_constraints.as_mut() {
+            v.intern();
+        }
     }
 }
 
@@ -420,17 +460,17 @@ impl From<&PodSpec> for SlimPodSpec {
     /// [`SlimPod::slim`]).
     fn from(s: &PodSpec) -> Self {
         SlimPodSpec {
-            containers: s.containers.iter().map(SlimContainer::from).collect(),
+            containers: Shared::new(s.containers.iter().map(SlimContainer::from).collect()),
             init_containers: s
                 .init_containers
                 .as_ref()
-                .map(|cs| cs.iter().map(SlimContainer::from).collect()),
+                .map(|cs| Shared::new(cs.iter().map(SlimContainer::from).collect())),
             overhead: s.overhead.clone(),
             node_name: s.node_name.clone(),
-            node_selector: s.node_selector.clone(),
-            affinity: s.affinity.clone().map(Box::new),
-            tolerations: s.tolerations.clone(),
-            topology_spread_constraints: s.topology_spread_constraints.clone(),
+            node_selector: s.node_selector.clone().map(Shared::new),
+            affinity: s.affinity.clone().map(Shared::new),
+            tolerations: s.tolerations.clone().map(Shared::new),
+            topology_spread_constraints: s.topology_spread_constraints.clone().map(Shared::new),
             volumes: s
                 .volumes
                 .as_ref()

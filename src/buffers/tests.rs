@@ -351,7 +351,7 @@ fn should_preserve_tolerations_nodeselector_and_affinity() {
         .spec
         .clone()
         .unwrap();
-    assert_eq!(spec.tolerations.as_ref().map(Vec::len), Some(1));
+    assert_eq!(spec.tolerations.as_ref().map(|t| t.len()), Some(1));
     assert_eq!(
         spec.node_selector
             .as_ref()

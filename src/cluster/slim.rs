@@ -18,9 +18,11 @@ pub use crate::api::pod::slim_metadata as metadata;
 
 /// A pod as the controller reads it: [`SlimPod::slim`]. The pods are
 /// watched as [`SlimPod`]s, which keep only the fields the controller
-/// reads; this drops, of those, managedFields, the annotations the
-/// controller never reads, the conditions other than `PodScheduled` and
-/// `Ready`, ports without a host port and volumes that claim no storage.
+/// reads; this drops, of those, managedFields, `generateName`, the
+/// annotations the controller never reads, the conditions other than
+/// `Ready` and an unscheduled pod's `PodScheduled`, ports without a host
+/// port and volumes that claim no storage, and shares the fields of the
+/// pod's template with its other pods.
 pub fn pod(p: &mut SlimPod) {
     p.slim();
 }
@@ -54,6 +56,7 @@ mod tests {
 
     use super::*;
     use crate::api::pod::{LAST_APPLIED, read_on_pods};
+    use crate::api::shared::Shared;
     use crate::api::{SlimPodSpec, SlimPodStatus};
     use crate::scheduling::pod::{VolumeIndex, is_provisionable, pod_requests, pod_spec};
 
@@ -159,6 +162,55 @@ mod tests {
         );
         let back: Pod = serde_json::from_value(json).expect("a Pod");
         assert_eq!(SlimPod::from(&back), read);
+    }
+
+    #[test]
+    fn pods_of_one_template_hold_its_fields_once() {
+        let read = |name: &str, node: &str| {
+            let mut json = full_pod_json();
+            json["metadata"]["name"] = json!(name);
+            json["spec"]["nodeName"] = json!(node);
+            let mut pod: SlimPod = serde_json::from_value(json).expect("a pod");
+            super::pod(&mut pod);
+            pod
+        };
+        let (a, b) = (read("web-1", "node-a"), read("web-2", "node-b"));
+        let (a, b) = (a.spec.expect("spec"), b.spec.expect("spec"));
+        assert!(Shared::ptr_eq(&a.containers, &b.containers));
+        let tolerations = |s: &SlimPodSpec| s.tolerations.clone().expect("tolerations");
+        assert!(Shared::ptr_eq(&tolerations(&a), &tolerations(&b)));
+        let mut other = full_pod_json();
+        other["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("3");
+        let mut other: SlimPod = serde_json::from_value(other).expect("a pod");
+        super::pod(&mut other);
+        let other = other.spec.expect("spec");
+        assert!(!Shared::ptr_eq(&a.containers, &other.containers));
+        assert_ne!(a.containers, other.containers);
+        assert_eq!(a.node_name.as_deref(), Some("node-a"));
+        assert_eq!(b.node_name.as_deref(), Some("node-b"));
+    }
+
+    #[test]
+    fn a_scheduled_pod_keeps_its_ready_condition_only() {
+        let mut json = full_pod_json();
+        json["status"]["conditions"][0] = json!({"type": "PodScheduled", "status": "True"});
+        json["status"]["conditions"][2] = json!({"type": "Ready", "status": "True"});
+        json["metadata"]["generateName"] = json!("web-");
+        let mut running: SlimPod = serde_json::from_value(json).expect("a pod");
+        super::pod(&mut running);
+        let conditions = running
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref());
+        let kept: Vec<(&str, &str)> = conditions
+            .into_iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(kept, [("Ready", "True")]);
+        assert!(running.is_ready());
+        assert!(!is_provisionable(&running));
+        assert!(running.metadata.generate_name.is_none());
     }
 
     #[test]
