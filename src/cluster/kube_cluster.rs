@@ -208,17 +208,32 @@ impl<K: Object> Overlay<K> {
         }
     }
 
-    /// A relist that started at `started` completed with the objects
-    /// `listed`: writes to objects it does not hold are gone, unless they
-    /// came after the list began (their events are still to come).
-    fn relisted(&self, listed: &HashSet<ObjectKey>, started: Instant) {
-        self.lock()
-            .retain(|key, w| listed.contains(key) || (w.object.is_some() && w.at > started));
+    /// A relist that started at `started` completed; `listed` tells
+    /// whether it held an object. Writes to objects it does not hold are
+    /// gone, unless they came after the list began (their events are still
+    /// to come).
+    fn relisted(&self, listed: impl Fn(&ObjectKey) -> bool, started: Instant) {
+        let mut entries = self.lock();
+        if entries.is_empty() {
+            return;
+        }
+        entries.retain(|key, w| listed(key) || (w.object.is_some() && w.at > started));
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.lock().len()
+    }
+}
+
+impl ObjectKey {
+    /// The reflector store's key of the object.
+    fn object_ref<K: Object>(&self) -> ObjectRef<K> {
+        let object = ObjectRef::<K>::new(&self.name);
+        match self.namespace.as_str() {
+            "" => object,
+            ns => object.within(ns),
+        }
     }
 }
 
@@ -316,11 +331,12 @@ impl KubeCluster {
         let revision = Arc::new(AtomicU64::new(0));
         let overlay = Arc::new(Overlay::<K>::new());
         let (bump, changes, shadow) = (revision.clone(), self.changes.clone(), overlay.clone());
+        let listed = store.clone();
         let task = runtime.spawn(
             async move {
                 let mut events = pin!(events);
-                // Objects of a relist in progress, and when it started.
-                let mut relist: (HashSet<ObjectKey>, Instant) = (HashSet::new(), Instant::now());
+                // When the relist in progress started.
+                let mut relist_started = Instant::now();
                 while let Some(event) = events.next().await {
                     match event {
                         Ok(event) => {
@@ -328,15 +344,17 @@ impl KubeCluster {
                                 watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
                                     shadow.observed(&ObjectKey::of(o), version_of(o.meta()));
                                 }
-                                watcher::Event::Init => relist = (HashSet::new(), Instant::now()),
+                                watcher::Event::Init => relist_started = Instant::now(),
                                 watcher::Event::InitApply(o) => {
-                                    let key = ObjectKey::of(o);
-                                    shadow.observed(&key, version_of(o.meta()));
-                                    relist.0.insert(key);
+                                    shadow.observed(&ObjectKey::of(o), version_of(o.meta()));
                                 }
                                 watcher::Event::InitDone => {
-                                    shadow.relisted(&relist.0, relist.1);
-                                    relist.0 = HashSet::new();
+                                    // The reflector has swapped the list in
+                                    // by now, so the store tells what it
+                                    // held (no set of 400,000 pod keys).
+                                    let listed =
+                                        |key: &ObjectKey| listed.get(&key.object_ref()).is_some();
+                                    shadow.relisted(listed, relist_started);
                                 }
                             }
                             bump.fetch_add(1, Ordering::Relaxed);
@@ -516,14 +534,10 @@ impl Cluster for KubeCluster {
     }
 
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        let mut object = ObjectRef::<K>::new(&key.name);
-        if !key.namespace.is_empty() {
-            object = object.within(&key.namespace);
-        }
         let cache = self.watched::<K>()?;
         match cache.overlay.get(key) {
             Some(written) => written,
-            None => cache.store.get(&object),
+            None => cache.store.get(&key.object_ref()),
         }
     }
 
