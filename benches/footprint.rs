@@ -11,7 +11,9 @@
 //! status (container statuses, IPs; a node's images, addresses, system
 //! info). The watches store them through `cluster::slim`, as `dovetail
 //! controller` registers them. Pages are generated as they are requested,
-//! so the process never holds the whole list as JSON.
+//! so the process never holds the whole list as JSON; pods are written
+//! from one JSON template per Deployment, so that making 3.5 GB of JSON
+//! for 400,000 pods does not count as the controller's sync time.
 //!
 //! Measured, in a fresh child process per run:
 //! - the time until every cache has its initial list;
@@ -197,6 +199,16 @@ fn main() {
 
 /// One run: load the caches, then measure.
 fn measure(opts: Options) -> Value {
+    // The mock writes its pods from templates: they are the pods `pod` makes.
+    for i in [0, 1, PODS_PER_DEPLOYMENT, opts.pods.saturating_sub(1)] {
+        let mut written = String::new();
+        PodTemplate::of(i / PODS_PER_DEPLOYMENT).write(&mut written, i, opts.nodes);
+        assert_eq!(
+            written,
+            pod(i, opts.nodes).to_string(),
+            "pod {i} from its template"
+        );
+    }
     let baseline = proc_status_mib("VmRSS");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -361,6 +373,7 @@ fn served_bytes() -> u64 {
 async fn serve(mut handle: mock::Handle<Request<Body>, Response<ResponseBody>>, opts: Options) {
     // Open watch streams stay open as long as their senders live.
     let mut watches: Vec<Sender<Bytes>> = Vec::new();
+    let mut template: Option<PodTemplate> = None;
     while let Some((request, send)) = handle.next_request().await {
         let uri = request.uri().clone();
         let query: Vec<(String, String)> = uri
@@ -391,23 +404,30 @@ async fn serve(mut handle: mock::Handle<Request<Body>, Response<ResponseBody>>, 
         let limit: usize = param("limit").and_then(|l| l.parse().ok()).unwrap_or(total);
         let from: usize = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
         let to = (from + limit).min(total);
-        let items: Vec<Value> = (from..to)
-            .map(|i| match kind {
-                "Node" => node(i),
-                _ => pod(i, opts.nodes),
-            })
-            .collect();
         let mut metadata = json!({"resourceVersion": "1000000"});
         if to < total {
             metadata["continue"] = json!(to.to_string());
         }
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": format!("{kind}List"),
-            "metadata": metadata,
-            "items": items,
-        })
-        .to_string();
+        // As `json!` would write it (keys sorted), the items written one by one.
+        let mut body = String::from(r#"{"apiVersion":"v1","items":["#);
+        for i in from..to {
+            if i > from {
+                body.push(',');
+            }
+            match kind {
+                "Node" => body.push_str(&node(i).to_string()),
+                _ => {
+                    let deployment = i / PODS_PER_DEPLOYMENT;
+                    if template.as_ref().is_none_or(|t| t.deployment != deployment) {
+                        template = Some(PodTemplate::of(deployment));
+                    }
+                    if let Some(t) = &template {
+                        t.write(&mut body, i, opts.nodes);
+                    }
+                }
+            }
+        }
+        body.push_str(&format!(r#"],"kind":"{kind}List","metadata":{metadata}}}"#));
         SERVED.fetch_add(body.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let response = Response::builder()
             .status(200)
@@ -535,20 +555,76 @@ fn node(i: usize) -> Value {
 }
 
 /// A Deployment's pod as the API server lists it: running on node
-/// `i % nodes`, with a service container and a sidecar.
+/// `i % nodes`, with a service container and a sidecar ([`pod_with`]).
 fn pod(i: usize, nodes: usize) -> Value {
+    pod_with(i, &pod_fields(i, nodes))
+}
+
+/// The strings that differ between the pods of one Deployment: the name,
+/// uid, resourceVersion, node, IP, token volume and container IDs.
+fn pod_fields(i: usize, nodes: usize) -> [String; POD_FIELDS] {
+    let deployment = i / PODS_PER_DEPLOYMENT;
+    let app = format!("service-{deployment}");
+    let hash = format!("{:010x}", deployment * 2_654_435_761 % 0xff_ffff_ffff);
+    [
+        format!("{app}-{hash}-{:05x}", i * 40503 % 0xfffff),
+        format!("{i:08x}-1111-4000-8000-{i:012x}"),
+        (100_000 + i).to_string(),
+        node_name(i % nodes.max(1)),
+        format!(
+            "10.{}.{}.{}",
+            128 + (i / 65536) % 128,
+            (i / 256) % 256,
+            i % 256
+        ),
+        format!("kube-api-access-{:05x}", i % 0xfffff),
+        format!("containerd://{:064x}", i * 31 + 1),
+        format!("containerd://{:064x}", i * 31 + 2),
+    ]
+}
+
+const POD_FIELDS: usize = 8;
+
+/// The JSON of a Deployment's pods with the marks `@@k@@` where field `k`
+/// of [`pod_fields`] goes: literal text and field numbers, alternating.
+/// The mock writes 400,000 pods from these at the speed of copying, so
+/// the sync time is the controller's, not the making of its input.
+struct PodTemplate {
+    deployment: usize,
+    parts: Vec<String>,
+}
+
+impl PodTemplate {
+    fn of(deployment: usize) -> Self {
+        let marks: [String; POD_FIELDS] = std::array::from_fn(|k| format!("@@{k}@@"));
+        let json = pod_with(deployment * PODS_PER_DEPLOYMENT, &marks).to_string();
+        PodTemplate {
+            deployment,
+            parts: json.split("@@").map(str::to_string).collect(),
+        }
+    }
+
+    /// Appends pod `i`'s JSON, the same as `pod(i, nodes)` serialised.
+    fn write(&self, out: &mut String, i: usize, nodes: usize) {
+        let fields = pod_fields(i, nodes);
+        for (k, part) in self.parts.iter().enumerate() {
+            if k % 2 == 0 {
+                out.push_str(part);
+            } else {
+                out.push_str(&fields[part.parse::<usize>().expect("a field mark")]);
+            }
+        }
+    }
+}
+
+/// Pod `i` of its Deployment ([`PODS_PER_DEPLOYMENT`] pods), with
+/// `fields` its own strings ([`pod_fields`]).
+fn pod_with(i: usize, fields: &[String; POD_FIELDS]) -> Value {
     let deployment = i / PODS_PER_DEPLOYMENT;
     let namespace = format!("team-{}", deployment % NAMESPACES);
     let app = format!("service-{deployment}");
     let hash = format!("{:010x}", deployment * 2_654_435_761 % 0xff_ffff_ffff);
-    let name = format!("{app}-{hash}-{:05x}", i * 40503 % 0xfffff);
-    let node = node_name(i % nodes.max(1));
-    let ip = format!(
-        "10.{}.{}.{}",
-        128 + (i / 65536) % 128,
-        (i / 256) % 256,
-        i % 256
-    );
+    let [name, uid, version, node, ip, token_volume, app_id, proxy_id] = fields.clone();
     let last_applied = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": app, "namespace": namespace, "labels": {"app": app}},
@@ -563,7 +639,6 @@ fn pod(i: usize, nodes: usize) -> Value {
             json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}),
         ])
         .collect();
-    let token_volume = format!("kube-api-access-{:05x}", i % 0xfffff);
     let mounts = json!([
         {"name": "config", "mountPath": "/etc/service", "readOnly": true},
         {"name": token_volume, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
@@ -579,8 +654,8 @@ fn pod(i: usize, nodes: usize) -> Value {
             "name": name,
             "generateName": format!("{app}-{hash}-"),
             "namespace": namespace,
-            "uid": format!("{i:08x}-1111-4000-8000-{i:012x}"),
-            "resourceVersion": (100_000 + i).to_string(),
+            "uid": uid,
+            "resourceVersion": version,
             "creationTimestamp": "2026-11-21T10:00:00Z",
             "labels": {"app": app, "pod-template-hash": hash, "team": namespace, "version": "v1"},
             "annotations": {
@@ -676,12 +751,12 @@ fn pod(i: usize, nodes: usize) -> Value {
             "containerStatuses": [
                 {"name": "app", "ready": true, "restartCount": 0, "started": true, "image": image,
                  "imageID": format!("{image}@sha256:{:064x}", deployment),
-                 "containerID": format!("containerd://{:064x}", i * 31 + 1),
+                 "containerID": app_id,
                  "state": {"running": {"startedAt": "2026-11-21T10:00:30Z"}}, "lastState": {}},
                 {"name": "proxy", "ready": true, "restartCount": 0, "started": true,
                  "image": "public.ecr.aws/appmesh/aws-appmesh-envoy:v1.29.12.0-prod",
                  "imageID": format!("public.ecr.aws/appmesh/aws-appmesh-envoy@sha256:{:064x}", 42),
-                 "containerID": format!("containerd://{:064x}", i * 31 + 2),
+                 "containerID": proxy_id,
                  "state": {"running": {"startedAt": "2026-11-21T10:00:25Z"}}, "lastState": {}},
             ],
         },
