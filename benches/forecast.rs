@@ -11,8 +11,8 @@
 //! --snapshot FILE --for 24h -o json` runs it (reading the snapshot, both
 //! simulations, the comparison): an identical A and B, the limit with a
 //! Deployment scaled up at 2 h, and the pinned AMI for `--pin-for`
-//! (default 1h: replacing all 2,000 nodes one per pass takes 5.5 simulated
-//! hours).
+//! (default 1h; `24h` for the whole rollout, paced by the NodePool's
+//! default budget of 10%).
 //!
 //! Run: `cargo bench --bench forecast` (`--deployments N`, `--runs N`,
 //! `--pin-for DURATION`, `--keep DIR` to keep the inputs, e.g. for
@@ -149,7 +149,7 @@ fn main() {
             &["--scale", "deployment/default/app-00=1500@2h"],
         ),
         (
-            "pinned AMI: every node drifts, one per 10-s pass",
+            "pinned AMI: every node drifts, 10% at a time",
             &pinned,
             "HEAD",
             &pin_window,

@@ -3,7 +3,8 @@
 //! through a queue that lives in the cluster's state, so a restart resumes
 //! it.
 //!
-//! A pass (at most every [`DISRUPTION_POLL`], skipped when nothing it
+//! A pass (at most every [`DISRUPTION_POLL`], or at once after a pass that
+//! started a command, as the reference requeues; skipped when nothing it
 //! depends on changed since a pass that found nothing) builds the
 //! candidates, the budgets and one [`Removals`] over the cluster, and asks
 //! [`disruption::decide`]. A consolidation is validated again after
@@ -77,7 +78,8 @@ use crate::scheduling::pod::VolumeIndex;
 use crate::scheduling::removal::Removals;
 use crate::scheduling::{NodePoolSpec, SolveError, SolveInput, SolveOptions};
 
-/// A disruption pass runs at most this often, as the reference's.
+/// A disruption pass runs at most this often, as the reference's, unless
+/// the last one started a command: then the budgets pace a rollout.
 pub const DISRUPTION_POLL: Duration = Duration::from_secs(10);
 /// Node classes are resolved again at least this often.
 const NODECLASS_REFRESH: Duration = Duration::from_secs(60);
@@ -556,6 +558,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
             Some(cmd) => {
                 self.execute(cmd).await;
+                // As the reference's disruption controller requeues at once
+                // after a command: the budgets, not the poll, pace a
+                // rollout.
+                self.disruption.last_pass = None;
                 Duration::ZERO
             }
         }
