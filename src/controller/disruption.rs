@@ -1271,7 +1271,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // static pool (static drift builds its own from the template).
         let dynamic = super::dynamic_only(&specs, &pools);
         let statics = self.static_pools();
-        let needs_removals = disruption::needs_removals(&candidates, consolidation);
+        let needs_removals = disruption::needs_removals(&candidates, consolidation, &budgets);
         let input_key = needs_removals.then(|| self.input_key(&candidates, &uninitialized));
         let (input, input_kept) = self.pass_input(
             input_key,

@@ -455,19 +455,35 @@ pub fn blocked(pass: &Pass<'_>) -> Vec<Blocked> {
 
 /// Whether a pass over `candidates` can need the scheduling simulation:
 /// some candidate is drifted with pods to move, or (when consolidation may
-/// run) a consolidation candidate with pods. A pass where
-/// none is decides from the candidates alone (emptiness, empty drifted
-/// nodes), so its caller can skip building the cluster's scheduling input.
-/// [`decide`] and [`revalidate`] call [`Removals`] only in these cases.
-pub fn needs_removals(candidates: &[Candidate], consolidation: bool) -> bool {
+/// run) a consolidation candidate with pods, and its NodePool's budget for
+/// that reason has room. A pass where none is decides from the candidates
+/// alone (emptiness, empty drifted nodes), so its caller can skip building
+/// the cluster's scheduling input: during a rollout, most passes find the
+/// budget taken by the nodes already being replaced. [`decide`] and
+/// [`revalidate`] call [`Removals`] only in these cases.
+pub fn needs_removals(
+    candidates: &[Candidate],
+    consolidation: bool,
+    budgets: &BTreeMap<String, Allowed>,
+) -> bool {
+    let room = |c: &Candidate, reason: Reason| {
+        budgets
+            .get(&c.nodepool)
+            .is_none_or(|b| b.remaining(reason) > 0)
+    };
     candidates.iter().any(|c| {
-        (!c.static_pool && !c.drift.is_empty() && c.blocked_for_drift().is_none() && c.pods > 0)
+        (!c.static_pool
+            && !c.drift.is_empty()
+            && c.blocked_for_drift().is_none()
+            && c.pods > 0
+            && room(c, Reason::Drifted))
             || (consolidation
                 && !c.static_pool
                 && c.consolidatable
                 && c.underutilized
                 && c.blocked_for_consolidation().is_none()
-                && c.pods > 0)
+                && c.pods > 0
+                && room(c, Reason::Underutilized))
     })
 }
 

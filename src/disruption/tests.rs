@@ -444,6 +444,7 @@ proptest! {
         nodes in arb_cluster(),
         flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
         consolidation in any::<bool>(),
+        budget_of in prop::option::of((0u8..3, 0usize..3)),
     ) {
         let spec: Vec<(&str, &str, &[i64])> = nodes
             .iter()
@@ -464,8 +465,13 @@ proptest! {
             c.blocked = blocked.then(|| "a PodDisruptionBudget".to_string());
             c.consolidatable = consolidatable;
         }
-        prop_assume!(!needs_removals(&f.candidates, consolidation));
-        let full = run(&f, unbounded(), consolidation);
+        // No budget, or one for a voluntary reason that may leave no room.
+        let budgets = match budget_of {
+            None => unbounded(),
+            Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
+        };
+        prop_assume!(!needs_removals(&f.candidates, consolidation, &budgets));
+        let full = run(&f, budgets.clone(), consolidation);
         let bare = Fixture {
             input: SolveInput {
                 nodepools: f.input.nodepools.clone(),
@@ -474,10 +480,38 @@ proptest! {
             homes: Vec::new(),
             candidates: f.candidates.clone(),
         };
-        let without = run(&bare, unbounded(), consolidation);
+        let without = run(&bare, budgets, consolidation);
         prop_assert_eq!(full.trials, 0);
         prop_assert_eq!(full.command, without.command);
     }
+}
+
+/// A drifted node whose NodePool's drift budget is taken (a rollout with
+/// its nodes in flight) needs no trial: the pass skips the cluster's
+/// scheduling input, and decides nothing, as with the input.
+#[test]
+fn a_pass_whose_budget_is_taken_needs_no_removals() {
+    let mut f = cluster(&[("a", "medium", &[1000]), ("b", "large", &[])]);
+    let instance_type = f.candidates[0].instance_type.clone();
+    f.candidates[0].drift.push(DriftReason::InstanceType {
+        instance_type,
+        why: "no longer exists".into(),
+    });
+    assert!(needs_removals(&f.candidates, false, &unbounded()));
+    assert!(needs_removals(
+        &f.candidates,
+        false,
+        &budget(Reason::Drifted, 1)
+    ));
+    let taken = budget(Reason::Drifted, 0);
+    assert!(!needs_removals(&f.candidates, false, &taken));
+    assert!(run(&f, taken, false).command.is_none());
+    // Another reason's budget leaves drift's room.
+    assert!(needs_removals(
+        &f.candidates,
+        false,
+        &budget(Reason::Underutilized, 0)
+    ));
 }
 
 // Static NodePools: pkg/controllers/disruption/{consolidation,emptiness,
@@ -538,7 +572,7 @@ fn should_not_consolidate_static_node_pool_nodes() {
         c.drift.clear();
     }
     assert!(run_static(&f, unbounded(), statics).is_none());
-    assert!(!needs_removals(&f.candidates, true));
+    assert!(!needs_removals(&f.candidates, true, &unbounded()));
 }
 
 #[test]
@@ -557,7 +591,7 @@ fn should_not_consider_static_nodepool_for_drift() {
             .all(|r| r.nodepool == "general" && r.pods.is_empty() && r.instance_types.is_empty())
     );
     assert_eq!(cmd.decision(), "replace");
-    assert!(!needs_removals(&f.candidates, false));
+    assert!(!needs_removals(&f.candidates, false, &unbounded()));
 }
 
 #[test]
