@@ -40,7 +40,9 @@
 //! a pass that found nothing, or after `Settings::disruption_resync`. It
 //! stamps NodeClaims that lack the drift hashes (adopted ones) and writes
 //! their `status.lastPodEventTime`; the scheduling input it describes is
-//! every node, with every candidate's movable pods as the pods that may move.
+//! every node, with the movable pods of the candidates a trial may take
+//! ([`disruption::movers`]: those the budgets have room for) as the pods that
+//! may move.
 //! `DISRUPTION_POLL` is 10 s and `Settings::consolidation_validation` 15 s by
 //! default.
 
@@ -480,7 +482,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return next.min(until(until_t, now));
         }
         self.disruption.last_pass = Some(now);
-        let Some(mut facts) = self.disruption_facts(now).await else {
+        let Some(mut facts) = self.disruption_facts(now, &BTreeSet::new()).await else {
             return next.min(DISRUPTION_POLL);
         };
         self.metrics.eligible(&facts.candidates);
@@ -629,7 +631,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// (pods, nodes, in-flight NodeClaims, DaemonSets, volumes), the
     /// candidates whose pods may move, and the capacity not yet
     /// initialized.
-    fn input_key(&self, candidates: &[Candidate], uninitialized: &BTreeSet<String>) -> u64 {
+    fn input_key(&self, candidates: &[&Candidate], uninitialized: &BTreeSet<String>) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.cluster.revision::<SlimPod>().hash(&mut h);
         self.cluster.revision::<Node>().hash(&mut h);
@@ -789,7 +791,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return;
         };
         let now = self.clock.now();
-        let Some(facts) = self.disruption_facts(now).await else {
+        let pending: BTreeSet<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
+        let Some(facts) = self.disruption_facts(now, &pending).await else {
             return;
         };
         let mut facts = facts;
@@ -997,9 +1000,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// The candidates, budgets and scheduling input of a pass; writes pod
-    /// event times and drift stamps as it goes. `None` when the NodePools'
-    /// instance types cannot be read.
-    async fn disruption_facts(&mut self, now: Timestamp) -> Option<Facts> {
+    /// event times and drift stamps as it goes. The nodes of a consolidation
+    /// being revalidated (`revalidating`) have their pods in the input.
+    /// `None` when the NodePools' instance types cannot be read.
+    async fn disruption_facts(
+        &mut self,
+        now: Timestamp,
+        revalidating: &BTreeSet<&str>,
+    ) -> Option<Facts> {
         let (pools, specs, catalog) = self.nodepool_specs().await;
         let pools_by_name: BTreeMap<String, Arc<NodePool>> = pools
             .iter()
@@ -1271,13 +1279,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // static pool (static drift builds its own from the template).
         let dynamic = super::dynamic_only(&specs, &pools);
         let statics = self.static_pools();
-        let needs_removals = disruption::needs_removals(&candidates, consolidation, &budgets);
-        let input_key = needs_removals.then(|| self.input_key(&candidates, &uninitialized));
+        // The candidates a trial may take, in the order of `candidates`
+        // (the order of the input's pods).
+        let moving: BTreeSet<&str> =
+            disruption::movers(&candidates, &budgets, consolidation, revalidating)
+                .into_iter()
+                .map(|c| c.node.as_str())
+                .collect();
+        let movers: Vec<&Candidate> = candidates
+            .iter()
+            .filter(|c| moving.contains(c.node.as_str()))
+            .collect();
+        let input_key = (!movers.is_empty()).then(|| self.input_key(&movers, &uninitialized));
         let (input, input_kept) = self.pass_input(
             input_key,
             dynamic,
             &catalog,
-            &candidates,
+            &movers,
             &pods,
             &pods_by_node,
             &uninitialized,
@@ -1300,16 +1318,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// The scheduling input of a pass: the last pass's, kept while its key
     /// (`input_key`, `None` when no removal needs simulating) and its
-    /// NodePools are the same; else the cluster, and the pods of every
-    /// candidate as the pods that may move. Whether it was kept; `None`
-    /// (with an Event) when it cannot be built.
+    /// NodePools are the same; else the cluster, and the pods of the
+    /// `candidates` a trial may take as the pods that may move. Whether it
+    /// was kept; `None` (with an Event) when it cannot be built.
     #[allow(clippy::too_many_arguments)]
     fn pass_input(
         &mut self,
         input_key: Option<u64>,
         dynamic: Vec<NodePoolSpec>,
         catalog: &[InstanceType],
-        candidates: &[Candidate],
+        candidates: &[&Candidate],
         pods: &[Arc<SlimPod>],
         pods_by_node: &HashMap<&str, Vec<&Arc<SlimPod>>>,
         uninitialized: &BTreeSet<String>,
@@ -1971,10 +1989,7 @@ mod tests {
             controller.input_key(&[], &uninitialized),
         );
         let candidate = Candidate::test("node-a", "m5.large", 0.096);
-        changed(
-            "the candidates",
-            controller.input_key(std::slice::from_ref(&candidate), &none),
-        );
+        changed("the candidates", controller.input_key(&[&candidate], &none));
 
         // A NodeClaim in flight is converted: any change to it counts.
         let claim: NodeClaim = crate::testing::from_json(serde_json::json!({

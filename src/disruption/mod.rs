@@ -371,12 +371,7 @@ pub struct Outcome {
 /// candidate's pods.
 pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
     let mut out = Outcome::default();
-    let mut sorted: Vec<&Candidate> = pass.candidates.iter().collect();
-    sorted.sort_by(|a, b| {
-        a.disruption_cost
-            .total_cmp(&b.disruption_cost)
-            .then_with(|| a.node.cmp(&b.node))
-    });
+    let sorted = by_cost(&pass.candidates);
     out.command = emptiness(pass, &sorted)
         .or_else(|| static_drift(pass, &sorted))
         .or_else(|| drift(pass, &sorted, removals, &mut out))
@@ -453,38 +448,48 @@ pub fn blocked(pass: &Pass<'_>) -> Vec<Blocked> {
     out
 }
 
-/// Whether a pass over `candidates` can need the scheduling simulation:
-/// some candidate is drifted with pods to move, or (when consolidation may
-/// run) a consolidation candidate with pods, and its NodePool's budget for
-/// that reason has room. A pass where none is decides from the candidates
-/// alone (emptiness, empty drifted nodes), so its caller can skip building
-/// the cluster's scheduling input: during a rollout, most passes find the
-/// budget taken by the nodes already being replaced. [`decide`] and
-/// [`revalidate`] call [`Removals`] only in these cases.
-pub fn needs_removals(
-    candidates: &[Candidate],
-    consolidation: bool,
+/// Candidates in the order every method takes them: cheapest to disrupt
+/// first, then by node name.
+fn by_cost(candidates: &[Candidate]) -> Vec<&Candidate> {
+    let mut sorted: Vec<&Candidate> = candidates.iter().collect();
+    sorted.sort_by(|a, b| {
+        a.disruption_cost
+            .total_cmp(&b.disruption_cost)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    sorted
+}
+
+/// The candidates whose pods a pass's removal trials may move: the drifted
+/// nodes drift may take within its budgets and, when consolidation may run,
+/// the consolidation candidates within theirs, each with pods; and the
+/// candidates on `pending` nodes (a consolidation to revalidate). [`decide`]
+/// and [`revalidate`] trial no other node, so the scheduling input needs
+/// only these nodes' pods as pods that may move: during a rollout, the one
+/// or two nodes the budget has room for, not the whole fleet's pods. Empty
+/// when the pass can decide from the candidates alone (emptiness, empty
+/// drifted nodes, budgets taken), so its caller can skip the input.
+pub fn movers<'c>(
+    candidates: &'c [Candidate],
     budgets: &BTreeMap<String, Allowed>,
-) -> bool {
-    let room = |c: &Candidate, reason: Reason| {
-        budgets
-            .get(&c.nodepool)
-            .is_none_or(|b| b.remaining(reason) > 0)
-    };
-    candidates.iter().any(|c| {
-        (!c.static_pool
-            && !c.drift.is_empty()
-            && c.blocked_for_drift().is_none()
-            && c.pods > 0
-            && room(c, Reason::Drifted))
-            || (consolidation
-                && !c.static_pool
-                && c.consolidatable
-                && c.underutilized
-                && c.blocked_for_consolidation().is_none()
-                && c.pods > 0
-                && room(c, Reason::Underutilized))
-    })
+    consolidation: bool,
+    pending: &BTreeSet<&str>,
+) -> Vec<&'c Candidate> {
+    let sorted = by_cost(candidates);
+    let mut movers = drifted(budgets, &sorted);
+    if consolidation {
+        movers.extend(underutilized(budgets, &sorted));
+    }
+    movers.extend(
+        sorted
+            .iter()
+            .copied()
+            .filter(|c| pending.contains(c.node.as_str())),
+    );
+    movers.retain(|c| c.pods > 0);
+    let mut seen = BTreeSet::new();
+    movers.retain(|c| seen.insert(c.node.as_str()));
+    movers
 }
 
 /// A consolidation decided a delay ago, checked on the cluster as it is
@@ -518,7 +523,7 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
             }
     };
     if !current.iter().all(eligible)
-        || within_budget(pass, cmd.reason, current.iter().copied()).len() != current.len()
+        || within_budget(&pass.budgets, cmd.reason, current.iter().copied()).len() != current.len()
     {
         return None;
     }
@@ -606,15 +611,14 @@ fn price_of(cs: &[&Candidate]) -> f64 {
 /// Takes candidates in order while their pool's budget for `reason` has
 /// room.
 fn within_budget<'c>(
-    pass: &Pass<'_>,
+    budgets: &BTreeMap<String, Allowed>,
     reason: Reason,
     cs: impl IntoIterator<Item = &'c Candidate>,
 ) -> Vec<&'c Candidate> {
     let mut used: BTreeMap<&str, usize> = BTreeMap::new();
     cs.into_iter()
         .filter(|c| {
-            let room = pass
-                .budgets
+            let room = budgets
                 .get(&c.nodepool)
                 .map_or(usize::MAX, |b| b.remaining(reason));
             let n = used.entry(c.nodepool.as_str()).or_default();
@@ -633,7 +637,7 @@ fn emptiness(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
         return None;
     }
     let empty = within_budget(
-        pass,
+        &pass.budgets,
         Reason::Empty,
         sorted.iter().copied().filter(|c| {
             !c.static_pool
@@ -660,14 +664,7 @@ fn drift(
     removals: &mut Removals<'_>,
     out: &mut Outcome,
 ) -> Option<Command> {
-    let drifted = within_budget(
-        pass,
-        Reason::Drifted,
-        sorted
-            .iter()
-            .copied()
-            .filter(|c| !c.static_pool && !c.drift.is_empty() && c.blocked_for_drift().is_none()),
-    );
+    let drifted = drifted(&pass.budgets, sorted);
     let empty: Vec<&Candidate> = drifted.iter().copied().filter(|c| c.pods == 0).collect();
     if !empty.is_empty() {
         return Some(Command {
@@ -743,11 +740,30 @@ fn static_drift(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
     })
 }
 
+/// Drift's candidates: drifted, not blocked, not of a static pool (static
+/// drift replaces those), within the `Drifted` budgets.
+fn drifted<'c>(
+    budgets: &BTreeMap<String, Allowed>,
+    sorted: &[&'c Candidate],
+) -> Vec<&'c Candidate> {
+    within_budget(
+        budgets,
+        Reason::Drifted,
+        sorted
+            .iter()
+            .copied()
+            .filter(|c| !c.static_pool && !c.drift.is_empty() && c.blocked_for_drift().is_none()),
+    )
+}
+
 /// Consolidation candidates: consolidatable, not blocked, in pools that
 /// consolidate underused nodes, within the `Underutilized` budgets.
-fn underutilized<'c>(pass: &Pass<'_>, sorted: &[&'c Candidate]) -> Vec<&'c Candidate> {
+fn underutilized<'c>(
+    budgets: &BTreeMap<String, Allowed>,
+    sorted: &[&'c Candidate],
+) -> Vec<&'c Candidate> {
     within_budget(
-        pass,
+        budgets,
         Reason::Underutilized,
         sorted.iter().copied().filter(|c| {
             !c.static_pool
@@ -849,7 +865,7 @@ fn multi_node(
     removals: &mut Removals<'_>,
     out: &mut Outcome,
 ) -> Option<Command> {
-    let cs = underutilized(pass, sorted);
+    let cs = underutilized(&pass.budgets, sorted);
     if cs.len() < 2 {
         return None;
     }
@@ -886,7 +902,7 @@ fn single_node(
     removals: &mut Removals<'_>,
     out: &mut Outcome,
 ) -> Option<Command> {
-    let cs = underutilized(pass, sorted);
+    let cs = underutilized(&pass.budgets, sorted);
     out.evaluated = out.evaluated.max(cs.len());
     let mut best: Option<Command> = None;
     for c in cs {

@@ -437,7 +437,7 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
-    /// A pass `needs_removals` calls unneeded decides the same with no
+    /// A pass with no `movers` decides the same with no
     /// scheduling input at all: the controller skips building it then.
     #[test]
     fn a_pass_that_needs_no_removals_decides_without_the_cluster(
@@ -470,7 +470,7 @@ proptest! {
             None => unbounded(),
             Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
         };
-        prop_assume!(!needs_removals(&f.candidates, consolidation, &budgets));
+        prop_assume!(movers(&f.candidates, &budgets, consolidation, &BTreeSet::new()).is_empty());
         let full = run(&f, budgets.clone(), consolidation);
         let bare = Fixture {
             input: SolveInput {
@@ -486,32 +486,91 @@ proptest! {
     }
 }
 
+/// The nodes `movers` names for `f`'s candidates.
+fn mover_nodes(
+    f: &Fixture,
+    budgets: &BTreeMap<String, Allowed>,
+    consolidation: bool,
+) -> Vec<String> {
+    movers(&f.candidates, budgets, consolidation, &BTreeSet::new())
+        .iter()
+        .map(|c| c.node.clone())
+        .collect()
+}
+
 /// A drifted node whose NodePool's drift budget is taken (a rollout with
 /// its nodes in flight) needs no trial: the pass skips the cluster's
-/// scheduling input, and decides nothing, as with the input.
+/// scheduling input, and decides nothing, as with the input. With room for
+/// one, only the first drifted node's pods may move.
 #[test]
 fn a_pass_whose_budget_is_taken_needs_no_removals() {
-    let mut f = cluster(&[("a", "medium", &[1000]), ("b", "large", &[])]);
-    let instance_type = f.candidates[0].instance_type.clone();
-    f.candidates[0].drift.push(DriftReason::InstanceType {
-        instance_type,
-        why: "no longer exists".into(),
-    });
-    assert!(needs_removals(&f.candidates, false, &unbounded()));
-    assert!(needs_removals(
-        &f.candidates,
-        false,
-        &budget(Reason::Drifted, 1)
-    ));
+    let mut f = cluster(&[("a", "medium", &[1000]), ("b", "large", &[500])]);
+    for c in &mut f.candidates {
+        let instance_type = c.instance_type.clone();
+        c.drift.push(DriftReason::InstanceType {
+            instance_type,
+            why: "no longer exists".into(),
+        });
+    }
+    assert_eq!(mover_nodes(&f, &unbounded(), false).len(), 2);
+    let first = by_cost(&f.candidates)[0].node.clone();
+    assert_eq!(mover_nodes(&f, &budget(Reason::Drifted, 1), false), [first]);
     let taken = budget(Reason::Drifted, 0);
-    assert!(!needs_removals(&f.candidates, false, &taken));
+    assert!(mover_nodes(&f, &taken, false).is_empty());
     assert!(run(&f, taken, false).command.is_none());
     // Another reason's budget leaves drift's room.
-    assert!(needs_removals(
-        &f.candidates,
-        false,
-        &budget(Reason::Underutilized, 0)
-    ));
+    assert_eq!(
+        mover_nodes(&f, &budget(Reason::Underutilized, 0), false).len(),
+        2
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+    /// A pass decides the same when the scheduling input's pods that may
+    /// move are only the `movers`' pods: no trial takes another node.
+    #[test]
+    fn a_pass_decides_the_same_with_only_the_movers_pods(
+        nodes in arb_cluster(),
+        flags in prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 7),
+        consolidation in any::<bool>(),
+        budget_of in prop::option::of((0u8..3, 0usize..4)),
+    ) {
+        let spec: Vec<(&str, &str, &[i64])> = nodes
+            .iter()
+            .map(|(n, t, p)| (n.as_str(), *t, p.as_slice()))
+            .collect();
+        let mut f = cluster(&spec);
+        for (c, (drifted, blocked, consolidatable)) in f.candidates.iter_mut().zip(flags) {
+            if drifted {
+                c.drift.push(DriftReason::InstanceType {
+                    instance_type: c.instance_type.clone(),
+                    why: "no longer exists".into(),
+                });
+            }
+            c.blocked = blocked.then(|| "a PodDisruptionBudget".to_string());
+            c.consolidatable = consolidatable;
+        }
+        let budgets = match budget_of {
+            None => unbounded(),
+            Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
+        };
+        let moving: BTreeSet<String> = mover_nodes(&f, &budgets, consolidation).into_iter().collect();
+        let full = run(&f, budgets.clone(), consolidation);
+        let kept: Vec<usize> = (0..f.homes.len()).filter(|&i| moving.contains(&f.homes[i])).collect();
+        let only = Fixture {
+            input: SolveInput {
+                pods: kept.iter().map(|&i| f.input.pods[i].clone()).collect(),
+                ..f.input.clone()
+            },
+            homes: kept.iter().map(|&i| f.homes[i].clone()).collect(),
+            candidates: f.candidates.clone(),
+        };
+        let restricted = run(&only, budgets, consolidation);
+        prop_assert_eq!(full.command, restricted.command);
+        prop_assert_eq!(full.trials, restricted.trials);
+        prop_assert_eq!(full.unconsolidatable, restricted.unconsolidatable);
+    }
 }
 
 // Static NodePools: pkg/controllers/disruption/{consolidation,emptiness,
@@ -572,7 +631,7 @@ fn should_not_consolidate_static_node_pool_nodes() {
         c.drift.clear();
     }
     assert!(run_static(&f, unbounded(), statics).is_none());
-    assert!(!needs_removals(&f.candidates, true, &unbounded()));
+    assert!(movers(&f.candidates, &unbounded(), true, &BTreeSet::new()).is_empty());
 }
 
 #[test]
@@ -591,7 +650,7 @@ fn should_not_consider_static_nodepool_for_drift() {
             .all(|r| r.nodepool == "general" && r.pods.is_empty() && r.instance_types.is_empty())
     );
     assert_eq!(cmd.decision(), "replace");
-    assert!(!needs_removals(&f.candidates, false, &unbounded()));
+    assert!(movers(&f.candidates, &unbounded(), false, &BTreeSet::new()).is_empty());
 }
 
 #[test]
