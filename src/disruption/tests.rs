@@ -435,6 +435,43 @@ proptest! {
     }
 }
 
+/// `arb_cluster()`'s nodes, each candidate flagged as drawn: `grace` sets
+/// a termination grace period (even) and PDB-blocked pods (a multiple of
+/// 3); then drifted, blocked, consolidatable.
+fn flagged(
+    nodes: &[(String, &'static str, Vec<i64>)],
+    flags: Vec<(u8, bool, bool, bool)>,
+) -> Fixture {
+    let spec: Vec<(&str, &str, &[i64])> = nodes
+        .iter()
+        .map(|(n, t, p)| (n.as_str(), *t, p.as_slice()))
+        .collect();
+    let mut f = cluster(&spec);
+    for (c, (grace, drifted, blocked, consolidatable)) in f.candidates.iter_mut().zip(flags) {
+        c.termination_grace_period = grace % 2 == 0;
+        if grace % 3 == 0 {
+            c.pods_blocked = Some("a PodDisruptionBudget".to_string());
+        }
+        if drifted {
+            c.drift.push(DriftReason::InstanceType {
+                instance_type: c.instance_type.clone(),
+                why: "no longer exists".into(),
+            });
+        }
+        c.blocked = blocked.then(|| "a PodDisruptionBudget".to_string());
+        c.consolidatable = consolidatable;
+    }
+    f
+}
+
+/// No budget, or one for a voluntary reason, which may leave no room.
+fn budgets_of(drawn: Option<(u8, usize)>) -> BTreeMap<String, Allowed> {
+    match drawn {
+        None => unbounded(),
+        Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
     /// A pass with no `movers` decides the same with no
@@ -446,30 +483,8 @@ proptest! {
         consolidation in any::<bool>(),
         budget_of in prop::option::of((0u8..3, 0usize..3)),
     ) {
-        let spec: Vec<(&str, &str, &[i64])> = nodes
-            .iter()
-            .map(|(n, t, p)| (n.as_str(), *t, p.as_slice()))
-            .collect();
-        let mut f = cluster(&spec);
-        for (c, (grace, drifted, blocked, consolidatable)) in f.candidates.iter_mut().zip(flags) {
-            c.termination_grace_period = grace % 2 == 0;
-            if grace % 3 == 0 {
-                c.pods_blocked = Some("a PodDisruptionBudget".to_string());
-            }
-            if drifted {
-                c.drift.push(DriftReason::InstanceType {
-                    instance_type: c.instance_type.clone(),
-                    why: "no longer exists".into(),
-                });
-            }
-            c.blocked = blocked.then(|| "a PodDisruptionBudget".to_string());
-            c.consolidatable = consolidatable;
-        }
-        // No budget, or one for a voluntary reason that may leave no room.
-        let budgets = match budget_of {
-            None => unbounded(),
-            Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
-        };
+        let f = flagged(&nodes, flags);
+        let budgets = budgets_of(budget_of);
         prop_assume!(movers(&f.candidates, &budgets, consolidation, &BTreeSet::new()).is_empty());
         let full = run(&f, budgets.clone(), consolidation);
         let bare = Fixture {
@@ -532,29 +547,12 @@ proptest! {
     #[test]
     fn a_pass_decides_the_same_with_only_the_movers_pods(
         nodes in arb_cluster(),
-        flags in prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 7),
+        flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
         consolidation in any::<bool>(),
         budget_of in prop::option::of((0u8..3, 0usize..4)),
     ) {
-        let spec: Vec<(&str, &str, &[i64])> = nodes
-            .iter()
-            .map(|(n, t, p)| (n.as_str(), *t, p.as_slice()))
-            .collect();
-        let mut f = cluster(&spec);
-        for (c, (drifted, blocked, consolidatable)) in f.candidates.iter_mut().zip(flags) {
-            if drifted {
-                c.drift.push(DriftReason::InstanceType {
-                    instance_type: c.instance_type.clone(),
-                    why: "no longer exists".into(),
-                });
-            }
-            c.blocked = blocked.then(|| "a PodDisruptionBudget".to_string());
-            c.consolidatable = consolidatable;
-        }
-        let budgets = match budget_of {
-            None => unbounded(),
-            Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
-        };
+        let f = flagged(&nodes, flags);
+        let budgets = budgets_of(budget_of);
         let moving: BTreeSet<String> = mover_nodes(&f, &budgets, consolidation).into_iter().collect();
         let full = run(&f, budgets.clone(), consolidation);
         let kept: Vec<usize> = (0..f.homes.len()).filter(|&i| moving.contains(&f.homes[i])).collect();
