@@ -559,11 +559,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 next.min(self.settings.consolidation_validation)
             }
             Some(cmd) => {
-                self.execute(cmd).await;
                 // As the reference's disruption controller requeues at once
-                // after a command: the budgets, not the poll, pace a
-                // rollout.
-                self.disruption.last_pass = None;
+                // after it started a command: the budgets, not the poll,
+                // pace a rollout. A command that could not be recorded
+                // waits for the poll, so a failing API is not retried in a
+                // loop.
+                if self.execute(cmd).await {
+                    self.disruption.last_pass = None;
+                }
                 Duration::ZERO
             }
         }
@@ -806,7 +809,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         drop(pass);
         match revalidated {
-            Some(fresh) => self.execute(fresh).await,
+            Some(fresh) => {
+                self.execute(fresh).await;
+            }
             None => {
                 let names: Vec<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
                 self.event(
@@ -1556,8 +1561,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
     /// Carries out a command: marks and taints the candidates, launches the
     /// replacements, and deletes the candidates at once when there are
-    /// none.
-    async fn execute(&mut self, cmd: Command) {
+    /// none. Whether it was started: `false` when no candidate could be
+    /// marked (another writer, a failing API, all gone).
+    async fn execute(&mut self, cmd: Command) -> bool {
         let now = self.clock.now();
         let names: Vec<String> = cmd
             .replacements
@@ -1580,7 +1586,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         self.rollback(m, "the disruption could not be recorded")
                             .await;
                     }
-                    return;
+                    return false;
                 }
             }
         }
@@ -1678,6 +1684,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 self.finish(m).await;
             }
         }
+        !marked.is_empty()
     }
 
     /// Marks a candidate NodeClaim as being disrupted; the stored claim, or
