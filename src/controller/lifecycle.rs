@@ -45,6 +45,13 @@ pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// How often a NodeClaim's consistency is checked (Karpenter's
 /// consistency controller's `scanPeriod`).
 const CONSISTENCY_SCAN: Duration = Duration::from_secs(10 * 60);
+/// When a NodeClaim's consistency check falls due, the checks due within
+/// this much after it run with it. Each claim's check falls due at its own
+/// time (about when its node became ready): a fleet replaced over half an
+/// hour would otherwise wake the controller, and step the simulation, every
+/// second of the day for one claim at a time. Checked up to a minute early,
+/// the claims fall into at most ten groups per period.
+const CONSISTENCY_BATCH: Duration = Duration::from_secs(60);
 
 const LAUNCH_BACKOFF_MIN: Duration = Duration::from_secs(2);
 const LAUNCH_BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -186,6 +193,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .collect();
         let mut next = self.settings.resync;
         let mut jobs = Vec::new();
+        let early = if self
+            .consistency_scanned
+            .values()
+            .any(|&t| elapsed(t, now) >= CONSISTENCY_SCAN)
+        {
+            CONSISTENCY_BATCH
+        } else {
+            Duration::ZERO
+        };
         for claim in self.cluster.list::<NodeClaim>() {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -288,15 +304,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
                 Some(node) if !is_true(conds, conditions::INITIALIZED) => {
                     if !self.initialize(&claim, node).await {
-                        next = next.min(self.check_consistency(&claim, node, now).await);
+                        let due = self.check_consistency(&claim, node, now, early).await;
+                        next = next.min(due);
                     }
                 }
-                Some(node) => next = next.min(self.check_consistency(&claim, node, now).await),
+                Some(node) => {
+                    next = next.min(self.check_consistency(&claim, node, now, early).await)
+                }
             }
         }
+        // A claim being deleted is checked no more: its last scan would
+        // make every pass's checks early.
         let claims = self.cluster.list::<NodeClaim>();
         let uids: std::collections::HashSet<&str> = claims
             .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
             .filter_map(|c| c.metadata.uid.as_deref())
             .collect();
         self.consistency_scanned
@@ -703,12 +725,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// [`CONSISTENCY_SCAN`], a registered NodeClaim's Node is checked
     /// against what was launched ([`shape_issues`]); each issue is a
     /// `FailedConsistencyCheck` Event, and `ConsistentStateFound` says
-    /// whether any was found. Returns when the check is next due.
+    /// whether any was found. A check due within `early` runs now (see
+    /// [`CONSISTENCY_BATCH`]). Returns when the check is next due.
     async fn check_consistency(
         &mut self,
         claim: &NodeClaim,
         node: &Node,
         now: Timestamp,
+        early: Duration,
     ) -> Duration {
         let Some(uid) = claim.metadata.uid.as_deref() else {
             return Duration::MAX;
@@ -717,7 +741,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // `lastScanned` entries expire: a claim scanned long ago is not
         // due "now" forever.
         if let Some(&scanned) = self.consistency_scanned.get(uid)
-            && elapsed(scanned, now) < CONSISTENCY_SCAN
+            && elapsed(scanned, now) + early < CONSISTENCY_SCAN
         {
             return CONSISTENCY_SCAN - elapsed(scanned, now);
         }
@@ -948,7 +972,8 @@ mod tests {
         claim.metadata.uid = Some("uid-1".into());
         let check = |controller: &mut Controller<_, _>| {
             let now = clock.now();
-            let next = rt.block_on(controller.check_consistency(&claim, &node, now));
+            let next =
+                rt.block_on(controller.check_consistency(&claim, &node, now, Duration::ZERO));
             let events = controller
                 .drain_events()
                 .into_iter()
@@ -971,6 +996,75 @@ mod tests {
             (CONSISTENCY_SCAN, 1),
             "never due at once"
         );
+    }
+
+    /// Checks falling due within a minute of one another run in one pass,
+    /// so a fleet launched over half an hour does not wake the controller
+    /// every second for one check at a time; one due later waits for its
+    /// own time.
+    #[test]
+    fn consistency_checks_due_within_a_minute_run_together() {
+        let world = World::new();
+        let rt = crate::testing::runtime();
+        // Not woken by the resync: the checks' own times are seen.
+        let mut controller = world.controller(super::super::Settings {
+            resync: Duration::from_secs(3600),
+            ..Default::default()
+        });
+        let add = |name: &str| {
+            let (mut claim, mut node) = claim_and_node("128Gi", "64Gi", true);
+            let provider = format!("aws:///us-east-1a/i-{name}");
+            claim.metadata.name = Some(name.into());
+            claim.metadata.uid = Some(format!("uid-{name}"));
+            let status = claim.status.get_or_insert_with(Default::default);
+            status.provider_id = Some(provider.clone());
+            status.node_name = Some(format!("node-{name}"));
+            let conds = status.conditions.get_or_insert_with(Vec::new);
+            set_condition(
+                conds,
+                conditions::REGISTERED,
+                true,
+                "Registered",
+                "",
+                Timestamp::UNIX_EPOCH,
+            );
+            node.metadata.name = Some(format!("node-{name}"));
+            node.spec.get_or_insert_with(Default::default).provider_id = Some(provider);
+            world.cluster.restore(claim).unwrap();
+            world.cluster.restore(node).unwrap();
+        };
+        let mut pass = || {
+            let next = rt.block_on(controller.reconcile_lifecycle());
+            let mut checked: Vec<String> = controller
+                .drain_events()
+                .into_iter()
+                .filter(|e| e.reason == "FailedConsistencyCheck")
+                .map(|e| e.object)
+                .collect();
+            checked.sort();
+            (next, checked)
+        };
+        let secs = Duration::from_secs;
+        add("a");
+        assert_eq!(pass(), (CONSISTENCY_SCAN, vec!["NodeClaim/a".to_string()]));
+        world.clock.advance(secs(30)).unwrap();
+        // A first check runs at once.
+        add("b");
+        assert_eq!(pass(), (secs(570), vec!["NodeClaim/b".to_string()]));
+        world.clock.advance(secs(60)).unwrap();
+        add("c");
+        assert_eq!(pass(), (secs(510), vec!["NodeClaim/c".to_string()]));
+        world.clock.advance(secs(510)).unwrap();
+        // b's is due 30 s after a's: checked with it; c's, 90 s after, not.
+        assert_eq!(
+            pass(),
+            (
+                secs(90),
+                vec!["NodeClaim/a".to_string(), "NodeClaim/b".to_string()]
+            )
+        );
+        world.clock.advance(secs(90)).unwrap();
+        assert_eq!(pass(), (secs(510), vec!["NodeClaim/c".to_string()]));
     }
 
     #[test]

@@ -1049,9 +1049,12 @@ impl Simulation {
                 wake = wake.min(Duration::try_from(ready.duration_since(now)).unwrap_or_default());
             }
         }
-        // Kubelets delete terminating pods when their grace period ends.
-        if let Some(t) = self.kubelet.next_stop()
-            && t > now
+        // Kubelets delete terminating pods when their grace period ends,
+        // and mark Job pods succeeded when their run ends.
+        for t in [self.kubelet.next_stop(), self.kubelet.next_job_done()]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
         {
             wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());
         }
@@ -1065,7 +1068,8 @@ impl Simulation {
         if let Some(t) = self.cloud.next_reclaim() {
             wake = wake.min(Duration::try_from(t.duration_since(now)).unwrap_or_default());
         }
-        // Job pods complete on their own schedule; poll while any runs.
+        // Job pods not running yet have no end to wake for: poll while any
+        // Job pod is active.
         if self.recorder.active_job_pods() > 0 {
             wake = wake.min(MAX_STEP);
         }

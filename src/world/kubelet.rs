@@ -197,6 +197,12 @@ impl Kubelet {
         self.watch.borrow().stops.first().map(|(t, _)| *t)
     }
 
+    /// When the next running Job pod's run ends (its kubelet then marks it
+    /// `Succeeded`), as the last [`Kubelet::sync`] saw the pods.
+    pub fn next_job_done(&self) -> Option<Timestamp> {
+        self.watch.borrow().jobs.first().map(|(t, _)| *t)
+    }
+
     /// When the node of `instance` registers: `launched_at` plus the launch
     /// delay; `None` if the instance is shutting down or terminated.
     pub fn ready_at(&self, instance: &Instance) -> Option<Timestamp> {
@@ -1693,9 +1699,13 @@ mod tests {
                 .sync(&cluster, &Arc::default(), &[], clock.now())
                 .is_empty()
         );
+        // The end of the run, for the simulation to wake at.
+        let end = start().checked_add(Duration::from_secs(30 * 60)).ok();
+        assert_eq!(kubelet.next_job_done(), end);
         clock.advance(Duration::from_secs(60)).expect("in range");
         let report = kubelet.sync(&cluster, &Arc::default(), &[], clock.now());
         assert_eq!(report.completed, vec!["default/nightly-x"]);
+        assert_eq!(kubelet.next_job_done(), None);
         let done: Arc<Pod> = cluster
             .get(&ObjectKey::new("default", "nightly-x"))
             .expect("exists");
