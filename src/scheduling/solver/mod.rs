@@ -224,9 +224,9 @@ pub(crate) struct DaemonGroup {
     pub ports: Vec<HostPort>,
 }
 
-struct NodeInfo {
-    name: String,
-    labels: std::collections::BTreeMap<String, String>,
+struct NodeInfo<'a> {
+    name: &'a str,
+    labels: &'a std::collections::BTreeMap<String, String>,
     taints: Vec<Taint>,
     free: Vec<i64>,
     ports: Vec<HostPort>,
@@ -390,7 +390,7 @@ pub(crate) struct Solver<'a> {
     pub zones: Vec<String>,
     pub cts: Vec<String>,
     pub pools: Vec<Pool>,
-    nodes: Vec<NodeInfo>,
+    nodes: Vec<NodeInfo<'a>>,
     node_index: BTreeSet<(i64, usize)>,
     pub claims: Vec<Claim>,
     claim_index: BTreeSet<(i64, usize)>,

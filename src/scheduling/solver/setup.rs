@@ -433,9 +433,12 @@ impl<'a> Solver<'a> {
             let mut free = project(&n.allocatable);
             let mut ports = Vec::new();
             for bp in &n.pods {
-                let r = project(&bp.requests);
-                for (f, x) in free.iter_mut().zip(&r) {
-                    *f = f.saturating_sub(*x);
+                // What `project` would give, without a vector per pod: a
+                // pod requests a few of the dimensions.
+                for (k, x) in &bp.requests.0 {
+                    if let Some(i) = dims.iter().position(|d| d == k) {
+                        free[i] = free[i].saturating_sub(*x);
+                    }
                 }
                 if bp.requests.get(PODS) == 0 {
                     free[2] -= 1;
@@ -453,8 +456,8 @@ impl<'a> Solver<'a> {
                 .map(|d| n.labels.get(&d.key).and_then(|v| d.id(v)))
                 .collect();
             nodes.push(NodeInfo {
-                name: n.name.clone(),
-                labels: n.labels.clone(),
+                name: &n.name,
+                labels: &n.labels,
                 taints,
                 free,
                 ports,
