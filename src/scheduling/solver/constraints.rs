@@ -181,7 +181,7 @@ impl Solver<'_> {
             if let Some(val) = n.values[key] {
                 // Honor: a node counts only if the pod's nodeSelector and
                 // required node affinity (this variant's) select it.
-                if honor_affinity && v.reqs.matches_labels(&n.labels).is_err() {
+                if honor_affinity && v.reqs.matches_labels(n.labels).is_err() {
                     continue;
                 }
                 out.set(val as usize);
@@ -471,7 +471,7 @@ impl Solver<'_> {
         }
         self.variants[a.variant]
             .reqs
-            .matches_labels(&node.labels)
+            .matches_labels(node.labels)
             .is_ok()
     }
 

@@ -466,7 +466,7 @@ impl<'a> Solver<'a> {
     }
 
     pub fn node_name(&self, n: usize) -> &str {
-        &self.nodes[n].name
+        self.nodes[n].name
     }
 
     pub fn free_on_nodes(&self) -> Vec<i64> {
