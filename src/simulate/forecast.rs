@@ -34,7 +34,7 @@ use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::diag::Pos;
 use crate::snapshot::Located;
 use crate::world::ec2::nodeclass::{DEFAULT_KUBERNETES_VERSION, ObservedAlias};
-use crate::world::ec2::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, default_zones};
+use crate::world::ec2::{DEFAULT_LAUNCH_DELAY, DEFAULT_REGION, ProviderIds, default_zones};
 
 /// Whether a forecast uses objects of `kind`: those of a snapshot
 /// ([`super::snapshot::KINDS`]) but NodePools, which each side's
@@ -229,9 +229,13 @@ pub struct Start {
     /// Counts of what the snapshot holds, for the output.
     pub nodes: usize,
     pub pods: usize,
-    /// Names of the snapshot's Nodes and NodeClaims: what was running
-    /// before the window, as opposed to what it launches.
-    pub initial_nodes: BTreeSet<String>,
+    /// The instance ids of the snapshot's Nodes and NodeClaims (from their
+    /// provider ids) and the names of its NodeClaims: what was running or
+    /// requested before the window, as opposed to what it launches. Not
+    /// Node names: an instance launched in the window may get the private
+    /// address, and so the name, of one the window terminated.
+    pub initial_instances: BTreeSet<String>,
+    pub initial_claims: BTreeSet<String>,
     /// `namespace/name` of its pods no controller recreates.
     pub bare_pods: BTreeSet<String>,
     /// The capacity reservations the snapshot's EC2NodeClasses hold (their
@@ -661,9 +665,24 @@ pub fn prepare(file: &str, objects: Vec<Located>) -> Result<Start, ForecastError
         .iter()
         .filter(|o| str_at(&o.object, "/kind") == Some("Pod"))
         .count();
-    let initial_nodes = kept
+    let instance_id = |provider_id: &str| {
+        ProviderIds::Aws
+            .parse(provider_id)
+            .or_else(|| ProviderIds::Kwok.parse(provider_id))
+            .map(str::to_string)
+    };
+    let initial_instances = kept
         .iter()
-        .filter(|o| matches!(str_at(&o.object, "/kind"), Some("Node" | "NodeClaim")))
+        .filter_map(|o| match str_at(&o.object, "/kind")? {
+            "Node" => str_at(&o.object, "/spec/providerID"),
+            "NodeClaim" => str_at(&o.object, "/status/providerID"),
+            _ => None,
+        })
+        .filter_map(instance_id)
+        .collect();
+    let initial_claims = kept
+        .iter()
+        .filter(|o| str_at(&o.object, "/kind") == Some("NodeClaim"))
         .filter_map(|o| str_at(&o.object, "/metadata/name"))
         .map(str::to_string)
         .collect();
@@ -714,7 +733,8 @@ pub fn prepare(file: &str, objects: Vec<Located>) -> Result<Start, ForecastError
         notes,
         nodes,
         pods,
-        initial_nodes,
+        initial_instances,
+        initial_claims,
         bare_pods,
         reservations,
     })
@@ -730,6 +750,12 @@ fn strip_server_fields(v: &mut Value) {
 }
 
 impl Start {
+    /// Whether the instance `instance_id` of NodeClaim `nodeclaim` was
+    /// running or requested before the window.
+    fn was_running(&self, instance_id: &str, nodeclaim: &str) -> bool {
+        self.initial_instances.contains(instance_id) || self.initial_claims.contains(nodeclaim)
+    }
+
     /// The scenario of one side.
     fn scenario(&self, settings: &Settings) -> Scenario {
         Scenario {
@@ -1159,10 +1185,7 @@ impl Outcome {
             nodes_launched: r
                 .nodes
                 .iter()
-                .filter(|n| {
-                    !initial.initial_nodes.contains(&n.name)
-                        && !initial.initial_nodes.contains(&n.nodeclaim)
-                })
+                .filter(|n| !initial.was_running(&n.instance_id, &n.nodeclaim))
                 .count(),
             nodes_terminated: r.nodes.iter().filter(|n| n.deleted_at.is_some()).count(),
             disruptions: disrupted
@@ -1735,6 +1758,43 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("1 ReplicaSet, 1 StatefulSet"))
         );
+    }
+
+    #[test]
+    fn what_ran_before_the_window_is_known_by_instance_not_node_name() {
+        let objects = vec![
+            located(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "ip-10-0-1-2.ec2.internal",
+                    "creationTimestamp": "2026-03-02T10:00:00Z"},
+                "spec": {"providerID": "aws:///us-east-1a/i-0old"}
+            })),
+            located(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "default-abcde",
+                    "creationTimestamp": "2026-03-02T10:00:00Z"},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws",
+                    "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+                "status": {"providerID": "aws:///us-east-1b/i-0claimed"}
+            })),
+            located(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "default-launching",
+                    "creationTimestamp": "2026-03-02T10:00:00Z"},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws",
+                    "kind": "EC2NodeClass", "name": "default"}, "requirements": []}
+            })),
+        ];
+        let start = prepare("snap.yaml", objects).unwrap();
+        assert!(start.was_running("i-0old", ""));
+        assert!(start.was_running("i-0claimed", "default-abcde"));
+        assert!(
+            start.was_running("i-0new", "default-launching"),
+            "a NodeClaim the snapshot already requested"
+        );
+        // A replacement that got the terminated node's address and name is
+        // still a launch.
+        assert!(!start.was_running("i-0new", "default-fghij"));
     }
 
     #[test]
