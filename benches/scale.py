@@ -5,7 +5,9 @@ kube-apiserver, etcd, kube-controller-manager, kube-scheduler and KWOK,
 tuned for load as kwokctl tunes them.
 
     benches/scale.py [--nodes 500 1000 2000] [--pods-per-node 20]
-                     [--idle-seconds 60] [--dovetail BIN] [--json FILE]
+                     [--idle-seconds 60] [--phase-timeout 3600]
+                     [--node-lease-seconds 40] [--node-monitor-grace-period 40s]
+                     [--dovetail BIN] [--json FILE]
 
 For each size N, one run on a fresh control plane:
   burst   Deployments of N x 20 pods, each pod a twentieth of an m5.2xlarge
@@ -16,6 +18,15 @@ For each size N, one run on a fresh control plane:
   down    every Deployment scaled to 20%: the time until consolidation has
           brought the fleet to the lower bound (or has stopped for 120 s),
           and the fleet's price against that bound.
+A phase that has not finished after --phase-timeout seconds is recorded as
+unfinished, with how far it got.
+
+KWOK renews each Node's Lease every quarter of --node-lease-seconds, as a
+kubelet does, and kube-controller-manager marks a Node whose Lease is older
+than --node-monitor-grace-period NotReady (kwokctl's NodeLeaseDurationSeconds
+and KubeControllerManagerNodeMonitorGracePeriodMilliseconds). Here the
+simulated kubelets share the machine with the control plane: at thousands of
+Nodes their heartbeats alone can fall behind, and Nodes then flap NotReady.
 For each phase: dovetail's API requests per minute by verb and resource
 (from the API server's audit log, user system:serviceaccount:dovetail:*),
 and each process's CPU seconds and peak RSS (from /proc).
@@ -89,12 +100,12 @@ def run(*args, **kw):
 
 
 class Plane:
-    def __init__(self, bin_dir, work):
+    def __init__(self, bin_dir, work, lease_seconds, grace):
         self.bin = bin_dir
         self.dir = os.path.join(work, "cp")
         cmd = [os.path.join(bin_dir, "controlplane"), "up", self.dir,
-               "--watch-pid", str(os.getpid())]
-        for t in TUNING:
+               "--watch-pid", str(os.getpid()), "--node-monitor-grace-period", grace]
+        for t in TUNING + [f"kwok:--node-lease-duration-seconds={lease_seconds}"]:
             cmd += ["--extra", t]
         run(*cmd)
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
@@ -185,9 +196,9 @@ def fleet(plane):
     return len(claims), sum(priced), min(priced, default=0.0)
 
 
-def one(bin_dir, dovetail, nodes, per_node, idle_seconds=60):
+def one(bin_dir, dovetail, nodes, per_node, a):
     work = tempfile.mkdtemp(prefix="dovetail-scale-")
-    plane = Plane(bin_dir, work)
+    plane = Plane(bin_dir, work, a.node_lease_seconds, a.node_monitor_grace_period)
     controller = None
     try:
         overlay = os.path.join(work, "overlay")
@@ -231,7 +242,13 @@ def one(bin_dir, dovetail, nodes, per_node, idle_seconds=60):
         time.sleep(5)
         pids = {**plane.pids(), "dovetail": controller.pid}
         pids = {k: v for k, v in pids.items() if v}
-        out = {"nodes": nodes, "pods": nodes * per_node, "phases": {}}
+        out = {"nodes": nodes, "pods": nodes * per_node, "phases": {},
+               "node_lease_seconds": a.node_lease_seconds,
+               "node_monitor_grace_period": a.node_monitor_grace_period}
+        # Listing every Node and NodeClaim costs the API server and kubectl
+        # about a second of CPU at 2,000 Nodes: poll no more often than that
+        # costs at each size.
+        poll = max(2, nodes // 200)
 
         def phase(name, body):
             cpu0 = {k: proc(p)[0] for k, p in pids.items()}
@@ -277,8 +294,15 @@ spec:
                 left -= n
                 i += 1
             plane.kubectl("apply", "-f", "-", stdin="---\n".join(manifests))
-            while ready_pods(plane) < total:
+            deadline = time.time() + a.phase_timeout
+            ready = 0
+            while ready < total and time.time() < deadline:
                 time.sleep(2)
+                ready = ready_pods(plane)
+            if ready < total:
+                claims, price, _ = fleet(plane)
+                return {"finished": False, "ready_pods": ready, "nodeclaims": claims,
+                        "price_per_hour": round(price, 3)}
             pods = plane.json("get", "pods", "-n", "default")["items"]
             pending = []
             for p in pods:
@@ -287,11 +311,11 @@ spec:
                     if c["type"] == "Ready" and c["status"] == "True":
                         pending.append(parse_time(c["lastTransitionTime"]) - created)
             claims, price, _ = fleet(plane)
-            return {"pending_p50_s": percentile(pending, 50), "pending_p99_s": percentile(pending, 99),
+            return {"finished": True, "pending_p50_s": percentile(pending, 50), "pending_p99_s": percentile(pending, 99),
                     "nodeclaims": claims, "price_per_hour": round(price, 3)}
 
         def idle():
-            time.sleep(idle_seconds)
+            time.sleep(a.idle_seconds)
             return {}
 
         def down():
@@ -303,15 +327,16 @@ spec:
                               f"--replicas={keep}")
             bound = math.ceil(kept / per_node)
             last, since = None, time.time()
+            deadline = time.time() + a.phase_timeout
             while True:
                 claims, price, cheapest = fleet(plane)
                 if claims != last:
                     last, since = claims, time.time()
-                if claims <= bound or time.time() - since > 120:
+                if claims <= bound or time.time() - since > 120 or time.time() > deadline:
                     break
-                time.sleep(2)
+                time.sleep(poll)
             settled = since if claims > bound else time.time()
-            return {"consolidated_after_s": round(settled - start_down[0], 1), "nodeclaims": claims,
+            return {"finished": claims <= bound, "consolidated_after_s": round(settled - start_down[0], 1), "nodeclaims": claims,
                     "lower_bound_nodeclaims": bound, "price_per_hour": round(price, 3),
                     "lower_bound_price_per_hour": round(bound * cheapest, 3)}
 
@@ -333,6 +358,12 @@ def main():
     ap.add_argument("--nodes", type=int, nargs="+", default=[500, 1000, 2000])
     ap.add_argument("--pods-per-node", type=int, default=20)
     ap.add_argument("--idle-seconds", type=int, default=60, help="the idle phase's length")
+    ap.add_argument("--phase-timeout", type=int, default=3600,
+                    help="seconds after which the burst or the scale-down is recorded unfinished")
+    ap.add_argument("--node-lease-seconds", type=int, default=40,
+                    help="KWOK's Node Lease duration (renewed every quarter of it)")
+    ap.add_argument("--node-monitor-grace-period", default="40s",
+                    help="how long kube-controller-manager keeps a Node without a heartbeat Ready")
     ap.add_argument("--json", help="write the results here too")
     ap.add_argument("--dovetail", help="the dovetail binary [default: cargo build --release]")
     a = ap.parse_args()
@@ -346,7 +377,7 @@ def main():
     for n in a.nodes:
         print(f"{n} nodes:", file=sys.stderr, flush=True)
         load = os.getloadavg()
-        r = one(bin_dir, dovetail, n, a.pods_per_node, a.idle_seconds)
+        r = one(bin_dir, dovetail, n, a.pods_per_node, a)
         r["loadavg_before"] = [round(x, 2) for x in load]
         results.append(r)
         print(json.dumps(r, indent=1), flush=True)

@@ -340,6 +340,7 @@ fn the_scale_benchmark_runs_at_100_nodes() {
     assert_eq!(run["nodes"], NODES, "{run:#}");
     let burst = &run["phases"]["burst"];
     let down = &run["phases"]["down"];
+    assert_eq!(burst["finished"], true, "every pod Ready: {burst:#}");
     assert!(
         burst["nodeclaims"].as_u64().is_some_and(|n| n >= NODES),
         "every pod Ready on at least the lower bound's NodeClaims: {burst:#}"
