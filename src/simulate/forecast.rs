@@ -1762,6 +1762,15 @@ mod tests {
 
     #[test]
     fn what_ran_before_the_window_is_known_by_instance_not_node_name() {
+        let claim = |name: &str, status: Value| {
+            located(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": name, "creationTimestamp": "2026-03-02T10:00:00Z"},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws",
+                    "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+                "status": status
+            }))
+        };
         let objects = vec![
             located(json!({
                 "apiVersion": "v1", "kind": "Node",
@@ -1769,21 +1778,11 @@ mod tests {
                     "creationTimestamp": "2026-03-02T10:00:00Z"},
                 "spec": {"providerID": "aws:///us-east-1a/i-0old"}
             })),
-            located(json!({
-                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-                "metadata": {"name": "default-abcde",
-                    "creationTimestamp": "2026-03-02T10:00:00Z"},
-                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws",
-                    "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
-                "status": {"providerID": "aws:///us-east-1b/i-0claimed"}
-            })),
-            located(json!({
-                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-                "metadata": {"name": "default-launching",
-                    "creationTimestamp": "2026-03-02T10:00:00Z"},
-                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws",
-                    "kind": "EC2NodeClass", "name": "default"}, "requirements": []}
-            })),
+            claim(
+                "default-abcde",
+                json!({"providerID": "aws:///us-east-1b/i-0claimed"}),
+            ),
+            claim("default-launching", json!({})),
         ];
         let start = prepare("snap.yaml", objects).unwrap();
         assert!(start.was_running("i-0old", ""));
