@@ -7,7 +7,7 @@ tuned for load as kwokctl tunes them.
     benches/scale.py [--nodes 500 1000 2000] [--pods-per-node 20]
                      [--idle-seconds 60] [--phase-timeout 3600]
                      [--node-lease-seconds 40] [--node-monitor-grace-period 40s]
-                     [--dovetail BIN] [--json FILE]
+                     [--dovetail BIN] [--json FILE] [--logs DIR]
 
 For each size N, one run on a fresh control plane:
   burst   Deployments of N x 20 pods, each pod a twentieth of an m5.2xlarge
@@ -16,8 +16,11 @@ For each size N, one run on a fresh control plane:
           the NodeClaims launched;
   idle    60 s (--idle-seconds) with nothing to do;
   down    every Deployment scaled to 20%: the time until consolidation has
-          brought the fleet to the lower bound (or has stopped for 120 s),
-          and the fleet's price against that bound.
+          brought the fleet to the lower bound (or has stopped changing for
+          120 s, or for a quarter of a second per node where that is
+          longer: deleting the pods through a busy control plane keeps
+          nodes' pod events recent), and the fleet's price against that
+          bound.
 A phase that has not finished after --phase-timeout seconds is recorded as
 unfinished, with how far it got.
 
@@ -249,6 +252,7 @@ def one(bin_dir, dovetail, nodes, per_node, a):
         # about a second of CPU at 2,000 Nodes: poll no more often than that
         # costs at each size.
         poll = max(2, nodes // 200)
+        quiet = max(120, nodes // 4)
 
         def phase(name, body):
             cpu0 = {k: proc(p)[0] for k, p in pids.items()}
@@ -332,7 +336,7 @@ spec:
                 claims, price, cheapest = fleet(plane)
                 if claims != last:
                     last, since = claims, time.time()
-                if claims <= bound or time.time() - since > 120 or time.time() > deadline:
+                if claims <= bound or time.time() - since > quiet or time.time() > deadline:
                     break
                 time.sleep(poll)
             settled = since if claims > bound else time.time()
@@ -350,6 +354,10 @@ spec:
             controller.terminate()
             controller.wait()
         plane.down()
+        if a.logs and os.path.exists(os.path.join(work, "controller.log")):
+            os.makedirs(a.logs, exist_ok=True)
+            shutil.copy(os.path.join(work, "controller.log"),
+                        os.path.join(a.logs, f"controller-{nodes}.log"))
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -365,6 +373,7 @@ def main():
     ap.add_argument("--node-monitor-grace-period", default="40s",
                     help="how long kube-controller-manager keeps a Node without a heartbeat Ready")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--logs", help="keep each run's controller log in this directory")
     ap.add_argument("--dovetail", help="the dovetail binary [default: cargo build --release]")
     a = ap.parse_args()
     bin_dir = os.environ.get("DOVETAIL_TESTBED_BIN") or run(os.path.join(ROOT, "testbed", "build")).strip()
