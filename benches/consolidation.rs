@@ -163,7 +163,7 @@ fn cluster(
         input.nodes.push(ExistingNode {
             name,
             nodepool: Some("general".into()),
-            labels,
+            labels: std::sync::Arc::new(labels),
             taints: Vec::new(),
             initialized: true,
             allocatable: it.allocatable.clone(),

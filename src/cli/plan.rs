@@ -7,7 +7,7 @@ use super::validate::{display_prefix, load_repo};
 use super::{CATALOG_HINT, Io, exit, render};
 use crate::clock::{Clock, SystemClock};
 use crate::config::validate::{self, Options};
-use crate::convert::{BoundPods, ConfigDocs, build_input_from, nodepool_specs_with_overlays};
+use crate::convert::{ConfigDocs, KeptExisting, build_input_from, nodepool_specs_with_overlays};
 use crate::diag::Severity;
 use crate::model::catalog::read_catalog;
 use crate::plan::read_pods;
@@ -119,7 +119,7 @@ pub fn run(a: &PlanArgs, io: &mut Io) -> u8 {
             &a.pods.display().to_string(),
             snapshot.as_ref().map(|(s, o)| (s, o)),
             now_ms,
-            &mut BoundPods::default(),
+            &mut KeptExisting::default(),
         )
     }) {
         Ok(i) => i,

@@ -1031,13 +1031,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let all_types: Vec<&InstanceType> =
             specs.iter().flat_map(|s| s.instance_types.iter()).collect();
         let nodes = self.cluster.list::<Node>();
-        let nodes_by_name: HashMap<&str, &Arc<Node>> = nodes
+        let nodes_by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
         let pods = self.cluster.list::<SlimPod>();
         let deleting = self.deleting_nodes();
-        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>> = HashMap::new();
+        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut pending: BTreeSet<String> = BTreeSet::new();
         let mut leaving: BTreeSet<String> = BTreeSet::new();
         for p in &pods {
@@ -1334,7 +1335,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         catalog: &[InstanceType],
         candidates: &[&Candidate],
         pods: &[Arc<SlimPod>],
-        pods_by_node: &HashMap<&str, Vec<&Arc<SlimPod>>>,
+        pods_by_node: &HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState>,
         uninitialized: &BTreeSet<String>,
         now: Timestamp,
     ) -> Option<(PassInput, bool)> {
@@ -1365,7 +1366,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             self.snapshot(&with_virtual)
         });
         let built = match &snapshot {
-            Some(s) => build_input_kept(dynamic, catalog, s, now_ms, &mut self.bound_pods),
+            Some(s) => build_input_kept(dynamic, catalog, s, now_ms, &mut self.kept_existing),
             None => build_input_with_pools(dynamic, catalog, &[], "", None, now_ms),
         };
         let mut input = match built {

@@ -265,10 +265,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     decisions: Vec<Decision>,
     batch: Batch,
     disruption: DisruptionState,
-    /// The bound pods as the scheduling core saw them at the last input
-    /// built (disruption's and the provisioner's): the next converts only
-    /// the pods that changed.
-    bound_pods: crate::convert::BoundPods,
+    /// The Nodes and bound pods as the scheduling core saw them at the
+    /// last input built (disruption's and the provisioner's): the next
+    /// converts only those that changed.
+    kept_existing: crate::convert::KeptExisting,
     /// The pods that need a place as the scheduling core saw them
     /// (the workload's lower bound, the pods of disruption candidates).
     pod_specs: crate::convert::PodSpecs,
@@ -353,7 +353,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             decisions: Vec::new(),
             batch: Batch::default(),
             disruption: DisruptionState::default(),
-            bound_pods: Default::default(),
+            kept_existing: Default::default(),
             pod_specs: Default::default(),
             drains: std::collections::HashSet::new(),
             volume_waits: std::collections::HashMap::new(),

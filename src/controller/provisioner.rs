@@ -745,14 +745,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         pods.extend(self.buffers.pods.iter().cloned());
         let snapshot = self.snapshot(&pods);
         let now_ms = now.as_millisecond();
-        let input = match build_input_kept(specs, &catalog, &snapshot, now_ms, &mut self.bound_pods)
-        {
-            Ok(i) => i,
-            Err(e) => {
-                self.event("Provisioner".into(), "InputInvalid", e.to_string());
-                return out;
-            }
-        };
+        let input =
+            match build_input_kept(specs, &catalog, &snapshot, now_ms, &mut self.kept_existing) {
+                Ok(i) => i,
+                Err(e) => {
+                    self.event("Provisioner".into(), "InputInvalid", e.to_string());
+                    return out;
+                }
+            };
         let timer = self.metrics.scheduling_duration.start_timer();
         let solved = solve(
             &input,

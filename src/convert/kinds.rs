@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::common::{NodeSelectorRequirementWithMinValues, TaintEffect};
@@ -261,18 +261,21 @@ fn largest_capacity(reqs: &Requirements, catalog: &[InstanceType]) -> Option<Res
 /// for namespaced kinds) and the problem.
 pub type ObjectError = (String, String);
 
-/// Bound pods as the scheduling core sees them, kept from one conversion
-/// to the next: a pod is converted again only when it changed.
+/// Existing nodes as the scheduling core sees them, kept from one
+/// [`existing_nodes`] to the next: a bound pod or a Node is converted again
+/// only when it changed.
 ///
-/// The pods of a cluster are shared (`Arc`) and never changed in place: a
-/// changed pod is a new allocation (the watch cache's, or the in-memory
-/// cluster's view of a new resource version). An entry is keyed by its
-/// pod's address and holds that pod, so the address cannot be reused while
-/// the entry lives: a pod at a cached address is the pod converted. Each
-/// conversion drops the entries of the pods it no longer saw.
+/// The objects of a cluster are shared (`Arc`) and never changed in place:
+/// a changed object is a new allocation (the watch cache's, or the
+/// in-memory cluster's view of a new resource version). An entry is keyed
+/// by its object's address and holds that object, so the address cannot
+/// be reused while the entry lives: an object at a cached address is the
+/// object converted. Each conversion drops the entries of the objects it
+/// no longer saw.
 #[derive(Default)]
-pub struct BoundPods {
-    entries: HashMap<usize, Converted>,
+pub struct KeptExisting {
+    pods: HashMap<usize, Converted, foldhash::fast::RandomState>,
+    nodes: HashMap<usize, ConvertedNode, foldhash::fast::RandomState>,
     generation: u64,
 }
 
@@ -282,19 +285,29 @@ struct Converted {
     seen: u64,
 }
 
-impl BoundPods {
+/// A Node's conversion, without its pods.
+struct ConvertedNode {
+    node: Arc<Node>,
+    /// The NodeClaim read for a node not initialized yet (its startup
+    /// taints and promised resources are the conversion's), or `None`.
+    claim: Option<Arc<NodeClaim>>,
+    shape: ExistingNode,
+    seen: u64,
+}
+
+impl KeptExisting {
     /// `p` as a bound pod: the kept conversion when `p` is the pod it was
     /// made from.
-    fn get(&mut self, p: &Arc<SlimPod>) -> Result<Arc<BoundPod>, ObjectError> {
+    fn pod(&mut self, p: &Arc<SlimPod>) -> Result<Arc<BoundPod>, ObjectError> {
         let generation = self.generation;
         let key = Arc::as_ptr(p) as usize;
-        if let Some(c) = self.entries.get_mut(&key) {
+        if let Some(c) = self.pods.get_mut(&key) {
             debug_assert!(Arc::ptr_eq(&c.pod, p));
             c.seen = generation;
             return Ok(c.bound.clone());
         }
         let bound = Arc::new(bound_pod(p)?);
-        self.entries.insert(
+        self.pods.insert(
             key,
             Converted {
                 pod: p.clone(),
@@ -305,27 +318,68 @@ impl BoundPods {
         Ok(bound)
     }
 
-    /// Ends a conversion: the pods it did not see are forgotten.
+    /// `n` as an existing node without pods, `claim` its NodeClaim: the
+    /// kept conversion when `n` is the Node it was made from and, for a
+    /// node not initialized yet, `claim` the NodeClaim it read.
+    fn node(
+        &mut self,
+        n: &Arc<Node>,
+        claim: Option<&Arc<NodeClaim>>,
+    ) -> Result<ExistingNode, ObjectError> {
+        let generation = self.generation;
+        let key = Arc::as_ptr(n) as usize;
+        if let Some(c) = self.nodes.get_mut(&key) {
+            debug_assert!(Arc::ptr_eq(&c.node, n));
+            let same_claim = match (&c.claim, claim) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if c.shape.initialized || same_claim {
+                c.seen = generation;
+                return Ok(c.shape.clone());
+            }
+        }
+        let shape = node_shape(n, claim.map(Arc::as_ref))?;
+        let read_claim = if shape.initialized {
+            None
+        } else {
+            claim.cloned()
+        };
+        self.nodes.insert(
+            key,
+            ConvertedNode {
+                node: n.clone(),
+                claim: read_claim,
+                shape: shape.clone(),
+                seen: generation,
+            },
+        );
+        Ok(shape)
+    }
+
+    /// Ends a conversion: the objects it did not see are forgotten.
     fn sweep(&mut self) {
         let generation = self.generation;
-        self.entries.retain(|_, c| c.seen == generation);
+        self.pods.retain(|_, c| c.seen == generation);
+        self.nodes.retain(|_, c| c.seen == generation);
         self.generation += 1;
     }
 
-    /// How many pods' conversions are kept.
+    /// How many bound pods' conversions are kept.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.pods.len()
     }
 
     /// Whether no conversion is kept.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.pods.is_empty() && self.nodes.is_empty()
     }
 }
 
 /// Pods as the scheduling core sees them when they need a place (the
 /// workload's lower bound, the pods of disruption candidates), kept from
-/// one pass to the next as [`BoundPods`] keeps bound pods: keyed by the
+/// one pass to the next as [`KeptExisting`] keeps bound pods: keyed by the
 /// pod's address, holding the pod, so a cached address is the pod
 /// converted. A pod whose conversion reads more than the pod itself (its
 /// volumes' claims, or the clock for a pod without a creation time) is
@@ -337,7 +391,7 @@ impl BoundPods {
 /// in a sweep each time the cache has doubled since the last.
 #[derive(Default)]
 pub struct PodSpecs {
-    entries: HashMap<usize, (Arc<SlimPod>, Arc<PodSpec>)>,
+    entries: HashMap<usize, (Arc<SlimPod>, Arc<PodSpec>), foldhash::fast::RandomState>,
     sweep_at: usize,
 }
 
@@ -389,9 +443,10 @@ impl PodSpecs {
 pub fn existing_nodes(
     s: &Snapshot,
     catalog: &[InstanceType],
-    kept: &mut BoundPods,
+    kept: &mut KeptExisting,
 ) -> Result<Vec<ExistingNode>, ObjectError> {
-    let mut pods_by_node: HashMap<&str, Vec<Arc<BoundPod>>> = HashMap::new();
+    let mut pods_by_node: HashMap<&str, Vec<Arc<BoundPod>>, foldhash::fast::RandomState> =
+        HashMap::default();
     for p in &s.pods {
         let node = p
             .spec
@@ -400,100 +455,35 @@ pub fn existing_nodes(
             .unwrap_or("");
         let done = p.is_finished();
         if !node.is_empty() && !done {
-            pods_by_node.entry(node).or_default().push(kept.get(p)?);
+            pods_by_node.entry(node).or_default().push(kept.pod(p)?);
         }
     }
-    kept.sweep();
     // A registered node's NodeClaim, by provider id: until the node is
     // initialized, its startup taints are not the node's to keep, and its
     // allocatable fills what the kubelet has not registered yet (GPUs).
-    let claims_by_provider: HashMap<&str, &NodeClaim> = s
+    let claims_by_provider: HashMap<&str, &Arc<NodeClaim>, foldhash::fast::RandomState> = s
         .nodeclaims
         .iter()
-        .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c.as_ref())))
+        .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c)))
         .collect();
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(s.nodes.len());
     for n in &s.nodes {
-        let name = n.metadata.name.clone().unwrap_or_default();
-        let labels = normalize_labels(&n.metadata.labels.clone().unwrap_or_default());
-        let status = n.status.as_ref();
-        let allocatable = status
-            .and_then(|s| s.allocatable.as_ref())
-            .map(Resources::from_k8s)
-            .transpose()
-            .map_err(|(k, e)| (format!("Node/{name}"), format!("allocatable {k}: {e}")))?
-            .unwrap_or_default();
-        let capacity = status
-            .and_then(|s| s.capacity.as_ref())
-            .map(Resources::from_k8s)
-            .transpose()
-            .map_err(|(k, e)| (format!("Node/{name}"), format!("capacity {k}: {e}")))?
-            .unwrap_or_else(|| allocatable.clone());
-        let mut node_taints: Vec<Taint> = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .into_iter()
-            .flatten()
-            .map(Taint::from_k8s)
-            .collect::<Result<_, _>>()
-            .map_err(|e| (format!("Node/{name}"), e))?;
-        if n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-            node_taints.push(Taint::new(
-                "node.kubernetes.io/unschedulable",
-                "",
-                crate::model::Effect::NoSchedule,
-            ));
-        }
-        let karpenter = labels.contains_key(NODEPOOL);
-        let initialized = !karpenter
-            || labels
-                .get("karpenter.sh/initialized")
-                .is_some_and(|v| v == "true");
-        let mut allocatable = allocatable;
         let claim = n
             .spec
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
-            .and_then(|p| claims_by_provider.get(p));
-        if !initialized && let Some(c) = claim {
-            // As Karpenter's state node: the claim's startup taints are
-            // ignored, and each resource the node reports as zero is the
-            // claim's.
-            let claim_name = c.metadata.name.as_deref().unwrap_or_default();
-            let startup = template_taints(c.spec.startup_taints.as_ref());
-            node_taints.retain(|t| {
-                !startup
-                    .iter()
-                    .any(|s| s.key == t.key && s.effect == t.effect)
-            });
-            let promised = claim_resources(
-                c.status.as_ref().and_then(|s| s.allocatable.as_ref()),
-                "status.allocatable",
-            )
-            .map_err(|e| (format!("NodeClaim/{claim_name}"), e))?
-            .unwrap_or_default();
-            for (k, v) in &promised.0 {
-                if allocatable.get(k) == 0 {
-                    allocatable.set(k, *v);
-                }
-            }
-        }
-        out.push(ExistingNode {
-            nodepool: labels.get(NODEPOOL).cloned(),
-            pods: pods_by_node.remove(name.as_str()).unwrap_or_default(),
-            name,
-            labels,
-            taints: node_taints,
-            initialized,
-            allocatable,
-            capacity,
-            price: None,
-        });
+            .and_then(|p| claims_by_provider.get(p).copied());
+        let mut node = kept.node(n, claim)?;
+        node.pods = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
+        out.push(node);
     }
+    kept.sweep();
     // In-flight NodeClaims: launched or launching, no Node yet.
-    let node_names: std::collections::HashSet<String> =
-        out.iter().map(|n| n.name.clone()).collect();
+    let node_names: std::collections::HashSet<&str, foldhash::fast::RandomState> = s
+        .nodes
+        .iter()
+        .map(|n| n.metadata.name.as_deref().unwrap_or_default())
+        .collect();
     for c in &s.nodeclaims {
         let name = c.metadata.name.clone().unwrap_or_default();
         let status = c.status.as_ref();
@@ -545,7 +535,7 @@ pub fn existing_nodes(
             nodepool: labels.get(NODEPOOL).cloned(),
             pods: pods_by_node.remove(node_name).unwrap_or_default(),
             name,
-            labels,
+            labels: Arc::new(labels),
             taints: claim_taints,
             initialized: false,
             allocatable,
@@ -554,6 +544,82 @@ pub fn existing_nodes(
         });
     }
     Ok(out)
+}
+
+/// A Node as an existing node without its pods; `claim` is its NodeClaim,
+/// read while the node is not initialized.
+fn node_shape(n: &Node, claim: Option<&NodeClaim>) -> Result<ExistingNode, ObjectError> {
+    let name = n.metadata.name.clone().unwrap_or_default();
+    let labels = normalize_labels(&n.metadata.labels.clone().unwrap_or_default());
+    let status = n.status.as_ref();
+    let allocatable = status
+        .and_then(|s| s.allocatable.as_ref())
+        .map(Resources::from_k8s)
+        .transpose()
+        .map_err(|(k, e)| (format!("Node/{name}"), format!("allocatable {k}: {e}")))?
+        .unwrap_or_default();
+    let capacity = status
+        .and_then(|s| s.capacity.as_ref())
+        .map(Resources::from_k8s)
+        .transpose()
+        .map_err(|(k, e)| (format!("Node/{name}"), format!("capacity {k}: {e}")))?
+        .unwrap_or_else(|| allocatable.clone());
+    let mut node_taints: Vec<Taint> = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(Taint::from_k8s)
+        .collect::<Result<_, _>>()
+        .map_err(|e| (format!("Node/{name}"), e))?;
+    if n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        node_taints.push(Taint::new(
+            "node.kubernetes.io/unschedulable",
+            "",
+            crate::model::Effect::NoSchedule,
+        ));
+    }
+    let karpenter = labels.contains_key(NODEPOOL);
+    let initialized = !karpenter
+        || labels
+            .get("karpenter.sh/initialized")
+            .is_some_and(|v| v == "true");
+    let mut allocatable = allocatable;
+    if !initialized && let Some(c) = claim {
+        // As Karpenter's state node: the claim's startup taints are
+        // ignored, and each resource the node reports as zero is the
+        // claim's.
+        let claim_name = c.metadata.name.as_deref().unwrap_or_default();
+        let startup = template_taints(c.spec.startup_taints.as_ref());
+        node_taints.retain(|t| {
+            !startup
+                .iter()
+                .any(|s| s.key == t.key && s.effect == t.effect)
+        });
+        let promised = claim_resources(
+            c.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+            "status.allocatable",
+        )
+        .map_err(|e| (format!("NodeClaim/{claim_name}"), e))?
+        .unwrap_or_default();
+        for (k, v) in &promised.0 {
+            if allocatable.get(k) == 0 {
+                allocatable.set(k, *v);
+            }
+        }
+    }
+    Ok(ExistingNode {
+        nodepool: labels.get(NODEPOOL).cloned(),
+        pods: Vec::new(),
+        name,
+        labels: Arc::new(labels),
+        taints: node_taints,
+        initialized,
+        allocatable,
+        capacity,
+        price: None,
+    })
 }
 
 #[cfg(test)]
@@ -596,7 +662,7 @@ mod tests {
             nodeclaims: vec![Arc::new(claim)],
             ..Snapshot::default()
         };
-        let mut nodes = existing_nodes(&s, &[], &mut BoundPods::default()).expect("converts");
+        let mut nodes = existing_nodes(&s, &[], &mut KeptExisting::default()).expect("converts");
         assert_eq!(nodes.len(), 1, "the claim is the node's, not in flight");
         nodes.remove(0)
     }
@@ -634,7 +700,7 @@ spec:
             pods: vec![a.clone(), b.clone()],
             ..Snapshot::default()
         };
-        let mut kept = BoundPods::default();
+        let mut kept = KeptExisting::default();
         let first = existing_nodes(&s, &[], &mut kept).expect("converts");
         assert_eq!(kept.len(), 2);
 
@@ -652,6 +718,73 @@ spec:
         assert_eq!(third[0].pods.len(), 1);
         assert_eq!(kept.len(), 1);
         assert!(Arc::ptr_eq(&after[1], &third[0].pods[0]));
+    }
+
+    /// A Node is converted once while it is the same object. A node not
+    /// initialized yet reads its NodeClaim, so it is converted again when
+    /// the claim changes; an initialized one does not read it. A Node that
+    /// is gone is forgotten.
+    #[test]
+    fn nodes_are_converted_again_only_when_they_or_the_claim_they_read_change() {
+        let node = |initialized: &str| -> Arc<Node> {
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata:
+  name: n1
+  labels: {{karpenter.sh/nodepool: gpu, karpenter.sh/initialized: \"{initialized}\"}}
+spec: {{providerID: \"aws:///us-east-1a/i-1\"}}
+status: {{allocatable: {{cpu: \"8\", nvidia.com/gpu: \"0\"}}}}"
+            )))
+        };
+        let claim = |gpus: u32| -> Arc<NodeClaim> {
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata: {{name: gpu-abc}}
+spec:
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+  requirements: []
+status: {{providerID: \"aws:///us-east-1a/i-1\", nodeName: n1, allocatable: {{nvidia.com/gpu: \"{gpus}\"}}}}"
+            )))
+        };
+        let mut s = Snapshot {
+            nodes: vec![node("false")],
+            nodeclaims: vec![claim(1)],
+            ..Snapshot::default()
+        };
+        let mut kept = KeptExisting::default();
+        let convert = |s: &Snapshot, kept: &mut KeptExisting| {
+            let mut nodes = existing_nodes(s, &[], kept).expect("converts");
+            assert_eq!(nodes.len(), 1);
+            nodes.remove(0)
+        };
+        let first = convert(&s, &mut kept);
+        assert_eq!(first.allocatable.get("nvidia.com/gpu"), 1, "the claim's");
+        let again = convert(&s, &mut kept);
+        assert!(Arc::ptr_eq(&first.labels, &again.labels), "kept");
+
+        // The claim changes: the initializing node is converted again.
+        s.nodeclaims[0] = claim(2);
+        let second = convert(&s, &mut kept);
+        assert!(!Arc::ptr_eq(&first.labels, &second.labels));
+        assert_eq!(second.allocatable.get("nvidia.com/gpu"), 2);
+
+        // The node initializes (a new object), then the claim changes: an
+        // initialized node is kept whatever its claim.
+        s.nodes[0] = node("true");
+        let third = convert(&s, &mut kept);
+        assert!(third.initialized);
+        assert_eq!(third.allocatable.get("nvidia.com/gpu"), 0, "the node's");
+        s.nodeclaims[0] = claim(3);
+        let fourth = convert(&s, &mut kept);
+        assert!(Arc::ptr_eq(&third.labels, &fourth.labels), "kept");
+
+        // The node goes: its conversion is forgotten.
+        s.nodes.clear();
+        s.nodeclaims.clear();
+        assert!(
+            existing_nodes(&s, &[], &mut kept)
+                .expect("converts")
+                .is_empty()
+        );
+        assert!(kept.is_empty());
     }
 
     /// A pod that needs a place is converted once while it is the same

@@ -18,9 +18,9 @@
 //! become `ExistingNode`s, and a NodePool's instance types are those its
 //! EC2NodeClass's kubelet settings give
 //! (`model::InstanceType::for_node_class`). A controller builds one pass
-//! after pass: [`build_input_kept`] converts only the bound pods that
-//! changed since the last ([`BoundPods`]), so one replaced node does not
-//! convert every pod of the cluster again; [`PodSpecs`] keeps, the same
+//! after pass: [`build_input_kept`] converts only the Nodes and bound pods
+//! that changed since the last ([`KeptExisting`]), so one replaced node
+//! does not convert every node and pod of the cluster again; [`PodSpecs`] keeps, the same
 //! way, the pods that need a place (the lower bound's, the disruption
 //! candidates').
 
@@ -30,7 +30,7 @@ mod overlay;
 use serde_json::Value;
 
 pub use kinds::{
-    BoundPods, PodSpecs, daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec,
+    KeptExisting, PodSpecs, daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec,
     nodepool_spec_with_types,
 };
 pub use overlay::{apply_overlays, overlay};
@@ -180,7 +180,7 @@ pub fn build_input(
         pods_file,
         snapshot,
         now_ms,
-        &mut BoundPods::default(),
+        &mut KeptExisting::default(),
     )
 }
 
@@ -256,19 +256,19 @@ pub fn build_input_with_pools(
         pods_file,
         snapshot.map(|s| (s, &origin)),
         now_ms,
-        &mut BoundPods::default(),
+        &mut KeptExisting::default(),
     )
 }
 
 /// [`build_input_with_pools`] for a cluster's snapshot alone, converting
-/// only the bound pods `kept` does not hold already: what a controller
-/// that builds its input pass after pass calls.
+/// only the Nodes and bound pods `kept` does not hold already: what a
+/// controller that builds its input pass after pass calls.
 pub fn build_input_kept(
     nodepools: Vec<NodePoolSpec>,
     catalog: &[InstanceType],
     snapshot: &Snapshot,
     now_ms: i64,
-    kept: &mut BoundPods,
+    kept: &mut KeptExisting,
 ) -> Result<SolveInput, Invalid> {
     let origin = Origin::default();
     build_input_from(
@@ -283,8 +283,8 @@ pub fn build_input_kept(
 }
 
 /// [`build_input_with_pools`] for a snapshot read from a file: a problem
-/// names the snapshot's file and the object's line. `kept` holds the bound
-/// pods converted before (a one-shot caller passes an empty one).
+/// names the snapshot's file and the object's line. `kept` holds the Nodes
+/// and bound pods converted before (a one-shot caller passes an empty one).
 pub fn build_input_from(
     nodepools: Vec<NodePoolSpec>,
     catalog: &[InstanceType],
@@ -292,7 +292,7 @@ pub fn build_input_from(
     pods_file: &str,
     snapshot: Option<(&Snapshot, &Origin)>,
     now_ms: i64,
-    kept: &mut BoundPods,
+    kept: &mut KeptExisting,
 ) -> Result<SolveInput, Invalid> {
     let mut input = SolveInput {
         nodepools,

@@ -92,7 +92,7 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
         input.nodes.push(ExistingNode {
             name: name.to_string(),
             nodepool: Some("general".into()),
-            labels,
+            labels: Arc::new(labels),
             taints: Vec::new(),
             initialized: true,
             allocatable: alloc.clone(),

@@ -240,7 +240,7 @@ mod tests {
         ExistingNode {
             name: name.into(),
             nodepool: Some("general".into()),
-            labels,
+            labels: Arc::new(labels),
             taints: Vec::new(),
             initialized: true,
             allocatable: Resources::new()

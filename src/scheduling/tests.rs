@@ -126,12 +126,14 @@ fn node(name: &str, zone: &str, cpu_m: i64, mem_gi: i64) -> ExistingNode {
     ExistingNode {
         name: name.into(),
         nodepool: None,
-        labels: [
-            (ZONE.to_string(), zone.to_string()),
-            (HOSTNAME.to_string(), name.to_string()),
-        ]
-        .into_iter()
-        .collect(),
+        labels: std::sync::Arc::new(
+            [
+                (ZONE.to_string(), zone.to_string()),
+                (HOSTNAME.to_string(), name.to_string()),
+            ]
+            .into_iter()
+            .collect(),
+        ),
         taints: Vec::new(),
         initialized: true,
         allocatable: Resources::new()
@@ -607,7 +609,7 @@ pub(crate) fn check(input: &SolveInput, r: &SolveResult) -> Result<(), TestCaseE
         );
         let zones = n.labels.get(ZONE).into_iter().cloned().collect();
         placed.push((
-            n.labels.clone(),
+            (*n.labels).clone(),
             e.pods.iter().map(|k| pods[k]).collect(),
             zones,
         ));

@@ -162,8 +162,8 @@ pub struct ExistingNode {
     /// The NodePool it belongs to, if any (for limits).
     pub nodepool: Option<String>,
     /// Node labels; for in-flight NodeClaims, labels implied by its
-    /// requirements.
-    pub labels: BTreeMap<String, String>,
+    /// requirements. Shared with the conversion that keeps them.
+    pub labels: Arc<BTreeMap<String, String>>,
     pub taints: Vec<Taint>,
     /// False while a node is still initialising: its ephemeral and startup
     /// taints are then ignored.
@@ -171,7 +171,7 @@ pub struct ExistingNode {
     pub allocatable: Resources,
     /// Capacity, counted against NodePool limits.
     pub capacity: Resources,
-    /// Shared with the conversion that keeps them ([`crate::convert::BoundPods`]).
+    /// Shared with the conversion that keeps them ([`crate::convert::KeptExisting`]).
     pub pods: Vec<Arc<BoundPod>>,
     /// Price per hour, when known (for consolidation callers).
     pub price: Option<f64>,

@@ -434,13 +434,22 @@ impl<'a> Solver<'a> {
             let mut ports = Vec::new();
             for bp in &n.pods {
                 // What `project` would give, without a vector per pod: a
-                // pod requests a few of the dimensions.
+                // pod requests a few of the dimensions, the first three
+                // (cpu, memory, pods) known by name.
+                let mut counted = false;
                 for (k, x) in &bp.requests.0 {
-                    if let Some(i) = dims.iter().position(|d| d == k) {
+                    let i = match k.as_str() {
+                        CPU => Some(0),
+                        MEMORY => Some(1),
+                        PODS => Some(2),
+                        _ => dims[3..].iter().position(|d| d == k).map(|i| i + 3),
+                    };
+                    if let Some(i) = i {
                         free[i] = free[i].saturating_sub(*x);
+                        counted |= i == 2 && *x != 0;
                     }
                 }
-                if bp.requests.get(PODS) == 0 {
+                if !counted {
                     free[2] -= 1;
                 }
                 ports.extend(bp.host_ports.iter().cloned());
