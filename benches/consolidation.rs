@@ -127,14 +127,14 @@ fn cluster(
         let bound = pods
             .iter()
             .map(|p| {
-                Arc::new(BoundPod {
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    labels: p.labels.as_ref().clone(),
-                    requests: p.requests.clone(),
-                    host_ports: Vec::new(),
-                    anti_affinity: p.anti_affinity.clone(),
-                })
+                Arc::new(BoundPod::new(
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    p.labels.as_ref().clone(),
+                    p.requests.clone(),
+                    Vec::new(),
+                    p.anti_affinity.clone(),
+                ))
             })
             .collect();
         candidates.push(Candidate {

@@ -230,14 +230,14 @@ fn bound_pod(p: &SlimPod) -> Result<BoundPod, ObjectError> {
     // them: no defaults for what a container leaves out.
     let spec = pod_spec(p, &VolumeIndex::default(), 0)
         .map_err(|e| (format!("Pod/{}", e.pod), e.message))?;
-    Ok(BoundPod {
-        namespace: spec.namespace,
-        name: spec.name,
-        labels: Arc::unwrap_or_clone(spec.labels),
-        requests: spec.requests,
-        host_ports: spec.host_ports,
-        anti_affinity: spec.anti_affinity,
-    })
+    Ok(BoundPod::new(
+        spec.namespace,
+        spec.name,
+        Arc::unwrap_or_clone(spec.labels),
+        spec.requests,
+        spec.host_ports,
+        spec.anti_affinity,
+    ))
 }
 
 /// Per resource, the largest capacity among the catalog's instance types
@@ -262,26 +262,29 @@ fn largest_capacity(reqs: &Requirements, catalog: &[InstanceType]) -> Option<Res
 pub type ObjectError = (String, String);
 
 /// Existing nodes as the scheduling core sees them, kept from one
-/// [`existing_nodes`] to the next: a bound pod or a Node is converted again
-/// only when it changed.
+/// [`existing_nodes`] to the next: a Node, or the pods bound to it, are
+/// converted again only when they changed.
 ///
 /// The objects of a cluster are shared (`Arc`) and never changed in place:
 /// a changed object is a new allocation (the watch cache's, or the
-/// in-memory cluster's view of a new resource version). An entry is keyed
-/// by its object's address and holds that object, so the address cannot
-/// be reused while the entry lives: an object at a cached address is the
-/// object converted. Each conversion drops the entries of the objects it
-/// no longer saw.
+/// in-memory cluster's view of a new resource version). A Node's entry is
+/// keyed by its address and holds the Node, so the address cannot be
+/// reused while the entry lives: a Node at a cached address is the Node
+/// converted. A node's bound pods are kept by node name with the pod
+/// objects they were converted from, and reused while the node holds the
+/// same objects: a pass over a large fleet compares addresses, not pods.
+/// Each conversion drops the entries of the objects it no longer saw.
 #[derive(Default)]
 pub struct KeptExisting {
-    pods: HashMap<usize, Converted, foldhash::fast::RandomState>,
+    pods: HashMap<String, ConvertedPods, foldhash::fast::RandomState>,
     nodes: HashMap<usize, ConvertedNode, foldhash::fast::RandomState>,
     generation: u64,
 }
 
-struct Converted {
-    pod: Arc<SlimPod>,
-    bound: Arc<BoundPod>,
+/// The pods bound to one node, and their conversions, in order.
+struct ConvertedPods {
+    pods: Vec<Arc<SlimPod>>,
+    bound: Vec<Arc<BoundPod>>,
     seen: u64,
 }
 
@@ -296,21 +299,40 @@ struct ConvertedNode {
 }
 
 impl KeptExisting {
-    /// `p` as a bound pod: the kept conversion when `p` is the pod it was
-    /// made from.
-    fn pod(&mut self, p: &Arc<SlimPod>) -> Result<Arc<BoundPod>, ObjectError> {
+    /// `pods`, bound to node `node`, as bound pods: the kept conversions
+    /// when they are the objects the node held at the last conversion;
+    /// else each pod the node held then is reused and the others converted.
+    fn pods(
+        &mut self,
+        node: &str,
+        pods: &[&Arc<SlimPod>],
+    ) -> Result<Vec<Arc<BoundPod>>, ObjectError> {
         let generation = self.generation;
-        let key = Arc::as_ptr(p) as usize;
-        if let Some(c) = self.pods.get_mut(&key) {
-            debug_assert!(Arc::ptr_eq(&c.pod, p));
+        if let Some(c) = self.pods.get_mut(node)
+            && c.pods.len() == pods.len()
+            && c.pods.iter().zip(pods).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
             c.seen = generation;
             return Ok(c.bound.clone());
         }
-        let bound = Arc::new(bound_pod(p)?);
+        // The last conversion's pods are alive while `last` is: an address
+        // among them is that pod.
+        let last = self.pods.remove(node);
+        let reusable: HashMap<*const SlimPod, &Arc<BoundPod>, foldhash::fast::RandomState> = last
+            .iter()
+            .flat_map(|c| c.pods.iter().map(Arc::as_ptr).zip(&c.bound))
+            .collect();
+        let bound = pods
+            .iter()
+            .map(|p| match reusable.get(&Arc::as_ptr(p)) {
+                Some(b) => Ok(Arc::clone(b)),
+                None => bound_pod(p).map(Arc::new),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         self.pods.insert(
-            key,
-            Converted {
-                pod: p.clone(),
+            node.to_string(),
+            ConvertedPods {
+                pods: pods.iter().map(|p| Arc::clone(p)).collect(),
                 bound: bound.clone(),
                 seen: generation,
             },
@@ -367,8 +389,8 @@ impl KeptExisting {
     }
 
     /// How many bound pods' conversions are kept.
-    pub fn len(&self) -> usize {
-        self.pods.len()
+    pub fn pods_len(&self) -> usize {
+        self.pods.values().map(|c| c.bound.len()).sum()
     }
 
     /// Whether no conversion is kept.
@@ -445,7 +467,7 @@ pub fn existing_nodes(
     catalog: &[InstanceType],
     kept: &mut KeptExisting,
 ) -> Result<Vec<ExistingNode>, ObjectError> {
-    let mut pods_by_node: HashMap<&str, Vec<Arc<BoundPod>>, foldhash::fast::RandomState> =
+    let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
         HashMap::default();
     for p in &s.pods {
         let node = p
@@ -455,9 +477,13 @@ pub fn existing_nodes(
             .unwrap_or("");
         let done = p.is_finished();
         if !node.is_empty() && !done {
-            pods_by_node.entry(node).or_default().push(kept.pod(p)?);
+            pods_by_node.entry(node).or_default().push(p);
         }
     }
+    let mut bound_to = |kept: &mut KeptExisting, node: &str| match pods_by_node.remove(node) {
+        Some(pods) => kept.pods(node, &pods),
+        None => Ok(Vec::new()),
+    };
     // A registered node's NodeClaim, by provider id: until the node is
     // initialized, its startup taints are not the node's to keep, and its
     // allocatable fills what the kubelet has not registered yet (GPUs).
@@ -474,10 +500,9 @@ pub fn existing_nodes(
             .and_then(|s| s.provider_id.as_deref())
             .and_then(|p| claims_by_provider.get(p).copied());
         let mut node = kept.node(n, claim)?;
-        node.pods = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
+        node.pods = bound_to(kept, &node.name)?;
         out.push(node);
     }
-    kept.sweep();
     // In-flight NodeClaims: launched or launching, no Node yet.
     let node_names: std::collections::HashSet<&str, foldhash::fast::RandomState> = s
         .nodes
@@ -533,7 +558,7 @@ pub fn existing_nodes(
         claim_taints.retain(|t| !startup.contains(t));
         out.push(ExistingNode {
             nodepool: labels.get(NODEPOOL).cloned(),
-            pods: pods_by_node.remove(node_name).unwrap_or_default(),
+            pods: bound_to(kept, node_name)?,
             name,
             labels: Arc::new(labels),
             taints: claim_taints,
@@ -543,6 +568,7 @@ pub fn existing_nodes(
             price: None,
         });
     }
+    kept.sweep();
     Ok(out)
 }
 
@@ -702,7 +728,19 @@ spec:
         };
         let mut kept = KeptExisting::default();
         let first = existing_nodes(&s, &[], &mut kept).expect("converts");
-        assert_eq!(kept.len(), 2);
+        assert_eq!(kept.pods_len(), 2);
+        let again = existing_nodes(&s, &[], &mut kept).expect("converts");
+        assert!(
+            first[0]
+                .pods
+                .iter()
+                .zip(&again[0].pods)
+                .all(|(x, y)| Arc::ptr_eq(x, y)),
+            "the node holds the same pods: all reused"
+        );
+        // Counted as the solver counts them: one pod, no pods requested.
+        assert_eq!(first[0].pods[0].takes.cpu_memory_pods, [1000, 0, 1]);
+        assert!(!first[0].pods[0].takes.others);
 
         // b changes (a new object), a does not.
         s.pods[1] = pod("b", "2");
@@ -716,8 +754,17 @@ spec:
         s.pods.remove(0);
         let third = existing_nodes(&s, &[], &mut kept).expect("converts");
         assert_eq!(third[0].pods.len(), 1);
-        assert_eq!(kept.len(), 1);
+        assert_eq!(kept.pods_len(), 1);
         assert!(Arc::ptr_eq(&after[1], &third[0].pods[0]));
+
+        // A pod bound to a node that is not there is nobody's: not
+        // converted, not kept.
+        s.pods.push(Arc::new(crate::testing::from_yaml(
+            "metadata: {name: stray, namespace: default}\nspec: {nodeName: gone, containers: [{name: c}]}",
+        )));
+        let fourth = existing_nodes(&s, &[], &mut kept).expect("converts");
+        assert_eq!(fourth.len(), 1);
+        assert_eq!(kept.pods_len(), 1);
     }
 
     /// A Node is converted once while it is the same object. A node not

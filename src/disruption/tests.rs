@@ -76,14 +76,14 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
                 .with("cpu", *cpu)
                 .with("memory", 256 << 20)
                 .with("pods", 1);
-            bound.push(Arc::new(BoundPod {
-                namespace: "default".into(),
-                name: pod_name.clone(),
-                labels: BTreeMap::new(),
-                requests: req.clone(),
-                host_ports: Vec::new(),
-                anti_affinity: Vec::new(),
-            }));
+            bound.push(Arc::new(BoundPod::new(
+                "default".into(),
+                pod_name.clone(),
+                BTreeMap::new(),
+                req.clone(),
+                Vec::new(),
+                Vec::new(),
+            )));
             input
                 .pods
                 .push(std::sync::Arc::new(PodSpec::new("default", &pod_name, req)));

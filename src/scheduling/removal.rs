@@ -254,17 +254,17 @@ mod tests {
             pods: pods
                 .iter()
                 .map(|(p, cpu)| {
-                    Arc::new(BoundPod {
-                        namespace: "default".into(),
-                        name: p.to_string(),
-                        labels: BTreeMap::new(),
-                        requests: Resources::new()
+                    Arc::new(BoundPod::new(
+                        "default".into(),
+                        p.to_string(),
+                        BTreeMap::new(),
+                        Resources::new()
                             .with("cpu", *cpu)
                             .with("memory", 1 << 30)
                             .with("pods", 1),
-                        host_ports: Vec::new(),
-                        anti_affinity: Vec::new(),
-                    })
+                        Vec::new(),
+                        Vec::new(),
+                    ))
                 })
                 .collect(),
             price: Some(0.2),

@@ -189,6 +189,52 @@ fn pods_fill_existing_capacity_first() {
     assert_eq!(r.nodeclaims[0].pods.len(), 1);
 }
 
+/// A bound pod takes its cpu, memory and any other resource it requests
+/// from its node, and one pod slot when it requests none.
+#[test]
+fn bound_pods_take_their_requests_and_a_pod_slot_from_their_node() {
+    let bound = |name: &str, requests: Resources| {
+        std::sync::Arc::new(BoundPod::new(
+            "default".into(),
+            name.into(),
+            BTreeMap::new(),
+            requests,
+            Vec::new(),
+            Vec::new(),
+        ))
+    };
+    let mut gpu_node = node("gpu", "z1", 8000, 32);
+    gpu_node.allocatable.set("nvidia.com/gpu", 1);
+    gpu_node.allocatable.set("pods", 2);
+    let mut slots_node = node("slots", "z1", 8000, 32);
+    slots_node.allocatable.set("pods", 1);
+    gpu_node.pods = vec![bound(
+        "trainer",
+        Resources::new().with("cpu", 1000).with("nvidia.com/gpu", 1),
+    )];
+    slots_node.pods = vec![bound("one", Resources::new().with("cpu", 100))];
+    let gpu_pod = |name: &str| {
+        PodSpec::new(
+            "default",
+            name,
+            Resources::new().with("cpu", 100).with("nvidia.com/gpu", 1),
+        )
+    };
+    let input = SolveInput {
+        nodes: vec![gpu_node, slots_node],
+        pods: shared(vec![gpu_pod("second-trainer"), pod("small", 100, 100)]),
+        ..SolveInput::default()
+    };
+    let r = run(&input);
+    // The GPU is taken, and the slots node's only pod slot: the GPU pod
+    // fits nowhere, the small pod only beside the trainer.
+    assert_eq!(r.unschedulable.len(), 1);
+    assert_eq!(r.unschedulable[0].pod, "default/second-trainer");
+    assert_eq!(r.existing.len(), 1);
+    assert_eq!(r.existing[0].node, "gpu");
+    assert_eq!(r.existing[0].pods, ["default/small"]);
+}
+
 #[test]
 fn hostname_anti_affinity_forces_one_node_per_pod() {
     let pods: Vec<PodSpec> = (0..4)

@@ -153,6 +153,53 @@ pub struct BoundPod {
     pub host_ports: Vec<HostPort>,
     /// Required anti-affinity terms of the bound pod (they repel newcomers).
     pub anti_affinity: Vec<PodAffinityTerm>,
+    /// What it takes of a node's cpu, memory and pods, read from `requests`
+    /// once ([`BoundPod::new`]): a solver's setup counts every bound pod of
+    /// the cluster, and a pod's requests are a map to walk.
+    pub(crate) takes: Takes,
+}
+
+/// A bound pod's cpu, memory and pods as a node's free room counts them (a
+/// pod that requests no `pods` takes one), and whether it requests any
+/// other resource.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Takes {
+    pub cpu_memory_pods: [i64; 3],
+    pub others: bool,
+}
+
+impl BoundPod {
+    pub fn new(
+        namespace: String,
+        name: String,
+        labels: BTreeMap<String, String>,
+        requests: Resources,
+        host_ports: Vec<HostPort>,
+        anti_affinity: Vec<PodAffinityTerm>,
+    ) -> BoundPod {
+        use crate::model::quantity::{CPU, MEMORY, PODS};
+        let pods = requests.get(PODS);
+        let takes = Takes {
+            cpu_memory_pods: [
+                requests.get(CPU),
+                requests.get(MEMORY),
+                if pods == 0 { 1 } else { pods },
+            ],
+            others: requests
+                .0
+                .keys()
+                .any(|k| ![CPU, MEMORY, PODS].contains(&k.as_str())),
+        };
+        BoundPod {
+            namespace,
+            name,
+            labels,
+            requests,
+            host_ports,
+            anti_affinity,
+            takes,
+        }
+    }
 }
 
 /// An existing node or an in-flight NodeClaim.

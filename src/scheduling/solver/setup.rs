@@ -433,24 +433,19 @@ impl<'a> Solver<'a> {
             let mut free = project(&n.allocatable);
             let mut ports = Vec::new();
             for bp in &n.pods {
-                // What `project` would give, without a vector per pod: a
-                // pod requests a few of the dimensions, the first three
-                // (cpu, memory, pods) known by name.
-                let mut counted = false;
-                for (k, x) in &bp.requests.0 {
-                    let i = match k.as_str() {
-                        CPU => Some(0),
-                        MEMORY => Some(1),
-                        PODS => Some(2),
-                        _ => dims[3..].iter().position(|d| d == k).map(|i| i + 3),
-                    };
-                    if let Some(i) = i {
-                        free[i] = free[i].saturating_sub(*x);
-                        counted |= i == 2 && *x != 0;
-                    }
+                // What `project` would give, without a vector per pod and
+                // without walking the pod's requests: cpu, memory and pods
+                // were read when the pod was converted.
+                let takes = &bp.takes;
+                for (f, x) in free.iter_mut().zip(takes.cpu_memory_pods) {
+                    *f = f.saturating_sub(x);
                 }
-                if !counted {
-                    free[2] -= 1;
+                if takes.others {
+                    for (k, x) in &bp.requests.0 {
+                        if let Some(i) = dims[3..].iter().position(|d| d == k) {
+                            free[i + 3] = free[i + 3].saturating_sub(*x);
+                        }
+                    }
                 }
                 ports.extend(bp.host_ports.iter().cloned());
             }
