@@ -125,8 +125,9 @@ pub struct DisruptionState {
     quiet: Option<(u64, Timestamp)>,
     /// A consolidation awaiting validation, and when.
     pending: Option<(Command, Timestamp)>,
-    /// Per node, a hash of its movable pods at the last pass.
-    pod_marks: HashMap<String, u64>,
+    /// Per candidate node of the last pass, what the pass read of its
+    /// pods.
+    node_pods: HashMap<String, NodePods, foldhash::fast::RandomState>,
     /// Per NodeClaim: the drift check's verdict, and the resource versions
     /// of the NodeClaim, its node, NodePool and EC2NodeClass it was reached
     /// on. A large fleet is checked at every pass; most of it is unchanged.
@@ -273,6 +274,47 @@ fn pod_mark(on_node: &[&Arc<SlimPod>]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     keys.hash(&mut h);
     h.finish()
+}
+
+/// What a pass reads of one node's pods, kept from pass to pass while the
+/// node holds the same pod objects (a pod that changes is a new object):
+/// a pass looks at every candidate, and most of a large fleet's pods did
+/// not change since the last.
+#[derive(Debug)]
+struct NodePods {
+    /// The node's pods that have not finished, in the pass's order.
+    pods: Vec<Arc<SlimPod>>,
+    /// How many of them may move ([`is_movable`]).
+    movable: usize,
+    /// [`pod_mark`] of those that may move.
+    mark: u64,
+    /// The sum of their eviction costs, in order.
+    cost: f64,
+    /// Whether any of them has the do-not-disrupt annotation.
+    protected: bool,
+}
+
+impl NodePods {
+    fn of(pods: &[&Arc<SlimPod>]) -> NodePods {
+        let movable: Vec<&Arc<SlimPod>> = pods.iter().copied().filter(|p| is_movable(p)).collect();
+        NodePods {
+            pods: pods.iter().map(|p| Arc::clone(p)).collect(),
+            movable: movable.len(),
+            mark: pod_mark(&movable),
+            cost: movable.iter().map(|p| eviction_cost(p)).sum(),
+            protected: pods.iter().any(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(DO_NOT_DISRUPT))
+            }),
+        }
+    }
+
+    /// Whether these are `pods`, the same objects in the same order.
+    fn holds(&self, pods: &[&Arc<SlimPod>]) -> bool {
+        self.pods.len() == pods.len() && self.pods.iter().zip(pods).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
 }
 
 /// The offering a node runs on, as its labels name it.
@@ -1046,15 +1088,21 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Some(n) if !n.is_empty() => {
                     if !p.is_finished() {
                         pods_by_node.entry(n).or_default().push(p);
-                        if is_leaving(p, &deleting) {
-                            leaving.insert(p.key());
-                        }
                     }
                 }
                 _ => {
                     if crate::scheduling::pod::is_provisionable(p) {
                         pending.insert(p.key());
                     }
+                }
+            }
+        }
+        // The pods leaving with their node ([`is_leaving`]), found node by
+        // node.
+        for node in &deleting {
+            for p in pods_by_node.get(node.as_str()).into_iter().flatten() {
+                if is_leaving(p, &deleting) {
+                    leaving.insert(p.key());
                 }
             }
         }
@@ -1077,7 +1125,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 next_threshold = Some(t);
             }
         };
-        let mut marks: HashMap<String, u64> = HashMap::new();
+        let mut kept_pods = std::mem::take(&mut self.disruption.node_pods);
+        let mut node_pods: HashMap<String, NodePods, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut drift_checks = HashMap::new();
         // Each NodePool and EC2NodeClass pair read once for all its nodes.
         let mut drift_targets: HashMap<(&str, &str), drift::Target> = HashMap::new();
@@ -1132,16 +1182,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             }
             let node_name = node.metadata.name.clone().unwrap_or_default();
-            let on_node: Vec<&Arc<SlimPod>> = pods_by_node
+            let all_pods: &[&Arc<SlimPod>] = pods_by_node
                 .get(node_name.as_str())
-                .into_iter()
-                .flatten()
-                .copied()
-                .filter(|p| is_movable(p))
-                .collect();
-
-            let mark = pod_mark(&on_node);
-            marks.insert(node_name.clone(), mark);
+                .map_or(&[], Vec::as_slice);
+            let last = kept_pods.remove(&node_name);
+            let last_mark = last.as_ref().map(|k| k.mark);
+            let on_node = match last {
+                Some(k) if k.holds(all_pods) => k,
+                _ => NodePods::of(all_pods),
+            };
+            let mark = on_node.mark;
             let initialized_at = crate::api::common::find_condition(
                 conds.map(Vec::as_slice),
                 conditions::INITIALIZED,
@@ -1163,9 +1213,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .as_ref()
                 .and_then(|s| s.last_pod_event_time.as_ref());
             let recent = stored.is_some_and(|t| now.duration_since(t.0) < POD_EVENT_DEDUPE);
-            let changed = match self.disruption.pod_marks.get(&node_name) {
-                Some(m) => *m != mark,
-                None => stored.is_none() && !on_node.is_empty(),
+            let changed = match last_mark {
+                Some(m) => m != mark,
+                None => stored.is_none() && on_node.movable > 0,
             };
             if !recent && changed {
                 last_event = now;
@@ -1237,17 +1287,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             } else {
                 None
             };
-            let pods_blocked = self.pods_blocking(
-                pods_by_node
-                    .get(node_name.as_str())
-                    .map_or(&[], Vec::as_slice),
-                &pdbs,
-                now,
-                &mut threshold,
-            );
+            // Only a pod with the annotation, or under a budget, can block.
+            let pods_blocked = if on_node.protected || !pdbs.pdbs.is_empty() {
+                self.pods_blocking(all_pods, &pdbs, now, &mut threshold)
+            } else {
+                None
+            };
 
             let lifetime = lifetime_remaining(claim, now);
-            let cost: f64 = on_node.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime;
+            let cost: f64 = on_node.cost * lifetime;
             let buffer_pods = self.buffers.on_nodes.get(&node_name).map_or(0, Vec::len);
             let drift_reason = drift_reasons
                 .iter()
@@ -1255,6 +1303,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .map(DriftReason::condition_reason)
                 .min()
                 .map(|(_, reason)| reason);
+            let movable = on_node.movable;
+            node_pods.insert(node_name.clone(), on_node);
             conditions.push((claim_name(claim), drift_reason, consolidatable));
             candidates.push(Candidate {
                 node: node_name,
@@ -1264,7 +1314,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 zone,
                 capacity_type,
                 price,
-                pods: on_node.len(),
+                pods: movable,
                 buffer_pods,
                 disruption_cost: cost,
                 drift: drift_reasons,
@@ -1276,7 +1326,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 static_pool: pool.spec.replicas.is_some(),
             });
         }
-        self.disruption.pod_marks = marks;
+        self.disruption.node_pods = node_pods;
         self.disruption.drift = drift_checks;
 
         let budgets = self.pool_budgets(&per_pool, &pools_by_name, now, &mut threshold);
@@ -1363,7 +1413,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let snapshot = needs_removals.then(|| {
             let mut with_virtual = pods.to_vec();
             with_virtual.extend(self.virtual_pods_bound());
-            self.snapshot(&with_virtual)
+            self.snapshot(with_virtual)
         });
         let built = match &snapshot {
             Some(s) => build_input_kept(dynamic, catalog, s, now_ms, &mut self.kept_existing),
@@ -1943,6 +1993,42 @@ mod tests {
             namespace: namespace.map(str::to_string),
             ..ObjectMeta::default()
         }
+    }
+
+    /// What a pass reads of a node's pods: those that may move (not a
+    /// DaemonSet's), their mark and eviction cost, whether any is
+    /// protected; kept only while the node holds the same objects.
+    #[test]
+    fn a_nodes_pods_are_read_again_only_when_they_are_other_objects() {
+        let pod = |name: &str, extra: &str| -> Arc<SlimPod> {
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata: {{name: {name}, namespace: default{extra}}}\nspec: {{nodeName: n1, containers: [{{name: c}}]}}\n"
+            )))
+        };
+        let web = pod("web", "");
+        let agent = pod(
+            "agent",
+            ", ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: a, uid: u, controller: true}]",
+        );
+        let pinned = pod(
+            "pinned",
+            ", annotations: {karpenter.sh/do-not-disrupt: \"true\", controller.kubernetes.io/pod-deletion-cost: \"134217728\"}",
+        );
+        let read = NodePods::of(&[&web, &agent, &pinned]);
+        assert_eq!(read.movable, 2, "the DaemonSet's pod stays");
+        assert!(read.protected);
+        assert_eq!(read.cost, 1.0 + 2.0, "one, and one plus 2^27/2^27");
+        assert_eq!(read.mark, pod_mark(&[&web, &pinned]));
+        assert!(!NodePods::of(&[&web, &agent]).protected);
+
+        assert!(read.holds(&[&web, &agent, &pinned]));
+        assert!(!read.holds(&[&web, &agent]), "one gone");
+        assert!(!read.holds(&[&agent, &web, &pinned]), "another order");
+        let web_again = pod("web", "");
+        assert!(
+            !read.holds(&[&web_again, &agent, &pinned]),
+            "a changed pod is another object, though equal"
+        );
     }
 
     /// The scheduling input a pass keeps is rebuilt when any kind it was

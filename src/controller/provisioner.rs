@@ -25,7 +25,7 @@
 //! (`static_capacity`), and CapacityBuffers' virtual pods join every solve
 //! (`buffers`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -244,8 +244,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The nodes being deleted: those of NodeClaims being deleted (for any
     /// reason: expiration, a disruption carried out, an interruption, a
     /// manual delete, a registration timeout) and Nodes being deleted.
-    pub(super) fn deleting_nodes(&self) -> BTreeSet<String> {
-        let mut nodes: BTreeSet<String> = self
+    pub(super) fn deleting_nodes(&self) -> crate::disruption::pods::NodeNames {
+        let mut nodes: crate::disruption::pods::NodeNames = self
             .cluster
             .list::<NodeClaim>()
             .iter()
@@ -297,10 +297,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         {
             return pending.clone();
         }
+        // As `with_deleting_as_pending` reads them, without a new list.
+        let deleting = self.deleting_nodes();
         let pending: BTreeSet<String> = self
-            .with_deleting_as_pending(self.cluster.list::<SlimPod>())
+            .cluster
+            .list::<SlimPod>()
             .iter()
-            .filter(|p| is_provisionable(p))
+            .filter(|p| {
+                if !deleting.is_empty() && crate::disruption::pods::is_leaving(p, &deleting) {
+                    is_provisionable(&as_pending(p))
+                } else {
+                    is_provisionable(p)
+                }
+            })
             .map(|p| p.key())
             .collect();
         self.provisionable = Some((revision, pending.clone()));
@@ -585,13 +594,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// in a large cluster. An initializing node's claim says which of its
     /// taints are startup taints and what it will have allocatable.
     pub(super) fn converted_claims(&self, nodes: &[Arc<Node>]) -> Vec<Arc<NodeClaim>> {
-        let registered: BTreeSet<&str> = nodes
+        let registered: HashSet<&str, foldhash::fast::RandomState> = nodes
             .iter()
             .filter(|n| {
                 let labels = n.metadata.labels.as_ref();
                 labels.is_none_or(|l| !l.contains_key(crate::api::LABEL_NODEPOOL))
-                    || labels.and_then(|l| l.get(crate::api::LABEL_INITIALIZED))
-                        == Some(&"true".to_string())
+                    || labels
+                        .and_then(|l| l.get(crate::api::LABEL_INITIALIZED))
+                        .map(String::as_str)
+                        == Some("true")
             })
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
@@ -608,11 +619,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// The cluster as the scheduling core's input builder reads it.
-    pub(super) fn snapshot(&self, pods: &[Arc<SlimPod>]) -> Snapshot {
+    pub(super) fn snapshot(&self, pods: Vec<Arc<SlimPod>>) -> Snapshot {
         let nodes = self.cluster.list::<Node>();
         let nodeclaims = self.converted_claims(&nodes);
         Snapshot {
-            pods: pods.to_vec(),
+            pods,
             nodes,
             nodeclaims,
             nodepools: Vec::new(),
@@ -743,7 +754,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let specs = dynamic_only(&specs, &pools);
         let mut pods = pods.to_vec();
         pods.extend(self.buffers.pods.iter().cloned());
-        let snapshot = self.snapshot(&pods);
+        let snapshot = self.snapshot(pods);
         let now_ms = now.as_millisecond();
         let input =
             match build_input_kept(specs, &catalog, &snapshot, now_ms, &mut self.kept_existing) {

@@ -115,11 +115,14 @@ pub fn is_movable(pod: &SlimPod) -> bool {
         && !tolerates_disrupted(pod)
 }
 
+/// Names of nodes, looked up once per pod of the cluster.
+pub type NodeNames = std::collections::HashSet<String, foldhash::fast::RandomState>;
+
 /// Whether a pod leaves with its node: it is bound to one of `deleting`
 /// and would have to move ([`is_movable`]). The provisioner plans room for
 /// these pods while they drain, and consolidation waits for them; both ask
 /// here, so they agree.
-pub fn is_leaving(pod: &SlimPod, deleting: &std::collections::BTreeSet<String>) -> bool {
+pub fn is_leaving(pod: &SlimPod, deleting: &NodeNames) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
@@ -263,7 +266,7 @@ mod tests {
         assert!(!is_movable(&pod("ReplicaSet", true)));
         assert!(is_movable(&pod("StatefulSet", true)));
         assert!(!is_movable(&pod("DaemonSet", false)));
-        let deleting = std::collections::BTreeSet::from(["n".to_string()]);
+        let deleting = NodeNames::from_iter(["n".to_string()]);
         assert!(is_leaving(&pod("ReplicaSet", false), &deleting));
         assert!(!is_leaving(&pod("DaemonSet", false), &deleting));
         assert!(!is_leaving(&pod("ReplicaSet", false), &Default::default()));
