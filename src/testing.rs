@@ -1,7 +1,9 @@
 //! What the unit tests share, in one place: objects from YAML, the pending
-//! pod most provisioning tests start from, and the world a controller test
-//! runs in (a virtual clock, the in-memory API server, the simulated EC2 and
-//! a single-threaded runtime). A test module keeps only what is its own.
+//! pod most provisioning tests start from, the world a controller test runs
+//! in (a virtual clock, the in-memory API server and the simulated EC2), and
+//! the harness of a controller test ([`Env`]: that world, a controller on it
+//! and a single-threaded runtime). A test module keeps only what is its own:
+//! its fixtures, and its passes as a local trait on [`Env`].
 //!
 //! Placement: a file's unit tests sit in a `#[cfg(test)] mod tests` at its
 //! end, or, when they outgrow it, in a `tests.rs` (or `tests/`) beside it,
@@ -105,5 +107,46 @@ impl World {
             self.dyn_clock(),
             settings,
         )
+    }
+
+    /// The harness of a controller test: this world, a controller with
+    /// `settings` on it, and a runtime to run its passes on.
+    pub fn env(self, settings: Settings) -> Env {
+        let controller = self.controller(settings);
+        let World {
+            clock,
+            cluster,
+            cloud,
+        } = self;
+        Env {
+            clock,
+            cluster,
+            cloud,
+            controller,
+            rt: runtime(),
+        }
+    }
+}
+
+/// A controller test's harness (see [`World::env`]). A pass is run as
+/// `e.rt.block_on(e.controller.reconcile_...())`; a module whose tests run
+/// the same pass often names it in a trait of its own on `Env`.
+pub(crate) struct Env {
+    pub clock: Arc<ManualClock>,
+    pub cluster: Arc<MemoryCluster>,
+    pub cloud: Arc<SimEc2>,
+    pub controller: Controller<MemoryCluster, SimEc2>,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    /// Moves the virtual clock on by `by`.
+    pub fn advance(&self, by: std::time::Duration) {
+        self.clock.advance(by).expect("the clock moves forward");
+    }
+
+    /// The object `key` as the API server holds it now.
+    pub fn get<K: crate::cluster::Object>(&self, key: &crate::cluster::ObjectKey) -> Arc<K> {
+        crate::cluster::Cluster::get::<K>(self.cluster.as_ref(), key).expect("the object exists")
     }
 }

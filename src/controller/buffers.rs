@@ -374,39 +374,18 @@ mod tests {
     //! such (an unresolved buffer has no virtual pods to solve for, tested
     //! below).
 
-    use std::sync::Arc;
-
     use serde_json::{Value, json};
 
     use super::*;
     use crate::api::NodeClaim;
-    use crate::clock::ManualClock;
     use crate::controller::Settings;
-    use crate::testing::{World, example_class, example_pool};
-    use crate::world::MemoryCluster;
-    use crate::world::ec2::SimEc2;
-
-    struct Env {
-        cluster: Arc<MemoryCluster>,
-        controller: Controller<MemoryCluster, SimEc2>,
-        clock: Arc<ManualClock>,
-        rt: tokio::runtime::Runtime,
-    }
+    use crate::testing::{Env, World, example_class, example_pool};
 
     fn env() -> Env {
-        let w = World::new();
-        let controller = w.controller(Settings {
+        World::new().env(Settings {
             capacity_buffer: true,
             ..Settings::default()
-        });
-        let World { clock, cluster, .. } = w;
-        let rt = crate::testing::runtime();
-        Env {
-            controller,
-            cluster,
-            clock,
-            rt,
-        }
+        })
     }
 
     fn obj<K: serde::de::DeserializeOwned>(v: Value) -> K {
@@ -445,22 +424,27 @@ mod tests {
         )
     }
 
-    impl Env {
+    /// The buffers' pass, and what it made of each buffer.
+    trait Buffers {
+        fn reconcile(&mut self);
+        fn read(&self, name: &str) -> CapacityBuffer;
+        fn ready(&self, name: &str) -> (String, String);
+        fn replicas(&self, name: &str) -> Option<i32>;
+        fn virtual_pods_of(&self, name: &str) -> usize;
+    }
+
+    impl Buffers for Env {
         fn reconcile(&mut self) {
             self.rt.block_on(self.controller.reconcile_buffers());
         }
 
-        fn get(&self, name: &str) -> CapacityBuffer {
-            (*self
-                .cluster
-                .get_opt::<CapacityBuffer>(&ObjectKey::new("default", name))
-                .unwrap())
-            .clone()
+        fn read(&self, name: &str) -> CapacityBuffer {
+            (*self.get::<CapacityBuffer>(&ObjectKey::new("default", name))).clone()
         }
 
         /// `(status, reason)` of `ReadyForProvisioning`.
         fn ready(&self, name: &str) -> (String, String) {
-            let b = self.get(name);
+            let b = self.read(name);
             let c = crate::api::common::find_condition(
                 b.status.as_ref().and_then(|s| s.conditions.as_deref()),
                 READY_FOR_PROVISIONING,
@@ -471,7 +455,7 @@ mod tests {
         }
 
         fn replicas(&self, name: &str) -> Option<i32> {
-            self.get(name).status.and_then(|s| s.replicas)
+            self.read(name).status.and_then(|s| s.replicas)
         }
 
         fn virtual_pods_of(&self, name: &str) -> usize {
@@ -500,7 +484,7 @@ mod tests {
             e.ready("test-buffer"),
             ("True".into(), REASON_RESOLVED.into())
         );
-        let status = e.get("test-buffer").status.unwrap();
+        let status = e.read("test-buffer").status.unwrap();
         assert_eq!(status.pod_template_ref.unwrap().name, "test-template");
         assert_eq!(status.pod_template_generation, Some(1));
         assert_eq!(status.replicas, Some(5));
@@ -543,7 +527,7 @@ mod tests {
         assert_eq!(e.ready("test-buffer-scalable").0, "True");
         assert_eq!(e.replicas("test-buffer-scalable"), Some(2));
         assert!(
-            e.get("test-buffer-scalable")
+            e.read("test-buffer-scalable")
                 .status
                 .unwrap()
                 .pod_template_ref
@@ -726,7 +710,7 @@ mod tests {
         e.cluster.replace(t).unwrap();
         e.reconcile();
         assert_eq!(e.replicas("b"), Some(2), "4 cpu hold two 2-cpu chunks");
-        assert_eq!(e.get("b").status.unwrap().pod_template_generation, Some(2));
+        assert_eq!(e.read("b").status.unwrap().pod_template_generation, Some(2));
     }
 
     #[test]
@@ -796,7 +780,7 @@ mod tests {
             .unwrap();
         e.reconcile();
         assert_eq!(e.virtual_pods_of("b"), 0);
-        assert!(e.get("b").status.is_none());
+        assert!(e.read("b").status.is_none());
     }
 
     /// "should trigger the provisioner after a successful reconcile": the
@@ -840,7 +824,7 @@ mod tests {
             "the claims hold the two chunks: {requested}m"
         );
         assert!(Cluster::list::<SlimPod>(e.cluster.as_ref()).is_empty());
-        let b = e.get("b");
+        let b = e.read("b");
         let provisioning = crate::api::common::find_condition(
             b.status.as_ref().and_then(|s| s.conditions.as_deref()),
             buffers::PROVISIONING,

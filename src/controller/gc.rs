@@ -144,25 +144,22 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
-    use std::sync::Arc;
 
     use super::*;
     use crate::api::EC2NodeClass;
-    use crate::clock::{Clock, ManualClock};
+    use crate::clock::Clock;
     use crate::controller::Settings;
-    use crate::testing::World;
-    use crate::world::MemoryCluster;
-    use crate::world::ec2::SimEc2;
+    use crate::testing::{Env, World};
 
     #[test]
     fn orphans_past_the_grace_are_terminated_and_owned_or_young_ones_kept() {
-        let World {
+        let Env {
             clock,
             cluster,
             cloud,
-        } = World::new();
-        let rt = crate::testing::runtime();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
+            mut controller,
+            rt,
+        } = World::new().env(Settings::default());
         let class = EC2NodeClass::test("default");
         let launch = |name: &str| {
             let claim = NodeClaim::test(name);
@@ -180,12 +177,6 @@ mod tests {
         cluster.create(claim).expect("created");
         let orphan = launch("crashed");
 
-        let mut controller = Controller::new(
-            cluster.clone(),
-            cloud.clone(),
-            dyn_clock.clone(),
-            Settings::default(),
-        );
         clock.advance(Duration::from_secs(60)).expect("forward");
         let young = launch("young");
         // Within the grace nothing is collected; the next run is due at the
@@ -225,16 +216,13 @@ mod tests {
     /// none); the instance terminated outside dovetail; whether the
     /// collector deletes the NodeClaim.
     fn collects(registered: bool, node: Option<bool>, claims: usize) -> usize {
-        let World {
+        let Env {
             clock,
             cluster,
             cloud,
-            ..
-        } = World::new();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
+            mut controller,
+            rt,
+        } = World::new().env(Settings::default());
         for n in 0..claims {
             let name = format!("reclaimed-{n}");
             let mut claim = NodeClaim::test(&name);
@@ -269,12 +257,6 @@ mod tests {
                 .terminate_externally(&instance.id, "terminated outside dovetail")
                 .expect("terminated");
         }
-        let mut controller = Controller::new(
-            cluster.clone(),
-            cloud.clone(),
-            dyn_clock,
-            Settings::default(),
-        );
         clock.advance(Duration::from_secs(20)).expect("forward");
         rt.block_on(controller.reconcile_garbage());
         let left = Cluster::list::<NodeClaim>(cluster.as_ref()).len();
@@ -324,25 +306,15 @@ mod tests {
     /// controller that stopped before writing its status, and a new
     /// controller.
     struct Crashed {
-        clock: Arc<ManualClock>,
-        cluster: Arc<MemoryCluster>,
-        cloud: Arc<SimEc2>,
-        rt: tokio::runtime::Runtime,
+        env: Env,
         first: crate::cloud::Instance,
-        controller: Controller<MemoryCluster, SimEc2>,
     }
 
     fn crashed() -> Crashed {
-        let World {
-            clock,
-            cluster,
-            cloud,
-            ..
-        } = World::new();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
+        let env = World::new().env(Settings::default());
+        let Env {
+            cluster, cloud, rt, ..
+        } = &env;
         let class = EC2NodeClass::test("default");
         cluster.create(class.clone()).expect("created");
         let claim = NodeClaim::test("crashed");
@@ -351,20 +323,7 @@ mod tests {
             .block_on(cloud.create(&claim, &class, &BTreeSet::new()))
             .expect("launches")
             .instance;
-        let controller = Controller::new(
-            cluster.clone(),
-            cloud.clone(),
-            dyn_clock,
-            Settings::default(),
-        );
-        Crashed {
-            clock,
-            cluster,
-            cloud,
-            rt,
-            first,
-            controller,
-        }
+        Crashed { env, first }
     }
 
     /// A controller stopped between a launch and the NodeClaim status that
@@ -373,12 +332,15 @@ mod tests {
     #[test]
     fn a_launch_whose_status_was_never_written_is_recorded_not_repeated() {
         let Crashed {
-            cluster,
-            cloud,
-            rt,
+            env:
+                Env {
+                    cluster,
+                    cloud,
+                    rt,
+                    mut controller,
+                    ..
+                },
             first,
-            mut controller,
-            ..
         } = crashed();
         rt.block_on(controller.reconcile_nodeclaims());
         let stored = cluster
@@ -418,12 +380,15 @@ mod tests {
     #[test]
     fn a_launch_waits_while_the_instances_cannot_be_listed() {
         let Crashed {
-            clock,
-            cluster,
-            cloud,
-            rt,
+            env:
+                Env {
+                    clock,
+                    cluster,
+                    cloud,
+                    rt,
+                    mut controller,
+                },
             first,
-            mut controller,
         } = crashed();
         let creates = || {
             cloud

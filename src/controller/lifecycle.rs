@@ -959,15 +959,12 @@ mod tests {
     #[test]
     fn the_consistency_check_is_due_again_after_its_period_and_then_runs() {
         use crate::clock::Clock;
-        let World {
+        let crate::testing::Env {
             clock,
-            cluster,
-            cloud,
-        } = World::new();
-        let rt = crate::testing::runtime();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let mut controller =
-            Controller::new(cluster, cloud, dyn_clock, super::super::Settings::default());
+            mut controller,
+            rt,
+            ..
+        } = World::new().env(super::super::Settings::default());
         let (mut claim, node) = claim_and_node("128Gi", "64Gi", true);
         claim.metadata.uid = Some("uid-1".into());
         let check = |controller: &mut Controller<_, _>| {

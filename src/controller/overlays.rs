@@ -154,17 +154,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::{Value, json};
 
     use super::*;
     use crate::api::NodeClaim;
-    use crate::clock::Clock;
     use crate::cluster::ObjectKey;
     use crate::controller::{BATCH_IDLE, Settings};
-    use crate::testing::{World, example_class, example_pool};
+    use crate::testing::{Env, World, example_class, example_pool};
 
     fn obj<K: serde::de::DeserializeOwned>(v: Value) -> K {
         serde_json::from_value(v).unwrap()
@@ -185,13 +182,8 @@ mod tests {
     /// given their launch order.
     #[test]
     fn overlays_statuses_and_nodeclaim_annotations() {
-        let World {
-            clock,
-            cluster,
-            cloud,
-        } = World::new();
-        let rt = crate::testing::runtime();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let w = World::new();
+        let cluster = w.cluster.clone();
         cluster.create(example_class()).unwrap();
         cluster.create(example_pool()).unwrap();
         // m7i free, so its claims come first; a second overlay of the same
@@ -208,11 +200,15 @@ mod tests {
                 "status": {"phase": "Pending", "conditions": [
                     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})))
             .unwrap();
-        let settings = Settings {
+        let Env {
+            clock,
+            mut controller,
+            rt,
+            ..
+        } = w.env(Settings {
             node_overlay: true,
             ..Settings::default()
-        };
-        let mut controller = Controller::new(cluster.clone(), cloud, dyn_clock, settings);
+        });
         rt.block_on(controller.reconcile_provisioning());
         clock.advance(BATCH_IDLE).unwrap();
         rt.block_on(controller.reconcile_provisioning());

@@ -260,16 +260,10 @@ mod tests {
         Arc<MemoryCluster>,
         Controller<MemoryCluster, SimEc2>,
     ) {
-        let World {
-            clock,
-            cluster,
-            cloud,
-            ..
-        } = World::new();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        cluster.create(NodePool::test("general")).expect("pool");
-        let controller = Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
-        (clock, cluster, controller)
+        let w = World::new();
+        w.cluster.create(NodePool::test("general")).expect("pool");
+        let controller = w.controller(Settings::default());
+        (w.clock, w.cluster, controller)
     }
 
     /// The pass is skipped only after one that wrote everything: a refused

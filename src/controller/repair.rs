@@ -208,19 +208,9 @@ mod tests {
     //! against the in-memory cluster, named after its It()s.
 
     use super::*;
-    use crate::clock::ManualClock;
     use crate::cluster::ObjectKey;
     use crate::controller::Settings;
-    use crate::testing::{World, from_yaml};
-    use crate::world::MemoryCluster;
-    use crate::world::ec2::SimEc2;
-
-    struct Env {
-        clock: Arc<ManualClock>,
-        cluster: Arc<MemoryCluster>,
-        controller: Controller<MemoryCluster, SimEc2>,
-        rt: tokio::runtime::Runtime,
-    }
+    use crate::testing::{Env, World, from_yaml};
 
     /// `n` nodes of NodePool `general`, each with its NodeClaim; the
     /// first `unhealthy` report `Ready=Unknown` from the start.
@@ -253,31 +243,26 @@ mod tests {
             });
             cluster.update_status(with_status).unwrap();
         }
-        let controller = w.controller(Settings {
+        w.env(Settings {
             node_repair,
             ..Settings::default()
-        });
-        let World { clock, cluster, .. } = w;
-        let rt = crate::testing::runtime();
-        Env {
-            clock,
-            cluster,
-            controller,
-            rt,
-        }
+        })
     }
 
-    impl Env {
+    /// The repair pass, and what it did to the NodeClaims.
+    trait Repair {
+        fn pass(&mut self) -> Duration;
+        fn claim(&self, i: usize) -> Arc<NodeClaim>;
+        fn deleting(&self, i: usize) -> bool;
+    }
+
+    impl Repair for Env {
         fn pass(&mut self) -> Duration {
             self.rt.block_on(self.controller.reconcile_repair())
         }
 
         fn claim(&self, i: usize) -> Arc<NodeClaim> {
-            Cluster::get::<NodeClaim>(
-                self.cluster.as_ref(),
-                &ObjectKey::cluster(format!("claim-{i}")),
-            )
-            .unwrap()
+            self.get(&ObjectKey::cluster(format!("claim-{i}")))
         }
 
         fn deleting(&self, i: usize) -> bool {

@@ -290,9 +290,7 @@ mod tests {
     use crate::api::common::ConditionStatus;
     use crate::clock::Timestamp;
     use crate::controller::Settings;
-    use crate::testing::{World, example_class, from_yaml};
-    use crate::world::MemoryCluster;
-    use crate::world::ec2::SimEc2;
+    use crate::testing::{Env, World, example_class, from_yaml};
 
     fn static_pool(replicas: Option<i64>, limits: &str) -> NodePool {
         let replicas = replicas.map_or(String::new(), |r| format!("  replicas: {r}\n"));
@@ -301,30 +299,26 @@ mod tests {
         ))
     }
 
-    struct Env {
-        cluster: Arc<MemoryCluster>,
-        controller: Controller<MemoryCluster, SimEc2>,
-        rt: tokio::runtime::Runtime,
-    }
-
     fn env(pool: NodePool, static_capacity: bool) -> Env {
         let w = World::new();
         w.cluster.create(example_class()).unwrap();
         w.cluster.create(pool).unwrap();
-        let controller = w.controller(Settings {
+        w.env(Settings {
             static_capacity,
             ..Settings::default()
-        });
-        let World { cluster, .. } = w;
-        let rt = crate::testing::runtime();
-        Env {
-            cluster,
-            controller,
-            rt,
-        }
+        })
     }
 
-    impl Env {
+    /// The static pass, and the NodeClaims and NodePool it leaves.
+    trait Static {
+        fn pass(&mut self);
+        fn claims(&self) -> Vec<Arc<NodeClaim>>;
+        fn live(&self) -> usize;
+        fn set_replicas(&self, replicas: i64);
+        fn pool(&self) -> Arc<NodePool>;
+    }
+
+    impl Static for Env {
         fn pass(&mut self) {
             self.rt.block_on(self.controller.reconcile_static());
         }
@@ -341,16 +335,13 @@ mod tests {
         }
 
         fn set_replicas(&self, replicas: i64) {
-            let mut pool =
-                (*Cluster::get::<NodePool>(self.cluster.as_ref(), &ObjectKey::cluster("fixed"))
-                    .unwrap())
-                .clone();
+            let mut pool = (*self.pool()).clone();
             pool.spec.replicas = Some(replicas);
             self.cluster.replace(pool).unwrap();
         }
 
         fn pool(&self) -> Arc<NodePool> {
-            Cluster::get::<NodePool>(self.cluster.as_ref(), &ObjectKey::cluster("fixed")).unwrap()
+            self.get(&ObjectKey::cluster("fixed"))
         }
     }
 

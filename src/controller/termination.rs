@@ -662,27 +662,14 @@ mod tests {
     use k8s_openapi::api::storage::v1::VolumeAttachment;
 
     use super::*;
-    use crate::clock::{Clock, ManualClock};
+    use crate::clock::Clock;
     use crate::cloud::{Instance, InstanceState};
     use crate::cluster::Selector;
     use crate::controller::Settings;
-    use crate::testing::{World, from_yaml};
-    use crate::world::MemoryCluster;
-    use crate::world::ec2::SimEc2;
+    use crate::testing::{Env, World, from_yaml};
     use std::collections::BTreeMap;
 
     const PROVIDER_ID: &str = "aws:///us-east-1a/i-0123";
-
-    struct Env {
-        clock: Arc<ManualClock>,
-        cluster: Arc<MemoryCluster>,
-        cloud: Arc<SimEc2>,
-        controller: Controller<MemoryCluster, SimEc2>,
-        rt: tokio::runtime::Runtime,
-        /// Whether the node's kubelet deletes pods whose grace period
-        /// ended.
-        kubelet: bool,
-    }
 
     /// A node `n1` of NodeClaim `c1` on a running instance; the claim's
     /// `terminationGracePeriod` if given.
@@ -727,24 +714,10 @@ mod tests {
                 efa_attached: false,
             })
             .unwrap();
-        let controller = w.controller(Settings {
+        w.env(Settings {
             resync: Duration::from_secs(3600),
             ..Settings::default()
-        });
-        let World {
-            clock,
-            cluster,
-            cloud,
-        } = w;
-        let rt = crate::testing::runtime();
-        Env {
-            clock,
-            cluster,
-            cloud,
-            controller,
-            rt,
-            kubelet: true,
-        }
+        })
     }
 
     /// A running pod on `n1` with a grace period, in drain group `kind`:
@@ -765,16 +738,47 @@ mod tests {
         ))
     }
 
-    impl Env {
-        fn at(&self) -> i64 {
-            self.clock.now().as_second()
-        }
+    /// The termination pass with the node's kubelet after it, and what
+    /// they leave of the node, its pods and its instance.
+    trait Drain {
+        fn at(&self) -> i64;
+        fn pass_with(&mut self, kubelet: Kubelet) -> Duration;
+        fn run_until_with(&mut self, until: i64, kubelet: Kubelet);
+        fn pods(&self) -> Vec<Arc<Pod>>;
+        fn pod(&self, name: &str) -> Option<Arc<Pod>>;
+        fn ends(&self, name: &str) -> Option<i64>;
+        fn instance_runs(&self) -> bool;
+        fn node_exists(&self) -> bool;
+        fn delete_claim(&self);
 
         /// One termination pass, then the kubelet's part; when to look
         /// again.
         fn pass(&mut self) -> Duration {
+            self.pass_with(Kubelet::Confirms)
+        }
+
+        /// Passes every second up to `until` seconds.
+        fn run_until(&mut self, until: i64) {
+            self.run_until_with(until, Kubelet::Confirms)
+        }
+    }
+
+    /// Whether the node's kubelet deletes the pods whose grace period
+    /// ended.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kubelet {
+        Confirms,
+        NeverConfirms,
+    }
+
+    impl Drain for Env {
+        fn at(&self) -> i64 {
+            self.clock.now().as_second()
+        }
+
+        fn pass_with(&mut self, kubelet: Kubelet) -> Duration {
             let wait = self.rt.block_on(self.controller.reconcile_termination());
-            if self.kubelet {
+            if kubelet == Kubelet::Confirms {
                 let now = self.clock.now();
                 for p in self.pods() {
                     if p.metadata
@@ -794,13 +798,12 @@ mod tests {
             wait
         }
 
-        /// Passes every second up to `until` seconds.
-        fn run_until(&mut self, until: i64) {
+        fn run_until_with(&mut self, until: i64, kubelet: Kubelet) {
             while self.at() < until {
-                self.pass();
-                self.clock.advance(Duration::from_secs(1)).unwrap();
+                self.pass_with(kubelet);
+                self.advance(Duration::from_secs(1));
             }
-            self.pass();
+            self.pass_with(kubelet);
         }
 
         fn pods(&self) -> Vec<Arc<Pod>> {
@@ -1011,18 +1014,18 @@ mod tests {
     #[test]
     fn a_pod_nobody_confirms_holds_the_node_until_a_minute_past_its_grace_period() {
         let mut e = env(None);
-        e.kubelet = false;
+        let never = Kubelet::NeverConfirms;
         e.cluster.create(pod("app", 30, "", "")).unwrap();
         e.delete_claim();
-        let wait = e.pass();
+        let wait = e.pass_with(never);
         assert_eq!(e.ends("app"), Some(30));
         assert!(wait <= DRAIN_POLL);
-        e.clock.advance(Duration::from_secs(1)).unwrap();
+        e.advance(Duration::from_secs(1));
         // Nothing left to evict: the next look is when it is stuck.
-        assert_eq!(e.pass(), Duration::from_secs(90));
-        e.run_until(90);
+        assert_eq!(e.pass_with(never), Duration::from_secs(90));
+        e.run_until_with(90, never);
         assert!(e.instance_runs(), "held until 30 s + 1 min");
-        e.run_until(91);
+        e.run_until_with(91, never);
         assert!(!e.instance_runs());
         assert!(e.pod("app").is_some(), "lost with its node");
     }
@@ -1109,7 +1112,10 @@ mod tests {
         for name in ["app", "logs"] {
             assert_eq!(e.ends(name), Some(1), "{name}");
         }
-        assert!(e.events_named("Evicted").is_empty(), "deleted, not evicted");
+        assert!(
+            events_named(&mut e, "Evicted").is_empty(),
+            "deleted, not evicted"
+        );
         e.run_until(2);
         assert!(e.pods().is_empty());
         // Drained since 0 s: the minimum drain time ends at 5 s.
@@ -1224,7 +1230,16 @@ mod tests {
         pod
     }
 
-    impl Env {
+    /// The NodeClaim's volume wait.
+    trait Volumes {
+        fn hold_claim(&self);
+        fn claim(&self) -> Arc<NodeClaim>;
+        fn volumes_detached(&self) -> Option<(String, String, i64)>;
+        fn delete_attachment(&self, name: &str);
+        fn awaiting(&mut self) -> Vec<(String, String)>;
+    }
+
+    impl Volumes for Env {
         /// A second finalizer keeps the NodeClaim after termination
         /// releases it, so its last conditions can be read.
         fn hold_claim(&self) {
@@ -1239,9 +1254,7 @@ mod tests {
         }
 
         fn claim(&self) -> Arc<NodeClaim> {
-            self.cluster
-                .get_opt::<NodeClaim>(&ObjectKey::cluster("c1"))
-                .unwrap()
+            self.get(&ObjectKey::cluster("c1"))
         }
 
         /// `VolumesDetached`: (status, reason, lastTransitionTime in
@@ -1453,14 +1466,13 @@ mod tests {
         assert!(!e.instance_runs());
     }
 
-    impl Env {
-        fn events_named(&mut self, reason: &str) -> Vec<String> {
-            self.controller
-                .drain_events()
-                .into_iter()
-                .filter(|ev| ev.reason == reason)
-                .map(|ev| ev.object)
-                .collect()
-        }
+    /// The objects of the events named `reason` since the last call.
+    fn events_named(e: &mut Env, reason: &str) -> Vec<String> {
+        e.controller
+            .drain_events()
+            .into_iter()
+            .filter(|ev| ev.reason == reason)
+            .map(|ev| ev.object)
+            .collect()
     }
 }
