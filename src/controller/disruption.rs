@@ -422,6 +422,12 @@ fn pod_ready_false(pod: &SlimPod) -> bool {
 }
 
 impl Budgets {
+    /// Whether no budget covers any pod (none, or none whose selector
+    /// parses).
+    fn is_empty(&self) -> bool {
+        self.pdbs.is_empty()
+    }
+
     fn new(pdbs: &[Arc<PodDisruptionBudget>]) -> Self {
         Budgets {
             pdbs: pdbs
@@ -1288,7 +1294,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 None
             };
             // Only a pod with the annotation, or under a budget, can block.
-            let pods_blocked = if on_node.protected || !pdbs.pdbs.is_empty() {
+            let pods_blocked = if on_node.protected || !pdbs.is_empty() {
                 self.pods_blocking(all_pods, &pdbs, now, &mut threshold)
             } else {
                 None

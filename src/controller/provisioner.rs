@@ -41,6 +41,7 @@ use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
 use crate::convert::{build_input_kept, build_input_with_pools, nodepool_spec_with_types};
+use crate::disruption::pods::NodeNames;
 use crate::model::InstanceType;
 use crate::scheduling::pod::{VolumeIndex, is_provisionable};
 use crate::scheduling::{NodePoolSpec, SolveOptions, solve};
@@ -114,6 +115,14 @@ struct Provisioned {
 
 fn since(t: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(t)).unwrap_or_default()
+}
+
+/// The pod as if it were pending, if it is leaving one of the `deleting`
+/// nodes ([`is_leaving`](crate::disruption::pods::is_leaving)): the
+/// provisioner counts such a pod as pending while its node drains.
+fn pending_if_leaving(p: &SlimPod, deleting: &NodeNames) -> Option<SlimPod> {
+    (!deleting.is_empty() && crate::disruption::pods::is_leaving(p, deleting))
+        .then(|| as_pending(p))
 }
 
 /// A pod as it would be if it were not yet scheduled.
@@ -244,8 +253,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// The nodes being deleted: those of NodeClaims being deleted (for any
     /// reason: expiration, a disruption carried out, an interruption, a
     /// manual delete, a registration timeout) and Nodes being deleted.
-    pub(super) fn deleting_nodes(&self) -> crate::disruption::pods::NodeNames {
-        let mut nodes: crate::disruption::pods::NodeNames = self
+    pub(super) fn deleting_nodes(&self) -> NodeNames {
+        let mut nodes: NodeNames = self
             .cluster
             .list::<NodeClaim>()
             .iter()
@@ -273,13 +282,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return pods;
         }
         pods.into_iter()
-            .map(|p| {
-                if crate::disruption::pods::is_leaving(&p, &nodes) {
-                    Arc::new(as_pending(&p))
-                } else {
-                    p
-                }
-            })
+            .map(|p| pending_if_leaving(&p, &nodes).map_or(p, Arc::new))
             .collect()
     }
 
@@ -303,12 +306,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .cluster
             .list::<SlimPod>()
             .iter()
-            .filter(|p| {
-                if !deleting.is_empty() && crate::disruption::pods::is_leaving(p, &deleting) {
-                    is_provisionable(&as_pending(p))
-                } else {
-                    is_provisionable(p)
-                }
+            .filter(|p| match pending_if_leaving(p, &deleting) {
+                Some(pending) => is_provisionable(&pending),
+                None => is_provisionable(p),
             })
             .map(|p| p.key())
             .collect();
@@ -883,23 +883,22 @@ mod tests {
     use super::*;
     use crate::clock::Clock;
     use crate::controller::Settings;
-    use crate::testing::{World, example_class, example_pool, from_yaml, pending_pod};
+    use crate::testing::{Env, World, example_class, example_pool, from_yaml, pending_pod};
 
     #[test]
     fn new_nodeclaims_carry_the_drift_hashes_and_a_second_pass_does_not_solve_again() {
-        let World {
-            clock,
-            cluster,
-            cloud,
-        } = World::new();
-        let rt = crate::testing::runtime();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let w = World::new();
+        let cluster = w.cluster.clone();
         let (class, pool) = (example_class(), example_pool());
         let class = cluster.create(class).unwrap();
         let pool = cluster.create(pool).unwrap();
         cluster.create(pending_pod("a")).unwrap();
-        let mut controller =
-            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let Env {
+            clock,
+            mut controller,
+            rt,
+            ..
+        } = w.env(Settings::default());
         rt.block_on(controller.reconcile_provisioning());
         clock.advance(BATCH_IDLE).unwrap();
         rt.block_on(controller.reconcile_provisioning());
@@ -923,19 +922,18 @@ mod tests {
     /// kube-scheduler had given its room to another pod.
     #[test]
     fn a_pod_still_pending_once_its_planned_claim_is_ready_is_solved_again_at_once() {
-        let World {
-            clock,
-            cluster,
-            cloud,
-        } = World::new();
-        let rt = crate::testing::runtime();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let w = World::new();
+        let cluster = w.cluster.clone();
         let (class, pool) = (example_class(), example_pool());
         cluster.create(class).unwrap();
         cluster.create(pool).unwrap();
         cluster.create(pending_pod("a")).unwrap();
-        let mut controller =
-            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let Env {
+            clock,
+            mut controller,
+            rt,
+            ..
+        } = w.env(Settings::default());
         let mut pass = |by: Duration| {
             clock.advance(by).unwrap();
             rt.block_on(controller.reconcile_provisioning())
@@ -984,13 +982,8 @@ mod tests {
     /// of launching a duplicate for a pod that fits on it.
     #[test]
     fn a_pod_that_fits_an_initializing_node_gets_no_new_claim() {
-        let World {
-            clock,
-            cluster,
-            cloud,
-        } = World::new();
-        let rt = crate::testing::runtime();
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let w = World::new();
+        let cluster = w.cluster.clone();
         let (class, pool) = (example_class(), example_pool());
         let mut pool = serde_json::to_value(&pool).unwrap();
         pool["spec"]["template"]["spec"]["startupTaints"] = serde_json::json!([
@@ -1000,8 +993,12 @@ mod tests {
         cluster.create(class).unwrap();
         cluster.create(pool).unwrap();
         cluster.create(pending_pod("a")).unwrap();
-        let mut controller =
-            Controller::new(cluster.clone(), cloud, dyn_clock, Settings::default());
+        let Env {
+            clock,
+            mut controller,
+            rt,
+            ..
+        } = w.env(Settings::default());
         let mut pass = |by: Duration| {
             clock.advance(by).unwrap();
             rt.block_on(controller.reconcile_provisioning())
