@@ -390,6 +390,20 @@ struct Budgets {
     pdbs: Vec<Pdb>,
 }
 
+/// The pods of a pass by the name of their node.
+type PodsByNode<'a> = HashMap<&'a str, Vec<&'a Arc<SlimPod>>, foldhash::fast::RandomState>;
+
+/// What a disruption pass read of the cluster that its scheduling input is
+/// built from.
+struct Read<'a> {
+    catalog: &'a [InstanceType],
+    pods: &'a [Arc<SlimPod>],
+    pods_by_node: &'a PodsByNode<'a>,
+    /// The nodes and NodeClaims whose capacity is not initialized yet.
+    uninitialized: &'a BTreeSet<String>,
+    now: Timestamp,
+}
+
 struct Pdb {
     namespace: String,
     selector: Selector,
@@ -1085,8 +1099,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .collect();
         let pods = self.cluster.list::<SlimPod>();
         let deleting = self.deleting_nodes();
-        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
-            HashMap::default();
+        let mut pods_by_node: PodsByNode = HashMap::default();
         let mut pending: BTreeSet<String> = BTreeSet::new();
         let mut leaving: BTreeSet<String> = BTreeSet::new();
         for p in &pods {
@@ -1353,16 +1366,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter(|c| moving.contains(c.node.as_str()))
             .collect();
         let input_key = (!movers.is_empty()).then(|| self.input_key(&movers, &uninitialized));
-        let (input, input_kept) = self.pass_input(
-            input_key,
-            dynamic,
-            &catalog,
-            &movers,
-            &pods,
-            &pods_by_node,
-            &uninitialized,
+        let read = Read {
+            catalog: &catalog,
+            pods: &pods,
+            pods_by_node: &pods_by_node,
+            uninitialized: &uninitialized,
             now,
-        )?;
+        };
+        let (input, input_kept) = self.pass_input(input_key, dynamic, &movers, &read)?;
         Some(Facts {
             candidates,
             budgets,
@@ -1383,18 +1394,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// NodePools are the same; else the cluster, and the pods of the
     /// `candidates` a trial may take as the pods that may move. Whether it
     /// was kept; `None` (with an Event) when it cannot be built.
-    #[allow(clippy::too_many_arguments)]
     fn pass_input(
         &mut self,
         input_key: Option<u64>,
         dynamic: Vec<NodePoolSpec>,
-        catalog: &[InstanceType],
         candidates: &[&Candidate],
-        pods: &[Arc<SlimPod>],
-        pods_by_node: &HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState>,
-        uninitialized: &BTreeSet<String>,
-        now: Timestamp,
+        read: &Read,
     ) -> Option<(PassInput, bool)> {
+        let Read {
+            catalog,
+            pods,
+            pods_by_node,
+            uninitialized,
+            now,
+        } = *read;
         if let Some(kept) = self.disruption.input.take()
             && Some(kept.key) == input_key
         {
