@@ -204,6 +204,8 @@ fn main() {
             );
         }
         times.sort_by(f64::total_cmp);
-        println!("  median of {runs}: {:.1} s", times[runs / 2]);
+        if let Some(median) = times.get(runs / 2) {
+            println!("  median of {runs}: {median:.1} s");
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! What the unit tests share, in one place: objects from YAML, the pending
-//! pod most provisioning tests start from, the world a controller test runs
+//! What the unit tests share, in one place: objects from YAML, pods and
+//! nodes built up field by field ([`pod`], [`node`]), the pending pod most
+//! provisioning tests start from, the world a controller test runs
 //! in (a virtual clock, the in-memory API server and the simulated EC2), and
 //! the harness of a controller test ([`Env`]: that world, a controller on it
 //! and a single-threaded runtime). A test module keeps only what is its own:
@@ -11,7 +12,12 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeCondition, NodeSpec, Pod, PodCondition, PodSpec, PodStatus,
+    ResourceRequirements, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::de::DeserializeOwned;
 
 use crate::clock::{Clock, ManualClock, Timestamp};
@@ -52,11 +58,203 @@ pub(crate) fn example_pool() -> crate::api::NodePool {
 
 /// A pod of one CPU and 1 GiB that kube-scheduler found no node for.
 pub(crate) fn pending_pod(name: &str) -> Pod {
-    from_yaml(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
-         spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]}}\n\
-         status: {{phase: Pending, conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]}}\n"
-    ))
+    pod("default", name)
+        .requests("1", "1Gi")
+        .unschedulable()
+        .build()
+}
+
+/// A pod in `namespace` with one container `c` (image `i`) and nothing
+/// else; the methods of [`TestPod`] add what a test needs.
+pub(crate) fn pod(namespace: &str, name: &str) -> TestPod {
+    TestPod(Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("i".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// A test's pod, built up from [`pod`].
+pub(crate) struct TestPod(Pod);
+
+impl TestPod {
+    /// With the label `key: value`.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        let labels = self.0.metadata.labels.get_or_insert_default();
+        labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// With the annotation `key: value`.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        let annotations = self.0.metadata.annotations.get_or_insert_default();
+        annotations.insert(key.into(), value.into());
+        self
+    }
+
+    /// Controlled by the `kind` named `name` (uid `<name>-uid`): a Job of
+    /// batch/v1, a ReplicationController or Node of v1, else a kind of
+    /// apps/v1.
+    pub fn owned_by(mut self, kind: &str, name: &str) -> Self {
+        let api_version = match kind {
+            "Job" => "batch/v1",
+            "ReplicationController" | "Node" => "v1",
+            _ => "apps/v1",
+        };
+        let owners = self.0.metadata.owner_references.get_or_insert_default();
+        owners.push(OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            controller: Some(true),
+            ..OwnerReference::default()
+        });
+        self
+    }
+
+    /// Bound to the node `node`.
+    pub fn on(mut self, node: &str) -> Self {
+        self.spec().node_name = Some(node.into());
+        self
+    }
+
+    /// With a termination grace period of its own.
+    pub fn grace(mut self, seconds: i64) -> Self {
+        self.spec().termination_grace_period_seconds = Some(seconds);
+        self
+    }
+
+    /// In the priority class `class`.
+    pub fn priority_class(mut self, class: &str) -> Self {
+        self.spec().priority_class_name = Some(class.into());
+        self
+    }
+
+    /// Its container requesting `cpu` and `memory`.
+    pub fn requests(mut self, cpu: &str, memory: &str) -> Self {
+        let requests = [("cpu", cpu), ("memory", memory)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.into())))
+            .collect();
+        self.spec().containers[0].resources = Some(ResourceRequirements {
+            requests: Some(requests),
+            ..ResourceRequirements::default()
+        });
+        self
+    }
+
+    /// In `phase`, its Ready condition `ready`.
+    pub fn phase(mut self, phase: &str, ready: bool) -> Self {
+        let status = if ready { "True" } else { "False" };
+        self.0.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: status.into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        self
+    }
+
+    /// Running and Ready.
+    pub fn running(self) -> Self {
+        self.phase("Running", true)
+    }
+
+    /// Pending: kube-scheduler found no node for it.
+    pub fn unschedulable(mut self) -> Self {
+        self.0.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        self.0
+    }
+
+    fn spec(&mut self) -> &mut PodSpec {
+        self.0.spec.get_or_insert_default()
+    }
+}
+
+/// A node named `name` with no status; [`TestNode`]'s methods add to it.
+pub(crate) fn node(name: &str) -> TestNode {
+    TestNode(Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec::default()),
+        status: None,
+    })
+}
+
+/// A test's node, built up from [`node`].
+pub(crate) struct TestNode(Node);
+
+impl TestNode {
+    /// With the label `key: value`.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        let labels = self.0.metadata.labels.get_or_insert_default();
+        labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// With the taint `key` and `effect` (no value).
+    pub fn taint(mut self, key: &str, effect: &str) -> Self {
+        let spec = self.0.spec.get_or_insert_default();
+        spec.taints.get_or_insert_default().push(Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Taint::default()
+        });
+        self
+    }
+
+    /// With the condition `type_` at `status`, as its kubelet reports.
+    pub fn condition(mut self, type_: &str, status: &str) -> Self {
+        let node_status = self.0.status.get_or_insert_default();
+        node_status
+            .conditions
+            .get_or_insert_default()
+            .push(NodeCondition {
+                type_: type_.into(),
+                status: status.into(),
+                ..NodeCondition::default()
+            });
+        self
+    }
+
+    /// Ready, as its kubelet reports.
+    pub fn ready(self) -> Self {
+        self.condition("Ready", "True")
+    }
+
+    pub fn build(self) -> Node {
+        self.0
+    }
 }
 
 /// A runtime for a synchronous test to run the controller's passes on.

@@ -23,58 +23,28 @@ pub fn has_taint(node: &Node, key: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, Taint};
-
     use super::*;
+    use crate::testing::node;
 
-    fn node(ready: Option<&str>, taints: &[&str]) -> Node {
-        Node {
-            spec: Some(NodeSpec {
-                taints: Some(
-                    taints
-                        .iter()
-                        .map(|k| Taint {
-                            key: (*k).into(),
-                            effect: "NoSchedule".into(),
-                            ..Taint::default()
-                        })
-                        .collect(),
-                ),
-                ..NodeSpec::default()
-            }),
-            status: Some(NodeStatus {
-                conditions: ready.map(|s| {
-                    vec![
-                        NodeCondition {
-                            type_: "MemoryPressure".into(),
-                            status: "True".into(),
-                            ..NodeCondition::default()
-                        },
-                        NodeCondition {
-                            type_: "Ready".into(),
-                            status: s.into(),
-                            ..NodeCondition::default()
-                        },
-                    ]
-                }),
-                ..NodeStatus::default()
-            }),
-            ..Node::default()
-        }
+    /// A node under memory pressure whose Ready condition is `status`.
+    fn with_ready(status: &str) -> Node {
+        let n = node("n").condition("MemoryPressure", "True");
+        n.condition("Ready", status).build()
     }
 
     #[test]
     fn only_ready_true_is_ready() {
-        assert!(is_ready(&node(Some("True"), &[])));
-        assert!(!is_ready(&node(Some("Unknown"), &[])));
-        assert!(!is_ready(&node(Some("False"), &[])));
-        assert!(!is_ready(&node(None, &[])));
+        assert!(is_ready(&with_ready("True")));
+        assert!(!is_ready(&with_ready("Unknown")));
+        assert!(!is_ready(&with_ready("False")));
+        assert!(!is_ready(&node("n").build()));
         assert!(!is_ready(&Node::default()));
     }
 
     #[test]
     fn a_taint_is_found_by_its_key() {
-        let n = node(None, &["a", "karpenter.sh/disrupted"]);
+        let n = node("n").taint("a", "NoSchedule");
+        let n = n.taint("karpenter.sh/disrupted", "NoSchedule").build();
         assert!(has_taint(&n, "karpenter.sh/disrupted"));
         assert!(!has_taint(&n, "karpenter.sh/unregistered"));
         assert!(!has_taint(&Node::default(), "a"));

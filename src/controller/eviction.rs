@@ -380,13 +380,13 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::testing::from_yaml;
+    use crate::testing::{from_yaml, pod};
     use crate::world::MemoryCluster;
 
-    fn pod(name: &str) -> Pod {
-        from_yaml(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: web}}}}\nspec:\n  nodeName: n1\n  containers: [{{name: c, image: x}}]\nstatus:\n  phase: Running\n  conditions: [{{type: Ready, status: \"True\"}}]\n"
-        ))
+    /// A running pod of the app `web` on `n1`.
+    fn web(name: &str) -> Pod {
+        let web = pod("default", name).label("app", "web");
+        web.on("n1").running().build()
     }
 
     struct Env {
@@ -476,7 +476,7 @@ mod tests {
     #[test]
     fn a_budget_refusal_is_retried_on_the_pods_own_schedule_until_it_is_evicted() {
         let e = env();
-        e.cluster.create(pod("a")).unwrap();
+        e.cluster.create(web("a")).unwrap();
         e.cluster
             .create::<PodDisruptionBudget>(from_yaml(
                 "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec: {minAvailable: 1, selector: {matchLabels: {app: web}}}\n",
@@ -539,8 +539,8 @@ mod tests {
     #[test]
     fn each_pod_has_its_own_schedule() {
         let e = env();
-        e.cluster.create(pod("a")).unwrap();
-        e.cluster.create(pod("b")).unwrap();
+        e.cluster.create(web("a")).unwrap();
+        e.cluster.create(web("b")).unwrap();
         e.cluster
             .create::<PodDisruptionBudget>(from_yaml(
                 "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec: {minAvailable: 2, selector: {matchLabels: {app: web}}}\n",
@@ -565,8 +565,8 @@ mod tests {
     #[test]
     fn a_pod_replaced_under_the_same_name_or_gone_is_not_evicted() {
         let e = env();
-        e.cluster.create(pod("a")).unwrap();
-        e.cluster.create(pod("b")).unwrap();
+        e.cluster.create(web("a")).unwrap();
+        e.cluster.create(web("b")).unwrap();
         e.add("a");
         e.add("b");
         let old_uid = e.slim("a").metadata.uid.clone();
@@ -576,7 +576,7 @@ mod tests {
                 &DeleteParams::with_grace_period(0),
             )
             .unwrap();
-        e.cluster.create(pod("a")).unwrap();
+        e.cluster.create(web("a")).unwrap();
         assert_ne!(e.slim("a").metadata.uid, old_uid);
         e.cluster
             .delete_with::<Pod>(

@@ -154,7 +154,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::Pod;
     use serde_json::{Value, json};
 
     use super::*;
@@ -192,14 +191,7 @@ mod tests {
             .create(overlay("m7i-free", 10, "m7i", "-100%"))
             .unwrap();
         cluster.create(overlay("a-m7i", 10, "m7i", "+1")).unwrap();
-        cluster
-            .create(obj::<Pod>(json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "a", "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "i",
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
-                "status": {"phase": "Pending", "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})))
-            .unwrap();
+        cluster.create(crate::testing::pending_pod("a")).unwrap();
         let Env {
             clock,
             mut controller,

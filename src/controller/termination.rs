@@ -666,13 +666,18 @@ mod tests {
     use crate::cloud::{Instance, InstanceState};
     use crate::cluster::Selector;
     use crate::controller::Settings;
-    use crate::testing::{Env, World, from_yaml};
+    use crate::testing::{Env, TestPod, World, from_yaml, pod};
     use std::collections::BTreeMap;
 
     const PROVIDER_ID: &str = "aws:///us-east-1a/i-0123";
 
     /// A node `n1` of NodeClaim `c1` on a running instance; the claim's
     /// `terminationGracePeriod` if given.
+    /// A running pod on `n1` with a grace period of its own.
+    fn on_n1(name: &str, grace: i64) -> TestPod {
+        pod("default", name).on("n1").grace(grace).running()
+    }
+
     fn env(grace: Option<&str>) -> Env {
         let w = World::new();
         let cluster = &w.cluster;
@@ -718,24 +723,6 @@ mod tests {
             resync: Duration::from_secs(3600),
             ..Settings::default()
         })
-    }
-
-    /// A running pod on `n1` with a grace period, in drain group `kind`:
-    /// `""`, `"daemon"` or `"critical"`; `extra` is more metadata YAML.
-    fn pod(name: &str, grace: i64, kind: &str, extra: &str) -> Pod {
-        let owner = if kind == "daemon" {
-            ", ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: ds, uid: ds-uid, controller: true}]"
-        } else {
-            ""
-        };
-        let priority = if kind == "critical" {
-            "  priorityClassName: system-node-critical\n"
-        } else {
-            ""
-        };
-        from_yaml(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default{owner}{extra}}}\nspec:\n  nodeName: n1\n  terminationGracePeriodSeconds: {grace}\n{priority}  containers: [{{name: c, image: x}}]\nstatus:\n  phase: Running\n  conditions: [{{type: Ready, status: \"True\"}}]\n"
-        ))
     }
 
     /// The termination pass with the node's kubelet after it, and what
@@ -877,8 +864,8 @@ mod tests {
     #[test]
     fn a_waiting_drain_says_how_many_pods_it_waits_for() {
         let mut e = env(None);
-        e.cluster.create(pod("a", 300, "", "")).unwrap();
-        e.cluster.create(pod("b", 300, "", "")).unwrap();
+        e.cluster.create(on_n1("a", 300).build()).unwrap();
+        e.cluster.create(on_n1("b", 300).build()).unwrap();
         e.delete_claim();
         e.run_until(150);
         let failed: Vec<_> = e
@@ -906,7 +893,7 @@ mod tests {
     #[test]
     fn termination_writes_drained_then_instance_terminating_as_the_reference() {
         let mut e = env(None);
-        e.cluster.create(pod("app", 30, "", "")).unwrap();
+        e.cluster.create(on_n1("app", 30).build()).unwrap();
         e.delete_claim();
         e.run_until(40);
         assert!(!e.instance_runs());
@@ -965,9 +952,17 @@ mod tests {
     #[test]
     fn each_group_is_evicted_once_the_pods_of_the_one_before_are_gone() {
         let mut e = env(None);
-        e.cluster.create(pod("app", 120, "", "")).unwrap();
-        e.cluster.create(pod("logs", 30, "daemon", "")).unwrap();
-        e.cluster.create(pod("dns", 10, "critical", "")).unwrap();
+        e.cluster.create(on_n1("app", 120).build()).unwrap();
+        e.cluster
+            .create(on_n1("logs", 30).owned_by("DaemonSet", "ds").build())
+            .unwrap();
+        e.cluster
+            .create(
+                on_n1("dns", 10)
+                    .priority_class("system-node-critical")
+                    .build(),
+            )
+            .unwrap();
         e.delete_claim();
 
         e.pass();
@@ -1015,7 +1010,7 @@ mod tests {
     fn a_pod_nobody_confirms_holds_the_node_until_a_minute_past_its_grace_period() {
         let mut e = env(None);
         let never = Kubelet::NeverConfirms;
-        e.cluster.create(pod("app", 30, "", "")).unwrap();
+        e.cluster.create(on_n1("app", 30).build()).unwrap();
         e.delete_claim();
         let wait = e.pass_with(never);
         assert_eq!(e.ends("app"), Some(30));
@@ -1037,9 +1032,10 @@ mod tests {
     #[test]
     fn under_a_grace_period_pods_are_deleted_in_time_for_their_own_grace_period() {
         let mut e = env(Some("300s"));
-        let protected = ", annotations: {karpenter.sh/do-not-disrupt: \"true\"}";
-        e.cluster.create(pod("keeper", 120, "", protected)).unwrap();
-        e.cluster.create(pod("quick", 10, "", protected)).unwrap();
+        let protected =
+            |name, grace| on_n1(name, grace).annotation("karpenter.sh/do-not-disrupt", "true");
+        e.cluster.create(protected("keeper", 120).build()).unwrap();
+        e.cluster.create(protected("quick", 10).build()).unwrap();
         e.delete_claim();
         e.pass();
         assert_eq!(e.ends("keeper"), None, "do-not-disrupt: not evicted");
@@ -1072,7 +1068,7 @@ mod tests {
     #[test]
     fn a_terminating_pod_that_would_outlast_the_deadline_is_deleted_again_with_the_time_left() {
         let mut e = env(Some("100s"));
-        e.cluster.create(pod("slow", 600, "", "")).unwrap();
+        e.cluster.create(on_n1("slow", 600).build()).unwrap();
         e.delete_claim();
         e.pass();
         // Evicted at 0 with its 600 s; its delete time (100 - 600) has
@@ -1097,8 +1093,10 @@ mod tests {
     #[test]
     fn a_deadline_now_deletes_every_pod_with_one_second() {
         let mut e = env(None);
-        e.cluster.create(pod("app", 300, "", "")).unwrap();
-        e.cluster.create(pod("logs", 300, "daemon", "")).unwrap();
+        e.cluster.create(on_n1("app", 300).build()).unwrap();
+        e.cluster
+            .create(on_n1("logs", 300).owned_by("DaemonSet", "ds").build())
+            .unwrap();
         e.cluster
             .update_with::<NodeClaim>(&ObjectKey::cluster("c1"), |c| {
                 c.metadata.annotations.get_or_insert_default().insert(
@@ -1142,7 +1140,7 @@ mod tests {
             .unwrap();
         for i in 0..6 {
             e.cluster
-                .create(pod(&format!("six-{i}"), 30, "", ", labels: {app: six}"))
+                .create(on_n1(&format!("six-{i}"), 30).label("app", "six").build())
                 .unwrap();
         }
         e.delete_claim();
@@ -1169,9 +1167,8 @@ mod tests {
             for (name, ready) in &replaced {
                 let replacement = format!("{name}-r");
                 if *ready <= now_ms && e.pod(&replacement).is_none() {
-                    let mut r = pod(&replacement, 30, "", ", labels: {app: six}");
-                    r.spec.as_mut().unwrap().node_name = Some("n2".into());
-                    e.cluster.create(r).unwrap();
+                    let r = pod("default", &replacement).label("app", "six").on("n2");
+                    e.cluster.create(r.grace(30).running().build()).unwrap();
                 }
             }
             // Step to the controller's next look, at most 100 ms (the
@@ -1297,7 +1294,7 @@ mod tests {
         e.hold_claim();
         e.cluster.create(claim_of("data", "pv-app")).unwrap();
         e.cluster
-            .create(mounting(pod("app", 10, "", ""), "data"))
+            .create(mounting(on_n1("app", 10).build(), "data"))
             .unwrap();
         e.cluster
             .create(attachment("csi-app", "n1", Some("pv-app")))
@@ -1362,7 +1359,7 @@ mod tests {
         let mut e = env(None);
         e.hold_claim();
         let tolerating = {
-            let mut p = mounting(pod("stays", 30, "", ""), "kept");
+            let mut p = mounting(on_n1("stays", 30).build(), "kept");
             p.spec.as_mut().unwrap().tolerations =
                 Some(vec![k8s_openapi::api::core::v1::Toleration {
                     key: Some("karpenter.sh/disrupted".into()),

@@ -1434,15 +1434,11 @@ pub struct RunMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{TestPod, pod};
 
-    fn pod(name: &str, owner_kind: &str, node: Option<&str>) -> Pod {
-        let v = serde_json::json!({
-            "metadata": {"name": name, "namespace": "shop", "ownerReferences": [
-                {"apiVersion": "apps/v1", "kind": owner_kind, "name": "w", "uid": "u", "controller": true}
-            ]},
-            "spec": {"containers": [], "nodeName": node},
-        });
-        serde_json::from_value(v).unwrap()
+    /// A pod of the Deployment `w` in `shop`.
+    fn web(name: &str) -> TestPod {
+        pod("shop", name).owned_by("Deployment", "w")
     }
 
     /// DaemonSet pods are bound as their node appears: counted, they would
@@ -1453,21 +1449,24 @@ mod tests {
         let t0 = Timestamp::UNIX_EPOCH;
         let t = |s: u64| t0.checked_add(std::time::Duration::from_secs(s)).unwrap();
         let mut r = Recorder::new(t0);
-        r.upsert_pod(&pod("web-1", "Deployment", None), t0, false);
-        r.upsert_pod(&pod("web-2", "Deployment", None), t(10), false);
-        r.upsert_pod(&pod("web-3", "Deployment", None), t(20), false);
+        r.upsert_pod(&web("web-1").build(), t0, false);
+        r.upsert_pod(&web("web-2").build(), t(10), false);
+        r.upsert_pod(&web("web-3").build(), t(20), false);
         for i in 0..5 {
             r.upsert_pod(
-                &pod(&format!("ds-{i}"), "DaemonSet", Some("n")),
+                &pod("shop", &format!("ds-{i}"))
+                    .owned_by("DaemonSet", "w")
+                    .on("n")
+                    .build(),
                 t(60),
                 false,
             );
         }
-        r.upsert_pod(&pod("web-1", "Deployment", Some("n")), t(60), false);
+        r.upsert_pod(&web("web-1").on("n").build(), t(60), false);
         let p = r.progress(t(60), t(120));
         assert_eq!((p.pods, p.pending, p.nodes), (8, 2, 0));
-        r.upsert_pod(&pod("web-2", "Deployment", Some("n")), t(60), false);
-        r.upsert_pod(&pod("web-3", "Deployment", Some("n")), t(60), false);
+        r.upsert_pod(&web("web-2").on("n").build(), t(60), false);
+        r.upsert_pod(&web("web-3").on("n").build(), t(60), false);
         let report = r.finish(
             t(120),
             None,
@@ -1504,7 +1503,7 @@ mod tests {
         let cluster = MemoryCluster::new(clock.clone()).with_watch_log_capacity(4);
         let mut r = Recorder::new(t(0));
         for name in ["a", "b"] {
-            cluster.create(pod(name, "Deployment", Some("n"))).unwrap();
+            cluster.create(web(name).on("n").build()).unwrap();
         }
         r.observe(&cluster, &Arc::default(), t(0));
         cluster.delete::<Pod>(&ObjectKey::new("shop", "a")).unwrap();
@@ -1521,9 +1520,7 @@ mod tests {
 
         // Enough changes to compact the log past what the recorder saw.
         for i in 0..6 {
-            cluster
-                .create(pod(&format!("c{i}"), "Deployment", None))
-                .unwrap();
+            cluster.create(web(&format!("c{i}")).build()).unwrap();
         }
         cluster.delete::<Pod>(&ObjectKey::new("shop", "b")).unwrap();
         cluster

@@ -1219,6 +1219,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock, parse_rfc3339};
     use crate::model::{Overhead, Requirements, Resources};
+    use crate::testing::{node, pod};
 
     const DELAY: Duration = Duration::from_secs(45);
 
@@ -1418,26 +1419,6 @@ mod tests {
         );
     }
 
-    /// A running, ready pod bound to `node` with a grace period.
-    fn running_on(name: &str, node: &str, grace: i64) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "terminationGracePeriodSeconds": grace,
-                "containers": [{"name": "c"}],
-            },
-            "status": {
-                "phase": "Running",
-                "conditions": [
-                    {"type": "Ready", "status": "True"},
-                    {"type": "ContainersReady", "status": "True"},
-                ],
-            },
-        }))
-        .expect("valid pod")
-    }
-
     fn condition(pod: &Pod, type_: &str) -> Option<String> {
         pod.status
             .as_ref()?
@@ -1452,11 +1433,13 @@ mod tests {
     fn a_terminating_pod_stops_being_ready_and_is_gone_when_its_grace_period_ends() {
         let (cluster, clock) = cluster();
         let kubelet = Kubelet::new(DELAY);
+        cluster.create(node("n1").ready().build()).unwrap();
         cluster
-            .create(ready_node("n1", json!({}), json!([])))
+            .create(pod("default", "slow").on("n1").grace(120).running().build())
             .unwrap();
-        cluster.create(running_on("slow", "n1", 120)).unwrap();
-        cluster.create(running_on("quick", "n1", 10)).unwrap();
+        cluster
+            .create(pod("default", "quick").on("n1").grace(10).running().build())
+            .unwrap();
         assert!(
             kubelet
                 .sync(&cluster, &Arc::default(), &catalog(), start())
@@ -1499,10 +1482,11 @@ mod tests {
     fn a_node_whose_kubelet_stopped_reporting_keeps_its_terminating_pods() {
         let (cluster, clock) = cluster();
         let kubelet = Kubelet::new(DELAY);
-        let mut node = ready_node("n1", json!({}), json!([]));
-        node.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
-        cluster.create(node).unwrap();
-        cluster.create(running_on("a", "n1", 30)).unwrap();
+        let stopped = node("n1").condition("Ready", "Unknown").build();
+        cluster.create(stopped).unwrap();
+        cluster
+            .create(pod("default", "a").on("n1").grace(30).running().build())
+            .unwrap();
         cluster
             .delete::<Pod>(&ObjectKey::new("default", "a"))
             .unwrap();
@@ -1525,10 +1509,22 @@ mod tests {
     fn orphaned_pods_are_force_deleted_once_even_when_a_finalizer_holds_them() {
         let (cluster, _) = cluster();
         let kubelet = Kubelet::new(DELAY);
-        let mut held = running_on("held", "gone", 300);
+        let mut held = pod("default", "held")
+            .on("gone")
+            .grace(300)
+            .running()
+            .build();
         held.metadata.finalizers = Some(vec!["x/hold".into()]);
         cluster.create(held).unwrap();
-        cluster.create(running_on("plain", "gone", 300)).unwrap();
+        cluster
+            .create(
+                pod("default", "plain")
+                    .on("gone")
+                    .grace(300)
+                    .running()
+                    .build(),
+            )
+            .unwrap();
         let report = kubelet.sync(&cluster, &Arc::default(), &catalog(), start());
         assert_eq!(report.orphans_deleted, ["default/held", "default/plain"]);
         let left = pods(&cluster);
@@ -1540,15 +1536,6 @@ mod tests {
                 .sync(&cluster, &Arc::default(), &catalog(), at(1))
                 .is_empty()
         );
-    }
-
-    fn ready_node(name: &str, labels: Value, taints: Value) -> Node {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"taints": taints},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }))
-        .expect("valid node")
     }
 
     fn daemon_set(name: &str, template_spec: Value) -> DaemonSet {
@@ -1566,32 +1553,17 @@ mod tests {
     #[test]
     fn daemon_set_pods_land_only_on_matching_tolerating_nodes() {
         let (cluster, _) = cluster();
-        let linux = json!({"kubernetes.io/os": "linux"});
+        let linux = |name| node(name).label("kubernetes.io/os", "linux");
         for node in [
-            ready_node("ip-10-0-0-1.ec2.internal", linux.clone(), json!([])),
-            ready_node(
-                "ip-10-0-0-2.ec2.internal",
-                linux.clone(),
-                json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
-            ),
-            ready_node(
-                "ip-10-0-0-3.ec2.internal",
-                linux.clone(),
-                json!([{"key": TAINT_UNREGISTERED, "effect": "NoExecute"}]),
-            ),
-            ready_node(
-                "ip-10-0-0-4.ec2.internal",
-                json!({"kubernetes.io/os": "windows"}),
-                json!([]),
-            ),
+            linux("ip-10-0-0-1.ec2.internal"),
+            linux("ip-10-0-0-2.ec2.internal").taint("nvidia.com/gpu", "NoSchedule"),
+            linux("ip-10-0-0-3.ec2.internal").taint(TAINT_UNREGISTERED, "NoExecute"),
+            node("ip-10-0-0-4.ec2.internal").label("kubernetes.io/os", "windows"),
             // Tolerated by every DaemonSet pod.
-            ready_node(
-                "ip-10-0-0-5.ec2.internal",
-                linux.clone(),
-                json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]),
-            ),
+            linux("ip-10-0-0-5.ec2.internal")
+                .taint("node.kubernetes.io/unschedulable", "NoSchedule"),
         ] {
-            cluster.create(node).expect("node created");
+            cluster.create(node.ready().build()).expect("node created");
         }
         let container = json!([{"name": "c"}]);
         cluster
@@ -1648,7 +1620,7 @@ mod tests {
     fn bound_pods_start_and_job_pods_complete_after_their_duration() {
         let (cluster, clock) = cluster();
         cluster
-            .create(ready_node("n1", json!({}), json!([])))
+            .create(node("n1").ready().build())
             .expect("node created");
         let job: Job = serde_json::from_value(json!({
             "metadata": {"name": "nightly", "namespace": "default",
@@ -1758,15 +1730,9 @@ mod tests {
             }))
             .expect("valid job")
         };
-        let job_pod = |name: &str, node: &str| -> Pod {
-            serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": "default", "ownerReferences": [{
-                    "apiVersion": "batch/v1", "kind": "Job", "name": "nightly",
-                    "uid": "job-uid", "controller": true,
-                }]},
-                "spec": {"nodeName": node, "containers": [{"name": "c"}]},
-            }))
-            .expect("valid pod")
+        let job_pod = |name: &str, node: &str| {
+            let p = pod("default", name).owned_by("Job", "nightly");
+            p.on(node).build()
         };
         let set_ready = |c: &MemoryCluster, node: &str, status: &str| {
             c.update_status_with::<Node>(&ObjectKey::cluster(node), |n| {
@@ -1775,21 +1741,22 @@ mod tests {
             .expect("updated");
         };
         both(&|c| {
-            c.create(ready_node("n1", json!({}), json!([]))).unwrap();
-            c.create(ready_node("n2", json!({}), json!([]))).unwrap();
+            c.create(node("n1").ready().build()).unwrap();
+            c.create(node("n2").ready().build()).unwrap();
             set_ready(c, "n2", "False");
             c.create(job(30)).unwrap();
             c.create(job_pod("nightly-a", "n1")).unwrap();
-            c.create(running_on("web", "n2", 30)).unwrap();
-            c.create(running_on("slow", "n1", 300)).unwrap();
+            c.create(pod("default", "web").on("n2").grace(30).running().build())
+                .unwrap();
+            c.create(pod("default", "slow").on("n1").grace(300).running().build())
+                .unwrap();
         });
         let first = sync(0);
         assert_eq!(first.started, ["default/nightly-a"]);
 
         both(&|c| {
-            let mut pending = running_on("late", "n2", 30);
-            pending.status = None;
-            c.create(pending).unwrap();
+            let pending = pod("default", "late").on("n2").grace(30);
+            c.create(pending.build()).unwrap();
         });
         assert!(sync(60).is_empty(), "n2 is not Ready");
         both(&|c| set_ready(c, "n2", "True"));
@@ -1839,7 +1806,8 @@ mod tests {
         twins[0].0.set_watch_log_capacity(1);
         both(&|c| {
             c.create(job_pod("nightly-c", "n2")).unwrap();
-            c.create(running_on("api", "n2", 30)).unwrap();
+            c.create(pod("default", "api").on("n2").grace(30).running().build())
+                .unwrap();
         });
         assert_eq!(sync(1).started, ["default/nightly-c"]);
         assert_eq!(
@@ -1852,7 +1820,7 @@ mod tests {
     fn job_pods_default_to_ten_minutes() {
         let (cluster, clock) = cluster();
         cluster
-            .create(ready_node("n1", json!({}), json!([])))
+            .create(node("n1").ready().build())
             .expect("node created");
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "batch-x", "namespace": "default", "ownerReferences": [{

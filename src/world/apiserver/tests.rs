@@ -14,7 +14,7 @@ use serde_json::json;
 use super::*;
 use crate::clock::{ManualClock, Timestamp, parse_rfc3339};
 use crate::cluster::*;
-use crate::testing::from_json;
+use crate::testing::{self, from_json};
 
 const START: &str = "2026-11-21T12:00:00Z";
 
@@ -27,25 +27,20 @@ fn cluster() -> (MemoryCluster, ManualClock) {
     (MemoryCluster::new(Arc::new(clock.clone())), clock)
 }
 
+/// A pod of the app `app`.
 fn pod(ns: &str, name: &str, app: &str) -> Pod {
-    from_json(json!({
-        "metadata": {"namespace": ns, "name": name, "labels": {"app": app}},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }))
+    testing::pod(ns, name).label("app", app).build()
 }
 
-/// A pod in phase `phase` whose Ready condition is `ready`.
+/// A pod of the app `app` in phase `phase` whose Ready condition is
+/// `ready`.
 fn pod_in(ns: &str, name: &str, app: &str, phase: &str, ready: bool) -> Pod {
-    let mut p = pod(ns, name, app);
-    p.status = Some(from_json(json!({
-        "phase": phase,
-        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
-    })));
-    p
+    let p = testing::pod(ns, name).label("app", app);
+    p.phase(phase, ready).build()
 }
 
 fn node(name: &str) -> Node {
-    from_json(json!({"metadata": {"name": name}, "spec": {}}))
+    testing::node(name).build()
 }
 
 fn pdb(ns: &str, name: &str, app: &str, budget: serde_json::Value) -> PodDisruptionBudget {
@@ -1337,11 +1332,14 @@ fn pod_views_follow_the_watch_log_and_its_compaction() {
 /// A running, ready pod bound to `node`, with its own grace period if
 /// given.
 fn bound_pod(name: &str, app: &str, node: &str, grace: Option<i64>) -> Pod {
-    let mut p = pod_in("ns", name, app, "Running", true);
-    let spec = p.spec.get_or_insert_default();
-    spec.node_name = Some(node.into());
-    spec.termination_grace_period_seconds = grace;
-    p
+    let p = testing::pod("ns", name)
+        .label("app", app)
+        .on(node)
+        .running();
+    match grace {
+        Some(seconds) => p.grace(seconds).build(),
+        None => p.build(),
+    }
 }
 
 fn at(seconds: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
