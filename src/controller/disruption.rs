@@ -216,9 +216,7 @@ struct Facts {
     budgets: BTreeMap<String, disruption::Allowed>,
     consolidation: bool,
     specs: Vec<NodePoolSpec>,
-    /// `None` once taken for the pass's trials.
-    input: Option<PassInput>,
-    /// What the input was built from (see [`DisruptionState::input`]);
+    /// What the pass's input (returned beside these facts) was built from (see [`DisruptionState::input`]);
     /// `None` when the pass needs no removals and built no input.
     input_key: Option<u64>,
     /// Whether the input is the last pass's, kept because nothing it was
@@ -544,20 +542,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return next.min(until(until_t, now));
         }
         self.disruption.last_pass = Some(now);
-        let Some(mut facts) = self.disruption_facts(now, &BTreeSet::new()).await else {
+        let Some((mut facts, input)) = self.disruption_facts(now, &BTreeSet::new()).await else {
             return next.min(DISRUPTION_POLL);
         };
         self.metrics.eligible(&facts.candidates);
-        let input = facts.input.take();
         let (opts, pass) = self.pass_of(&facts, now);
         let blocked = disruption::blocked(&pass);
-        let mut trials = match input.map(|i| i.trials(&opts)) {
-            Some(Ok(t)) => t,
-            Some(Err(e)) => {
+        let mut trials = match input.trials(&opts) {
+            Ok(t) => t,
+            Err(e) => {
                 self.event("Disruption".into(), "DisruptionFailed", e.to_string());
                 return next;
             }
-            None => return next,
         };
         let mut outcome =
             trials.with_dependent_mut(|_, removals| disruption::decide(&pass, removals));
@@ -857,14 +853,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         let now = self.clock.now();
         let pending: BTreeSet<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
-        let Some(facts) = self.disruption_facts(now, &pending).await else {
+        let Some((facts, input)) = self.disruption_facts(now, &pending).await else {
             return;
         };
-        let mut facts = facts;
-        let input = facts.input.take();
         let (opts, pass) = self.pass_of(&facts, now);
         let mut revalidated = None;
-        if let Some(Ok(mut trials)) = input.map(|i| i.trials(&opts)) {
+        if let Ok(mut trials) = input.trials(&opts) {
             revalidated = trials
                 .with_dependent_mut(|_, removals| disruption::revalidate(&pass, &cmd, removals));
             self.keep_input(facts.input_key, trials);
@@ -1066,15 +1060,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         budgets
     }
 
-    /// The candidates, budgets and scheduling input of a pass; writes pod
-    /// event times and drift stamps as it goes. The nodes of a consolidation
-    /// being revalidated (`revalidating`) have their pods in the input.
-    /// `None` when the NodePools' instance types cannot be read.
+    /// The candidates and budgets of a pass, and its scheduling input;
+    /// writes pod event times and drift stamps as it goes. The nodes of a
+    /// consolidation being revalidated (`revalidating`) have their pods in
+    /// the input. `None` when the NodePools' instance types cannot be read.
     async fn disruption_facts(
         &mut self,
         now: Timestamp,
         revalidating: &BTreeSet<&str>,
-    ) -> Option<Facts> {
+    ) -> Option<(Facts, PassInput)> {
         let (pools, specs, catalog) = self.nodepool_specs().await;
         let pools_by_name: BTreeMap<String, Arc<NodePool>> = pools
             .iter()
@@ -1374,19 +1368,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             now,
         };
         let (input, input_kept) = self.pass_input(input_key, dynamic, &movers, &read)?;
-        Some(Facts {
+        let facts = Facts {
             candidates,
             budgets,
             consolidation,
             specs,
-            input: Some(input),
             input_key,
             input_kept,
             uninitialized,
             next_threshold,
             statics,
             conditions,
-        })
+        };
+        Some((facts, input))
     }
 
     /// The scheduling input of a pass: the last pass's, kept while its key
