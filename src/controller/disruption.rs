@@ -216,8 +216,9 @@ struct Facts {
     budgets: BTreeMap<String, disruption::Allowed>,
     consolidation: bool,
     specs: Vec<NodePoolSpec>,
-    /// What the pass's input (returned beside these facts) was built from (see [`DisruptionState::input`]);
-    /// `None` when the pass needs no removals and built no input.
+    /// What the pass's input (returned beside these facts) was built from
+    /// (see [`DisruptionState::input`]); `None` when the pass needs no
+    /// removals and built no input.
     input_key: Option<u64>,
     /// Whether the input is the last pass's, kept because nothing it was
     /// built from changed.
