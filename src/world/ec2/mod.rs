@@ -208,8 +208,9 @@ pub struct SimConfig {
     pub placement_groups: Vec<crate::cloud::aws::placement::PlacementGroup>,
     /// How instances' provider ids are written.
     pub provider_ids: ProviderIds,
-    /// Whether every call is kept for [`SimEc2::calls`] (a simulation's
-    /// report reads them); off for a provider that runs for days.
+    /// Whether every call is kept for [`SimEc2::calls`] (tests read them);
+    /// off for a simulation, which only counts them, and for a provider
+    /// that runs for days.
     pub call_log: bool,
     /// Instance ids are handed out after this one (hex, 17 digits): a
     /// provider that outlives its process starts past the ids of earlier
@@ -371,6 +372,8 @@ struct State {
     calls: Vec<CallRecord>,
     /// Whether calls are kept ([`SimConfig::call_log`]).
     call_log: bool,
+    /// How many calls were made, kept or not.
+    call_count: usize,
     next_error: Option<CloudError>,
     /// Images, network and the cluster's version.
     account: Option<Account>,
@@ -390,8 +393,9 @@ struct State {
 }
 
 impl State {
-    /// Keeps a call for [`SimEc2::calls`], if calls are kept.
+    /// Counts a call, and keeps it for [`SimEc2::calls`] if calls are kept.
     fn log(&mut self, record: CallRecord) {
+        self.call_count += 1;
         if self.call_log {
             self.calls.push(record);
         }
@@ -584,9 +588,14 @@ impl SimEc2 {
         &self.catalog
     }
 
-    /// Every call so far, in order.
+    /// Every call so far, in order (none unless [`SimConfig::call_log`]).
     pub fn calls(&self) -> Vec<CallRecord> {
         self.lock().calls.clone()
+    }
+
+    /// How many calls were made so far, whether or not they are kept.
+    pub fn call_count(&self) -> usize {
+        self.lock().call_count
     }
 
     /// Makes the next [`CloudProvider`] call, whichever it is, fail with

@@ -1048,6 +1048,24 @@ async fn the_call_log_records_every_call_and_injected_errors() {
             result: Err(err)
         }
     );
+    assert_eq!(sim.call_count(), sim.calls().len());
+}
+
+#[tokio::test]
+async fn without_the_call_log_calls_are_counted_not_kept() {
+    let mut config = config();
+    config.call_log = false;
+    let (sim, _clock) = sim_with(config);
+    let i = sim
+        .create(&claim("a", &[]), &nodeclass(), &none())
+        .await
+        .expect("launches")
+        .instance;
+    sim.fail_next(CloudError::Api("throttled".into()));
+    sim.get(&i.provider_id).await.unwrap_err();
+    sim.list().await.expect("lists");
+    assert_eq!(sim.call_count(), 3);
+    assert!(sim.calls().is_empty());
 }
 
 /// The shared data directory: beside the repository, or in an ancestor
