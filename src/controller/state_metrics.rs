@@ -380,7 +380,8 @@ fn nodepools<C: Cluster>(
 /// are held; a pod that finishes or disappears first is dropped.
 #[derive(Debug, Default)]
 pub struct PodStartup {
-    pending: std::collections::HashSet<String>,
+    /// By uid; every pod is looked up in it at each observation.
+    pending: std::collections::HashSet<String, foldhash::fast::RandomState>,
 }
 
 impl PodStartup {

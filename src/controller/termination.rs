@@ -250,11 +250,22 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
+        // The pods of the terminating claims' nodes: a few of a large
+        // cluster's, and every pod is looked at.
         let pods = self.cluster.list::<SlimPod>();
-        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>> = HashMap::new();
+        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
+            terminating
+                .iter()
+                .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, Vec::new())))
+                .collect();
         for p in &pods {
-            if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                pods_by_node.entry(n).or_default().push(p);
+            if let Some(on) = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|n| pods_by_node.get_mut(n))
+            {
+                on.push(p);
             }
         }
         let now = self.clock.now();
