@@ -308,8 +308,8 @@ fn measure(opts: Options) -> Value {
         let convert_cpu = cpu_seconds();
         let convert_started = Instant::now();
         let snapshot = dovetail::snapshot::Snapshot {
-            nodes: Cluster::list::<Node>(&*cluster),
-            pods: Cluster::list::<SlimPod>(&*cluster),
+            nodes: Cluster::list::<Node>(&*cluster).to_vec(),
+            pods: Cluster::list::<SlimPod>(&*cluster).to_vec(),
             ..Default::default()
         };
         let catalog = SimEc2::builtin_catalog().expect("the built-in catalog");

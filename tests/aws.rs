@@ -877,7 +877,7 @@ fn insufficient_capacity_marks_offerings_unavailable_and_the_next_solve_picks_an
         let claims = Cluster::list::<NodeClaim>(cluster.as_ref());
         assert_eq!(claims.len(), 1);
         controller.reconcile_nodeclaims().await;
-        let claim1 = Cluster::list::<NodeClaim>(cluster.as_ref()).remove(0);
+        let claim1 = Cluster::list::<NodeClaim>(cluster.as_ref())[0].clone();
         let launched_type = claim1
             .metadata
             .labels
@@ -2671,7 +2671,7 @@ fn a_reserved_nodepool_launches_into_the_reservation_then_on_demand_when_it_is_u
         }
         controller.drain_events();
         controller.reconcile_disruption().await;
-        let stored = Cluster::list::<EC2NodeClass>(cluster.as_ref()).remove(0);
+        let stored = Cluster::list::<EC2NodeClass>(cluster.as_ref())[0].clone();
         let state = stored
             .status
             .as_ref()

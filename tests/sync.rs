@@ -588,7 +588,7 @@ struct Flaky {
 }
 
 impl Cluster for Flaky {
-    fn list<K: Object>(&self) -> Vec<Arc<K>> {
+    fn list<K: Object>(&self) -> dovetail::cluster::Listed<K> {
         Cluster::list(&self.inner)
     }
 

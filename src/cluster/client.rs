@@ -10,10 +10,93 @@ use std::sync::Arc;
 
 use super::{ApiError, ApplyParams, DeleteOutcome, DeleteParams, Object, ObjectKey};
 
+/// A kind's objects as the cache holds them at one revision, shared by
+/// every reader until the kind changes: a slice to read, and owned
+/// iteration that clones each object's `Arc`.
+#[derive(Debug)]
+pub struct Listed<K>(Arc<[Arc<K>]>);
+
+impl<K> Listed<K> {
+    /// Whether `a` and `b` are the same list (not merely equal).
+    pub fn ptr_eq(a: &Listed<K>, b: &Listed<K>) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl<K> Clone for Listed<K> {
+    fn clone(&self) -> Self {
+        Listed(self.0.clone())
+    }
+}
+
+impl<K> Default for Listed<K> {
+    fn default() -> Self {
+        Listed(Arc::new([]))
+    }
+}
+
+impl<K> From<Vec<Arc<K>>> for Listed<K> {
+    fn from(objects: Vec<Arc<K>>) -> Self {
+        Listed(objects.into())
+    }
+}
+
+impl<K> std::ops::Deref for Listed<K> {
+    type Target = [Arc<K>];
+
+    fn deref(&self) -> &[Arc<K>] {
+        &self.0
+    }
+}
+
+impl<'a, K> IntoIterator for &'a Listed<K> {
+    type Item = &'a Arc<K>;
+    type IntoIter = std::slice::Iter<'a, Arc<K>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<K> IntoIterator for Listed<K> {
+    type Item = Arc<K>;
+    type IntoIter = ListedIter<K>;
+
+    fn into_iter(self) -> ListedIter<K> {
+        ListedIter { list: self, at: 0 }
+    }
+}
+
+/// The objects of a [`Listed`], each `Arc` cloned.
+#[derive(Debug)]
+pub struct ListedIter<K> {
+    list: Listed<K>,
+    at: usize,
+}
+
+impl<K> Iterator for ListedIter<K> {
+    type Item = Arc<K>;
+
+    fn next(&mut self) -> Option<Arc<K>> {
+        let next = self.list.get(self.at)?.clone();
+        self.at += 1;
+        Some(next)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.list.len() - self.at;
+        (left, Some(left))
+    }
+}
+
+impl<K> ExactSizeIterator for ListedIter<K> {}
+
 /// What the controller reads from and writes to.
 pub trait Cluster: Send + Sync {
-    /// Every object of a kind in the cache, ordered by namespace and name.
-    fn list<K: Object>(&self) -> Vec<Arc<K>>;
+    /// Every object of a kind in the cache, ordered by namespace and name:
+    /// one list per [`Cluster::revision`] of the kind, shared by every
+    /// reader until the kind changes (a pass lists pods many times).
+    fn list<K: Object>(&self) -> Listed<K>;
 
     /// One object from the cache.
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>>;

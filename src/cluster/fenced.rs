@@ -93,7 +93,7 @@ impl<C> Fenced<C> {
 }
 
 impl<C: Cluster> Cluster for Fenced<C> {
-    fn list<K: Object>(&self) -> Vec<Arc<K>> {
+    fn list<K: Object>(&self) -> super::client::Listed<K> {
         self.inner.list()
     }
 

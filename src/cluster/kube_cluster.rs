@@ -60,7 +60,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{ApiError, ApplyParams, Cluster, DeleteOutcome, KindScope, Object, ObjectKey};
+use super::{ApiError, ApplyParams, Cluster, DeleteOutcome, KindScope, Listed, Object, ObjectKey};
 
 /// The longest a write shadows the cache: by then its watch event has long
 /// arrived, or the watch has relisted.
@@ -92,6 +92,10 @@ struct Cache {
 struct KindCache<K: Object> {
     store: Store<K>,
     overlay: Arc<Overlay<K>>,
+    /// The last list and the revision it was made at, while no write
+    /// shadowed the store (an overlay entry expires with time, not with an
+    /// event).
+    listed: Mutex<Option<(u64, Listed<K>)>>,
 }
 
 /// A [`KindCache`] of any kind: waits for its initial list, downcasts back.
@@ -183,14 +187,16 @@ impl<K: Object> Overlay<K> {
         self.lock().get(key).map(|w| w.object.clone())
     }
 
-    /// `objects` (the store's) with the writes laid over them.
-    fn merge(&self, objects: &mut Vec<Arc<K>>) {
+    /// `objects` (the store's) with the writes laid over them; whether
+    /// any was.
+    fn merge(&self, objects: &mut Vec<Arc<K>>) -> bool {
         let entries = self.lock();
         if entries.is_empty() {
-            return;
+            return false;
         }
         objects.retain(|o| !entries.contains_key(&ObjectKey::of(&**o)));
         objects.extend(entries.values().filter_map(|w| w.object.clone()));
+        true
     }
 
     /// The watch delivered `key` at `version`: a write it has caught up
@@ -371,7 +377,11 @@ impl KubeCluster {
             TypeId::of::<K>(),
             Cache {
                 kind,
-                typed: Box::new(KindCache { store, overlay }),
+                typed: Box::new(KindCache {
+                    store,
+                    overlay,
+                    listed: Mutex::new(None),
+                }),
                 revision,
             },
         );
@@ -513,18 +523,29 @@ impl Drop for KubeCluster {
 }
 
 impl Cluster for KubeCluster {
-    fn list<K: Object>(&self) -> Vec<Arc<K>> {
+    fn list<K: Object>(&self) -> Listed<K> {
         let Some(cache) = self.watched::<K>() else {
-            return Vec::new();
+            return Listed::default();
         };
+        // Read before the store: the watch task bumps it after the
+        // reflector stored the event, so the list is at least this new.
+        let revision = self.revision::<K>();
+        let mut listed = cache.listed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, list)) = &*listed
+            && *at == revision
+        {
+            return list.clone();
+        }
         let mut objects = cache.store.state();
-        cache.overlay.merge(&mut objects);
+        let shadowed = cache.overlay.merge(&mut objects);
         objects.sort_unstable_by(|a, b| {
             let (a, b) = (a.meta(), b.meta());
             (a.namespace.as_deref(), a.name.as_deref())
                 .cmp(&(b.namespace.as_deref(), b.name.as_deref()))
         });
-        objects
+        let list = Listed::from(objects);
+        *listed = (!shadowed).then(|| (revision, list.clone()));
+        list
     }
 
     fn revision<K: Object>(&self) -> u64 {

@@ -30,7 +30,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use apply::ApplyParams;
-pub use client::Cluster;
+pub use client::{Cluster, Listed, ListedIter};
 pub use error::ApiError;
 pub use fenced::{Fence, Fenced};
 pub use kube_cluster::{KubeCluster, OVERLAY_TTL, WatchOptions};

@@ -131,7 +131,7 @@ pub struct DisruptionState {
     /// Per NodeClaim: the drift check's verdict, and the resource versions
     /// of the NodeClaim, its node, NodePool and EC2NodeClass it was reached
     /// on. A large fleet is checked at every pass; most of it is unchanged.
-    drift: HashMap<String, (DriftInputs, drift::DriftVerdict)>,
+    drift: HashMap<String, (DriftInputs, drift::DriftVerdict), foldhash::fast::RandomState>,
     /// Per EC2NodeClass: the generation resolved and when.
     resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
     /// USD/h saved by the consolidations carried out.
@@ -895,8 +895,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         node: &Node,
         pool: &'p NodePool,
         class: &'p EC2NodeClass,
-        targets: &mut HashMap<(&'p str, &'p str), drift::Target<'p>>,
-        checks: &mut HashMap<String, (DriftInputs, drift::DriftVerdict)>,
+        targets: &mut HashMap<(&'p str, &'p str), drift::Target<'p>, foldhash::fast::RandomState>,
+        checks: &mut HashMap<
+            String,
+            (DriftInputs, drift::DriftVerdict),
+            foldhash::fast::RandomState,
+        >,
     ) -> Vec<DriftReason> {
         let mut drift_reasons: Vec<DriftReason> = Vec::new();
 
@@ -1142,9 +1146,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut kept_pods = std::mem::take(&mut self.disruption.node_pods);
         let mut node_pods: HashMap<String, NodePods, foldhash::fast::RandomState> =
             HashMap::default();
-        let mut drift_checks = HashMap::new();
+        let mut drift_checks = HashMap::default();
         // Each NodePool and EC2NodeClass pair read once for all its nodes.
-        let mut drift_targets: HashMap<(&str, &str), drift::Target> = HashMap::new();
+        let mut drift_targets: HashMap<(&str, &str), drift::Target, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut uninitialized: BTreeSet<String> = BTreeSet::new();
         for claim in &claims {
             if claim.metadata.deletion_timestamp.is_none() {
@@ -1792,7 +1797,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now = self.clock.now();
         let mut next = self.settings.resync;
         let claims = self.cluster.list::<NodeClaim>();
-        let by_name: HashMap<&str, &Arc<NodeClaim>> = claims
+        let by_name: HashMap<&str, &Arc<NodeClaim>, foldhash::fast::RandomState> = claims
             .iter()
             .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
             .collect();

@@ -187,7 +187,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     pub(super) async fn reconcile_lifecycle(&mut self) -> Duration {
         let now = self.clock.now();
         let nodes = self.cluster.list::<Node>();
-        let by_provider: HashMap<&str, &Arc<Node>> = nodes
+        let by_provider: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
             .iter()
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n)))
             .collect();
@@ -316,7 +316,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // A claim being deleted is checked no more: its last scan would
         // make every pass's checks early.
         let claims = self.cluster.list::<NodeClaim>();
-        let uids: std::collections::HashSet<&str> = claims
+        let uids: std::collections::HashSet<&str, foldhash::fast::RandomState> = claims
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
             .filter_map(|c| c.metadata.uid.as_deref())

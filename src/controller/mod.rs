@@ -317,9 +317,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     repair_blocked: std::collections::HashMap<String, Timestamp>,
     /// NodeClaims whose launch failed, by name: how many times, and when
     /// the next launch may be tried.
-    launch_failures: std::collections::HashMap<String, (u32, Timestamp)>,
+    launch_failures:
+        std::collections::HashMap<String, (u32, Timestamp), foldhash::fast::RandomState>,
     /// When each NodeClaim's consistency was last checked, by UID.
-    consistency_scanned: std::collections::HashMap<String, Timestamp>,
+    consistency_scanned: std::collections::HashMap<String, Timestamp, foldhash::fast::RandomState>,
     /// When each (object, reason) last had an Event through
     /// [`Controller::event_deduped`].
     recent_events: std::collections::HashMap<(String, &'static str), Timestamp>,
@@ -367,8 +368,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             nominations: (NOMINATION_BURST, None),
             sequence: 0,
             unrecorded: None,
-            launch_failures: std::collections::HashMap::new(),
-            consistency_scanned: std::collections::HashMap::new(),
+            launch_failures: Default::default(),
+            consistency_scanned: Default::default(),
             recent_events: std::collections::HashMap::new(),
             defer_launches: false,
             registration_failures: BTreeMap::new(),

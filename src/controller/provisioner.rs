@@ -222,7 +222,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let solved_pods = std::mem::take(&mut self.batch.pods);
         let solved_config = self.config_versions();
         let previous = std::mem::take(&mut self.batch.planned);
-        let pods = self.with_deleting_as_pending(self.cluster.list::<SlimPod>());
+        let pods = self.with_deleting_as_pending(self.cluster.list::<SlimPod>().to_vec());
         let outcome = self.provision(&pods).await;
         let mut solved_claims = outcome.created.clone();
         solved_claims.extend(
@@ -468,7 +468,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// EC2NodeClass: a change to the configuration (a raised limit, a new
     /// pool, a class that resolved other subnets) calls for a new solve.
     fn config_versions(&self) -> BTreeMap<String, String> {
-        fn versions<K: Resource>(items: Vec<Arc<K>>, kind: &str) -> Vec<(String, String)> {
+        fn versions<K: Resource>(items: &[Arc<K>], kind: &str) -> Vec<(String, String)> {
             items
                 .iter()
                 .map(|o| {
@@ -498,7 +498,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             })
             .collect();
         out.extend(versions(
-            self.cluster.list::<EC2NodeClass>(),
+            &self.cluster.list::<EC2NodeClass>(),
             "EC2NodeClass",
         ));
         out.into_iter().collect()
@@ -624,15 +624,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let nodeclaims = self.converted_claims(&nodes);
         Snapshot {
             pods,
-            nodes,
+            nodes: nodes.to_vec(),
             nodeclaims,
             nodepools: Vec::new(),
             ec2nodeclasses: Vec::new(),
-            daemonsets: self.cluster.list::<DaemonSet>(),
-            pdbs: self.cluster.list::<PodDisruptionBudget>(),
-            persistent_volumes: self.cluster.list::<PersistentVolume>(),
-            persistent_volume_claims: self.cluster.list::<PersistentVolumeClaim>(),
-            storage_classes: self.cluster.list::<StorageClass>(),
+            daemonsets: self.cluster.list::<DaemonSet>().to_vec(),
+            pdbs: self.cluster.list::<PodDisruptionBudget>().to_vec(),
+            persistent_volumes: self.cluster.list::<PersistentVolume>().to_vec(),
+            persistent_volume_claims: self.cluster.list::<PersistentVolumeClaim>().to_vec(),
+            storage_classes: self.cluster.list::<StorageClass>().to_vec(),
         }
     }
 
@@ -645,11 +645,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // The cluster without its nodes, claims and pods; every pod is
         // converted as the pod that needs capacity.
         let snapshot = Snapshot {
-            daemonsets: self.cluster.list::<DaemonSet>(),
-            pdbs: self.cluster.list::<PodDisruptionBudget>(),
-            persistent_volumes: self.cluster.list::<PersistentVolume>(),
-            persistent_volume_claims: self.cluster.list::<PersistentVolumeClaim>(),
-            storage_classes: self.cluster.list::<StorageClass>(),
+            daemonsets: self.cluster.list::<DaemonSet>().to_vec(),
+            pdbs: self.cluster.list::<PodDisruptionBudget>().to_vec(),
+            persistent_volumes: self.cluster.list::<PersistentVolume>().to_vec(),
+            persistent_volume_claims: self.cluster.list::<PersistentVolumeClaim>().to_vec(),
+            storage_classes: self.cluster.list::<StorageClass>().to_vec(),
             ..Snapshot::default()
         };
         let now_ms = now.as_millisecond();

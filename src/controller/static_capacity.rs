@@ -324,7 +324,7 @@ mod tests {
         }
 
         fn claims(&self) -> Vec<Arc<NodeClaim>> {
-            Cluster::list::<NodeClaim>(self.cluster.as_ref())
+            Cluster::list::<NodeClaim>(self.cluster.as_ref()).to_vec()
         }
 
         fn live(&self) -> usize {

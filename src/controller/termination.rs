@@ -213,7 +213,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut next = self.settings.resync;
 
         // A node deleted directly (it carries our finalizer) takes its claim.
-        let claim_by_node: HashMap<&str, &Arc<NodeClaim>> = claims
+        let claim_by_node: HashMap<&str, &Arc<NodeClaim>, foldhash::fast::RandomState> = claims
             .iter()
             .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
             .collect();
@@ -246,7 +246,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         if terminating.is_empty() {
             return next.min(self.process_evictions().await);
         }
-        let nodes_by_name: HashMap<&str, &Arc<Node>> = nodes
+        let nodes_by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();

@@ -266,7 +266,7 @@ impl Kubelet {
             return report;
         }
         let nodes = listed.unwrap_or_else(list_nodes);
-        let by_name: HashMap<&str, &Arc<Node>> =
+        let by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> =
             nodes.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut jobs = JobDurations::default();
         for pod in &pods {
@@ -294,7 +294,7 @@ impl Kubelet {
         nodes: &mut BTreeMap<String, Arc<Node>>,
         report: &mut KubeletReport,
     ) -> Option<Timestamp> {
-        let registered: HashSet<&str> = nodes
+        let registered: HashSet<&str, foldhash::fast::RandomState> = nodes
             .values()
             .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
             .collect();
@@ -505,7 +505,7 @@ impl PodWatch {
 fn pod_action(
     cluster: &MemoryCluster,
     pod: &Pod,
-    nodes: &HashMap<&str, &Arc<Node>>,
+    nodes: &HashMap<&str, &Arc<Node>, foldhash::fast::RandomState>,
     now: Timestamp,
     jobs: &mut JobDurations,
     report: &mut KubeletReport,
@@ -605,7 +605,7 @@ fn delete_nodes_without_instance(
     report: &mut KubeletReport,
     lifecycle: Option<(Duration, Timestamp)>,
 ) {
-    let alive: HashSet<&str> = instances
+    let alive: HashSet<&str, foldhash::fast::RandomState> = instances
         .iter()
         .filter(|i| is_alive(i))
         .map(|i| i.provider_id.as_str())

@@ -11,7 +11,7 @@ use super::seam::{Access, Write};
 use super::{MemoryCluster, views};
 use crate::api::SlimPod;
 use crate::cluster::{
-    ApiError, ApplyParams, Cluster, DeleteOutcome, DeleteParams, Object, ObjectKey, Selector,
+    ApiError, ApplyParams, Cluster, DeleteOutcome, DeleteParams, Listed, Object, ObjectKey,
 };
 
 /// A delete's or an eviction's object, for a fault's condition.
@@ -56,11 +56,11 @@ fn view_write<K: Object>() -> Result<(), ApiError> {
 /// The in-memory cluster stores whole pods and answers reads of the
 /// [`SlimPod`] view with their projections (`views`).
 impl Cluster for MemoryCluster {
-    fn list<K: Object>(&self) -> Vec<Arc<K>> {
+    fn list<K: Object>(&self) -> Listed<K> {
         if views::is_view::<K>() {
             return views::cast(self.pod_views()).unwrap_or_default();
         }
-        MemoryCluster::list::<K>(self, None, &Selector::everything()).items
+        self.listed::<K>()
     }
 
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {

@@ -17,8 +17,8 @@ use crate::api::SlimPod;
 use crate::clock::{Clock, Timestamp, truncate_to_second};
 use crate::cluster::ApplyParams;
 use crate::cluster::{
-    ApiError, DeleteOutcome, DeleteParams, Object, ObjectKey, ObjectList, Selector, Validator,
-    WatchEvent,
+    ApiError, DeleteOutcome, DeleteParams, Listed, Object, ObjectKey, ObjectList, Selector,
+    Validator, WatchEvent,
 };
 
 /// How often the `*_with` helpers retry on a conflict, as client-go's
@@ -58,6 +58,8 @@ pub struct MemoryCluster {
     pub(super) seam: Seam,
     /// The pods as the controller reads them ([`super::views`]).
     pub(super) views: super::views::SharedViews,
+    /// The other kinds' lists as the controller reads them.
+    lists: super::views::SharedLists,
 }
 
 impl std::fmt::Debug for MemoryCluster {
@@ -76,6 +78,7 @@ impl MemoryCluster {
             state: Arc::new(RwLock::new(State::new())),
             seam: Seam::default(),
             views: Default::default(),
+            lists: Default::default(),
         }
     }
 
@@ -202,15 +205,29 @@ impl MemoryCluster {
 
     /// Every pod as a [`SlimPod`], ordered by namespace and name: the
     /// projections `apiserver::views` keeps, brought up to the watch log.
-    pub fn pod_views(&self) -> Vec<Arc<SlimPod>> {
+    pub fn pod_views(&self) -> Listed<SlimPod> {
         let state = self.read();
         let Some(store) = state.store::<Pod>() else {
-            return Vec::new();
+            return Listed::default();
         };
         self.views
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .follow(store)
+    }
+
+    /// Every object of kind `K` (not the pod view), ordered by namespace
+    /// and name: one list per revision of the kind, shared.
+    pub(super) fn listed<K: Object>(&self) -> Listed<K> {
+        let state = self.read();
+        let Some(store) = state.store::<K>() else {
+            return Listed::default();
+        };
+        let revision = *store.subscribe().borrow();
+        self.lists
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .at(revision, || store.objects.values().cloned().collect())
     }
 
     /// One pod as a [`SlimPod`].

@@ -1327,6 +1327,49 @@ fn pod_views_follow_the_watch_log_and_its_compaction() {
     same(&c);
 }
 
+/// The controller's lists (`Cluster::list`) are one list per revision of
+/// the kind: shared while only other kinds change, new (and current) once
+/// the kind changes; the pod view's likewise.
+#[test]
+fn the_controllers_lists_are_shared_until_their_kind_changes() {
+    let (c, _) = cluster();
+    let node = |name: &str| -> Node { from_json(json!({"metadata": {"name": name}})) };
+    c.create(node("n1")).unwrap();
+    let names = |l: &[Arc<Node>]| -> Vec<String> {
+        l.iter().filter_map(|n| n.metadata.name.clone()).collect()
+    };
+    let first = Cluster::list::<Node>(&c);
+    assert_eq!(names(&first), ["n1"]);
+    assert!(Listed::ptr_eq(&first, &Cluster::list::<Node>(&c)));
+    c.create(pod("web", "a", "web")).unwrap();
+    assert!(Listed::ptr_eq(&first, &Cluster::list::<Node>(&c)));
+    let pods = Cluster::list::<crate::api::SlimPod>(&c);
+    assert!(Listed::ptr_eq(
+        &pods,
+        &Cluster::list::<crate::api::SlimPod>(&c)
+    ));
+
+    c.create(node("n0")).unwrap();
+    let second = Cluster::list::<Node>(&c);
+    assert!(!Listed::ptr_eq(&first, &second));
+    assert_eq!(names(&second), ["n0", "n1"]);
+    assert_eq!(
+        names(&first),
+        ["n1"],
+        "a reader's list stays as it was read"
+    );
+    c.delete_with::<Node>(&ObjectKey::cluster("n1"), &DeleteParams::default())
+        .unwrap();
+    assert_eq!(names(&Cluster::list::<Node>(&c)), ["n0"]);
+    c.bind("web", "a", "n0").unwrap();
+    let bound = Cluster::list::<crate::api::SlimPod>(&c);
+    assert!(!Listed::ptr_eq(&pods, &bound));
+    assert_eq!(
+        bound[0].spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("n0")
+    );
+}
+
 // --- graceful deletion, propagation, dry runs ------------------------------
 
 /// A running, ready pod bound to `node`, with its own grace period if

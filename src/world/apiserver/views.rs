@@ -13,21 +13,21 @@
 //! the Pod.
 
 use std::any::{Any, TypeId};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::store::KindStore;
 use crate::api::SlimPod;
-use crate::cluster::{EventType, Object, ObjectKey, WatchEvent};
+use crate::cluster::{EventType, Listed, Object, ObjectKey, WatchEvent};
 
 /// The projections of the pods at one revision of the kind, ordered by
 /// namespace and name.
 #[derive(Default)]
 pub(super) struct PodViews {
     revision: Option<u64>,
-    list: Vec<Arc<SlimPod>>,
+    list: Listed<SlimPod>,
     by_key: BTreeMap<ObjectKey, Arc<SlimPod>>,
 }
 
@@ -36,7 +36,7 @@ impl PodViews {
     /// name. The views follow the kind's watch log: only the pods written
     /// since the last call are projected again (all are compared when the
     /// log was compacted past it).
-    pub(super) fn follow(&mut self, store: &KindStore<Pod>) -> Vec<Arc<SlimPod>> {
+    pub(super) fn follow(&mut self, store: &KindStore<Pod>) -> Listed<SlimPod> {
         let revision = *store.subscribe().borrow();
         if self.revision == Some(revision) {
             return self.list.clone();
@@ -46,7 +46,7 @@ impl PodViews {
             _ => self.rebuild(store.objects.values()),
         }
         self.revision = Some(revision);
-        self.list = self.by_key.values().cloned().collect();
+        self.list = Listed::from(self.by_key.values().cloned().collect::<Vec<_>>());
         self.list.clone()
     }
 
@@ -110,3 +110,32 @@ fn same_version(a: &SlimPod, b: &Pod) -> bool {
 }
 
 pub(super) type SharedViews = Arc<Mutex<PodViews>>;
+
+/// The list of every other kind, kept at the kind's revision (the
+/// resource version of its last change) and shared by the readers until
+/// the kind changes.
+#[derive(Default)]
+pub(super) struct Lists(HashMap<TypeId, (u64, Box<dyn Any + Send>)>);
+
+impl Lists {
+    /// The list of `K` at `revision`: the kept one, or `build`'s.
+    pub(super) fn at<K: Object>(
+        &mut self,
+        revision: u64,
+        build: impl FnOnce() -> Vec<Arc<K>>,
+    ) -> Listed<K> {
+        let kept = self.0.get(&TypeId::of::<K>());
+        if let Some((r, list)) = kept
+            && *r == revision
+            && let Some(list) = list.downcast_ref::<Listed<K>>()
+        {
+            return list.clone();
+        }
+        let list = Listed::from(build());
+        self.0
+            .insert(TypeId::of::<K>(), (revision, Box::new(list.clone())));
+        list
+    }
+}
+
+pub(super) type SharedLists = Arc<Mutex<Lists>>;
