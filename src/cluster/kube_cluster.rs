@@ -363,7 +363,7 @@ impl KubeCluster {
                                     shadow.relisted(listed, relist_started);
                                 }
                             }
-                            bump.fetch_add(1, Ordering::Relaxed);
+                            bump.fetch_add(1, Ordering::Release);
                             changes.send_modify(|n| *n = n.wrapping_add(1));
                         }
                         Err(error) => tracing::warn!(%error, "watch failed; retrying"),
@@ -425,7 +425,7 @@ impl KubeCluster {
     fn record<K: Object>(&self, key: ObjectKey, object: Option<Arc<K>>, version: Option<u64>) {
         if let (Some(cache), Some(c)) = (self.cache::<K>(), self.caches.get(&TypeId::of::<K>())) {
             cache.overlay.record(key, object, version);
-            c.revision.fetch_add(1, Ordering::Relaxed);
+            c.revision.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -527,8 +527,9 @@ impl Cluster for KubeCluster {
         let Some(cache) = self.watched::<K>() else {
             return Listed::default();
         };
-        // Read before the store: the watch task bumps it after the
-        // reflector stored the event, so the list is at least this new.
+        // Read before the store: the watch task bumps it (Release) after
+        // the reflector stored the event, so a list made after this read
+        // (Acquire) holds every change the revision counts.
         let revision = self.revision::<K>();
         let mut listed = cache.listed.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((at, list)) = &*listed
@@ -551,7 +552,7 @@ impl Cluster for KubeCluster {
     fn revision<K: Object>(&self) -> u64 {
         self.caches
             .get(&TypeId::of::<K>())
-            .map_or(0, |c| c.revision.load(Ordering::Relaxed))
+            .map_or(0, |c| c.revision.load(Ordering::Acquire))
     }
 
     fn get<K: Object>(&self, key: &ObjectKey) -> Option<Arc<K>> {
