@@ -68,7 +68,7 @@ use crate::api::{
 };
 use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::cloud::CloudProvider;
-use crate::cluster::{Cluster, ObjectKey, Selector};
+use crate::cluster::{Cluster, ObjectKey, PodsByNode, Selector};
 use crate::convert::{build_input_kept, build_input_with_pools};
 use crate::disruption::pods::{
     eviction_cost, is_leaving, is_mirror, is_movable, tolerates_disrupted,
@@ -233,7 +233,9 @@ struct Facts {
     statics: BTreeMap<String, disruption::statics::StaticPool>,
     /// Per candidate NodeClaim, the `Drifted` reason and whether it is
     /// `Consolidatable`, for its conditions.
-    conditions: Vec<(String, Option<&'static str>, bool)>,
+    /// Each candidate's NodeClaim as the pass read it, with the `Drifted`
+    /// reason and whether it is consolidatable.
+    conditions: Vec<(Arc<NodeClaim>, Option<&'static str>, bool)>,
 }
 
 fn since(t: Timestamp, now: Timestamp) -> Duration {
@@ -323,19 +325,66 @@ struct Offering<'a> {
     capacity_type: &'a str,
 }
 
+/// A pass's instance types by name: each NodePool's, every NodePool's,
+/// and the catalog's, each in the order read, so a lookup finds what a
+/// scan of the list in that order would.
+#[derive(Default)]
+struct TypesByName<'a> {
+    pools: HashMap<&'a str, ByName<'a>, foldhash::fast::RandomState>,
+    all: ByName<'a>,
+    catalog: ByName<'a>,
+}
+
+type ByName<'a> = HashMap<&'a str, Vec<&'a InstanceType>, foldhash::fast::RandomState>;
+
+impl<'a> TypesByName<'a> {
+    fn new(specs: &'a [NodePoolSpec], catalog: &'a [InstanceType]) -> Self {
+        let mut index = TypesByName::default();
+        for spec in specs {
+            for t in &spec.instance_types {
+                index
+                    .pools
+                    .entry(spec.name.as_str())
+                    .or_default()
+                    .entry(t.name.as_str())
+                    .or_default()
+                    .push(t);
+                index.all.entry(t.name.as_str()).or_default().push(t);
+            }
+        }
+        for t in catalog {
+            index.catalog.entry(t.name.as_str()).or_default().push(t);
+        }
+        index
+    }
+
+    fn get<'m>(map: &'m ByName<'a>, name: &str) -> &'m [&'a InstanceType] {
+        map.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    fn pool(&self, pool: &str, name: &str) -> &[&'a InstanceType] {
+        self.pools
+            .get(pool)
+            .map_or(&[], |types| TypesByName::get(types, name))
+    }
+}
+
 impl Offering<'_> {
     /// Instance-type drift: the type is gone from the catalog, or its
-    /// NodePool no longer offers it in this zone and capacity type.
-    fn drift(&self, pool_types: &[&InstanceType], catalog: &[InstanceType]) -> Option<DriftReason> {
+    /// NodePool (`pool`) no longer offers it in this zone and capacity
+    /// type.
+    fn drift(&self, pool: &str, types: &TypesByName) -> Option<DriftReason> {
         let (name, zone, ct) = (self.instance_type, self.zone, self.capacity_type);
         if name.is_empty() {
             return None;
         }
-        match pool_types.iter().find(|t| t.name == name) {
-            None if !catalog.iter().any(|t| t.name == name) => Some(DriftReason::InstanceType {
-                instance_type: name.to_string(),
-                why: "no longer exists".into(),
-            }),
+        match types.pool(pool, name).first() {
+            None if TypesByName::get(&types.catalog, name).is_empty() => {
+                Some(DriftReason::InstanceType {
+                    instance_type: name.to_string(),
+                    why: "no longer exists".into(),
+                })
+            }
             Some(t)
                 if !t
                     .offerings
@@ -353,34 +402,49 @@ impl Offering<'_> {
 
     /// Its price: its own NodePool's first (overlays price types per
     /// NodePool), then any NodePool's, then the catalog's; 0 if none has it.
-    fn price(
-        &self,
-        pool_types: &[&InstanceType],
-        all_types: &[&InstanceType],
-        catalog: &[InstanceType],
-    ) -> f64 {
+    fn price(&self, pool: &str, types: &TypesByName) -> f64 {
         let (name, zone, ct) = (self.instance_type, self.zone, self.capacity_type);
-        offering_price(pool_types, name, zone, ct)
-            .or_else(|| offering_price(all_types, name, zone, ct))
-            .or_else(|| {
-                catalog
-                    .iter()
-                    .filter(|t| t.name == name)
-                    .flat_map(|t| t.offerings.iter())
-                    .find(|o| o.zone == zone && o.capacity_type == ct)
-                    .map(|o| o.price)
-            })
+        offering_price(types.pool(pool, name), zone, ct)
+            .or_else(|| offering_price(TypesByName::get(&types.all, name), zone, ct))
+            .or_else(|| offering_price(TypesByName::get(&types.catalog, name), zone, ct))
             .unwrap_or(0.0)
     }
 }
 
-fn offering_price(types: &[&InstanceType], name: &str, zone: &str, ct: &str) -> Option<f64> {
+/// The price of the first offering in `zone` and capacity type `ct` among
+/// `types` (of one name).
+fn offering_price(types: &[&InstanceType], zone: &str, ct: &str) -> Option<f64> {
     types
         .iter()
-        .filter(|t| t.name == name)
         .flat_map(|t| t.offerings.iter())
         .find(|o| o.zone == zone && o.capacity_type == ct)
         .map(|o| o.price)
+}
+
+/// Whether a NodeClaim's `Drifted` and `Consolidatable` conditions are
+/// already those [`Controller::write_claim_conditions`] would write.
+fn conditions_hold(claim: &NodeClaim, drifted: Option<&str>, consolidatable: bool) -> bool {
+    let conds = claim.status.as_ref().and_then(|s| s.conditions.as_deref());
+    let find = |type_| crate::api::common::find_condition(conds, type_);
+    let drift_holds = match (drifted, find(conditions::DRIFTED)) {
+        (None, None) => true,
+        (Some(reason), Some(c)) => {
+            c.is_true()
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref().unwrap_or("") == reason
+        }
+        _ => false,
+    };
+    let consolidatable_holds = match (consolidatable, find(conditions::CONSOLIDATABLE)) {
+        (false, None) => true,
+        (true, Some(c)) => {
+            c.is_true()
+                && c.reason.as_deref() == Some(conditions::CONSOLIDATABLE)
+                && c.message.as_deref().unwrap_or("").is_empty()
+        }
+        _ => false,
+    };
+    drift_holds && consolidatable_holds
 }
 
 /// The allowances of PodDisruptionBudgets, as their status reports them
@@ -389,15 +453,12 @@ struct Budgets {
     pdbs: Vec<Pdb>,
 }
 
-/// The pods of a pass by the name of their node.
-type PodsByNode<'a> = HashMap<&'a str, Vec<&'a Arc<SlimPod>>, foldhash::fast::RandomState>;
-
 /// What a disruption pass read of the cluster that its scheduling input is
 /// built from.
 struct Read<'a> {
     catalog: &'a [InstanceType],
-    pods: &'a [Arc<SlimPod>],
-    pods_by_node: &'a PodsByNode<'a>,
+    /// The pods, and by node.
+    pods_by_node: &'a PodsByNode,
     /// The nodes and NodeClaims whose capacity is not initialized yet.
     uninitialized: &'a BTreeSet<String>,
     now: Timestamp,
@@ -1089,37 +1150,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .into_iter()
             .filter_map(|c| Some((c.metadata.name.clone()?, c)))
             .collect();
-        let all_types: Vec<&InstanceType> =
-            specs.iter().flat_map(|s| s.instance_types.iter()).collect();
         let nodes = self.cluster.list::<Node>();
         let nodes_by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
-        let pods = self.cluster.list::<SlimPod>();
+        let pods_by_node = self.pods_by_node();
         let deleting = self.deleting_nodes();
-        let mut pods_by_node: PodsByNode = HashMap::default();
-        let mut pending: BTreeSet<String> = BTreeSet::new();
-        let mut leaving: BTreeSet<String> = BTreeSet::new();
-        for p in &pods {
-            match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                Some(n) if !n.is_empty() => {
-                    if !p.is_finished() {
-                        pods_by_node.entry(n).or_default().push(p);
-                    }
-                }
-                _ => {
-                    if crate::scheduling::pod::is_provisionable(p) {
-                        pending.insert(p.key());
-                    }
-                }
-            }
-        }
+        let mut pending: BTreeSet<String> = pods_by_node
+            .unbound()
+            .filter(|p| crate::scheduling::pod::is_provisionable(p))
+            .map(|p| p.key())
+            .collect();
         // The pods leaving with their node ([`is_leaving`]), found node by
         // node.
+        let mut leaving: BTreeSet<String> = BTreeSet::new();
         for node in &deleting {
-            for p in pods_by_node.get(node.as_str()).into_iter().flatten() {
-                if is_leaving(p, &deleting) {
+            for p in pods_by_node.on(node) {
+                if !p.is_finished() && is_leaving(p, &deleting) {
                     leaving.insert(p.key());
                 }
             }
@@ -1133,6 +1181,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let nominated = self.nominated_nodes(&pending);
         let pdbs = Budgets::new(&self.cluster.list::<PodDisruptionBudget>());
         let claims = self.cluster.list::<NodeClaim>();
+        let types = TypesByName::new(&specs, &catalog);
 
         let mut candidates = Vec::new();
         let mut conditions = Vec::new();
@@ -1201,9 +1250,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 continue;
             }
             let node_name = node.metadata.name.clone().unwrap_or_default();
-            let all_pods: &[&Arc<SlimPod>] = pods_by_node
-                .get(node_name.as_str())
-                .map_or(&[], Vec::as_slice);
+            let running = pods_by_node.running_on(&node_name);
+            let all_pods: &[&Arc<SlimPod>] = &running;
             let last = kept_pods.remove(&node_name);
             let last_mark = last.as_ref().map(|k| k.mark);
             let on_node = match last {
@@ -1268,18 +1316,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let instance_type = label(crate::api::LABEL_INSTANCE_TYPE);
             let zone = label(crate::api::LABEL_ZONE);
             let capacity_type = label(crate::api::LABEL_CAPACITY_TYPE);
-            let pool_types: Vec<&InstanceType> = specs
-                .iter()
-                .filter(|s| s.name == pool_name)
-                .flat_map(|s| s.instance_types.iter())
-                .collect();
             let offering = Offering {
                 instance_type: &instance_type,
                 zone: &zone,
                 capacity_type: &capacity_type,
             };
-            drift_reasons.extend(offering.drift(&pool_types, &catalog));
-            let price = offering.price(&pool_types, &all_types, &catalog);
+            drift_reasons.extend(offering.drift(&pool_name, &types));
+            let price = offering.price(&pool_name, &types);
 
             // consolidateAfter.
             let disruption = pool.spec.disruption.as_ref();
@@ -1324,7 +1367,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .map(|(_, reason)| reason);
             let movable = on_node.movable;
             node_pods.insert(node_name.clone(), on_node);
-            conditions.push((claim_name(claim), drift_reason, consolidatable));
+            conditions.push((claim.clone(), drift_reason, consolidatable));
             candidates.push(Candidate {
                 node: node_name,
                 nodeclaim: claim_name(claim),
@@ -1368,7 +1411,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let input_key = (!movers.is_empty()).then(|| self.input_key(&movers, &uninitialized));
         let read = Read {
             catalog: &catalog,
-            pods: &pods,
             pods_by_node: &pods_by_node,
             uninitialized: &uninitialized,
             now,
@@ -1403,7 +1445,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     ) -> Option<(PassInput, bool)> {
         let Read {
             catalog,
-            pods,
             pods_by_node,
             uninitialized,
             now,
@@ -1430,7 +1471,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // them: their room is taken, as the pending pods' room is in the
         // reference's simulation.
         let snapshot = needs_removals.then(|| {
-            let mut with_virtual = pods.to_vec();
+            let mut with_virtual = pods_by_node.list().to_vec();
             with_virtual.extend(self.virtual_pods_bound());
             self.snapshot(with_virtual)
         });
@@ -1480,11 +1521,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(c.node.as_str())
                 });
                 for p in pods_by_node
-                    .get(c.node.as_str())
-                    .into_iter()
-                    .flatten()
-                    .copied()
-                    .filter(|p| is_movable(p))
+                    .on(&c.node)
+                    .filter(|p| !p.is_finished() && is_movable(p))
                     .chain(own_virtual)
                 {
                     match self.pod_specs.get(p, &volumes, now_ms) {
@@ -1508,14 +1546,19 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// such condition; `Consolidatable` true once `consolidateAfter` has
     /// passed since the last pod event, or no such condition. Only changed
     /// NodeClaims are written, each read again first (this pass may have
-    /// written it).
+    /// written it). A claim the pass read with the conditions wanted is
+    /// not read again: the pass's own writes leave the conditions alone.
     async fn write_claim_conditions(
         &mut self,
-        wanted: Vec<(String, Option<&'static str>, bool)>,
+        wanted: Vec<(Arc<NodeClaim>, Option<&'static str>, bool)>,
         now: Timestamp,
     ) {
-        for (name, drifted, consolidatable) in wanted {
-            let Some(claim) = self.cluster.get::<NodeClaim>(&ObjectKey::cluster(&name)) else {
+        for (read, drifted, consolidatable) in wanted {
+            if conditions_hold(&read, drifted, consolidatable) {
+                continue;
+            }
+            let key = ObjectKey::cluster(read.metadata.name.as_deref().unwrap_or_default());
+            let Some(claim) = self.cluster.get::<NodeClaim>(&key) else {
                 continue;
             };
             if claim.metadata.deletion_timestamp.is_some() {
@@ -2019,6 +2062,177 @@ mod tests {
             namespace: namespace.map(str::to_string),
             ..ObjectMeta::default()
         }
+    }
+
+    /// A claim whose conditions are those a pass wants is left unread:
+    /// `conditions_hold` agrees with what setting or clearing them would
+    /// change, for every state the conditions can be in.
+    #[test]
+    fn conditions_hold_exactly_when_writing_them_changes_nothing() {
+        let now = Timestamp::from_second(1_000).unwrap();
+        let reasons = [None, Some("Drifted"), Some("AMIDrift")];
+        let wanted = |conds: &mut Vec<crate::api::common::Condition>,
+                      drifted: Option<&str>,
+                      consolidatable: bool| {
+            let mut changed = match drifted {
+                Some(r) => set_condition(conds, conditions::DRIFTED, true, r, r, now),
+                None => clear_condition(conds, conditions::DRIFTED),
+            };
+            changed |= if consolidatable {
+                let c = conditions::CONSOLIDATABLE;
+                set_condition(conds, c, true, c, "", now)
+            } else {
+                clear_condition(conds, conditions::CONSOLIDATABLE)
+            };
+            changed
+        };
+        // Every start: each condition absent, as wanted, True with another
+        // reason or message, or False.
+        let mut starts: Vec<Vec<crate::api::common::Condition>> = Vec::new();
+        for drift in 0..5 {
+            for consolidatable in 0..4 {
+                let mut conds = Vec::new();
+                match drift {
+                    0 => {}
+                    1 => {
+                        set_condition(
+                            &mut conds,
+                            conditions::DRIFTED,
+                            true,
+                            "Drifted",
+                            "Drifted",
+                            now,
+                        );
+                    }
+                    2 => {
+                        set_condition(
+                            &mut conds,
+                            conditions::DRIFTED,
+                            true,
+                            "AMIDrift",
+                            "AMIDrift",
+                            now,
+                        );
+                    }
+                    3 => {
+                        set_condition(&mut conds, conditions::DRIFTED, true, "Drifted", "", now);
+                    }
+                    _ => {
+                        set_condition(
+                            &mut conds,
+                            conditions::DRIFTED,
+                            false,
+                            "Drifted",
+                            "Drifted",
+                            now,
+                        );
+                    }
+                }
+                let c = conditions::CONSOLIDATABLE;
+                match consolidatable {
+                    0 => {}
+                    1 => drop(set_condition(&mut conds, c, true, c, "", now)),
+                    2 => drop(set_condition(&mut conds, c, false, c, "", now)),
+                    _ => drop(set_condition(&mut conds, c, true, c, "not yet", now)),
+                }
+                starts.push(conds);
+            }
+        }
+        for start in &starts {
+            let mut claim = NodeClaim::test("c");
+            claim.status.get_or_insert_with(Default::default).conditions = Some(start.clone());
+            for drifted in reasons {
+                for consolidatable in [false, true] {
+                    let changes = wanted(&mut start.clone(), drifted, consolidatable);
+                    assert_eq!(
+                        conditions_hold(&claim, drifted, consolidatable),
+                        !changes,
+                        "{start:?} wanting {drifted:?}, {consolidatable}"
+                    );
+                }
+            }
+        }
+        let mut bare = NodeClaim::test("c");
+        assert!(conditions_hold(&bare, None, false));
+        assert!(!conditions_hold(&bare, None, true));
+        bare.status = Some(Default::default());
+        assert!(!conditions_hold(&bare, Some("Drifted"), false));
+    }
+
+    /// The lookups by name find what a scan of the lists finds: the pool's
+    /// own type first, then any pool's, then the catalog's.
+    #[test]
+    fn offerings_are_looked_up_by_name_as_the_lists_are_scanned() {
+        let it = |name: &str, zone: &str, price: f64| InstanceType {
+            name: name.into(),
+            requirements: Default::default(),
+            capacity: Default::default(),
+            overhead: Default::default(),
+            allocatable: Default::default(),
+            offerings: vec![crate::model::Offering {
+                zone: zone.into(),
+                capacity_type: "on-demand".into(),
+                price,
+                available: true,
+                reservations: Vec::new(),
+            }],
+        };
+        let pool = |name: &str, types: Vec<InstanceType>| NodePoolSpec {
+            name: name.into(),
+            weight: 0,
+            requirements: Default::default(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            limits: Default::default(),
+            instance_types: types,
+        };
+        let specs = vec![
+            pool("a", vec![it("m5.large", "z1", 0.5)]),
+            pool(
+                "b",
+                vec![it("m5.large", "z2", 0.7), it("c5.large", "z1", 0.3)],
+            ),
+        ];
+        let catalog = vec![
+            it("m5.large", "z3", 0.9),
+            it("r5.large", "z1", 0.2),
+            it("c5.large", "z1", 0.4),
+        ];
+        let types = TypesByName::new(&specs, &catalog);
+        let offering = |t, z| Offering {
+            instance_type: t,
+            zone: z,
+            capacity_type: "on-demand",
+        };
+        assert_eq!(offering("m5.large", "z1").price("a", &types), 0.5);
+        assert_eq!(
+            offering("m5.large", "z2").price("a", &types),
+            0.7,
+            "pool b's"
+        );
+        assert_eq!(
+            offering("m5.large", "z3").price("a", &types),
+            0.9,
+            "the catalog's"
+        );
+        assert_eq!(offering("c5.large", "z1").price("a", &types), 0.3);
+        assert_eq!(offering("m5.large", "z4").price("a", &types), 0.0);
+        assert_eq!(offering("m5.large", "z1").drift("a", &types), None);
+        assert!(matches!(
+            offering("m5.large", "z2").drift("a", &types),
+            Some(DriftReason::InstanceType { why, .. }) if why == "has no on-demand offering in z2"
+        ));
+        assert_eq!(
+            offering("r5.large", "z1").drift("a", &types),
+            None,
+            "in the catalog"
+        );
+        assert!(matches!(
+            offering("x9.large", "z1").drift("a", &types),
+            Some(DriftReason::InstanceType { why, .. }) if why == "no longer exists"
+        ));
+        assert_eq!(offering("", "z1").drift("a", &types), None);
     }
 
     /// What a pass reads of a node's pods: those that may move (not a

@@ -310,6 +310,8 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// Pods seen pending, for the startup-duration summary, and the pod
     /// revision last looked at.
     pod_startup: (u64, state_metrics::PodStartup),
+    /// The pods by node, for the pod list they were grouped from.
+    pods_by_node: Arc<crate::cluster::PodsByNode>,
     /// Static NodePools short of their replicas at `limits.nodes`, reported
     /// once until they are not.
     static_limited: std::collections::BTreeSet<String>,
@@ -339,6 +341,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// The revisions of what the NodePool status reads, at its last pass
     /// that wrote everything it meant to (`pool_status`).
     pool_status_read: Option<[u64; 4]>,
+    /// The capacity of the Nodes and NodeClaims the NodePool status last
+    /// summed, as parsed.
+    pool_capacity: state_metrics::ParsedCapacity,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -376,11 +381,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             deferred_launches: Vec::new(),
             provisionable: None,
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
+            pods_by_node: Default::default(),
             static_limited: std::collections::BTreeSet::new(),
             repair_blocked: std::collections::HashMap::new(),
             overlays: overlays::OverlayCache::default(),
             buffers: buffers::BufferState::default(),
             pool_status_read: None,
+            pool_capacity: Default::default(),
         }
     }
 
@@ -469,6 +476,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         tracing::trace!(lifecycle = ?a, termination = ?b, garbage = ?c, repair = ?repair, "nodeclaim wakes");
         a.min(b).min(c).min(repair).min(self.settings.resync)
+    }
+
+    /// The cluster's pods grouped by node: grouped again only when the
+    /// list is a new one (the pods changed).
+    fn pods_by_node(&mut self) -> Arc<crate::cluster::PodsByNode> {
+        let pods = self.cluster.list::<crate::api::SlimPod>();
+        if !crate::cluster::Listed::ptr_eq(self.pods_by_node.list(), &pods) {
+            self.pods_by_node = Arc::new(crate::cluster::PodsByNode::new(pods));
+        }
+        Arc::clone(&self.pods_by_node)
     }
 
     /// Pods that started since the last look, into the startup-duration

@@ -109,11 +109,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let now = self.clock.now();
         let claims = self.cluster.list::<NodeClaim>();
         let nodes = self.cluster.list::<Node>();
-        let by_name: HashMap<&str, &Arc<Node>> = nodes
+        let by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
-        let mut usage = super::state_metrics::nodepool_usage(&claims, &by_name);
+        let mut usage =
+            super::state_metrics::nodepool_usage(&claims, &by_name, &mut self.pool_capacity);
         let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
         for c in &claims {
             if let Some(p) = c.nodepool_name() {

@@ -41,9 +41,9 @@ use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
 use crate::cluster::{Cluster, ObjectKey};
 use crate::convert::{build_input_kept, build_input_with_pools, nodepool_spec_with_types};
-use crate::disruption::pods::NodeNames;
+use crate::disruption::pods::{NodeNames, is_leaving};
 use crate::model::InstanceType;
-use crate::scheduling::pod::{VolumeIndex, is_provisionable};
+use crate::scheduling::pod::{VolumeIndex, is_provisionable, is_provisionable_once_pending};
 use crate::scheduling::{NodePoolSpec, SolveOptions, solve};
 use crate::snapshot::Snapshot;
 
@@ -300,18 +300,22 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         {
             return pending.clone();
         }
-        // As `with_deleting_as_pending` reads them, without a new list.
+        // As `with_deleting_as_pending` reads them: the pending pods, and
+        // those leaving with a deleting node as they would be pending.
         let deleting = self.deleting_nodes();
-        let pending: BTreeSet<String> = self
-            .cluster
-            .list::<SlimPod>()
-            .iter()
-            .filter(|p| match pending_if_leaving(p, &deleting) {
-                Some(pending) => is_provisionable(&pending),
-                None => is_provisionable(p),
-            })
+        let pods = self.pods_by_node();
+        let mut pending: BTreeSet<String> = pods
+            .unbound()
+            .filter(|p| is_provisionable(p))
             .map(|p| p.key())
             .collect();
+        for node in &deleting {
+            pending.extend(
+                pods.on(node)
+                    .filter(|p| is_leaving(p, &deleting) && is_provisionable_once_pending(p))
+                    .map(|p| p.key()),
+            );
+        }
         self.provisionable = Some((revision, pending.clone()));
         pending
     }
@@ -884,6 +888,28 @@ mod tests {
     use crate::clock::Clock;
     use crate::controller::Settings;
     use crate::testing::{Env, World, example_class, example_pool, from_yaml, pending_pod};
+
+    /// A pod leaving with its node is provisionable exactly when it would
+    /// be as the pending pod the provisioner plans for.
+    #[test]
+    fn a_leaving_pod_is_provisionable_as_its_pending_self_is() {
+        let pods = [
+            "metadata: {name: web, namespace: d}\nspec: {nodeName: n1, containers: []}\nstatus: {phase: Running}",
+            "metadata: {name: done, namespace: d}\nspec: {nodeName: n1, containers: []}\nstatus: {phase: Succeeded}",
+            "metadata: {name: going, namespace: d, deletionTimestamp: '2026-01-01T00:00:00Z'}\nspec: {nodeName: n1, containers: []}\nstatus: {phase: Running}",
+            "metadata: {name: agent, namespace: d, ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: a, uid: u, controller: true}]}\nspec: {nodeName: n1, containers: []}",
+            "metadata: {name: mirror, namespace: d, ownerReferences: [{apiVersion: v1, kind: Node, name: n1, uid: u, controller: true}]}\nspec: {nodeName: n1, containers: []}",
+            "metadata: {name: nominated, namespace: d}\nspec: {nodeName: n1, containers: []}\nstatus: {nominatedNodeName: n2}",
+        ];
+        let mut provisionable = 0;
+        for yaml in pods {
+            let p: SlimPod = from_yaml(yaml);
+            let once = is_provisionable_once_pending(&p);
+            assert_eq!(is_provisionable(&as_pending(&p)), once, "{yaml}");
+            provisionable += usize::from(once);
+        }
+        assert_eq!(provisionable, 3, "web, done and nominated");
+    }
 
     #[test]
     fn new_nodeclaims_carry_the_drift_hashes_and_a_second_pass_does_not_solve_again() {

@@ -287,17 +287,22 @@ fn node_resources(
 /// The resources a NodePool's status reports in the reference
 /// (`status.resources`): the capacity of its nodes and NodeClaims not being
 /// deleted or disrupted (a node's own once registered, else the claim's),
-/// `nodes` their count.
-pub(super) fn nodepool_usage(
+/// `nodes` their count. `parsed` holds each object's capacity as read at
+/// the last call, so only the objects that changed are parsed again.
+pub(super) fn nodepool_usage<S: std::hash::BuildHasher>(
     claims: &[Arc<NodeClaim>],
-    nodes: &HashMap<&str, &Arc<Node>>,
+    nodes: &HashMap<&str, &Arc<Node>, S>,
+    parsed: &mut ParsedCapacity,
 ) -> BTreeMap<String, Resources> {
     let mut usage: BTreeMap<String, Resources> = BTreeMap::new();
+    let mut kept = ParsedCapacity::default();
     for claim in claims {
         let Some(pool) = claim.nodepool_name() else {
             continue;
         };
-        let entry = usage.entry(pool.to_string()).or_default();
+        if !usage.contains_key(pool) {
+            usage.insert(pool.to_string(), Resources::new());
+        }
         let disrupted = claim
             .metadata
             .annotations
@@ -313,19 +318,79 @@ pub(super) fn nodepool_usage(
         if node.is_some_and(|n| n.metadata.deletion_timestamp.is_some()) {
             continue;
         }
-        let capacity = node
-            .and_then(|n| n.status.as_ref()?.capacity.as_ref())
-            .or_else(|| status.and_then(|s| s.capacity.as_ref()));
-        let Some(Ok(r)) = capacity.map(Resources::from_k8s) else {
+        let source = match node {
+            Some(n) if n.status.as_ref().is_some_and(|s| s.capacity.is_some()) => {
+                CapacitySource::Node(Arc::clone(n))
+            }
+            _ if status.is_some_and(|s| s.capacity.is_some()) => {
+                CapacitySource::Claim(Arc::clone(claim))
+            }
+            _ => continue,
+        };
+        let Some(r) = parsed.take(source, &mut kept) else {
             continue;
         };
         if r.0.is_empty() {
             continue;
         }
-        entry.add(&r);
-        entry.add(&Resources::new().with("nodes", 1));
+        let entry = usage.get_mut(pool).expect("inserted above");
+        entry.add(r);
+        entry.add_one("nodes");
     }
+    *parsed = kept;
     usage
+}
+
+/// The capacity of Nodes and NodeClaims as parsed, by object: an object
+/// not changed since it was parsed is the same allocation, and the entry
+/// holds it, so its address names that version alone.
+#[derive(Default)]
+pub(super) struct ParsedCapacity {
+    by_object: HashMap<usize, (CapacitySource, Option<Resources>), foldhash::fast::RandomState>,
+}
+
+/// The object a capacity is read from.
+enum CapacitySource {
+    Node(Arc<Node>),
+    Claim(Arc<NodeClaim>),
+}
+
+impl CapacitySource {
+    fn address(&self) -> usize {
+        match self {
+            CapacitySource::Node(n) => Arc::as_ptr(n) as usize,
+            CapacitySource::Claim(c) => Arc::as_ptr(c) as usize,
+        }
+    }
+
+    /// The object's capacity; `None` when absent or invalid.
+    fn parse(&self) -> Option<Resources> {
+        let capacity = match self {
+            CapacitySource::Node(n) => n.status.as_ref()?.capacity.as_ref()?,
+            CapacitySource::Claim(c) => c.status.as_ref()?.capacity.as_ref()?,
+        };
+        Resources::from_k8s(capacity).ok()
+    }
+}
+
+impl ParsedCapacity {
+    /// `source`'s capacity, moved with its entry into `kept`: parsed
+    /// again unless this holds it.
+    fn take<'k>(
+        &mut self,
+        source: CapacitySource,
+        kept: &'k mut ParsedCapacity,
+    ) -> Option<&'k Resources> {
+        let address = source.address();
+        let entry = match self.by_object.remove(&address) {
+            Some(e) => e,
+            None => {
+                let parsed = source.parse();
+                (source, parsed)
+            }
+        };
+        kept.by_object.entry(address).or_insert(entry).1.as_ref()
+    }
 }
 
 /// `karpenter_nodepools_usage` and `karpenter_nodepools_limit`.
@@ -335,7 +400,7 @@ fn nodepools<C: Cluster>(
     nodes: &HashMap<&str, &Arc<Node>>,
 ) -> Vec<MetricFamily> {
     let pools = cluster.list::<NodePool>();
-    let mut usage = nodepool_usage(claims, nodes);
+    let mut usage = nodepool_usage(claims, nodes, &mut ParsedCapacity::default());
     let (mut used, mut limits) = (vec![], vec![]);
     for pool in &pools {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
@@ -595,6 +660,48 @@ mod tests {
             ),
             Some(400.0 * 1024.0f64.powi(3))
         );
+    }
+
+    /// The capacity parsed at one call is reused at the next for the
+    /// objects that did not change, and parsed again for those that did.
+    #[test]
+    fn nodepool_usage_parses_again_only_what_changed() {
+        let c = cluster();
+        let usage = |c: &MemoryCluster, parsed: &mut ParsedCapacity| {
+            let nodes = Cluster::list::<Node>(c);
+            let by_name: HashMap<&str, &Arc<Node>> = nodes
+                .iter()
+                .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+                .collect();
+            nodepool_usage(&Cluster::list::<NodeClaim>(c), &by_name, parsed)
+        };
+        let mut parsed = ParsedCapacity::default();
+        let first = usage(&c, &mut parsed);
+        assert_eq!(first["general"].get("cpu"), 6000);
+        assert_eq!(first["general"].get("nodes"), 2);
+        assert_eq!(parsed.by_object.len(), 2, "n1's and general-2's");
+        assert_eq!(usage(&c, &mut parsed), first);
+        assert_eq!(parsed.by_object.len(), 2);
+        // n1 grows: its new version is parsed, the old one dropped.
+        let mut n1 = (*c
+            .get_opt::<Node>(&crate::cluster::ObjectKey::cluster("n1"))
+            .unwrap())
+        .clone();
+        n1.status
+            .as_mut()
+            .unwrap()
+            .capacity
+            .as_mut()
+            .unwrap()
+            .insert(
+                "cpu".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("8".into()),
+            );
+        c.update_status(n1).unwrap();
+        let second = usage(&c, &mut parsed);
+        assert_eq!(second["general"].get("cpu"), 10000);
+        assert_eq!(second, usage(&c, &mut ParsedCapacity::default()));
+        assert_eq!(parsed.by_object.len(), 2);
     }
 
     #[test]

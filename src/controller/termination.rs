@@ -250,24 +250,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
-        // The pods of the terminating claims' nodes: a few of a large
-        // cluster's, and every pod is looked at.
-        let pods = self.cluster.list::<SlimPod>();
-        let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
-            terminating
-                .iter()
-                .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, Vec::new())))
-                .collect();
-        for p in &pods {
-            if let Some(on) = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .and_then(|n| pods_by_node.get_mut(n))
-            {
-                on.push(p);
-            }
-        }
+        let pods_by_node = self.pods_by_node();
         let now = self.clock.now();
         for claim in terminating {
             let mut claim = claim.clone();
@@ -278,13 +261,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .and_then(|n| nodes_by_name.get(n).copied());
             if let Some(node) = node {
                 let name = node.metadata.name.as_deref().unwrap_or_default();
-                let draining: Vec<&Arc<SlimPod>> = pods_by_node
-                    .get(name)
-                    .into_iter()
-                    .flatten()
-                    .copied()
-                    .filter(|p| waiting(p, now))
-                    .collect();
+                let draining: Vec<&Arc<SlimPod>> =
+                    pods_by_node.on(name).filter(|p| waiting(p, now)).collect();
                 let gone = !draining.is_empty() && self.instance_gone(&claim).await;
                 if let Some(deadline) = termination_deadline(&claim).filter(|_| !gone) {
                     let by = format!(
@@ -370,12 +348,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         "",
                     )
                     .await;
-                    let on_node: Vec<&Arc<SlimPod>> = pods_by_node
-                        .get(name)
-                        .into_iter()
-                        .flatten()
-                        .copied()
-                        .collect();
+                    let on_node: Vec<&Arc<SlimPod>> = pods_by_node.on(name).collect();
                     let deadline = termination_deadline(&claim);
                     if let Some(wait) = self
                         .await_volume_detachment(&mut claim, node, &on_node, deadline)

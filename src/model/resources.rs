@@ -55,24 +55,38 @@ impl Resources {
     /// Adds `other` to `self`, saturating.
     pub fn add(&mut self, other: &Resources) {
         for (k, v) in &other.0 {
-            let e = self.0.entry(k.clone()).or_insert(0);
-            *e = e.saturating_add(*v);
+            self.merge(k, 0, |e| e.saturating_add(*v));
         }
     }
 
     /// Subtracts `other` from `self`, saturating (results may be negative).
     pub fn sub(&mut self, other: &Resources) {
         for (k, v) in &other.0 {
-            let e = self.0.entry(k.clone()).or_insert(0);
-            *e = e.saturating_sub(*v);
+            self.merge(k, 0, |e| e.saturating_sub(*v));
         }
     }
 
     /// Component-wise maximum.
     pub fn max_with(&mut self, other: &Resources) {
         for (k, v) in &other.0 {
-            let e = self.0.entry(k.clone()).or_insert(*v);
-            *e = (*e).max(*v);
+            self.merge(k, *v, |e| e.max(*v));
+        }
+    }
+
+    /// Adds one of `name`.
+    pub fn add_one(&mut self, name: &str) {
+        self.merge(name, 0, |e| e.saturating_add(1));
+    }
+
+    /// Sets `name` to `f` of its amount (`missing` when it has none),
+    /// allocating the key only when it is new: a sum over many lists of
+    /// the same resources then allocates once per resource.
+    fn merge(&mut self, name: &str, missing: i64, f: impl FnOnce(i64) -> i64) {
+        match self.0.get_mut(name) {
+            Some(e) => *e = f(*e),
+            None => {
+                self.0.insert(name.to_string(), f(missing));
+            }
         }
     }
 

@@ -55,9 +55,17 @@ pub fn is_provisionable(pod: &SlimPod) -> bool {
                 && c.reason.as_deref() == Some("Unschedulable")
         })
     });
-    let finished = pod.is_finished();
-    let owned_by_ds_or_node = pod.is_daemon() || crate::api::pod::is_node_owned(&pod.metadata);
-    !nominated && unschedulable && !finished && !owned_by_ds_or_node
+    !nominated && unschedulable && !pod.is_finished() && is_provisionable_once_pending(pod)
+}
+
+/// Whether a bound pod would be provisionable once it is pending again (no
+/// node, `PodScheduled=False` with reason Unschedulable, phase Pending):
+/// not terminating, and not a DaemonSet's or a Node's. The provisioner
+/// asks this of the pods leaving with a deleting node.
+pub fn is_provisionable_once_pending(pod: &SlimPod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && !pod.is_daemon()
+        && !crate::api::pod::is_node_owned(&pod.metadata)
 }
 
 /// Persistent volume objects used to derive volume topology requirements.
