@@ -231,10 +231,8 @@ struct Facts {
     next_threshold: Option<Timestamp>,
     /// The static NodePools, counted.
     statics: BTreeMap<String, disruption::statics::StaticPool>,
-    /// Per candidate NodeClaim, the `Drifted` reason and whether it is
-    /// `Consolidatable`, for its conditions.
     /// Each candidate's NodeClaim as the pass read it, with the `Drifted`
-    /// reason and whether it is consolidatable.
+    /// reason and whether it is `Consolidatable`, for its conditions.
     conditions: Vec<(Arc<NodeClaim>, Option<&'static str>, bool)>,
 }
 
