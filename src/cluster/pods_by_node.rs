@@ -1,8 +1,10 @@
 //! A pod list grouped by the node each pod is bound to: made once per list
 //! (a revision of the pods) and shared by every reader of that list, so a
 //! pass over a large cluster hashes each pod's node name once, not once
-//! per reader.
+//! per reader. A new list is grouped from the last one
+//! ([`PodsByNode::follow`]): only the pods that changed are grouped again.
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -11,7 +13,7 @@ use crate::api::SlimPod;
 
 /// The pods of one list by node: those bound to each node (finished ones
 /// too) and those bound to none, each in the list's order.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct PodsByNode {
     list: Listed<SlimPod>,
     /// Indices into `list` of the pods bound to each node.
@@ -27,14 +29,14 @@ impl PodsByNode {
         let mut unbound = Vec::new();
         for (i, p) in list.iter().enumerate() {
             let i = u32::try_from(i).expect("fewer than 2^32 pods");
-            match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                Some(node) if !node.is_empty() => match bound.get_mut(node) {
+            match node_of(p) {
+                Some(node) => match bound.get_mut(node) {
                     Some(on) => on.push(i),
                     None => {
                         bound.insert(node.into(), vec![i]);
                     }
                 },
-                _ => unbound.push(i),
+                None => unbound.push(i),
             }
         }
         PodsByNode {
@@ -42,6 +44,42 @@ impl PodsByNode {
             bound,
             unbound,
         }
+    }
+
+    /// Groups `list`, a later list of the pods grouped, from this grouping:
+    /// a pod that is the same object (allocation) in both lists keeps its
+    /// group, so only the pods added or changed since ([`PodListChange`])
+    /// are grouped again.
+    pub fn follow(&mut self, list: Listed<SlimPod>) {
+        if Listed::ptr_eq(&self.list, &list) {
+            return;
+        }
+        let PodListChange { moved, added } = PodListChange::between(&self.list, &list);
+        let remap = |at: &mut Vec<u32>| {
+            at.retain_mut(|x| {
+                *x = moved[*x as usize];
+                *x != PodListChange::GONE
+            })
+        };
+        self.bound.retain(|_, at| {
+            remap(at);
+            !at.is_empty()
+        });
+        remap(&mut self.unbound);
+        for at in added {
+            let group = match node_of(&list[at as usize]) {
+                Some(node) => {
+                    if !self.bound.contains_key(node) {
+                        self.bound.insert(node.into(), Vec::new());
+                    }
+                    self.bound.get_mut(node).expect("inserted")
+                }
+                None => &mut self.unbound,
+            };
+            let k = group.partition_point(|&x| x < at);
+            group.insert(k, at);
+        }
+        self.list = list;
     }
 
     /// The list grouped.
@@ -64,6 +102,79 @@ impl PodsByNode {
     pub fn unbound(&self) -> impl Iterator<Item = &Arc<SlimPod>> {
         self.unbound.iter().map(|&i| &self.list[i as usize])
     }
+}
+
+/// How a pod list changed into a later one: where each pod of the first is
+/// in the second, and the pods of the second that are new (added, or a new
+/// version of a pod).
+///
+/// Both lists are walked together, the same objects (allocations) matched
+/// in order and the others told apart by namespace and name, the lists'
+/// order. Matches only ever move forward in both lists, so the kept pods
+/// keep their relative order whatever the lists' order: lists in another
+/// order cost more pods taken as new, never a wrong match.
+pub struct PodListChange {
+    /// The index in the later list of each pod of the first, or
+    /// [`PodListChange::GONE`] for a pod not in it (deleted, or replaced by
+    /// a new version).
+    pub moved: Vec<u32>,
+    /// The indices in the later list of the pods not in the first, in
+    /// order.
+    pub added: Vec<u32>,
+}
+
+impl PodListChange {
+    /// In [`PodListChange::moved`], a pod not in the later list.
+    pub const GONE: u32 = u32::MAX;
+
+    pub fn between(old: &[Arc<SlimPod>], new: &[Arc<SlimPod>]) -> PodListChange {
+        let mut moved = vec![Self::GONE; old.len()];
+        let mut added: Vec<u32> = Vec::new();
+        let (mut i, mut j) = (0, 0);
+        while j < new.len() {
+            let at = u32::try_from(j).expect("fewer than 2^32 pods");
+            let Some(was) = old.get(i) else {
+                added.push(at);
+                j += 1;
+                continue;
+            };
+            if Arc::ptr_eq(was, &new[j]) {
+                moved[i] = at;
+                i += 1;
+                j += 1;
+                continue;
+            }
+            match pod_list_key(was).cmp(&pod_list_key(&new[j])) {
+                Ordering::Less => i += 1,
+                Ordering::Equal => {
+                    added.push(at);
+                    i += 1;
+                    j += 1;
+                }
+                Ordering::Greater => {
+                    added.push(at);
+                    j += 1;
+                }
+            }
+        }
+        PodListChange { moved, added }
+    }
+}
+
+/// The node `p` is bound to; an empty name is none.
+fn node_of(p: &SlimPod) -> Option<&str> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// A pod's place in a list: its namespace, then its name.
+pub fn pod_list_key(p: &SlimPod) -> (&str, &str) {
+    (
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]
@@ -102,5 +213,68 @@ mod tests {
         assert!(groups.on("n3").next().is_none());
         assert_eq!(names(groups.unbound().collect()), ["c", "e"]);
         assert!(Listed::ptr_eq(groups.list(), &list));
+    }
+
+    fn pod_in(namespace: &str, name: &str, node: Option<&str>, phase: &str) -> Arc<SlimPod> {
+        let node = node.map_or(String::new(), |n| format!("nodeName: '{n}', "));
+        Arc::new(crate::testing::from_yaml(&format!(
+            "metadata: {{name: {name}, namespace: {namespace}}}\nspec: {{{node}containers: []}}\nstatus: {{phase: {phase}}}\n"
+        )))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// A grouping followed from list to list is the grouping made
+        /// afresh for each list: pods added, removed, replaced by a new
+        /// object (moved to another node, unbound, finished) or left as
+        /// they were, in lists ordered by namespace and name or not.
+        #[test]
+        fn following_a_list_groups_it_as_grouping_it_afresh(
+            sorted: bool,
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0u8..3, 0u8..24, 0u8..6), 0..12),
+                1..6,
+            ),
+        ) {
+            let mut pods: std::collections::BTreeMap<(String, String), Arc<SlimPod>> =
+                Default::default();
+            let mut followed = PodsByNode::default();
+            for step in steps {
+                for (op, n, node) in step {
+                    let namespace = ["a", "b"][usize::from(n % 2)].to_string();
+                    let name = format!("p{n}");
+                    let (bound, phase) = match node {
+                        0..=2 => (Some(format!("n{node}")), "Running"),
+                        3 => (Some("n0".to_string()), "Succeeded"),
+                        4 => (Some(String::new()), "Pending"),
+                        _ => (None, "Pending"),
+                    };
+                    let key = (namespace.clone(), name.clone());
+                    match op {
+                        0 => {
+                            pods.remove(&key);
+                        }
+                        _ => {
+                            pods.insert(key, pod_in(&namespace, &name, bound.as_deref(), phase));
+                        }
+                    }
+                }
+                let mut list: Vec<Arc<SlimPod>> = pods.values().cloned().collect();
+                if !sorted {
+                    // Another order, the same from list to list.
+                    list.sort_by_key(|p| {
+                        let name = p.metadata.name.clone().unwrap_or_default();
+                        (name.len() * 7919 + name.bytes().map(usize::from).sum::<usize>()) % 13
+                    });
+                }
+                let list = Listed::from(list);
+                followed.follow(list.clone());
+                let fresh = PodsByNode::new(list.clone());
+                proptest::prop_assert!(Listed::ptr_eq(followed.list(), &list));
+                proptest::prop_assert_eq!(&followed.bound, &fresh.bound);
+                proptest::prop_assert_eq!(&followed.unbound, &fresh.unbound);
+            }
+        }
     }
 }

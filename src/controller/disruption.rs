@@ -69,7 +69,7 @@ use crate::api::{
 use crate::clock::{Timestamp, format_rfc3339, parse_rfc3339};
 use crate::cloud::CloudProvider;
 use crate::cluster::{Cluster, ObjectKey, PodsByNode, Selector};
-use crate::convert::{build_input_kept, build_input_with_pools};
+use crate::convert::{BoundPods, build_input_bound, build_input_with_pools};
 use crate::disruption::pods::{
     eviction_cost, is_leaving, is_mirror, is_movable, tolerates_disrupted,
 };
@@ -1468,13 +1468,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // CapacityBuffers' virtual pods on the nodes the last solve put
         // them: their room is taken, as the pending pods' room is in the
         // reference's simulation.
-        let snapshot = needs_removals.then(|| {
-            let mut with_virtual = pods_by_node.list().to_vec();
-            with_virtual.extend(self.virtual_pods_bound());
-            self.snapshot(with_virtual)
-        });
+        let virtual_on: Vec<Arc<SlimPod>> = match needs_removals {
+            true => self.virtual_pods_bound(),
+            false => Vec::new(),
+        };
+        let snapshot = needs_removals.then(|| self.snapshot(Vec::new()));
         let built = match &snapshot {
-            Some(s) => build_input_kept(dynamic, catalog, s, now_ms, &mut self.kept_existing),
+            Some(s) => {
+                let bound = BoundPods::new(pods_by_node, &virtual_on);
+                build_input_bound(dynamic, catalog, s, &bound, now_ms, &mut self.kept_existing)
+            }
             None => build_input_with_pools(dynamic, catalog, &[], "", None, now_ms),
         };
         let mut input = match built {
@@ -1484,7 +1487,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 return None;
             }
         };
-        input.pods.clear();
         // Capacity not yet initialized is no place for a plan's pods (they
         // would wait for it): the trials see it tainted, so pods go to
         // initialized nodes or the plan's own replacement, and a plan that
@@ -1510,7 +1512,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 &snapshot.persistent_volumes,
                 &snapshot.storage_classes,
             );
-            let virtual_on: Vec<Arc<SlimPod>> = self.virtual_pods_bound();
             let moving: usize = candidates.iter().map(|c| c.pods + c.buffer_pods).sum();
             input.pods.reserve(moving);
             homes.reserve(moving);

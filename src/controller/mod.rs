@@ -478,12 +478,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         a.min(b).min(c).min(repair).min(self.settings.resync)
     }
 
-    /// The cluster's pods grouped by node: grouped again only when the
-    /// list is a new one (the pods changed).
+    /// The cluster's pods grouped by node: when the list is a new one (the
+    /// pods changed), the pods that changed are grouped again.
     fn pods_by_node(&mut self) -> Arc<crate::cluster::PodsByNode> {
         let pods = self.cluster.list::<crate::api::SlimPod>();
         if !crate::cluster::Listed::ptr_eq(self.pods_by_node.list(), &pods) {
-            self.pods_by_node = Arc::new(crate::cluster::PodsByNode::new(pods));
+            Arc::make_mut(&mut self.pods_by_node).follow(pods);
         }
         Arc::clone(&self.pods_by_node)
     }

@@ -34,7 +34,7 @@ use crate::api::{
     LABEL_OS, LABEL_REGION, LABEL_WINDOWS_BUILD, LABEL_ZONE, NodeClaim, NodePool, SlimPod,
     label_or_empty,
 };
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Listed, PodListChange};
 use crate::model::Resources;
 use crate::model::quantity::{CPU, PODS};
 
@@ -445,15 +445,32 @@ fn nodepools<C: Cluster>(
 /// are held; a pod that finishes or disappears first is dropped.
 #[derive(Debug, Default)]
 pub struct PodStartup {
-    /// By uid; every pod is looked up in it at each observation.
+    /// By uid.
     pending: std::collections::HashSet<String, foldhash::fast::RandomState>,
+    /// The pods looked at last: a pod that is the same object in the next
+    /// list has not changed, so only the others are looked at again.
+    last: Listed<SlimPod>,
 }
 
 impl PodStartup {
-    /// Looks at every pod once (the caller does so when pods changed).
-    pub fn observe(&mut self, pods: &[Arc<SlimPod>], metrics: &super::metrics::Metrics) {
-        let before = std::mem::take(&mut self.pending);
-        for pod in pods {
+    /// Looks at the pods that changed since the last list (the caller calls
+    /// when pods changed).
+    pub fn observe(&mut self, pods: &Listed<SlimPod>, metrics: &super::metrics::Metrics) {
+        let change = PodListChange::between(&self.last, pods);
+        // The pods waited for that are gone or changed: a new version is
+        // looked at below as any changed pod.
+        let mut before: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+            Default::default();
+        for (pod, &at) in self.last.iter().zip(&change.moved) {
+            if at == PodListChange::GONE
+                && let Some(uid) = pod.metadata.uid.as_deref()
+                && self.pending.remove(uid)
+            {
+                before.insert(uid);
+            }
+        }
+        for &at in &change.added {
+            let pod = &pods[at as usize];
             let Some(uid) = pod.metadata.uid.as_deref() else {
                 continue;
             };
@@ -462,7 +479,7 @@ impl PodStartup {
                 self.pending.insert(uid.to_string());
                 continue;
             }
-            if before.is_empty() || !before.contains(uid) || pod.is_finished() {
+            if !before.contains(uid) || pod.is_finished() {
                 continue;
             }
             let ready = crate::api::pod::ready_condition(
@@ -481,6 +498,8 @@ impl PodStartup {
                 (Some(_), None) => {}
             }
         }
+        drop(before);
+        self.last = pods.clone();
     }
 
     /// How many pods are waited for.
@@ -746,13 +765,13 @@ mod tests {
             Arc::new(SlimPod::from(&p))
         };
         // Never seen pending: not observed.
-        startup.observe(&[pod("Running", true)], &metrics);
+        startup.observe(&Listed::from(vec![pod("Running", true)]), &metrics);
         assert_eq!(metrics.pod_startup_duration.sample_count(&[]), 0);
-        startup.observe(&[pod("Pending", false)], &metrics);
+        startup.observe(&Listed::from(vec![pod("Pending", false)]), &metrics);
         assert_eq!(startup.len(), 1);
-        startup.observe(&[pod("Running", false)], &metrics);
+        startup.observe(&Listed::from(vec![pod("Running", false)]), &metrics);
         assert_eq!(startup.len(), 1, "running but not ready: still waited for");
-        startup.observe(&[pod("Running", true)], &metrics);
+        startup.observe(&Listed::from(vec![pod("Running", true)]), &metrics);
         assert!(startup.is_empty());
         assert_eq!(metrics.pod_startup_duration.sample_count(&[]), 1);
         let text = crate::metrics::exposition::text(&metrics.registry().gather());
@@ -761,9 +780,92 @@ mod tests {
             "{text}"
         );
         // A pod that disappears while pending is forgotten.
-        startup.observe(&[pod("Pending", false)], &metrics);
-        startup.observe(&[], &metrics);
+        startup.observe(&Listed::from(vec![pod("Pending", false)]), &metrics);
+        startup.observe(&Listed::default(), &metrics);
         assert!(startup.is_empty());
+    }
+
+    /// Looking only at the pods that changed waits for and observes the
+    /// pods that looking at every pod of every list does: pods created,
+    /// deleted, going from pending to running to ready or finished, or
+    /// left as they were (the same object in the next list).
+    #[test]
+    fn looking_at_changed_pods_observes_as_looking_at_all() {
+        use proptest::prelude::*;
+        // Every pod of `pods` looked at, against the pods waited for.
+        fn look_at_all(
+            waited: &mut std::collections::HashSet<String>,
+            pods: &[Arc<SlimPod>],
+        ) -> u64 {
+            let before = std::mem::take(waited);
+            let mut observed = 0;
+            for p in pods {
+                let uid = p.metadata.uid.clone().unwrap();
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                if phase == Some("Pending") {
+                    waited.insert(uid);
+                } else if before.contains(&uid) && !p.is_finished() {
+                    let ready = crate::api::pod::ready_condition(
+                        p.status.as_ref().and_then(|s| s.conditions.as_deref()),
+                    );
+                    match ready {
+                        Some(_) => observed += 1,
+                        None => {
+                            waited.insert(uid);
+                        }
+                    }
+                }
+            }
+            observed
+        }
+        let pod = |n: u8, state: u8| -> Arc<SlimPod> {
+            let (phase, ready) = [
+                ("Pending", ""),
+                ("Running", ""),
+                ("Running", "True"),
+                ("Succeeded", ""),
+            ][usize::from(state)];
+            let conditions = match ready {
+                "" => String::new(),
+                r => format!(
+                    ", conditions: [{{type: Ready, status: '{r}', lastTransitionTime: '2026-01-05T00:01:10Z'}}]"
+                ),
+            };
+            let p: Pod = yaml(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{n:02}, namespace: d, uid: u{n}, creationTimestamp: '2026-01-05T00:00:00Z'}}\n\
+                 spec: {{containers: []}}\nstatus: {{phase: {phase}{conditions}}}\n"
+            ));
+            Arc::new(SlimPod::from(&p))
+        };
+        let steps =
+            proptest::collection::vec(proptest::collection::vec((0u8..12, 0u8..5), 0..8), 1..8);
+        proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64))
+            .run(&steps, |steps| {
+                let metrics = super::super::metrics::Metrics::new();
+                let mut startup = PodStartup::default();
+                let mut waited = std::collections::HashSet::new();
+                let mut observed = 0;
+                let mut pods: BTreeMap<u8, Arc<SlimPod>> = BTreeMap::new();
+                for step in steps {
+                    for (n, state) in step {
+                        match state {
+                            4 => pods.remove(&n),
+                            s => pods.insert(n, pod(n, s)),
+                        };
+                    }
+                    let list: Vec<Arc<SlimPod>> = pods.values().cloned().collect();
+                    observed += look_at_all(&mut waited, &list);
+                    startup.observe(&Listed::from(list), &metrics);
+                    let mut held: Vec<&String> = startup.pending.iter().collect();
+                    let mut want: Vec<&String> = waited.iter().collect();
+                    held.sort();
+                    want.sort();
+                    prop_assert_eq!(held, want);
+                    prop_assert_eq!(metrics.pod_startup_duration.sample_count(&[]), observed);
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

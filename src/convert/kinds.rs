@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::common::{NodeSelectorRequirementWithMinValues, TaintEffect};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod, SlimPodSpec};
+use crate::cluster::{Listed, PodsByNode};
 use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
 use crate::model::quantity::parse_quantity;
 use crate::model::{
@@ -460,6 +461,41 @@ impl PodSpecs {
     }
 }
 
+/// The pods a conversion reads as bound to each node: a pod list grouped by
+/// node, and pods bound besides it (CapacityBuffers' virtual pods), which
+/// follow the list's pods on their node.
+pub struct BoundPods<'a> {
+    groups: &'a PodsByNode,
+    extra: HashMap<&'a str, Vec<&'a Arc<SlimPod>>, foldhash::fast::RandomState>,
+}
+
+impl<'a> BoundPods<'a> {
+    pub fn new(groups: &'a PodsByNode, extra: &'a [Arc<SlimPod>]) -> Self {
+        let mut by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
+            HashMap::default();
+        for p in extra {
+            if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                && !node.is_empty()
+            {
+                by_node.entry(node).or_default().push(p);
+            }
+        }
+        BoundPods {
+            groups,
+            extra: by_node,
+        }
+    }
+
+    /// The pods bound to `node` that have not finished, in order.
+    fn running_on(&self, node: &str) -> Vec<&'a Arc<SlimPod>> {
+        let mut on = self.groups.running_on(node);
+        if let Some(extra) = self.extra.get(node) {
+            on.extend(extra.iter().copied().filter(|p| !p.is_finished()));
+        }
+        on
+    }
+}
+
 /// Existing nodes and in-flight NodeClaims of a snapshot, with their pods,
 /// converting only the bound pods `kept` does not hold already.
 pub fn existing_nodes(
@@ -467,22 +503,30 @@ pub fn existing_nodes(
     catalog: &[InstanceType],
     kept: &mut KeptExisting,
 ) -> Result<Vec<ExistingNode>, ObjectError> {
-    let mut pods_by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
-        HashMap::default();
-    for p in &s.pods {
-        let node = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .unwrap_or("");
-        let done = p.is_finished();
-        if !node.is_empty() && !done {
-            pods_by_node.entry(node).or_default().push(p);
+    let groups = PodsByNode::new(Listed::from(s.pods.clone()));
+    existing_nodes_bound(s, &BoundPods::new(&groups, &[]), catalog, kept)
+}
+
+/// [`existing_nodes`] with the pods of `bound`; the snapshot's own pods are
+/// not read.
+pub fn existing_nodes_bound<'s>(
+    s: &'s Snapshot,
+    bound: &BoundPods,
+    catalog: &[InstanceType],
+    kept: &mut KeptExisting,
+) -> Result<Vec<ExistingNode>, ObjectError> {
+    // Each node's pods go to the first Node or in-flight NodeClaim that
+    // names it.
+    let mut given: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+        Default::default();
+    let mut bound_to = |kept: &mut KeptExisting, node: &'s str| {
+        if node.is_empty() || !given.insert(node) {
+            return Ok(Vec::new());
         }
-    }
-    let mut bound_to = |kept: &mut KeptExisting, node: &str| match pods_by_node.remove(node) {
-        Some(pods) => kept.pods(node, &pods),
-        None => Ok(Vec::new()),
+        match bound.running_on(node) {
+            pods if pods.is_empty() => Ok(Vec::new()),
+            pods => kept.pods(node, &pods),
+        }
     };
     // A registered node's NodeClaim, by provider id: until the node is
     // initialized, its startup taints are not the node's to keep, and its
@@ -500,7 +544,7 @@ pub fn existing_nodes(
             .and_then(|s| s.provider_id.as_deref())
             .and_then(|p| claims_by_provider.get(p).copied());
         let mut node = kept.node(n, claim)?;
-        node.pods = bound_to(kept, &node.name)?;
+        node.pods = bound_to(kept, n.metadata.name.as_deref().unwrap_or_default())?;
         out.push(node);
     }
     // In-flight NodeClaims: launched or launching, no Node yet.
@@ -765,6 +809,75 @@ spec:
         let fourth = existing_nodes(&s, &[], &mut kept).expect("converts");
         assert_eq!(fourth.len(), 1);
         assert_eq!(kept.pods_len(), 1);
+    }
+
+    /// Nodes converted with their pods read from a grouping of the pod
+    /// list and pods bound besides it are the nodes converted from a
+    /// snapshot holding all those pods: the same pods on the same nodes in
+    /// the same order, finished pods and pods of no node left out, a
+    /// NodeClaim in flight holding the pods bound to its node's name.
+    #[test]
+    fn pods_read_from_a_grouping_are_the_snapshots_own() {
+        let node = |name: &str| -> Arc<Node> {
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata: {{name: {name}}}\nstatus: {{allocatable: {{cpu: '8', memory: 30Gi, pods: '58'}}}}"
+            )))
+        };
+        let claim: Arc<NodeClaim> = Arc::new(crate::testing::from_yaml(
+            "metadata: {name: c3}\nspec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}, requirements: []}\nstatus: {nodeName: n3}",
+        ));
+        let pod = |name: &str, node: &str, phase: &str| -> Arc<SlimPod> {
+            let node = match node {
+                "" => String::new(),
+                n => format!("nodeName: {n}, "),
+            };
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata: {{name: {name}, namespace: default}}\nspec: {{{node}containers: [{{name: c}}]}}\nstatus: {{phase: {phase}}}"
+            )))
+        };
+        let listed: Vec<Arc<SlimPod>> = vec![
+            pod("a", "n2", "Running"),
+            pod("b", "n1", "Running"),
+            pod("c", "n1", "Succeeded"),
+            pod("d", "", "Pending"),
+            pod("e", "n3", "Running"),
+            pod("f", "n1", "Running"),
+            pod("g", "gone", "Running"),
+        ];
+        let besides = vec![pod("v1", "n1", "Running"), pod("v2", "n3", "Running")];
+        let mut all = Snapshot {
+            nodes: vec![node("n1"), node("n2")],
+            nodeclaims: vec![claim],
+            pods: listed.iter().chain(&besides).cloned().collect(),
+            ..Snapshot::default()
+        };
+        let whole = existing_nodes(&all, &[], &mut KeptExisting::default()).expect("converts");
+        all.pods.clear();
+        let groups = PodsByNode::new(Listed::from(listed));
+        let bound = BoundPods::new(&groups, &besides);
+        let grouped = existing_nodes_bound(&all, &bound, &[], &mut KeptExisting::default())
+            .expect("converts");
+        let pods_of = |nodes: &[ExistingNode]| -> Vec<(String, Vec<String>)> {
+            nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.name.clone(),
+                        n.pods.iter().map(|p| p.name.clone()).collect(),
+                    )
+                })
+                .collect()
+        };
+        let want: Vec<(String, Vec<String>)> = [
+            ("n1", &["b", "f", "v1"][..]),
+            ("n2", &["a"]),
+            ("c3", &["e", "v2"]),
+        ]
+        .iter()
+        .map(|(n, pods)| (n.to_string(), pods.iter().map(|p| p.to_string()).collect()))
+        .collect();
+        assert_eq!(pods_of(&whole), want);
+        assert_eq!(pods_of(&grouped), want);
     }
 
     /// A Node is converted once while it is the same object. A node not

@@ -20,9 +20,11 @@
 //! (`model::InstanceType::for_node_class`). A controller builds one pass
 //! after pass: [`build_input_kept`] converts only the Nodes and bound pods
 //! that changed since the last ([`KeptExisting`]), so one replaced node
-//! does not convert every node and pod of the cluster again; [`PodSpecs`] keeps, the same
-//! way, the pods that need a place (the lower bound's, the disruption
-//! candidates').
+//! does not convert every node and pod of the cluster again, and
+//! [`build_input_bound`] takes the pods bound to each node from a grouping
+//! the controller keeps ([`BoundPods`]) instead of grouping them again;
+//! [`PodSpecs`] keeps, the same way, the pods that need a place (the lower
+//! bound's, the disruption candidates').
 
 mod kinds;
 mod overlay;
@@ -30,8 +32,8 @@ mod overlay;
 use serde_json::Value;
 
 pub use kinds::{
-    KeptExisting, PodSpecs, daemonset_spec, existing_nodes, kubelet_settings, nodepool_spec,
-    nodepool_spec_with_types,
+    BoundPods, KeptExisting, PodSpecs, daemonset_spec, existing_nodes, existing_nodes_bound,
+    kubelet_settings, nodepool_spec, nodepool_spec_with_types,
 };
 pub use overlay::{apply_overlays, overlay};
 
@@ -294,12 +296,44 @@ pub fn build_input_from(
     now_ms: i64,
     kept: &mut KeptExisting,
 ) -> Result<SolveInput, Invalid> {
+    let snapshot = snapshot.map(|(s, origin)| (s, origin, None));
+    build_input_read(nodepools, catalog, pods, pods_file, snapshot, now_ms, kept)
+}
+
+/// The scheduling input of a controller's pass over its cluster without
+/// pending pods: [`build_input_kept`] with the pods bound to each node read
+/// from `bound`, which groups them already; the snapshot's pods are not
+/// read.
+pub fn build_input_bound(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    snapshot: &Snapshot,
+    bound: &BoundPods,
+    now_ms: i64,
+    kept: &mut KeptExisting,
+) -> Result<SolveInput, Invalid> {
+    let origin = Origin::default();
+    let snapshot = Some((snapshot, &origin, Some(bound)));
+    build_input_read(nodepools, catalog, &[], "", snapshot, now_ms, kept)
+}
+
+/// [`build_input_from`], or [`build_input_bound`] when the snapshot comes
+/// with its bound pods grouped.
+fn build_input_read(
+    nodepools: Vec<NodePoolSpec>,
+    catalog: &[InstanceType],
+    pods: &[(Pos, SlimPod)],
+    pods_file: &str,
+    snapshot: Option<(&Snapshot, &Origin, Option<&BoundPods>)>,
+    now_ms: i64,
+    kept: &mut KeptExisting,
+) -> Result<SolveInput, Invalid> {
     let mut input = SolveInput {
         nodepools,
         ..SolveInput::default()
     };
     let mut volumes = VolumeIndex::default();
-    if let Some((s, origin)) = snapshot {
+    if let Some((s, origin, bound)) = snapshot {
         let invalid = |object: String, message: String| Invalid {
             file: origin.file.clone(),
             line: origin.line(&object),
@@ -311,8 +345,11 @@ pub fn build_input_from(
             &s.persistent_volumes,
             &s.storage_classes,
         );
-        input.nodes = existing_nodes(s, catalog, kept)
-            .map_err(|(object, message)| invalid(object, message))?;
+        input.nodes = match bound {
+            Some(bound) => existing_nodes_bound(s, bound, catalog, kept),
+            None => existing_nodes(s, catalog, kept),
+        }
+        .map_err(|(object, message)| invalid(object, message))?;
         for ds in &s.daemonsets {
             input
                 .daemonsets
@@ -327,7 +364,11 @@ pub fn build_input_from(
                     )
                 })?);
         }
-        for p in s.pods.iter().filter(|p| is_provisionable(p)) {
+        let pending = match bound {
+            Some(_) => &[][..],
+            None => &s.pods[..],
+        };
+        for p in pending.iter().filter(|p| is_provisionable(p)) {
             input.pods.push(std::sync::Arc::new(
                 pod_spec(p, &volumes, now_ms)
                     .map_err(|e| invalid(format!("Pod/{}", e.pod), e.message))?,
