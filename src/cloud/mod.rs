@@ -354,13 +354,12 @@ pub fn instance_drift(instance: &Instance, status: &EC2NodeClassStatus) -> Vec<D
         && !groups.is_empty()
         && !instance.security_group_ids.is_empty()
     {
-        let want: BTreeSet<&str> = groups.iter().map(|g| g.id.as_str()).collect();
-        let have: BTreeSet<&str> = instance
-            .security_group_ids
-            .iter()
-            .map(String::as_str)
-            .collect();
-        if want != have {
+        // The same sets (a handful of ids each), compared without building
+        // them: checked for every NodeClaim at every disruption pass.
+        let have = &instance.security_group_ids;
+        let same = groups.iter().all(|g| have.contains(&g.id))
+            && have.iter().all(|h| groups.iter().any(|g| &g.id == h));
+        if !same {
             out.push(DriftReason::SecurityGroups {
                 groups: instance.security_group_ids.clone(),
             });
@@ -519,6 +518,43 @@ pub trait CloudProvider: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// drift.go, areSecurityGroupsDrifted: the instance's groups against the
+    /// class's resolved ones as sets (order and repeats aside); an extra or
+    /// a missing group drifts.
+    #[test]
+    fn security_groups_drift_as_sets() {
+        let instance = |groups: &[&str]| Instance {
+            id: "i-1".into(),
+            provider_id: "aws:///us-east-1a/i-1".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: "on-demand".into(),
+            price: 0.0,
+            launched_at: Timestamp::UNIX_EPOCH,
+            state: InstanceState::Running,
+            nodeclaim: "a".into(),
+            nodepool: "default".into(),
+            labels: Arc::default(),
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: groups.iter().map(|g| g.to_string()).collect(),
+            launch_batch: Vec::new(),
+            efa_attached: false,
+        };
+        let status: EC2NodeClassStatus = serde_json::from_value(serde_json::json!({
+            "securityGroups": [{"id": "sg-1", "name": "a"}, {"id": "sg-2", "name": "b"}],
+        }))
+        .expect("a status");
+        let drifted = |groups: &[&str]| !instance_drift(&instance(groups), &status).is_empty();
+        assert!(!drifted(&["sg-1", "sg-2"]));
+        assert!(!drifted(&["sg-2", "sg-1", "sg-2"]));
+        assert!(drifted(&["sg-1"]));
+        assert!(drifted(&["sg-1", "sg-2", "sg-3"]));
+        assert!(drifted(&["sg-3", "sg-4"]));
+        // An instance that reports no groups is not judged.
+        assert!(!drifted(&[]));
+    }
 
     /// drift.go, isCapacityReservationDrifted: a node in a reservation the
     /// class's status no longer lists drifts; one the status lists, or one

@@ -35,7 +35,7 @@ pub use client::{Cluster, Listed, ListedIter};
 pub use error::ApiError;
 pub use fenced::{Fence, Fenced};
 pub use kube_cluster::{KubeCluster, OVERLAY_TTL, WatchOptions};
-pub use pods_by_node::{PodListChange, PodsByNode, pod_list_key};
+pub use pods_by_node::{PodListChange, PodsByNode};
 pub use selector::{Selector, SelectorError};
 
 /// Whether a kind lives in namespaces, read from its `Resource::Scope`.

@@ -170,7 +170,7 @@ fn node_of(p: &SlimPod) -> Option<&str> {
 }
 
 /// A pod's place in a list: its namespace, then its name.
-pub fn pod_list_key(p: &SlimPod) -> (&str, &str) {
+fn pod_list_key(p: &SlimPod) -> (&str, &str) {
     (
         p.metadata.namespace.as_deref().unwrap_or_default(),
         p.metadata.name.as_deref().unwrap_or_default(),

@@ -310,7 +310,6 @@ impl Kubelet {
             .map(|(i, _)| i)
             .collect();
         due.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut taken: HashSet<String> = nodes.keys().cloned().collect();
         for instance in due {
             let Some(instance_type) = catalog.iter().find(|t| t.name == instance.instance_type)
             else {
@@ -324,7 +323,7 @@ impl Kubelet {
                 continue;
             };
             let address = free_address(&instance.id, |a| {
-                taken.contains(&node_name_for(a, instance))
+                nodes.contains_key(&node_name_for(a, instance))
             });
             let mut node = new_node(instance, instance_type, address, now);
             if let Some(status) = node.status.as_mut() {
@@ -337,7 +336,6 @@ impl Kubelet {
             let name = node.metadata.name.clone().unwrap_or_default();
             match cluster.create(node) {
                 Ok(created) => {
-                    taken.insert(name.clone());
                     nodes.insert(name.clone(), created);
                     report.registered.push(name);
                 }
