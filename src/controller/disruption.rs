@@ -316,6 +316,14 @@ impl NodePods {
     }
 }
 
+/// The controller's grouping of the pods, as the scheduling input's
+/// conversion reads it.
+impl crate::convert::PodsOnNodes for PodsByNode {
+    fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>> {
+        PodsByNode::running_on(self, node)
+    }
+}
+
 /// The offering a node runs on, as its labels name it.
 struct Offering<'a> {
     instance_type: &'a str,

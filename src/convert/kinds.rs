@@ -10,7 +10,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::common::{NodeSelectorRequirementWithMinValues, TaintEffect};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod, SlimPodSpec};
-use crate::cluster::{Listed, PodsByNode};
 use crate::model::labels::{INSTANCE_TYPE, NODEPOOL, normalize_labels};
 use crate::model::quantity::parse_quantity;
 use crate::model::{
@@ -461,38 +460,59 @@ impl PodSpecs {
     }
 }
 
+/// A pod list grouped by node, as a conversion reads it: the controller
+/// keeps one (`cluster::PodsByNode`) from pass to pass.
+pub trait PodsOnNodes {
+    /// The pods bound to `node` that have not finished, in list order.
+    fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>>;
+}
+
 /// The pods a conversion reads as bound to each node: a pod list grouped by
 /// node, and pods bound besides it (CapacityBuffers' virtual pods), which
 /// follow the list's pods on their node.
 pub struct BoundPods<'a> {
-    groups: &'a PodsByNode,
-    extra: HashMap<&'a str, Vec<&'a Arc<SlimPod>>, foldhash::fast::RandomState>,
+    groups: &'a dyn PodsOnNodes,
+    extra: Grouped<'a>,
 }
 
 impl<'a> BoundPods<'a> {
-    pub fn new(groups: &'a PodsByNode, extra: &'a [Arc<SlimPod>]) -> Self {
-        let mut by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
-            HashMap::default();
-        for p in extra {
-            if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                && !node.is_empty()
-            {
-                by_node.entry(node).or_default().push(p);
-            }
-        }
+    pub fn new(groups: &'a dyn PodsOnNodes, extra: &'a [Arc<SlimPod>]) -> Self {
         BoundPods {
             groups,
-            extra: by_node,
+            extra: Grouped::new(extra),
         }
     }
 
     /// The pods bound to `node` that have not finished, in order.
-    fn running_on(&self, node: &str) -> Vec<&'a Arc<SlimPod>> {
+    fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>> {
         let mut on = self.groups.running_on(node);
-        if let Some(extra) = self.extra.get(node) {
-            on.extend(extra.iter().copied().filter(|p| !p.is_finished()));
-        }
+        on.extend(self.extra.running_on(node));
         on
+    }
+}
+
+/// The unfinished pods of a slice by the node they are bound to.
+struct Grouped<'a>(HashMap<&'a str, Vec<&'a Arc<SlimPod>>, foldhash::fast::RandomState>);
+
+impl<'a> Grouped<'a> {
+    fn new(pods: &'a [Arc<SlimPod>]) -> Self {
+        let mut by_node: HashMap<&str, Vec<&Arc<SlimPod>>, foldhash::fast::RandomState> =
+            HashMap::default();
+        for p in pods {
+            if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                && !node.is_empty()
+                && !p.is_finished()
+            {
+                by_node.entry(node).or_default().push(p);
+            }
+        }
+        Grouped(by_node)
+    }
+}
+
+impl PodsOnNodes for Grouped<'_> {
+    fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>> {
+        self.0.get(node).cloned().unwrap_or_default()
     }
 }
 
@@ -503,8 +523,11 @@ pub fn existing_nodes(
     catalog: &[InstanceType],
     kept: &mut KeptExisting,
 ) -> Result<Vec<ExistingNode>, ObjectError> {
-    let groups = PodsByNode::new(Listed::from(s.pods.clone()));
-    existing_nodes_bound(s, &BoundPods::new(&groups, &[]), catalog, kept)
+    let bound = BoundPods {
+        groups: &Grouped::new(&s.pods),
+        extra: Grouped(HashMap::default()),
+    };
+    existing_nodes_bound(s, &bound, catalog, kept)
 }
 
 /// [`existing_nodes`] with the pods of `bound`; the snapshot's own pods are
@@ -853,7 +876,7 @@ spec:
         };
         let whole = existing_nodes(&all, &[], &mut KeptExisting::default()).expect("converts");
         all.pods.clear();
-        let groups = PodsByNode::new(Listed::from(listed));
+        let groups = crate::cluster::PodsByNode::new(crate::cluster::Listed::from(listed));
         let bound = BoundPods::new(&groups, &besides);
         let grouped = existing_nodes_bound(&all, &bound, &[], &mut KeptExisting::default())
             .expect("converts");

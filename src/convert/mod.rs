@@ -32,8 +32,8 @@ mod overlay;
 use serde_json::Value;
 
 pub use kinds::{
-    BoundPods, KeptExisting, PodSpecs, daemonset_spec, existing_nodes, existing_nodes_bound,
-    kubelet_settings, nodepool_spec, nodepool_spec_with_types,
+    BoundPods, KeptExisting, PodSpecs, PodsOnNodes, daemonset_spec, existing_nodes,
+    existing_nodes_bound, kubelet_settings, nodepool_spec, nodepool_spec_with_types,
 };
 pub use overlay::{apply_overlays, overlay};
 
