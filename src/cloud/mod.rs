@@ -519,17 +519,15 @@ pub trait CloudProvider: Send + Sync {
 mod tests {
     use super::*;
 
-    /// drift.go, areSecurityGroupsDrifted: the instance's groups against the
-    /// class's resolved ones as sets (order and repeats aside); an extra or
-    /// a missing group drifts.
-    #[test]
-    fn security_groups_drift_as_sets() {
-        let instance = |groups: &[&str]| Instance {
+    /// A running m5.large of `capacity_type` with no labels, image, subnet
+    /// or security groups.
+    fn running(capacity_type: &str) -> Instance {
+        Instance {
             id: "i-1".into(),
             provider_id: "aws:///us-east-1a/i-1".into(),
             instance_type: "m5.large".into(),
             zone: "us-east-1a".into(),
-            capacity_type: "on-demand".into(),
+            capacity_type: capacity_type.into(),
             price: 0.0,
             launched_at: Timestamp::UNIX_EPOCH,
             state: InstanceState::Running,
@@ -538,9 +536,20 @@ mod tests {
             labels: Arc::default(),
             image_id: None,
             subnet_id: None,
-            security_group_ids: groups.iter().map(|g| g.to_string()).collect(),
+            security_group_ids: Vec::new(),
             launch_batch: Vec::new(),
             efa_attached: false,
+        }
+    }
+
+    /// drift.go, areSecurityGroupsDrifted: the instance's groups against the
+    /// class's resolved ones as sets (order and repeats aside); an extra or
+    /// a missing group drifts.
+    #[test]
+    fn security_groups_drift_as_sets() {
+        let instance = |groups: &[&str]| Instance {
+            security_group_ids: groups.iter().map(|g| g.to_string()).collect(),
+            ..running("on-demand")
         };
         let status: EC2NodeClassStatus = serde_json::from_value(serde_json::json!({
             "securityGroups": [{"id": "sg-1", "name": "a"}, {"id": "sg-2", "name": "b"}],
@@ -563,16 +572,6 @@ mod tests {
     #[test]
     fn a_reservation_dropped_from_the_class_drifts_its_nodes() {
         let instance = |reservation: Option<&str>| Instance {
-            id: "i-1".into(),
-            provider_id: "aws:///us-east-1a/i-1".into(),
-            instance_type: "m5.large".into(),
-            zone: "us-east-1a".into(),
-            capacity_type: "reserved".into(),
-            price: 0.0,
-            launched_at: Timestamp::UNIX_EPOCH,
-            state: InstanceState::Running,
-            nodeclaim: "a".into(),
-            nodepool: "default".into(),
             labels: Arc::new(
                 reservation
                     .map(|id| {
@@ -584,11 +583,7 @@ mod tests {
                     .into_iter()
                     .collect(),
             ),
-            image_id: None,
-            subnet_id: None,
-            security_group_ids: Vec::new(),
-            launch_batch: Vec::new(),
-            efa_attached: false,
+            ..running("reserved")
         };
         let held: CapacityReservation = serde_json::from_value(serde_json::json!({
             "availabilityZone": "us-east-1a", "id": "cr-1", "instanceMatchCriteria": "targeted",
