@@ -16,26 +16,48 @@ use crate::api::SlimPod;
 #[derive(Default, Clone)]
 pub struct PodsByNode {
     list: Listed<SlimPod>,
-    /// Indices into `list` of the pods bound to each node.
-    bound: HashMap<Box<str>, Vec<u32>, foldhash::fast::RandomState>,
+    /// The pods bound to each node.
+    bound: HashMap<Box<str>, Group, foldhash::fast::RandomState>,
     /// Indices into `list` of the pods with no node (or an empty name).
     unbound: Vec<u32>,
 }
 
+/// The pods bound to one node, as indices into the list, in order.
+#[derive(Default, Clone, Debug, PartialEq)]
+struct Group {
+    all: Vec<u32>,
+    /// Those of `all` that have not finished: a pod object does not
+    /// change, so a kept pod keeps its place here too, and readers of the
+    /// running pods need not read every pod's phase again.
+    running: Vec<u32>,
+}
+
+impl Group {
+    fn add(&mut self, at: u32, pod: &SlimPod) {
+        let insert = |v: &mut Vec<u32>| {
+            let k = v.partition_point(|&x| x < at);
+            v.insert(k, at);
+        };
+        insert(&mut self.all);
+        if !pod.is_finished() {
+            insert(&mut self.running);
+        }
+    }
+}
+
 impl PodsByNode {
     pub fn new(list: Listed<SlimPod>) -> Self {
-        let mut bound: HashMap<Box<str>, Vec<u32>, foldhash::fast::RandomState> =
-            HashMap::default();
+        let mut bound: HashMap<Box<str>, Group, foldhash::fast::RandomState> = HashMap::default();
         let mut unbound = Vec::new();
         for (i, p) in list.iter().enumerate() {
             let i = u32::try_from(i).expect("fewer than 2^32 pods");
             match node_of(p) {
-                Some(node) => match bound.get_mut(node) {
-                    Some(on) => on.push(i),
-                    None => {
-                        bound.insert(node.into(), vec![i]);
+                Some(node) => {
+                    if !bound.contains_key(node) {
+                        bound.insert(node.into(), Group::default());
                     }
-                },
+                    bound.get_mut(node).expect("inserted").add(i, p);
+                }
                 None => unbound.push(i),
             }
         }
@@ -61,23 +83,26 @@ impl PodsByNode {
                 *x != PodListChange::GONE
             })
         };
-        self.bound.retain(|_, at| {
-            remap(at);
-            !at.is_empty()
+        self.bound.retain(|_, group| {
+            remap(&mut group.all);
+            remap(&mut group.running);
+            !group.all.is_empty()
         });
         remap(&mut self.unbound);
         for at in added {
-            let group = match node_of(&list[at as usize]) {
+            let pod = &list[at as usize];
+            match node_of(pod) {
                 Some(node) => {
                     if !self.bound.contains_key(node) {
-                        self.bound.insert(node.into(), Vec::new());
+                        self.bound.insert(node.into(), Group::default());
                     }
-                    self.bound.get_mut(node).expect("inserted")
+                    self.bound.get_mut(node).expect("inserted").add(at, pod);
                 }
-                None => &mut self.unbound,
-            };
-            let k = group.partition_point(|&x| x < at);
-            group.insert(k, at);
+                None => {
+                    let k = self.unbound.partition_point(|&x| x < at);
+                    self.unbound.insert(k, at);
+                }
+            }
         }
         self.list = list;
     }
@@ -89,13 +114,24 @@ impl PodsByNode {
 
     /// The pods bound to `node`, finished ones too.
     pub fn on(&self, node: &str) -> impl Iterator<Item = &Arc<SlimPod>> {
-        let at = self.bound.get(node).map_or(&[][..], Vec::as_slice);
-        at.iter().map(|&i| &self.list[i as usize])
+        self.indexed(node, |g| &g.all)
     }
 
     /// The pods bound to `node` that have not finished.
     pub fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>> {
-        self.on(node).filter(|p| !p.is_finished()).collect()
+        self.indexed(node, |g| &g.running).collect()
+    }
+
+    fn indexed(
+        &self,
+        node: &str,
+        which: impl Fn(&Group) -> &Vec<u32>,
+    ) -> impl Iterator<Item = &Arc<SlimPod>> {
+        let at = self
+            .bound
+            .get(node)
+            .map_or(&[][..], |g| which(g).as_slice());
+        at.iter().map(|&i| &self.list[i as usize])
     }
 
     /// The pods bound to no node.
