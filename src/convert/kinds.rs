@@ -284,7 +284,7 @@ pub struct KeptExisting {
 /// The pods bound to one node, and their conversions, in order.
 struct ConvertedPods {
     pods: Vec<Arc<SlimPod>>,
-    bound: Vec<Arc<BoundPod>>,
+    bound: Arc<[Arc<BoundPod>]>,
     seen: u64,
 }
 
@@ -306,7 +306,7 @@ impl KeptExisting {
         &mut self,
         node: &str,
         pods: &[&Arc<SlimPod>],
-    ) -> Result<Vec<Arc<BoundPod>>, ObjectError> {
+    ) -> Result<Arc<[Arc<BoundPod>]>, ObjectError> {
         let generation = self.generation;
         if let Some(c) = self.pods.get_mut(node)
             && c.pods.len() == pods.len()
@@ -320,7 +320,7 @@ impl KeptExisting {
         let last = self.pods.remove(node);
         let reusable: HashMap<*const SlimPod, &Arc<BoundPod>, foldhash::fast::RandomState> = last
             .iter()
-            .flat_map(|c| c.pods.iter().map(Arc::as_ptr).zip(&c.bound))
+            .flat_map(|c| c.pods.iter().map(Arc::as_ptr).zip(c.bound.iter()))
             .collect();
         let bound = pods
             .iter()
@@ -328,12 +328,12 @@ impl KeptExisting {
                 Some(b) => Ok(Arc::clone(b)),
                 None => bound_pod(p).map(Arc::new),
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Arc<[_]>, _>>()?;
         self.pods.insert(
             node.to_string(),
             ConvertedPods {
                 pods: pods.iter().map(|p| Arc::clone(p)).collect(),
-                bound: bound.clone(),
+                bound: Arc::clone(&bound),
                 seen: generation,
             },
         );
@@ -544,10 +544,10 @@ pub fn existing_nodes_bound<'s>(
         Default::default();
     let mut bound_to = |kept: &mut KeptExisting, node: &'s str| {
         if node.is_empty() || !given.insert(node) {
-            return Ok(Vec::new());
+            return Ok(Arc::default());
         }
         match bound.running_on(node) {
-            pods if pods.is_empty() => Ok(Vec::new()),
+            pods if pods.is_empty() => Ok(Arc::default()),
             pods => kept.pods(node, &pods),
         }
     };
@@ -704,7 +704,7 @@ fn node_shape(n: &Node, claim: Option<&NodeClaim>) -> Result<ExistingNode, Objec
     }
     Ok(ExistingNode {
         nodepool: labels.get(NODEPOOL).cloned(),
-        pods: Vec::new(),
+        pods: Arc::default(),
         name,
         labels: Arc::new(labels),
         taints: node_taints,
@@ -801,7 +801,7 @@ spec:
             first[0]
                 .pods
                 .iter()
-                .zip(&again[0].pods)
+                .zip(again[0].pods.iter())
                 .all(|(x, y)| Arc::ptr_eq(x, y)),
             "the node holds the same pods: all reused"
         );

@@ -97,7 +97,7 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
             initialized: true,
             allocatable: alloc.clone(),
             capacity: alloc,
-            pods: bound,
+            pods: bound.into(),
             price: Some(price(it)),
         });
         candidates.push(Candidate {
@@ -908,7 +908,7 @@ fn run_preferences(f: &Fixture, preferences: Preferences) -> Outcome {
 /// lets `edit` add constraints to the moving ones.
 fn app_foo(f: &mut Fixture, edit: impl Fn(&mut PodSpec)) {
     for n in &mut f.input.nodes {
-        for p in &mut n.pods {
+        for p in Arc::make_mut(&mut n.pods) {
             Arc::make_mut(p).labels.insert("app".into(), "foo".into());
         }
     }

@@ -59,7 +59,7 @@ pub enum Floor {
 /// One cluster, prepared for removal trials.
 pub struct Removals<'a> {
     solver: Solver<'a>,
-    node_ids: HashMap<String, usize>,
+    node_ids: HashMap<&'a str, usize, foldhash::fast::RandomState>,
     /// Per existing node id, the ids of the solve's pods that run on it.
     pods_on: Vec<Vec<usize>>,
     /// Existing nodes by free cpu, descending: (free cpu, node id).
@@ -79,11 +79,7 @@ impl<'a> Removals<'a> {
         opts: &SolveOptions,
     ) -> Result<Self, SolveError> {
         let solver = Solver::new(input, opts)?;
-        let node_ids: HashMap<String, usize> = solver
-            .node_ids()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        let node_ids = solver.node_ids();
         // Solver pod ids are positions in trial order.
         let mut pods_on = vec![Vec::new(); solver.existing_count()];
         for (id, &i) in solver.input_index.iter().enumerate() {

@@ -144,7 +144,7 @@ fn node(name: &str, zone: &str, cpu_m: i64, mem_gi: i64) -> ExistingNode {
             .with("cpu", cpu_m)
             .with("memory", mem_gi << 30)
             .with("pods", 110),
-        pods: Vec::new(),
+        pods: std::sync::Arc::default(),
         price: None,
     }
 }
@@ -208,11 +208,12 @@ fn bound_pods_take_their_requests_and_a_pod_slot_from_their_node() {
     gpu_node.allocatable.set("pods", 2);
     let mut slots_node = node("slots", "z1", 8000, 32);
     slots_node.allocatable.set("pods", 1);
-    gpu_node.pods = vec![bound(
+    gpu_node.pods = [bound(
         "trainer",
         Resources::new().with("cpu", 1000).with("nvidia.com/gpu", 1),
-    )];
-    slots_node.pods = vec![bound("one", Resources::new().with("cpu", 100))];
+    )]
+    .into();
+    slots_node.pods = [bound("one", Resources::new().with("cpu", 100))].into();
     let gpu_pod = |name: &str| {
         PodSpec::new(
             "default",

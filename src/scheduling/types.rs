@@ -219,7 +219,7 @@ pub struct ExistingNode {
     /// Capacity, counted against NodePool limits.
     pub capacity: Resources,
     /// Shared with the conversion that keeps them ([`crate::convert::KeptExisting`]).
-    pub pods: Vec<Arc<BoundPod>>,
+    pub pods: Arc<[Arc<BoundPod>]>,
     /// Price per hour, when known (for consolidation callers).
     pub price: Option<f64>,
 }

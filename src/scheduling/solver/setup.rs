@@ -373,7 +373,9 @@ impl<'a> Solver<'a> {
         }
 
         // Topology keys used by any term.
-        let mut key_names: BTreeSet<String> = BTreeSet::new();
+        // Borrowed from the input: a cluster's bound pods name the same few
+        // keys many times over.
+        let mut key_names: BTreeSet<&str> = BTreeSet::new();
         let all_terms = |p: &'a PodSpec| {
             p.affinity
                 .iter()
@@ -384,20 +386,20 @@ impl<'a> Solver<'a> {
                 .chain(p.spread.iter().map(|s| s.topology_key.as_str()))
         };
         for p in &pods {
-            key_names.extend(all_terms(p).filter(|k| *k != HOSTNAME).map(String::from));
+            key_names.extend(all_terms(p).filter(|k| *k != HOSTNAME));
         }
         for n in &existing {
-            for bp in &n.pods {
+            for bp in n.pods.iter() {
                 key_names.extend(
                     bp.anti_affinity
                         .iter()
-                        .map(|t| t.topology_key.clone())
-                        .filter(|k| k != HOSTNAME),
+                        .map(|t| t.topology_key.as_str())
+                        .filter(|k| *k != HOSTNAME),
                 );
             }
         }
         let mut keys = Vec::new();
-        for k in &key_names {
+        for &k in &key_names {
             let values: Vec<String> = if k == ZONE {
                 zones.clone()
             } else if k == CAPACITY_TYPE {
@@ -432,7 +434,7 @@ impl<'a> Solver<'a> {
         for n in &existing {
             let mut free = project(&n.allocatable);
             let mut ports = Vec::new();
-            for bp in &n.pods {
+            for bp in n.pods.iter() {
                 // What `project` would give, without a vector per pod and
                 // without walking the pod's requests: cpu, memory and pods
                 // were read when the pod was converted.
@@ -673,7 +675,7 @@ impl<'a> Solver<'a> {
         // Bound pods' anti-affinity terms repel newcomers too.
         for ni in 0..self.existing.len() {
             let n: &'a ExistingNode = self.existing[ni];
-            for bp in &n.pods {
+            for bp in n.pods.iter() {
                 for t in &bp.anti_affinity {
                     let key = self.topo_key(&t.topology_key);
                     self.counter(key, &t.namespaces, &t.selector, true);
@@ -716,7 +718,7 @@ impl<'a> Solver<'a> {
     pub(super) fn record_bound_pods(&mut self) {
         for t in 0..self.existing.len() {
             let n: &'a ExistingNode = self.existing[t];
-            for bp in &n.pods {
+            for bp in n.pods.iter() {
                 for ci in 0..self.counters.len() {
                     let c = &self.counters[ci];
                     let hit = if c.owner {

@@ -23,7 +23,7 @@ pub(crate) struct Trial {
     pub claims: Vec<NewNodeClaim>,
 }
 
-impl Solver<'_> {
+impl<'a> Solver<'a> {
     /// Takes existing nodes `out` away and places `pods` (ids of pods not
     /// placed yet) on the remaining nodes and at most `max_claims` new
     /// claims (any number when `None`), then restores the solver exactly
@@ -99,7 +99,7 @@ impl Solver<'_> {
     /// counts them (the inverse of `record_bound_pods` for one node).
     fn uncount_bound_pods(&mut self, t: usize) {
         let n = self.existing[t];
-        for bp in &n.pods {
+        for bp in n.pods.iter() {
             for ci in 0..self.counters.len() {
                 let c = &self.counters[ci];
                 let hit = if c.owner {
@@ -123,7 +123,7 @@ impl Solver<'_> {
     }
 
     /// The existing node ids by name.
-    pub(crate) fn node_ids(&self) -> HashMap<&str, usize> {
+    pub(crate) fn node_ids(&self) -> HashMap<&'a str, usize, foldhash::fast::RandomState> {
         self.existing
             .iter()
             .enumerate()
