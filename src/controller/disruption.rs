@@ -210,6 +210,51 @@ impl std::fmt::Debug for KeptInput {
 /// EC2NodeClass's resource versions, the NodePool's uid and generation.
 type DriftInputs = [String; 4];
 
+/// What a drift verdict read, by version: the NodeClaim, its Node, the
+/// NodePool's spec alone (its uid and generation), and the EC2NodeClass
+/// (its status too). `None` when one has no version: the verdict is not
+/// kept.
+fn drift_inputs(
+    claim: &NodeClaim,
+    node: &Node,
+    pool: &NodePool,
+    class: &EC2NodeClass,
+) -> Option<DriftInputs> {
+    Some([
+        claim.metadata.resource_version.clone()?,
+        node.metadata.resource_version.clone()?,
+        format!(
+            "{}/{}",
+            pool.metadata.uid.as_deref()?,
+            pool.metadata.generation?
+        ),
+        class.metadata.resource_version.clone()?,
+    ])
+}
+
+/// Whether `kept` is what [`drift_inputs`] reads now, compared in place:
+/// at each pass nearly every NodeClaim is as the last pass saw it.
+fn drift_inputs_hold(
+    kept: &DriftInputs,
+    claim: &NodeClaim,
+    node: &Node,
+    pool: &NodePool,
+    class: &EC2NodeClass,
+) -> bool {
+    let [c, n, p, k] = kept;
+    let pool_held = match (pool.metadata.uid.as_deref(), pool.metadata.generation) {
+        (Some(uid), Some(generation)) => p
+            .strip_prefix(uid)
+            .and_then(|p| p.strip_prefix('/'))
+            .is_some_and(|p| p.parse() == Ok(generation)),
+        _ => false,
+    };
+    pool_held
+        && claim.metadata.resource_version.as_deref() == Some(c.as_str())
+        && node.metadata.resource_version.as_deref() == Some(n.as_str())
+        && class.metadata.resource_version.as_deref() == Some(k.as_str())
+}
+
 /// What a pass is built from.
 struct Facts {
     candidates: Vec<Candidate>,
@@ -971,27 +1016,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     ) -> Vec<DriftReason> {
         let mut drift_reasons: Vec<DriftReason> = Vec::new();
 
-        // The verdict reads the NodePool's spec alone (its uid and
-        // generation), and the EC2NodeClass's status too.
-        let inputs: Option<DriftInputs> = (|| {
-            Some([
-                claim.metadata.resource_version.clone()?,
-                node.metadata.resource_version.clone()?,
-                format!(
-                    "{}/{}",
-                    pool.metadata.uid.as_deref()?,
-                    pool.metadata.generation?
-                ),
-                class.metadata.resource_version.clone()?,
-            ])
-        })();
-        let claim_key = claim_name(claim);
-        let verdict = match (inputs, self.disruption.drift.remove(&claim_key)) {
-            (Some(inputs), Some((seen, verdict))) if seen == inputs => {
+        let kept = self
+            .disruption
+            .drift
+            .remove_entry(claim.metadata.name.as_deref().unwrap_or_default());
+        let verdict = match kept {
+            Some((claim_key, (inputs, verdict)))
+                if drift_inputs_hold(&inputs, claim, node, pool, class) =>
+            {
                 checks.insert(claim_key, (inputs, verdict.clone()));
                 Ok(verdict)
             }
-            (inputs, _) => {
+            _ => {
+                let claim_key = claim_name(claim);
+                let inputs = drift_inputs(claim, node, pool, class);
                 let mut view = NodeView::from_nodeclaim(claim);
                 if let Some(labels) = &node.metadata.labels {
                     view.labels
@@ -2384,5 +2422,53 @@ mod tests {
             controller.input_key(&[], &none),
             "a condition on a registered node's claim"
         );
+    }
+
+    /// `meta` at some resource version (none for `None`).
+    fn versioned(meta: &mut ObjectMeta, version: Option<u8>) {
+        meta.resource_version = version.map(|v| v.to_string());
+    }
+
+    proptest::proptest! {
+        /// A kept drift verdict's inputs, compared in place, hold exactly
+        /// when reading them again would give the same: every version,
+        /// the NodePool's uid and generation, none missing.
+        #[test]
+        fn drift_inputs_hold_exactly_when_read_again_they_are_the_same(
+            then in proptest::collection::vec(0u8..3, 6),
+            changes in proptest::collection::vec(
+                (proptest::bool::weighted(0.2), proptest::option::weighted(0.8, 0u8..3)),
+                6,
+            ),
+        ) {
+            // Now: as then, but where a change is drawn (often none): to
+            // another value, the same, or none.
+            let then: Vec<Option<u8>> = then.into_iter().map(Some).collect();
+            let now: Vec<Option<u8>> = then
+                .iter()
+                .zip(&changes)
+                .map(|(&was, &(change, to))| if change { to } else { was })
+                .collect();
+            let objects = |v: &[Option<u8>]| {
+                let mut claim = NodeClaim::test("x");
+                versioned(&mut claim.metadata, v[0]);
+                let mut node = Node::default();
+                versioned(&mut node.metadata, v[1]);
+                let mut class = EC2NodeClass::test("x");
+                versioned(&mut class.metadata, v[2]);
+                let mut pool = NodePool::test("x");
+                versioned(&mut pool.metadata, v[3]);
+                pool.metadata.uid = v[4].map(|u| ["9f0c-a1", "9f0c-a", "b/1"][usize::from(u)].into());
+                pool.metadata.generation = v[5].map(|g| [1, 10, -1][usize::from(g)]);
+                (claim, node, pool, class)
+            };
+            let (c, n, p, k) = objects(&then);
+            let kept = drift_inputs(&c, &n, &p, &k).expect("every version read");
+            let (c, n, p, k) = objects(&now);
+            proptest::prop_assert_eq!(
+                drift_inputs_hold(&kept, &c, &n, &p, &k),
+                drift_inputs(&c, &n, &p, &k).as_ref() == Some(&kept)
+            );
+        }
     }
 }
