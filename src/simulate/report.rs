@@ -6,7 +6,7 @@
 //! `series` holds the fleet and the pending pods on one time axis (at most
 //! `SERIES_POINTS` points each), computed at the end from the nodes and pods.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -90,6 +90,41 @@ pub struct NodeRecord {
 }
 
 impl NodeRecord {
+    /// The record of an instance first seen.
+    fn launched(i: &Instance) -> NodeRecord {
+        NodeRecord {
+            name: String::new(),
+            instance_id: i.id.clone(),
+            nodepool: i.nodepool.clone(),
+            instance_type: i.instance_type.clone(),
+            zone: i.zone.clone(),
+            capacity_type: i.capacity_type.clone(),
+            price_per_hour: i.price,
+            launched_at: format_rfc3339(i.launched_at),
+            deleted_at: None,
+            disruption_reason: None,
+            disruption_started_at: None,
+            replaced_by: Vec::new(),
+            nodeclaim: i.nodeclaim.clone(),
+            pods: Vec::new(),
+            launched: Some(i.launched_at),
+            deleted: None,
+            repriced: Vec::new(),
+            reservation: i
+                .labels
+                .get(crate::api::LABEL_CAPACITY_RESERVATION_ID)
+                .cloned(),
+            placement_group: i
+                .labels
+                .get(crate::model::labels::PLACEMENT_GROUP_ID)
+                .cloned(),
+            placement_partition: i
+                .labels
+                .get(crate::model::labels::PLACEMENT_GROUP_PARTITION)
+                .cloned(),
+        }
+    }
+
     /// When it was launched and deleted.
     pub fn lifetime(&self) -> (Option<Timestamp>, Option<Timestamp>) {
         (self.launched, self.deleted)
@@ -906,14 +941,13 @@ impl Recorder {
             return;
         }
         self.nodes_seen = Some((revision, instances.clone()));
-        let node_names: BTreeMap<String, String> = cluster
-            .list::<Node>(None, &Selector::everything())
-            .items
+        let listed = cluster.list::<Node>(None, &Selector::everything()).items;
+        let node_names: HashMap<&str, &str, foldhash::fast::RandomState> = listed
             .iter()
             .filter_map(|n| {
                 Some((
-                    n.spec.as_ref()?.provider_id.clone()?,
-                    n.metadata.name.clone()?,
+                    n.spec.as_ref()?.provider_id.as_deref()?,
+                    n.metadata.name.as_deref()?,
                 ))
             })
             .collect();
@@ -923,42 +957,16 @@ impl Recorder {
             .map(|i| i.id.as_str())
             .collect();
         for i in instances.iter() {
-            let rec = self
-                .nodes
-                .entry(i.id.clone())
-                .or_insert_with(|| NodeRecord {
-                    name: String::new(),
-                    instance_id: i.id.clone(),
-                    nodepool: i.nodepool.clone(),
-                    instance_type: i.instance_type.clone(),
-                    zone: i.zone.clone(),
-                    capacity_type: i.capacity_type.clone(),
-                    price_per_hour: i.price,
-                    launched_at: format_rfc3339(i.launched_at),
-                    deleted_at: None,
-                    disruption_reason: None,
-                    disruption_started_at: None,
-                    replaced_by: Vec::new(),
-                    nodeclaim: i.nodeclaim.clone(),
-                    pods: Vec::new(),
-                    launched: Some(i.launched_at),
-                    deleted: None,
-                    repriced: Vec::new(),
-                    reservation: i
-                        .labels
-                        .get(crate::api::LABEL_CAPACITY_RESERVATION_ID)
-                        .cloned(),
-                    placement_group: i
-                        .labels
-                        .get(crate::model::labels::PLACEMENT_GROUP_ID)
-                        .cloned(),
-                    placement_partition: i
-                        .labels
-                        .get(crate::model::labels::PLACEMENT_GROUP_PARTITION)
-                        .cloned(),
-                });
-            if let Some(n) = node_names.get(&i.provider_id) {
-                rec.name = n.clone();
+            // Looked up before it is made: nearly every instance has its
+            // record already.
+            if !self.nodes.contains_key(&i.id) {
+                self.nodes.insert(i.id.clone(), NodeRecord::launched(i));
+            }
+            let rec = self.nodes.get_mut(&i.id).expect("inserted");
+            if let Some(&n) = node_names.get(i.provider_id.as_str())
+                && rec.name != n
+            {
+                rec.name = n.to_string();
             }
             // A reservation ended under it: it runs on demand from now on.
             if rec.deleted.is_none()

@@ -46,6 +46,9 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// The hasher of the kubelet's indexes, which it reads at every sync.
+type Hasher = foldhash::fast::RandomState;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -379,15 +382,15 @@ struct PodWatch {
     /// before the first sync.
     revision: Option<u64>,
     /// Bound pods by node name.
-    on_node: HashMap<String, BTreeSet<ObjectKey>>,
+    on_node: HashMap<String, BTreeSet<ObjectKey>, Hasher>,
     /// Each bound pod's node, and the uid of its DaemonSet if it is a
     /// DaemonSet's pod.
-    bound: HashMap<ObjectKey, (String, Option<String>)>,
+    bound: HashMap<ObjectKey, (String, Option<String>), Hasher>,
     /// Terminating pods by the end of their grace period.
     stops: BTreeSet<(Timestamp, ObjectKey)>,
     /// Running Job pods by the end of their run.
     jobs: BTreeSet<(Timestamp, ObjectKey)>,
-    due_of: HashMap<ObjectKey, Due>,
+    due_of: HashMap<ObjectKey, Due, Hasher>,
     /// Pods whose last write failed.
     retry: BTreeSet<ObjectKey>,
     /// Whether a node, a pod or a DaemonSet changed since the DaemonSets
@@ -489,7 +492,7 @@ impl PodWatch {
     }
 
     /// The (DaemonSet uid, node) of every DaemonSet pod.
-    fn daemon_set_pods(&self) -> HashSet<(&str, &str)> {
+    fn daemon_set_pods(&self) -> HashSet<(&str, &str), Hasher> {
         self.bound
             .values()
             .filter_map(|(node, ds)| Some((ds.as_deref()?, node.as_str())))
@@ -1164,7 +1167,7 @@ fn daemon_pod(daemon: &Daemon<'_>, node: &str, now: Timestamp) -> Pod {
 fn run_daemon_sets(
     cluster: &MemoryCluster,
     nodes: &BTreeMap<String, Arc<Node>>,
-    existing: &HashSet<(&str, &str)>,
+    existing: &HashSet<(&str, &str), Hasher>,
     now: Timestamp,
     report: &mut KubeletReport,
 ) {
