@@ -128,10 +128,11 @@ pub struct DisruptionState {
     /// Per candidate node of the last pass, what the pass read of its
     /// pods.
     node_pods: HashMap<String, NodePods, foldhash::fast::RandomState>,
-    /// Per NodeClaim: the drift check's verdict, and the resource versions
-    /// of the NodeClaim, its node, NodePool and EC2NodeClass it was reached
-    /// on. A large fleet is checked at every pass; most of it is unchanged.
-    drift: HashMap<String, (DriftInputs, drift::DriftVerdict), foldhash::fast::RandomState>,
+    /// Per NodeClaim: the drift check's verdict, the cloud's, and the
+    /// resource versions of the NodeClaim, its node, NodePool and
+    /// EC2NodeClass they were reached on. A large fleet is checked at every
+    /// pass; most of it is unchanged.
+    drift: HashMap<String, KeptDrift, foldhash::fast::RandomState>,
     /// Per EC2NodeClass: the generation resolved and when.
     resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
     /// USD/h saved by the consolidations carried out.
@@ -209,6 +210,23 @@ impl std::fmt::Debug for KeptInput {
 /// What a drift verdict was read from: the NodeClaim's, the Node's and the
 /// EC2NodeClass's resource versions, the NodePool's uid and generation.
 type DriftInputs = [String; 4];
+
+/// How long the cloud's drift verdict on an instance stands while nothing
+/// it was read from changes: Karpenter's NodeClaim disruption controller
+/// asks `IsDrifted` when the NodeClaim, its NodePool or EC2NodeClass
+/// changes, and again 5 minutes after its last look.
+const CLOUD_DRIFT_RECHECK: Duration = Duration::from_secs(5 * 60);
+
+/// A NodeClaim's drift as a pass found it, kept for the next while the
+/// objects it was read from (`inputs`) are the same.
+#[derive(Debug, Clone)]
+struct KeptDrift {
+    inputs: DriftInputs,
+    verdict: drift::DriftVerdict,
+    /// The cloud provider's reasons and when it gave them (`None` when it
+    /// could not: asked again at the next pass).
+    cloud: Option<(Vec<DriftReason>, Timestamp)>,
+}
 
 /// What a drift verdict read, by version: the NodeClaim, its Node, the
 /// NodePool's spec alone (its uid and generation), and the EC2NodeClass
@@ -999,8 +1017,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Why a node drifted: its NodePool's and EC2NodeClass's hashes and
     /// requirements (the verdict kept in `checks` while nothing it read
     /// changed; `targets` holds each pair's hashes for the pass), then the
-    /// cloud's view (image, subnet, security groups). Stamps a NodeClaim
-    /// whose verdict asks for it; an error gets an Event.
+    /// cloud's view (image, subnet, security groups; kept with the verdict
+    /// for [`CLOUD_DRIFT_RECHECK`]). Stamps a NodeClaim whose verdict asks
+    /// for it; an error gets an Event.
     async fn drift_reasons<'p>(
         &mut self,
         claim: &NodeClaim,
@@ -1008,27 +1027,23 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         pool: &'p NodePool,
         class: &'p EC2NodeClass,
         targets: &mut HashMap<(&'p str, &'p str), drift::Target<'p>, foldhash::fast::RandomState>,
-        checks: &mut HashMap<
-            String,
-            (DriftInputs, drift::DriftVerdict),
-            foldhash::fast::RandomState,
-        >,
+        checks: &mut HashMap<String, KeptDrift, foldhash::fast::RandomState>,
+        now: Timestamp,
     ) -> Vec<DriftReason> {
-        let mut drift_reasons: Vec<DriftReason> = Vec::new();
-
         let kept = self
             .disruption
             .drift
             .remove_entry(claim.metadata.name.as_deref().unwrap_or_default());
-        let verdict = match kept {
-            Some((claim_key, (inputs, verdict)))
-                if drift_inputs_hold(&inputs, claim, node, pool, class) =>
+        let (claim_key, inputs, verdict, cloud) = match kept {
+            Some((claim_key, kept))
+                if drift_inputs_hold(&kept.inputs, claim, node, pool, class) =>
             {
-                checks.insert(claim_key, (inputs, verdict.clone()));
-                Ok(verdict)
+                let cloud = kept
+                    .cloud
+                    .filter(|(_, at)| since(*at, now) < CLOUD_DRIFT_RECHECK);
+                (claim_key, Some(kept.inputs), Ok(kept.verdict), cloud)
             }
             _ => {
-                let claim_key = claim_name(claim);
                 let inputs = drift_inputs(claim, node, pool, class);
                 let mut view = NodeView::from_nodeclaim(claim);
                 if let Some(labels) = &node.metadata.labels {
@@ -1042,23 +1057,31 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     ))
                     .or_insert_with(|| drift::Target::new(pool, class))
                     .check(&view);
-                // A verdict that asks for a stamp is not kept: the
-                // stamp changes the NodeClaim. Errors are checked
-                // again (and reported) at every pass.
-                if let (Some(inputs), Ok(v)) = (inputs, &verdict)
-                    && !v.needs_stamping()
-                {
-                    checks.insert(claim_key, (inputs, v.clone()));
-                }
-                verdict
+                (claim_name(claim), inputs, verdict, None)
             }
         };
-        match verdict {
+        let cloud = match cloud {
+            Some(kept) => Some(kept),
+            None => match self.cloud.is_drifted(claim, class).await {
+                Ok(reasons) => Some((reasons, now)),
+                Err(crate::cloud::CloudError::NotFound(_)) => None,
+                Err(e) => {
+                    self.event(
+                        format!("NodeClaim/{}", claim_name(claim)),
+                        "DriftCheckFailed",
+                        e.to_string(),
+                    );
+                    None
+                }
+            },
+        };
+        let mut drift_reasons: Vec<DriftReason> = Vec::new();
+        match &verdict {
             Ok(verdict) => {
                 if verdict.needs_stamping() {
                     self.stamp(claim, verdict.stamp.clone()).await;
                 }
-                drift_reasons.extend(verdict.reasons);
+                drift_reasons.extend(verdict.reasons.iter().cloned());
             }
             Err(e) => self.event(
                 format!(
@@ -1069,22 +1092,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 e.to_string(),
             ),
         }
-        match self.cloud.is_drifted(claim, class).await {
-            Ok(reasons) => {
-                for r in reasons {
-                    if !drift_reasons.iter().any(|d| d.code() == r.code()) {
-                        drift_reasons.push(r);
-                    }
-                }
+        for r in cloud.iter().flat_map(|(reasons, _)| reasons) {
+            if !drift_reasons.iter().any(|d| d.code() == r.code()) {
+                drift_reasons.push(r.clone());
             }
-            Err(crate::cloud::CloudError::NotFound(_)) => {}
-            Err(e) => self.event(
-                format!("NodeClaim/{}", claim_name(claim)),
-                "DriftCheckFailed",
-                e.to_string(),
-            ),
         }
-
+        // A verdict that asks for a stamp is not kept: the stamp changes
+        // the NodeClaim. Errors are checked again (and reported) at every
+        // pass.
+        if let (Some(inputs), Ok(verdict)) = (inputs, verdict)
+            && !verdict.needs_stamping()
+        {
+            let kept = KeptDrift {
+                inputs,
+                verdict,
+                cloud,
+            };
+            checks.insert(claim_key, kept);
+        }
         drift_reasons
     }
 
@@ -1344,6 +1369,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         class,
                         &mut drift_targets,
                         &mut drift_checks,
+                        now,
                     )
                     .await
                 }
