@@ -160,7 +160,7 @@ fn cluster(
             homes.push(name.clone());
             input.pods.push(std::sync::Arc::new(p));
         }
-        input.nodes.push(ExistingNode {
+        input.nodes.push(std::sync::Arc::new(ExistingNode {
             name,
             nodepool: Some("general".into()),
             labels: std::sync::Arc::new(labels),
@@ -170,7 +170,7 @@ fn cluster(
             capacity: it.capacity.clone(),
             pods: bound,
             price: Some(price),
-        });
+        }));
     }
     Cluster {
         input,

@@ -1571,7 +1571,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .iter_mut()
             .filter(|n| uninitialized.contains(&n.name))
         {
-            n.taints.push(crate::model::Taint {
+            Arc::make_mut(n).taints.push(crate::model::Taint {
                 key: NOT_INITIALIZED_TAINT.into(),
                 value: String::new(),
                 effect: crate::model::Effect::NoSchedule,

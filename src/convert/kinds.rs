@@ -288,13 +288,16 @@ struct ConvertedPods {
     seen: u64,
 }
 
-/// A Node's conversion, without its pods.
+/// A Node's conversion: without its pods, and as last handed out, with
+/// them.
 struct ConvertedNode {
     node: Arc<Node>,
     /// The NodeClaim read for a node not initialized yet (its startup
     /// taints and promised resources are the conversion's), or `None`.
     claim: Option<Arc<NodeClaim>>,
     shape: ExistingNode,
+    /// `shape` with the pods of the last conversion that saw the node.
+    whole: Option<Arc<ExistingNode>>,
     seen: u64,
 }
 
@@ -340,14 +343,16 @@ impl KeptExisting {
         Ok(bound)
     }
 
-    /// `n` as an existing node without pods, `claim` its NodeClaim: the
+    /// `n` as an existing node holding `pods`, `claim` its NodeClaim: the
     /// kept conversion when `n` is the Node it was made from and, for a
-    /// node not initialized yet, `claim` the NodeClaim it read.
+    /// node not initialized yet, `claim` the NodeClaim it read; the very
+    /// node handed out last when its pods are the same too.
     fn node(
         &mut self,
         n: &Arc<Node>,
         claim: Option<&Arc<NodeClaim>>,
-    ) -> Result<ExistingNode, ObjectError> {
+        pods: Arc<[Arc<BoundPod>]>,
+    ) -> Result<Arc<ExistingNode>, ObjectError> {
         let generation = self.generation;
         let key = Arc::as_ptr(n) as usize;
         if let Some(c) = self.nodes.get_mut(&key) {
@@ -359,7 +364,15 @@ impl KeptExisting {
             };
             if c.shape.initialized || same_claim {
                 c.seen = generation;
-                return Ok(c.shape.clone());
+                if let Some(whole) = c.whole.as_ref().filter(|w| Arc::ptr_eq(&w.pods, &pods)) {
+                    return Ok(whole.clone());
+                }
+                let whole = Arc::new(ExistingNode {
+                    pods,
+                    ..c.shape.clone()
+                });
+                c.whole = Some(whole.clone());
+                return Ok(whole);
             }
         }
         let shape = node_shape(n, claim.map(Arc::as_ref))?;
@@ -368,16 +381,21 @@ impl KeptExisting {
         } else {
             claim.cloned()
         };
+        let whole = Arc::new(ExistingNode {
+            pods,
+            ..shape.clone()
+        });
         self.nodes.insert(
             key,
             ConvertedNode {
                 node: n.clone(),
                 claim: read_claim,
-                shape: shape.clone(),
+                shape,
+                whole: Some(whole.clone()),
                 seen: generation,
             },
         );
-        Ok(shape)
+        Ok(whole)
     }
 
     /// Ends a conversion: the objects it did not see are forgotten.
@@ -522,7 +540,7 @@ pub fn existing_nodes(
     s: &Snapshot,
     catalog: &[InstanceType],
     kept: &mut KeptExisting,
-) -> Result<Vec<ExistingNode>, ObjectError> {
+) -> Result<Vec<Arc<ExistingNode>>, ObjectError> {
     let bound = BoundPods {
         groups: &Grouped::new(&s.pods),
         extra: Grouped(HashMap::default()),
@@ -537,7 +555,7 @@ pub fn existing_nodes_bound<'s>(
     bound: &BoundPods,
     catalog: &[InstanceType],
     kept: &mut KeptExisting,
-) -> Result<Vec<ExistingNode>, ObjectError> {
+) -> Result<Vec<Arc<ExistingNode>>, ObjectError> {
     // Each node's pods go to the first Node or in-flight NodeClaim that
     // names it.
     let mut given: std::collections::HashSet<&str, foldhash::fast::RandomState> =
@@ -566,9 +584,8 @@ pub fn existing_nodes_bound<'s>(
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
             .and_then(|p| claims_by_provider.get(p).copied());
-        let mut node = kept.node(n, claim)?;
-        node.pods = bound_to(kept, n.metadata.name.as_deref().unwrap_or_default())?;
-        out.push(node);
+        let pods = bound_to(kept, n.metadata.name.as_deref().unwrap_or_default())?;
+        out.push(kept.node(n, claim, pods)?);
     }
     // In-flight NodeClaims: launched or launching, no Node yet.
     let node_names: std::collections::HashSet<&str, foldhash::fast::RandomState> = s
@@ -623,7 +640,7 @@ pub fn existing_nodes_bound<'s>(
         let mut claim_taints = template_taints(c.spec.taints.as_ref());
         let startup = template_taints(c.spec.startup_taints.as_ref());
         claim_taints.retain(|t| !startup.contains(t));
-        out.push(ExistingNode {
+        out.push(Arc::new(ExistingNode {
             nodepool: labels.get(NODEPOOL).cloned(),
             pods: bound_to(kept, node_name)?,
             name,
@@ -633,7 +650,7 @@ pub fn existing_nodes_bound<'s>(
             allocatable,
             capacity,
             price: None,
-        });
+        }));
     }
     kept.sweep();
     Ok(out)
@@ -757,7 +774,7 @@ mod tests {
         };
         let mut nodes = existing_nodes(&s, &[], &mut KeptExisting::default()).expect("converts");
         assert_eq!(nodes.len(), 1, "the claim is the node's, not in flight");
-        nodes.remove(0)
+        Arc::unwrap_or_clone(nodes.remove(0))
     }
 
     #[test]
@@ -880,7 +897,7 @@ spec:
         let bound = BoundPods::new(&groups, &besides);
         let grouped = existing_nodes_bound(&all, &bound, &[], &mut KeptExisting::default())
             .expect("converts");
-        let pods_of = |nodes: &[ExistingNode]| -> Vec<(String, Vec<String>)> {
+        let pods_of = |nodes: &[Arc<ExistingNode>]| -> Vec<(String, Vec<String>)> {
             nodes
                 .iter()
                 .map(|n| {

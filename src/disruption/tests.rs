@@ -89,7 +89,7 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
                 .push(std::sync::Arc::new(PodSpec::new("default", &pod_name, req)));
             homes.push(name.to_string());
         }
-        input.nodes.push(ExistingNode {
+        input.nodes.push(Arc::new(ExistingNode {
             name: name.to_string(),
             nodepool: Some("general".into()),
             labels: Arc::new(labels),
@@ -99,7 +99,7 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
             capacity: alloc,
             pods: bound.into(),
             price: Some(price(it)),
-        });
+        }));
         candidates.push(Candidate {
             zone: "z1".into(),
             pods: pods.len(),
@@ -908,7 +908,7 @@ fn run_preferences(f: &Fixture, preferences: Preferences) -> Outcome {
 /// lets `edit` add constraints to the moving ones.
 fn app_foo(f: &mut Fixture, edit: impl Fn(&mut PodSpec)) {
     for n in &mut f.input.nodes {
-        for p in Arc::make_mut(&mut n.pods) {
+        for p in Arc::make_mut(&mut Arc::make_mut(n).pods) {
             Arc::make_mut(p).labels.insert("app".into(), "foo".into());
         }
     }

@@ -223,7 +223,7 @@ mod tests {
         crate::scheduling::tests::catalog()
     }
 
-    fn node(name: &str, cpu_m: i64, pods: &[(&str, i64)]) -> ExistingNode {
+    fn node(name: &str, cpu_m: i64, pods: &[(&str, i64)]) -> Arc<ExistingNode> {
         let labels: BTreeMap<String, String> = [
             ("kubernetes.io/hostname", name),
             ("topology.kubernetes.io/zone", "z1"),
@@ -233,7 +233,7 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        ExistingNode {
+        Arc::new(ExistingNode {
             name: name.into(),
             nodepool: Some("general".into()),
             labels: Arc::new(labels),
@@ -264,7 +264,7 @@ mod tests {
                 })
                 .collect(),
             price: Some(0.2),
-        }
+        })
     }
 
     fn pod(name: &str, cpu: i64) -> PodSpec {

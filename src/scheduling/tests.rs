@@ -173,7 +173,7 @@ fn one_pod_gets_the_cheapest_type() {
 #[test]
 fn pods_fill_existing_capacity_first() {
     let input = SolveInput {
-        nodes: vec![node("n1", "z1", 2000, 8)],
+        nodes: vec![std::sync::Arc::new(node("n1", "z1", 2000, 8))],
         pods: shared(vec![
             pod("a", 1000, 512),
             pod("b", 1000, 512),
@@ -222,7 +222,7 @@ fn bound_pods_take_their_requests_and_a_pod_slot_from_their_node() {
         )
     };
     let input = SolveInput {
-        nodes: vec![gpu_node, slots_node],
+        nodes: vec![gpu_node.into(), slots_node.into()],
         pods: shared(vec![gpu_pod("second-trainer"), pod("small", 100, 100)]),
         ..SolveInput::default()
     };
@@ -595,7 +595,9 @@ fn arb_input() -> impl Strategy<Value = SolveInput> {
             let nodes = nodes
                 .into_iter()
                 .enumerate()
-                .map(|(i, (z, c))| node(&format!("n{i}"), ZONES[z], c * 1000, c * 2))
+                .map(|(i, (z, c))| {
+                    std::sync::Arc::new(node(&format!("n{i}"), ZONES[z], c * 1000, c * 2))
+                })
                 .collect();
             SolveInput {
                 nodes,

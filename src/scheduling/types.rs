@@ -262,7 +262,10 @@ pub enum Preferences {
 /// Everything the core decides from.
 #[derive(Debug, Clone, Default)]
 pub struct SolveInput {
-    pub nodes: Vec<ExistingNode>,
+    /// Shared: a node's conversion is kept and handed out pass after pass
+    /// while the node and its pods are the same objects
+    /// ([`crate::convert::KeptExisting`]).
+    pub nodes: Vec<Arc<ExistingNode>>,
     /// Shared: a pending pod's conversion is kept and handed out pass after
     /// pass ([`crate::convert::PodSpecs`]).
     pub pods: Vec<Arc<PodSpec>>,

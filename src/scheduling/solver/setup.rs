@@ -141,7 +141,7 @@ impl<'a> Solver<'a> {
     pub fn new(input: &'a SolveInput, opts: &SolveOptions) -> Result<Self, SolveError> {
         let input_index = crate::scheduling::pod_order(&input.pods);
         let pods: Vec<&'a PodSpec> = input_index.iter().map(|&i| &*input.pods[i]).collect();
-        let mut existing: Vec<&'a ExistingNode> = input.nodes.iter().collect();
+        let mut existing: Vec<&'a ExistingNode> = input.nodes.iter().map(|n| &**n).collect();
         existing.sort_by(|a, b| a.name.cmp(&b.name));
         // Resource dimensions: cpu, memory, pods, then every other requested resource.
         let mut extra: BTreeSet<&str> = BTreeSet::new();
