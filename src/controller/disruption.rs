@@ -228,6 +228,14 @@ struct KeptDrift {
     cloud: Option<(Vec<DriftReason>, Timestamp)>,
 }
 
+/// A pass's drift work: each NodePool and EC2NodeClass pair's target, read
+/// once for all its nodes, and the verdicts kept for the next pass.
+#[derive(Default)]
+struct DriftPass<'p> {
+    targets: HashMap<(&'p str, &'p str), drift::Target<'p>, foldhash::fast::RandomState>,
+    kept: HashMap<String, KeptDrift, foldhash::fast::RandomState>,
+}
+
 /// What a drift verdict read, by version: the NodeClaim, its Node, the
 /// NodePool's spec alone (its uid and generation), and the EC2NodeClass
 /// (its status too). `None` when one has no version: the verdict is not
@@ -1015,8 +1023,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// Why a node drifted: its NodePool's and EC2NodeClass's hashes and
-    /// requirements (the verdict kept in `checks` while nothing it read
-    /// changed; `targets` holds each pair's hashes for the pass), then the
+    /// requirements (the verdict kept in `pass.kept` while nothing it read
+    /// changed; `pass.targets` holds each pair's hashes), then the
     /// cloud's view (image, subnet, security groups; kept with the verdict
     /// for [`CLOUD_DRIFT_RECHECK`]). Stamps a NodeClaim whose verdict asks
     /// for it; an error gets an Event.
@@ -1026,8 +1034,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         node: &Node,
         pool: &'p NodePool,
         class: &'p EC2NodeClass,
-        targets: &mut HashMap<(&'p str, &'p str), drift::Target<'p>, foldhash::fast::RandomState>,
-        checks: &mut HashMap<String, KeptDrift, foldhash::fast::RandomState>,
+        pass: &mut DriftPass<'p>,
         now: Timestamp,
     ) -> Vec<DriftReason> {
         let kept = self
@@ -1050,7 +1057,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     view.labels
                         .extend(crate::model::labels::normalize_labels(labels));
                 }
-                let verdict = targets
+                let verdict = pass
+                    .targets
                     .entry((
                         pool.metadata.name.as_deref().unwrap_or_default(),
                         class.metadata.name.as_deref().unwrap_or_default(),
@@ -1108,7 +1116,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 verdict,
                 cloud,
             };
-            checks.insert(claim_key, kept);
+            pass.kept.insert(claim_key, kept);
         }
         drift_reasons
     }
@@ -1264,10 +1272,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut kept_pods = std::mem::take(&mut self.disruption.node_pods);
         let mut node_pods: HashMap<String, NodePods, foldhash::fast::RandomState> =
             HashMap::default();
-        let mut drift_checks = HashMap::default();
-        // Each NodePool and EC2NodeClass pair read once for all its nodes.
-        let mut drift_targets: HashMap<(&str, &str), drift::Target, foldhash::fast::RandomState> =
-            HashMap::default();
+        let mut drift_pass = DriftPass::default();
         let mut uninitialized: BTreeSet<String> = BTreeSet::new();
         for claim in &claims {
             if claim.metadata.deletion_timestamp.is_none() {
@@ -1362,16 +1367,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             // subnet, security groups), and the instance type.
             let mut drift_reasons = match classes.get(&claim.spec.node_class_ref.name) {
                 Some(class) => {
-                    self.drift_reasons(
-                        claim,
-                        node,
-                        pool,
-                        class,
-                        &mut drift_targets,
-                        &mut drift_checks,
-                        now,
-                    )
-                    .await
+                    self.drift_reasons(claim, node, pool, class, &mut drift_pass, now)
+                        .await
                 }
                 None => Vec::new(),
             };
@@ -1459,7 +1456,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             });
         }
         self.disruption.node_pods = node_pods;
-        self.disruption.drift = drift_checks;
+        self.disruption.drift = drift_pass.kept;
 
         let budgets = self.pool_budgets(&per_pool, &pools_by_name, now, &mut threshold);
 
