@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::scheduling::PodSpec;
 use crate::scheduling::pod::{PodError, VolumeIndex, pod_spec};
-use crate::scheduling::{BoundPod, DaemonSetSpec, ExistingNode, NodePoolSpec};
+use crate::scheduling::{BoundPod, BoundPodList, DaemonSetSpec, ExistingNode, NodePoolSpec};
 use crate::snapshot::Snapshot;
 
 /// A NodeClaim's quantities in `what`, if it has that field.
@@ -284,7 +284,7 @@ pub struct KeptExisting {
 /// The pods bound to one node, and their conversions, in order.
 struct ConvertedPods {
     pods: Vec<Arc<SlimPod>>,
-    bound: Arc<[Arc<BoundPod>]>,
+    bound: BoundPodList,
     seen: u64,
 }
 
@@ -305,11 +305,7 @@ impl KeptExisting {
     /// `pods`, bound to node `node`, as bound pods: the kept conversions
     /// when they are the objects the node held at the last conversion;
     /// else each pod the node held then is reused and the others converted.
-    fn pods(
-        &mut self,
-        node: &str,
-        pods: &[&Arc<SlimPod>],
-    ) -> Result<Arc<[Arc<BoundPod>]>, ObjectError> {
+    fn pods(&mut self, node: &str, pods: &[&Arc<SlimPod>]) -> Result<BoundPodList, ObjectError> {
         let generation = self.generation;
         if let Some(c) = self.pods.get_mut(node)
             && c.pods.len() == pods.len()
@@ -331,12 +327,12 @@ impl KeptExisting {
                 Some(b) => Ok(Arc::clone(b)),
                 None => bound_pod(p).map(Arc::new),
             })
-            .collect::<Result<Arc<[_]>, _>>()?;
+            .collect::<Result<BoundPodList, _>>()?;
         self.pods.insert(
             node.to_string(),
             ConvertedPods {
                 pods: pods.iter().map(|p| Arc::clone(p)).collect(),
-                bound: Arc::clone(&bound),
+                bound: bound.clone(),
                 seen: generation,
             },
         );
@@ -351,7 +347,7 @@ impl KeptExisting {
         &mut self,
         n: &Arc<Node>,
         claim: Option<&Arc<NodeClaim>>,
-        pods: Arc<[Arc<BoundPod>]>,
+        pods: BoundPodList,
     ) -> Result<Arc<ExistingNode>, ObjectError> {
         let generation = self.generation;
         let key = Arc::as_ptr(n) as usize;
@@ -364,7 +360,11 @@ impl KeptExisting {
             };
             if c.shape.initialized || same_claim {
                 c.seen = generation;
-                if let Some(whole) = c.whole.as_ref().filter(|w| Arc::ptr_eq(&w.pods, &pods)) {
+                if let Some(whole) = c
+                    .whole
+                    .as_ref()
+                    .filter(|w| BoundPodList::ptr_eq(&w.pods, &pods))
+                {
                     return Ok(whole.clone());
                 }
                 let whole = Arc::new(ExistingNode {
@@ -562,10 +562,10 @@ pub fn existing_nodes_bound<'s>(
         Default::default();
     let mut bound_to = |kept: &mut KeptExisting, node: &'s str| {
         if node.is_empty() || !given.insert(node) {
-            return Ok(Arc::default());
+            return Ok(BoundPodList::default());
         }
         match bound.running_on(node) {
-            pods if pods.is_empty() => Ok(Arc::default()),
+            pods if pods.is_empty() => Ok(BoundPodList::default()),
             pods => kept.pods(node, &pods),
         }
     };
@@ -721,7 +721,7 @@ fn node_shape(n: &Node, claim: Option<&NodeClaim>) -> Result<ExistingNode, Objec
     }
     Ok(ExistingNode {
         nodepool: labels.get(NODEPOOL).cloned(),
-        pods: Arc::default(),
+        pods: BoundPodList::default(),
         name,
         labels: Arc::new(labels),
         taints: node_taints,

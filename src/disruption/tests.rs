@@ -908,9 +908,16 @@ fn run_preferences(f: &Fixture, preferences: Preferences) -> Outcome {
 /// lets `edit` add constraints to the moving ones.
 fn app_foo(f: &mut Fixture, edit: impl Fn(&mut PodSpec)) {
     for n in &mut f.input.nodes {
-        for p in Arc::make_mut(&mut Arc::make_mut(n).pods) {
-            Arc::make_mut(p).labels.insert("app".into(), "foo".into());
-        }
+        let n = Arc::make_mut(n);
+        n.pods = n
+            .pods
+            .iter()
+            .map(|p| {
+                let mut p = BoundPod::clone(p);
+                p.labels.insert("app".into(), "foo".into());
+                Arc::new(p)
+            })
+            .collect();
     }
     for p in &mut f.input.pods {
         let p = Arc::make_mut(p);

@@ -144,7 +144,7 @@ fn node(name: &str, zone: &str, cpu_m: i64, mem_gi: i64) -> ExistingNode {
             .with("cpu", cpu_m)
             .with("memory", mem_gi << 30)
             .with("pods", 110),
-        pods: std::sync::Arc::default(),
+        pods: BoundPodList::default(),
         price: None,
     }
 }

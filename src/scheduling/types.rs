@@ -202,6 +202,116 @@ impl BoundPod {
     }
 }
 
+/// A node's bound pods, with what they take of it together and whether
+/// any repels newcomers, summed once when the list is made: a solver's
+/// setup reads every node of the cluster, and a kept conversion hands out
+/// the same list pass after pass. Shared: a clone is the same list.
+#[derive(Clone)]
+pub struct BoundPodList(Arc<BoundPodListInner>);
+
+#[derive(Default)]
+struct BoundPodListInner {
+    pods: Box<[Arc<BoundPod>]>,
+    /// The sum of the pods' [`Takes::cpu_memory_pods`] (saturating).
+    cpu_memory_pods: [i64; 3],
+    /// Whether any pod requests a resource besides cpu, memory and pods.
+    others: bool,
+    /// Whether any pod has a required anti-affinity term.
+    anti_affinity: bool,
+    /// Every pod's host ports, in the pods' order.
+    host_ports: Vec<HostPort>,
+}
+
+impl BoundPodList {
+    /// Whether `a` and `b` are the same list (not merely equal).
+    pub fn ptr_eq(a: &BoundPodList, b: &BoundPodList) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// The pods' cpu, memory and pods summed, and whether any of them
+    /// requests another resource (then read the pods for those).
+    pub(crate) fn takes(&self) -> Takes {
+        Takes {
+            cpu_memory_pods: self.0.cpu_memory_pods,
+            others: self.0.others,
+        }
+    }
+
+    /// Whether any pod has a required anti-affinity term.
+    pub fn any_anti_affinity(&self) -> bool {
+        self.0.anti_affinity
+    }
+
+    /// Every pod's host ports, in the pods' order.
+    pub fn host_ports(&self) -> &[HostPort] {
+        &self.0.host_ports
+    }
+}
+
+/// No pods: one list shared by every empty node, so a node's conversion
+/// that had no pods and has none is handed out again.
+impl Default for BoundPodList {
+    fn default() -> BoundPodList {
+        static EMPTY: std::sync::LazyLock<BoundPodList> =
+            std::sync::LazyLock::new(|| BoundPodList(Arc::default()));
+        EMPTY.clone()
+    }
+}
+
+impl From<Vec<Arc<BoundPod>>> for BoundPodList {
+    fn from(pods: Vec<Arc<BoundPod>>) -> BoundPodList {
+        let mut inner = BoundPodListInner {
+            pods: pods.into_boxed_slice(),
+            ..BoundPodListInner::default()
+        };
+        for p in inner.pods.iter() {
+            for (sum, x) in inner
+                .cpu_memory_pods
+                .iter_mut()
+                .zip(p.takes.cpu_memory_pods)
+            {
+                *sum = sum.saturating_add(x);
+            }
+            inner.others |= p.takes.others;
+            inner.anti_affinity |= !p.anti_affinity.is_empty();
+            inner.host_ports.extend(p.host_ports.iter().cloned());
+        }
+        BoundPodList(Arc::new(inner))
+    }
+}
+
+impl<const N: usize> From<[Arc<BoundPod>; N]> for BoundPodList {
+    fn from(pods: [Arc<BoundPod>; N]) -> BoundPodList {
+        Vec::from(pods).into()
+    }
+}
+
+impl FromIterator<Arc<BoundPod>> for BoundPodList {
+    fn from_iter<I: IntoIterator<Item = Arc<BoundPod>>>(iter: I) -> BoundPodList {
+        iter.into_iter().collect::<Vec<_>>().into()
+    }
+}
+
+impl std::ops::Deref for BoundPodList {
+    type Target = [Arc<BoundPod>];
+
+    fn deref(&self) -> &[Arc<BoundPod>] {
+        &self.0.pods
+    }
+}
+
+impl PartialEq for BoundPodList {
+    fn eq(&self, other: &BoundPodList) -> bool {
+        self.0.pods == other.0.pods
+    }
+}
+
+impl std::fmt::Debug for BoundPodList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.pods.iter()).finish()
+    }
+}
+
 /// An existing node or an in-flight NodeClaim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExistingNode {
@@ -219,7 +329,7 @@ pub struct ExistingNode {
     /// Capacity, counted against NodePool limits.
     pub capacity: Resources,
     /// Shared with the conversion that keeps them ([`crate::convert::KeptExisting`]).
-    pub pods: Arc<[Arc<BoundPod>]>,
+    pub pods: BoundPodList,
     /// Price per hour, when known (for consolidation callers).
     pub price: Option<f64>,
 }
@@ -320,4 +430,83 @@ pub struct SolveResult {
     pub unschedulable: Vec<Unschedulable>,
     pub price: f64,
     pub lower_bound: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, requests: Resources, port: Option<i32>, anti: bool) -> Arc<BoundPod> {
+        let host_ports = port
+            .map(|port| HostPort {
+                ip: String::new(),
+                protocol: "TCP".into(),
+                port,
+            })
+            .into_iter()
+            .collect();
+        let anti_affinity = match anti {
+            true => vec![PodAffinityTerm {
+                selector: LabelSelector::default(),
+                namespaces: Namespaces::All,
+                topology_key: "kubernetes.io/hostname".into(),
+            }],
+            false => Vec::new(),
+        };
+        Arc::new(BoundPod::new(
+            "default".into(),
+            name.into(),
+            BTreeMap::new(),
+            requests,
+            host_ports,
+            anti_affinity,
+        ))
+    }
+
+    #[test]
+    fn a_bound_pod_lists_sum_is_what_its_pods_take_one_by_one() {
+        let pods = vec![
+            pod("a", Resources::new().with("cpu", 500), Some(80), false),
+            pod("b", Resources::new().with("memory", 1 << 30), None, false),
+            pod(
+                "c",
+                Resources::new().with("cpu", 250).with("pods", 2),
+                Some(443),
+                false,
+            ),
+        ];
+        let list = BoundPodList::from(pods.clone());
+        assert_eq!(list.takes().cpu_memory_pods, [750, 1 << 30, 4]);
+        assert!(!list.takes().others);
+        assert!(!list.any_anti_affinity());
+        let ports: Vec<i32> = list.host_ports().iter().map(|p| p.port).collect();
+        assert_eq!(ports, [80, 443]);
+        assert_eq!(&*list, &pods[..]);
+
+        let more: BoundPodList = pods
+            .into_iter()
+            .chain([pod(
+                "gpu",
+                Resources::new().with("nvidia.com/gpu", 1),
+                None,
+                true,
+            )])
+            .collect();
+        assert!(more.takes().others);
+        assert!(more.any_anti_affinity());
+        assert_eq!(more.takes().cpu_memory_pods, [750, 1 << 30, 5]);
+    }
+
+    #[test]
+    fn lists_are_the_same_only_when_shared_and_every_empty_list_is_one() {
+        let a = BoundPodList::from(vec![pod("a", Resources::new(), None, false)]);
+        let b = BoundPodList::from(vec![pod("a", Resources::new(), None, false)]);
+        assert_eq!(a, b);
+        assert!(!BoundPodList::ptr_eq(&a, &b));
+        assert!(BoundPodList::ptr_eq(&a, &a.clone()));
+        assert!(BoundPodList::ptr_eq(
+            &BoundPodList::default(),
+            &BoundPodList::default()
+        ));
+    }
 }

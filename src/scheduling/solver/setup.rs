@@ -388,7 +388,7 @@ impl<'a> Solver<'a> {
         for p in &pods {
             key_names.extend(all_terms(p).filter(|k| *k != HOSTNAME));
         }
-        for n in &existing {
+        for n in existing.iter().filter(|n| n.pods.any_anti_affinity()) {
             for bp in n.pods.iter() {
                 key_names.extend(
                     bp.anti_affinity
@@ -433,24 +433,23 @@ impl<'a> Solver<'a> {
         let mut nodes = Vec::new();
         for n in &existing {
             let mut free = project(&n.allocatable);
-            let mut ports = Vec::new();
-            for bp in n.pods.iter() {
-                // What `project` would give, without a vector per pod and
-                // without walking the pod's requests: cpu, memory and pods
-                // were read when the pod was converted.
-                let takes = &bp.takes;
-                for (f, x) in free.iter_mut().zip(takes.cpu_memory_pods) {
-                    *f = f.saturating_sub(x);
-                }
-                if takes.others {
+            // What `project` of each pod would take, without reading the
+            // pods: their cpu, memory and pods were summed when the list
+            // was made; only a pod requesting another resource is read.
+            let takes = n.pods.takes();
+            for (f, x) in free.iter_mut().zip(takes.cpu_memory_pods) {
+                *f = f.saturating_sub(x);
+            }
+            if takes.others {
+                for bp in n.pods.iter().filter(|bp| bp.takes.others) {
                     for (k, x) in &bp.requests.0 {
                         if let Some(i) = dims[3..].iter().position(|d| d == k) {
                             free[i + 3] = free[i + 3].saturating_sub(*x);
                         }
                     }
                 }
-                ports.extend(bp.host_ports.iter().cloned());
             }
+            let ports = n.pods.host_ports().to_vec();
             let taints = n
                 .taints
                 .iter()
@@ -675,6 +674,9 @@ impl<'a> Solver<'a> {
         // Bound pods' anti-affinity terms repel newcomers too.
         for ni in 0..self.existing.len() {
             let n: &'a ExistingNode = self.existing[ni];
+            if !n.pods.any_anti_affinity() {
+                continue;
+            }
             for bp in n.pods.iter() {
                 for t in &bp.anti_affinity {
                     let key = self.topo_key(&t.topology_key);
@@ -716,6 +718,9 @@ impl<'a> Solver<'a> {
     }
 
     pub(super) fn record_bound_pods(&mut self) {
+        if self.counters.is_empty() {
+            return;
+        }
         for t in 0..self.existing.len() {
             let n: &'a ExistingNode = self.existing[t];
             for bp in n.pods.iter() {
