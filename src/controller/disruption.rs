@@ -838,7 +838,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // Of the NodeClaims, only those the input converts: a pass's own
         // writes to its candidates (conditions, pod event times, stamps)
         // leave the next pass's input as it was.
-        for c in self.converted_claims(&self.cluster.list::<Node>()) {
+        for c in self.converted_claims().converted.iter() {
             c.metadata.uid.hash(&mut h);
             c.metadata.resource_version.hash(&mut h);
         }

@@ -312,6 +312,10 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     pod_startup: (u64, state_metrics::PodStartup),
     /// The pods by node, for the pod list they were grouped from.
     pods_by_node: Arc<crate::cluster::PodsByNode>,
+    /// The NodeClaims a scheduling input converts, for the Node and
+    /// NodeClaim lists they were read from (a pass reads them twice, and
+    /// the provisioner again while neither list changed).
+    converted_claims: std::sync::Mutex<Option<provisioner::ConvertedClaims>>,
     /// Static NodePools short of their replicas at `limits.nodes`, reported
     /// once until they are not.
     static_limited: std::collections::BTreeSet<String>,
@@ -382,6 +386,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             provisionable: None,
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
             pods_by_node: Default::default(),
+            converted_claims: Default::default(),
             static_limited: std::collections::BTreeSet::new(),
             repair_blocked: std::collections::HashMap::new(),
             overlays: overlays::OverlayCache::default(),

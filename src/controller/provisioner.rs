@@ -39,6 +39,7 @@ use super::{Controller, dynamic_only};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
+use crate::cluster::Listed;
 use crate::cluster::{Cluster, ObjectKey};
 use crate::convert::{build_input_kept, build_input_with_pools, nodepool_spec_with_types};
 use crate::disruption::pods::{NodeNames, is_leaving};
@@ -162,6 +163,15 @@ fn without_unavailable(
         }
     }
     types
+}
+
+/// The NodeClaims a scheduling input converts
+/// ([`Controller::converted_claims`]) and the lists they were read from.
+#[derive(Clone)]
+pub(super) struct ConvertedClaims {
+    pub nodes: Listed<Node>,
+    claims: Listed<NodeClaim>,
+    pub converted: Arc<[Arc<NodeClaim>]>,
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -591,13 +601,26 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         (pools, specs, catalog.into_values().collect())
     }
 
-    /// The NodeClaims a scheduling input reads, of the cluster whose Nodes
-    /// are `nodes`: those without a node that is its own account of itself
+    /// The NodeClaims a scheduling input reads, with the Nodes they were
+    /// read beside: those without a node that is its own account of itself
     /// (initialized, or not Karpenter's). An initialized one is its node
     /// (as the conversion reads them), and a NodeClaim as JSON is not cheap
     /// in a large cluster. An initializing node's claim says which of its
-    /// taints are startup taints and what it will have allocatable.
-    pub(super) fn converted_claims(&self, nodes: &[Arc<Node>]) -> Vec<Arc<NodeClaim>> {
+    /// taints are startup taints and what it will have allocatable. Kept
+    /// while the two lists are the same.
+    pub(super) fn converted_claims(&self) -> ConvertedClaims {
+        let nodes = self.cluster.list::<Node>();
+        let claims = self.cluster.list::<NodeClaim>();
+        let mut kept = self
+            .converted_claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = kept.as_ref()
+            && Listed::ptr_eq(&k.nodes, &nodes)
+            && Listed::ptr_eq(&k.claims, &claims)
+        {
+            return k.clone();
+        }
         let registered: HashSet<&str, foldhash::fast::RandomState> = nodes
             .iter()
             .filter(|n| {
@@ -610,26 +633,32 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             })
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
-        self.cluster
-            .list::<NodeClaim>()
-            .into_iter()
+        let converted: Arc<[Arc<NodeClaim>]> = claims
+            .iter()
             .filter(|c| {
                 c.status
                     .as_ref()
                     .and_then(|s| s.node_name.as_deref())
                     .is_none_or(|n| !registered.contains(n))
             })
-            .collect()
+            .cloned()
+            .collect();
+        let found = ConvertedClaims {
+            nodes,
+            claims,
+            converted,
+        };
+        *kept = Some(found.clone());
+        found
     }
 
     /// The cluster as the scheduling core's input builder reads it.
     pub(super) fn snapshot(&self, pods: Vec<Arc<SlimPod>>) -> Snapshot {
-        let nodes = self.cluster.list::<Node>();
-        let nodeclaims = self.converted_claims(&nodes);
+        let claims = self.converted_claims();
         Snapshot {
             pods,
-            nodes: nodes.to_vec(),
-            nodeclaims,
+            nodes: claims.nodes.to_vec(),
+            nodeclaims: claims.converted.to_vec(),
             nodepools: Vec::new(),
             ec2nodeclasses: Vec::new(),
             daemonsets: self.cluster.list::<DaemonSet>().to_vec(),
