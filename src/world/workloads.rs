@@ -69,9 +69,18 @@ struct OwnedPods {
     /// first list.
     seen: Option<u64>,
     /// Per owner uid, its pods in the order the cluster lists them.
-    by_owner: HashMap<String, BTreeMap<ObjectKey, Arc<Pod>>>,
+    by_owner: HashMap<String, Owned>,
     /// The owner uid of each pod in `by_owner`.
     owner_of: HashMap<ObjectKey, String>,
+}
+
+/// One owner's pods, and how many of them are live ([`is_live`]): a
+/// controller whose live pods are as many as it wants has nothing to do,
+/// and most of a large cluster's have not changed since the last sync.
+#[derive(Debug, Default)]
+struct Owned {
+    pods: BTreeMap<ObjectKey, Arc<Pod>>,
+    live: usize,
 }
 
 impl OwnedPods {
@@ -104,16 +113,22 @@ impl OwnedPods {
             return;
         };
         self.owner_of.insert(key.clone(), uid.clone());
-        self.by_owner.entry(uid).or_default().insert(key, pod);
+        let owned = self.by_owner.entry(uid).or_default();
+        owned.live += usize::from(is_live(&pod));
+        if let Some(old) = owned.pods.insert(key, pod) {
+            owned.live -= usize::from(is_live(&old));
+        }
     }
 
     fn remove(&mut self, key: &ObjectKey) {
         let Some(uid) = self.owner_of.remove(key) else {
             return;
         };
-        if let Some(pods) = self.by_owner.get_mut(&uid) {
-            pods.remove(key);
-            if pods.is_empty() {
+        if let Some(owned) = self.by_owner.get_mut(&uid) {
+            if let Some(old) = owned.pods.remove(key) {
+                owned.live -= usize::from(is_live(&old));
+            }
+            if owned.pods.is_empty() {
                 self.by_owner.remove(&uid);
             }
         }
@@ -122,8 +137,14 @@ impl OwnedPods {
     /// The pods whose controlling owner has `uid`.
     fn of(&self, uid: Option<&str>) -> Vec<&Arc<Pod>> {
         uid.and_then(|u| self.by_owner.get(u))
-            .map(|pods| pods.values().collect())
+            .map(|owned| owned.pods.values().collect())
             .unwrap_or_default()
+    }
+
+    /// How many of the pods whose controlling owner has `uid` are live.
+    fn live(&self, uid: Option<&str>) -> usize {
+        uid.and_then(|u| self.by_owner.get(u))
+            .map_or(0, |owned| owned.live)
     }
 }
 
@@ -259,8 +280,11 @@ impl Workloads {
                 .filter(|rs| uid.is_some() && controller_uid(&rs.metadata) == uid)
                 .collect();
             if sets.is_empty() {
-                let mine = owned(uid);
-                self.sync_deployment(cluster, &d, &mine, now, &mut report);
+                // A Deployment whose live pods are as many as it wants
+                // would neither create nor delete one.
+                if index.live(uid) != replicas_wanted(d.spec.replicas) {
+                    self.sync_deployment(cluster, &d, &owned(uid), now, &mut report);
+                }
             } else {
                 scale_replica_sets(cluster, &d, &sets, &mut report);
             }
@@ -270,12 +294,16 @@ impl Workloads {
             .list::<ReplicaSet>(None, &Selector::everything())
             .items
         {
-            let mine = owned(rs.metadata.uid.as_deref());
+            let uid = rs.metadata.uid.as_deref();
+            let spec = &rs.spec;
+            let want = replicas_wanted(spec.replicas);
+            if index.live(uid) == want {
+                continue;
+            }
+            let mine = owned(uid);
             let Some(owner) = owner_ref(rs.as_ref()) else {
                 continue;
             };
-            let spec = &rs.spec;
-            let want = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
             let template = spec.template.clone().unwrap_or_default();
             self.keep_replicas(
                 cluster,
@@ -315,7 +343,7 @@ impl Workloads {
         let Some(owner) = owner_ref(d) else {
             return;
         };
-        let want = usize::try_from(d.spec.replicas.unwrap_or(1)).unwrap_or(0);
+        let want = replicas_wanted(d.spec.replicas);
         self.keep_replicas(
             cluster,
             &d.metadata,
@@ -488,6 +516,12 @@ fn pending_pod(
 }
 
 /// Not deleting and not finished.
+/// The pods a Deployment's or ReplicaSet's `replicas` asks for (1 when
+/// unset, none when negative).
+fn replicas_wanted(replicas: Option<i32>) -> usize {
+    usize::try_from(replicas.unwrap_or(1)).unwrap_or(0)
+}
+
 fn is_live(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none() && !crate::api::pod::is_finished(p)
 }
@@ -751,6 +785,12 @@ mod tests {
         };
         let mut fresh = OwnedPods::default();
         fresh.sync(c);
+        for o in [&w.owned, &fresh] {
+            for owned in o.by_owner.values() {
+                let live = owned.pods.values().filter(|p| is_live(p)).count();
+                assert_eq!(owned.live, live, "the live count is the live pods'");
+            }
+        }
         (keys(&w.owned), keys(&fresh))
     }
 
@@ -779,6 +819,23 @@ mod tests {
         assert_eq!(pods(&c), ["web-00003", "web-00004", "web-00005"]);
         let (kept, fresh) = owned_now(&mut w, &c);
         assert_eq!(kept.len(), 3);
+        assert_eq!(kept, fresh);
+    }
+
+    #[test]
+    fn a_pod_that_fails_is_replaced_and_no_longer_counted_live() {
+        let (c, t) = cluster();
+        c.create(deployment(3)).unwrap();
+        let mut w = Workloads::default();
+        assert_eq!(w.sync(&c, t).created.len(), 3);
+        let key = ObjectKey::new("default", "web-00001");
+        let mut failed = (*c.get::<Pod>(&key).unwrap()).clone();
+        failed.status.get_or_insert_with(Default::default).phase = Some("Failed".into());
+        c.update_status(failed).unwrap();
+        assert_eq!(w.sync(&c, t).created, ["default/web-00003"]);
+        assert!(w.sync(&c, t).created.is_empty(), "nothing changed since");
+        let (kept, fresh) = owned_now(&mut w, &c);
+        assert_eq!(kept.len(), 4, "the failed pod is still owned");
         assert_eq!(kept, fresh);
     }
 
