@@ -144,6 +144,9 @@ impl KubeletReport {
     }
 }
 
+/// The cluster's nodes by name.
+type NodesByName = BTreeMap<String, Arc<Node>>;
+
 /// The stand-in kubelet of every simulated node.
 #[derive(Debug, Clone)]
 pub struct Kubelet {
@@ -153,6 +156,9 @@ pub struct Kubelet {
     /// The nodes and instances as the last sync left them in line, when
     /// it left nothing to retry.
     nodes_settled: RefCell<Option<NodesSettled>>,
+    /// The nodes by name, at the kind's revision they were listed at: the
+    /// pods change far more often than the nodes.
+    nodes_listed: RefCell<Option<(u64, Arc<NodesByName>)>>,
     /// The kubelets' version (`nodeInfo.kubeletVersion`), from the
     /// cluster's Kubernetes version.
     kubelet_version: String,
@@ -189,6 +195,7 @@ impl Kubelet {
             launch_delay,
             watch: RefCell::default(),
             nodes_settled: RefCell::default(),
+            nodes_listed: RefCell::default(),
             kubelet_version: "v1.33.0".to_string(),
             node_gone_after: None,
         }
@@ -226,13 +233,24 @@ impl Kubelet {
         now: Timestamp,
     ) -> KubeletReport {
         let mut report = KubeletReport::default();
-        let list_nodes = || -> BTreeMap<String, Arc<Node>> {
-            cluster
-                .list::<Node>(None, &Selector::everything())
-                .items
-                .into_iter()
-                .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
-                .collect()
+        let list_nodes = || -> Arc<NodesByName> {
+            let revision = cluster.kind_revision::<Node>();
+            let mut kept = self.nodes_listed.borrow_mut();
+            if let Some((listed_at, nodes)) = kept.as_ref()
+                && *listed_at == revision
+            {
+                return Arc::clone(nodes);
+            }
+            let nodes: Arc<NodesByName> = Arc::new(
+                cluster
+                    .list::<Node>(None, &Selector::everything())
+                    .items
+                    .into_iter()
+                    .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+                    .collect(),
+            );
+            *kept = Some((revision, Arc::clone(&nodes)));
+            nodes
         };
         let settled = self.nodes_settled.borrow().as_ref().is_some_and(|s| {
             s.nodes == cluster.kind_revision::<Node>()
@@ -241,7 +259,7 @@ impl Kubelet {
         });
         let mut listed = None;
         if !settled {
-            let mut nodes = list_nodes();
+            let mut nodes = Arc::unwrap_or_clone(list_nodes());
             let errors = report.errors.len();
             let next_registration =
                 self.register_nodes(cluster, instances, catalog, now, &mut nodes, &mut report);
@@ -261,7 +279,7 @@ impl Kubelet {
                 instances: instances.clone(),
                 next_registration,
             });
-            listed = Some(nodes);
+            listed = Some(Arc::new(nodes));
         }
         let mut watch = self.watch.borrow_mut();
         let pods = watch.catch_up(cluster, now);
@@ -269,11 +287,9 @@ impl Kubelet {
             return report;
         }
         let nodes = listed.unwrap_or_else(list_nodes);
-        let by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> =
-            nodes.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let mut jobs = JobDurations::default();
         for pod in &pods {
-            match pod_action(cluster, pod, &by_name, now, &mut jobs, &mut report) {
+            match pod_action(cluster, pod, &nodes, now, &mut jobs, &mut report) {
                 Ok(Some(due)) => watch.due(due, pod),
                 Ok(None) => {}
                 Err(()) => {
@@ -506,7 +522,7 @@ impl PodWatch {
 fn pod_action(
     cluster: &MemoryCluster,
     pod: &Pod,
-    nodes: &HashMap<&str, &Arc<Node>, foldhash::fast::RandomState>,
+    nodes: &NodesByName,
     now: Timestamp,
     jobs: &mut JobDurations,
     report: &mut KubeletReport,
