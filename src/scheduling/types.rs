@@ -154,8 +154,9 @@ pub struct BoundPod {
     /// Required anti-affinity terms of the bound pod (they repel newcomers).
     pub anti_affinity: Vec<PodAffinityTerm>,
     /// What it takes of a node's cpu, memory and pods, read from `requests`
-    /// once ([`BoundPod::new`]): a solver's setup counts every bound pod of
-    /// the cluster, and a pod's requests are a map to walk.
+    /// once ([`BoundPod::new`]) and summed per node ([`BoundPodList`]): a
+    /// solver's setup counts every bound pod of the cluster, and a pod's
+    /// requests are a map to walk.
     pub(crate) takes: Takes,
 }
 
