@@ -234,13 +234,14 @@ fn pass(c: &Cluster) -> Run {
     )]);
     let out = decide(
         &Pass {
-            candidates: c.candidates.clone(),
+            candidates: &c.candidates,
             budgets: unbounded,
             consolidation: true,
             pools: &c.input.nodepools,
             options: Options::default(),
             uninitialized: Default::default(),
             statics: Default::default(),
+            prepared: None,
         },
         &mut removals,
     );

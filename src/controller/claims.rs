@@ -27,8 +27,17 @@ use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 /// `expireAfter`), which weighs its disruption cost as the reference's
 /// `LifetimeRemaining` does.
 pub(super) fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
-    let expire_after = claim_expire_after(claim);
-    let expires_at = disruption::expires_at(expire_after, claim_created(claim, now));
+    lifetime_left(claim_expire_after(claim), claim_created(claim, now), now)
+}
+
+/// [`lifetime_remaining`] of a NodeClaim created at `created` that expires
+/// `expire_after` later (`None`: never).
+pub(super) fn lifetime_left(
+    expire_after: Option<Duration>,
+    created: Timestamp,
+    now: Timestamp,
+) -> f64 {
+    let expires_at = disruption::expires_at(expire_after, created);
     match (expire_after, expires_at) {
         (Some(d), Some(t)) if !d.is_zero() => (Duration::try_from(t.duration_since(now))
             .unwrap_or_default()

@@ -46,7 +46,7 @@
 //! `DISRUPTION_POLL` is 10 s and `Settings::consolidation_validation` 15 s by
 //! default.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +58,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
-use super::claims::{claim_created, claim_expire_after, duration_or_never, lifetime_remaining};
+use super::claims::{claim_created, claim_expire_after, duration_or_never, lifetime_left};
 use super::taints::{taint_disrupted, untaint_disrupted};
 use super::{Conditioned, Controller, clear_condition, conditions, is_true, set_condition};
 use crate::api::node::{has_taint, is_ready};
@@ -133,6 +133,9 @@ pub struct DisruptionState {
     /// EC2NodeClass they were reached on. A large fleet is checked at every
     /// pass; most of it is unchanged.
     drift: HashMap<String, KeptDrift, foldhash::fast::RandomState>,
+    /// The last pass's view of each NodeClaim, by the object's address
+    /// (the view holds the object, so no other can take its address).
+    claims: HashMap<usize, ClaimView, foldhash::fast::RandomState>,
     /// Per EC2NodeClass: the generation resolved and when.
     resolved: BTreeMap<String, (Option<i64>, Timestamp)>,
     /// USD/h saved by the consolidations carried out.
@@ -192,8 +195,39 @@ impl PassInput {
 /// The last pass's trials and the key of what their input was built from
 /// (its NodePools excepted: they are compared with the next pass's).
 struct KeptInput {
-    key: u64,
+    key: InputKey,
     trials: Trials,
+}
+
+/// What a pass's scheduling input is built from ([`Controller::input_key`]):
+/// a hash of the kinds' revisions and of the pass's own facts, and the
+/// NodeClaims converted, compared only when the hash is the same (during
+/// a rollout, the pods change at every pass).
+#[derive(Debug)]
+struct InputKey {
+    hash: u64,
+    claims: Arc<[Arc<NodeClaim>]>,
+}
+
+impl PartialEq for InputKey {
+    /// The same hash, and the same NodeClaims (by uid and resource
+    /// version): a pass's own writes to its candidates' claims leave the
+    /// converted ones alone.
+    fn eq(&self, other: &Self) -> bool {
+        let same = |a: &Arc<NodeClaim>, b: &Arc<NodeClaim>| {
+            Arc::ptr_eq(a, b)
+                || (a.metadata.uid == b.metadata.uid
+                    && a.metadata.resource_version == b.metadata.resource_version)
+        };
+        self.hash == other.hash
+            && (Arc::ptr_eq(&self.claims, &other.claims)
+                || (self.claims.len() == other.claims.len()
+                    && self
+                        .claims
+                        .iter()
+                        .zip(other.claims.iter())
+                        .all(|(a, b)| same(a, b))))
+    }
 }
 
 impl std::fmt::Debug for KeptInput {
@@ -281,8 +315,31 @@ fn drift_inputs_hold(
         && class.metadata.resource_version.as_deref() == Some(k.as_str())
 }
 
+/// What a pass needs to prepare the pods of all its movers when the first
+/// ones' were not enough ([`disruption::first_movers`]).
+struct Deferred {
+    /// Every mover, by node.
+    movers: BTreeSet<String>,
+    pools: Vec<Arc<NodePool>>,
+    catalog: Vec<InstanceType>,
+    pods_by_node: Arc<PodsByNode>,
+}
+
+/// The candidates of `nodes`, in the order of `candidates` (the order of
+/// the input's pods).
+fn in_order<'c>(candidates: &'c [Candidate], nodes: BTreeSet<&str>) -> Vec<&'c Candidate> {
+    candidates
+        .iter()
+        .filter(|c| nodes.contains(c.node.as_str()))
+        .collect()
+}
+
 /// What a pass is built from.
 struct Facts {
+    /// The movers whose pods the pass's input holds, when not all
+    /// ([`Pass::prepared`]), and what the others' need.
+    prepared: Option<BTreeSet<String>>,
+    deferred: Option<Deferred>,
     candidates: Vec<Candidate>,
     budgets: BTreeMap<String, disruption::Allowed>,
     consolidation: bool,
@@ -290,7 +347,7 @@ struct Facts {
     /// What the pass's input (returned beside these facts) was built from
     /// (see [`DisruptionState::input`]); `None` when the pass needs no
     /// removals and built no input.
-    input_key: Option<u64>,
+    input_key: Option<InputKey>,
     /// Whether the input is the last pass's, kept because nothing it was
     /// built from changed.
     input_kept: bool,
@@ -302,8 +359,9 @@ struct Facts {
     next_threshold: Option<Timestamp>,
     /// The static NodePools, counted.
     statics: BTreeMap<String, disruption::statics::StaticPool>,
-    /// Each candidate's NodeClaim as the pass read it, with the `Drifted`
-    /// reason and whether it is `Consolidatable`, for its conditions.
+    /// The candidates' NodeClaims whose `Drifted` and `Consolidatable`
+    /// conditions are not yet what the pass found, as the pass read them,
+    /// with the `Drifted` reason and whether it is `Consolidatable`.
     conditions: Vec<(Arc<NodeClaim>, Option<&'static str>, bool)>,
 }
 
@@ -384,6 +442,136 @@ impl NodePods {
     /// Whether these are `pods`, the same objects in the same order.
     fn holds(&self, pods: &[&Arc<SlimPod>]) -> bool {
         self.pods.len() == pods.len() && self.pods.iter().zip(pods).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
+
+/// What a pass reads off one NodeClaim and its Node alone, kept from pass
+/// to pass while both are the same objects (an object that changes is a
+/// new one): at each pass nearly every NodeClaim of a large fleet is as
+/// the last pass saw it, and reading its conditions, labels and
+/// annotations again, scattered over the heap, was most of the pass's
+/// per-claim cost.
+#[derive(Debug)]
+struct ClaimView {
+    claim: Arc<NodeClaim>,
+    /// The Node `status.nodeName` names, as the view was read.
+    node: Option<Arc<Node>>,
+    name: String,
+    /// `status.nodeName`, whether or not such a Node exists.
+    node_name: Option<String>,
+    nodepool: Option<String>,
+    /// The NodeClaim has a deletion timestamp.
+    claim_deleting: bool,
+    /// The NodeClaim or its Node has a deletion timestamp.
+    deleting: bool,
+    /// Marked by a disruption in flight.
+    marked: bool,
+    initialized: bool,
+    /// When it became `Initialized`.
+    initialized_at: Option<Timestamp>,
+    /// `status.lastPodEventTime`.
+    pod_event: Option<Timestamp>,
+    /// The Node exists and is `Ready`.
+    node_ready: bool,
+    /// The Node carries the disrupted taint.
+    tainted: bool,
+    /// The Node's instance type, zone and capacity type labels.
+    instance_type: String,
+    zone: String,
+    capacity_type: String,
+    /// The Node or the NodeClaim has `do-not-disrupt: "true"`.
+    do_not_disrupt: bool,
+    /// `expireAfter` and the creation time, for the lifetime left.
+    expire_after: Option<Duration>,
+    created: Option<Timestamp>,
+    /// The last [`conditions_hold`] asked and its answer: a pass asks
+    /// what the last asked unless a condition is due to change.
+    held: Option<(Option<&'static str>, bool, bool)>,
+}
+
+impl ClaimView {
+    /// Reads `claim` and its Node (`node_named` finds a Node by name).
+    fn read<'n>(
+        claim: &Arc<NodeClaim>,
+        node_named: impl FnOnce(&str) -> Option<&'n Arc<Node>>,
+    ) -> Self {
+        let status = claim.status.as_ref();
+        let node_name = status.and_then(|s| s.node_name.clone());
+        let node = node_name.as_deref().and_then(node_named).cloned();
+        let initialized = crate::api::common::find_condition(
+            status.and_then(|s| s.conditions.as_deref()),
+            conditions::INITIALIZED,
+        );
+        let label = |key: &str| {
+            node.as_ref()
+                .and_then(|n| n.metadata.labels.as_ref()?.get(key).cloned())
+                .unwrap_or_default()
+        };
+        ClaimView {
+            name: claim_name(claim),
+            nodepool: claim.nodepool_name().map(str::to_string),
+            claim_deleting: claim.metadata.deletion_timestamp.is_some(),
+            deleting: claim.metadata.deletion_timestamp.is_some()
+                || node
+                    .as_ref()
+                    .is_some_and(|n| n.metadata.deletion_timestamp.is_some()),
+            marked: annotation(claim.as_ref(), ANNOTATION_DISRUPTION_REASON).is_some(),
+            initialized: initialized.is_some_and(|c| c.is_true()),
+            initialized_at: initialized.map(|c| c.last_transition_time.0),
+            pod_event: status
+                .and_then(|s| s.last_pod_event_time.as_ref())
+                .map(|t| t.0),
+            node_ready: node.as_ref().is_some_and(|n| is_ready(n)),
+            tainted: node.as_ref().is_some_and(|n| has_taint(n, TAINT_DISRUPTED)),
+            instance_type: label(crate::api::LABEL_INSTANCE_TYPE),
+            zone: label(crate::api::LABEL_ZONE),
+            capacity_type: label(crate::api::LABEL_CAPACITY_TYPE),
+            do_not_disrupt: node
+                .as_ref()
+                .is_some_and(|n| annotation(n.as_ref(), DO_NOT_DISRUPT) == Some("true"))
+                || annotation(claim.as_ref(), DO_NOT_DISRUPT) == Some("true"),
+            expire_after: claim_expire_after(claim),
+            created: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            held: None,
+            claim: Arc::clone(claim),
+            node,
+            node_name,
+        }
+    }
+
+    /// Whether this view still holds for `claim`: the same object, and
+    /// its Node the same object too (`current` tells whether a Node is in
+    /// the pass's list), or still absent.
+    fn holds(
+        &self,
+        claim: &Arc<NodeClaim>,
+        current: impl Fn(&Arc<Node>) -> bool,
+        node_named: impl FnOnce(&str) -> bool,
+    ) -> bool {
+        Arc::ptr_eq(&self.claim, claim)
+            && match (&self.node, &self.node_name) {
+                (Some(node), _) => current(node),
+                (None, Some(name)) => !node_named(name),
+                (None, None) => true,
+            }
+    }
+
+    /// What a pass is asked of the NodeClaim's remaining lifetime
+    /// ([`lifetime_remaining`]).
+    fn lifetime_remaining(&self, now: Timestamp) -> f64 {
+        lifetime_left(self.expire_after, self.created.unwrap_or(now), now)
+    }
+
+    /// [`conditions_hold`] for this NodeClaim.
+    fn conditions_hold(&mut self, drifted: Option<&'static str>, consolidatable: bool) -> bool {
+        match self.held {
+            Some((d, c, held)) if d == drifted && c == consolidatable => held,
+            _ => {
+                let held = conditions_hold(&self.claim, drifted, consolidatable);
+                self.held = Some((drifted, consolidatable, held));
+                held
+            }
+        }
     }
 }
 
@@ -685,7 +873,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return next.min(DISRUPTION_POLL);
         };
         self.metrics.eligible(&facts.candidates);
-        let (opts, pass) = self.pass_of(&facts, now);
+        let deferred = facts.deferred.take();
+        let mut input_key = facts.input_key.take();
+        let (opts, mut pass) = self.pass_of(&facts, now);
         let blocked = disruption::blocked(&pass);
         let mut trials = match input.trials(&opts) {
             Ok(t) => t,
@@ -696,6 +886,37 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         let mut outcome =
             trials.with_dependent_mut(|_, removals| disruption::decide(&pass, removals));
+        if outcome.unprepared
+            && let Some(deferred) = deferred
+        {
+            // The first drifted node could not be replaced: the pass again,
+            // over every mover's pods.
+            let movers = in_order(
+                &facts.candidates,
+                deferred.movers.iter().map(String::as_str).collect(),
+            );
+            input_key = Some(self.input_key(&movers, &facts.uninitialized));
+            let read = Read {
+                catalog: &deferred.catalog,
+                pods_by_node: &deferred.pods_by_node,
+                uninitialized: &facts.uninitialized,
+                now,
+            };
+            let dynamic = super::dynamic_only(&facts.specs, &deferred.pools);
+            let Some((input, _)) = self.pass_input(input_key.as_ref(), dynamic, &movers, &read)
+            else {
+                return next.min(DISRUPTION_POLL);
+            };
+            trials = match input.trials(&opts) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.event("Disruption".into(), "DisruptionFailed", e.to_string());
+                    return next;
+                }
+            };
+            pass.prepared = None;
+            outcome = trials.with_dependent_mut(|_, removals| disruption::decide(&pass, removals));
+        }
         drop(pass);
         self.report_blocked(blocked);
         let node_of: BTreeMap<&str, &str> = facts
@@ -729,7 +950,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         let next_threshold = facts.next_threshold;
         let wanted = std::mem::take(&mut facts.conditions);
-        self.keep_input(facts.input_key, trials);
+        self.keep_input(input_key, trials);
         // Before the decision is carried out, as Karpenter's drift
         // controller marks a NodeClaim Drifted before its disruption
         // controller acts on it; the command reads the claims again.
@@ -821,7 +1042,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// Keeps a pass's scheduling input for the next pass.
-    fn keep_input(&mut self, key: Option<u64>, trials: Trials) {
+    fn keep_input(&mut self, key: Option<InputKey>, trials: Trials) {
         if let Some(key) = key {
             self.disruption.input = Some(KeptInput { key, trials });
         }
@@ -831,17 +1052,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// (pods, nodes, in-flight NodeClaims, DaemonSets, volumes), the
     /// candidates whose pods may move, and the capacity not yet
     /// initialized.
-    fn input_key(&self, candidates: &[&Candidate], uninitialized: &BTreeSet<String>) -> u64 {
+    fn input_key(&self, candidates: &[&Candidate], uninitialized: &BTreeSet<String>) -> InputKey {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.cluster.revision::<SlimPod>().hash(&mut h);
         self.cluster.revision::<Node>().hash(&mut h);
-        // Of the NodeClaims, only those the input converts: a pass's own
-        // writes to its candidates (conditions, pod event times, stamps)
-        // leave the next pass's input as it was.
-        for c in self.converted_claims().converted.iter() {
-            c.metadata.uid.hash(&mut h);
-            c.metadata.resource_version.hash(&mut h);
-        }
         self.cluster.revision::<DaemonSet>().hash(&mut h);
         self.cluster.revision::<PersistentVolume>().hash(&mut h);
         self.cluster
@@ -853,7 +1067,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         uninitialized.hash(&mut h);
         self.buffers.on_nodes.hash(&mut h);
-        h.finish()
+        InputKey {
+            hash: h.finish(),
+            // Of the NodeClaims, only those the input converts: a pass's
+            // own writes to its candidates (conditions, pod event times,
+            // stamps) leave the next pass's input as it was.
+            claims: self.converted_claims().converted,
+        }
     }
 
     fn disruption_options(&self) -> Options {
@@ -973,13 +1193,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             now_ms: now.as_millisecond(),
         };
         let pass = Pass {
-            candidates: facts.candidates.clone(),
+            candidates: &facts.candidates,
             budgets: facts.budgets.clone(),
             consolidation: facts.consolidation,
             pools: &facts.specs,
             options: self.disruption_options(),
             uninitialized: facts.uninitialized.clone(),
             statics: facts.statics.clone(),
+            prepared: facts.prepared.clone(),
         };
         (opts, pass)
     }
@@ -992,15 +1213,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         };
         let now = self.clock.now();
         let pending: BTreeSet<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
-        let Some((facts, input)) = self.disruption_facts(now, &pending).await else {
+        let Some((mut facts, input)) = self.disruption_facts(now, &pending).await else {
             return;
         };
+        let input_key = facts.input_key.take();
         let (opts, pass) = self.pass_of(&facts, now);
         let mut revalidated = None;
         if let Ok(mut trials) = input.trials(&opts) {
             revalidated = trials
                 .with_dependent_mut(|_, removals| disruption::revalidate(&pass, &cmd, removals));
-            self.keep_input(facts.input_key, trials);
+            self.keep_input(input_key, trials);
         }
         drop(pass);
         match revalidated {
@@ -1228,10 +1450,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .filter_map(|c| Some((c.metadata.name.clone()?, c)))
             .collect();
         let nodes = self.cluster.list::<Node>();
-        let nodes_by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
-            .iter()
-            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-            .collect();
         let pods_by_node = self.pods_by_node();
         let deleting = self.deleting_nodes();
         let mut pending: BTreeSet<String> = pods_by_node
@@ -1274,53 +1492,72 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             HashMap::default();
         let mut drift_pass = DriftPass::default();
         let mut uninitialized: BTreeSet<String> = BTreeSet::new();
+        // The views of the last pass that still hold: the same NodeClaim
+        // object, its Node the same object in this list. Nodes are found by
+        // name only for the views read again.
+        let current_nodes: HashSet<usize, foldhash::fast::RandomState> =
+            nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect();
+        let nodes_by_name: std::cell::OnceCell<
+            HashMap<&str, &Arc<Node>, foldhash::fast::RandomState>,
+        > = std::cell::OnceCell::new();
+        let node_named = |name: &str| {
+            nodes_by_name
+                .get_or_init(|| {
+                    nodes
+                        .iter()
+                        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+                        .collect()
+                })
+                .get(name)
+                .copied()
+        };
+        let mut kept_views = std::mem::take(&mut self.disruption.claims);
+        let mut views: HashMap<usize, ClaimView, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(claims.len(), Default::default());
         for claim in &claims {
-            if claim.metadata.deletion_timestamp.is_none() {
-                let conds = claim.status.as_ref().and_then(|s| s.conditions.as_ref());
-                let node_ready = claim
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .and_then(|n| nodes_by_name.get(n))
-                    .is_some_and(|n| is_ready(n));
-                if !is_true(conds, conditions::INITIALIZED) || !node_ready {
-                    uninitialized.insert(claim_name(claim));
-                    if let Some(n) = claim.status.as_ref().and_then(|s| s.node_name.clone()) {
-                        uninitialized.insert(n);
-                    }
+            let at = Arc::as_ptr(claim) as usize;
+            let view = match kept_views.remove(&at) {
+                Some(v)
+                    if v.holds(
+                        claim,
+                        |n| current_nodes.contains(&(Arc::as_ptr(n) as usize)),
+                        |name| node_named(name).is_some(),
+                    ) =>
+                {
+                    v
+                }
+                _ => ClaimView::read(claim, node_named),
+            };
+            let view = views.entry(at).or_insert(view);
+            if !view.claim_deleting && (!view.initialized || !view.node_ready) {
+                uninitialized.insert(view.name.clone());
+                if let Some(n) = &view.node_name {
+                    uninitialized.insert(n.clone());
                 }
             }
-            let Some(pool_name) = claim.nodepool_name().map(str::to_string) else {
+            let Some(pool_name) = view.nodepool.clone() else {
                 continue;
             };
-            let node = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .and_then(|n| nodes_by_name.get(n).copied());
-            let conds = claim.status.as_ref().and_then(|s| s.conditions.as_ref());
-            let deleting = claim.metadata.deletion_timestamp.is_some()
-                || node.is_some_and(|n| n.metadata.deletion_timestamp.is_some());
-            let marked = annotation(claim.as_ref(), ANNOTATION_DISRUPTION_REASON).is_some();
-            let not_ready = node.is_some_and(|n| !is_ready(n));
+            let not_ready = view.node.is_some() && !view.node_ready;
             // Budgets count the pool's initialized nodes, and among them
             // those not Ready or being disrupted, as the reference does: a
             // replacement still launching neither raises a percentage
             // budget nor uses it up.
             let entry = per_pool.entry(pool_name.clone()).or_default();
-            if node.is_some() && is_true(conds, conditions::INITIALIZED) {
+            if view.node.is_some() && view.initialized {
                 entry.0 += 1;
-                if deleting || marked || not_ready {
+                if view.deleting || view.marked || not_ready {
                     entry.1 += 1;
                 }
             }
-            if deleting || marked || !is_true(conds, conditions::INITIALIZED) {
+            if view.deleting || view.marked || !view.initialized {
                 continue;
             }
-            let (Some(node), Some(pool)) = (node, pools_by_name.get(&pool_name)) else {
+            let (Some(node), Some(pool)) = (view.node.clone(), pools_by_name.get(&pool_name))
+            else {
                 continue;
             };
-            if has_taint(node, TAINT_DISRUPTED) {
+            if view.tainted {
                 continue;
             }
             let node_name = node.metadata.name.clone().unwrap_or_default();
@@ -1333,27 +1570,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 _ => NodePods::of(all_pods),
             };
             let mark = on_node.mark;
-            let initialized_at = crate::api::common::find_condition(
-                conds.map(Vec::as_slice),
-                conditions::INITIALIZED,
-            )
-            .map(|c| c.last_transition_time.0);
-            let mut last_event = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.last_pod_event_time.as_ref())
-                .map(|t| t.0)
-                .or(initialized_at)
-                .unwrap_or(now);
+            let mut last_event = view.pod_event.or(view.initialized_at).unwrap_or(now);
             // Karpenter's podevents controller writes at most every
             // 10 s; a change within that is not recorded.
             // A node first seen with pods and no event recorded: their
             // binding was one (Karpenter records it as it happens).
-            let stored = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.last_pod_event_time.as_ref());
-            let recent = stored.is_some_and(|t| now.duration_since(t.0) < POD_EVENT_DEDUPE);
+            let stored = view.pod_event;
+            let recent = stored.is_some_and(|t| now.duration_since(t) < POD_EVENT_DEDUPE);
             let changed = match last_mark {
                 Some(m) => m != mark,
                 None => stored.is_none() && on_node.movable > 0,
@@ -1367,26 +1590,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             // subnet, security groups), and the instance type.
             let mut drift_reasons = match classes.get(&claim.spec.node_class_ref.name) {
                 Some(class) => {
-                    self.drift_reasons(claim, node, pool, class, &mut drift_pass, now)
+                    self.drift_reasons(claim, &node, pool, class, &mut drift_pass, now)
                         .await
                 }
                 None => Vec::new(),
             };
-            let label = |key: &str| {
-                node.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(key))
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            let instance_type = label(crate::api::LABEL_INSTANCE_TYPE);
-            let zone = label(crate::api::LABEL_ZONE);
-            let capacity_type = label(crate::api::LABEL_CAPACITY_TYPE);
             let offering = Offering {
-                instance_type: &instance_type,
-                zone: &zone,
-                capacity_type: &capacity_type,
+                instance_type: &view.instance_type,
+                zone: &view.zone,
+                capacity_type: &view.capacity_type,
             };
             drift_reasons.extend(offering.drift(&pool_name, &types));
             let price = offering.price(&pool_name, &types);
@@ -1407,9 +1619,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             // What blocks voluntary disruption: the node itself, or its
             // pods.
-            let blocked = if annotation(node.as_ref(), DO_NOT_DISRUPT) == Some("true")
-                || annotation(claim.as_ref(), DO_NOT_DISRUPT) == Some("true")
-            {
+            let blocked = if view.do_not_disrupt {
                 Some(format!("node {node_name} has {DO_NOT_DISRUPT}: \"true\""))
             } else if nominated.contains(&node_name) {
                 Some("pending pods are planned on it".into())
@@ -1423,7 +1633,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 None
             };
 
-            let lifetime = lifetime_remaining(claim, now);
+            let lifetime = view.lifetime_remaining(now);
             let cost: f64 = on_node.cost * lifetime;
             let buffer_pods = self.buffers.on_nodes.get(&node_name).map_or(0, Vec::len);
             let drift_reason = drift_reasons
@@ -1434,14 +1644,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .map(|(_, reason)| reason);
             let movable = on_node.movable;
             node_pods.insert(node_name.clone(), on_node);
-            conditions.push((claim.clone(), drift_reason, consolidatable));
+            if !view.conditions_hold(drift_reason, consolidatable) {
+                conditions.push((claim.clone(), drift_reason, consolidatable));
+            }
             candidates.push(Candidate {
                 node: node_name,
-                nodeclaim: claim_name(claim),
+                nodeclaim: view.name.clone(),
                 nodepool: pool_name,
-                instance_type,
-                zone,
-                capacity_type,
+                instance_type: view.instance_type.clone(),
+                zone: view.zone.clone(),
+                capacity_type: view.capacity_type.clone(),
                 price,
                 pods: movable,
                 buffer_pods,
@@ -1455,6 +1667,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 static_pool: pool.spec.replicas.is_some(),
             });
         }
+        self.disruption.claims = views;
         self.disruption.node_pods = node_pods;
         self.disruption.drift = drift_pass.kept;
 
@@ -1464,17 +1677,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // static pool (static drift builds its own from the template).
         let dynamic = super::dynamic_only(&specs, &pools);
         let statics = self.static_pools();
-        // The candidates a trial may take, in the order of `candidates`
-        // (the order of the input's pods).
-        let moving: BTreeSet<&str> =
-            disruption::movers(&candidates, &budgets, consolidation, revalidating)
-                .into_iter()
-                .map(|c| c.node.as_str())
-                .collect();
-        let movers: Vec<&Candidate> = candidates
-            .iter()
-            .filter(|c| moving.contains(c.node.as_str()))
-            .collect();
+        // The candidates a trial may take, and those whose pods the input
+        // holds first.
+        let all = disruption::movers(&candidates, &budgets, consolidation, revalidating);
+        let first = disruption::first_movers(&all, consolidation, revalidating);
+        let prepared: Option<BTreeSet<String>> =
+            (first.len() < all.len()).then(|| first.iter().map(|c| c.node.clone()).collect());
+        let rest = prepared
+            .is_some()
+            .then(|| all.iter().map(|c| c.node.clone()).collect());
+        let movers = in_order(&candidates, first.iter().map(|c| c.node.as_str()).collect());
         let input_key = (!movers.is_empty()).then(|| self.input_key(&movers, &uninitialized));
         let read = Read {
             catalog: &catalog,
@@ -1482,8 +1694,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             uninitialized: &uninitialized,
             now,
         };
-        let (input, input_kept) = self.pass_input(input_key, dynamic, &movers, &read)?;
+        let (input, input_kept) = self.pass_input(input_key.as_ref(), dynamic, &movers, &read)?;
+        drop(types);
+        let deferred = rest.map(|movers| Deferred {
+            movers,
+            pools,
+            catalog,
+            pods_by_node,
+        });
         let facts = Facts {
+            prepared,
+            deferred,
             candidates,
             budgets,
             consolidation,
@@ -1505,7 +1726,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// was kept; `None` (with an Event) when it cannot be built.
     fn pass_input(
         &mut self,
-        input_key: Option<u64>,
+        input_key: Option<&InputKey>,
         dynamic: Vec<NodePoolSpec>,
         candidates: &[&Candidate],
         read: &Read,
@@ -1517,7 +1738,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             now,
         } = *read;
         if let Some(kept) = self.disruption.input.take()
-            && Some(kept.key) == input_key
+            && input_key == Some(&kept.key)
         {
             // The trials price replacements from the input's NodePools:
             // kept only while those are the same too.
@@ -2352,7 +2573,7 @@ mod tests {
         let none = BTreeSet::new();
         let mut keys = vec![controller.input_key(&[], &none)];
         assert_eq!(keys[0], controller.input_key(&[], &none), "stable");
-        let mut changed = |what: &str, key: u64| {
+        let mut changed = |what: &str, key: InputKey| {
             assert!(!keys.contains(&key), "{what} did not change the key");
             keys.push(key);
         };

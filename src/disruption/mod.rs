@@ -338,7 +338,7 @@ impl Default for Options {
 
 /// Everything a pass decides from.
 pub struct Pass<'a> {
-    pub candidates: Vec<Candidate>,
+    pub candidates: &'a [Candidate],
     /// Per NodePool, what its budgets allow now.
     pub budgets: BTreeMap<String, Allowed>,
     /// Whether consolidation may run (no pods waiting for capacity).
@@ -351,6 +351,10 @@ pub struct Pass<'a> {
     pub uninitialized: BTreeSet<String>,
     /// The static NodePools, counted.
     pub statics: BTreeMap<String, statics::StaticPool>,
+    /// The candidates (by node) whose pods the removal trials hold when
+    /// that is not every one of [`movers`]: see [`first_movers`]. `None`:
+    /// all of them.
+    pub prepared: Option<BTreeSet<String>>,
 }
 
 /// What a pass found, and how much it looked at.
@@ -365,26 +369,24 @@ pub struct Outcome {
     /// as `(NodeClaim, message)` (the reference's `Unconsolidatable`
     /// Events, in its words).
     pub unconsolidatable: Vec<(String, String)>,
+    /// The pass stopped at a candidate whose pods the trials do not hold
+    /// ([`Pass::prepared`]): it decided nothing, and is to be decided
+    /// again with every mover's pods.
+    pub unprepared: bool,
 }
 
-/// Decides one pass. `removals` is prepared over the cluster with every
-/// candidate's pods.
+/// Decides one pass. `removals` is prepared over the cluster with the
+/// pods of every one of [`movers`] (or of those [`Pass::prepared`] names).
 pub fn decide(pass: &Pass<'_>, removals: &mut Removals<'_>) -> Outcome {
     let mut out = Outcome::default();
-    let sorted = by_cost(&pass.candidates);
+    let sorted = by_cost(pass.candidates);
     out.command = emptiness(pass, &sorted)
         .or_else(|| static_drift(pass, &sorted))
-        .or_else(|| drift(pass, &sorted, removals, &mut out))
-        .or_else(|| {
-            pass.consolidation
-                .then(|| multi_node(pass, &sorted, removals, &mut out))
-                .flatten()
-        })
-        .or_else(|| {
-            pass.consolidation
-                .then(|| single_node(pass, &sorted, removals, &mut out))
-                .flatten()
-        });
+        .or_else(|| drift(pass, &sorted, removals, &mut out));
+    if out.command.is_none() && pass.consolidation && !out.unprepared {
+        out.command = multi_node(pass, &sorted, removals, &mut out)
+            .or_else(|| single_node(pass, &sorted, removals, &mut out));
+    }
     out
 }
 
@@ -409,7 +411,7 @@ pub struct Blocked {
 /// turn under a budget that allows some are not listed.
 pub fn blocked(pass: &Pass<'_>) -> Vec<Blocked> {
     let mut out = Vec::new();
-    for c in &pass.candidates {
+    for c in pass.candidates {
         let mut wants = Vec::new();
         if !c.drift.is_empty() {
             wants.push((Reason::Drifted, c.blocked_for_drift()));
@@ -490,6 +492,25 @@ pub fn movers<'c>(
     let mut seen = BTreeSet::new();
     movers.retain(|c| seen.insert(c.node.as_str()));
     movers
+}
+
+/// The [`movers`] whose pods a pass prepares first. While consolidation
+/// may not run and no consolidation is revalidated (`pending`), only drift
+/// trials removals: one drifted node at a time, in the movers' order, until
+/// one can be replaced, which is nearly always the first. A rollout's
+/// trials then hold that node's pods, not those of every node its budget
+/// has room for; [`decide`] over them says when it reaches another
+/// ([`Outcome::unprepared`]), and is run again over all.
+pub fn first_movers<'m, 'c>(
+    movers: &'m [&'c Candidate],
+    consolidation: bool,
+    pending: &BTreeSet<&str>,
+) -> &'m [&'c Candidate] {
+    if consolidation || !pending.is_empty() {
+        movers
+    } else {
+        &movers[..movers.len().min(1)]
+    }
 }
 
 /// A consolidation decided a delay ago, checked on the cluster as it is
@@ -676,6 +697,10 @@ fn drift(
         });
     }
     for c in drifted {
+        if pass.prepared.as_ref().is_some_and(|p| !p.contains(&c.node)) {
+            out.unprepared = true;
+            return None;
+        }
         let removal = trial(pass, removals, &[c], out);
         if removal.is_feasible() {
             return Some(Command {

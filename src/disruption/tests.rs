@@ -144,13 +144,14 @@ fn run_opts(
     let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
     let mut removals = Removals::new(&f.input, &homes, opts).unwrap();
     let pass = Pass {
-        candidates: f.candidates.clone(),
+        candidates: &f.candidates,
         budgets,
         consolidation,
         pools: &f.input.nodepools,
         options: Options::default(),
         uninitialized,
         statics: BTreeMap::new(),
+        prepared: None,
     };
     decide(&pass, &mut removals)
 }
@@ -370,13 +371,14 @@ fn spot_is_replaced_by_spot_only_with_enough_cheaper_types() {
     let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
     let mut removals = Removals::new(&f.input, &homes, &opts()).unwrap();
     let pass = Pass {
-        candidates: f.candidates.clone(),
+        candidates: &f.candidates,
         budgets: unbounded(),
         consolidation: true,
         pools: &f.input.nodepools,
         options: Options { spot_to_spot: true },
         uninitialized: BTreeSet::new(),
         statics: BTreeMap::new(),
+        prepared: None,
     };
     let cmd = decide(&pass, &mut removals).command;
     assert!(cmd.is_none(), "{cmd:?}");
@@ -555,19 +557,68 @@ proptest! {
         let budgets = budgets_of(budget_of);
         let moving: BTreeSet<String> = mover_nodes(&f, &budgets, consolidation).into_iter().collect();
         let full = run(&f, budgets.clone(), consolidation);
-        let kept: Vec<usize> = (0..f.homes.len()).filter(|&i| moving.contains(&f.homes[i])).collect();
-        let only = Fixture {
-            input: SolveInput {
-                pods: kept.iter().map(|&i| f.input.pods[i].clone()).collect(),
-                ..f.input.clone()
-            },
-            homes: kept.iter().map(|&i| f.homes[i].clone()).collect(),
-            candidates: f.candidates.clone(),
-        };
-        let restricted = run(&only, budgets, consolidation);
+        let restricted = run(&pods_of(&f, &moving), budgets, consolidation);
         prop_assert_eq!(full.command, restricted.command);
         prop_assert_eq!(full.trials, restricted.trials);
         prop_assert_eq!(full.unconsolidatable, restricted.unconsolidatable);
+    }
+
+    /// A pass over the pods of the first movers alone ([`first_movers`])
+    /// decides what it decides over every mover's, or stops at a drifted
+    /// node whose pods it does not hold, having decided nothing, where the
+    /// full pass went on to try that node.
+    #[test]
+    fn a_pass_over_the_first_movers_decides_the_same_or_asks_for_the_rest(
+        nodes in arb_cluster(),
+        flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
+        consolidation in any::<bool>(),
+        budget_of in prop::option::of((0u8..3, 0usize..4)),
+    ) {
+        let f = flagged(&nodes, flags);
+        let budgets = budgets_of(budget_of);
+        let none = BTreeSet::new();
+        let all = movers(&f.candidates, &budgets, consolidation, &none);
+        let first: BTreeSet<String> = first_movers(&all, consolidation, &none)
+            .iter()
+            .map(|c| c.node.clone())
+            .collect();
+        let full = run(&f, budgets.clone(), consolidation);
+        let only = pods_of(&f, &first);
+        let homes: Vec<&str> = only.homes.iter().map(String::as_str).collect();
+        let mut removals = Removals::new(&only.input, &homes, &opts()).unwrap();
+        let pass = Pass {
+            candidates: &only.candidates,
+            budgets,
+            consolidation,
+            pools: &only.input.nodepools,
+            options: Options::default(),
+            uninitialized: BTreeSet::new(),
+            statics: BTreeMap::new(),
+            prepared: Some(first),
+        };
+        let lazy = decide(&pass, &mut removals);
+        if lazy.unprepared {
+            prop_assert!(!consolidation);
+            prop_assert_eq!(lazy.command, None);
+            prop_assert!(full.trials > lazy.trials, "{} {}", full.trials, lazy.trials);
+        } else {
+            prop_assert_eq!(full, lazy);
+        }
+    }
+}
+
+/// `f` with only the pods of `nodes` as pods that may move.
+fn pods_of(f: &Fixture, nodes: &BTreeSet<String>) -> Fixture {
+    let kept: Vec<usize> = (0..f.homes.len())
+        .filter(|&i| nodes.contains(&f.homes[i]))
+        .collect();
+    Fixture {
+        input: SolveInput {
+            pods: kept.iter().map(|&i| f.input.pods[i].clone()).collect(),
+            ..f.input.clone()
+        },
+        homes: kept.iter().map(|&i| f.homes[i].clone()).collect(),
+        candidates: f.candidates.clone(),
     }
 }
 
@@ -603,13 +654,14 @@ fn run_static(
     let homes: Vec<&str> = f.homes.iter().map(String::as_str).collect();
     let mut removals = Removals::new(&f.input, &homes, &opts()).unwrap();
     let pass = Pass {
-        candidates: f.candidates.clone(),
+        candidates: &f.candidates,
         budgets,
         consolidation: true,
         pools: &f.input.nodepools,
         options: Options::default(),
         uninitialized: BTreeSet::new(),
         statics,
+        prepared: None,
     };
     decide(&pass, &mut removals).command
 }
@@ -853,14 +905,16 @@ fn blocked_candidates_name_their_blocker() {
     let mut free = Candidate::test("b", "medium", 0.2);
     free.consolidatable = false;
     free.drift = vec![DriftReason::NodePoolTemplate { fields: vec![] }];
+    let candidates = vec![pdb, free];
     let mut pass = Pass {
-        candidates: vec![pdb, free],
+        candidates: &candidates,
         budgets: unbounded(),
         consolidation: true,
         pools: &[],
         options: Options::default(),
         uninitialized: BTreeSet::new(),
         statics: BTreeMap::new(),
+        prepared: None,
     };
     let found = blocked(&pass);
     assert_eq!(found.len(), 1, "{found:?}");
