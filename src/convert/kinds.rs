@@ -594,7 +594,6 @@ pub fn existing_nodes_bound<'s>(
         .map(|n| n.metadata.name.as_deref().unwrap_or_default())
         .collect();
     for c in &s.nodeclaims {
-        let name = c.metadata.name.clone().unwrap_or_default();
         let status = c.status.as_ref();
         let node_name = status.and_then(|s| s.node_name.as_deref()).unwrap_or("");
         if !node_name.is_empty() && node_names.contains(node_name) {
@@ -603,6 +602,7 @@ pub fn existing_nodes_bound<'s>(
         if c.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        let name = c.metadata.name.clone().unwrap_or_default();
         let located = |e: String| (format!("NodeClaim/{name}"), e);
         let reqs_doc: Vec<NodeSelectorRequirement> =
             c.spec.requirements.iter().map(node_selector).collect();

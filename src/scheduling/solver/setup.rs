@@ -162,27 +162,27 @@ impl<'a> Solver<'a> {
         let project =
             |r: &crate::model::Resources| -> Vec<i64> { dims.iter().map(|d| r.get(d)).collect() };
 
-        // Offering domains.
-        let mut zones: BTreeSet<String> = BTreeSet::new();
-        let mut cts: BTreeSet<String> = BTreeSet::new();
+        // Offering domains, borrowed until the few are known.
+        let mut zones: BTreeSet<&str> = BTreeSet::new();
+        let mut cts: BTreeSet<&str> = BTreeSet::new();
         for np in &input.nodepools {
             for it in &np.instance_types {
                 for o in &it.offerings {
-                    zones.insert(o.zone.clone());
-                    cts.insert(o.capacity_type.clone());
+                    zones.insert(&o.zone);
+                    cts.insert(&o.capacity_type);
                 }
             }
         }
         for n in &existing {
             if let Some(z) = n.labels.get(ZONE) {
-                zones.insert(z.clone());
+                zones.insert(z);
             }
             if let Some(c) = n.labels.get(CAPACITY_TYPE) {
-                cts.insert(c.clone());
+                cts.insert(c);
             }
         }
-        let zones: Vec<String> = zones.into_iter().collect();
-        let cts: Vec<String> = cts.into_iter().collect();
+        let zones: Vec<String> = zones.into_iter().map(String::from).collect();
+        let cts: Vec<String> = cts.into_iter().map(String::from).collect();
         if zones.len() * cts.len().max(1) > MAX_COMBOS {
             return Err(SolveError::TooManyOfferingDomains {
                 zones: zones.len(),
