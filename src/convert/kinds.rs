@@ -343,22 +343,30 @@ impl KeptExisting {
     /// kept conversion when `n` is the Node it was made from and, for a
     /// node not initialized yet, `claim` the NodeClaim it read; the very
     /// node handed out last when its pods are the same too.
-    fn node(
+    /// `claim_of` finds the NodeClaim, asked only for a node not
+    /// initialized.
+    fn node<'c>(
         &mut self,
         n: &Arc<Node>,
-        claim: Option<&Arc<NodeClaim>>,
+        claim_of: impl FnOnce() -> Option<&'c Arc<NodeClaim>>,
         pods: BoundPodList,
     ) -> Result<Arc<ExistingNode>, ObjectError> {
         let generation = self.generation;
         let key = Arc::as_ptr(n) as usize;
+        let mut claim_of = Some(claim_of);
+        let mut claim = || claim_of.take().and_then(|f| f());
+        let mut asked = None;
         if let Some(c) = self.nodes.get_mut(&key) {
             debug_assert!(Arc::ptr_eq(&c.node, n));
-            let same_claim = match (&c.claim, claim) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
+            let same_claim = c.shape.initialized || {
+                let found = *asked.insert(claim());
+                match (&c.claim, found) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
             };
-            if c.shape.initialized || same_claim {
+            if same_claim {
                 c.seen = generation;
                 if let Some(whole) = c
                     .whole
@@ -375,6 +383,11 @@ impl KeptExisting {
                 return Ok(whole);
             }
         }
+        let claim = match asked {
+            Some(found) => found,
+            None if node_initialized(n) => None,
+            None => claim(),
+        };
         let shape = node_shape(n, claim.map(Arc::as_ref))?;
         let read_claim = if shape.initialized {
             None
@@ -557,10 +570,12 @@ pub fn existing_nodes_bound<'s>(
     kept: &mut KeptExisting,
 ) -> Result<Vec<Arc<ExistingNode>>, ObjectError> {
     // Each node's pods go to the first Node or in-flight NodeClaim that
-    // names it.
+    // names it; after the Nodes, `given` holds their names.
     let mut given: std::collections::HashSet<&str, foldhash::fast::RandomState> =
         Default::default();
-    let mut bound_to = |kept: &mut KeptExisting, node: &'s str| {
+    let bound_to = |given: &mut std::collections::HashSet<&'s str, _>,
+                    kept: &mut KeptExisting,
+                    node: &'s str| {
         if node.is_empty() || !given.insert(node) {
             return Ok(BoundPodList::default());
         }
@@ -572,27 +587,33 @@ pub fn existing_nodes_bound<'s>(
     // A registered node's NodeClaim, by provider id: until the node is
     // initialized, its startup taints are not the node's to keep, and its
     // allocatable fills what the kubelet has not registered yet (GPUs).
-    let claims_by_provider: HashMap<&str, &Arc<NodeClaim>, foldhash::fast::RandomState> = s
-        .nodeclaims
-        .iter()
-        .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c)))
-        .collect();
+    // Read only when a node is not initialized: most of a fleet is.
+    let claims_by_provider: std::cell::OnceCell<
+        HashMap<&str, &Arc<NodeClaim>, foldhash::fast::RandomState>,
+    > = std::cell::OnceCell::new();
     let mut out = Vec::with_capacity(s.nodes.len());
     for n in &s.nodes {
-        let claim = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(|p| claims_by_provider.get(p).copied());
-        let pods = bound_to(kept, n.metadata.name.as_deref().unwrap_or_default())?;
+        let claim = || {
+            let provider_id = n.spec.as_ref()?.provider_id.as_deref()?;
+            claims_by_provider
+                .get_or_init(|| {
+                    s.nodeclaims
+                        .iter()
+                        .filter_map(|c| Some((c.status.as_ref()?.provider_id.as_deref()?, c)))
+                        .collect()
+                })
+                .get(provider_id)
+                .copied()
+        };
+        let pods = bound_to(
+            &mut given,
+            kept,
+            n.metadata.name.as_deref().unwrap_or_default(),
+        )?;
         out.push(kept.node(n, claim, pods)?);
     }
     // In-flight NodeClaims: launched or launching, no Node yet.
-    let node_names: std::collections::HashSet<&str, foldhash::fast::RandomState> = s
-        .nodes
-        .iter()
-        .map(|n| n.metadata.name.as_deref().unwrap_or_default())
-        .collect();
+    let node_names = given.clone();
     for c in &s.nodeclaims {
         let status = c.status.as_ref();
         let node_name = status.and_then(|s| s.node_name.as_deref()).unwrap_or("");
@@ -642,7 +663,7 @@ pub fn existing_nodes_bound<'s>(
         claim_taints.retain(|t| !startup.contains(t));
         out.push(Arc::new(ExistingNode {
             nodepool: labels.get(NODEPOOL).cloned(),
-            pods: bound_to(kept, node_name)?,
+            pods: bound_to(&mut given, kept, node_name)?,
             name,
             labels: Arc::new(labels),
             taints: claim_taints,
@@ -654,6 +675,22 @@ pub fn existing_nodes_bound<'s>(
     }
     kept.sweep();
     Ok(out)
+}
+
+/// Whether a node with these (normalized) labels is initialized: not
+/// Karpenter's, or labelled initialized.
+fn labels_initialized(labels: &BTreeMap<String, String>) -> bool {
+    !labels.contains_key(NODEPOOL)
+        || labels
+            .get("karpenter.sh/initialized")
+            .is_some_and(|v| v == "true")
+}
+
+/// [`node_shape`]'s `initialized`, read off the Node.
+fn node_initialized(n: &Node) -> bool {
+    labels_initialized(&normalize_labels(
+        &n.metadata.labels.clone().unwrap_or_default(),
+    ))
 }
 
 /// A Node as an existing node without its pods; `claim` is its NodeClaim,
@@ -690,11 +727,7 @@ fn node_shape(n: &Node, claim: Option<&NodeClaim>) -> Result<ExistingNode, Objec
             crate::model::Effect::NoSchedule,
         ));
     }
-    let karpenter = labels.contains_key(NODEPOOL);
-    let initialized = !karpenter
-        || labels
-            .get("karpenter.sh/initialized")
-            .is_some_and(|v| v == "true");
+    let initialized = labels_initialized(&labels);
     let mut allocatable = allocatable;
     if !initialized && let Some(c) = claim {
         // As Karpenter's state node: the claim's startup taints are

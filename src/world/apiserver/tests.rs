@@ -1327,6 +1327,41 @@ fn pod_views_follow_the_watch_log_and_its_compaction() {
     same(&c);
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Whatever pods are created, bound and deleted between two calls, in
+    /// whichever namespaces, the views the list is patched with are the
+    /// pods' projections in key order.
+    #[test]
+    fn pod_views_patched_from_the_log_are_the_pods_projections(
+        steps in proptest::collection::vec((0u8..3, 0usize..2, 0usize..6, proptest::bool::ANY), 1..40),
+    ) {
+        let (c, _) = cluster();
+        for (op, ns, name, look) in steps {
+            let (ns, name) = (["app", "web"][ns], format!("p{name}"));
+            // Refused writes (a pod that exists, or is gone) change nothing.
+            let _ = match op {
+                0 => c.create(pod(ns, &name, "x")).map(|_| ()),
+                1 => c.bind(ns, &name, "n1").map(|_| ()),
+                _ => c
+                    .delete_with::<Pod>(&key(ns, &name), &DeleteParams::with_grace_period(0))
+                    .map(|_| ()),
+            };
+            if look {
+                let views: Vec<crate::api::SlimPod> =
+                    c.pod_views().iter().map(|v| (**v).clone()).collect();
+                let pods: Vec<crate::api::SlimPod> = c
+                    .list::<Pod>(None, &Selector::everything())
+                    .items
+                    .iter()
+                    .map(|p| crate::api::SlimPod::from(&**p))
+                    .collect();
+                proptest::prop_assert_eq!(views, pods);
+            }
+        }
+    }
+}
+
 /// The controller's lists (`Cluster::list`) are one list per revision of
 /// the kind: shared while only other kinds change, new (and current) once
 /// the kind changes; the pod view's likewise.

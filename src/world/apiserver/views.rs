@@ -41,12 +41,17 @@ impl PodViews {
         if self.revision == Some(revision) {
             return self.list.clone();
         }
-        match self.revision.map(|r| store.events_after(r)) {
-            Some(Ok(events)) => self.apply(&events),
-            _ => self.rebuild(store.objects.values()),
-        }
+        self.list = match self.revision.map(|r| store.events_after(r)) {
+            Some(Ok(events)) => {
+                let changed = self.apply(&events);
+                Listed::from(merged(&self.list, &changed))
+            }
+            _ => {
+                self.rebuild(store.objects.values());
+                Listed::from(self.by_key.values().cloned().collect::<Vec<_>>())
+            }
+        };
         self.revision = Some(revision);
-        self.list = Listed::from(self.by_key.values().cloned().collect::<Vec<_>>());
         self.list.clone()
     }
 
@@ -59,23 +64,31 @@ impl PodViews {
     }
 
     /// Brings the views to the pods as `events` leave them: each pod's
-    /// last event.
-    fn apply(&mut self, events: &[WatchEvent<Pod>]) {
+    /// last event. Returns the pods changed, in key order, each with its
+    /// new view (`None`: deleted).
+    fn apply(&mut self, events: &[WatchEvent<Pod>]) -> Vec<(ObjectKey, Option<Arc<SlimPod>>)> {
         let mut seen: HashSet<ObjectKey> = HashSet::new();
+        let mut changed = Vec::new();
         for e in events.iter().rev() {
             let key = ObjectKey::of(&*e.object);
             if !seen.insert(key.clone()) {
                 continue;
             }
-            match e.event_type {
+            let view = match e.event_type {
                 EventType::Deleted => {
                     self.by_key.remove(&key);
+                    None
                 }
                 EventType::Added | EventType::Modified => {
-                    self.by_key.insert(key, Arc::new(SlimPod::from(&*e.object)));
+                    let view = Arc::new(SlimPod::from(&*e.object));
+                    self.by_key.insert(key.clone(), view.clone());
+                    Some(view)
                 }
-            }
+            };
+            changed.push((key, view));
         }
+        changed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        changed
     }
 
     /// The views of `pods`, the kept one for each pod still at its version.
@@ -90,6 +103,35 @@ impl PodViews {
             self.by_key.insert(key, view);
         }
     }
+}
+
+/// `list` (ordered by key, each key once) with the pods of `changed` (in
+/// key order) replaced, added or removed: the list is copied in runs
+/// between the changes, not read again from the views by key.
+fn merged(
+    list: &[Arc<SlimPod>],
+    changed: &[(ObjectKey, Option<Arc<SlimPod>>)],
+) -> Vec<Arc<SlimPod>> {
+    fn key(p: &SlimPod) -> (&str, &str) {
+        (
+            p.metadata.namespace.as_deref().unwrap_or_default(),
+            p.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+    let mut out = Vec::with_capacity(list.len() + changed.len());
+    let mut at = 0;
+    for (k, view) in changed {
+        let wanted = (k.namespace.as_str(), k.name.as_str());
+        let pos = at + list[at..].partition_point(|p| key(p) < wanted);
+        out.extend_from_slice(&list[at..pos]);
+        at = pos;
+        if list.get(at).is_some_and(|p| key(p) == wanted) {
+            at += 1;
+        }
+        out.extend(view.iter().cloned());
+    }
+    out.extend_from_slice(&list[at..]);
+    out
 }
 
 /// Whether `K` is the pod view, which the in-memory cluster projects.
