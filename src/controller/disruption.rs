@@ -42,7 +42,10 @@
 //! their `status.lastPodEventTime`; the scheduling input it describes is
 //! every node, with the movable pods of the candidates a trial may take
 //! ([`disruption::movers`]: those the budgets have room for) as the pods that
-//! may move.
+//! may move; while only drift trials removals, the first drifted node's
+//! alone ([`disruption::first_movers`]), the rest when it cannot be replaced.
+//! What a pass reads off each NodeClaim and its Node is kept while both are
+//! the same objects (`ClaimView`).
 //! `DISRUPTION_POLL` is 10 s and `Settings::consolidation_validation` 15 s by
 //! default.
 
