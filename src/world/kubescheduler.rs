@@ -78,6 +78,10 @@ use crate::clock::{Timestamp, truncate_to_second};
 use crate::cluster::{EventType, ObjectKey, Selector};
 use crate::model::quantity::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, parse_quantity};
 use crate::model::{Effect, LabelSelector, Requirements, Resources, Taint, Toleration};
+
+/// The hasher of the scheduler's maps: its keys are its own names and
+/// object keys, so a fast hash is as good as SipHash here.
+type Hasher = foldhash::fast::RandomState;
 use crate::scheduling::pod::{VolumeIndex, pod_requests_with_defaults, pod_spec};
 use crate::scheduling::types::{HostPort, Namespaces, PodAffinityTerm, PodSpec, Unsatisfiable};
 use crate::world::MemoryCluster;
@@ -165,11 +169,11 @@ impl PodEntry {
 struct Index {
     pods_rv: u64,
     nodes_rv: u64,
-    pods: HashMap<ObjectKey, PodEntry>,
+    pods: HashMap<ObjectKey, PodEntry, Hasher>,
     /// Pods to schedule.
-    pending: HashSet<ObjectKey>,
+    pending: HashSet<ObjectKey, Hasher>,
     /// Pods bound to a node that does not exist (yet).
-    waiting: HashSet<ObjectKey>,
+    waiting: HashSet<ObjectKey, Hasher>,
     state: State,
 }
 
@@ -182,10 +186,10 @@ impl Index {
         let mut index = Index {
             pods_rv: pods.resource_version,
             nodes_rv: nodes.resource_version,
-            pods: HashMap::with_capacity(pods.items.len()),
-            pending: HashSet::new(),
-            waiting: HashSet::new(),
-            state: State::new(&nodes.items, None),
+            pods: HashMap::with_capacity_and_hasher(pods.items.len(), Hasher::default()),
+            pending: HashSet::default(),
+            waiting: HashSet::default(),
+            state: State::new(&nodes.items),
         };
         for pod in pods.items {
             let key = ObjectKey::of(pod.as_ref());
@@ -530,13 +534,15 @@ struct StaticEval {
 
 /// Why a node was filtered out, counted for the message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Reason {
+enum Reason<'a> {
     Unschedulable,
     Taint(u32),
     NodeAffinity,
     Ports,
     TooManyPods,
-    Insufficient(String),
+    /// The resource's name, borrowed from the pod's requests or the
+    /// built-in names: a pod that fits nowhere notes one per node.
+    Insufficient(&'a str),
     SpreadMissingLabel,
     Spread,
     PodAffinity,

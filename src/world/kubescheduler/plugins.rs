@@ -221,7 +221,7 @@ impl State {
         // Filter.
         let mut feasible = Vec::new();
         let mut reasons: BTreeMap<Reason, u32> = BTreeMap::new();
-        let mut note = |r: Reason| *reasons.entry(r).or_insert(0) += 1;
+        let mut note = |r| *reasons.entry(r).or_insert(0) += 1;
         for (n, node) in self.nodes.iter().enumerate() {
             match statics.verdict[n] {
                 Verdict::Fits => {}
@@ -254,7 +254,7 @@ impl State {
             for (i, name) in [CPU, MEMORY, EPHEMERAL_STORAGE].iter().enumerate() {
                 let want = info.dense[i];
                 if want > 0 && want > node.alloc[i] - node.requested[i] {
-                    note(Reason::Insufficient((*name).to_string()));
+                    note(Reason::Insufficient(name));
                     insufficient = true;
                 }
             }
@@ -262,7 +262,7 @@ impl State {
                 let free = node.alloc_extended.get(name).copied().unwrap_or(0)
                     - node.requested_extended.get(name).copied().unwrap_or(0);
                 if *want > free {
-                    note(Reason::Insufficient(name.clone()));
+                    note(Reason::Insufficient(name));
                     insufficient = true;
                 }
             }
@@ -334,7 +334,7 @@ impl State {
     }
 
     /// kube-scheduler's `FitError` message.
-    pub(super) fn message(&self, reasons: &BTreeMap<Reason, u32>) -> String {
+    pub(super) fn message(&self, reasons: &BTreeMap<Reason<'_>, u32>) -> String {
         let mut parts: Vec<String> = reasons
             .iter()
             .map(|(reason, count)| {

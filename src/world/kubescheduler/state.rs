@@ -137,15 +137,15 @@ pub(super) fn term_matches(term: &PodAffinityTerm, spec: &PodSpec) -> bool {
 /// bound. Nodes are in name order.
 pub(super) struct State {
     pub(super) nodes: Vec<NodeState>,
-    pub(super) node_index: HashMap<String, usize>,
+    pub(super) node_index: HashMap<String, usize, Hasher>,
     pub(super) taints: Vec<Taint>,
-    pub(super) bound: HashMap<ObjectKey, Bound>,
+    pub(super) bound: HashMap<ObjectKey, Bound, Hasher>,
     pub(super) counters: Vec<Counter>,
-    pub(super) counter_index: HashMap<CounterKey, usize>,
+    pub(super) counter_index: HashMap<CounterKey, usize, Hasher>,
     /// By topology key; a handful of keys, so searched linearly (faster
     /// than hashing the key on every node visit).
     pub(super) topologies: Vec<(String, Topology)>,
-    pub(super) statics: HashMap<StaticKey, Arc<StaticEval>>,
+    pub(super) statics: HashMap<StaticKey, Arc<StaticEval>, Hasher>,
     /// Required anti-affinity terms of bound pods (weight 0).
     pub(super) existing_anti: TermGroups,
     /// Affinity terms of bound pods that score newcomers, with their signed
@@ -154,10 +154,21 @@ pub(super) struct State {
 }
 
 impl State {
-    /// The state of `nodes` with nothing bound; the parsed part of a node
-    /// that is the same object as in `previous` moves over from there.
-    pub(super) fn new(nodes: &[Arc<Node>], mut previous: Option<&mut State>) -> Self {
-        let mut taint_index: HashMap<Taint, u32> = HashMap::new();
+    /// The state of `nodes` with nothing bound.
+    pub(super) fn new(nodes: &[Arc<Node>]) -> Self {
+        State::build(nodes, None).0
+    }
+
+    /// [`State::new`], the parsed part of a node that is the same object
+    /// as in `previous` moved over from there, and where each node of
+    /// `previous` is in it by name (`None`: gone). The index by name is
+    /// `previous`'s, changed where the names did: nearly every node of a
+    /// large cluster keeps its name from one list to the next.
+    fn build(nodes: &[Arc<Node>], mut previous: Option<&mut State>) -> (Self, Vec<Option<usize>>) {
+        let mut old_to_new = vec![None; previous.as_ref().map_or(0, |p| p.nodes.len())];
+        // The nodes whose names `previous` does not have.
+        let mut named: Vec<usize> = Vec::new();
+        let mut taint_index: HashMap<Taint, u32, Hasher> = HashMap::default();
         let mut taints = Vec::new();
         let mut intern = |t: Taint| -> u32 {
             *taint_index.entry(t.clone()).or_insert_with(|| {
@@ -165,22 +176,36 @@ impl State {
                 u32::try_from(taints.len() - 1).unwrap_or(u32::MAX)
             })
         };
+        // `previous`'s taint ids as interned here.
+        let mut interned: Vec<Option<u32>> =
+            vec![None; previous.as_ref().map_or(0, |p| p.taints.len())];
         let mut states = Vec::with_capacity(nodes.len());
         for node in nodes {
-            let kept = previous.as_deref_mut().and_then(|p| {
-                let i = *p.node_index.get(node.metadata.name.as_deref()?)?;
+            let at = states.len();
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            let was = previous
+                .as_deref()
+                .and_then(|p| p.node_index.get(name).copied());
+            match was {
+                Some(i) => old_to_new[i] = Some(at),
+                None => named.push(at),
+            }
+            let kept = previous.as_deref_mut().zip(was).and_then(|(p, i)| {
                 let old = &mut p.nodes[i];
                 Arc::ptr_eq(&old.source, node).then_some((old, &p.taints))
             });
             if let Some((old, old_taints)) = kept {
                 states.push(NodeState {
                     source: node.clone(),
-                    name: old.name.clone(),
+                    name: std::mem::take(&mut old.name),
                     labels: std::mem::take(&mut old.labels),
                     taints: old
                         .taints
                         .iter()
-                        .map(|&t| intern(old_taints[t as usize].clone()))
+                        .map(|&t| {
+                            *interned[t as usize]
+                                .get_or_insert_with(|| intern(old_taints[t as usize].clone()))
+                        })
                         .collect(),
                     unschedulable: old.unschedulable,
                     alloc: old.alloc,
@@ -238,23 +263,31 @@ impl State {
                 ports: Vec::new(),
             });
         }
-        let node_index = states
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
-        State {
+        let mut node_index =
+            previous.map_or_else(HashMap::default, |p| std::mem::take(&mut p.node_index));
+        node_index.retain(|_, i| match old_to_new[*i] {
+            Some(at) => {
+                *i = at;
+                true
+            }
+            None => false,
+        });
+        for at in named {
+            node_index.insert(states[at].name.clone(), at);
+        }
+        let state = State {
             nodes: states,
             node_index,
             taints,
-            bound: HashMap::new(),
+            bound: HashMap::default(),
             counters: Vec::new(),
-            counter_index: HashMap::new(),
+            counter_index: HashMap::default(),
             topologies: Vec::new(),
-            statics: HashMap::new(),
+            statics: HashMap::default(),
             existing_anti: TermGroups::default(),
             existing_preferred: TermGroups::default(),
-        }
+        };
+        (state, old_to_new)
     }
 
     /// Accounts a pod bound to node `n`.
@@ -339,12 +372,7 @@ impl State {
     /// (returned, for the caller to re-add if their node comes back). Cached topology
     /// domains and static verdicts are dropped.
     pub(super) fn replace_nodes(&mut self, nodes: &[Arc<Node>]) -> Vec<ObjectKey> {
-        let mut fresh = State::new(nodes, Some(self));
-        let old_to_new: Vec<Option<usize>> = self
-            .nodes
-            .iter()
-            .map(|n| fresh.node_index.get(&n.name).copied())
-            .collect();
+        let (mut fresh, old_to_new) = State::build(nodes, Some(self));
         for (old, new) in old_to_new.iter().enumerate() {
             let Some(new) = new else { continue };
             let from = &mut self.nodes[old];

@@ -637,11 +637,12 @@ type Summary = (
     Vec<(String, usize)>,
     Vec<String>,
     Vec<String>,
+    Vec<(String, usize)>,
 );
 
 /// What an index knows, by node name: requests, pod count, host ports
 /// and the count of pods labelled `app=web`; bound pods; pending and
-/// waiting pods.
+/// waiting pods; the nodes' places by name.
 fn summary(index: &mut Index) -> Summary {
     let web = index.state.counter(CounterKey {
         terms: vec![(
@@ -695,12 +696,24 @@ fn summary(index: &mut Index) -> Summary {
         .map(|(k, b)| (k.to_string(), b.node))
         .collect();
     bound.sort();
-    let sorted = |set: &HashSet<ObjectKey>| {
+    let sorted = |set: &HashSet<ObjectKey, Hasher>| {
         let mut v: Vec<String> = set.iter().map(ToString::to_string).collect();
         v.sort();
         v
     };
-    (nodes, bound, sorted(&index.pending), sorted(&index.waiting))
+    let mut places: Vec<(String, usize)> = state
+        .node_index
+        .iter()
+        .map(|(name, &at)| (name.clone(), at))
+        .collect();
+    places.sort();
+    (
+        nodes,
+        bound,
+        sorted(&index.pending),
+        sorted(&index.waiting),
+        places,
+    )
 }
 
 #[test]
