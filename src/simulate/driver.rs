@@ -213,7 +213,7 @@ pub struct Simulation {
 /// cluster get Nodes, labelled from the simulation's catalog.
 struct External {
     ec2: ExternalEc2,
-    instances: Vec<crate::cloud::Instance>,
+    instances: Vec<Arc<crate::cloud::Instance>>,
     listed: Option<std::time::Instant>,
 }
 
@@ -1014,7 +1014,7 @@ impl Simulation {
                     .is_none_or(|t| t.elapsed() >= EXTERNAL_LIST_EVERY)
                 {
                     match self.runtime.block_on(ext.ec2.list(&self.catalog)) {
-                        Ok(list) => ext.instances = list,
+                        Ok(list) => ext.instances = list.into_iter().map(Arc::new).collect(),
                         Err(error) => tracing::warn!(%error, "cannot list the EC2 instances"),
                     }
                     ext.listed = Some(std::time::Instant::now());

@@ -6,7 +6,7 @@
 //! `series` holds the fleet and the pending pods on one time axis (at most
 //! `SERIES_POINTS` points each), computed at the end from the nodes and pods.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -19,6 +19,7 @@ use crate::cluster::{EventType, Selector};
 use crate::controller::{Decision, Event};
 use crate::diag::thousands;
 use crate::world::MemoryCluster;
+use crate::world::ec2::InstanceView;
 use crate::world::kubelet::KubeletReport;
 
 /// The reason given for a pod pending at the end of a run that the last
@@ -617,7 +618,7 @@ pub struct Recorder {
     pod_version: u64,
     /// The Node revision and the instances the node records were last
     /// brought up to: nothing to do until either changes.
-    nodes_seen: Option<(u64, Arc<Vec<Instance>>)>,
+    nodes_seen: Option<(u64, InstanceView)>,
     evictions: usize,
     decisions: Vec<DecisionRecord>,
     fleet: Vec<FleetPoint>,
@@ -830,23 +831,28 @@ impl Recorder {
                 .any(|o| o.kind == kind)
         };
         let (daemon, job) = (owner_kind("DaemonSet"), owner_kind("Job"));
-        let is_new = !self.pods.contains_key(&key);
-        let record = self.pods.entry(key).or_insert_with(|| PodRecord {
-            namespace: ns,
-            name,
-            node: None,
-            pending_seconds: 0.0,
-            phase: "Pending".into(),
-            deleted_at: None,
-            terminating_at: None,
-            created: Some(now),
-            bound: None,
-            deleted: None,
-            daemon,
-            job,
-            workload: crate::convert::workload_of(&crate::api::SlimPod::from(p))
-                .map(|(kind, ns, name)| format!("{kind}/{ns}/{name}")),
-        });
+        let (is_new, record) = match self.pods.entry(key) {
+            std::collections::btree_map::Entry::Occupied(o) => (false, o.into_mut()),
+            std::collections::btree_map::Entry::Vacant(v) => (
+                true,
+                v.insert(PodRecord {
+                    namespace: ns,
+                    name,
+                    node: None,
+                    pending_seconds: 0.0,
+                    phase: "Pending".into(),
+                    deleted_at: None,
+                    terminating_at: None,
+                    created: Some(now),
+                    bound: None,
+                    deleted: None,
+                    daemon,
+                    job,
+                    workload: crate::convert::workload_of(&crate::api::SlimPod::from(p))
+                        .map(|(kind, ns, name)| format!("{kind}/{ns}/{name}")),
+                }),
+            ),
+        };
         let was_active = !is_new && record.deleted_at.is_none() && !terminal(&record.phase);
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
             if record.bound.is_none() {
@@ -883,12 +889,7 @@ impl Recorder {
     }
 
     /// Follows pods through the watch log and instances through the cloud.
-    pub fn observe(
-        &mut self,
-        cluster: &MemoryCluster,
-        instances: &Arc<Vec<Instance>>,
-        now: Timestamp,
-    ) {
+    pub fn observe(&mut self, cluster: &MemoryCluster, instances: &InstanceView, now: Timestamp) {
         match cluster.watch_from::<Pod>(self.pod_version) {
             Ok(events) => {
                 for e in events {
@@ -926,12 +927,7 @@ impl Recorder {
     }
 
     /// Brings the node records up to the instances and their Nodes.
-    fn observe_nodes(
-        &mut self,
-        cluster: &MemoryCluster,
-        instances: &Arc<Vec<Instance>>,
-        now: Timestamp,
-    ) {
+    fn observe_nodes(&mut self, cluster: &MemoryCluster, instances: &InstanceView, now: Timestamp) {
         let revision = cluster.kind_revision::<Node>();
         if self
             .nodes_seen
@@ -951,18 +947,12 @@ impl Recorder {
                 ))
             })
             .collect();
-        let live: std::collections::BTreeSet<&str> = instances
+        let live: HashSet<&str, foldhash::fast::RandomState> = instances
             .iter()
             .filter(|i| i.state != InstanceState::Terminated)
             .map(|i| i.id.as_str())
             .collect();
-        for i in instances.iter() {
-            // Looked up before it is made: nearly every instance has its
-            // record already.
-            if !self.nodes.contains_key(&i.id) {
-                self.nodes.insert(i.id.clone(), NodeRecord::launched(i));
-            }
-            let rec = self.nodes.get_mut(&i.id).expect("inserted");
+        let follow = |rec: &mut NodeRecord, i: &Instance| {
             if let Some(&n) = node_names.get(i.provider_id.as_str())
                 && rec.name != n
             {
@@ -975,6 +965,17 @@ impl Recorder {
                 rec.repriced.push((now, rec.price_per_hour));
                 rec.price_per_hour = i.price;
                 rec.capacity_type.clone_from(&i.capacity_type);
+            }
+        };
+        for i in instances.iter() {
+            // Looked up before it is made: nearly every instance has its
+            // record already.
+            if let Some(rec) = self.nodes.get_mut(&i.id) {
+                follow(rec, i);
+            } else {
+                let mut rec = NodeRecord::launched(i);
+                follow(&mut rec, i);
+                self.nodes.insert(i.id.clone(), rec);
             }
         }
         for rec in self.nodes.values_mut() {

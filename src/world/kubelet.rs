@@ -74,6 +74,7 @@ use crate::model::{Effect, InstanceType, Taint, Toleration};
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
 use crate::world::MemoryCluster;
+use crate::world::ec2::InstanceView;
 
 /// The Job annotation that says how long each of its pods runs.
 pub const DURATION_ANNOTATION: &str = "simulate.dovetail.dev/duration";
@@ -228,7 +229,7 @@ impl Kubelet {
     pub fn sync(
         &self,
         cluster: &MemoryCluster,
-        instances: &Arc<Vec<Instance>>,
+        instances: &InstanceView,
         catalog: &[InstanceType],
         now: Timestamp,
     ) -> KubeletReport {
@@ -307,7 +308,7 @@ impl Kubelet {
     fn register_nodes(
         &self,
         cluster: &MemoryCluster,
-        instances: &[Instance],
+        instances: &[Arc<Instance>],
         catalog: &[InstanceType],
         now: Timestamp,
         nodes: &mut BTreeMap<String, Arc<Node>>,
@@ -320,6 +321,7 @@ impl Kubelet {
         let unregistered = || {
             instances
                 .iter()
+                .map(|i| &**i)
                 .filter(|i| !registered.contains(i.provider_id.as_str()))
                 .filter_map(|i| Some((i, self.ready_at(i)?)))
         };
@@ -374,7 +376,7 @@ struct NodesSettled {
     nodes: u64,
     /// The instance list it saw (shared and never changed in place; held,
     /// so its address identifies it).
-    instances: Arc<Vec<Instance>>,
+    instances: InstanceView,
     /// When the next instance's node registers.
     next_registration: Option<Timestamp>,
 }
@@ -617,7 +619,7 @@ fn is_alive(instance: &Instance) -> bool {
 /// Deletes Nodes whose provider id names no live instance.
 fn delete_nodes_without_instance(
     cluster: &MemoryCluster,
-    instances: &[Instance],
+    instances: &[Arc<Instance>],
     nodes: &mut BTreeMap<String, Arc<Node>>,
     report: &mut KubeletReport,
     lifecycle: Option<(Duration, Timestamp)>,
@@ -1264,6 +1266,10 @@ mod tests {
         }]
     }
 
+    fn view(instances: Vec<Instance>) -> InstanceView {
+        Arc::new(instances.into_iter().map(Arc::new).collect())
+    }
+
     fn instance(id: &str, launched_at: Timestamp) -> Instance {
         Instance {
             id: id.into(),
@@ -1303,7 +1309,7 @@ mod tests {
     fn a_running_instance_registers_its_node_after_the_launch_delay() {
         let (cluster, _) = cluster();
         let kubelet = Kubelet::new(DELAY);
-        let instances = Arc::new(vec![instance("i-0abc", start())]);
+        let instances = view(vec![instance("i-0abc", start())]);
         assert!(
             kubelet
                 .sync(&cluster, &instances, &catalog(), at(44))
@@ -1373,7 +1379,7 @@ mod tests {
             .collect();
         let names = |order: &[Instance]| {
             let (cluster, _) = cluster();
-            Kubelet::new(DELAY).sync(&cluster, &Arc::new(order.to_vec()), &catalog(), at(60));
+            Kubelet::new(DELAY).sync(&cluster, &view(order.to_vec()), &catalog(), at(60));
             nodes(&cluster)
                 .iter()
                 .map(|n| {
@@ -1398,7 +1404,7 @@ mod tests {
     fn nodes_of_gone_instances_are_deleted_unless_finalized_and_orphans_go() {
         let (cluster, _) = cluster();
         let kubelet = Kubelet::new(DELAY);
-        let both = Arc::new(vec![instance("i-1", start()), instance("i-2", start())]);
+        let both = view(vec![instance("i-1", start()), instance("i-2", start())]);
         kubelet.sync(&cluster, &both, &catalog(), at(60));
         let by_provider = |id: &str| {
             nodes(&cluster)
@@ -1876,7 +1882,7 @@ mod tests {
     fn bench_idle_sync_2000_nodes_40000_pods() {
         use std::time::Instant;
         let (cluster, _) = cluster();
-        let instances: Arc<Vec<Instance>> = Arc::new(
+        let instances = view(
             (0..2000)
                 .map(|i| instance(&format!("i-{i:017x}"), start()))
                 .collect(),

@@ -281,7 +281,7 @@ impl SimEc2 {
                 && (requests.get(crate::cloud::aws::launch::EFA) > 0
                     || nodeclass.spec.network_interfaces.is_some()),
         };
-        state.instances.insert(id, instance.clone());
+        state.instances.insert(id, Arc::new(instance.clone()));
         state.generation += 1;
         Ok(Launched {
             instance: self.observe(&instance, now),

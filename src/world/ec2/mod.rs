@@ -368,7 +368,7 @@ struct State {
     last_id: u64,
     /// Live instances by id, stored with state `Pending`; fixed-width hex
     /// ids make this id order also launch order.
-    instances: BTreeMap<String, Instance>,
+    instances: BTreeMap<String, Arc<Instance>>,
     calls: Vec<CallRecord>,
     /// Whether calls are kept ([`SimConfig::call_log`]).
     call_log: bool,
@@ -389,7 +389,7 @@ struct State {
     /// What [`SimEc2::instances_now`] last returned: the generation it
     /// was built at, until when it holds (the next pending instance's start),
     /// and the instances.
-    view: Option<(u64, Option<Timestamp>, Arc<Vec<Instance>>)>,
+    view: Option<(u64, Option<Timestamp>, InstanceView)>,
 }
 
 impl State {
@@ -465,6 +465,10 @@ fn apply_reclaims(state: &mut State, now: Timestamp) {
         });
     }
 }
+
+/// The instances as the simulated EC2 has them at one moment, shared: an
+/// instance that did not change since the last view is the same allocation.
+pub type InstanceView = Arc<Vec<Arc<Instance>>>;
 
 /// The simulated EC2. See the module documentation.
 pub struct SimEc2 {
@@ -645,7 +649,7 @@ impl SimEc2 {
                 "instance {id} already exists"
             )));
         }
-        state.instances.insert(id, instance);
+        state.instances.insert(id, Arc::new(instance));
         state.generation += 1;
         Ok(())
     }
@@ -821,7 +825,7 @@ impl SimEc2 {
     /// report see EC2: not a provider call (nothing is recorded, no injected
     /// error is taken), and shared until an instance is added, removed or
     /// starts running.
-    pub fn instances_now(&self) -> Arc<Vec<Instance>> {
+    pub fn instances_now(&self) -> InstanceView {
         let now = self.clock.now();
         let mut state = self.lock();
         self.settle(&mut state, now);
@@ -831,11 +835,20 @@ impl SimEc2 {
         {
             return view.clone();
         }
-        let view: Arc<Vec<Instance>> = Arc::new(
+        // An instance that has started running is stored so (as `observe`
+        // would show it): the next views share it until it changes.
+        let view: InstanceView = Arc::new(
             state
                 .instances
-                .values()
-                .map(|i| self.observe(i, now))
+                .values_mut()
+                .map(|i| {
+                    if i.state != InstanceState::Running
+                        && self.running_since(i).is_some_and(|t| t <= now)
+                    {
+                        Arc::make_mut(i).state = InstanceState::Running;
+                    }
+                    Arc::clone(i)
+                })
                 .collect(),
         );
         let until = state
@@ -889,6 +902,7 @@ impl SimEc2 {
                 let Some(i) = state.instances.get_mut(&instance_id) else {
                     continue;
                 };
+                let i = Arc::make_mut(i);
                 let mut labels = (*i.labels).clone();
                 {
                     use crate::cloud::aws::reservations::{
@@ -984,6 +998,7 @@ fn find<'a>(state: &'a State, provider_id: &str) -> Result<&'a Instance, CloudEr
         .rsplit('/')
         .next()
         .and_then(|id| state.instances.get(id))
+        .map(|i| &**i)
         .filter(|i| i.provider_id == provider_id)
         .ok_or_else(|| CloudError::NotFound(provider_id.to_string()))
 }

@@ -673,6 +673,46 @@ async fn instances_run_after_the_launch_delay() {
     assert_eq!(listed[0], got);
 }
 
+/// A view shows each instance as `get` does, and shares the instances
+/// that did not change since the last view: one that starts running is a
+/// new allocation once, then shared again.
+#[tokio::test]
+async fn views_share_the_instances_that_did_not_change() {
+    let (sim, clock) = new_sim();
+    let launch = |name: &'static str| {
+        let sim = &sim;
+        async move {
+            sim.create(&claim(name, &[]), &nodeclass(), &none())
+                .await
+                .expect("launches")
+                .instance
+        }
+    };
+    let a = launch("a").await;
+    clock.set(at(30)).expect("forward");
+    let b = launch("b").await;
+    let by_id = |view: &crate::world::ec2::InstanceView, id: &str| {
+        Arc::clone(view.iter().find(|i| i.id == id).expect("in the view"))
+    };
+    let first = sim.instances_now();
+    clock.set(at(45)).expect("forward");
+    let second = sim.instances_now();
+    for i in second.iter() {
+        assert_eq!(**i, sim.get(&i.provider_id).await.expect("exists"));
+    }
+    assert_eq!(by_id(&first, &a.id).state, InstanceState::Pending);
+    assert_eq!(by_id(&second, &a.id).state, InstanceState::Running);
+    assert!(!Arc::ptr_eq(&by_id(&first, &a.id), &by_id(&second, &a.id)));
+    assert!(Arc::ptr_eq(&by_id(&first, &b.id), &by_id(&second, &b.id)));
+    clock.set(at(75)).expect("forward");
+    let third = sim.instances_now();
+    assert!(Arc::ptr_eq(&by_id(&second, &a.id), &by_id(&third, &a.id)));
+    assert_eq!(by_id(&third, &b.id).state, InstanceState::Running);
+    assert!(!Arc::ptr_eq(&by_id(&second, &b.id), &by_id(&third, &b.id)));
+    // Nothing changed since: the same view.
+    assert!(Arc::ptr_eq(&third, &sim.instances_now()));
+}
+
 #[tokio::test]
 async fn deleted_instances_are_gone() {
     let (sim, _) = new_sim();
