@@ -1787,10 +1787,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // input, so NodePool limits still count it. The replacements of
         // disruptions in flight are among it: their capacity is taken by
         // the pods they were launched for, which the trials do not place.
+        let uninitialized: HashSet<&str, foldhash::fast::RandomState> =
+            uninitialized.iter().map(String::as_str).collect();
         for n in input
             .nodes
             .iter_mut()
-            .filter(|n| uninitialized.contains(&n.name))
+            .filter(|n| uninitialized.contains(n.name.as_str()))
         {
             Arc::make_mut(n).taints.push(crate::model::Taint {
                 key: NOT_INITIALIZED_TAINT.into(),
