@@ -366,8 +366,9 @@ pub struct CallRecord {
 struct State {
     /// The last instance id handed out.
     last_id: u64,
-    /// Live instances by id, stored with state `Pending`; fixed-width hex
-    /// ids make this id order also launch order.
+    /// Live instances by id, stored with state `Pending` until a view
+    /// ([`SimEc2::instances_now`]) finds them running; fixed-width hex ids
+    /// make this id order also launch order.
     instances: BTreeMap<String, Arc<Instance>>,
     calls: Vec<CallRecord>,
     /// Whether calls are kept ([`SimConfig::call_log`]).
