@@ -79,8 +79,8 @@ use crate::cluster::{EventType, ObjectKey, Selector};
 use crate::model::quantity::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, parse_quantity};
 use crate::model::{Effect, LabelSelector, Requirements, Resources, Taint, Toleration};
 
-/// The hasher of the scheduler's maps: its keys are its own names and
-/// object keys, so a fast hash is as good as SipHash here.
+/// The hasher of the scheduler's maps, as elsewhere in the crate: its keys
+/// are the simulated cluster's node names and object keys.
 type Hasher = foldhash::fast::RandomState;
 use crate::scheduling::pod::{VolumeIndex, pod_requests_with_defaults, pod_spec};
 use crate::scheduling::types::{HostPort, Namespaces, PodAffinityTerm, PodSpec, Unsatisfiable};
