@@ -880,12 +880,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut input_key = facts.input_key.take();
         let (opts, mut pass) = self.pass_of(&facts, now);
         let blocked = disruption::blocked(&pass);
-        let mut trials = match input.trials(&opts) {
-            Ok(t) => t,
-            Err(e) => {
-                self.event("Disruption".into(), "DisruptionFailed", e.to_string());
-                return next;
-            }
+        let Some(mut trials) = self.trials_or_event(input, &opts) else {
+            return next;
         };
         let mut outcome =
             trials.with_dependent_mut(|_, removals| disruption::decide(&pass, removals));
@@ -910,13 +906,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             else {
                 return next.min(DISRUPTION_POLL);
             };
-            trials = match input.trials(&opts) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.event("Disruption".into(), "DisruptionFailed", e.to_string());
-                    return next;
-                }
+            let Some(rebuilt) = self.trials_or_event(input, &opts) else {
+                return next;
             };
+            trials = rebuilt;
             pass.prepared = None;
             outcome = trials.with_dependent_mut(|_, removals| disruption::decide(&pass, removals));
         }
@@ -1190,6 +1183,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// The scheduling options and the decision input of a pass over `facts`.
+    /// The removal trials over `input`; `None` when the solver cannot be
+    /// prepared over it, with a `DisruptionFailed` Event.
+    fn trials_or_event(&mut self, input: PassInput, opts: &SolveOptions) -> Option<Trials> {
+        match input.trials(opts) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.event("Disruption".into(), "DisruptionFailed", e.to_string());
+                None
+            }
+        }
+    }
+
     fn pass_of<'f>(&self, facts: &'f Facts, now: Timestamp) -> (SolveOptions, Pass<'f>) {
         let opts = SolveOptions {
             preferences: self.settings.preferences,

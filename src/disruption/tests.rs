@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::Resources;
 use crate::scheduling::removal::Removals;
-use crate::scheduling::types::{BoundPod, ExistingNode, PodSpec, SolveInput};
+use crate::scheduling::types::{BoundPod, ExistingNode, NodeKeys, PodSpec, SolveInput};
 use crate::scheduling::{Preferences, SolveOptions};
 
 /// Prices of the test catalog's on-demand offerings (spot is 70% of it in
@@ -31,6 +31,7 @@ fn cpu_of(t: &str) -> i64 {
     }
 }
 
+#[derive(Debug)]
 struct Fixture {
     input: SolveInput,
     homes: Vec<String>,
@@ -99,6 +100,7 @@ fn cluster(nodes: &[(&str, &str, &[i64])]) -> Fixture {
             capacity: alloc,
             pods: bound.into(),
             price: Some(price(it)),
+            keys: NodeKeys::default(),
         }));
         candidates.push(Candidate {
             zone: "z1".into(),
@@ -466,11 +468,21 @@ fn flagged(
     f
 }
 
-/// No budget, or one for a voluntary reason, which may leave no room.
-fn budgets_of(drawn: Option<(u8, usize)>) -> BTreeMap<String, Allowed> {
-    match drawn {
-        None => unbounded(),
-        Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
+prop_compose! {
+    /// A pass's facts: `arb_cluster()`'s nodes [`flagged`], no budget or one
+    /// for a voluntary reason with room for fewer than `room` nodes, and
+    /// whether consolidation may run.
+    fn arb_pass(room: usize)(
+        nodes in arb_cluster(),
+        flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
+        consolidation in any::<bool>(),
+        budget_of in prop::option::of((0u8..3, 0usize..room)),
+    ) -> (Fixture, BTreeMap<String, Allowed>, bool) {
+        let budgets = match budget_of {
+            None => unbounded(),
+            Some((r, n)) => budget(Reason::VOLUNTARY[usize::from(r)], n),
+        };
+        (flagged(&nodes, flags), budgets, consolidation)
     }
 }
 
@@ -480,13 +492,8 @@ proptest! {
     /// scheduling input at all: the controller skips building it then.
     #[test]
     fn a_pass_that_needs_no_removals_decides_without_the_cluster(
-        nodes in arb_cluster(),
-        flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
-        consolidation in any::<bool>(),
-        budget_of in prop::option::of((0u8..3, 0usize..3)),
+        (f, budgets, consolidation) in arb_pass(3),
     ) {
-        let f = flagged(&nodes, flags);
-        let budgets = budgets_of(budget_of);
         prop_assume!(movers(&f.candidates, &budgets, consolidation, &BTreeSet::new()).is_empty());
         let full = run(&f, budgets.clone(), consolidation);
         let bare = Fixture {
@@ -548,13 +555,8 @@ proptest! {
     /// move are only the `movers`' pods: no trial takes another node.
     #[test]
     fn a_pass_decides_the_same_with_only_the_movers_pods(
-        nodes in arb_cluster(),
-        flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
-        consolidation in any::<bool>(),
-        budget_of in prop::option::of((0u8..3, 0usize..4)),
+        (f, budgets, consolidation) in arb_pass(4),
     ) {
-        let f = flagged(&nodes, flags);
-        let budgets = budgets_of(budget_of);
         let moving: BTreeSet<String> = mover_nodes(&f, &budgets, consolidation).into_iter().collect();
         let full = run(&f, budgets.clone(), consolidation);
         let restricted = run(&pods_of(&f, &moving), budgets, consolidation);
@@ -569,13 +571,8 @@ proptest! {
     /// full pass went on to try that node.
     #[test]
     fn a_pass_over_the_first_movers_decides_the_same_or_asks_for_the_rest(
-        nodes in arb_cluster(),
-        flags in prop::collection::vec((0u8..8, any::<bool>(), any::<bool>(), any::<bool>()), 7),
-        consolidation in any::<bool>(),
-        budget_of in prop::option::of((0u8..3, 0usize..4)),
+        (f, budgets, consolidation) in arb_pass(4),
     ) {
-        let f = flagged(&nodes, flags);
-        let budgets = budgets_of(budget_of);
         let none = BTreeSet::new();
         let all = movers(&f.candidates, &budgets, consolidation, &none);
         let first: BTreeSet<String> = first_movers(&all, consolidation, &none)
