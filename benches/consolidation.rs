@@ -170,6 +170,7 @@ fn cluster(
             capacity: it.capacity.clone(),
             pods: bound,
             price: Some(price),
+            keys: dovetail::scheduling::types::NodeKeys::default(),
         }));
     }
     Cluster {

@@ -17,7 +17,9 @@ use crate::model::{
 };
 use crate::scheduling::PodSpec;
 use crate::scheduling::pod::{PodError, VolumeIndex, pod_spec};
-use crate::scheduling::{BoundPod, BoundPodList, DaemonSetSpec, ExistingNode, NodePoolSpec};
+use crate::scheduling::{
+    BoundPod, BoundPodList, DaemonSetSpec, ExistingNode, NodeKeys, NodePoolSpec,
+};
 use crate::snapshot::Snapshot;
 
 /// A NodeClaim's quantities in `what`, if it has that field.
@@ -671,6 +673,7 @@ pub fn existing_nodes_bound<'s>(
             allocatable,
             capacity,
             price: None,
+            keys: NodeKeys::default(),
         }));
     }
     kept.sweep();
@@ -762,6 +765,7 @@ fn node_shape(n: &Node, claim: Option<&NodeClaim>) -> Result<ExistingNode, Objec
         allocatable,
         capacity,
         price: None,
+        keys: NodeKeys::default(),
     })
 }
 

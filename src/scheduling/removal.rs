@@ -214,7 +214,7 @@ mod tests {
     use super::*;
     use crate::model::Resources;
     use crate::scheduling::tests::shared;
-    use crate::scheduling::types::{BoundPod, ExistingNode, NodePoolSpec, PodSpec};
+    use crate::scheduling::types::{BoundPod, ExistingNode, NodeKeys, NodePoolSpec, PodSpec};
     use crate::scheduling::{Preferences, solve};
     use std::collections::BTreeMap;
     use std::sync::Arc;
@@ -264,6 +264,7 @@ mod tests {
                 })
                 .collect(),
             price: Some(0.2),
+            keys: NodeKeys::default(),
         })
     }
 

@@ -146,11 +146,42 @@ fn node(name: &str, zone: &str, cpu_m: i64, mem_gi: i64) -> ExistingNode {
             .with("pods", 110),
         pods: BoundPodList::default(),
         price: None,
+        keys: NodeKeys::default(),
     }
 }
 
 fn run(input: &SolveInput) -> SolveResult {
     solve(input, &SolveOptions::default()).unwrap()
+}
+
+/// A node's keys are what its labels and allocatable say, read once, and
+/// having read them leaves it equal to a node that has not.
+#[test]
+fn node_keys_are_its_labels_and_allocatable() {
+    let mut n = node("n1", "us-east-1b", 4000, 16);
+    std::sync::Arc::make_mut(&mut n.labels)
+        .insert(crate::model::labels::CAPACITY_TYPE.into(), "spot".into());
+    let fresh = n.clone();
+    let want = Keys {
+        zone: Some("us-east-1b".into()),
+        capacity_type: Some("spot".into()),
+        cpu_memory_pods: [4000, 16 << 30, 110],
+    };
+    assert_eq!(n.keys(), &want);
+    assert_eq!(n, fresh);
+    let bare = ExistingNode {
+        labels: std::sync::Arc::default(),
+        allocatable: Resources::new(),
+        ..fresh
+    };
+    assert_eq!(
+        bare.keys(),
+        &Keys {
+            zone: None,
+            capacity_type: None,
+            cpu_memory_pods: [0, 0, 0],
+        }
+    );
 }
 
 #[test]

@@ -174,10 +174,11 @@ impl<'a> Solver<'a> {
             }
         }
         for n in &existing {
-            if let Some(z) = n.labels.get(ZONE) {
+            let keys = n.keys();
+            if let Some(z) = &keys.zone {
                 zones.insert(z);
             }
-            if let Some(c) = n.labels.get(CAPACITY_TYPE) {
+            if let Some(c) = &keys.capacity_type {
                 cts.insert(c);
             }
         }
@@ -432,7 +433,10 @@ impl<'a> Solver<'a> {
 
         let mut nodes = Vec::new();
         for n in &existing {
-            let mut free = project(&n.allocatable);
+            let read = n.keys();
+            // `dims` starts with cpu, memory and pods.
+            let mut free: Vec<i64> = read.cpu_memory_pods.to_vec();
+            free.extend(dims[3..].iter().map(|d| n.allocatable.get(d)));
             // What `project` of each pod would take, without reading the
             // pods: their cpu, memory and pods were summed when the list
             // was made; only a pod requesting another resource is read.
@@ -458,7 +462,17 @@ impl<'a> Solver<'a> {
                 .collect();
             let values = keys
                 .iter()
-                .map(|d| n.labels.get(&d.key).and_then(|v| d.id(v)))
+                .enumerate()
+                .map(|(i, d)| {
+                    let value = if Some(i) == zone_key {
+                        read.zone.as_ref()
+                    } else if Some(i) == ct_key {
+                        read.capacity_type.as_ref()
+                    } else {
+                        n.labels.get(&d.key)
+                    };
+                    value.and_then(|v| d.id(v))
+                })
                 .collect();
             nodes.push(NodeInfo {
                 name: &n.name,
