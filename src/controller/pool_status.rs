@@ -22,7 +22,7 @@
 //! revisions are those of its last pass that wrote everything it meant
 //! to.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -115,16 +115,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .collect();
         let mut usage =
             super::state_metrics::nodepool_usage(&claims, &by_name, &mut self.pool_capacity);
-        let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
-        for c in &claims {
-            if let Some(p) = c.nodepool_name() {
-                by_pool.entry(p).or_default().push(c);
-            }
-        }
+        let last_registered = self.pool_capacity.last_registered();
         let failures = std::mem::take(&mut self.registration_failures);
         for pool in self.cluster.list::<NodePool>() {
             let name = pool.metadata.name.clone().unwrap_or_default();
-            let mine = by_pool.get(name.as_str()).map(Vec::as_slice).unwrap_or(&[]);
             let mut updated = (*pool).clone();
             let status = updated.status.get_or_insert_with(Default::default);
             let mut changed = false;
@@ -183,17 +177,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             // The latest registration; a False condition turns True only
             // when a claim registers after it was set.
-            let last_registered = mine
-                .iter()
-                .filter_map(|c| {
-                    crate::api::common::find_condition(
-                        c.status.as_ref().and_then(|s| s.conditions.as_deref()),
-                        conditions::REGISTERED,
-                    )
-                })
-                .filter(|c| c.is_true())
-                .map(|c| c.last_transition_time.0)
-                .max();
+            let last_registered = last_registered.get(&name).copied();
             let current = conds.iter().find(|c| c.type_ == NODE_REGISTRATION_HEALTHY);
             let known = current.is_some();
             let registered = last_registered.is_some_and(|t| {
@@ -244,6 +228,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use super::*;

@@ -287,110 +287,188 @@ fn node_resources(
 /// The resources a NodePool's status reports in the reference
 /// (`status.resources`): the capacity of its nodes and NodeClaims not being
 /// deleted or disrupted (a node's own once registered, else the claim's),
-/// `nodes` their count. `parsed` holds each object's capacity as read at
-/// the last call, so only the objects that changed are parsed again.
+/// `nodes` their count. `parsed` holds each NodeClaim's part as read at the
+/// last call, and their sums: only the claims that changed, or whose Node
+/// did, are read again, and the sums change by their parts alone.
 pub(super) fn nodepool_usage<S: std::hash::BuildHasher>(
     claims: &[Arc<NodeClaim>],
     nodes: &HashMap<&str, &Arc<Node>, S>,
     parsed: &mut ParsedCapacity,
 ) -> BTreeMap<String, Resources> {
-    let mut usage: BTreeMap<String, Resources> = BTreeMap::new();
-    let mut kept = ParsedCapacity::default();
+    parsed.generation += 1;
+    let generation = parsed.generation;
+    let ParsedCapacity { parts, pools, .. } = parsed;
     for claim in claims {
-        let Some(pool) = claim.nodepool_name() else {
-            continue;
-        };
-        if !usage.contains_key(pool) {
-            usage.insert(pool.to_string(), Resources::new());
-        }
-        let disrupted = claim
-            .metadata
-            .annotations
+        let node = claim
+            .status
             .as_ref()
-            .is_some_and(|a| a.contains_key(super::ANNOTATION_DISRUPTION_REASON));
-        if claim.metadata.deletion_timestamp.is_some() || disrupted {
-            continue;
-        }
-        let status = claim.status.as_ref();
-        let node = status
             .and_then(|s| s.node_name.as_deref())
-            .and_then(|n| nodes.get(n));
-        if node.is_some_and(|n| n.metadata.deletion_timestamp.is_some()) {
+            .and_then(|n| nodes.get(n))
+            .copied();
+        let address = Arc::as_ptr(claim) as usize;
+        if let Some(part) = parts.get_mut(&address)
+            && part.node.as_ref().map(Arc::as_ptr) == node.map(Arc::as_ptr)
+        {
+            part.seen = generation;
             continue;
         }
-        let source = match node {
-            Some(n) if n.status.as_ref().is_some_and(|s| s.capacity.is_some()) => {
-                CapacitySource::Node(Arc::clone(n))
-            }
-            _ if status.is_some_and(|s| s.capacity.is_some()) => {
-                CapacitySource::Claim(Arc::clone(claim))
-            }
-            _ => continue,
-        };
-        let Some(r) = parsed.take(source, &mut kept) else {
-            continue;
-        };
-        if r.0.is_empty() {
-            continue;
+        let part = Part::read(claim, node, generation);
+        part.count(pools, 1);
+        if let Some(old) = parts.insert(address, part) {
+            old.count(pools, -1);
         }
-        let entry = usage.get_mut(pool).expect("inserted above");
-        entry.add(r);
-        entry.add_one("nodes");
     }
-    *parsed = kept;
-    usage
+    parts.retain(|_, part| {
+        let kept = part.seen == generation;
+        if !kept {
+            part.count(pools, -1);
+        }
+        kept
+    });
+    pools
+        .iter()
+        .map(|(pool, sum)| {
+            let resources = sum
+                .resources
+                .iter()
+                .map(|(k, (v, _))| {
+                    let v = (*v).clamp(i64::MIN.into(), i64::MAX.into());
+                    (k.clone(), i64::try_from(v).expect("clamped"))
+                })
+                .collect();
+            (pool.clone(), Resources(resources))
+        })
+        .collect()
 }
 
-/// The capacity of Nodes and NodeClaims as parsed, by object: an object
-/// not changed since it was parsed is the same allocation, and the entry
-/// holds it, so its address names that version alone.
+/// Each NodeClaim's part in its NodePool's usage, by the claim's address,
+/// and the parts summed by NodePool. An entry holds its claim, so the
+/// address names that version alone.
 #[derive(Default)]
 pub(super) struct ParsedCapacity {
-    by_object: HashMap<usize, (CapacitySource, Option<Resources>), foldhash::fast::RandomState>,
-}
-
-/// The object a capacity is read from.
-enum CapacitySource {
-    Node(Arc<Node>),
-    Claim(Arc<NodeClaim>),
-}
-
-impl CapacitySource {
-    fn address(&self) -> usize {
-        match self {
-            CapacitySource::Node(n) => Arc::as_ptr(n) as usize,
-            CapacitySource::Claim(c) => Arc::as_ptr(c) as usize,
-        }
-    }
-
-    /// The object's capacity; `None` when absent or invalid.
-    fn parse(&self) -> Option<Resources> {
-        let capacity = match self {
-            CapacitySource::Node(n) => n.status.as_ref()?.capacity.as_ref()?,
-            CapacitySource::Claim(c) => c.status.as_ref()?.capacity.as_ref()?,
-        };
-        Resources::from_k8s(capacity).ok()
-    }
+    parts: HashMap<usize, Part, foldhash::fast::RandomState>,
+    pools: BTreeMap<String, PoolSum>,
+    /// The calls so far: a part not seen at the last one is gone.
+    generation: u64,
 }
 
 impl ParsedCapacity {
-    /// `source`'s capacity, moved with its entry into `kept`: parsed
-    /// again unless this holds it.
-    fn take<'k>(
-        &mut self,
-        source: CapacitySource,
-        kept: &'k mut ParsedCapacity,
-    ) -> Option<&'k Resources> {
-        let address = source.address();
-        let entry = match self.by_object.remove(&address) {
-            Some(e) => e,
-            None => {
-                let parsed = source.parse();
-                (source, parsed)
+    /// The latest registration among each NodePool's NodeClaims, as of the
+    /// last call: the last transition of a Registered condition that is
+    /// True.
+    pub(super) fn last_registered(&self) -> BTreeMap<String, crate::clock::Timestamp> {
+        let mut last: BTreeMap<&str, crate::clock::Timestamp> = BTreeMap::new();
+        for part in self.parts.values() {
+            if let (Some(pool), Some(t)) = (&part.pool, part.registered) {
+                let at = last.entry(pool.as_str()).or_insert(t);
+                *at = (*at).max(t);
             }
-        };
-        kept.by_object.entry(address).or_insert(entry).1.as_ref()
+        }
+        last.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
+}
+
+/// A NodeClaim's part in its NodePool's usage.
+struct Part {
+    /// Held, so its address names this version alone.
+    _claim: Arc<NodeClaim>,
+    /// The Node its status named when read.
+    node: Option<Arc<Node>>,
+    /// Its NodePool, and what it adds there: its capacity and one node,
+    /// or nothing.
+    pool: Option<String>,
+    counted: Option<Resources>,
+    /// When it last turned Registered, while it is.
+    registered: Option<crate::clock::Timestamp>,
+    seen: u64,
+}
+
+/// The parts of one NodePool summed: the claims that name it, and each
+/// resource's total with the number of parts that have it (a resource is
+/// listed while one does, as a sum from nothing lists it).
+#[derive(Default)]
+struct PoolSum {
+    claims: usize,
+    resources: BTreeMap<String, (i128, usize)>,
+}
+
+impl Part {
+    fn read(claim: &Arc<NodeClaim>, node: Option<&Arc<Node>>, seen: u64) -> Part {
+        let pool = claim.nodepool_name().map(str::to_string);
+        let counted = pool.as_ref().and_then(|_| counted_capacity(claim, node));
+        let registered = crate::api::common::find_condition(
+            claim.status.as_ref().and_then(|s| s.conditions.as_deref()),
+            super::conditions::REGISTERED,
+        )
+        .filter(|c| c.is_true())
+        .map(|c| c.last_transition_time.0);
+        Part {
+            _claim: Arc::clone(claim),
+            node: node.cloned(),
+            pool,
+            counted,
+            registered,
+            seen,
+        }
+    }
+
+    /// Adds this part to `pools` (`sign` 1), or takes it out (-1).
+    fn count(&self, pools: &mut BTreeMap<String, PoolSum>, sign: i8) {
+        let Some(pool) = &self.pool else {
+            return;
+        };
+        if !pools.contains_key(pool) {
+            pools.insert(pool.clone(), PoolSum::default());
+        }
+        let sum = pools.get_mut(pool).expect("inserted above");
+        let step = |n: &mut usize| match sign {
+            1 => *n += 1,
+            _ => *n -= 1,
+        };
+        step(&mut sum.claims);
+        for (k, v) in self.counted.iter().flat_map(|r| &r.0) {
+            if !sum.resources.contains_key(k) {
+                sum.resources.insert(k.clone(), (0, 0));
+            }
+            let entry = sum.resources.get_mut(k).expect("inserted above");
+            entry.0 += i128::from(sign) * i128::from(*v);
+            step(&mut entry.1);
+            if entry.1 == 0 {
+                sum.resources.remove(k);
+            }
+        }
+        if sum.claims == 0 {
+            pools.remove(pool);
+        }
+    }
+}
+
+/// What a NodeClaim adds to its NodePool's usage: its Node's capacity once
+/// registered, else its own, and one node; nothing while it or its Node is
+/// being deleted, it is being disrupted, or the capacity is absent, invalid
+/// or empty.
+fn counted_capacity(claim: &NodeClaim, node: Option<&Arc<Node>>) -> Option<Resources> {
+    let disrupted = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(super::ANNOTATION_DISRUPTION_REASON));
+    if claim.metadata.deletion_timestamp.is_some() || disrupted {
+        return None;
+    }
+    if node.is_some_and(|n| n.metadata.deletion_timestamp.is_some()) {
+        return None;
+    }
+    let capacity = match node.and_then(|n| n.status.as_ref()?.capacity.as_ref()) {
+        Some(c) => c,
+        None => claim.status.as_ref()?.capacity.as_ref()?,
+    };
+    let mut r = Resources::from_k8s(capacity).ok()?;
+    if r.0.is_empty() {
+        return None;
+    }
+    r.add_one("nodes");
+    Some(r)
 }
 
 /// `karpenter_nodepools_usage` and `karpenter_nodepools_limit`.
@@ -698,9 +776,23 @@ mod tests {
         let first = usage(&c, &mut parsed);
         assert_eq!(first["general"].get("cpu"), 6000);
         assert_eq!(first["general"].get("nodes"), 2);
-        assert_eq!(parsed.by_object.len(), 2, "n1's and general-2's");
+        assert_eq!(parsed.parts.len(), 2, "general-1's and general-2's");
+        let kept = |parsed: &ParsedCapacity| {
+            let mut v: Vec<usize> = parsed
+                .parts
+                .values()
+                .map(|p| {
+                    p.counted
+                        .as_ref()
+                        .map_or(0, |r| r as *const Resources as usize)
+                })
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        let before = kept(&parsed);
         assert_eq!(usage(&c, &mut parsed), first);
-        assert_eq!(parsed.by_object.len(), 2);
+        assert_eq!(kept(&parsed), before, "nothing read again");
         // n1 grows: its new version is parsed, the old one dropped.
         let mut n1 = (*c
             .get_opt::<Node>(&crate::cluster::ObjectKey::cluster("n1"))
@@ -720,7 +812,7 @@ mod tests {
         let second = usage(&c, &mut parsed);
         assert_eq!(second["general"].get("cpu"), 10000);
         assert_eq!(second, usage(&c, &mut ParsedCapacity::default()));
-        assert_eq!(parsed.by_object.len(), 2);
+        assert_eq!(parsed.parts.len(), 2);
     }
 
     #[test]
@@ -862,6 +954,136 @@ mod tests {
                     want.sort();
                     prop_assert_eq!(held, want);
                     prop_assert_eq!(metrics.pod_startup_duration.sample_count(&[]), observed);
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// The usage kept from call to call is the usage summed anew: claims
+    /// and Nodes created, changed (pool, deletion, disruption, capacity)
+    /// or deleted between calls, or left as they were.
+    #[test]
+    fn kept_nodepool_usage_is_the_usage_summed_anew() {
+        use proptest::prelude::*;
+        let claim = |n: u8, v: u8| -> Arc<NodeClaim> {
+            let pool = ["", "a", "b"][usize::from(v % 3)];
+            let labels = match pool {
+                "" => String::new(),
+                p => format!(", labels: {{karpenter.sh/nodepool: {p}}}"),
+            };
+            let deleting = match v / 3 % 4 {
+                1 => ", deletionTimestamp: '2026-01-05T00:00:00Z', finalizers: [f]",
+                2 => ", annotations: {dovetail.dev/disruption-reason: Drifted}",
+                _ => "",
+            };
+            let capacity = match v / 12 % 2 {
+                0 => format!(", capacity: {{cpu: '{}', memory: 1Gi}}", n + 1),
+                _ => String::new(),
+            };
+            let registered = match v % 4 {
+                0 => String::new(),
+                r => format!(
+                    ", conditions: [{{type: Registered, status: '{}', lastTransitionTime: '2026-01-05T00:0{n}:{v:02}Z'}}]",
+                    if r == 3 { "False" } else { "True" }
+                ),
+            };
+            Arc::new(yaml(&format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: c{n}{labels}{deleting}}}\n\
+                 spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}, requirements: []}}\n\
+                 status: {{nodeName: n{n}{capacity}{registered}}}\n"
+            )))
+        };
+        let node = |n: u8, v: u8| -> Arc<Node> {
+            let deleting = match v % 2 {
+                1 => ", deletionTimestamp: '2026-01-05T00:00:00Z', finalizers: [f]",
+                _ => "",
+            };
+            let status = match v / 2 % 3 {
+                0 => format!(
+                    "status: {{capacity: {{cpu: '{}', pods: '110'}}}}",
+                    10 * (v + 1)
+                ),
+                1 => "status: {capacity: {}}".to_string(),
+                _ => "status: {}".to_string(),
+            };
+            Arc::new(yaml(&format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}{deleting}}}\n{status}\n"
+            )))
+        };
+        // The usage as a sum from nothing.
+        let anew = |claims: &[Arc<NodeClaim>], nodes: &BTreeMap<u8, Arc<Node>>| {
+            let mut usage: BTreeMap<String, Resources> = BTreeMap::new();
+            for c in claims {
+                let Some(pool) = c.nodepool_name() else {
+                    continue;
+                };
+                let sum = usage.entry(pool.to_string()).or_default();
+                let gone =
+                    c.metadata.deletion_timestamp.is_some() || c.metadata.annotations.is_some();
+                let name = c.status.as_ref().unwrap().node_name.clone().unwrap();
+                let node = nodes
+                    .values()
+                    .find(|n| n.metadata.name.as_deref() == Some(name.as_str()));
+                if gone || node.is_some_and(|n| n.metadata.deletion_timestamp.is_some()) {
+                    continue;
+                }
+                let capacity = match node.and_then(|n| n.status.as_ref()?.capacity.as_ref()) {
+                    Some(c) => Some(c),
+                    None => c.status.as_ref().unwrap().capacity.as_ref(),
+                };
+                let Some(r) = capacity.map(|c| Resources::from_k8s(c).unwrap()) else {
+                    continue;
+                };
+                if !r.0.is_empty() {
+                    sum.add(&r);
+                    sum.add_one("nodes");
+                }
+            }
+            usage
+        };
+        // Steps of (object, version): claims 0..5, nodes 6..11; version
+        // 24 deletes.
+        let steps =
+            proptest::collection::vec(proptest::collection::vec((0u8..12, 0u8..25), 0..6), 1..8);
+        proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(128))
+            .run(&steps, |steps| {
+                let mut parsed = ParsedCapacity::default();
+                let mut claims: BTreeMap<u8, Arc<NodeClaim>> = BTreeMap::new();
+                let mut nodes: BTreeMap<u8, Arc<Node>> = BTreeMap::new();
+                for step in steps {
+                    for (at, v) in step {
+                        match (at, v) {
+                            (0..6, 24) => drop(claims.remove(&at)),
+                            (0..6, v) => drop(claims.insert(at, claim(at, v))),
+                            (_, 24) => drop(nodes.remove(&(at - 6))),
+                            (_, v) => drop(nodes.insert(at - 6, node(at - 6, v))),
+                        }
+                    }
+                    let list: Vec<Arc<NodeClaim>> = claims.values().cloned().collect();
+                    let by_name: HashMap<&str, &Arc<Node>> = nodes
+                        .values()
+                        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+                        .collect();
+                    prop_assert_eq!(
+                        nodepool_usage(&list, &by_name, &mut parsed),
+                        anew(&list, &nodes)
+                    );
+                    prop_assert_eq!(parsed.parts.len(), list.len());
+                    let mut registered: BTreeMap<String, crate::clock::Timestamp> = BTreeMap::new();
+                    for c in &list {
+                        let at = crate::api::common::find_condition(
+                            c.status.as_ref().unwrap().conditions.as_deref(),
+                            "Registered",
+                        )
+                        .filter(|c| c.is_true())
+                        .map(|c| c.last_transition_time.0);
+                        if let (Some(pool), Some(at)) = (c.nodepool_name(), at) {
+                            let t = registered.entry(pool.to_string()).or_insert(at);
+                            *t = (*t).max(at);
+                        }
+                    }
+                    prop_assert_eq!(parsed.last_registered(), registered);
                 }
                 Ok(())
             })
