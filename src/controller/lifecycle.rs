@@ -181,16 +181,44 @@ fn node_taint(t: &Taint) -> NodeTaint {
     }
 }
 
+/// A registered, initialized NodeClaim as the last lifecycle pass left it,
+/// its consistency check not due: its Node, and when it was last checked.
+/// While the claim is the same object and its Node is in the node list,
+/// nothing a pass reads of it has changed but the time, so a pass reads
+/// nothing of it until the check comes due.
+pub(super) struct Settled {
+    /// Held, so its address names this version alone.
+    _claim: Arc<NodeClaim>,
+    node: Arc<Node>,
+    scanned: Timestamp,
+}
+
+/// The settled NodeClaims, by address.
+pub(super) type SettledClaims = HashMap<usize, Settled, foldhash::fast::RandomState>;
+
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Launch, registration, initialisation and liveness of every NodeClaim
     /// that is not being deleted. Returns when it next needs to run.
     pub(super) async fn reconcile_lifecycle(&mut self) -> Duration {
         let now = self.clock.now();
         let nodes = self.cluster.list::<Node>();
-        let by_provider: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
-            .iter()
-            .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n)))
-            .collect();
+        // Built when a claim is read (most passes of a large cluster read
+        // a few).
+        let by_provider: std::cell::OnceCell<
+            HashMap<&str, &Arc<Node>, foldhash::fast::RandomState>,
+        > = std::cell::OnceCell::new();
+        let by_provider = || {
+            by_provider.get_or_init(|| {
+                nodes
+                    .iter()
+                    .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n)))
+                    .collect()
+            })
+        };
+        let current: std::collections::HashSet<usize, foldhash::fast::RandomState> =
+            nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect();
+        let mut kept_settled = std::mem::take(&mut self.settled);
+        let mut settled = SettledClaims::default();
         let mut next = self.settings.resync;
         let mut jobs = Vec::new();
         let early = if self
@@ -203,6 +231,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Duration::ZERO
         };
         for claim in self.cluster.list::<NodeClaim>() {
+            let at = Arc::as_ptr(&claim) as usize;
+            if let Some(s) = kept_settled.remove(&at)
+                && current.contains(&(Arc::as_ptr(&s.node) as usize))
+                && elapsed(s.scanned, now) + early < CONSISTENCY_SCAN
+            {
+                // What `check_consistency` answers for it, not due.
+                debug_assert_eq!(
+                    claim
+                        .metadata
+                        .uid
+                        .as_deref()
+                        .and_then(|u| self.consistency_scanned.get(u)),
+                    Some(&s.scanned)
+                );
+                next = next.min(CONSISTENCY_SCAN - elapsed(s.scanned, now));
+                settled.insert(at, s);
+                continue;
+            }
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -264,7 +310,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
                 continue;
             };
-            match by_provider.get(provider_id) {
+            match by_provider().get(provider_id) {
                 None => {
                     let launched = crate::api::common::find_condition(
                         conds.map(Vec::as_slice),
@@ -309,10 +355,24 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     }
                 }
                 Some(node) => {
-                    next = next.min(self.check_consistency(&claim, node, now, early).await)
+                    next = next.min(self.check_consistency(&claim, node, now, early).await);
+                    let scanned = claim
+                        .metadata
+                        .uid
+                        .as_deref()
+                        .and_then(|u| self.consistency_scanned.get(u));
+                    if let Some(&scanned) = scanned {
+                        let settle = Settled {
+                            _claim: Arc::clone(&claim),
+                            node: Arc::clone(node),
+                            scanned,
+                        };
+                        settled.insert(at, settle);
+                    }
                 }
             }
         }
+        self.settled = settled;
         // A claim being deleted is checked no more: its last scan would
         // make every pass's checks early.
         let claims = self.cluster.list::<NodeClaim>();
@@ -1062,6 +1122,61 @@ mod tests {
         );
         world.clock.advance(secs(90)).unwrap();
         assert_eq!(pass(), (secs(510), vec!["NodeClaim/c".to_string()]));
+    }
+
+    /// A claim left settled (registered, initialized, its check not due)
+    /// is not read while it and its Node stay the same objects, and is
+    /// read again as soon as its Node goes: the node's absence is seen at
+    /// once, as for a claim never settled.
+    #[test]
+    fn a_settled_claim_is_read_again_once_its_node_goes() {
+        let world = World::new();
+        let rt = crate::testing::runtime();
+        let mut controller = world.controller(super::super::Settings {
+            resync: Duration::from_secs(3600),
+            ..Default::default()
+        });
+        let (mut claim, mut node) = claim_and_node("128Gi", "128Gi", true);
+        let provider = "aws:///us-east-1a/i-a".to_string();
+        claim.metadata.name = Some("a".into());
+        claim.metadata.uid = Some("uid-a".into());
+        let status = claim.status.get_or_insert_with(Default::default);
+        status.provider_id = Some(provider.clone());
+        status.node_name = Some("node-a".into());
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        let epoch = Timestamp::UNIX_EPOCH;
+        set_condition(conds, conditions::REGISTERED, true, "Registered", "", epoch);
+        set_condition(
+            conds,
+            conditions::CONSISTENT_STATE_FOUND,
+            true,
+            "",
+            "",
+            epoch,
+        );
+        node.metadata.name = Some("node-a".into());
+        node.spec.get_or_insert_with(Default::default).provider_id = Some(provider);
+        world.cluster.restore(claim).unwrap();
+        world.cluster.restore(node).unwrap();
+        let secs = Duration::from_secs;
+        assert_eq!(
+            rt.block_on(controller.reconcile_lifecycle()),
+            CONSISTENCY_SCAN
+        );
+        assert_eq!(controller.settled.len(), 1, "checked, consistent: settled");
+        world.clock.advance(secs(60)).unwrap();
+        assert_eq!(rt.block_on(controller.reconcile_lifecycle()), secs(540));
+        assert_eq!(controller.settled.len(), 1);
+        // The node goes: the claim waits for a node to register again.
+        world
+            .cluster
+            .delete::<Node>(&ObjectKey::cluster("node-a"))
+            .unwrap();
+        assert_eq!(
+            rt.block_on(controller.reconcile_lifecycle()),
+            controller.settings.registration_ttl
+        );
+        assert!(controller.settled.is_empty());
     }
 
     #[test]

@@ -327,6 +327,8 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
         std::collections::HashMap<String, (u32, Timestamp), foldhash::fast::RandomState>,
     /// When each NodeClaim's consistency was last checked, by UID.
     consistency_scanned: std::collections::HashMap<String, Timestamp, foldhash::fast::RandomState>,
+    /// The NodeClaims the last lifecycle pass left settled.
+    settled: lifecycle::SettledClaims,
     /// When each (object, reason) last had an Event through
     /// [`Controller::event_deduped`].
     recent_events: std::collections::HashMap<(String, &'static str), Timestamp>,
@@ -379,6 +381,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             unrecorded: None,
             launch_failures: Default::default(),
             consistency_scanned: Default::default(),
+            settled: Default::default(),
             recent_events: std::collections::HashMap::new(),
             defer_launches: false,
             registration_failures: BTreeMap::new(),
