@@ -995,6 +995,29 @@ mod tests {
         (claim, node)
     }
 
+    /// NodeClaim `name`, launched for 128Gi and initialized, registered
+    /// at the epoch on Node `node-{name}`, which has `node_memory`.
+    fn registered_claim_and_node(name: &str, node_memory: &str) -> (NodeClaim, Node) {
+        let (mut claim, mut node) = claim_and_node("128Gi", node_memory, true);
+        let provider = format!("aws:///us-east-1a/i-{name}");
+        claim.metadata.name = Some(name.into());
+        claim.metadata.uid = Some(format!("uid-{name}"));
+        let status = claim.status.get_or_insert_with(Default::default);
+        status.provider_id = Some(provider.clone());
+        status.node_name = Some(format!("node-{name}"));
+        set_condition(
+            claim.conditions_mut(),
+            conditions::REGISTERED,
+            true,
+            "Registered",
+            "",
+            Timestamp::UNIX_EPOCH,
+        );
+        node.metadata.name = Some(format!("node-{name}"));
+        node.spec.get_or_insert_with(Default::default).provider_id = Some(provider);
+        (claim, node)
+    }
+
     /// consistency/suite_test.go: "should detect issues that launch with
     /// much fewer resources than expected".
     #[test]
@@ -1069,24 +1092,7 @@ mod tests {
             ..Default::default()
         });
         let add = |name: &str| {
-            let (mut claim, mut node) = claim_and_node("128Gi", "64Gi", true);
-            let provider = format!("aws:///us-east-1a/i-{name}");
-            claim.metadata.name = Some(name.into());
-            claim.metadata.uid = Some(format!("uid-{name}"));
-            let status = claim.status.get_or_insert_with(Default::default);
-            status.provider_id = Some(provider.clone());
-            status.node_name = Some(format!("node-{name}"));
-            let conds = status.conditions.get_or_insert_with(Vec::new);
-            set_condition(
-                conds,
-                conditions::REGISTERED,
-                true,
-                "Registered",
-                "",
-                Timestamp::UNIX_EPOCH,
-            );
-            node.metadata.name = Some(format!("node-{name}"));
-            node.spec.get_or_insert_with(Default::default).provider_id = Some(provider);
+            let (claim, node) = registered_claim_and_node(name, "64Gi");
             world.cluster.restore(claim).unwrap();
             world.cluster.restore(node).unwrap();
         };
@@ -1136,26 +1142,15 @@ mod tests {
             resync: Duration::from_secs(3600),
             ..Default::default()
         });
-        let (mut claim, mut node) = claim_and_node("128Gi", "128Gi", true);
-        let provider = "aws:///us-east-1a/i-a".to_string();
-        claim.metadata.name = Some("a".into());
-        claim.metadata.uid = Some("uid-a".into());
-        let status = claim.status.get_or_insert_with(Default::default);
-        status.provider_id = Some(provider.clone());
-        status.node_name = Some("node-a".into());
-        let conds = status.conditions.get_or_insert_with(Vec::new);
-        let epoch = Timestamp::UNIX_EPOCH;
-        set_condition(conds, conditions::REGISTERED, true, "Registered", "", epoch);
+        let (mut claim, node) = registered_claim_and_node("a", "128Gi");
         set_condition(
-            conds,
+            claim.conditions_mut(),
             conditions::CONSISTENT_STATE_FOUND,
             true,
             "",
             "",
-            epoch,
+            Timestamp::UNIX_EPOCH,
         );
-        node.metadata.name = Some("node-a".into());
-        node.spec.get_or_insert_with(Default::default).provider_id = Some(provider);
         world.cluster.restore(claim).unwrap();
         world.cluster.restore(node).unwrap();
         let secs = Duration::from_secs;
