@@ -69,7 +69,7 @@ use crate::api::labels::{
 };
 use crate::clock::{Timestamp, truncate_to_second};
 use crate::cloud::{Instance, InstanceState};
-use crate::cluster::{DeleteParams, ObjectKey, Selector};
+use crate::cluster::{DeleteParams, EventType, ObjectKey, Selector};
 use crate::model::{Effect, InstanceType, Taint, Toleration};
 use crate::scheduling::pod::{VolumeIndex, pod_spec};
 use crate::timing::{DurationSyntax, NillableDuration, parse_duration};
@@ -157,9 +157,10 @@ pub struct Kubelet {
     /// The nodes and instances as the last sync left them in line, when
     /// it left nothing to retry.
     nodes_settled: RefCell<Option<NodesSettled>>,
-    /// The nodes by name, at the kind's revision they were listed at: the
-    /// pods change far more often than the nodes.
-    nodes_listed: RefCell<Option<(u64, Arc<NodesByName>)>>,
+    /// The nodes by name, and the resource version they are up to: they
+    /// follow the kind's watch log, so a sync after a node changed reads
+    /// only the nodes changed since the last.
+    nodes_listed: RefCell<Option<(u64, NodesByName)>>,
     /// The kubelets' version (`nodeInfo.kubeletVersion`), from the
     /// cluster's Kubernetes version.
     kubelet_version: String,
@@ -234,40 +235,22 @@ impl Kubelet {
         now: Timestamp,
     ) -> KubeletReport {
         let mut report = KubeletReport::default();
-        let list_nodes = || -> Arc<NodesByName> {
-            let revision = cluster.kind_revision::<Node>();
-            let mut kept = self.nodes_listed.borrow_mut();
-            if let Some((listed_at, nodes)) = kept.as_ref()
-                && *listed_at == revision
-            {
-                return Arc::clone(nodes);
-            }
-            let nodes: Arc<NodesByName> = Arc::new(
-                cluster
-                    .list::<Node>(None, &Selector::everything())
-                    .items
-                    .into_iter()
-                    .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
-                    .collect(),
-            );
-            *kept = Some((revision, Arc::clone(&nodes)));
-            nodes
-        };
+        let mut kept = self.nodes_listed.borrow_mut();
         let settled = self.nodes_settled.borrow().as_ref().is_some_and(|s| {
             s.nodes == cluster.kind_revision::<Node>()
                 && Arc::ptr_eq(&s.instances, instances)
                 && s.next_registration.is_none_or(|t| t > now)
         });
-        let mut listed = None;
+        let mut listed = false;
         if !settled {
-            let mut nodes = Arc::unwrap_or_clone(list_nodes());
+            let nodes = nodes_now(cluster, &mut kept);
             let errors = report.errors.len();
             let next_registration =
-                self.register_nodes(cluster, instances, catalog, now, &mut nodes, &mut report);
+                self.register_nodes(cluster, instances, catalog, now, nodes, &mut report);
             delete_nodes_without_instance(
                 cluster,
                 instances,
-                &mut nodes,
+                nodes,
                 &mut report,
                 self.node_gone_after.map(|after| (after, now)),
             );
@@ -280,17 +263,22 @@ impl Kubelet {
                 instances: instances.clone(),
                 next_registration,
             });
-            listed = Some(Arc::new(nodes));
+            listed = true;
         }
         let mut watch = self.watch.borrow_mut();
         let pods = watch.catch_up(cluster, now);
         if pods.is_empty() && !watch.daemons_changed {
             return report;
         }
-        let nodes = listed.unwrap_or_else(list_nodes);
+        // Those the sync wrote are in the kept nodes already.
+        let nodes: &NodesByName = if listed {
+            kept.as_ref().map(|(_, n)| n).expect("listed")
+        } else {
+            nodes_now(cluster, &mut kept)
+        };
         let mut jobs = JobDurations::default();
         for pod in &pods {
-            match pod_action(cluster, pod, &nodes, now, &mut jobs, &mut report) {
+            match pod_action(cluster, pod, nodes, now, &mut jobs, &mut report) {
                 Ok(Some(due)) => watch.due(due, pod),
                 Ok(None) => {}
                 Err(()) => {
@@ -299,7 +287,7 @@ impl Kubelet {
             }
         }
         if watch.daemons_changed {
-            run_daemon_sets(cluster, &nodes, &watch.daemon_set_pods(), now, &mut report);
+            run_daemon_sets(cluster, nodes, &watch.daemon_set_pods(), now, &mut report);
             watch.daemons_changed = false;
         }
         report
@@ -364,6 +352,42 @@ impl Kubelet {
             }
         }
         next
+    }
+}
+
+/// The cluster's nodes by name: `kept` (with the resource version it is up
+/// to) brought up to date through the kind's watch log, or listed anew
+/// when there is none or the log no longer reaches back to it. Nodes a
+/// caller wrote into it itself since (as a sync does) are written again by
+/// their events, to the same end.
+fn nodes_now<'k>(
+    cluster: &MemoryCluster,
+    kept: &'k mut Option<(u64, NodesByName)>,
+) -> &'k mut NodesByName {
+    let events = kept
+        .as_ref()
+        .and_then(|(at, _)| cluster.watch_from::<Node>(*at).ok());
+    match (events, kept) {
+        (Some(events), Some((at, nodes))) => {
+            for e in events {
+                *at = (*at).max(e.resource_version);
+                let name = e.object.metadata.name.clone().unwrap_or_default();
+                match e.event_type {
+                    EventType::Deleted => drop(nodes.remove(&name)),
+                    EventType::Added | EventType::Modified => drop(nodes.insert(name, e.object)),
+                }
+            }
+            nodes
+        }
+        (_, kept) => {
+            let listed = cluster.list::<Node>(None, &Selector::everything());
+            let nodes = listed
+                .items
+                .into_iter()
+                .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+                .collect();
+            &mut kept.insert((listed.resource_version, nodes)).1
+        }
     }
 }
 
