@@ -68,7 +68,8 @@ pub const FLEET_SAMPLE: Duration = Duration::from_secs(15 * 60);
 /// The step after anything changed, to let the loops settle.
 pub const SETTLE_STEP: Duration = Duration::from_secs(1);
 /// Watch history kept by the simulated API server: enough for a burst of
-/// tens of thousands of pods between two report updates.
+/// tens of thousands of pods between two report updates. A run that is not
+/// served compacts it at every tick to what its watchers have not read.
 const WATCH_LOG: usize = 1 << 20;
 
 /// Why a simulation could not run.
@@ -207,6 +208,10 @@ pub struct Simulation {
     /// The EC2 the instances come from when it is not the simulated one
     /// (`simulate --serve --ec2-endpoint`), with its last listing.
     external: Option<External>,
+    /// The cluster's resource version at the end of the last tick, through
+    /// which the next tick compacts the watch logs; `None` when they keep
+    /// their whole capacity (`simulate --serve`: clients watch them).
+    compact_through: Option<u64>,
 }
 
 /// An EC2 API the simulation only reads: its instances tagged for the
@@ -549,6 +554,7 @@ impl Simulation {
             metrics: None,
             in_process: true,
             external: None,
+            compact_through: Some(0),
         })
     }
 
@@ -1044,6 +1050,14 @@ impl Simulation {
         self.recorder.kubelet(now, &k);
         self.recorder.volumes(now, &v);
         self.recorder.observe(&self.cluster, &instances, now);
+        // Every watcher of the logs (the stand-ins, the report, the
+        // controller's pod views) reads them at every tick: the events
+        // before this one are read by all, and held they would keep every
+        // version of every pod written since the start.
+        if let Some(through) = self.compact_through.as_mut() {
+            self.cluster.compact_watch_logs_through(*through);
+            *through = self.cluster.resource_version();
+        }
         // The next time something is due on its own.
         let mut wake = wake_c;
         for i in instances.iter() {
@@ -1219,6 +1233,8 @@ impl Simulation {
     pub fn run_served(mut self, served: Served) -> Result<Report, SimError> {
         use std::sync::atomic::Ordering;
         self.in_process = served.in_process;
+        // Clients watch the served cluster: its logs keep their capacity.
+        self.compact_through = None;
         if !served.in_process {
             // No controller holds the Nodes of gone instances: the cloud's
             // node lifecycle controller removes them once NotReady.

@@ -103,6 +103,13 @@ impl MemoryCluster {
         self
     }
 
+    /// Compacts away every kind's watch events up to `resource_version`,
+    /// as an API server compacts its history once its watchers are past
+    /// it: a watch from before them is [`ApiError::Gone`] from now on.
+    pub fn compact_watch_logs_through(&self, resource_version: u64) {
+        self.write().compact_watch_logs_through(resource_version);
+    }
+
     /// [`MemoryCluster::with_watch_log_capacity`] on a cluster in use: each
     /// kind's log is compacted to `capacity` events at once, so a watch
     /// from before them is [`ApiError::Gone`] from now on.

@@ -198,6 +198,9 @@ pub(super) trait ErasedStore: Any + Send + Sync {
     /// Compacts the watch log to its last `keep` events.
     fn compact(&mut self, keep: usize);
 
+    /// Compacts away the watch events up to `resource_version`.
+    fn compact_through(&mut self, resource_version: u64);
+
     /// The namespaces the kind's objects live in (none for a cluster-scoped
     /// kind).
     fn namespaces(&self) -> BTreeSet<String>;
@@ -1027,6 +1030,18 @@ impl<K: Object> ErasedStore for KindStore<K> {
         self.compact_log(keep);
     }
 
+    fn compact_through(&mut self, resource_version: u64) {
+        while self
+            .log
+            .front()
+            .is_some_and(|e| e.resource_version <= resource_version)
+        {
+            if let Some(old) = self.log.pop_front() {
+                self.compacted = old.resource_version;
+            }
+        }
+    }
+
     fn replicas(&self, key: &ObjectKey) -> Option<i32> {
         let value = serde_json::to_value(self.objects.get(key)?.as_ref()).ok()?;
         let replicas = value.pointer("/spec/replicas")?.as_i64()?;
@@ -1111,6 +1126,13 @@ impl State {
         self.shared.watch_log_capacity = capacity;
         for store in self.kinds.values_mut() {
             store.compact(capacity);
+        }
+    }
+
+    /// Compacts every kind's watch log through `resource_version`.
+    pub(super) fn compact_watch_logs_through(&mut self, resource_version: u64) {
+        for store in self.kinds.values_mut() {
+            store.compact_through(resource_version);
         }
     }
 

@@ -749,6 +749,33 @@ fn a_shorter_watch_log_compacts_at_once() {
     );
 }
 
+/// Compacting through a resource version drops every kind's events up to
+/// it, and no later one: a watcher past it reads on, one before it is
+/// gone, and a kind whose last event is older still watches from there.
+#[test]
+fn compacting_through_a_version_keeps_what_came_after() {
+    let (c, _) = cluster();
+    let a = c.create(pod("ns", "a", "web")).expect("created");
+    let b = c.create(pod("ns", "b", "web")).expect("created");
+    let n = c.create(node("n1")).expect("created");
+    let d = c.create(pod("ns", "d", "web")).expect("created");
+    c.compact_watch_logs_through(rv(&*b));
+    assert_eq!(c.watch_from::<Pod>(rv(&*a)).unwrap_err().code(), 410);
+    let after = c.watch_from::<Pod>(rv(&*b)).expect("not compacted");
+    assert_eq!(
+        event_summary(&after)
+            .iter()
+            .map(|e| e.2)
+            .collect::<Vec<_>>(),
+        [rv(&*d)]
+    );
+    assert_eq!(c.watch_from::<Node>(rv(&*a)).expect("kept").len(), 1);
+    c.compact_watch_logs_through(c.resource_version());
+    assert!(c.watch_from::<Pod>(rv(&*d)).expect("read all").is_empty());
+    assert!(c.watch_from::<Node>(rv(&*n)).expect("read all").is_empty());
+    assert_eq!(c.watch_from::<Node>(rv(&*b)).unwrap_err().code(), 410);
+}
+
 // --- admission --------------------------------------------------------------
 
 #[test]
