@@ -59,7 +59,9 @@ fn one_nodeclaim_lives_as_karpenter_writes_it() {
     let scenario =
         dovetail::simulate::scenario::load(Path::new("tests/scenarios/disruption/lifecycle.yaml"))
             .expect("the scenario loads");
-    let sim = Simulation::new(scenario, None).expect("the simulation starts");
+    let sim = Simulation::new(scenario, None)
+        .expect("the simulation starts")
+        .keeping_watch_history();
     let cluster = sim.cluster();
     let report = sim.run(None).expect("the simulation runs");
     let report = serde_json::to_value(&report).expect("the report as JSON");

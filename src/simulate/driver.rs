@@ -558,6 +558,14 @@ impl Simulation {
         })
     }
 
+    /// Keeps each kind's watch log to its capacity instead of compacting it
+    /// at every tick: for a reader of the run's history once it is over
+    /// (a test that follows an object version by version).
+    pub fn keeping_watch_history(mut self) -> Self {
+        self.compact_through = None;
+        self
+    }
+
     /// Keeps the controller's metrics, as `dovetail controller` serves them
     /// on `/metrics` (its registries and the families computed from the
     /// cluster), for [`Report::metrics`]: the gather at the end of the run,
