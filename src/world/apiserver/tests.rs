@@ -79,6 +79,12 @@ fn names<K: Resource>(items: &[Arc<K>]) -> Vec<String> {
         .collect()
 }
 
+/// The resource versions of `events`, checked as [`event_summary`] checks
+/// them.
+fn event_versions<K: Resource>(events: &[WatchEvent<K>]) -> Vec<u64> {
+    event_summary(events).into_iter().map(|e| e.2).collect()
+}
+
 fn event_summary<K: Resource>(events: &[WatchEvent<K>]) -> Vec<(EventType, String, u64)> {
     events
         .iter()
@@ -713,13 +719,7 @@ fn watching_from_a_compacted_version_is_gone() {
     );
     // The newest events are still there for watchers that kept up.
     let events = c.watch_from::<Pod>(rv(&*a)).expect("not compacted");
-    assert_eq!(
-        event_summary(&events)
-            .iter()
-            .map(|e| e.2)
-            .collect::<Vec<_>>(),
-        [rv(&*b), rv(&*d)]
-    );
+    assert_eq!(event_versions(&events), [rv(&*b), rv(&*d)]);
     // A relist gives a version to watch from again.
     let relisted = c.list::<Pod>(None, &Selector::everything());
     assert!(
@@ -743,10 +743,7 @@ fn a_shorter_watch_log_compacts_at_once() {
     let kept = c
         .watch_from::<Pod>(rv(&*b))
         .expect("the last event is kept");
-    assert_eq!(
-        event_summary(&kept).iter().map(|e| e.2).collect::<Vec<_>>(),
-        [rv(&*d)]
-    );
+    assert_eq!(event_versions(&kept), [rv(&*d)]);
 }
 
 /// Compacting through a resource version drops every kind's events up to
@@ -762,13 +759,7 @@ fn compacting_through_a_version_keeps_what_came_after() {
     c.compact_watch_logs_through(rv(&*b));
     assert_eq!(c.watch_from::<Pod>(rv(&*a)).unwrap_err().code(), 410);
     let after = c.watch_from::<Pod>(rv(&*b)).expect("not compacted");
-    assert_eq!(
-        event_summary(&after)
-            .iter()
-            .map(|e| e.2)
-            .collect::<Vec<_>>(),
-        [rv(&*d)]
-    );
+    assert_eq!(event_versions(&after), [rv(&*d)]);
     assert_eq!(c.watch_from::<Node>(rv(&*a)).expect("kept").len(), 1);
     c.compact_watch_logs_through(c.resource_version());
     assert!(c.watch_from::<Pod>(rv(&*d)).expect("read all").is_empty());
