@@ -1121,13 +1121,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
             // A node in a capacity block that is about to end goes now, as
             // Karpenter's capacityreservation.expiration deletes it: 40
-            // minutes before the end, ahead of EC2's reclaim.
-            if let Some(id) = claim
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(crate::api::LABEL_CAPACITY_RESERVATION_ID))
-                .filter(|id| expiring.contains(*id))
+            // minutes before the end, ahead of EC2's reclaim. (Most
+            // passes have no such block, and skip reading every claim's
+            // labels.)
+            if !expiring.is_empty()
+                && let Some(id) = claim
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(crate::api::LABEL_CAPACITY_RESERVATION_ID))
+                    .filter(|id| expiring.contains(*id))
             {
                 let message = format!(
                     "capacity block {id} ends within 40 minutes; deleting its node before EC2 reclaims it"
