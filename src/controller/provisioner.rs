@@ -623,12 +623,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let registered: HashSet<&str, foldhash::fast::RandomState> = nodes
             .iter()
             .filter(|n| {
+                // Initialized first: it answers for nearly every node.
                 let labels = n.metadata.labels.as_ref();
-                labels.is_none_or(|l| !l.contains_key(crate::api::LABEL_NODEPOOL))
-                    || labels
-                        .and_then(|l| l.get(crate::api::LABEL_INITIALIZED))
-                        .map(String::as_str)
-                        == Some("true")
+                labels
+                    .and_then(|l| l.get(crate::api::LABEL_INITIALIZED))
+                    .map(String::as_str)
+                    == Some("true")
+                    || labels.is_none_or(|l| !l.contains_key(crate::api::LABEL_NODEPOOL))
             })
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
