@@ -56,10 +56,12 @@
 //! since the last call. The index holds free resources and host ports per
 //! node, per-node counts of the pods each label selector matches (created
 //! on first use, then updated as pods come, go and are bound), bound pods'
-//! affinity terms grouped by term, and nodes by topology domain; node
-//! changes move all of it to the new node list by name. What depends only
-//! on a pod's node constraints and the nodes (taints, node affinity) is
-//! cached per distinct constraint set until the nodes change. Pods
+//! affinity terms grouped by term, and nodes by topology domain; a changed
+//! node is read again in place, and nodes that come or go move all of it
+//! to the new node list by name. What depends only on a pod's node
+//! constraints and the nodes (taints, node affinity) is cached per
+//! distinct constraint set until a node comes, goes, or changes its
+//! labels, taints or schedulability. Pods
 //! identical in every scheduling input share one failed evaluation until
 //! the next binding.
 //!
@@ -206,7 +208,22 @@ impl Index {
             Ok(events) => events,
             Err(_) => return Index::load(cluster, Some(self)),
         };
-        if !node_events.is_empty() {
+        let same_nodes = node_events.iter().all(|e| {
+            e.event_type == EventType::Modified
+                && e.object
+                    .metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| self.state.node_index.contains_key(n))
+        });
+        if same_nodes {
+            // Each changed node is read again in place.
+            if let Some(last) = node_events.last() {
+                self.nodes_rv = last.resource_version;
+            }
+            self.state
+                .update_nodes(node_events.iter().map(|e| &e.object));
+        } else {
             let nodes = cluster.list::<Node>(None, &Selector::everything());
             self.nodes_rv = nodes.resource_version;
             let dropped = self.state.replace_nodes(&nodes.items);

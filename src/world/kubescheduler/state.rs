@@ -27,6 +27,56 @@ pub(super) struct NodeState {
     pub(super) ports: Vec<HostPort>,
 }
 
+impl NodeState {
+    /// `node` as the scheduler reads it, with nothing accounted; `intern`
+    /// gives each taint its id.
+    fn read(node: &Arc<Node>, intern: &mut impl FnMut(Taint) -> u32) -> Self {
+        let spec = node.spec.as_ref();
+        let mut node_taints: Vec<Taint> = spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|t| Taint::from_k8s(t).ok())
+            .collect();
+        let ready = crate::api::node::is_ready(node);
+        if !ready
+            && !node_taints
+                .iter()
+                .any(|t| t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE)
+        {
+            node_taints.push(Taint::new(TAINT_NOT_READY, "", Effect::NoSchedule));
+        }
+        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        let quantity = |name: &str| -> i64 {
+            allocatable
+                .and_then(|a| a.get(name))
+                .and_then(|q| parse_quantity(name, &q.0).ok())
+                .unwrap_or(0)
+        };
+        let alloc_extended = allocatable
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| ![CPU, MEMORY, EPHEMERAL_STORAGE, PODS].contains(&k.as_str()))
+            .filter_map(|(k, q)| Some((k.clone(), parse_quantity(k, &q.0).ok()?)))
+            .collect();
+        NodeState {
+            source: node.clone(),
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: node_taints.into_iter().map(intern).collect(),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            alloc: [quantity(CPU), quantity(MEMORY), quantity(EPHEMERAL_STORAGE)],
+            alloc_pods: quantity(PODS),
+            alloc_extended,
+            requested: [0; 3],
+            requested_extended: HashMap::new(),
+            non_zero: [0; 2],
+            pod_count: 0,
+            ports: Vec::new(),
+        }
+    }
+}
+
 /// What a counter counts: pods matching all (namespaces, selector) terms.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct CounterKey {
@@ -219,49 +269,7 @@ impl State {
                 });
                 continue;
             }
-            let spec = node.spec.as_ref();
-            let mut node_taints: Vec<Taint> = spec
-                .and_then(|s| s.taints.as_ref())
-                .into_iter()
-                .flatten()
-                .filter_map(|t| Taint::from_k8s(t).ok())
-                .collect();
-            let ready = crate::api::node::is_ready(node);
-            if !ready
-                && !node_taints
-                    .iter()
-                    .any(|t| t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE)
-            {
-                node_taints.push(Taint::new(TAINT_NOT_READY, "", Effect::NoSchedule));
-            }
-            let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-            let quantity = |name: &str| -> i64 {
-                allocatable
-                    .and_then(|a| a.get(name))
-                    .and_then(|q| parse_quantity(name, &q.0).ok())
-                    .unwrap_or(0)
-            };
-            let alloc_extended = allocatable
-                .into_iter()
-                .flatten()
-                .filter(|(k, _)| ![CPU, MEMORY, EPHEMERAL_STORAGE, PODS].contains(&k.as_str()))
-                .filter_map(|(k, q)| Some((k.clone(), parse_quantity(k, &q.0).ok()?)))
-                .collect();
-            states.push(NodeState {
-                source: node.clone(),
-                name: node.metadata.name.clone().unwrap_or_default(),
-                labels: node.metadata.labels.clone().unwrap_or_default(),
-                taints: node_taints.into_iter().map(&mut intern).collect(),
-                unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-                alloc: [quantity(CPU), quantity(MEMORY), quantity(EPHEMERAL_STORAGE)],
-                alloc_pods: quantity(PODS),
-                alloc_extended,
-                requested: [0; 3],
-                requested_extended: HashMap::new(),
-                non_zero: [0; 2],
-                pod_count: 0,
-                ports: Vec::new(),
-            });
+            states.push(NodeState::read(node, &mut intern));
         }
         let mut node_index =
             previous.map_or_else(HashMap::default, |p| std::mem::take(&mut p.node_index));
@@ -364,6 +372,48 @@ impl State {
             } else {
                 self.existing_preferred.remove(t, w, n);
             }
+        }
+    }
+
+    /// Takes changed versions of nodes it has, each in place: what is
+    /// accounted on them stays. The cached topology domains and static
+    /// verdicts are dropped only when a node's labels, taints or
+    /// schedulability changed. A node it does not have is not taken: nodes
+    /// that come or go are [`State::replace_nodes`]'.
+    pub(super) fn update_nodes<'a>(&mut self, nodes: impl IntoIterator<Item = &'a Arc<Node>>) {
+        let taints = &mut self.taints;
+        let mut intern = |t: Taint| -> u32 {
+            let at = taints.iter().position(|k| *k == t).unwrap_or_else(|| {
+                taints.push(t);
+                taints.len() - 1
+            });
+            u32::try_from(at).unwrap_or(u32::MAX)
+        };
+        let (mut labels_changed, mut statics_changed) = (false, false);
+        for node in nodes {
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            let Some(&n) = self.node_index.get(name) else {
+                continue;
+            };
+            let old = &mut self.nodes[n];
+            if Arc::ptr_eq(&old.source, node) {
+                continue;
+            }
+            let mut new = NodeState::read(node, &mut intern);
+            labels_changed |= new.labels != old.labels;
+            statics_changed |= new.taints != old.taints || new.unschedulable != old.unschedulable;
+            new.requested = old.requested;
+            new.requested_extended = std::mem::take(&mut old.requested_extended);
+            new.non_zero = old.non_zero;
+            new.pod_count = old.pod_count;
+            new.ports = std::mem::take(&mut old.ports);
+            *old = new;
+        }
+        if labels_changed {
+            self.topologies.clear();
+        }
+        if labels_changed || statics_changed {
+            self.statics.clear();
         }
     }
 

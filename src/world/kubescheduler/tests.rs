@@ -810,6 +810,66 @@ fn the_index_kept_across_calls_matches_a_fresh_one() {
     }
 }
 
+#[test]
+fn nodes_changed_in_place_are_read_again() {
+    let (cluster, _) = cluster();
+    let scheduler = KubeScheduler::new();
+    add_nodes(
+        &cluster,
+        [node("a", "z1", "2", "4Gi"), node("b", "z2", "2", "4Gi")],
+    );
+    add_pods(&cluster, [pod("web-0", "web", "500m", "512Mi")]);
+    let first = scheduler.schedule(&cluster, start());
+    let went = bound_node(&first, "web-0").expect("bound");
+    let empty = if went == "a" { "b" } else { "a" };
+    // Only changes to the nodes it has: the empty node gets a taint the
+    // pods do not tolerate, the other a new zone and more memory.
+    cluster
+        .update_with::<Node>(&ObjectKey::cluster(empty), |n| {
+            n.spec.get_or_insert_default().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: "dedicated".into(),
+                value: Some("batch".into()),
+                effect: "NoSchedule".into(),
+                ..k8s_openapi::api::core::v1::Taint::default()
+            }]);
+        })
+        .expect("tainted");
+    cluster
+        .update_with::<Node>(&ObjectKey::cluster(&went), |n| {
+            n.metadata
+                .labels
+                .get_or_insert_default()
+                .insert("topology.kubernetes.io/zone".into(), "z9".into());
+            let alloc = n
+                .status
+                .get_or_insert_default()
+                .allocatable
+                .get_or_insert_default();
+            alloc.insert(
+                "memory".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("8Gi".into()),
+            );
+        })
+        .expect("relabelled");
+    add_pods(&cluster, [pod("web-1", "web", "500m", "512Mi")]);
+    let second = scheduler.schedule(&cluster, start());
+    // The same constraints as web-0's: a verdict cached from before the
+    // taint would send it to the emptier node.
+    assert_eq!(
+        bound_node(&second, "web-1"),
+        Some(went.clone()),
+        "{second:?}"
+    );
+    let mut guard = scheduler
+        .index
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let kept = guard.as_mut().expect("index kept");
+    assert_eq!(kept.state.nodes.len(), 2);
+    let mut fresh = Index::load(&cluster, None);
+    assert_eq!(summary(kept), summary(&mut fresh));
+}
+
 /// Speed on the simulation's largest state: 2,000 nodes and 40,000
 /// pods of 50 workloads (a third with zone spread, a third with
 /// hostname spread). Run with
