@@ -6,12 +6,14 @@ use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::SignedDuration;
+use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
+use crate::api::NodeClaim;
 use crate::clock::{Timestamp, truncate_to_second};
 use crate::cluster::{
     ApiError, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, DeleteOutcome, DeleteParams, EventType,
@@ -282,6 +284,68 @@ fn pod_grace_seconds(pod: &Pod, requested: Option<i64>, default: i64) -> i64 {
         .or_else(|| spec.and_then(|s| s.termination_grace_period_seconds))
         .unwrap_or(default);
     if period < 0 { 1 } else { period }
+}
+
+/// Whether two objects of a kind have the same status, and the same rest
+/// of the body (all but `metadata`, `apiVersion` and `kind`), as their
+/// JSON has them: what a write compares to tell a status change from a
+/// spec change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Same {
+    status: bool,
+    body: bool,
+}
+
+impl Same {
+    fn of<K: Object>(a: &K, b: &K) -> Result<Same, ApiError> {
+        if let Some(typed) = typed_same::<K>() {
+            return Ok(typed(a, b));
+        }
+        let (a, b) = (Parts::of(a)?, Parts::of(b)?);
+        Ok(Same {
+            status: a.status == b.status,
+            body: a.body == b.body,
+        })
+    }
+
+    /// From the typed spec and status of a kind that has just those.
+    fn fields<S, T>(a: (&S, &T), b: (&S, &T)) -> Same
+    where
+        S: Serialize + PartialEq,
+        T: Serialize + PartialEq,
+    {
+        Same {
+            status: same_json(a.1, b.1),
+            body: same_json(a.0, b.0),
+        }
+    }
+}
+
+/// Equal values serialize the same; unequal ones are serialized to tell,
+/// as two times within one second are different values and the same JSON.
+fn same_json<T: Serialize + PartialEq>(a: &T, b: &T) -> bool {
+    a == b
+        || matches!(
+            (serde_json::to_value(a), serde_json::to_value(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
+}
+
+/// [`Same`] from the typed fields, for the kinds whose objects are
+/// written most (Pods, Nodes and NodeClaims: a spec, a status and
+/// metadata), without serializing whole objects at each write. Other
+/// kinds compare their JSON.
+fn typed_same<K: Object>() -> Option<fn(&K, &K) -> Same> {
+    fn kind<T: 'static, K: 'static>(f: fn(&T, &T) -> Same) -> Option<fn(&K, &K) -> Same> {
+        (&f as &dyn Any).downcast_ref().copied()
+    }
+    kind::<Pod, K>(|a, b| Same::fields((&a.spec, &a.status), (&b.spec, &b.status)))
+        .or_else(|| {
+            kind::<Node, K>(|a, b| Same::fields((&a.spec, &a.status), (&b.spec, &b.status)))
+        })
+        .or_else(|| {
+            kind::<NodeClaim, K>(|a, b| Same::fields((&a.spec, &a.status), (&b.spec, &b.status)))
+        })
 }
 
 /// An object's JSON split into its status and the rest (the "spec"),
@@ -673,13 +737,13 @@ impl<K: Object> KindStore<K> {
                 ));
             }
         }
-        let old_parts = Parts::of(old.as_ref())?;
-        let new_parts = Parts::of(&obj)?;
-        if new_parts.status != old_parts.status {
+        let same = Same::of(old.as_ref(), &obj)?;
+        if !same.status {
+            let (old_parts, new_parts) = (Parts::of(old.as_ref())?, Parts::of(&obj)?);
             let meta = obj.meta().clone();
             obj = Parts::assemble(&new_parts.body, old_parts.status.as_ref(), meta)?;
         }
-        let spec_changed = new_parts.body != old_parts.body;
+        let spec_changed = !same.body;
         if !spec_changed && obj.meta() == old_meta {
             return Ok((old, None));
         }
@@ -708,14 +772,14 @@ impl<K: Object> KindStore<K> {
         let key = self.normalise_key(obj.meta_mut());
         let old = self.existing(&key)?;
         self.check_identity(&key, obj.meta(), old.meta())?;
-        let old_parts = Parts::of(old.as_ref())?;
-        let new_parts = Parts::of(&obj)?;
-        if new_parts.status == old_parts.status {
+        let same = Same::of(old.as_ref(), &obj)?;
+        if same.status {
             return Ok(old);
         }
-        if new_parts.body == old_parts.body {
+        if same.body {
             *obj.meta_mut() = old.meta().clone();
         } else {
+            let (old_parts, new_parts) = (Parts::of(old.as_ref())?, Parts::of(&obj)?);
             obj = Parts::assemble(
                 &old_parts.body,
                 new_parts.status.as_ref(),
@@ -1277,5 +1341,111 @@ impl State {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The typed comparison answers as the objects' JSON does, for every
+    /// pair of `variants`.
+    fn typed_agrees_with_json<K: Object + std::fmt::Debug>(variants: &[K]) {
+        let typed = typed_same::<K>().expect("compared typed");
+        for a in variants {
+            for b in variants {
+                let (pa, pb) = (Parts::of(a).expect("a"), Parts::of(b).expect("b"));
+                let json = Same {
+                    status: pa.status == pb.status,
+                    body: pa.body == pb.body,
+                };
+                assert_eq!(typed(a, b), json, "{a:?}\n{b:?}");
+            }
+        }
+    }
+
+    /// `base` with each JSON change applied, itself first.
+    fn variants<K: Object>(base: Value, changes: &[fn(&mut Value)]) -> Vec<K> {
+        std::iter::once(base.clone())
+            .chain(changes.iter().map(|change| {
+                let mut v = base.clone();
+                change(&mut v);
+                v
+            }))
+            .map(|v| serde_json::from_value(v).expect("valid object"))
+            .collect()
+    }
+
+    const TIME: &str = "2026-01-05T00:00:00Z";
+
+    #[test]
+    fn pods_nodes_and_nodeclaims_compare_typed_as_their_json_does() {
+        let pod = json!({
+            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": TIME}
+            ]},
+        });
+        typed_agrees_with_json::<Pod>(&variants(
+            pod,
+            &[
+                |p| p["status"]["phase"] = json!("Running"),
+                |p| p["spec"]["nodeName"] = json!("n"),
+                |p| p["metadata"]["labels"]["app"] = json!("b"),
+                |p| {
+                    p["status"]["conditions"][0]["lastTransitionTime"] =
+                        json!("2026-01-05T00:00:00.250Z");
+                },
+                |p| p["status"] = json!({}),
+                |p| {
+                    p.as_object_mut().expect("object").remove("status");
+                },
+                |p| {
+                    p.as_object_mut().expect("object").remove("spec");
+                },
+            ],
+        ));
+        let node = json!({
+            "metadata": {"name": "n"},
+            "spec": {"providerID": "aws:///us-east-1a/i-1"},
+            "status": {"allocatable": {"cpu": "2"}},
+        });
+        typed_agrees_with_json::<Node>(&variants(
+            node,
+            &[
+                |n| n["status"]["allocatable"]["cpu"] = json!("4"),
+                |n| n["spec"]["unschedulable"] = json!(true),
+                |n| n["spec"]["taints"] = json!([]),
+            ],
+        ));
+        let claim = json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+            },
+            "status": {"conditions": [{
+                "type": "Launched", "status": "True", "reason": "Launched", "message": "",
+                "lastTransitionTime": TIME,
+            }]},
+        });
+        typed_agrees_with_json::<NodeClaim>(&variants(
+            claim,
+            &[
+                |c| c["status"]["providerID"] = json!("aws:///us-east-1a/i-1"),
+                |c| c["spec"]["expireAfter"] = json!("1h"),
+                |c| {
+                    c["status"]["conditions"][0]["lastTransitionTime"] =
+                        json!("2026-01-05T00:00:00.5Z");
+                },
+            ],
+        ));
+        assert!(typed_same::<ConfigMap>().is_none());
     }
 }
