@@ -287,7 +287,7 @@ impl Kubelet {
             }
         }
         if watch.daemons_changed {
-            run_daemon_sets(cluster, nodes, &watch.daemon_set_pods(), now, &mut report);
+            run_daemon_sets(cluster, nodes, &watch, now, &mut report);
             watch.daemons_changed = false;
         }
         report
@@ -428,6 +428,8 @@ struct PodWatch {
     /// Each bound pod's node, and the uid of its DaemonSet if it is a
     /// DaemonSet's pod.
     bound: HashMap<ObjectKey, (String, Option<String>), Hasher>,
+    /// The bound DaemonSet pods: how many by DaemonSet uid and node.
+    daemon_pods: HashMap<String, HashMap<String, u32, Hasher>, Hasher>,
     /// Terminating pods by the end of their grace period.
     stops: BTreeSet<(Timestamp, ObjectKey)>,
     /// Running Job pods by the end of their run.
@@ -500,28 +502,56 @@ impl PodWatch {
         };
         let key = ObjectKey::of(pod);
         let daemon_set = controller_of_kind(pod, "DaemonSet").map(|r| r.uid.clone());
+        self.unindex_node(&key);
         self.on_node
             .entry(node.to_string())
             .or_default()
             .insert(key.clone());
+        if let Some(uid) = &daemon_set {
+            *self
+                .daemon_pods
+                .entry(uid.clone())
+                .or_default()
+                .entry(node.to_string())
+                .or_default() += 1;
+        }
         self.bound.insert(key, (node.to_string(), daemon_set));
     }
 
     /// Forgets the pod at `key`: its node and anything due.
     fn unindex(&mut self, key: &ObjectKey) {
-        if let Some((node, _)) = self.bound.remove(key)
-            && let Some(on_node) = self.on_node.get_mut(&node)
-        {
-            on_node.remove(key);
-            if on_node.is_empty() {
-                self.on_node.remove(&node);
-            }
-        }
+        self.unindex_node(key);
         match self.due_of.remove(key) {
             Some(Due::Stop(t)) => self.stops.remove(&(t, key.clone())),
             Some(Due::JobDone(t)) => self.jobs.remove(&(t, key.clone())),
             None => false,
         };
+    }
+
+    /// Forgets the node the pod at `key` is bound to.
+    fn unindex_node(&mut self, key: &ObjectKey) {
+        let Some((node, daemon_set)) = self.bound.remove(key) else {
+            return;
+        };
+        if let Some(on_node) = self.on_node.get_mut(&node) {
+            on_node.remove(key);
+            if on_node.is_empty() {
+                self.on_node.remove(&node);
+            }
+        }
+        if let Some(uid) = daemon_set
+            && let Some(by_node) = self.daemon_pods.get_mut(&uid)
+        {
+            if let Some(count) = by_node.get_mut(&node) {
+                *count -= 1;
+                if *count == 0 {
+                    by_node.remove(&node);
+                }
+            }
+            if by_node.is_empty() {
+                self.daemon_pods.remove(&uid);
+            }
+        }
     }
 
     fn due(&mut self, due: Due, pod: &Pod) {
@@ -533,12 +563,11 @@ impl PodWatch {
         self.due_of.insert(key, due);
     }
 
-    /// The (DaemonSet uid, node) of every DaemonSet pod.
-    fn daemon_set_pods(&self) -> HashSet<(&str, &str), Hasher> {
-        self.bound
-            .values()
-            .filter_map(|(node, ds)| Some((ds.as_deref()?, node.as_str())))
-            .collect()
+    /// Whether a pod of the DaemonSet `uid` is bound to `node`.
+    fn has_daemon_pod(&self, uid: &str, node: &str) -> bool {
+        self.daemon_pods
+            .get(uid)
+            .is_some_and(|by_node| by_node.contains_key(node))
     }
 }
 
@@ -1209,7 +1238,7 @@ fn daemon_pod(daemon: &Daemon<'_>, node: &str, now: Timestamp) -> Pod {
 fn run_daemon_sets(
     cluster: &MemoryCluster,
     nodes: &BTreeMap<String, Arc<Node>>,
-    existing: &HashSet<(&str, &str), Hasher>,
+    existing: &PodWatch,
     now: Timestamp,
     report: &mut KubeletReport,
 ) {
@@ -1224,7 +1253,7 @@ fn run_daemon_sets(
         let missing: BTreeSet<&str> = nodes
             .keys()
             .map(String::as_str)
-            .filter(|n| !existing.contains(&(uid, *n)))
+            .filter(|n| !existing.has_daemon_pod(uid, n))
             .collect();
         if missing.is_empty() {
             continue;
@@ -1846,7 +1875,17 @@ mod tests {
             c.create(daemon_set("logs", json!({"containers": [{"name": "c"}]})))
                 .unwrap();
         });
+        let made = sync(1).daemon_pods;
+        assert_eq!(made.len(), 1);
+        // Its pod gone, the DaemonSet's next pod is made on the same node.
+        both(&|c| {
+            let (namespace, name) = made[0].split_once('/').expect("a pod key");
+            let key = ObjectKey::new(namespace, name);
+            c.delete_with::<Pod>(&key, &DeleteParams::with_grace_period(0))
+                .unwrap();
+        });
         assert_eq!(sync(1).daemon_pods.len(), 1);
+        assert!(sync(1).daemon_pods.is_empty(), "one pod per node");
 
         // The log forgets what the kubelet has not seen: it looks at every
         // pod again.
