@@ -328,12 +328,15 @@ struct Deferred {
     pods_by_node: Arc<PodsByNode>,
 }
 
-/// The candidates of `nodes`, in the order of `candidates` (the order of
-/// the input's pods).
-fn in_order<'c>(candidates: &'c [Candidate], nodes: BTreeSet<&str>) -> Vec<&'c Candidate> {
+/// `chosen`, candidates of `candidates`, in the order of `candidates` (the
+/// order of the input's pods). Found by address: comparing names cost a
+/// pass as much as its consolidation trials' setup.
+fn in_order<'c>(candidates: &'c [Candidate], chosen: &[&Candidate]) -> Vec<&'c Candidate> {
+    let chosen: HashSet<*const Candidate, foldhash::fast::RandomState> =
+        chosen.iter().map(|c| std::ptr::from_ref(*c)).collect();
     candidates
         .iter()
-        .filter(|c| nodes.contains(c.node.as_str()))
+        .filter(|c| chosen.contains(&std::ptr::from_ref(*c)))
         .collect()
 }
 
@@ -890,10 +893,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         {
             // The first drifted node could not be replaced: the pass again,
             // over every mover's pods.
-            let movers = in_order(
-                &facts.candidates,
-                deferred.movers.iter().map(String::as_str).collect(),
-            );
+            let movers: Vec<&Candidate> = facts
+                .candidates
+                .iter()
+                .filter(|c| deferred.movers.contains(&c.node))
+                .collect();
             input_key = Some(self.input_key(&movers, &facts.uninitialized));
             let read = Read {
                 catalog: &deferred.catalog,
@@ -1697,7 +1701,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let rest = prepared
             .is_some()
             .then(|| all.iter().map(|c| c.node.clone()).collect());
-        let movers = in_order(&candidates, first.iter().map(|c| c.node.as_str()).collect());
+        let movers = in_order(&candidates, first);
         let input_key = (!movers.is_empty()).then(|| self.input_key(&movers, &uninitialized));
         let read = Read {
             catalog: &catalog,
