@@ -213,14 +213,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut next = self.settings.resync;
 
         // A node deleted directly (it carries our finalizer) takes its claim.
-        let claim_by_node: HashMap<&str, &Arc<NodeClaim>, foldhash::fast::RandomState> = claims
-            .iter()
-            .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
-            .collect();
-        for node in nodes
+        // (The claims by node are found only when a node is being deleted.)
+        let deleted: Vec<&Arc<Node>> = nodes
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_some())
-        {
+            .collect();
+        let claim_by_node: HashMap<&str, &Arc<NodeClaim>, foldhash::fast::RandomState> =
+            match deleted.is_empty() {
+                true => HashMap::default(),
+                false => claims
+                    .iter()
+                    .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
+                    .collect(),
+            };
+        for node in deleted {
             let name = node.metadata.name.as_deref().unwrap_or_default();
             match claim_by_node.get(name) {
                 Some(claim) if claim.metadata.deletion_timestamp.is_none() => {
