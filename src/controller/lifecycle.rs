@@ -374,15 +374,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
         self.settled = settled;
         // A claim being deleted is checked no more: its last scan would
-        // make every pass's checks early.
+        // make every pass's checks early. (Against the list it was pruned
+        // to, nothing is left to prune: the scans since were of claims
+        // it holds, not being deleted.)
         let claims = self.cluster.list::<NodeClaim>();
-        let uids: std::collections::HashSet<&str, foldhash::fast::RandomState> = claims
-            .iter()
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .filter_map(|c| c.metadata.uid.as_deref())
-            .collect();
-        self.consistency_scanned
-            .retain(|uid, _| uids.contains(uid.as_str()));
+        if !crate::cluster::Listed::ptr_eq(&claims, &self.consistency_pruned) {
+            let uids: std::collections::HashSet<&str, foldhash::fast::RandomState> = claims
+                .iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .filter_map(|c| c.metadata.uid.as_deref())
+                .collect();
+            self.consistency_scanned
+                .retain(|uid, _| uids.contains(uid.as_str()));
+            self.consistency_pruned = claims;
+        }
         next.min(self.launch_all(jobs).await)
     }
 

@@ -329,6 +329,8 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     consistency_scanned: std::collections::HashMap<String, Timestamp, foldhash::fast::RandomState>,
     /// The NodeClaims the last lifecycle pass left settled.
     settled: lifecycle::SettledClaims,
+    /// The NodeClaim list `consistency_scanned` was last pruned to.
+    consistency_pruned: crate::cluster::Listed<crate::api::NodeClaim>,
     /// When each (object, reason) last had an Event through
     /// [`Controller::event_deduped`].
     recent_events: std::collections::HashMap<(String, &'static str), Timestamp>,
@@ -382,6 +384,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             launch_failures: Default::default(),
             consistency_scanned: Default::default(),
             settled: Default::default(),
+            consistency_pruned: Default::default(),
             recent_events: std::collections::HashMap::new(),
             defer_launches: false,
             registration_failures: BTreeMap::new(),
