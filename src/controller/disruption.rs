@@ -1558,7 +1558,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             // those not Ready or being disrupted, as the reference does: a
             // replacement still launching neither raises a percentage
             // budget nor uses it up.
-            let entry = per_pool.entry(pool_name.clone()).or_default();
+            let entry = match per_pool.get_mut(&pool_name) {
+                Some(e) => e,
+                None => per_pool.entry(pool_name.clone()).or_default(),
+            };
             if view.node.is_some() && view.initialized {
                 entry.0 += 1;
                 if view.deleting || view.marked || not_ready {
