@@ -329,8 +329,8 @@ struct Deferred {
 }
 
 /// `chosen`, candidates of `candidates`, in the order of `candidates` (the
-/// order of the input's pods). Found by address: comparing names cost a
-/// pass as much as its consolidation trials' setup.
+/// order of the input's pods). Found by address: by node name in a set,
+/// the compares took 1.1% of a whole-fleet drift's profile.
 fn in_order<'c>(candidates: &'c [Candidate], chosen: &[&Candidate]) -> Vec<&'c Candidate> {
     let chosen: HashSet<*const Candidate, foldhash::fast::RandomState> =
         chosen.iter().map(|c| std::ptr::from_ref(*c)).collect();

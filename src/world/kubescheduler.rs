@@ -61,9 +61,8 @@
 //! to the new node list by name. What depends only on a pod's node
 //! constraints and the nodes (taints, node affinity) is cached per
 //! distinct constraint set until a node comes, goes, or changes its
-//! labels, taints or schedulability. Pods
-//! identical in every scheduling input share one failed evaluation until
-//! the next binding.
+//! labels, taints or schedulability. Pods identical in every scheduling
+//! input share one failed evaluation until the next binding.
 //!
 //! The index lives in `state.rs`, the filters and scores over it in
 //! `plugins.rs`.
