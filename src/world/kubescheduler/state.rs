@@ -75,6 +75,16 @@ impl NodeState {
             ports: Vec::new(),
         }
     }
+
+    /// Takes what is accounted on `from` (the same node before): its pods'
+    /// requests, count and host ports.
+    fn take_accounting(&mut self, from: &mut NodeState) {
+        self.requested = from.requested;
+        self.requested_extended = std::mem::take(&mut from.requested_extended);
+        self.non_zero = from.non_zero;
+        self.pod_count = from.pod_count;
+        self.ports = std::mem::take(&mut from.ports);
+    }
 }
 
 /// What a counter counts: pods matching all (namespaces, selector) terms.
@@ -402,11 +412,7 @@ impl State {
             let mut new = NodeState::read(node, &mut intern);
             labels_changed |= new.labels != old.labels;
             statics_changed |= new.taints != old.taints || new.unschedulable != old.unschedulable;
-            new.requested = old.requested;
-            new.requested_extended = std::mem::take(&mut old.requested_extended);
-            new.non_zero = old.non_zero;
-            new.pod_count = old.pod_count;
-            new.ports = std::mem::take(&mut old.ports);
+            new.take_accounting(old);
             *old = new;
         }
         if labels_changed {
@@ -427,11 +433,7 @@ impl State {
             let Some(new) = new else { continue };
             let from = &mut self.nodes[old];
             let to = &mut fresh.nodes[*new];
-            to.requested = from.requested;
-            to.requested_extended = std::mem::take(&mut from.requested_extended);
-            to.non_zero = from.non_zero;
-            to.pod_count = from.pod_count;
-            to.ports = std::mem::take(&mut from.ports);
+            to.take_accounting(from);
         }
         let count = fresh.nodes.len();
         for mut counter in std::mem::take(&mut self.counters) {
