@@ -280,7 +280,48 @@ pub type ObjectError = (String, String);
 pub struct KeptExisting {
     pods: HashMap<String, ConvertedPods, foldhash::fast::RandomState>,
     nodes: HashMap<usize, ConvertedNode, foldhash::fast::RandomState>,
+    /// In-flight NodeClaims' conversions, by the claim's address, as
+    /// `nodes` keeps Nodes'.
+    claims: HashMap<usize, ConvertedClaim, foldhash::fast::RandomState>,
     generation: u64,
+}
+
+/// An in-flight NodeClaim's conversion, kept only when it read nothing but
+/// the claim (not the catalog, which is a pass's own).
+struct ConvertedClaim {
+    claim: Arc<NodeClaim>,
+    converted: Shaped,
+    seen: u64,
+}
+
+/// A conversion without its pods, and as last handed out, with them.
+struct Shaped {
+    shape: ExistingNode,
+    whole: Option<Arc<ExistingNode>>,
+}
+
+impl Shaped {
+    fn new(shape: ExistingNode) -> Self {
+        Shaped { shape, whole: None }
+    }
+
+    /// The conversion holding `pods`: the very node handed out last when
+    /// its pods are the same.
+    fn with(&mut self, pods: BoundPodList) -> Arc<ExistingNode> {
+        if let Some(whole) = self
+            .whole
+            .as_ref()
+            .filter(|w| BoundPodList::ptr_eq(&w.pods, &pods))
+        {
+            return whole.clone();
+        }
+        let whole = Arc::new(ExistingNode {
+            pods,
+            ..self.shape.clone()
+        });
+        self.whole = Some(whole.clone());
+        whole
+    }
 }
 
 /// The pods bound to one node, and their conversions, in order.
@@ -297,9 +338,7 @@ struct ConvertedNode {
     /// The NodeClaim read for a node not initialized yet (its startup
     /// taints and promised resources are the conversion's), or `None`.
     claim: Option<Arc<NodeClaim>>,
-    shape: ExistingNode,
-    /// `shape` with the pods of the last conversion that saw the node.
-    whole: Option<Arc<ExistingNode>>,
+    converted: Shaped,
     seen: u64,
 }
 
@@ -360,7 +399,7 @@ impl KeptExisting {
         let mut asked = None;
         if let Some(c) = self.nodes.get_mut(&key) {
             debug_assert!(Arc::ptr_eq(&c.node, n));
-            let same_claim = c.shape.initialized || {
+            let same_claim = c.converted.shape.initialized || {
                 let found = *asked.insert(claim());
                 match (&c.claim, found) {
                     (None, None) => true,
@@ -370,19 +409,7 @@ impl KeptExisting {
             };
             if same_claim {
                 c.seen = generation;
-                if let Some(whole) = c
-                    .whole
-                    .as_ref()
-                    .filter(|w| BoundPodList::ptr_eq(&w.pods, &pods))
-                {
-                    return Ok(whole.clone());
-                }
-                let whole = Arc::new(ExistingNode {
-                    pods,
-                    ..c.shape.clone()
-                });
-                c.whole = Some(whole.clone());
-                return Ok(whole);
+                return Ok(c.converted.with(pods));
             }
         }
         let claim = match asked {
@@ -396,21 +423,52 @@ impl KeptExisting {
         } else {
             claim.cloned()
         };
-        let whole = Arc::new(ExistingNode {
-            pods,
-            ..shape.clone()
-        });
+        let mut converted = Shaped::new(shape);
+        let whole = converted.with(pods);
         self.nodes.insert(
             key,
             ConvertedNode {
                 node: n.clone(),
                 claim: read_claim,
-                shape,
-                whole: Some(whole.clone()),
+                converted,
                 seen: generation,
             },
         );
         Ok(whole)
+    }
+
+    /// In-flight NodeClaim `c` as an existing node holding the pods
+    /// `pods` gives: the kept conversion when `c` is the claim it was made
+    /// from. A conversion that read the catalog is not kept.
+    fn claim(
+        &mut self,
+        c: &Arc<NodeClaim>,
+        catalog: &[InstanceType],
+        pods: impl FnOnce(&mut Self) -> Result<BoundPodList, ObjectError>,
+    ) -> Result<Arc<ExistingNode>, ObjectError> {
+        let generation = self.generation;
+        let key = Arc::as_ptr(c) as usize;
+        if let Some(kept) = self.claims.get_mut(&key) {
+            debug_assert!(Arc::ptr_eq(&kept.claim, c));
+            kept.seen = generation;
+        } else {
+            let (shape, read_catalog) = in_flight(c, catalog)?;
+            if read_catalog {
+                let pods = pods(self)?;
+                return Ok(Arc::new(ExistingNode { pods, ..shape }));
+            }
+            self.claims.insert(
+                key,
+                ConvertedClaim {
+                    claim: c.clone(),
+                    converted: Shaped::new(shape),
+                    seen: generation,
+                },
+            );
+        }
+        let pods = pods(self)?;
+        let kept = self.claims.get_mut(&key).expect("kept above");
+        Ok(kept.converted.with(pods))
     }
 
     /// Ends a conversion: the objects it did not see are forgotten.
@@ -418,6 +476,7 @@ impl KeptExisting {
         let generation = self.generation;
         self.pods.retain(|_, c| c.seen == generation);
         self.nodes.retain(|_, c| c.seen == generation);
+        self.claims.retain(|_, c| c.seen == generation);
         self.generation += 1;
     }
 
@@ -428,7 +487,7 @@ impl KeptExisting {
 
     /// Whether no conversion is kept.
     pub fn is_empty(&self) -> bool {
-        self.pods.is_empty() && self.nodes.is_empty()
+        self.pods.is_empty() && self.nodes.is_empty() && self.claims.is_empty()
     }
 }
 
@@ -496,7 +555,8 @@ impl PodSpecs {
 /// A pod list grouped by node, as a conversion reads it: the controller
 /// keeps one (`cluster::PodsByNode`) from pass to pass.
 pub trait PodsOnNodes {
-    /// The pods bound to `node` that have not finished, in list order.
+    /// The pods bound to `node` that have not finished, in the list's
+    /// order (a cluster lists them by namespace and name).
     fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>>;
 }
 
@@ -625,59 +685,74 @@ pub fn existing_nodes_bound<'s>(
         if c.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let name = c.metadata.name.clone().unwrap_or_default();
-        let located = |e: String| (format!("NodeClaim/{name}"), e);
-        let reqs_doc: Vec<NodeSelectorRequirement> =
-            c.spec.requirements.iter().map(node_selector).collect();
-        let reqs = Requirements::from_node_selector(&reqs_doc)
-            .map_err(|e| located(format!("spec.requirements: {e}")))?;
-        let mut labels = reqs.labels();
-        if let Some(meta_labels) = &c.metadata.labels {
-            labels.extend(normalize_labels(meta_labels));
-        }
-        let it = labels
-            .get(INSTANCE_TYPE)
-            .and_then(|t| catalog.iter().find(|i| &i.name == t));
-        // Before launch the instance type is not chosen yet; the claim's
-        // requests (its pods and daemonset overhead) are what it will hold.
-        let requested = claim_resources(
-            c.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
-            "spec.resources.requests",
-        )
-        .map_err(located)?;
-        let allocatable = claim_resources(
-            status.and_then(|s| s.allocatable.as_ref()),
-            "status.allocatable",
-        )
-        .map_err(located)?
-        .or_else(|| it.map(|i| i.allocatable.clone()))
-        .or(requested)
-        .unwrap_or_default();
-        // Until it launches, a claim counts against its NodePool's limits
-        // with the largest capacity among the types it may launch.
-        let capacity = claim_resources(status.and_then(|s| s.capacity.as_ref()), "status.capacity")
-            .map_err(located)?
-            .or_else(|| it.map(|i| i.capacity.clone()))
-            .or_else(|| largest_capacity(&reqs, catalog))
-            .unwrap_or_else(|| allocatable.clone());
-        let mut claim_taints = template_taints(c.spec.taints.as_ref());
-        let startup = template_taints(c.spec.startup_taints.as_ref());
-        claim_taints.retain(|t| !startup.contains(t));
-        out.push(Arc::new(ExistingNode {
-            nodepool: labels.get(NODEPOOL).cloned(),
-            pods: bound_to(&mut given, kept, node_name)?,
-            name,
-            labels: Arc::new(labels),
-            taints: claim_taints,
-            initialized: false,
-            allocatable,
-            capacity,
-            price: None,
-            keys: NodeKeys::default(),
-        }));
+        out.push(kept.claim(c, catalog, |kept| bound_to(&mut given, kept, node_name))?);
     }
     kept.sweep();
     Ok(out)
+}
+
+/// An in-flight NodeClaim as an existing node without its pods, and
+/// whether the conversion read the catalog: before launch the claim's
+/// status has no allocatable or capacity, and the catalog's types stand in.
+fn in_flight(c: &NodeClaim, catalog: &[InstanceType]) -> Result<(ExistingNode, bool), ObjectError> {
+    let status = c.status.as_ref();
+    let name = c.metadata.name.clone().unwrap_or_default();
+    let located = |e: String| (format!("NodeClaim/{name}"), e);
+    let reqs_doc: Vec<NodeSelectorRequirement> =
+        c.spec.requirements.iter().map(node_selector).collect();
+    let reqs = Requirements::from_node_selector(&reqs_doc)
+        .map_err(|e| located(format!("spec.requirements: {e}")))?;
+    let mut labels = reqs.labels();
+    if let Some(meta_labels) = &c.metadata.labels {
+        labels.extend(normalize_labels(meta_labels));
+    }
+    let status_allocatable = claim_resources(
+        status.and_then(|s| s.allocatable.as_ref()),
+        "status.allocatable",
+    )
+    .map_err(located)?;
+    let status_capacity =
+        claim_resources(status.and_then(|s| s.capacity.as_ref()), "status.capacity")
+            .map_err(located)?;
+    let read_catalog = status_allocatable.is_none() || status_capacity.is_none();
+    let it = || {
+        labels
+            .get(INSTANCE_TYPE)
+            .and_then(|t| catalog.iter().find(|i| &i.name == t))
+    };
+    // Before launch the instance type is not chosen yet; the claim's
+    // requests (its pods and daemonset overhead) are what it will hold.
+    let requested = claim_resources(
+        c.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
+        "spec.resources.requests",
+    )
+    .map_err(located)?;
+    let allocatable = status_allocatable
+        .or_else(|| it().map(|i| i.allocatable.clone()))
+        .or(requested)
+        .unwrap_or_default();
+    // Until it launches, a claim counts against its NodePool's limits
+    // with the largest capacity among the types it may launch.
+    let capacity = status_capacity
+        .or_else(|| it().map(|i| i.capacity.clone()))
+        .or_else(|| largest_capacity(&reqs, catalog))
+        .unwrap_or_else(|| allocatable.clone());
+    let mut claim_taints = template_taints(c.spec.taints.as_ref());
+    let startup = template_taints(c.spec.startup_taints.as_ref());
+    claim_taints.retain(|t| !startup.contains(t));
+    let node = ExistingNode {
+        nodepool: labels.get(NODEPOOL).cloned(),
+        pods: BoundPodList::default(),
+        name,
+        labels: Arc::new(labels),
+        taints: claim_taints,
+        initialized: false,
+        allocatable,
+        capacity,
+        price: None,
+        keys: NodeKeys::default(),
+    };
+    Ok((node, read_catalog))
 }
 
 /// Whether a node with these (normalized) labels is initialized: not
@@ -1018,6 +1093,70 @@ status: {{providerID: \"aws:///us-east-1a/i-1\", nodeName: n1, allocatable: {{nv
         s.nodeclaims.clear();
         assert!(
             existing_nodes(&s, &[], &mut kept)
+                .expect("converts")
+                .is_empty()
+        );
+        assert!(kept.is_empty());
+    }
+
+    /// An in-flight NodeClaim's conversion is kept while the claim is the
+    /// same object and its status gave allocatable and capacity. One that
+    /// read the catalog (the claim not launched yet) reads it again at
+    /// every call; a claim gone is forgotten.
+    #[test]
+    fn in_flight_claims_are_kept_once_launched() {
+        let claim = |status: &str| -> Arc<NodeClaim> {
+            Arc::new(crate::testing::from_yaml(&format!(
+                "metadata: {{name: c1, labels: {{karpenter.sh/nodepool: p}}}}
+spec:
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+  requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [small]}}]
+{status}"
+            )))
+        };
+        let convert = |s: &Snapshot, catalog: &[InstanceType], kept: &mut KeptExisting| {
+            let mut nodes = existing_nodes(s, catalog, kept).expect("converts");
+            assert_eq!(nodes.len(), 1);
+            nodes.remove(0)
+        };
+        let mut catalog = crate::scheduling::tests::catalog();
+        let mut s = Snapshot {
+            nodeclaims: vec![claim("")],
+            ..Snapshot::default()
+        };
+        let mut kept = KeptExisting::default();
+        let first = convert(&s, &catalog, &mut kept);
+        assert_eq!(first.allocatable.get("cpu"), 1900, "the catalog's");
+        assert_eq!(first.nodepool.as_deref(), Some("p"));
+        catalog[0].allocatable.set("cpu", 1500);
+        let again = convert(&s, &catalog, &mut kept);
+        assert_eq!(again.allocatable.get("cpu"), 1500, "read again");
+        assert!(kept.is_empty(), "a conversion that read the catalog");
+
+        // Launched: the status has its allocatable and capacity.
+        s.nodeclaims[0] = claim(
+            "status: {allocatable: {cpu: 1800m, memory: 3Gi, pods: '58'}, capacity: {cpu: '2', memory: 4Gi, pods: '58'}}",
+        );
+        let launched = convert(&s, &catalog, &mut kept);
+        assert_eq!(launched.allocatable.get("cpu"), 1800, "the claim's");
+        assert_eq!(launched.capacity.get("cpu"), 2000);
+        catalog[0].allocatable.set("cpu", 1000);
+        let same = convert(&s, &catalog, &mut kept);
+        assert!(Arc::ptr_eq(&launched, &same), "kept");
+
+        // A new version of the claim is converted again.
+        s.nodeclaims[0] = claim(
+            "status: {allocatable: {cpu: 1700m, memory: 3Gi, pods: '58'}, capacity: {cpu: '2', memory: 4Gi, pods: '58'}}",
+        );
+        assert_eq!(
+            convert(&s, &catalog, &mut kept).allocatable.get("cpu"),
+            1700
+        );
+
+        // The claim goes: its conversion is forgotten.
+        s.nodeclaims.clear();
+        assert!(
+            existing_nodes(&s, &catalog, &mut kept)
                 .expect("converts")
                 .is_empty()
         );
