@@ -12,99 +12,134 @@ use super::Listed;
 use crate::api::SlimPod;
 
 /// The pods of one list by node: those bound to each node (finished ones
-/// too) and those bound to none, each in the list's order.
+/// too) and those bound to none, each in namespace and name order (the
+/// order [`super::Cluster::list`] gives).
+///
+/// The groups hold the pods themselves, not their places in the list: a
+/// pod added or removed moves the place of every pod after it, and a
+/// follow would then touch every group.
 #[derive(Default, Clone)]
 pub struct PodsByNode {
     list: Listed<SlimPod>,
     /// The pods bound to each node.
     bound: HashMap<Box<str>, Group, foldhash::fast::RandomState>,
-    /// Indices into `list` of the pods with no node (or an empty name).
-    unbound: Vec<u32>,
+    /// The pods with no node (or an empty name).
+    unbound: Vec<Arc<SlimPod>>,
 }
 
-/// The pods bound to one node, as indices into the list, in order.
-#[derive(Default, Clone, Debug, PartialEq)]
+/// The pods bound to one node, in namespace and name order.
+#[derive(Default, Clone, Debug)]
 struct Group {
-    all: Vec<u32>,
+    all: Vec<Arc<SlimPod>>,
     /// Those of `all` that have not finished: a pod object does not
     /// change, so a kept pod keeps its place here too, and readers of the
     /// running pods need not read every pod's phase again.
-    running: Vec<u32>,
+    running: Vec<Arc<SlimPod>>,
+}
+
+/// The same pod objects in the same order.
+impl PartialEq for Group {
+    fn eq(&self, other: &Self) -> bool {
+        same_objects(&self.all, &other.all) && same_objects(&self.running, &other.running)
+    }
+}
+
+fn same_objects(a: &[Arc<SlimPod>], b: &[Arc<SlimPod>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
+/// Puts `pod` in its place among `pods`.
+fn insert(pods: &mut Vec<Arc<SlimPod>>, pod: &Arc<SlimPod>) {
+    let key = pod_list_key(pod);
+    let at = pods.partition_point(|p| pod_list_key(p) < key);
+    pods.insert(at, pod.clone());
+}
+
+/// Takes the very object `pod` out of `pods`; whether it was there.
+fn remove(pods: &mut Vec<Arc<SlimPod>>, pod: &Arc<SlimPod>) -> bool {
+    match pods.iter().position(|p| Arc::ptr_eq(p, pod)) {
+        Some(at) => {
+            pods.remove(at);
+            true
+        }
+        None => false,
+    }
 }
 
 impl Group {
-    fn add(&mut self, at: u32, pod: &SlimPod) {
-        let insert = |v: &mut Vec<u32>| {
-            let k = v.partition_point(|&x| x < at);
-            v.insert(k, at);
-        };
-        insert(&mut self.all);
+    fn add(&mut self, pod: &Arc<SlimPod>) {
+        insert(&mut self.all, pod);
         if !pod.is_finished() {
-            insert(&mut self.running);
+            insert(&mut self.running, pod);
+        }
+    }
+
+    fn take(&mut self, pod: &Arc<SlimPod>) {
+        if remove(&mut self.all, pod) && !pod.is_finished() {
+            remove(&mut self.running, pod);
         }
     }
 }
 
 impl PodsByNode {
     pub fn new(list: Listed<SlimPod>) -> Self {
-        let mut bound: HashMap<Box<str>, Group, foldhash::fast::RandomState> = HashMap::default();
-        let mut unbound = Vec::new();
-        for (i, p) in list.iter().enumerate() {
-            let i = u32::try_from(i).expect("fewer than 2^32 pods");
-            match node_of(p) {
-                Some(node) => {
-                    if !bound.contains_key(node) {
-                        bound.insert(node.into(), Group::default());
-                    }
-                    bound.get_mut(node).expect("inserted").add(i, p);
-                }
-                None => unbound.push(i),
-            }
+        let mut grouped = PodsByNode::default();
+        for p in list.iter() {
+            grouped.add(p);
         }
-        PodsByNode {
-            list,
-            bound,
-            unbound,
+        grouped.list = list;
+        grouped
+    }
+
+    fn add(&mut self, pod: &Arc<SlimPod>) {
+        match node_of(pod) {
+            Some(node) => {
+                if !self.bound.contains_key(node) {
+                    self.bound.insert(node.into(), Group::default());
+                }
+                self.bound.get_mut(node).expect("inserted").add(pod);
+            }
+            None => insert(&mut self.unbound, pod),
+        }
+    }
+
+    fn take(&mut self, pod: &Arc<SlimPod>) {
+        match node_of(pod) {
+            Some(node) => {
+                if let Some(group) = self.bound.get_mut(node) {
+                    group.take(pod);
+                    if group.all.is_empty() {
+                        self.bound.remove(node);
+                    }
+                }
+            }
+            None => {
+                remove(&mut self.unbound, pod);
+            }
         }
     }
 
     /// Groups `list`, a later list of the pods grouped, from this grouping:
-    /// a pod that is the same object (allocation) in both lists keeps its
-    /// group, so only the pods added or changed since ([`PodListChange`])
-    /// are grouped again.
+    /// a pod that is the same object (allocation) in both lists stays where
+    /// it is, so only the pods removed, added or changed since
+    /// ([`PodListChange`]) are grouped again.
     pub fn follow(&mut self, list: Listed<SlimPod>) {
         if Listed::ptr_eq(&self.list, &list) {
             return;
         }
         let PodListChange { moved, added } = PodListChange::between(&self.list, &list);
-        let remap = |at: &mut Vec<u32>| {
-            at.retain_mut(|x| {
-                *x = moved[*x as usize];
-                *x != PodListChange::GONE
-            })
-        };
-        self.bound.retain(|_, group| {
-            remap(&mut group.all);
-            remap(&mut group.running);
-            !group.all.is_empty()
-        });
-        remap(&mut self.unbound);
-        for at in added {
-            let pod = &list[at as usize];
-            match node_of(pod) {
-                Some(node) => {
-                    if !self.bound.contains_key(node) {
-                        self.bound.insert(node.into(), Group::default());
-                    }
-                    self.bound.get_mut(node).expect("inserted").add(at, pod);
-                }
-                None => {
-                    let k = self.unbound.partition_point(|&x| x < at);
-                    self.unbound.insert(k, at);
-                }
-            }
+        let old = std::mem::replace(&mut self.list, list);
+        for (pod, _) in old
+            .iter()
+            .zip(&moved)
+            .filter(|(_, at)| **at == PodListChange::GONE)
+        {
+            self.take(pod);
         }
-        self.list = list;
+        let list = self.list.clone();
+        for at in added {
+            self.add(&list[at as usize]);
+        }
     }
 
     /// The list grouped.
@@ -114,29 +149,23 @@ impl PodsByNode {
 
     /// The pods bound to `node`, finished ones too.
     pub fn on(&self, node: &str) -> impl Iterator<Item = &Arc<SlimPod>> {
-        self.indexed(node, |g| &g.all)
+        self.group(node, |g| &g.all).iter()
     }
 
     /// The pods bound to `node` that have not finished.
     pub fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>> {
-        self.indexed(node, |g| &g.running).collect()
+        self.group(node, |g| &g.running).iter().collect()
     }
 
-    fn indexed(
-        &self,
-        node: &str,
-        which: impl Fn(&Group) -> &Vec<u32>,
-    ) -> impl Iterator<Item = &Arc<SlimPod>> {
-        let at = self
-            .bound
+    fn group(&self, node: &str, which: impl Fn(&Group) -> &Vec<Arc<SlimPod>>) -> &[Arc<SlimPod>] {
+        self.bound
             .get(node)
-            .map_or(&[][..], |g| which(g).as_slice());
-        at.iter().map(|&i| &self.list[i as usize])
+            .map_or(&[][..], |g| which(g).as_slice())
     }
 
     /// The pods bound to no node.
     pub fn unbound(&self) -> impl Iterator<Item = &Arc<SlimPod>> {
-        self.unbound.iter().map(|&i| &self.list[i as usize])
+        self.unbound.iter()
     }
 }
 
@@ -224,17 +253,17 @@ mod tests {
         )))
     }
 
-    /// Each pod is in exactly one group, in the list's order; an empty
-    /// node name is no node.
+    /// Each pod is in exactly one group, in namespace and name order; an
+    /// empty node name is no node.
     #[test]
-    fn every_pod_is_grouped_once_by_its_node_in_list_order() {
+    fn every_pod_is_grouped_once_by_its_node_in_name_order() {
         let list: Listed<SlimPod> = vec![
-            pod("a", Some("n1"), "Running"),
-            pod("b", Some("n2"), "Running"),
-            pod("c", None, "Pending"),
-            pod("d", Some("n1"), "Succeeded"),
-            pod("e", Some(""), "Pending"),
             pod("f", Some("n1"), "Running"),
+            pod("b", Some("n2"), "Running"),
+            pod("e", Some(""), "Pending"),
+            pod("d", Some("n1"), "Succeeded"),
+            pod("c", None, "Pending"),
+            pod("a", Some("n1"), "Running"),
         ]
         .into();
         let groups = PodsByNode::new(list.clone());
@@ -309,7 +338,7 @@ mod tests {
                 let fresh = PodsByNode::new(list.clone());
                 proptest::prop_assert!(Listed::ptr_eq(followed.list(), &list));
                 proptest::prop_assert_eq!(&followed.bound, &fresh.bound);
-                proptest::prop_assert_eq!(&followed.unbound, &fresh.unbound);
+                proptest::prop_assert!(same_objects(&followed.unbound, &fresh.unbound));
             }
         }
     }
