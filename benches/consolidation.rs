@@ -138,8 +138,8 @@ fn cluster(
             })
             .collect();
         candidates.push(Candidate {
-            node: name.clone(),
-            nodeclaim: format!("claim-{i:05}"),
+            node: name.as_str().into(),
+            nodeclaim: format!("claim-{i:05}").into(),
             nodepool: "general".into(),
             instance_type: NODE_TYPE.into(),
             zone: zone.into(),

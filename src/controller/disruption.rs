@@ -130,7 +130,7 @@ pub struct DisruptionState {
     pending: Option<(Command, Timestamp)>,
     /// Per candidate node of the last pass, what the pass read of its
     /// pods.
-    node_pods: HashMap<String, NodePods, foldhash::fast::RandomState>,
+    node_pods: HashMap<Arc<str>, NodePods, foldhash::fast::RandomState>,
     /// Per NodeClaim: the drift check's verdict, the cloud's, and the
     /// resource versions of the NodeClaim, its node, NodePool and
     /// EC2NodeClass they were reached on. A large fleet is checked at every
@@ -156,7 +156,7 @@ pub struct DisruptionState {
 #[derive(Debug)]
 struct Prepared {
     input: SolveInput,
-    homes: Vec<String>,
+    homes: Vec<Arc<str>>,
 }
 
 self_cell::self_cell!(
@@ -174,7 +174,7 @@ impl Trials {
     /// Builds the trials over `prepared`.
     fn build(prepared: Prepared, opts: &SolveOptions) -> Result<Trials, SolveError> {
         Trials::try_new(prepared, |p| {
-            let homes: Vec<&str> = p.homes.iter().map(String::as_str).collect();
+            let homes: Vec<&str> = p.homes.iter().map(|h| &**h).collect();
             Removals::new(&p.input, &homes, opts)
         })
     }
@@ -462,10 +462,10 @@ struct ClaimView {
     claim: Arc<NodeClaim>,
     /// The Node `status.nodeName` names, as the view was read.
     node: Option<Arc<Node>>,
-    name: String,
+    name: Arc<str>,
     /// `status.nodeName`, whether or not such a Node exists.
-    node_name: Option<String>,
-    nodepool: Option<String>,
+    node_name: Option<Arc<str>>,
+    nodepool: Option<Arc<str>>,
     /// The NodeClaim has a deletion timestamp.
     claim_deleting: bool,
     /// The NodeClaim or its Node has a deletion timestamp.
@@ -482,9 +482,9 @@ struct ClaimView {
     /// The Node carries the disrupted taint.
     tainted: bool,
     /// The Node's instance type, zone and capacity type labels.
-    instance_type: String,
-    zone: String,
-    capacity_type: String,
+    instance_type: Arc<str>,
+    zone: Arc<str>,
+    capacity_type: Arc<str>,
     /// The Node or the NodeClaim has `do-not-disrupt: "true"`.
     do_not_disrupt: bool,
     /// `expireAfter` and the creation time, for the lifetime left.
@@ -502,20 +502,21 @@ impl ClaimView {
         node_named: impl FnOnce(&str) -> Option<&'n Arc<Node>>,
     ) -> Self {
         let status = claim.status.as_ref();
-        let node_name = status.and_then(|s| s.node_name.clone());
+        let node_name: Option<Arc<str>> =
+            status.and_then(|s| s.node_name.as_deref().map(Arc::from));
         let node = node_name.as_deref().and_then(node_named).cloned();
         let initialized = crate::api::common::find_condition(
             status.and_then(|s| s.conditions.as_deref()),
             conditions::INITIALIZED,
         );
-        let label = |key: &str| {
+        let label = |key: &str| -> Arc<str> {
             node.as_ref()
-                .and_then(|n| n.metadata.labels.as_ref()?.get(key).cloned())
-                .unwrap_or_default()
+                .and_then(|n| n.metadata.labels.as_ref()?.get(key))
+                .map_or_else(|| Arc::from(""), |v| Arc::from(v.as_str()))
         };
         ClaimView {
-            name: claim_name(claim),
-            nodepool: claim.nodepool_name().map(str::to_string),
+            name: claim_name(claim).into(),
+            nodepool: claim.nodepool_name().map(Arc::from),
             claim_deleting: claim.metadata.deletion_timestamp.is_some(),
             deleting: claim.metadata.deletion_timestamp.is_some()
                 || node
@@ -896,7 +897,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let movers: Vec<&Candidate> = facts
                 .candidates
                 .iter()
-                .filter(|c| deferred.movers.contains(&c.node))
+                .filter(|c| deferred.movers.contains(&*c.node))
                 .collect();
             input_key = Some(self.input_key(&movers, &facts.uninitialized));
             let read = Read {
@@ -922,7 +923,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let node_of: BTreeMap<&str, &str> = facts
             .candidates
             .iter()
-            .map(|c| (c.nodeclaim.as_str(), c.node.as_str()))
+            .map(|c| (&*c.nodeclaim, &*c.node))
             .collect();
         let unconsolidatable: Vec<(String, String, String)> =
             std::mem::take(&mut outcome.unconsolidatable)
@@ -1227,7 +1228,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             return;
         };
         let now = self.clock.now();
-        let pending: BTreeSet<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
+        let pending: BTreeSet<&str> = cmd.candidates.iter().map(|c| &*c.node).collect();
         let Some((mut facts, input)) = self.disruption_facts(now, &pending).await else {
             return;
         };
@@ -1245,7 +1246,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 self.execute(fresh).await;
             }
             None => {
-                let names: Vec<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
+                let names: Vec<&str> = cmd.candidates.iter().map(|c| &*c.node).collect();
                 self.event(
                     "Disruption".into(),
                     "DisruptionCancelled",
@@ -1503,7 +1504,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         };
         let mut kept_pods = std::mem::take(&mut self.disruption.node_pods);
-        let mut node_pods: HashMap<String, NodePods, foldhash::fast::RandomState> =
+        let mut node_pods: HashMap<Arc<str>, NodePods, foldhash::fast::RandomState> =
             HashMap::default();
         let mut drift_pass = DriftPass::default();
         let mut uninitialized: BTreeSet<String> = BTreeSet::new();
@@ -1545,9 +1546,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             };
             let view = views.entry(at).or_insert(view);
             if !view.claim_deleting && (!view.initialized || !view.node_ready) {
-                uninitialized.insert(view.name.clone());
+                uninitialized.insert(view.name.to_string());
                 if let Some(n) = &view.node_name {
-                    uninitialized.insert(n.clone());
+                    uninitialized.insert(n.to_string());
                 }
             }
             let Some(pool_name) = view.nodepool.clone() else {
@@ -1558,9 +1559,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             // those not Ready or being disrupted, as the reference does: a
             // replacement still launching neither raises a percentage
             // budget nor uses it up.
-            let entry = match per_pool.get_mut(&pool_name) {
+            let entry = match per_pool.get_mut(&*pool_name) {
                 Some(e) => e,
-                None => per_pool.entry(pool_name.clone()).or_default(),
+                None => per_pool.entry(pool_name.to_string()).or_default(),
             };
             if view.node.is_some() && view.initialized {
                 entry.0 += 1;
@@ -1571,17 +1572,18 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             if view.deleting || view.marked || !view.initialized {
                 continue;
             }
-            let (Some(node), Some(pool)) = (view.node.clone(), pools_by_name.get(&pool_name))
+            let (Some(node), Some(pool)) = (view.node.clone(), pools_by_name.get(&*pool_name))
             else {
                 continue;
             };
             if view.tainted {
                 continue;
             }
-            let node_name = node.metadata.name.clone().unwrap_or_default();
+            // The view found its Node by this name.
+            let node_name = view.node_name.clone().unwrap_or_else(|| Arc::from(""));
             let running = pods_by_node.running_on(&node_name);
             let all_pods: &[&Arc<SlimPod>] = &running;
-            let last = kept_pods.remove(&node_name);
+            let last = kept_pods.remove(&*node_name);
             let last_mark = last.as_ref().map(|k| k.mark);
             let on_node = match last {
                 Some(k) if k.holds(all_pods) => k,
@@ -1639,7 +1641,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             // pods.
             let blocked = if view.do_not_disrupt {
                 Some(format!("node {node_name} has {DO_NOT_DISRUPT}: \"true\""))
-            } else if nominated.contains(&node_name) {
+            } else if nominated.contains(&*node_name) {
                 Some("pending pods are planned on it".into())
             } else {
                 None
@@ -1653,7 +1655,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 
             let lifetime = view.lifetime_remaining(now);
             let cost: f64 = on_node.cost * lifetime;
-            let buffer_pods = self.buffers.on_nodes.get(&node_name).map_or(0, Vec::len);
+            let buffer_pods = self.buffers.on_nodes.get(&*node_name).map_or(0, Vec::len);
             let drift_reason = drift_reasons
                 .iter()
                 .filter(|r| r.is_certain())
@@ -1700,10 +1702,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let all = disruption::movers(&candidates, &budgets, consolidation, revalidating);
         let first = disruption::first_movers(&all, consolidation, revalidating);
         let prepared: Option<BTreeSet<String>> =
-            (first.len() < all.len()).then(|| first.iter().map(|c| c.node.clone()).collect());
+            (first.len() < all.len()).then(|| first.iter().map(|c| c.node.to_string()).collect());
         let rest = prepared
             .is_some()
-            .then(|| all.iter().map(|c| c.node.clone()).collect());
+            .then(|| all.iter().map(|c| c.node.to_string()).collect());
         let movers = in_order(&candidates, first);
         let input_key = (!movers.is_empty()).then(|| self.input_key(&movers, &uninitialized));
         let read = Read {
@@ -1827,7 +1829,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             homes.reserve(moving);
             for c in candidates {
                 let own_virtual = virtual_on.iter().filter(|p| {
-                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(c.node.as_str())
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&*c.node)
                 });
                 for p in pods_by_node
                     .on(&c.node)
@@ -2003,7 +2005,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         for c in &cmd.candidates {
             let Some(claim) = self
                 .cluster
-                .get::<NodeClaim>(&ObjectKey::cluster(c.nodeclaim.as_str()))
+                .get::<NodeClaim>(&ObjectKey::cluster(&*c.nodeclaim))
             else {
                 continue;
             };
@@ -2020,10 +2022,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         }
         for c in &cmd.candidates {
-            if let Some(node) = self
-                .cluster
-                .get::<Node>(&ObjectKey::cluster(c.node.as_str()))
-            {
+            if let Some(node) = self.cluster.get::<Node>(&ObjectKey::cluster(&*c.node)) {
                 taint_disrupted(&*self.cluster, &node).await;
             }
         }
@@ -2036,7 +2035,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             reason: cmd.reason.as_str().into(),
             decision: cmd.decision().into(),
             consolidation_type: cmd.method.consolidation_type().into(),
-            nodeclaims: cmd.candidates.iter().map(|c| c.nodeclaim.clone()).collect(),
+            nodeclaims: cmd
+                .candidates
+                .iter()
+                .map(|c| c.nodeclaim.to_string())
+                .collect(),
             replacements: names.clone(),
             replacement_types: cmd
                 .replacements
@@ -2045,8 +2048,11 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 .collect(),
             savings_per_hour: cmd.savings,
         });
-        let candidate_names: Vec<String> =
-            cmd.candidates.iter().map(|c| c.nodeclaim.clone()).collect();
+        let candidate_names: Vec<String> = cmd
+            .candidates
+            .iter()
+            .map(|c| c.nodeclaim.to_string())
+            .collect();
         for (replacement, name) in cmd.replacements.iter().zip(&names) {
             let Some(pool) = self
                 .cluster
@@ -2101,7 +2107,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             cmd.decision(),
             cmd.reason.as_str(),
             cmd.method.consolidation_type(),
-            cmd.candidates.iter().map(|c| c.nodepool.as_str()),
+            cmd.candidates.iter().map(|c| &*c.nodepool),
         );
         if cmd.method.is_consolidation() {
             self.disruption.savings += cmd.savings;

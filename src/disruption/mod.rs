@@ -64,6 +64,7 @@ pub mod repair;
 pub mod statics;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::CAPACITY_TYPE_SPOT;
@@ -156,15 +157,17 @@ impl Method {
     }
 }
 
-/// A node that may be disrupted, as the controller sees it.
+/// A node that may be disrupted, as the controller sees it. Its names are
+/// shared with the controller's view of the node: every pass makes a
+/// candidate of each node of the fleet.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
-    pub node: String,
-    pub nodeclaim: String,
-    pub nodepool: String,
-    pub instance_type: String,
-    pub zone: String,
-    pub capacity_type: String,
+    pub node: Arc<str>,
+    pub nodeclaim: Arc<str>,
+    pub nodepool: Arc<str>,
+    pub instance_type: Arc<str>,
+    pub zone: Arc<str>,
+    pub capacity_type: Arc<str>,
     /// USD per hour of its offering; 0 when unknown.
     pub price: f64,
     /// Pods that would have to move: not DaemonSet or mirror pods, not
@@ -211,10 +214,10 @@ impl Candidate {
     #[cfg(test)]
     pub(crate) fn test(node: &str, instance_type: &str, price: f64) -> Candidate {
         Candidate {
-            node: node.to_string(),
-            nodeclaim: format!("{node}-claim"),
+            node: node.into(),
+            nodeclaim: format!("{node}-claim").into(),
             nodepool: "general".into(),
-            instance_type: instance_type.to_string(),
+            instance_type: instance_type.into(),
             zone: "us-east-1a".into(),
             capacity_type: "on-demand".into(),
             price,
@@ -283,7 +286,7 @@ impl Command {
 
     /// A one-line description for Events and the simulation report.
     pub fn describe(&self) -> String {
-        let names: Vec<&str> = self.candidates.iter().map(|c| c.node.as_str()).collect();
+        let names: Vec<&str> = self.candidates.iter().map(|c| &*c.node).collect();
         let mut s = format!(
             "{} {} node(s) ({}): {}, saving ${:.4}/h",
             self.decision(),
@@ -421,7 +424,7 @@ pub fn blocked(pass: &Pass<'_>) -> Vec<Blocked> {
         }
         for (reason, own) in wants {
             let blocker = own.map(str::to_string).or_else(|| {
-                let allowed = pass.budgets.get(&c.nodepool)?;
+                let allowed = pass.budgets.get(&*c.nodepool)?;
                 (allowed.limit.get(&reason).copied().flatten() == Some(0)).then(|| {
                     if allowed.scheduled.contains(&reason) {
                         format!(
@@ -438,9 +441,9 @@ pub fn blocked(pass: &Pass<'_>) -> Vec<Blocked> {
             });
             if let Some(blocker) = blocker {
                 out.push(Blocked {
-                    nodeclaim: c.nodeclaim.clone(),
-                    node: c.node.clone(),
-                    nodepool: c.nodepool.clone(),
+                    nodeclaim: c.nodeclaim.to_string(),
+                    node: c.node.to_string(),
+                    nodepool: c.nodepool.to_string(),
                     reason,
                     blocker,
                 });
@@ -486,11 +489,11 @@ pub fn movers<'c>(
         sorted
             .iter()
             .copied()
-            .filter(|c| pending.contains(c.node.as_str())),
+            .filter(|c| pending.contains(&*c.node)),
     );
     movers.retain(|c| c.pods > 0);
     let mut seen = BTreeSet::new();
-    movers.retain(|c| seen.insert(c.node.as_str()));
+    movers.retain(|c| seen.insert(&*c.node));
     movers
 }
 
@@ -561,7 +564,7 @@ pub fn revalidate(pass: &Pass<'_>, cmd: &Command, removals: &mut Removals<'_>) -
 }
 
 fn names(cs: &[&Candidate]) -> Vec<String> {
-    cs.iter().map(|c| c.node.clone()).collect()
+    cs.iter().map(|c| c.node.to_string()).collect()
 }
 
 fn trial(
@@ -640,9 +643,9 @@ fn within_budget<'c>(
     cs.into_iter()
         .filter(|c| {
             let room = budgets
-                .get(&c.nodepool)
+                .get(&*c.nodepool)
                 .map_or(usize::MAX, |b| b.remaining(reason));
-            let n = used.entry(c.nodepool.as_str()).or_default();
+            let n = used.entry(&*c.nodepool).or_default();
             if *n < room {
                 *n += 1;
                 true
@@ -697,7 +700,11 @@ fn drift(
         });
     }
     for c in drifted {
-        if pass.prepared.as_ref().is_some_and(|p| !p.contains(&c.node)) {
+        if pass
+            .prepared
+            .as_ref()
+            .is_some_and(|p| !p.contains(&*c.node))
+        {
             out.unprepared = true;
             return None;
         }
@@ -726,7 +733,7 @@ fn static_drift(pass: &Pass<'_>, sorted: &[&Candidate]) -> Option<Command> {
         .copied()
         .filter(|c| c.static_pool && !c.drift.is_empty() && c.blocked_for_drift().is_none())
     {
-        by_pool.entry(c.nodepool.as_str()).or_default().push(c);
+        by_pool.entry(&*c.nodepool).or_default().push(c);
     }
     let mut candidates = Vec::new();
     let mut replacements = Vec::new();
@@ -847,7 +854,7 @@ fn consolidation(
             savings: total,
         }),
         Some(claim) => {
-            let all_spot = cs.iter().all(|c| c.capacity_type == CAPACITY_TYPE_SPOT);
+            let all_spot = cs.iter().all(|c| &*c.capacity_type == CAPACITY_TYPE_SPOT);
             let cap = if method == Method::MultiNodeConsolidation {
                 total.min(same_type_cap(&claim, cs))
             } else {
@@ -879,7 +886,7 @@ fn consolidation(
 /// deleting the others is the same outcome with fewer pods moved.
 fn same_type_cap(claim: &NewNodeClaim, cs: &[&Candidate]) -> f64 {
     cs.iter()
-        .filter(|c| c.price > 0.0 && claim.instance_types.contains(&c.instance_type))
+        .filter(|c| c.price > 0.0 && claim.instance_types.iter().any(|t| *t == *c.instance_type))
         .map(|c| c.price)
         .fold(f64::INFINITY, f64::min)
 }
@@ -937,7 +944,7 @@ fn single_node(
             && floor >= c.price - EPS
         {
             out.unconsolidatable
-                .push((c.nodeclaim.clone(), NOT_CHEAPER.to_string()));
+                .push((c.nodeclaim.to_string(), NOT_CHEAPER.to_string()));
             continue;
         }
         let (removal, needed) = consolidation_trial(pass, removals, &[c], out);
@@ -947,7 +954,7 @@ fn single_node(
                     best = Some(cmd);
                 }
             }
-            Err(why) => out.unconsolidatable.push((c.nodeclaim.clone(), why)),
+            Err(why) => out.unconsolidatable.push((c.nodeclaim.to_string(), why)),
         }
     }
     best

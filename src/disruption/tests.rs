@@ -177,7 +177,7 @@ fn budget(reason: Reason, n: usize) -> BTreeMap<String, Allowed> {
 }
 
 fn nodes_of(cmd: &Command) -> Vec<&str> {
-    cmd.candidates.iter().map(|c| c.node.as_str()).collect()
+    cmd.candidates.iter().map(|c| &*c.node).collect()
 }
 
 #[test]
@@ -458,7 +458,7 @@ fn flagged(
         }
         if drifted {
             c.drift.push(DriftReason::InstanceType {
-                instance_type: c.instance_type.clone(),
+                instance_type: c.instance_type.to_string(),
                 why: "no longer exists".into(),
             });
         }
@@ -518,7 +518,7 @@ fn mover_nodes(
 ) -> Vec<String> {
     movers(&f.candidates, budgets, consolidation, &BTreeSet::new())
         .iter()
-        .map(|c| c.node.clone())
+        .map(|c| c.node.to_string())
         .collect()
 }
 
@@ -530,14 +530,14 @@ fn mover_nodes(
 fn a_pass_whose_budget_is_taken_needs_no_removals() {
     let mut f = cluster(&[("a", "medium", &[1000]), ("b", "large", &[500])]);
     for c in &mut f.candidates {
-        let instance_type = c.instance_type.clone();
+        let instance_type = c.instance_type.to_string();
         c.drift.push(DriftReason::InstanceType {
             instance_type,
             why: "no longer exists".into(),
         });
     }
     assert_eq!(mover_nodes(&f, &unbounded(), false).len(), 2);
-    let first = by_cost(&f.candidates)[0].node.clone();
+    let first = by_cost(&f.candidates)[0].node.to_string();
     assert_eq!(mover_nodes(&f, &budget(Reason::Drifted, 1), false), [first]);
     let taken = budget(Reason::Drifted, 0);
     assert!(mover_nodes(&f, &taken, false).is_empty());
@@ -577,7 +577,7 @@ proptest! {
         let all = movers(&f.candidates, &budgets, consolidation, &none);
         let first: BTreeSet<String> = first_movers(&all, consolidation, &none)
             .iter()
-            .map(|c| c.node.clone())
+            .map(|c| c.node.to_string())
             .collect();
         let full = run(&f, budgets.clone(), consolidation);
         let only = pods_of(&f, &first);
@@ -837,7 +837,7 @@ fn should_handle_missing_node_limits_gracefully() {
 fn with_buffers(nodes: &[(&str, &str, &[i64])], virtual_: &[(&str, usize)]) -> Fixture {
     let mut f = cluster(nodes);
     for (node, n) in virtual_ {
-        let c = f.candidates.iter_mut().find(|c| c.node == *node).unwrap();
+        let c = f.candidates.iter_mut().find(|c| *c.node == **node).unwrap();
         c.pods -= n;
         c.buffer_pods = *n;
     }
