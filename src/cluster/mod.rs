@@ -18,6 +18,7 @@ mod error;
 mod fenced;
 pub mod kube_client;
 mod kube_cluster;
+mod list_change;
 mod pods_by_node;
 mod selector;
 pub mod slim;
@@ -35,7 +36,8 @@ pub use client::{Cluster, Listed, ListedIter};
 pub use error::ApiError;
 pub use fenced::{Fence, Fenced};
 pub use kube_cluster::{KubeCluster, OVERLAY_TTL, WatchOptions};
-pub use pods_by_node::{PodListChange, PodsByNode};
+pub use list_change::ListChange;
+pub use pods_by_node::PodsByNode;
 pub use selector::{Selector, SelectorError};
 
 /// Whether a kind lives in namespaces, read from its `Resource::Scope`.

@@ -4,11 +4,11 @@
 //! per reader. A new list is grouped from the last one
 //! ([`PodsByNode::follow`]): only the pods that changed are grouped again.
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Listed;
+use super::list_change::{ListChange, list_key};
 use crate::api::SlimPod;
 
 /// The pods of one list by node: those bound to each node (finished ones
@@ -50,8 +50,8 @@ fn same_objects(a: &[Arc<SlimPod>], b: &[Arc<SlimPod>]) -> bool {
 
 /// Puts `pod` in its place among `pods`.
 fn insert(pods: &mut Vec<Arc<SlimPod>>, pod: &Arc<SlimPod>) {
-    let key = pod_list_key(pod);
-    let at = pods.partition_point(|p| pod_list_key(p) < key);
+    let key = list_key(&**pod);
+    let at = pods.partition_point(|p| list_key(&**p) < key);
     pods.insert(at, pod.clone());
 }
 
@@ -122,22 +122,17 @@ impl PodsByNode {
     /// Groups `list`, a later list of the pods grouped, from this grouping:
     /// a pod that is the same object (allocation) in both lists stays where
     /// it is, so only the pods removed, added or changed since
-    /// ([`PodListChange`]) are grouped again.
+    /// ([`ListChange`]) are grouped again.
     pub fn follow(&mut self, list: Listed<SlimPod>) {
         if Listed::ptr_eq(&self.list, &list) {
             return;
         }
-        let PodListChange { moved, added } = PodListChange::between(&self.list, &list);
-        let old = std::mem::replace(&mut self.list, list);
-        for (pod, _) in old
-            .iter()
-            .zip(&moved)
-            .filter(|(_, at)| **at == PodListChange::GONE)
-        {
+        let change = ListChange::between(&self.list, &list);
+        let old = std::mem::replace(&mut self.list, list.clone());
+        for pod in change.gone(&old) {
             self.take(pod);
         }
-        let list = self.list.clone();
-        for at in added {
+        for &at in &change.added {
             self.add(&list[at as usize]);
         }
     }
@@ -169,77 +164,12 @@ impl PodsByNode {
     }
 }
 
-/// How a pod list changed into a later one: where each pod of the first is
-/// in the second, and the pods of the second that are new (added, or a new
-/// version of a pod).
-///
-/// Both lists are walked together, the same objects (allocations) matched
-/// in order and the others told apart by namespace and name, the lists'
-/// order. Matches only ever move forward in both lists, so the kept pods
-/// keep their relative order whatever the lists' order: lists in another
-/// order cost more pods taken as new, never a wrong match.
-pub struct PodListChange {
-    /// The index in the later list of each pod of the first, or
-    /// [`PodListChange::GONE`] for a pod not in it (deleted, or replaced by
-    /// a new version).
-    pub moved: Vec<u32>,
-    /// The indices in the later list of the pods not in the first, in
-    /// order.
-    pub added: Vec<u32>,
-}
-
-impl PodListChange {
-    /// In [`PodListChange::moved`], a pod not in the later list.
-    pub const GONE: u32 = u32::MAX;
-
-    pub fn between(old: &[Arc<SlimPod>], new: &[Arc<SlimPod>]) -> PodListChange {
-        let mut moved = vec![Self::GONE; old.len()];
-        let mut added: Vec<u32> = Vec::new();
-        let (mut i, mut j) = (0, 0);
-        while j < new.len() {
-            let at = u32::try_from(j).expect("fewer than 2^32 pods");
-            let Some(was) = old.get(i) else {
-                added.push(at);
-                j += 1;
-                continue;
-            };
-            if Arc::ptr_eq(was, &new[j]) {
-                moved[i] = at;
-                i += 1;
-                j += 1;
-                continue;
-            }
-            match pod_list_key(was).cmp(&pod_list_key(&new[j])) {
-                Ordering::Less => i += 1,
-                Ordering::Equal => {
-                    added.push(at);
-                    i += 1;
-                    j += 1;
-                }
-                Ordering::Greater => {
-                    added.push(at);
-                    j += 1;
-                }
-            }
-        }
-        PodListChange { moved, added }
-    }
-}
-
 /// The node `p` is bound to; an empty name is none.
 fn node_of(p: &SlimPod) -> Option<&str> {
     p.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
-}
-
-/// A pod's place in a list: its namespace, then its name.
-fn pod_list_key(p: &SlimPod) -> (&str, &str) {
-    (
-        p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default(),
-    )
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use crate::api::{
     LABEL_OS, LABEL_REGION, LABEL_WINDOWS_BUILD, LABEL_ZONE, NodeClaim, NodePool, SlimPod,
     label_or_empty,
 };
-use crate::cluster::{Cluster, Listed, PodListChange};
+use crate::cluster::{Cluster, ListChange, Listed};
 use crate::model::Resources;
 use crate::model::quantity::{CPU, PODS};
 
@@ -534,14 +534,13 @@ impl PodStartup {
     /// Looks at the pods that changed since the last list (the caller calls
     /// when pods changed).
     pub fn observe(&mut self, pods: &Listed<SlimPod>, metrics: &super::metrics::Metrics) {
-        let change = PodListChange::between(&self.last, pods);
+        let change = ListChange::between(&self.last, pods);
         // The pods waited for that are gone or changed: a new version is
         // looked at below as any changed pod.
         let mut before: std::collections::HashSet<&str, foldhash::fast::RandomState> =
             Default::default();
-        for (pod, &at) in self.last.iter().zip(&change.moved) {
-            if at == PodListChange::GONE
-                && let Some(uid) = pod.metadata.uid.as_deref()
+        for pod in change.gone(&self.last) {
+            if let Some(uid) = pod.metadata.uid.as_deref()
                 && self.pending.remove(uid)
             {
                 before.insert(uid);
