@@ -315,7 +315,7 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     /// The NodeClaims a scheduling input converts, for the Node and
     /// NodeClaim lists they were read from (a pass reads them twice, and
     /// the provisioner again while neither list changed).
-    converted_claims: std::sync::Mutex<Option<provisioner::ConvertedClaims>>,
+    converted_claims: std::sync::Mutex<provisioner::KeptClaims>,
     /// Static NodePools short of their replicas at `limits.nodes`, reported
     /// once until they are not.
     static_limited: std::collections::BTreeSet<String>,

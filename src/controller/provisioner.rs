@@ -39,7 +39,7 @@ use super::{Controller, dynamic_only};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use crate::clock::Timestamp;
 use crate::cloud::{CloudProvider, OfferingKey};
-use crate::cluster::{Cluster, Listed, ObjectKey};
+use crate::cluster::{Cluster, ListChange, Listed, ObjectKey};
 use crate::convert::{build_input_kept, build_input_with_pools, nodepool_spec_with_types};
 use crate::disruption::pods::{NodeNames, is_leaving};
 use crate::model::InstanceType;
@@ -171,6 +171,53 @@ pub(super) struct ConvertedClaims {
     pub nodes: Listed<Node>,
     claims: Listed<NodeClaim>,
     pub converted: Arc<[Arc<NodeClaim>]>,
+}
+
+/// What [`Controller::converted_claims`] keeps from one call to the next:
+/// its last answer, and the names of the registered Nodes of a node list.
+#[derive(Default)]
+pub(super) struct KeptClaims {
+    last: Option<ConvertedClaims>,
+    /// The list `registered` was read from.
+    nodes: Listed<Node>,
+    registered: HashSet<Box<str>, foldhash::fast::RandomState>,
+}
+
+impl KeptClaims {
+    /// Brings the registered names to `nodes`, a later node list: only the
+    /// Nodes that changed are read again (a node's labels are a lookup
+    /// among dozens, for each of thousands of nodes).
+    fn follow_nodes(&mut self, nodes: &Listed<Node>) {
+        if Listed::ptr_eq(&self.nodes, nodes) {
+            return;
+        }
+        let change = ListChange::between(&self.nodes, nodes);
+        for n in change.gone(&self.nodes).filter(|n| is_registered(n)) {
+            self.registered
+                .remove(n.metadata.name.as_deref().unwrap_or_default());
+        }
+        for &at in &change.added {
+            let n = &nodes[at as usize];
+            if is_registered(n)
+                && let Some(name) = n.metadata.name.as_deref()
+            {
+                self.registered.insert(name.into());
+            }
+        }
+        self.nodes = nodes.clone();
+    }
+}
+
+/// Whether a Node is its own account of itself: initialized, or not
+/// Karpenter's.
+fn is_registered(n: &Node) -> bool {
+    // Initialized first: it answers for nearly every node.
+    let labels = n.metadata.labels.as_ref();
+    labels
+        .and_then(|l| l.get(crate::api::LABEL_INITIALIZED))
+        .map(String::as_str)
+        == Some("true")
+        || labels.is_none_or(|l| !l.contains_key(crate::api::LABEL_NODEPOOL))
 }
 
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
@@ -614,25 +661,14 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .converted_claims
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(k) = kept.as_ref()
+        if let Some(k) = kept.last.as_ref()
             && Listed::ptr_eq(&k.nodes, &nodes)
             && Listed::ptr_eq(&k.claims, &claims)
         {
             return k.clone();
         }
-        let registered: HashSet<&str, foldhash::fast::RandomState> = nodes
-            .iter()
-            .filter(|n| {
-                // Initialized first: it answers for nearly every node.
-                let labels = n.metadata.labels.as_ref();
-                labels
-                    .and_then(|l| l.get(crate::api::LABEL_INITIALIZED))
-                    .map(String::as_str)
-                    == Some("true")
-                    || labels.is_none_or(|l| !l.contains_key(crate::api::LABEL_NODEPOOL))
-            })
-            .filter_map(|n| n.metadata.name.as_deref())
-            .collect();
+        kept.follow_nodes(&nodes);
+        let registered = &kept.registered;
         let converted: Arc<[Arc<NodeClaim>]> = claims
             .iter()
             .filter(|c| {
@@ -648,7 +684,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             claims,
             converted,
         };
-        *kept = Some(found.clone());
+        kept.last = Some(found.clone());
         found
     }
 
@@ -1110,5 +1146,51 @@ mod tests {
             1,
             "a duplicate was launched for a pod that fits the initializing node"
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// The registered names followed from node list to node list are
+        /// those read afresh from each list: Nodes added, removed,
+        /// replaced by a new object (initialized, not Karpenter's, or
+        /// still initializing) or left as they were.
+        #[test]
+        fn registered_names_followed_are_those_read_afresh(
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0u8..12, 0u8..4), 0..8),
+                1..6,
+            ),
+        ) {
+            let node = |name: &str, kind: u8| -> Arc<Node> {
+                let labels = match kind {
+                    0 => "{karpenter.sh/nodepool: p, karpenter.sh/initialized: 'true'}",
+                    1 => "{karpenter.sh/nodepool: p}",
+                    2 => "{team: a}",
+                    _ => "{karpenter.sh/nodepool: p, karpenter.sh/initialized: 'false'}",
+                };
+                Arc::new(from_yaml(&format!("metadata: {{name: {name}, labels: {labels}}}")))
+            };
+            let mut nodes: BTreeMap<String, Arc<Node>> = BTreeMap::new();
+            let mut kept = KeptClaims::default();
+            for step in steps {
+                for (n, kind) in step {
+                    let name = format!("n{}", n % 6);
+                    match n {
+                        0..6 => nodes.insert(name.clone(), node(&name, kind)),
+                        _ => nodes.remove(&name),
+                    };
+                }
+                let list = Listed::from(nodes.values().cloned().collect::<Vec<_>>());
+                kept.follow_nodes(&list);
+                let fresh: BTreeSet<&str> = list
+                    .iter()
+                    .filter(|n| is_registered(n))
+                    .filter_map(|n| n.metadata.name.as_deref())
+                    .collect();
+                let followed: BTreeSet<&str> = kept.registered.iter().map(|n| &**n).collect();
+                proptest::prop_assert_eq!(followed, fresh);
+            }
+        }
     }
 }
