@@ -47,7 +47,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // Nodes whose reservation ended run on demand.
         self.sync_capacity_types(&instances).await;
         let claims = self.cluster.list::<NodeClaim>();
-        let owned: HashSet<&str> = claims
+        let owned: HashSet<&str, foldhash::fast::RandomState> = claims
             .iter()
             .filter_map(|c| c.status.as_ref()?.provider_id.as_deref())
             .collect();
@@ -70,7 +70,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             orphans.push((i.provider_id.clone(), i.nodeclaim.clone(), age));
         }
         // NodeClaims whose instance is gone.
-        let live: HashSet<&str> = instances
+        let live: HashSet<&str, foldhash::fast::RandomState> = instances
             .iter()
             .filter(|i| !matches!(i.state, InstanceState::Terminated))
             .map(|i| i.provider_id.as_str())
@@ -80,27 +80,36 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // is the registration timeout's), and never one whose Node is
         // Ready (its kubelet runs, whatever the list says: a tag edited
         // away from every instance must not delete every claim).
-        let ready_nodes: HashSet<String> = self
-            .cluster
-            .list::<Node>()
-            .iter()
-            .filter(|n| crate::api::node::is_ready(n))
-            .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
-            .collect();
+        // Read only for a claim whose instance is not listed: nearly every
+        // claim's is.
+        let nodes = self.cluster.list::<Node>();
+        let ready_nodes: std::cell::OnceCell<HashSet<&str, foldhash::fast::RandomState>> =
+            std::cell::OnceCell::new();
+        let ready = |p: &str| {
+            ready_nodes
+                .get_or_init(|| {
+                    nodes
+                        .iter()
+                        .filter(|n| crate::api::node::is_ready(n))
+                        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
+                        .collect()
+                })
+                .contains(p)
+        };
         let gone: Vec<std::sync::Arc<NodeClaim>> = claims
             .iter()
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .is_some_and(|p| !live.contains(p) && !ready(p))
+            })
             .filter(|c| c.metadata.deletion_timestamp.is_none())
             .filter(|c| {
                 is_true(
                     c.status.as_ref().and_then(|s| s.conditions.as_ref()),
                     conditions::REGISTERED,
                 )
-            })
-            .filter(|c| {
-                c.status
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .is_some_and(|p| !live.contains(p) && !ready_nodes.contains(p))
             })
             .cloned()
             .collect();
