@@ -19,6 +19,7 @@ mod fenced;
 pub mod kube_client;
 mod kube_cluster;
 mod list_change;
+mod node_index;
 mod pods_by_node;
 mod selector;
 pub mod slim;
@@ -37,6 +38,7 @@ pub use error::ApiError;
 pub use fenced::{Fence, Fenced};
 pub use kube_cluster::{KubeCluster, OVERLAY_TTL, WatchOptions};
 pub use list_change::ListChange;
+pub use node_index::NodeIndex;
 pub use pods_by_node::PodsByNode;
 pub use selector::{Selector, SelectorError};
 

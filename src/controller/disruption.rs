@@ -1465,7 +1465,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .into_iter()
             .filter_map(|c| Some((c.metadata.name.clone()?, c)))
             .collect();
-        let nodes = self.cluster.list::<Node>();
         let pods_by_node = self.pods_by_node();
         let deleting = self.deleting_nodes();
         let mut pending: BTreeSet<String> = pods_by_node
@@ -1509,24 +1508,9 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut drift_pass = DriftPass::default();
         let mut uninitialized: BTreeSet<String> = BTreeSet::new();
         // The views of the last pass that still hold: the same NodeClaim
-        // object, its Node the same object in this list. Nodes are found by
-        // name only for the views read again.
-        let current_nodes: HashSet<usize, foldhash::fast::RandomState> =
-            nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect();
-        let nodes_by_name: std::cell::OnceCell<
-            HashMap<&str, &Arc<Node>, foldhash::fast::RandomState>,
-        > = std::cell::OnceCell::new();
-        let node_named = |name: &str| {
-            nodes_by_name
-                .get_or_init(|| {
-                    nodes
-                        .iter()
-                        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-                        .collect()
-                })
-                .get(name)
-                .copied()
-        };
+        // object, its Node the same object in this list.
+        let node_index = self.node_index();
+        let node_named = |name: &str| node_index.named(name);
         let mut kept_views = std::mem::take(&mut self.disruption.claims);
         let mut views: HashMap<usize, ClaimView, foldhash::fast::RandomState> =
             HashMap::with_capacity_and_hasher(claims.len(), Default::default());
@@ -1536,7 +1520,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 Some(v)
                     if v.holds(
                         claim,
-                        |n| current_nodes.contains(&(Arc::as_ptr(n) as usize)),
+                        |n| node_index.holds(n),
                         |name| node_named(name).is_some(),
                     ) =>
                 {

@@ -201,22 +201,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// that is not being deleted. Returns when it next needs to run.
     pub(super) async fn reconcile_lifecycle(&mut self) -> Duration {
         let now = self.clock.now();
-        let nodes = self.cluster.list::<Node>();
-        // Built when a claim is read (most passes of a large cluster read
-        // a few).
-        let by_provider: std::cell::OnceCell<
-            HashMap<&str, &Arc<Node>, foldhash::fast::RandomState>,
-        > = std::cell::OnceCell::new();
-        let by_provider = || {
-            by_provider.get_or_init(|| {
-                nodes
-                    .iter()
-                    .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n)))
-                    .collect()
-            })
-        };
-        let current: std::collections::HashSet<usize, foldhash::fast::RandomState> =
-            nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect();
+        let nodes = self.node_index();
         let mut kept_settled = std::mem::take(&mut self.settled);
         let mut settled = SettledClaims::default();
         let mut next = self.settings.resync;
@@ -233,7 +218,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         for claim in self.cluster.list::<NodeClaim>() {
             let at = Arc::as_ptr(&claim) as usize;
             if let Some(s) = kept_settled.remove(&at)
-                && current.contains(&(Arc::as_ptr(&s.node) as usize))
+                && nodes.holds(&s.node)
                 && elapsed(s.scanned, now) + early < CONSISTENCY_SCAN
             {
                 // What `check_consistency` answers for it, not due.
@@ -310,7 +295,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 }
                 continue;
             };
-            match by_provider().get(provider_id) {
+            match nodes.with_provider_id(provider_id) {
                 None => {
                     let launched = crate::api::common::find_condition(
                         conds.map(Vec::as_slice),

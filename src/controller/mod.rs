@@ -312,6 +312,9 @@ pub struct Controller<C: Cluster, P: CloudProvider> {
     pod_startup: (u64, state_metrics::PodStartup),
     /// The pods by node, for the pod list they were grouped from.
     pods_by_node: Arc<crate::cluster::PodsByNode>,
+    /// The Nodes by name and provider id, for the Node list they were
+    /// indexed from.
+    node_index: Arc<crate::cluster::NodeIndex>,
     /// The NodeClaims a scheduling input converts, for the Node and
     /// NodeClaim lists they were read from (a pass reads them twice, and
     /// the provisioner again while neither list changed).
@@ -392,6 +395,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             provisionable: None,
             pod_startup: (u64::MAX, state_metrics::PodStartup::default()),
             pods_by_node: Default::default(),
+            node_index: Default::default(),
             converted_claims: Default::default(),
             static_limited: std::collections::BTreeSet::new(),
             repair_blocked: std::collections::HashMap::new(),
@@ -497,6 +501,17 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             Arc::make_mut(&mut self.pods_by_node).follow(pods);
         }
         Arc::clone(&self.pods_by_node)
+    }
+
+    /// The cluster's Nodes by name and provider id: when the list is a new
+    /// one, the Nodes that changed are indexed again. (Held only while a
+    /// loop runs: an index still shared when the list changes is copied.)
+    fn node_index(&mut self) -> Arc<crate::cluster::NodeIndex> {
+        let nodes = self.cluster.list::<k8s_openapi::api::core::v1::Node>();
+        if !crate::cluster::Listed::ptr_eq(self.node_index.list(), &nodes) {
+            Arc::make_mut(&mut self.node_index).follow(nodes);
+        }
+        Arc::clone(&self.node_index)
     }
 
     /// Pods that started since the last look, into the startup-duration

@@ -22,9 +22,6 @@
 //! revisions are those of its last pass that wrote everything it meant
 //! to.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Node;
 
 use super::status::event_object;
@@ -108,13 +105,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut written = true;
         let now = self.clock.now();
         let claims = self.cluster.list::<NodeClaim>();
-        let nodes = self.cluster.list::<Node>();
-        let by_name: HashMap<&str, &Arc<Node>, foldhash::fast::RandomState> = nodes
-            .iter()
-            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-            .collect();
-        let mut usage =
-            super::state_metrics::nodepool_usage(&claims, &by_name, &mut self.pool_capacity);
+        let nodes = self.node_index();
+        let mut usage = super::state_metrics::nodepool_usage(
+            &claims,
+            |n| nodes.named(n),
+            &mut self.pool_capacity,
+        );
         let last_registered = self.pool_capacity.last_registered();
         let failures = std::mem::take(&mut self.registration_failures);
         for pool in self.cluster.list::<NodePool>() {

@@ -290,9 +290,9 @@ fn node_resources(
 /// `nodes` their count. `parsed` holds each NodeClaim's part as read at the
 /// last call, and their sums: only the claims that changed, or whose Node
 /// did, are read again, and the sums change by their parts alone.
-pub(super) fn nodepool_usage<S: std::hash::BuildHasher>(
+pub(super) fn nodepool_usage<'n>(
     claims: &[Arc<NodeClaim>],
-    nodes: &HashMap<&str, &Arc<Node>, S>,
+    node_named: impl Fn(&str) -> Option<&'n Arc<Node>>,
     parsed: &mut ParsedCapacity,
 ) -> BTreeMap<String, Resources> {
     parsed.generation += 1;
@@ -303,8 +303,7 @@ pub(super) fn nodepool_usage<S: std::hash::BuildHasher>(
             .status
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
-            .and_then(|n| nodes.get(n))
-            .copied();
+            .and_then(&node_named);
         let address = Arc::as_ptr(claim) as usize;
         if let Some(part) = parts.get_mut(&address)
             && part.node.as_ref().map(Arc::as_ptr) == node.map(Arc::as_ptr)
@@ -478,7 +477,11 @@ fn nodepools<C: Cluster>(
     nodes: &HashMap<&str, &Arc<Node>>,
 ) -> Vec<MetricFamily> {
     let pools = cluster.list::<NodePool>();
-    let mut usage = nodepool_usage(claims, nodes, &mut ParsedCapacity::default());
+    let mut usage = nodepool_usage(
+        claims,
+        |n| nodes.get(n).copied(),
+        &mut ParsedCapacity::default(),
+    );
     let (mut used, mut limits) = (vec![], vec![]);
     for pool in &pools {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
@@ -769,7 +772,11 @@ mod tests {
                 .iter()
                 .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
                 .collect();
-            nodepool_usage(&Cluster::list::<NodeClaim>(c), &by_name, parsed)
+            nodepool_usage(
+                &Cluster::list::<NodeClaim>(c),
+                |n| by_name.get(n).copied(),
+                parsed,
+            )
         };
         let mut parsed = ParsedCapacity::default();
         let first = usage(&c, &mut parsed);
@@ -1065,7 +1072,7 @@ mod tests {
                         .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
                         .collect();
                     prop_assert_eq!(
-                        nodepool_usage(&list, &by_name, &mut parsed),
+                        nodepool_usage(&list, |n| by_name.get(n).copied(), &mut parsed),
                         anew(&list, &nodes)
                     );
                     prop_assert_eq!(parsed.parts.len(), list.len());
