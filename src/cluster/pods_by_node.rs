@@ -149,7 +149,12 @@ impl PodsByNode {
 
     /// The pods bound to `node` that have not finished.
     pub fn running_on(&self, node: &str) -> Vec<&Arc<SlimPod>> {
-        self.group(node, |g| &g.running).iter().collect()
+        self.running(node).iter().collect()
+    }
+
+    /// [`PodsByNode::running_on`], as the group holds them.
+    pub fn running(&self, node: &str) -> &[Arc<SlimPod>] {
+        self.group(node, |g| &g.running)
     }
 
     fn group(&self, node: &str, which: impl Fn(&Group) -> &Vec<Arc<SlimPod>>) -> &[Arc<SlimPod>] {

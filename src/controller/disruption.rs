@@ -429,10 +429,10 @@ struct NodePods {
 }
 
 impl NodePods {
-    fn of(pods: &[&Arc<SlimPod>]) -> NodePods {
-        let movable: Vec<&Arc<SlimPod>> = pods.iter().copied().filter(|p| is_movable(p)).collect();
+    fn of(pods: &[Arc<SlimPod>]) -> NodePods {
+        let movable: Vec<&Arc<SlimPod>> = pods.iter().filter(|p| is_movable(p)).collect();
         NodePods {
-            pods: pods.iter().map(|p| Arc::clone(p)).collect(),
+            pods: pods.to_vec(),
             movable: movable.len(),
             mark: pod_mark(&movable),
             cost: movable.iter().map(|p| eviction_cost(p)).sum(),
@@ -446,7 +446,7 @@ impl NodePods {
     }
 
     /// Whether these are `pods`, the same objects in the same order.
-    fn holds(&self, pods: &[&Arc<SlimPod>]) -> bool {
+    fn holds(&self, pods: &[Arc<SlimPod>]) -> bool {
         self.pods.len() == pods.len() && self.pods.iter().zip(pods).all(|(a, b)| Arc::ptr_eq(a, b))
     }
 }
@@ -1367,14 +1367,13 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// a pod's protection ends; an invalid one gets an Event.
     fn pods_blocking(
         &mut self,
-        pods: &[&Arc<SlimPod>],
+        pods: &[Arc<SlimPod>],
         pdbs: &Budgets,
         now: Timestamp,
         threshold: &mut impl FnMut(Timestamp),
     ) -> Option<String> {
         let running = || {
             pods.iter()
-                .copied()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
         };
         let mut protected: Option<String> = None;
@@ -1565,8 +1564,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
             // The view found its Node by this name.
             let node_name = view.node_name.clone().unwrap_or_else(|| Arc::from(""));
-            let running = pods_by_node.running_on(&node_name);
-            let all_pods: &[&Arc<SlimPod>] = &running;
+            let all_pods = pods_by_node.running(&node_name);
             let last = kept_pods.remove(&*node_name);
             let last_mark = last.as_ref().map(|k| k.mark);
             let on_node = match last {
@@ -2553,19 +2551,22 @@ mod tests {
             "pinned",
             ", annotations: {karpenter.sh/do-not-disrupt: \"true\", controller.kubernetes.io/pod-deletion-cost: \"134217728\"}",
         );
-        let read = NodePods::of(&[&web, &agent, &pinned]);
+        let read = NodePods::of(&[web.clone(), agent.clone(), pinned.clone()]);
         assert_eq!(read.movable, 2, "the DaemonSet's pod stays");
         assert!(read.protected);
         assert_eq!(read.cost, 1.0 + 2.0, "one, and one plus 2^27/2^27");
         assert_eq!(read.mark, pod_mark(&[&web, &pinned]));
-        assert!(!NodePods::of(&[&web, &agent]).protected);
+        assert!(!NodePods::of(&[web.clone(), agent.clone()]).protected);
 
-        assert!(read.holds(&[&web, &agent, &pinned]));
-        assert!(!read.holds(&[&web, &agent]), "one gone");
-        assert!(!read.holds(&[&agent, &web, &pinned]), "another order");
+        assert!(read.holds(&[web.clone(), agent.clone(), pinned.clone()]));
+        assert!(!read.holds(&[web.clone(), agent.clone()]), "one gone");
+        assert!(
+            !read.holds(&[agent.clone(), web.clone(), pinned.clone()]),
+            "another order"
+        );
         let web_again = pod("web", "");
         assert!(
-            !read.holds(&[&web_again, &agent, &pinned]),
+            !read.holds(&[web_again, agent, pinned]),
             "a changed pod is another object, though equal"
         );
     }
