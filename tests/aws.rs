@@ -647,7 +647,7 @@ fn a_node_class_resolves_launches_reuse_a_template_and_a_new_image_drifts_them()
             .await
             .expect("lists")
             .into_iter()
-            .map(|i| i.id)
+            .map(|i| i.id.clone())
             .collect();
         assert_eq!(left, BTreeSet::from([second.id.clone(), third.id.clone()]));
         assert!(matches!(
@@ -695,7 +695,7 @@ fn garbage_collection_terminates_an_instance_no_node_claim_owns() {
             .await
             .expect("lists")
             .into_iter()
-            .map(|i| i.id)
+            .map(|i| i.id.clone())
             .collect();
         assert_eq!(left, std::slice::from_ref(&kept.id));
         assert!(matches!(
@@ -1134,7 +1134,7 @@ fn with_the_pricing_api_denied_and_no_price_file_the_builtin_prices_keep_everyth
             .await
             .expect("lists")
             .into_iter()
-            .map(|i| i.id)
+            .map(|i| i.id.clone())
             .collect();
         assert_eq!(left, std::slice::from_ref(&i.id));
         // The failed API is not asked again at every call.
@@ -2795,7 +2795,7 @@ fn a_create_fleet_retried_after_a_lost_answer_carries_the_same_client_token() {
             .expect("lists")
             .into_iter()
             .filter(|i| i.nodeclaim == "token-1")
-            .map(|i| i.id)
+            .map(|i| i.id.clone())
             .collect();
         assert_eq!(listed, std::slice::from_ref(&launched.instance.id));
         // Another launch is another request: a new token.

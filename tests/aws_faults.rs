@@ -296,7 +296,7 @@ fn a_minute_of_throttling_is_backed_off_and_caught_up() {
                 .expect("lists")
                 .into_iter()
                 .filter(|i| matches!(i.state, InstanceState::Running | InstanceState::Pending))
-                .map(|i| i.provider_id)
+                .map(|i| i.provider_id.clone())
                 .collect();
             running.sort();
             let mut expected = launched.clone();

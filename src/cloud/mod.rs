@@ -485,7 +485,9 @@ pub trait CloudProvider: Send + Sync {
     fn get(&self, provider_id: &str) -> impl Future<Output = Result<Instance, CloudError>> + Send;
 
     /// Every instance this provider launched that is not yet terminated.
-    fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
+    /// Shared: a provider that keeps its instances hands them out as they
+    /// are.
+    fn list(&self) -> impl Future<Output = Result<Vec<Arc<Instance>>, CloudError>> + Send;
 
     /// The instance types a NodePool may launch through its node class, with
     /// allocatable resources as that node class configures the kubelet, and

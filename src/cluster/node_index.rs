@@ -87,7 +87,12 @@ impl NodeIndex {
     /// The Node whose `spec.providerID` is `id`; of several, the last by
     /// name.
     pub fn with_provider_id(&self, id: &str) -> Option<&Arc<Node>> {
-        self.by_provider.get(id).and_then(|same| same.last())
+        self.providing(id).last()
+    }
+
+    /// Every Node whose `spec.providerID` is `id`, by name.
+    pub fn providing(&self, id: &str) -> &[Arc<Node>] {
+        self.by_provider.get(id).map_or(&[], Vec::as_slice)
     }
 
     /// Whether `n` is one of the list's Nodes (the very object).
@@ -157,6 +162,13 @@ mod tests {
                     let id = format!("aws:///z/i-{i}");
                     // The last by name, as a map collected from the list.
                     let collected = list.iter().rfind(|n| provider_id(n) == Some(id.as_str()));
+                    let all: Vec<_> = list
+                        .iter()
+                        .filter(|n| provider_id(n) == Some(id.as_str()))
+                        .map(Arc::as_ptr)
+                        .collect();
+                    let providing: Vec<_> = followed.providing(&id).iter().map(Arc::as_ptr).collect();
+                    proptest::prop_assert_eq!(providing, all);
                     let (a, b) = (followed.with_provider_id(&id), fresh.with_provider_id(&id));
                     proptest::prop_assert!(a.map(Arc::as_ptr) == collected.map(Arc::as_ptr));
                     proptest::prop_assert!(b.map(Arc::as_ptr) == collected.map(Arc::as_ptr));

@@ -9,8 +9,6 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Node;
-
 use super::Controller;
 use crate::api::LABEL_REGISTERED;
 use crate::api::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, LABEL_CAPACITY_TYPE, NodeClaim};
@@ -51,16 +49,16 @@ fn demoted(
 impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     /// Relabels the NodeClaims and Nodes whose instance `instances` lists
     /// as on-demand while they say reserved (see the module documentation).
-    pub(super) async fn sync_capacity_types(&mut self, instances: &[Instance]) {
+    pub(super) async fn sync_capacity_types(&mut self, instances: &[std::sync::Arc<Instance>]) {
         let on_demand: HashMap<&str, &Instance> = instances
             .iter()
             .filter(|i| i.capacity_type == CAPACITY_TYPE_ON_DEMAND)
-            .map(|i| (i.provider_id.as_str(), i))
+            .map(|i| (i.provider_id.as_str(), &**i))
             .collect();
         if on_demand.is_empty() {
             return;
         }
-        let nodes = self.cluster.list::<Node>();
+        let nodes = self.node_index();
         for claim in self.cluster.list::<NodeClaim>() {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -91,9 +89,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
             // Its Node, once registered (labels are synced at registration
             // otherwise).
-            for node in nodes.iter().filter(|n| {
-                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid)
-                    && n.metadata.deletion_timestamp.is_none()
+            for node in nodes.providing(pid).iter().filter(|n| {
+                n.metadata.deletion_timestamp.is_none()
                     && n.metadata
                         .labels
                         .as_ref()

@@ -204,8 +204,8 @@ mod tests {
         let left: Vec<String> = rt
             .block_on(cloud.list())
             .expect("lists")
-            .into_iter()
-            .map(|i| i.id)
+            .iter()
+            .map(|i| i.id.clone())
             .collect();
         assert_eq!(left, [owned.id.clone(), young.id.clone()]);
         assert_eq!(next, Duration::from_secs(60));
@@ -363,8 +363,8 @@ mod tests {
         let ids: Vec<String> = rt
             .block_on(cloud.list())
             .expect("lists")
-            .into_iter()
-            .map(|i| i.id)
+            .iter()
+            .map(|i| i.id.clone())
             .collect();
         assert_eq!(
             ids,

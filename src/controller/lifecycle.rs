@@ -595,6 +595,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 tracing::warn!(error = %e, "listing instances before a launch");
             })?;
             let claims = self.cluster.list::<NodeClaim>();
+            let instances = instances.into_iter().map(Arc::unwrap_or_clone).collect();
             self.unrecorded = Some(unrecorded_instances(instances, &claims));
         }
         Ok(self

@@ -488,7 +488,7 @@ impl<P: CloudProvider> CloudProvider for Metered<P> {
         self.timed("Get", self.inner.get(provider_id)).await
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+    async fn list(&self) -> Result<Vec<Arc<Instance>>, CloudError> {
         self.timed("List", self.inner.list()).await
     }
 

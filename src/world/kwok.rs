@@ -532,7 +532,7 @@ impl<C: Cluster> CloudProvider for KwokProvider<C> {
         self.sim.get(provider_id)
     }
 
-    fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
+    fn list(&self) -> impl Future<Output = Result<Vec<Arc<Instance>>, CloudError>> + Send {
         self.adopt();
         self.sim.list()
     }

@@ -663,7 +663,7 @@ impl CloudProvider for AwsProvider {
             .ok_or_else(not_found)
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+    async fn list(&self) -> Result<Vec<Arc<Instance>>, CloudError> {
         let filters = self.live_instance_filters(&[launch::TAG_NODEPOOL]);
         let mut listed = self.describe(filters, Vec::new()).await?;
         listed.retain(|i| i.state != InstanceState::Terminated);
@@ -672,7 +672,7 @@ impl CloudProvider for AwsProvider {
             Instant::now(),
             listed.iter().map(|i| (i.id.clone(), i.clone())).collect(),
         ));
-        Ok(listed)
+        Ok(listed.into_iter().map(Arc::new).collect())
     }
 
     async fn instance_types(

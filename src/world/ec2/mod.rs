@@ -941,6 +941,17 @@ impl SimEc2 {
     }
 
     /// An instance as it is at `now`.
+    /// [`SimEc2::observe`], the stored instance itself when it shows as
+    /// stored.
+    fn observed(&self, instance: &Arc<Instance>, now: Timestamp) -> Arc<Instance> {
+        match instance.state != InstanceState::Running
+            && self.running_since(instance).is_some_and(|t| t <= now)
+        {
+            true => Arc::new(self.observe(instance, now)),
+            false => Arc::clone(instance),
+        }
+    }
+
     fn observe(&self, instance: &Instance, now: Timestamp) -> Instance {
         let mut out = instance.clone();
         if self.running_since(instance).is_some_and(|t| t <= now) {
@@ -1066,13 +1077,13 @@ impl CloudProvider for SimEc2 {
         self.answer(result)
     }
 
-    fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
+    fn list(&self) -> impl Future<Output = Result<Vec<Arc<Instance>>, CloudError>> + Send {
         let result = self.call(
             |state, now| {
                 Ok(state
                     .instances
                     .values()
-                    .map(|i| self.observe(i, now))
+                    .map(|i| self.observed(i, now))
                     .collect())
             },
             |result| Call::List {

@@ -670,7 +670,7 @@ async fn instances_run_after_the_launch_delay() {
     let listed = sim.list().await.expect("lists");
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, InstanceState::Running);
-    assert_eq!(listed[0], got);
+    assert_eq!(*listed[0], got);
 }
 
 /// A view shows each instance as `get` does, and shares the instances
@@ -739,8 +739,8 @@ async fn deleted_instances_are_gone() {
         .list()
         .await
         .expect("lists")
-        .into_iter()
-        .map(|i| i.id)
+        .iter()
+        .map(|i| i.id.clone())
         .collect();
     assert_eq!(ids, [b.id.as_str()]);
 
