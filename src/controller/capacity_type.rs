@@ -140,4 +140,78 @@ mod tests {
         assert_eq!(demoted(Some(&spot)), None);
         assert_eq!(demoted(None), None);
     }
+
+    /// When a reserved NodeClaim's instance is listed on demand, the claim
+    /// and its registered Node are relabelled; a Node of another instance
+    /// is left alone, though labelled reserved too.
+    #[test]
+    fn a_reserved_claim_and_its_node_are_relabelled_when_the_instance_runs_on_demand() {
+        use std::collections::BTreeSet;
+
+        use k8s_openapi::api::core::v1::Node;
+
+        use crate::api::EC2NodeClass;
+        use crate::cluster::ObjectKey;
+        use crate::controller::Settings;
+        use crate::testing::{Env, World, from_yaml};
+
+        let Env {
+            cluster,
+            cloud,
+            mut controller,
+            rt,
+            ..
+        } = World::new().env(Settings::default());
+        let class = EC2NodeClass::test("default");
+        let instance = rt
+            .block_on(cloud.create(&NodeClaim::test("c1"), &class, &BTreeSet::new()))
+            .expect("launches")
+            .instance;
+        assert_eq!(instance.capacity_type, CAPACITY_TYPE_ON_DEMAND);
+        let reserved = [
+            (LABEL_CAPACITY_TYPE, CAPACITY_TYPE_RESERVED),
+            (LABEL_RESERVATION_ID, "cr-1"),
+        ];
+        let mut claim = NodeClaim::test("c1");
+        claim.metadata.labels = Some(
+            reserved
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        claim
+            .status
+            .get_or_insert_with(Default::default)
+            .provider_id = Some(instance.provider_id.clone());
+        cluster.create(claim).expect("created");
+        let node = |name: &str, provider_id: &str| -> Node {
+            from_yaml(&format!(
+                "metadata: {{name: {name}, labels: {{{LABEL_CAPACITY_TYPE}: reserved, {LABEL_RESERVATION_ID}: cr-1, {LABEL_REGISTERED}: 'true'}}}}\nspec: {{providerID: '{provider_id}'}}"
+            ))
+        };
+        cluster
+            .create(node("n1", &instance.provider_id))
+            .expect("created");
+        cluster
+            .create(node("n2", "aws:///us-east-1a/i-0ffffffffffffffff"))
+            .expect("created");
+
+        rt.block_on(controller.reconcile_garbage());
+        let labels = |name: &str| {
+            let node = Cluster::get::<Node>(&*cluster, &ObjectKey::cluster(name)).expect("exists");
+            node.metadata.labels.clone().unwrap_or_default()
+        };
+        let n1 = labels("n1");
+        assert_eq!(n1[LABEL_CAPACITY_TYPE], CAPACITY_TYPE_ON_DEMAND);
+        assert!(!n1.contains_key(LABEL_RESERVATION_ID), "{n1:?}");
+        let n2 = labels("n2");
+        assert_eq!(
+            n2[LABEL_CAPACITY_TYPE], CAPACITY_TYPE_RESERVED,
+            "another instance's"
+        );
+        let claim =
+            Cluster::get::<NodeClaim>(&*cluster, &ObjectKey::cluster("c1")).expect("exists");
+        let claim_labels = claim.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(claim_labels[LABEL_CAPACITY_TYPE], CAPACITY_TYPE_ON_DEMAND);
+    }
 }
