@@ -19,8 +19,6 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-
 use super::{Controller, conditions, is_true};
 use crate::api::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider, InstanceState};
@@ -80,21 +78,12 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         // is the registration timeout's), and never one whose Node is
         // Ready (its kubelet runs, whatever the list says: a tag edited
         // away from every instance must not delete every claim).
-        // Read only for a claim whose instance is not listed: nearly every
-        // claim's is.
-        let nodes = self.cluster.list::<Node>();
-        let ready_nodes: std::cell::OnceCell<HashSet<&str, foldhash::fast::RandomState>> =
-            std::cell::OnceCell::new();
+        let nodes = self.node_index();
         let ready = |p: &str| {
-            ready_nodes
-                .get_or_init(|| {
-                    nodes
-                        .iter()
-                        .filter(|n| crate::api::node::is_ready(n))
-                        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
-                        .collect()
-                })
-                .contains(p)
+            nodes
+                .providing(p)
+                .iter()
+                .any(|n| crate::api::node::is_ready(n))
         };
         let gone: Vec<std::sync::Arc<NodeClaim>> = claims
             .iter()
@@ -153,6 +142,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+
+    use k8s_openapi::api::core::v1::Node;
 
     use super::*;
     use crate::api::EC2NodeClass;
