@@ -50,6 +50,7 @@ mod status;
 mod taints;
 mod termination;
 pub mod volumes;
+mod writes;
 
 pub use disruption::{
     ANNOTATION_DISRUPTION_DECIDED, ANNOTATION_DISRUPTION_REASON, ANNOTATION_REPLACED_BY,
@@ -78,6 +79,15 @@ use crate::scheduling::Preferences;
 /// sends all its launches within ceil(N / 20) seconds, well inside EC2's
 /// request-rate limits for mutating calls.
 pub const LAUNCH_CONCURRENCY: usize = 20;
+
+/// How many API writes one loop has in flight at once by default. A write
+/// waits on the API server and etcd, not on this process: one at a time, a
+/// loop that registers and initialises a thousand new nodes waits out
+/// several thousand round trips in a row, the provisioning of a large
+/// scale-up paced by the API server's latency. (The reference creates a
+/// batch's NodeClaims all at once and reconciles up to a thousand
+/// NodeClaims at a time.)
+pub const WRITE_CONCURRENCY: usize = 16;
 
 /// `Nominated` Events per second and their burst, as the reference's
 /// `PodNominationRateLimiter` (a token bucket).
@@ -129,6 +139,9 @@ pub struct Settings {
     pub batch_max: Duration,
     /// How many launches (CreateFleet calls) are in flight at once.
     pub launch_concurrency: usize,
+    /// How many API writes a loop has in flight at once (NodeClaim creates,
+    /// registrations, initialisations, status conditions).
+    pub write_concurrency: usize,
     /// How provisioning and consolidation treat preferred affinities,
     /// `ScheduleAnyway` spreads and `PreferNoSchedule` (the reference's
     /// `PREFERENCE_POLICY`): respected and relaxed one at a time only when
@@ -154,6 +167,7 @@ impl Default for Settings {
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
             launch_concurrency: LAUNCH_CONCURRENCY,
+            write_concurrency: WRITE_CONCURRENCY,
             preferences: Preferences::Respect,
         }
     }

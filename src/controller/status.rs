@@ -72,13 +72,48 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let object = event_object(&updated);
         let written = self.cluster.replace_status(updated).await;
         if let Err(e) = &written {
-            if e.is_not_found() || e.is_conflict() {
-                tracing::debug!(%object, error = %e, "status written again next pass");
-            } else {
-                self.event_deduped(object, "StatusNotRecorded", e.to_string());
-            }
+            self.status_refused(object, e);
         }
         written
+    }
+
+    /// Writes the statuses of several objects as [`Controller::record_status`]
+    /// writes one, at most [`Settings::write_concurrency`] in flight at once
+    /// (each write waits on the API server, not on this process); the
+    /// answers in the order of `updated`.
+    ///
+    /// [`Settings::write_concurrency`]: super::Settings::write_concurrency
+    pub(crate) async fn record_statuses<K: Object>(
+        &mut self,
+        updated: Vec<K>,
+    ) -> Vec<Result<Arc<K>, ApiError>> {
+        let cluster = Arc::clone(&self.cluster);
+        let writes = updated.into_iter().map(|u| {
+            let cluster = &cluster;
+            async move {
+                let object = event_object(&u);
+                (object, cluster.replace_status(u).await)
+            }
+        });
+        let answers = super::writes::concurrently(writes, self.settings.write_concurrency).await;
+        answers
+            .into_iter()
+            .map(|(object, written)| {
+                if let Err(e) = &written {
+                    self.status_refused(object, e);
+                }
+                written
+            })
+            .collect()
+    }
+
+    /// What a refused status write leaves (see the module).
+    pub(crate) fn status_refused(&mut self, object: String, e: &ApiError) {
+        if e.is_not_found() || e.is_conflict() {
+            tracing::debug!(%object, error = %e, "status written again next pass");
+        } else {
+            self.event_deduped(object, "StatusNotRecorded", e.to_string());
+        }
     }
 
     /// Writes one condition of a NodeClaim (`lastTransitionTime` only on a
