@@ -181,6 +181,171 @@ fn node_taint(t: &Taint) -> NodeTaint {
     }
 }
 
+/// What a lifecycle pass writes for a NodeClaim whose Node joined or became
+/// ready: the Node, then (once the Node is written) the claim's status.
+struct Adoption {
+    step: Step,
+    /// The claim and Node as the pass read them, for what is recorded.
+    claim: Arc<NodeClaim>,
+    node: Arc<Node>,
+    node_update: Node,
+    claim_update: NodeClaim,
+}
+
+#[derive(Clone, Copy)]
+enum Step {
+    Register,
+    Initialize,
+}
+
+/// Which of a claim's two writes the API server refused: the object (an
+/// [`Adoption`]'s Node, a [`LaunchRecord`]'s labels) or then the status.
+enum Refused {
+    Object(crate::cluster::ApiError),
+    /// The claim's status, and the claim as Events name it.
+    Status(String, crate::cluster::ApiError),
+}
+
+impl Adoption {
+    /// Adopts the node that joined for a NodeClaim: the NodeClaim's labels
+    /// and taints go onto the node, the unregistered taint comes off, and
+    /// the node gets the termination finalizer and the NodeClaim as owner;
+    /// the claim is then `Registered` with the node's name.
+    fn register(claim: &Arc<NodeClaim>, node: &Arc<Node>, now: Timestamp) -> Adoption {
+        let mut n = (**node).clone();
+        let labels = n.metadata.labels.get_or_insert_with(BTreeMap::new);
+        for (k, v) in claim.metadata.labels.iter().flatten() {
+            labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        labels.insert(LABEL_REGISTERED.to_string(), "true".to_string());
+        let spec = n.spec.get_or_insert_with(Default::default);
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        taints.retain(|t| t.key != TAINT_UNREGISTERED);
+        let wanted = claim
+            .spec
+            .taints
+            .iter()
+            .flatten()
+            .chain(claim.spec.startup_taints.iter().flatten());
+        for t in wanted {
+            let t = node_taint(t);
+            if !taints
+                .iter()
+                .any(|x| x.key == t.key && x.effect == t.effect)
+            {
+                taints.push(t);
+            }
+        }
+        let finalizers = n.metadata.finalizers.get_or_insert_with(Vec::new);
+        if !finalizers.iter().any(|f| f == FINALIZER_TERMINATION) {
+            finalizers.push(FINALIZER_TERMINATION.to_string());
+        }
+        if let Some(uid) = claim.metadata.uid.clone() {
+            let owners = n.metadata.owner_references.get_or_insert_with(Vec::new);
+            if !owners.iter().any(|o| o.uid == uid) {
+                owners.push(OwnerReference {
+                    api_version: NodeClaim::api_version(&()).into_owned(),
+                    kind: NodeClaim::kind(&()).into_owned(),
+                    name: claim.metadata.name.clone().unwrap_or_default(),
+                    uid,
+                    block_owner_deletion: Some(true),
+                    controller: None,
+                });
+            }
+        }
+        let mut updated = (**claim).clone();
+        let status = updated.status.get_or_insert_with(Default::default);
+        status.node_name.clone_from(&n.metadata.name);
+        let conds = updated.conditions_mut();
+        set_condition(conds, conditions::REGISTERED, true, "Registered", "", now);
+        Adoption {
+            step: Step::Register,
+            claim: Arc::clone(claim),
+            node: Arc::clone(node),
+            node_update: n,
+            claim_update: updated,
+        }
+    }
+
+    /// Initialises a registered NodeClaim once its node is Ready, its
+    /// startup taints are gone and its requested resources are registered:
+    /// the node is labelled initialised, then the claim `Initialized` and
+    /// `Ready`. `None` until then.
+    fn initialize(claim: &Arc<NodeClaim>, node: &Arc<Node>, now: Timestamp) -> Option<Adoption> {
+        let node_ready = crate::api::node::is_ready(node);
+        let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+        let startup_pending = claim.spec.startup_taints.iter().flatten().any(|t| {
+            node_taints
+                .into_iter()
+                .flatten()
+                .any(|n| n.key == t.key && n.effect == t.effect.as_str())
+        });
+        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        let missing = claim
+            .spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|(k, _)| !allocatable.is_some_and(|a| a.contains_key(k)));
+        if !node_ready || startup_pending || missing {
+            return None;
+        }
+        let mut n = (**node).clone();
+        n.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(LABEL_INITIALIZED.to_string(), "true".to_string());
+        let mut updated = (**claim).clone();
+        let conds = updated.conditions_mut();
+        set_condition(conds, conditions::INITIALIZED, true, "Initialized", "", now);
+        set_condition(conds, conditions::READY, true, "Ready", "", now);
+        Some(Adoption {
+            step: Step::Initialize,
+            claim: Arc::clone(claim),
+            node: Arc::clone(node),
+            node_update: n,
+            claim_update: updated,
+        })
+    }
+}
+
+/// What is written for an instance launched for a NodeClaim: the claim's
+/// labels, then, on the version stored, its status.
+pub(super) struct LaunchRecord {
+    /// The claim as the pass read it.
+    claim: NodeClaim,
+    instance: Instance,
+    labelled: NodeClaim,
+    status: LaunchedStatus,
+}
+
+/// What a launch sets in a NodeClaim's status.
+struct LaunchedStatus {
+    provider_id: String,
+    image_id: Option<String>,
+    /// Capacity and allocatable of the instance type, when it is known.
+    listed: Option<(Quantities, Quantities)>,
+}
+
+type Quantities = BTreeMap<String, Quantity>;
+
+impl LaunchedStatus {
+    fn apply(self, claim: &mut NodeClaim, now: Timestamp) {
+        let status = claim.status.get_or_insert_with(Default::default);
+        status.provider_id = Some(self.provider_id);
+        status.image_id = self.image_id;
+        if let Some((capacity, allocatable)) = self.listed {
+            status.capacity = Some(capacity);
+            status.allocatable = Some(allocatable);
+        }
+        let conds = claim.conditions_mut();
+        set_condition(conds, conditions::LAUNCHED, true, "Launched", "", now);
+        awaiting(conds, now);
+    }
+}
+
 /// A registered, initialized NodeClaim as the last lifecycle pass left it,
 /// its consistency check not due: its Node, and when it was last checked.
 /// While the claim is the same object and its Node is in the node list,
@@ -206,6 +371,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut settled = SettledClaims::default();
         let mut next = self.settings.resync;
         let mut jobs = Vec::new();
+        let mut adoptions = Vec::new();
         let early = if self
             .consistency_scanned
             .values()
@@ -330,13 +496,16 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     }
                 }
                 Some(node) if !is_true(conds, conditions::REGISTERED) => {
-                    self.register(&claim, node).await;
+                    adoptions.push(Adoption::register(&claim, node, now));
                     next = Duration::ZERO;
                 }
                 Some(node) if !is_true(conds, conditions::INITIALIZED) => {
-                    if !self.initialize(&claim, node).await {
-                        let due = self.check_consistency(&claim, node, now, early).await;
-                        next = next.min(due);
+                    match Adoption::initialize(&claim, node, now) {
+                        Some(adoption) => adoptions.push(adoption),
+                        None => {
+                            let due = self.check_consistency(&claim, node, now, early).await;
+                            next = next.min(due);
+                        }
                     }
                 }
                 Some(node) => {
@@ -358,6 +527,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             }
         }
         self.settled = settled;
+        self.adopt(adoptions).await;
         // A claim being deleted is checked no more: its last scan would
         // make every pass's checks early. (Against the list it was pruned
         // to, nothing is left to prune: the scans since were of claims
@@ -423,7 +593,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     instance.id
                 ),
             );
-            self.record_launch(claim, &class, instance).await;
+            let record = self.launch_record(claim, &class, instance).await;
+            self.record_launches(vec![record]).await;
             return None;
         }
         Some(LaunchJob {
@@ -459,18 +630,29 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     pub async fn finish_launches(&mut self, mut outcomes: Vec<LaunchOutcome>) -> Duration {
         // In the order of the claims, whatever order the answers came in.
         outcomes.sort_by(|a, b| a.0.claim.metadata.name.cmp(&b.0.claim.metadata.name));
-        let mut next = Duration::MAX;
+        let mut records = Vec::new();
+        let mut claims = Vec::with_capacity(outcomes.len());
         for (job, result) in outcomes {
-            self.finish_launch(&job, result).await;
-            let now = self.clock.now();
-            if let Some(&(_, retry_at)) = self.launch_failures.get(&name_of_claim(&job.claim)) {
-                next = next.min(elapsed(now, retry_at));
-            }
+            records.extend(self.finish_launch(&job, result).await);
+            claims.push(name_of_claim(&job.claim));
         }
-        next
+        self.record_launches(records).await;
+        let now = self.clock.now();
+        claims
+            .iter()
+            .filter_map(|c| self.launch_failures.get(c))
+            .map(|&(_, retry_at)| elapsed(now, retry_at))
+            .min()
+            .unwrap_or(Duration::MAX)
     }
 
-    async fn finish_launch(&mut self, job: &LaunchJob, result: Result<Launched, CloudError>) {
+    /// What a launch's answer leaves: a record to write when an instance
+    /// launched for a claim that is still there.
+    async fn finish_launch(
+        &mut self,
+        job: &LaunchJob,
+        result: Result<Launched, CloudError>,
+    ) -> Option<LaunchRecord> {
         let (claim, class) = (&job.claim, &job.class);
         // Deleted while its launch was in flight (the interruption handler
         // or a user does not wait for a pass): the instance goes too.
@@ -490,7 +672,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                     ),
                 );
             }
-            return;
+            return None;
         }
         match result {
             Ok(Launched { instance, refused }) => {
@@ -505,7 +687,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                         ),
                     );
                 }
-                self.record_launch(claim, class, instance).await
+                return Some(self.launch_record(claim, class, instance).await);
             }
             Err(CloudError::InsufficientCapacity { offerings }) => {
                 let tried = self.mark_unavailable(offerings);
@@ -549,6 +731,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 self.launch_failed(claim, reason, &e.to_string()).await;
             }
         }
+        None
     }
 
     /// A launch that failed and will be tried again after a backoff,
@@ -621,10 +804,15 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         tried
     }
 
-    /// Writes what the cloud launched onto the NodeClaim: its labels, then its
-    /// status (provider id, capacity, allocatable, Launched).
-    async fn record_launch(&mut self, claim: &NodeClaim, class: &EC2NodeClass, instance: Instance) {
-        let now = self.clock.now();
+    /// What is written onto a NodeClaim for the instance launched for it:
+    /// its labels, then its status (provider id, capacity, allocatable,
+    /// Launched).
+    async fn launch_record(
+        &mut self,
+        claim: &NodeClaim,
+        class: &EC2NodeClass,
+        instance: Instance,
+    ) -> LaunchRecord {
         let mut labelled = claim.clone();
         let labels = labelled.metadata.labels.get_or_insert_with(BTreeMap::new);
         for (k, v) in instance.labels.iter() {
@@ -633,61 +821,92 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         labels.insert(LABEL_INSTANCE_TYPE.into(), instance.instance_type.clone());
         labels.insert(LABEL_ZONE.into(), instance.zone.clone());
         labels.insert(LABEL_CAPACITY_TYPE.into(), instance.capacity_type.clone());
-        let stored = match self.cluster.replace(labelled).await {
-            Ok(c) => c,
-            Err(e) => {
-                // The instance exists: the next pass records it, or the
-                // garbage collector terminates it if this claim is gone.
-                self.event(name_of(claim), "LaunchNotRecorded", e.to_string());
-                self.remember_unrecorded(claim, instance);
-                return;
-            }
-        };
-        let mut updated = (*stored).clone();
-        let status = updated.status.get_or_insert_with(Default::default);
-        status.provider_id = Some(instance.provider_id.clone());
-        status.image_id.clone_from(&instance.image_id);
         let pool = claim
             .nodepool_name()
             .and_then(|p| self.cluster.get::<NodePool>(&ObjectKey::cluster(p)));
+        let mut listed = None;
         if let Some(pool) = pool
             && let Ok(types) = self.cloud.instance_types(&pool, class).await
             && let Some(it) = types.iter().find(|t| t.name == instance.instance_type)
         {
             // EFA is listed only when the instance has EFA interfaces
             // (Karpenter's rule): a plain interface gives pods none.
-            let listed = |r: &crate::model::Resources| {
+            let list = |r: &crate::model::Resources| {
                 let mut r = r.clone();
                 if !instance.efa_attached {
                     r.remove(crate::cloud::aws::launch::EFA);
                 }
                 r.to_quantities()
             };
-            status.capacity = Some(listed(&it.capacity));
-            status.allocatable = Some(listed(&it.allocatable));
+            listed = Some((list(&it.capacity), list(&it.allocatable)));
         }
-        let conds = updated.conditions_mut();
-        set_condition(conds, conditions::LAUNCHED, true, "Launched", "", now);
-        awaiting(conds, now);
-        if self.record_status(updated).await.is_err() {
-            // The instance exists: the next pass records it, or the
-            // garbage collector terminates it if this claim is gone.
-            self.remember_unrecorded(claim, instance);
+        LaunchRecord {
+            claim: claim.clone(),
+            status: LaunchedStatus {
+                provider_id: instance.provider_id.clone(),
+                image_id: instance.image_id.clone(),
+                listed,
+            },
+            labelled,
+            instance,
+        }
+    }
+
+    /// Writes launch records, at most `Settings::write_concurrency` at a
+    /// time, and records their answers in the order given. A record not
+    /// written is remembered: its instance exists, so the next pass records
+    /// it, or the garbage collector terminates it if the claim is gone.
+    async fn record_launches(&mut self, records: Vec<LaunchRecord>) {
+        if records.is_empty() {
             return;
         }
-        self.launch_failures.remove(&name_of_claim(claim));
-        self.event(
-            name_of(claim),
-            "Launched",
-            format!(
-                "launched {} ({}) in {} as {} at ${:.4}/h",
-                instance.instance_type,
-                instance.capacity_type,
-                instance.zone,
-                instance.id,
-                instance.price
-            ),
-        );
+        let now = self.clock.now();
+        let cluster = Arc::clone(&self.cluster);
+        let (done, writes): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .map(|r| ((r.claim, r.instance), (r.labelled, r.status)))
+            .unzip();
+        let writes = writes.into_iter().map(|(labelled, status)| {
+            let cluster = &cluster;
+            async move {
+                let stored = cluster.replace(labelled).await.map_err(Refused::Object)?;
+                let mut updated = (*stored).clone();
+                status.apply(&mut updated, now);
+                let object = super::status::event_object(&updated);
+                cluster
+                    .replace_status(updated)
+                    .await
+                    .map_err(|e| Refused::Status(object, e))
+            }
+        });
+        let answers = super::writes::concurrently(writes, self.settings.write_concurrency).await;
+        for ((claim, instance), answer) in done.into_iter().zip(answers) {
+            match answer {
+                Err(Refused::Object(e)) => {
+                    self.event(name_of(&claim), "LaunchNotRecorded", e.to_string());
+                    self.remember_unrecorded(&claim, instance);
+                }
+                Err(Refused::Status(object, e)) => {
+                    self.status_refused(object, &e);
+                    self.remember_unrecorded(&claim, instance);
+                }
+                Ok(_) => {
+                    self.launch_failures.remove(&name_of_claim(&claim));
+                    self.event(
+                        name_of(&claim),
+                        "Launched",
+                        format!(
+                            "launched {} ({}) in {} as {} at ${:.4}/h",
+                            instance.instance_type,
+                            instance.capacity_type,
+                            instance.zone,
+                            instance.id,
+                            instance.price
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     fn remember_unrecorded(&mut self, claim: &NodeClaim, instance: Instance) {
@@ -696,77 +915,64 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         }
     }
 
-    /// Adopts the node that joined for a NodeClaim: the NodeClaim's labels
-    /// and taints go onto the node, the unregistered taint comes off, and
-    /// the node gets the termination finalizer and the NodeClaim as owner.
-    async fn register(&mut self, claim: &NodeClaim, node: &Node) {
-        let now = self.clock.now();
-        let mut n = node.clone();
-        let labels = n.metadata.labels.get_or_insert_with(BTreeMap::new);
-        for (k, v) in claim.metadata.labels.iter().flatten() {
-            labels.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-        labels.insert(LABEL_REGISTERED.to_string(), "true".to_string());
-        let spec = n.spec.get_or_insert_with(Default::default);
-        let taints = spec.taints.get_or_insert_with(Vec::new);
-        taints.retain(|t| t.key != TAINT_UNREGISTERED);
-        let wanted = claim
-            .spec
-            .taints
-            .iter()
-            .flatten()
-            .chain(claim.spec.startup_taints.iter().flatten());
-        for t in wanted {
-            let t = node_taint(t);
-            if !taints
-                .iter()
-                .any(|x| x.key == t.key && x.effect == t.effect)
-            {
-                taints.push(t);
-            }
-        }
-        let finalizers = n.metadata.finalizers.get_or_insert_with(Vec::new);
-        if !finalizers.iter().any(|f| f == FINALIZER_TERMINATION) {
-            finalizers.push(FINALIZER_TERMINATION.to_string());
-        }
-        if let Some(uid) = claim.metadata.uid.clone() {
-            let owners = n.metadata.owner_references.get_or_insert_with(Vec::new);
-            if !owners.iter().any(|o| o.uid == uid) {
-                owners.push(OwnerReference {
-                    api_version: NodeClaim::api_version(&()).into_owned(),
-                    kind: NodeClaim::kind(&()).into_owned(),
-                    name: claim.metadata.name.clone().unwrap_or_default(),
-                    uid,
-                    block_owner_deletion: Some(true),
-                    controller: None,
-                });
-            }
-        }
-        let node_name = n.metadata.name.clone().unwrap_or_default();
-        if let Err(e) = self.cluster.replace(n).await {
-            self.event(name_of(claim), "RegistrationFailed", e.to_string());
+    /// Sends the registrations and initialisations a lifecycle pass
+    /// decided ([`Adoption`]), at most `Settings::write_concurrency` at a
+    /// time, and records their answers in the order of the claims.
+    async fn adopt(&mut self, adoptions: Vec<Adoption>) {
+        if adoptions.is_empty() {
             return;
         }
-        let mut updated = claim.clone();
-        let status = updated.status.get_or_insert_with(Default::default);
-        status.node_name = Some(node_name.clone());
-        let conds = updated.conditions_mut();
-        set_condition(conds, conditions::REGISTERED, true, "Registered", "", now);
-        let recorded = self.record_status(updated).await;
-        if recorded.is_ok() {
-            // The claim's label, else the node's.
-            let label = |k: &str| match crate::api::label_or_empty(&claim.metadata, k) {
-                "" => crate::api::label_or_empty(&node.metadata, k),
-                v => v,
-            };
-            self.metrics
-                .nodes_created
-                .with_label_values(&[label(crate::api::LABEL_NODEPOOL), label(LABEL_ZONE)])
-                .inc();
-        }
-        if recorded.is_ok() {
-            let message = format!("node {node_name} registered");
-            self.event(name_of(claim), "Registered", message);
+        let cluster = Arc::clone(&self.cluster);
+        let (done, writes): (Vec<_>, Vec<_>) = adoptions
+            .into_iter()
+            .map(|a| ((a.step, a.claim, a.node), (a.node_update, a.claim_update)))
+            .unzip();
+        let writes = writes.into_iter().map(|(node, claim)| {
+            let cluster = &cluster;
+            async move {
+                cluster.replace(node).await.map_err(Refused::Object)?;
+                let object = super::status::event_object(&claim);
+                cluster
+                    .replace_status(claim)
+                    .await
+                    .map_err(|e| Refused::Status(object, e))
+            }
+        });
+        let answers = super::writes::concurrently(writes, self.settings.write_concurrency).await;
+        for ((step, claim, node), answer) in done.into_iter().zip(answers) {
+            match (step, answer) {
+                // The Node changed since the pass read it (its kubelet's
+                // status, another controller's labels): the next pass
+                // reads the new version and writes again, as the
+                // reference requeues on a conflict.
+                (_, Err(Refused::Object(e))) if e.is_conflict() => {
+                    tracing::debug!(object = %name_of(&claim), error = %e, "node written again next pass")
+                }
+                (Step::Register, Err(Refused::Object(e))) => {
+                    self.event(name_of(&claim), "RegistrationFailed", e.to_string())
+                }
+                (Step::Initialize, Err(Refused::Object(e))) => {
+                    self.event(name_of(&claim), "InitializationFailed", e.to_string())
+                }
+                (_, Err(Refused::Status(object, e))) => self.status_refused(object, &e),
+                (Step::Register, Ok(_)) => {
+                    // The claim's label, else the node's.
+                    let label = |k: &str| match crate::api::label_or_empty(&claim.metadata, k) {
+                        "" => crate::api::label_or_empty(&node.metadata, k),
+                        v => v,
+                    };
+                    self.metrics
+                        .nodes_created
+                        .with_label_values(&[label(crate::api::LABEL_NODEPOOL), label(LABEL_ZONE)])
+                        .inc();
+                    let node_name = node.metadata.name.as_deref().unwrap_or_default();
+                    let message = format!("node {node_name} registered");
+                    self.event(name_of(&claim), "Registered", message);
+                }
+                (Step::Initialize, Ok(_)) => {
+                    self.event(name_of(&claim), "Initialized", "node is ready".into())
+                }
+            }
         }
     }
 
@@ -836,50 +1042,6 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let _ = self.record_status(updated).await;
         }
         CONSISTENCY_SCAN
-    }
-
-    /// Initializes a NodeClaim whose Node is ready; whether it did.
-    async fn initialize(&mut self, claim: &NodeClaim, node: &Node) -> bool {
-        let now = self.clock.now();
-        let node_ready = crate::api::node::is_ready(node);
-        let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
-        let startup_pending = claim.spec.startup_taints.iter().flatten().any(|t| {
-            node_taints
-                .into_iter()
-                .flatten()
-                .any(|n| n.key == t.key && n.effect == t.effect.as_str())
-        });
-        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-        let missing: Vec<&String> = claim
-            .spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-            .filter(|k| !allocatable.is_some_and(|a| a.contains_key(*k)))
-            .collect();
-        if !node_ready || startup_pending || !missing.is_empty() {
-            return false;
-        }
-        let mut n = node.clone();
-        n.metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(LABEL_INITIALIZED.to_string(), "true".to_string());
-        if let Err(e) = self.cluster.replace(n).await {
-            self.event(name_of(claim), "InitializationFailed", e.to_string());
-            return true;
-        }
-        let mut updated = claim.clone();
-        let conds = updated.conditions_mut();
-        set_condition(conds, conditions::INITIALIZED, true, "Initialized", "", now);
-        set_condition(conds, conditions::READY, true, "Ready", "", now);
-        if self.record_status(updated).await.is_ok() {
-            self.event(name_of(claim), "Initialized", "node is ready".into());
-        }
-        true
     }
 
     /// Deletes a NodeClaim (termination then releases its instance and

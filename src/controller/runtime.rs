@@ -942,6 +942,48 @@ mod tests {
         assert!(class(&cluster).is_some());
     }
 
+    /// As the reference's registration: a Node changed since the pass read
+    /// it (its kubelet's heartbeat) is registered on the next pass, with no
+    /// Warning in between.
+    #[tokio::test]
+    async fn a_node_that_changed_under_its_registration_is_registered_on_the_next_pass() {
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        cluster.create(pending_pod("a")).unwrap();
+        let controller = tokio::sync::Mutex::new(rt.controller());
+        passes_for(&mut rt, &controller, &clock, 3, Duration::from_secs(11)).await;
+        let claim = Cluster::list::<NodeClaim>(cluster.as_ref())[0].clone();
+        let name = claim.metadata.name.clone().unwrap();
+        cluster.create(node_for(&claim)).unwrap();
+        cluster.inject(crate::world::Fault::new(
+            crate::world::Write::Replace,
+            "Node",
+            crate::cluster::ApiError::Conflict {
+                resource: "nodes".into(),
+                key: ObjectKey::cluster("n1"),
+                message: "the object has been modified".into(),
+            },
+        ));
+        let registered = |c: &MemoryCluster| {
+            let claim = c
+                .get_opt::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
+                .unwrap();
+            crate::controller::is_true(
+                claim.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                crate::controller::conditions::REGISTERED,
+            )
+        };
+        pass(&mut rt, &controller).await;
+        assert!(!registered(&cluster));
+        passes_for(&mut rt, &controller, &clock, 2, Duration::from_secs(1)).await;
+        assert!(registered(&cluster));
+        let warnings: Vec<_> = reasons(&cluster)
+            .into_iter()
+            .filter(|(_, _, t)| t == "Warning")
+            .collect();
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
     /// The node the kubelet registers for a launched NodeClaim.
     fn node_for(claim: &NodeClaim) -> Node {
         let status = claim.status.clone().unwrap();
