@@ -872,6 +872,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             .iter()
             .filter_map(|p| Some((p.metadata.name.clone()?, p)))
             .collect();
+        // Named and built in the order of the solve, then created at most
+        // `write_concurrency` at a time (the reference creates a batch's
+        // NodeClaims all at once), the answers read in that order.
+        let mut planned = Vec::with_capacity(result.nodeclaims.len());
         for claim in &result.nodeclaims {
             let Some(pool) = pools_by_name.get(&claim.nodepool) else {
                 continue;
@@ -881,8 +885,20 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             ));
             let name = self.next_claim_name(&claim.nodepool);
             let object = self.nodeclaim_for(name, pool, class.as_deref(), claim);
-            let name = object.metadata.name.clone().unwrap_or_default();
-            match self.cluster.create(object).await {
+            planned.push((claim, object));
+        }
+        let cluster = Arc::clone(&self.cluster);
+        let (claims, objects): (Vec<_>, Vec<_>) = planned.into_iter().unzip();
+        let creates = objects.into_iter().map(|object| {
+            let cluster = &cluster;
+            async move {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                (name, cluster.create(object).await)
+            }
+        });
+        let answers = super::writes::concurrently(creates, self.settings.write_concurrency).await;
+        for (claim, (name, created)) in claims.into_iter().zip(answers) {
+            match created {
                 Ok(_) => {
                     // dovetail never relaxes minValues.
                     self.metrics
