@@ -693,6 +693,16 @@ fn offering_price(types: &[&InstanceType], zone: &str, ct: &str) -> Option<f64> 
         .map(|o| o.price)
 }
 
+/// A NodeClaim with `status.lastPodEventTime` at `now`, to write.
+fn with_pod_event_time(claim: &NodeClaim, now: Timestamp) -> NodeClaim {
+    let mut updated = claim.clone();
+    updated
+        .status
+        .get_or_insert_with(Default::default)
+        .last_pod_event_time = Some(Time(crate::clock::truncate_to_second(now)));
+    updated
+}
+
 /// Whether a NodeClaim's `Drifted` and `Consolidatable` conditions are
 /// already those [`Controller::write_claim_conditions`] would write.
 fn conditions_hold(claim: &NodeClaim, drifted: Option<&str>, consolidatable: bool) -> bool {
@@ -1441,7 +1451,8 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
     }
 
     /// The candidates and budgets of a pass, and its scheduling input;
-    /// writes pod event times and drift stamps as it goes. The nodes of a
+    /// writes drift stamps as it goes, and the pod event times it found
+    /// (together) once it has been through the claims. The nodes of a
     /// consolidation being revalidated (`revalidating`) have their pods in
     /// the input. `None` when the NodePools' instance types cannot be read.
     async fn disruption_facts(
@@ -1505,6 +1516,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         let mut node_pods: HashMap<Arc<str>, NodePods, foldhash::fast::RandomState> =
             HashMap::default();
         let mut drift_pass = DriftPass::default();
+        let mut pod_events = Vec::new();
         let mut uninitialized: BTreeSet<String> = BTreeSet::new();
         // The views of the last pass that still hold: the same NodeClaim
         // object, its Node the same object in this list.
@@ -1585,7 +1597,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             };
             if !recent && changed {
                 last_event = now;
-                self.write_pod_event_time(claim, now).await;
+                pod_events.push(with_pod_event_time(claim, now));
             }
 
             // Drift: the hashes and requirements, the cloud's view (image,
@@ -1672,6 +1684,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         self.disruption.claims = views;
         self.disruption.node_pods = node_pods;
         self.disruption.drift = drift_pass.kept;
+        self.record_statuses(pod_events).await;
 
         let budgets = self.pool_budgets(&per_pool, &pools_by_name, now, &mut threshold);
 
@@ -1846,6 +1859,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
         wanted: Vec<(Arc<NodeClaim>, Option<&'static str>, bool)>,
         now: Timestamp,
     ) {
+        let mut updates = Vec::new();
         for (read, drifted, consolidatable) in wanted {
             if conditions_hold(&read, drifted, consolidatable) {
                 continue;
@@ -1885,19 +1899,10 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             if changed {
                 let mut updated = (*claim).clone();
                 *updated.conditions_mut() = conds;
-                let _ = self.record_status(updated).await;
+                updates.push(updated);
             }
         }
-    }
-
-    /// Writes `status.lastPodEventTime` of a NodeClaim.
-    async fn write_pod_event_time(&mut self, claim: &NodeClaim, now: Timestamp) {
-        let mut updated = claim.clone();
-        updated
-            .status
-            .get_or_insert_with(Default::default)
-            .last_pod_event_time = Some(Time(crate::clock::truncate_to_second(now)));
-        let _ = self.record_status(updated).await;
+        self.record_statuses(updates).await;
     }
 
     /// Stamps a NodeClaim with the drift hashes it lacks (an adopted one, or
