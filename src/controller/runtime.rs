@@ -213,17 +213,21 @@ impl EventRecorder {
     /// dropped. Returns how many were written.
     pub async fn record<C: Cluster>(&self, cluster: &C, events: &[Event], now: Timestamp) -> usize {
         self.written().retain(|_, t| since(*t, now) < EVENT_DEDUPE);
+        let mut fresh = std::collections::HashSet::new();
+        let writes = events
+            .iter()
+            .filter(|e| {
+                let key = (e.object.clone(), e.reason.clone(), e.message.clone());
+                !self.written().contains_key(&key) && fresh.insert(key)
+            })
+            .filter_map(|e| Some((e, kube_event(cluster, e, &self.instance, now)?)))
+            .map(|(e, event)| async move { (e, cluster.create(event).await) })
+            .collect::<Vec<_>>();
         let mut n = 0;
-        for e in events {
-            let key = (e.object.clone(), e.reason.clone(), e.message.clone());
-            if self.written().contains_key(&key) {
-                continue;
-            }
-            let Some(event) = kube_event(cluster, e, &self.instance, now) else {
-                continue;
-            };
-            match cluster.create(event).await {
+        for (e, written) in super::writes::concurrently(writes, super::WRITE_CONCURRENCY).await {
+            match written {
                 Ok(_) => {
+                    let key = (e.object.clone(), e.reason.clone(), e.message.clone());
                     self.written().insert(key, now);
                     n += 1;
                 }
