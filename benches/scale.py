@@ -236,7 +236,7 @@ def one(bin_dir, dovetail, nodes, per_node, a):
              "--namespace", "dovetail", "--identity", "scale",
              "--metrics-port", "0", "--health-port", "0"],
             stdout=subprocess.DEVNULL, stderr=log,
-            env={**os.environ, "DOVETAIL_LOG_LEVEL": "warn"})
+            env={**os.environ, "DOVETAIL_LOG_LEVEL": os.environ.get("DOVETAIL_LOG_LEVEL", "warn")})
         deadline = time.time() + 120
         while time.time() < deadline:
             if plane.json("get", "nodepools")["items"]:
@@ -354,10 +354,14 @@ spec:
             controller.terminate()
             controller.wait()
         plane.down()
-        if a.logs and os.path.exists(os.path.join(work, "controller.log")):
+        if a.logs:
             os.makedirs(a.logs, exist_ok=True)
-            shutil.copy(os.path.join(work, "controller.log"),
-                        os.path.join(a.logs, f"controller-{nodes}.log"))
+            kept = [(os.path.join(work, "controller.log"), f"controller-{nodes}.log")]
+            kept += [(p, f"{nodes}-{os.path.basename(p)}")
+                     for p in glob.glob(os.path.join(plane.dir, "audit*.log"))]
+            for src, name in kept:
+                if os.path.exists(src):
+                    shutil.copy(src, os.path.join(a.logs, name))
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -373,7 +377,8 @@ def main():
     ap.add_argument("--node-monitor-grace-period", default="40s",
                     help="how long kube-controller-manager keeps a Node without a heartbeat Ready")
     ap.add_argument("--json", help="write the results here too")
-    ap.add_argument("--logs", help="keep each run's controller log in this directory")
+    ap.add_argument("--logs", help="keep each run's controller log (at DOVETAIL_LOG_LEVEL, default warn) "
+                    "and the API server's audit log in this directory")
     ap.add_argument("--dovetail", help="the dovetail binary [default: cargo build --release]")
     a = ap.parse_args()
     bin_dir = os.environ.get("DOVETAIL_TESTBED_BIN") or run(os.path.join(ROOT, "testbed", "build")).strip()
