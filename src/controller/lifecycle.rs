@@ -206,6 +206,18 @@ enum Refused {
     Status(String, crate::cluster::ApiError),
 }
 
+/// The status write that follows a claim's first write.
+async fn write_status<C: Cluster>(
+    cluster: &C,
+    claim: NodeClaim,
+) -> Result<Arc<NodeClaim>, Refused> {
+    let object = super::status::event_object(&claim);
+    cluster
+        .replace_status(claim)
+        .await
+        .map_err(|e| Refused::Status(object, e))
+}
+
 impl Adoption {
     /// Adopts the node that joined for a NodeClaim: the NodeClaim's labels
     /// and taints go onto the node, the unregistered taint comes off, and
@@ -872,11 +884,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
                 let stored = cluster.replace(labelled).await.map_err(Refused::Object)?;
                 let mut updated = (*stored).clone();
                 status.apply(&mut updated, now);
-                let object = super::status::event_object(&updated);
-                cluster
-                    .replace_status(updated)
-                    .await
-                    .map_err(|e| Refused::Status(object, e))
+                write_status(cluster.as_ref(), updated).await
             }
         });
         let answers = super::writes::concurrently(writes, self.settings.write_concurrency).await;
@@ -931,11 +939,7 @@ impl<C: Cluster, P: CloudProvider> Controller<C, P> {
             let cluster = &cluster;
             async move {
                 cluster.replace(node).await.map_err(Refused::Object)?;
-                let object = super::status::event_object(&claim);
-                cluster
-                    .replace_status(claim)
-                    .await
-                    .map_err(|e| Refused::Status(object, e))
+                write_status(cluster.as_ref(), claim).await
             }
         });
         let answers = super::writes::concurrently(writes, self.settings.write_concurrency).await;
