@@ -382,6 +382,49 @@ spec:
             .collect()
     }
 
+    /// Fails if dovetail labelled a Node initialised while it still
+    /// carried a taint of a node starting up (the cloud node lifecycle's
+    /// `uninitialized`, the node lifecycle controller's `not-ready`): the
+    /// reference initialises only once they are gone, and an initialised
+    /// node is planned on with its taints. Only the update that adds the
+    /// label is read: a node that fails later is tainted again.
+    pub fn assert_initialized_only_untainted(&self) {
+        let mut labelled = BTreeSet::new();
+        let mut early = Vec::new();
+        for e in self.dovetail_requests() {
+            let node = &e["requestObject"];
+            if e["verb"] != "update"
+                || e["objectRef"]["resource"] != "nodes"
+                || node["metadata"]["labels"]["karpenter.sh/initialized"] != "true"
+            {
+                continue;
+            }
+            let name = node["metadata"]["name"].as_str().unwrap_or_default();
+            if !labelled.insert(name.to_string()) {
+                continue;
+            }
+            let starting: Vec<&str> = node["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|t| {
+                    dovetail::model::taints::is_known_ephemeral(
+                        t["key"].as_str().unwrap_or_default(),
+                        t["effect"].as_str().unwrap_or_default(),
+                    )
+                })
+                .filter_map(|t| t["key"].as_str())
+                .collect();
+            if !starting.is_empty() {
+                early.push(format!("{name}: {starting:?}"));
+            }
+        }
+        assert!(
+            early.is_empty(),
+            "initialised while still tainted: {early:?}"
+        );
+    }
+
     /// Fails if the installed RBAC refused any request of dovetail's.
     pub fn assert_nothing_forbidden(&self) {
         let forbidden: Vec<String> = self
@@ -800,6 +843,7 @@ fn a_deployment_scaled_from_0_to_40_is_scheduled_by_the_real_scheduler_onto_laun
     w.wait_ready("web", 40, Duration::from_secs(240));
     let ids = w.wait_consistent(Duration::from_secs(60));
     assert!(!ids.is_empty());
+    w.assert_initialized_only_untainted();
     let nodes = w.tb.items(&["nodes"]);
     for pod in w.pods("web") {
         let node = pod["spec"]["nodeName"].as_str().expect("bound");
@@ -989,6 +1033,7 @@ fn a_new_ssm_image_drifts_the_nodes_and_they_are_replaced_within_the_budget() {
     w.wait_ready("spread", 4, Duration::from_secs(180));
     let old = w.wait_consistent(Duration::from_secs(60));
     assert_eq!(old.len(), 4, "one node per pod");
+    w.assert_initialized_only_untainted();
     let image = |c: &Value| {
         c["status"]["imageID"]
             .as_str()

@@ -280,18 +280,24 @@ impl Adoption {
     }
 
     /// Initialises a registered NodeClaim once its node is Ready, its
-    /// startup taints are gone and its requested resources are registered:
-    /// the node is labelled initialised, then the claim `Initialized` and
-    /// `Ready`. `None` until then.
+    /// startup taints and the taints of a node still starting
+    /// ([`is_known_ephemeral`](crate::model::taints::is_known_ephemeral):
+    /// the node lifecycle controller lifts `not-ready` only after it sees
+    /// the node Ready) are gone, and its requested resources are
+    /// registered: the node is labelled initialised, then the claim
+    /// `Initialized` and `Ready`. `None` until then: an initialised node is
+    /// planned on with the taints it has.
     fn initialize(claim: &Arc<NodeClaim>, node: &Arc<Node>, now: Timestamp) -> Option<Adoption> {
         let node_ready = crate::api::node::is_ready(node);
-        let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+        let node_taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+        let node_taints = node_taints.unwrap_or_default();
         let startup_pending = claim.spec.startup_taints.iter().flatten().any(|t| {
             node_taints
-                .into_iter()
-                .flatten()
+                .iter()
                 .any(|n| n.key == t.key && n.effect == t.effect.as_str())
-        });
+        }) || node_taints
+            .iter()
+            .any(|n| crate::model::taints::is_known_ephemeral(&n.key, &n.effect));
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         let missing = claim
             .spec

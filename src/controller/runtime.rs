@@ -988,6 +988,54 @@ mod tests {
         assert!(warnings.is_empty(), "{warnings:?}");
     }
 
+    /// A Node Ready but still tainted `not-ready` (the node lifecycle
+    /// controller lifts the taint only after it sees the node Ready) is
+    /// registered, but initialised only once the taint is gone, as the
+    /// reference waits for its known ephemeral taints: an initialised node
+    /// is planned on with the taints it has, and a pending pod planned on
+    /// it would get a claim of its own.
+    #[tokio::test]
+    async fn a_node_still_tainted_not_ready_is_initialized_once_the_taint_is_lifted() {
+        let (mut rt, clock) = runtime();
+        let cluster = rt.cluster.clone();
+        cluster.create(pending_pod("a")).unwrap();
+        let controller = tokio::sync::Mutex::new(rt.controller());
+        passes_for(&mut rt, &controller, &clock, 3, Duration::from_secs(11)).await;
+        let claim = Cluster::list::<NodeClaim>(cluster.as_ref())[0].clone();
+        let name = claim.metadata.name.clone().unwrap();
+        let not_ready = k8s_openapi::api::core::v1::Taint {
+            key: "node.kubernetes.io/not-ready".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let mut node = node_for(&claim);
+        node.spec.as_mut().unwrap().taints = Some(vec![not_ready]);
+        cluster.create(node).unwrap();
+        let condition = |c: &MemoryCluster, t: &str| {
+            let claim = c
+                .get_opt::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
+                .unwrap();
+            crate::controller::is_true(claim.status.as_ref().and_then(|s| s.conditions.as_ref()), t)
+        };
+        passes_for(&mut rt, &controller, &clock, 3, Duration::from_secs(1)).await;
+        assert!(condition(
+            &cluster,
+            crate::controller::conditions::REGISTERED
+        ));
+        assert!(!condition(
+            &cluster,
+            crate::controller::conditions::INITIALIZED
+        ));
+        let mut node = (*cluster.get_opt::<Node>(&ObjectKey::cluster("n1")).unwrap()).clone();
+        node.spec.as_mut().unwrap().taints = None;
+        cluster.replace(node).unwrap();
+        passes_for(&mut rt, &controller, &clock, 2, Duration::from_secs(1)).await;
+        assert!(condition(
+            &cluster,
+            crate::controller::conditions::INITIALIZED
+        ));
+    }
+
     /// The node the kubelet registers for a launched NodeClaim.
     fn node_for(claim: &NodeClaim) -> Node {
         let status = claim.status.clone().unwrap();

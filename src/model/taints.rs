@@ -66,20 +66,44 @@ impl Taint {
         })
     }
 
-    /// Taints put on new or unhealthy nodes that go away by themselves; the
-    /// scheduler ignores them on new capacity.
+    /// Whether this is a taint a new node carries until it is initialised
+    /// ([`is_known_ephemeral`]); the scheduler ignores them on new capacity.
     pub fn is_ephemeral(&self) -> bool {
-        EPHEMERAL_TAINT_KEYS.contains(&self.key.as_str())
+        is_known_ephemeral(&self.key, self.effect.as_str())
     }
 }
 
-/// Temporary taints of new nodes.
-pub const EPHEMERAL_TAINT_KEYS: [&str; 4] = [
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-    "node.cloudprovider.kubernetes.io/uninitialized",
-    "karpenter.sh/unregistered",
+/// The taints expected on a node while it initialises, as (key, effect),
+/// matched as Kubernetes matches taints (key and effect, not the value):
+/// the reference's `KnownEphemeralTaints`. A node is not initialised while
+/// it carries one, and capacity still initialising is planned without
+/// them.
+pub const KNOWN_EPHEMERAL_TAINTS: [(&str, &str); 5] = [
+    ("node.kubernetes.io/not-ready", "NoSchedule"),
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"),
+    (
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "NoSchedule",
+    ),
+    ("karpenter.sh/unregistered", "NoExecute"),
 ];
+
+/// Key prefixes of ephemeral taint families whose suffix a controller
+/// chooses (the Node Readiness Controller's `readiness.k8s.io/<rule>`).
+pub const EPHEMERAL_TAINT_KEY_PREFIXES: [&str; 1] = ["readiness.k8s.io/"];
+
+/// Whether a taint of `key` and `effect` is one of the
+/// [`KNOWN_EPHEMERAL_TAINTS`] or of a family of
+/// [`EPHEMERAL_TAINT_KEY_PREFIXES`].
+pub fn is_known_ephemeral(key: &str, effect: &str) -> bool {
+    KNOWN_EPHEMERAL_TAINTS
+        .iter()
+        .any(|&(k, e)| k == key && e == effect)
+        || EPHEMERAL_TAINT_KEY_PREFIXES
+            .iter()
+            .any(|p| key.starts_with(p))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TolerationOp {
@@ -184,5 +208,33 @@ mod tests {
         let soft = [Taint::new("x", "", Effect::PreferNoSchedule)];
         assert!(first_untolerated(&soft, &[], false).is_some());
         assert!(first_untolerated(&soft, &[], true).is_none());
+    }
+
+    #[test]
+    fn ephemeral_taints_match_by_key_and_effect_as_the_reference_s() {
+        use Effect::{NoExecute, NoSchedule};
+        let cases = [
+            ("node.kubernetes.io/not-ready", "", NoSchedule, true),
+            ("node.kubernetes.io/not-ready", "", NoExecute, true),
+            ("node.kubernetes.io/unreachable", "", NoSchedule, true),
+            // The value is not compared, as `Taint.MatchTaint` does not.
+            (
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                "x",
+                NoSchedule,
+                true,
+            ),
+            ("karpenter.sh/unregistered", "", NoExecute, true),
+            ("readiness.k8s.io/network", "pending", NoSchedule, true),
+            // An unreachable node's eviction taint is no new node's.
+            ("node.kubernetes.io/unreachable", "", NoExecute, false),
+            ("karpenter.sh/unregistered", "", NoSchedule, false),
+            ("node.kubernetes.io/unschedulable", "", NoSchedule, false),
+            ("example.com/readiness.k8s.io/x", "", NoSchedule, false),
+        ];
+        for (key, value, effect, ephemeral) in cases {
+            let taint = Taint::new(key, value, effect);
+            assert_eq!(taint.is_ephemeral(), ephemeral, "{taint}");
+        }
     }
 }
