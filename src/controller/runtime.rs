@@ -968,15 +968,8 @@ mod tests {
                 message: "the object has been modified".into(),
             },
         ));
-        let registered = |c: &MemoryCluster| {
-            let claim = c
-                .get_opt::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
-                .unwrap();
-            crate::controller::is_true(
-                claim.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                crate::controller::conditions::REGISTERED,
-            )
-        };
+        let registered =
+            |c: &MemoryCluster| claim_is(c, &name, crate::controller::conditions::REGISTERED);
         pass(&mut rt, &controller).await;
         assert!(!registered(&cluster));
         passes_for(&mut rt, &controller, &clock, 2, Duration::from_secs(1)).await;
@@ -1011,29 +1004,35 @@ mod tests {
         let mut node = node_for(&claim);
         node.spec.as_mut().unwrap().taints = Some(vec![not_ready]);
         cluster.create(node).unwrap();
-        let condition = |c: &MemoryCluster, t: &str| {
-            let claim = c
-                .get_opt::<NodeClaim>(&ObjectKey::cluster(name.as_str()))
-                .unwrap();
-            crate::controller::is_true(claim.status.as_ref().and_then(|s| s.conditions.as_ref()), t)
-        };
         passes_for(&mut rt, &controller, &clock, 3, Duration::from_secs(1)).await;
-        assert!(condition(
+        assert!(claim_is(
             &cluster,
+            &name,
             crate::controller::conditions::REGISTERED
         ));
-        assert!(!condition(
+        assert!(!claim_is(
             &cluster,
+            &name,
             crate::controller::conditions::INITIALIZED
         ));
         let mut node = (*cluster.get_opt::<Node>(&ObjectKey::cluster("n1")).unwrap()).clone();
         node.spec.as_mut().unwrap().taints = None;
         cluster.replace(node).unwrap();
         passes_for(&mut rt, &controller, &clock, 2, Duration::from_secs(1)).await;
-        assert!(condition(
+        assert!(claim_is(
             &cluster,
+            &name,
             crate::controller::conditions::INITIALIZED
         ));
+    }
+
+    /// Whether the NodeClaim `name` has the condition `kind` True.
+    fn claim_is(c: &MemoryCluster, name: &str, kind: &str) -> bool {
+        let claim = c.get_opt::<NodeClaim>(&ObjectKey::cluster(name)).unwrap();
+        crate::controller::is_true(
+            claim.status.as_ref().and_then(|s| s.conditions.as_ref()),
+            kind,
+        )
     }
 
     /// The node the kubelet registers for a launched NodeClaim.
